@@ -1,0 +1,3 @@
+from memtune.cli import main
+
+raise SystemExit(main())

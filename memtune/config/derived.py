@@ -1,0 +1,213 @@
+"""Every value Megatron derives from the configuration, computed in one place.
+
+``derive(job)`` never raises on an inconsistent layout: it rounds the way Megatron would
+and leaves the complaint to ``memtune check``, which every command runs first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from memtune.config.schema import JobConfig, ModelConfig
+
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One model chunk: the layers a pipeline rank builds for one virtual stage."""
+
+    pp_rank: int
+    vp_stage: int
+    layers: tuple[int, ...]  # global decoder layer indices, 0-based
+    has_embedding: bool  # pre_process: first pipeline stage, first virtual stage
+    has_output: bool  # post_process: last pipeline stage, last virtual stage
+    mtp_layers: int  # multi-token-prediction layers, on the post-process chunk
+
+
+@dataclass(frozen=True)
+class Derived:
+    job: JobConfig
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.job.model
+
+    # --- architecture -------------------------------------------------------------------
+    @cached_property
+    def ffn_hidden_size(self) -> int:
+        return self.model.ffn_hidden_size or 4 * self.model.hidden_size
+
+    @cached_property
+    def kv_channels(self) -> int:
+        return self.model.kv_channels or self.model.hidden_size // self.model.num_attention_heads
+
+    @cached_property
+    def num_query_groups(self) -> int:
+        return self.model.num_query_groups or self.model.num_attention_heads
+
+    @cached_property
+    def moe_ffn_hidden_size(self) -> int:
+        return self.model.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @cached_property
+    def is_moe(self) -> bool:
+        return bool(self.model.num_moe_experts)
+
+    @cached_property
+    def moe_layer_pattern(self) -> tuple[bool, ...]:
+        """Whether each decoder layer is an MoE layer (Megatron's ``moe_layer_freq``)."""
+        n = self.model.num_layers
+        if not self.is_moe:
+            return (False,) * n
+        freq = self.model.moe_layer_freq
+        if isinstance(freq, list):
+            return tuple(bool(x) for x in freq)
+        return tuple(i % freq == 0 for i in range(n))
+
+    @cached_property
+    def padded_vocab_size(self) -> int:
+        multiple = self.model.make_vocab_size_divisible_by * self.tp
+        return math.ceil(self.model.vocab_size / multiple) * multiple
+
+    @cached_property
+    def mtp_num_layers(self) -> int:
+        return self.model.mtp_num_layers or 0
+
+    # --- parallel sizes -----------------------------------------------------------------
+    @cached_property
+    def tp(self) -> int:
+        return self.model.tensor_model_parallel_size
+
+    @cached_property
+    def pp(self) -> int:
+        return self.model.pipeline_model_parallel_size
+
+    @cached_property
+    def vpp(self) -> int:
+        return self.model.virtual_pipeline_model_parallel_size or 1
+
+    @cached_property
+    def cp(self) -> int:
+        return self.model.context_parallel_size
+
+    @cached_property
+    def ep(self) -> int:
+        return self.model.expert_model_parallel_size
+
+    @cached_property
+    def etp(self) -> int:
+        return self.model.expert_tensor_parallel_size or self.tp
+
+    @cached_property
+    def sequence_parallel(self) -> bool:
+        """Megatron-LM silently turns SP off when TP is 1."""
+        return self.model.sequence_parallel and self.tp > 1
+
+    @cached_property
+    def world_size(self) -> int:
+        """The given world size or, without one, the smallest one the layout allows (DP = 1)."""
+        if self.job.cluster.num_gpus:
+            return self.job.cluster.num_gpus
+        dense = self.tp * self.pp * self.cp
+        expert = self.etp * self.ep * self.pp
+        return dense * expert // math.gcd(dense, expert)
+
+    @cached_property
+    def world_size_assumed(self) -> bool:
+        return self.job.cluster.num_gpus is None
+
+    @cached_property
+    def dp(self) -> int:
+        """Data-parallel size; like Megatron's it excludes CP."""
+        return max(1, self.world_size // (self.tp * self.pp * self.cp))
+
+    @cached_property
+    def edp(self) -> int:
+        """Expert data-parallel size (CP folded in)."""
+        return max(1, self.world_size // (self.etp * self.ep * self.pp))
+
+    # --- batches ------------------------------------------------------------------------
+    @cached_property
+    def micro_batch_size(self) -> int:
+        return self.job.train.micro_batch_size
+
+    @cached_property
+    def global_batch_size(self) -> int:
+        return self.job.train.global_batch_size or self.micro_batch_size * self.dp
+
+    @cached_property
+    def num_microbatches(self) -> int:
+        return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    # --- recompute ----------------------------------------------------------------------
+    @cached_property
+    def recompute_modules(self) -> tuple[str, ...]:
+        """Selective-recompute modules in effect (Megatron's default is ``core_attn``)."""
+        if self.model.recompute_granularity != "selective":
+            return ()
+        modules = self.model.recompute_modules
+        return DEFAULT_RECOMPUTE_MODULES if modules is None else tuple(modules)
+
+    # --- pipeline layout ----------------------------------------------------------------
+    @cached_property
+    def layers_per_stage(self) -> tuple[int, ...]:
+        """Decoder layers built by each pipeline rank (all its virtual chunks together)."""
+        return tuple(sum(len(c.layers) for c in chunks) for chunks in self.chunks)
+
+    @cached_property
+    def chunks(self) -> tuple[tuple[Chunk, ...], ...]:
+        """``chunks[pp_rank][vp_stage]``, following Megatron's layer-offset rules."""
+        p, m = self.pp, self.vpp
+        sizes = self._chunk_sizes()
+        chunks: list[list[Chunk]] = [[] for _ in range(p)]
+        offset = 0
+        # Global layer order runs over virtual stages first, then pipeline ranks.
+        for v in range(m):
+            for r in range(p):
+                n = sizes[r][v]
+                first = r == 0 and v == 0
+                last = r == p - 1 and v == m - 1
+                chunks[r].append(
+                    Chunk(
+                        pp_rank=r,
+                        vp_stage=v,
+                        layers=tuple(range(offset, offset + n)),
+                        has_embedding=first,
+                        has_output=last,
+                        mtp_layers=self.mtp_num_layers if last else 0,
+                    )
+                )
+                offset += n
+        return tuple(tuple(c) for c in chunks)
+
+    def _chunk_sizes(self) -> list[list[int]]:
+        model, p, m, n = self.model, self.pp, self.vpp, self.model.num_layers
+        first, last = model.num_layers_in_first_pipeline_stage, model.num_layers_in_last_pipeline_stage
+        if first is not None or last is not None:
+            stage = [0] * p
+            fixed = 0
+            if first is not None:
+                stage[0] = first
+                fixed += 1
+            if last is not None and p > 1:
+                stage[-1] = last
+                fixed += 1
+            middle = [i for i in range(p) if not ((i == 0 and first is not None) or (i == p - 1 and last is not None and p > 1))]
+            rest = n - sum(stage)
+            for i in middle:
+                stage[i] = rest // len(middle) if middle else 0
+            return [[s // m] * m for s in stage]
+        emb = 1 if model.account_for_embedding_in_pipeline_split else 0
+        loss = 1 if model.account_for_loss_in_pipeline_split else 0
+        per_chunk = (n + emb + loss) // (p * m)
+        sizes = [[per_chunk] * m for _ in range(p)]
+        sizes[0][0] -= emb
+        sizes[-1][-1] -= loss
+        return sizes
+
+
+def derive(job: JobConfig) -> Derived:
+    return Derived(job)

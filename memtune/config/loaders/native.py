@@ -1,0 +1,30 @@
+"""memtune's own YAML or JSON: the schema's sections, as they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from memtune.errors import InputError
+
+
+def parse_mapping(path: Path, text: str) -> dict:
+    """Parse YAML (JSON is YAML too, but its own parser gives better messages)."""
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "cannot parse"
+        raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of sections (model, train, ...), got {type(data).__name__}")
+    return data
+
+
+def read(path: Path, text: str) -> tuple[dict, list[str]]:
+    return parse_mapping(path, text), []

@@ -1,0 +1,36 @@
+"""Hydra/Bridge-style dotted overrides: ``model.tensor_model_parallel_size=8``."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from memtune.errors import InputError
+
+
+def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    result = copy.deepcopy(data)
+    problems = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or len(path) < 2 or not all(path):
+            problems.append(f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8")
+            continue
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        node = result
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                problems.append(f"override {item!r}: {part} is not a section")
+                break
+            node = child
+        else:
+            node[path[-1]] = value
+    if problems:
+        raise InputError(problems)
+    return result

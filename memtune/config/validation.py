@@ -1,0 +1,82 @@
+"""Schema validation with one clear line per problem: key path, value, what is allowed."""
+
+from __future__ import annotations
+
+import difflib
+
+from pydantic import BaseModel, ValidationError
+
+from memtune.config.schema import JobConfig
+from memtune.errors import InputError
+
+# Pydantic inserts the member type of a union into the error location; users never typed it.
+_UNION_TAGS = ("int", "str", "bool", "float", "list", "constrained-int", "function-after", "literal")
+
+
+def validate(data: object) -> JobConfig:
+    if not isinstance(data, dict):
+        raise InputError(f"config: expected a mapping of sections (model, train, ...), got {type(data).__name__}")
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
+        where = ".".join(loc) or "config"
+        if where in seen:
+            continue
+        seen.add(where)
+        lines.append(f"{where}: {_explain(err, loc)}")
+    return lines
+
+
+def _is_union_tag(part: object) -> bool:
+    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part or part.startswith(("constrained", "function")))
+
+
+def _explain(err: dict, loc: list[str]) -> str:
+    kind, value = err["type"], err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
+        return f"unknown key; {hint}"
+    if kind == "missing":
+        return "required, but missing"
+    if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(value, int):
+        return f"must be a positive integer, got {value!r}"
+    if kind == "greater_than_equal" and ctx.get("ge") == 0:
+        return f"must be zero or more, got {value!r}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer, got {value!r}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false, got {value!r}"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number, got {value!r}"
+    if kind in ("list_type",):
+        return f"must be a list, got {value!r}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping of keys, got {value!r}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}, got {value!r}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg'][0].lower()}{err['msg'][1:]}, got {value!r}"
+
+
+def _allowed_keys(section_path: list[str]) -> list[str]:
+    model: type[BaseModel] = JobConfig
+    for part in section_path:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        model = inner[0]
+    return sorted(model.model_fields)
