@@ -30,18 +30,21 @@ def fragmentation(record: str | None = None) -> None:
     if record:
         torch.cuda.memory._record_memory_history(max_entries=20000)
     free, _ = torch.cuda.mem_get_info()
-    # Fill the card with 1 GiB + 512 KiB tensors, each in its own segment, then free every
-    # other one: half the card is free but no hole is bigger than ~1 GiB.
-    size = GiB + (1 << 19)
-    blocks = [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(int(free // size) - 1)]
-    keep = blocks[1::2]
-    del blocks
+    # Each round caches a fresh 2 GiB segment and then carves a 1 GiB tensor out of it, so
+    # half of every segment is free but cannot be returned to the driver while the tensor
+    # lives. A 2 GiB request then fails although half the card is "reserved but unallocated".
+    # With expandable segments the same pattern just runs into capacity.
+    kept = []
     try:
-        torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+        for _ in range(int(free // (2 * GiB)) - 1):
+            spare = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+            del spare
+            kept.append(torch.empty(GiB, dtype=torch.uint8, device="cuda"))
+        while True:
+            kept.append(torch.empty(2 * GiB, dtype=torch.uint8, device="cuda"))
     finally:
         if record:
             torch.cuda.memory._dump_snapshot(record)
-        del keep
 
 
 SCENARIOS = {
