@@ -17,9 +17,11 @@ EXIT_BAD_INPUT = 2
 
 def _registrars():
     from memtune.catalog import cli as catalog_cli
+    from memtune.bench import cli as bench_cli
     from memtune.estimate import cli as estimate_cli
+    from memtune.diagnose import cli as diagnose_cli
 
-    return [estimate_cli.register, catalog_cli.register]
+    return [estimate_cli.register, bench_cli.register, catalog_cli.register, diagnose_cli.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Dotted overrides may follow options (`estimate cfg.yaml --json model.x=1`), which argparse's
+    # positional handling does not allow; collect them from what it left over.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = list(args.overrides) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT

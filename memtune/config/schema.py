@@ -53,6 +53,7 @@ class ModelConfig(Section):
     hidden_dropout: float = Field(0.1, ge=0.0, le=1.0)
     attention_dropout: float = Field(0.1, ge=0.0, le=1.0)
     position_embedding_type: Literal["rope", "learned_absolute", "yarn", "none"] = "rope"
+    bias_activation_fusion: bool = False
 
     # Mixture of experts
     num_moe_experts: PositiveInt | None = None
@@ -94,6 +95,7 @@ class ModelConfig(Section):
     account_for_loss_in_pipeline_split: bool = False
     microbatch_group_size_per_vp_stage: PositiveInt | None = None
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    deallocate_pipeline_outputs: bool = False
 
     # Recompute
     recompute_granularity: RecomputeGranularity | None = None

@@ -1,4 +1,8 @@
-"""memtune's own YAML or JSON: the schema's sections, as they are."""
+"""memtune's own YAML or JSON: the schema's sections, as they are.
+
+``model.preset`` names a catalog model (``memtune models``); the preset's keys are laid down
+first and the file's own ``model`` keys override them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from memtune.catalog.models import get_model
 from memtune.errors import InputError
 
 
@@ -26,5 +31,17 @@ def parse_mapping(path: Path, text: str) -> dict:
     return data
 
 
-def read(path: Path, text: str) -> tuple[dict, list[str]]:
-    return parse_mapping(path, text), []
+def read(data: dict) -> dict:
+    """memtune's format needs no translation: only a model preset is filled in."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "preset" not in model:
+        return data
+    own = dict(model)
+    name = own.pop("preset")
+    if not isinstance(name, str):
+        raise InputError(f"model.preset: must be a preset name (`memtune models` lists them), got {name!r}")
+    try:
+        preset = get_model(name)
+    except InputError as exc:
+        raise InputError(f"model.preset: {exc.problems[0]}") from None
+    return {**data, "model": {**preset, **own}}

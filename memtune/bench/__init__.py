@@ -1,0 +1,1 @@
+"""Benchmarks that hold memtune to its claims (``memtune bench accuracy``)."""

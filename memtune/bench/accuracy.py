@@ -1,0 +1,97 @@
+"""Estimator accuracy against measured runs.
+
+A measured run is one JSON line: the memtune config it ran, the global rank measured, and the
+allocator's steady-state peak (``measured.peak_allocated_bytes``, iteration 2 onward). The
+estimate for that rank is compared with it; so is Megatron-LM's theoretical formula.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from memtune.bench.megatron_formula import megatron_lm_estimate
+from memtune.config import validate
+from memtune.errors import InputError
+from memtune.estimate import estimate
+
+
+@dataclass(frozen=True)
+class RunResult:
+    id: str
+    split: str
+    pp_rank: int
+    measured: int
+    estimated: int
+    megatron_lm: int
+
+    @property
+    def error(self) -> float:
+        return (self.estimated - self.measured) / self.measured
+
+    @property
+    def megatron_lm_error(self) -> float:
+        return (self.megatron_lm - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class Summary:
+    runs: int
+    mean_abs_error: float
+    max_abs_error: float
+    worst_id: str
+    megatron_lm_mean_abs_error: float
+    megatron_lm_max_abs_error: float
+
+
+def read_runs(paths: list[Path]) -> list[dict]:
+    runs = []
+    for path in paths:
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if not files:
+            raise InputError(f"{path}: no *.jsonl files of measured runs")
+        for file in files:
+            try:
+                lines = file.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise InputError(f"{file}: cannot read ({exc.strerror})") from None
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    run = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"{file}:{number}: invalid JSON ({exc.msg})") from None
+                if "error" in run or "measured" not in run:
+                    continue  # a run that failed on the GPU carries its error instead of figures
+                runs.append(run)
+    return runs
+
+
+def evaluate(run: dict) -> RunResult:
+    job = validate(run["config"])
+    est = estimate(job, checked=True)
+    rank = est.rank(run["rank"])
+    return RunResult(
+        id=run["id"],
+        split=run.get("split", "tune"),
+        pp_rank=rank.pp_rank,
+        measured=int(run["measured"]["peak_allocated_bytes"]),
+        estimated=rank.peak_bytes,
+        megatron_lm=round(megatron_lm_estimate(est.derived)),
+    )
+
+
+def summarize(results: list[RunResult]) -> Summary | None:
+    if not results:
+        return None
+    worst = max(results, key=lambda r: abs(r.error))
+    return Summary(
+        runs=len(results),
+        mean_abs_error=sum(abs(r.error) for r in results) / len(results),
+        max_abs_error=abs(worst.error),
+        worst_id=worst.id,
+        megatron_lm_mean_abs_error=sum(abs(r.megatron_lm_error) for r in results) / len(results),
+        megatron_lm_max_abs_error=max(abs(r.megatron_lm_error) for r in results),
+    )

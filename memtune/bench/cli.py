@@ -1,0 +1,60 @@
+"""``memtune bench accuracy [FILES...]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from memtune.bench.accuracy import evaluate, read_runs, summarize
+
+DEFAULT_SET = Path("benchmarks/measured")
+GiB = 2**30
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmarks: estimator accuracy against measured runs")
+    bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    acc = bench.add_parser(
+        "accuracy",
+        help="estimate every measured run and report the error",
+        description="Compare memtune's estimate (and Megatron-LM's theoretical formula) with measured "
+        "steady-state peaks (max_memory_allocated, iteration 2 onward).",
+    )
+    acc.add_argument("paths", nargs="*", type=Path, default=[DEFAULT_SET], help=f"*.jsonl files or folders (default {DEFAULT_SET})")
+    acc.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    acc.add_argument("--split", choices=["tune", "holdout", "all"], default="all", help="which runs to report per run")
+    acc.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    results = [evaluate(r) for r in read_runs(args.paths)]
+    shown = [r for r in results if args.split == "all" or r.split == args.split]
+    splits = {name: summarize([r for r in results if r.split == name]) for name in ("tune", "holdout")}
+    splits["all"] = summarize(results)
+    if args.json:
+        print(json.dumps({
+            "runs": [asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error} for r in shown],
+            "summary": {k: asdict(v) if v else None for k, v in splits.items()},
+        }, indent=2))
+        return 0
+    console = Console()
+    table = Table(title="Estimated vs measured steady-state peak (GiB = 2^30 bytes)", title_justify="left")
+    for col in ("run", "split", "pp", "measured", "memtune", "error", "Megatron-LM", "error"):
+        table.add_column(col, justify="left" if col in ("run", "split") else "right")
+    for r in shown:
+        style = "red" if abs(r.error) > 0.08 else ""
+        table.add_row(r.id, r.split, str(r.pp_rank), f"{r.measured / GiB:.2f}", f"{r.estimated / GiB:.2f}",
+                      f"{r.error:+.1%}", f"{r.megatron_lm / GiB:.2f}", f"{r.megatron_lm_error:+.1%}", style=style)
+    console.print(table)
+    for name, s in splits.items():
+        if s:
+            console.print(
+                f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
+                f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
+            )
+    return 0

@@ -1,0 +1,172 @@
+"""Just enough of a bash reader for training launch scripts.
+
+Launch scripts build the argument list out of variables (``GPT_ARGS="..."``, bash arrays
+``MODEL_ARGS=( ... )``, ``${VAR:-default}``, ``$((GPUS_PER_NODE*NUM_NODES))``) and end in one
+``torchrun ... pretrain_gpt.py ${ARGS[@]}`` line. This module expands what can be expanded without
+running anything; what it cannot expand (``$1``, ``$(command)``, unset variables) stays literal.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+import shlex
+from dataclasses import dataclass, field
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_ASSIGNMENT = re.compile(rf"^({_NAME})(\+?=)(.*)$", re.S)
+_ARRAY_START = re.compile(rf"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?({_NAME})(\+?=)\(")
+
+
+@dataclass
+class Command:
+    words: list[str]
+    env: dict[str, str]  # NAME=value prefixes of this command
+
+
+@dataclass
+class Script:
+    variables: dict[str, str | list[str]] = field(default_factory=dict)
+    exported: set[str] = field(default_factory=set)
+    commands: list[Command] = field(default_factory=list)
+
+    def exported_value(self, name: str) -> str | None:
+        value = self.variables.get(name)
+        return value if name in self.exported and isinstance(value, str) else None
+
+
+def parse_script(text: str) -> Script:
+    script = Script()
+    for line in _logical_lines(text):
+        array = _ARRAY_START.match(line)
+        if array:
+            name, op = array.groups()
+            body = line[array.end():].rsplit(")", 1)[0]
+            items = _split(_expand(body, script.variables))
+            previous = script.variables.get(name, []) if op == "+=" else []
+            script.variables[name] = (previous if isinstance(previous, list) else [previous]) + items
+            if line.lstrip().startswith("export"):
+                script.exported.add(name)
+            continue
+        words = _split(_expand(line, script.variables))
+        if not words:
+            continue
+        exporting = words[0] == "export"
+        if exporting:
+            words = words[1:]
+        prefix: dict[str, str] = {}
+        while words and _ASSIGNMENT.match(words[0]):
+            name, op, value = _ASSIGNMENT.match(words.pop(0)).groups()
+            prefix[name] = (str(script.variables.get(name, "")) + value) if op == "+=" else value
+        if exporting:
+            script.exported.update(words)  # `export NAME` of an existing variable
+            words = []
+        if words:
+            script.commands.append(Command(words=words, env=prefix))
+        else:
+            script.variables.update(prefix)
+            if exporting:
+                script.exported.update(prefix)
+    return script
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with backslash continuations joined and multi-line array assignments kept whole."""
+    lines = re.sub(r"\\\r?\n", " ", text).splitlines()
+    out: list[str] = []
+    open_array: list[str] | None = None
+    for line in lines:
+        if open_array is not None:
+            open_array.append(_strip_comment(line))
+            if ")" in _strip_comment(line):
+                out.append(" ".join(open_array))
+                open_array = None
+            continue
+        if _ARRAY_START.match(line) and ")" not in _strip_comment(line[_ARRAY_START.match(line).end():]):
+            open_array = [line]
+            continue
+        out.append(line)
+    if open_array is not None:
+        out.append(" ".join(open_array) + ")")
+    return out
+
+
+def _strip_comment(line: str) -> str:
+    """The line without a trailing ``# comment`` (a ``#`` that starts a word, outside quotes)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:  # an unbalanced quote: split on blanks rather than give up
+        return text.split()
+
+
+def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
+    def array(match: re.Match) -> str:
+        value = variables.get(match.group(1))
+        if value is None:
+            return match.group(0)
+        return " ".join(shlex.quote(v) for v in (value if isinstance(value, list) else _split(value)))
+
+    def scalar(match: re.Match) -> str:
+        name, default = match.group("name") or match.group("bare"), match.group("default")
+        value = variables.get(name)
+        if isinstance(value, list):
+            value = " ".join(value)
+        if value is None or (value == "" and default is not None and match.group("colon")):
+            return _expand(default, variables) if default is not None else match.group(0)
+        return value
+
+    def arithmetic(match: re.Match) -> str:
+        expression = re.sub(rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), match.group(1))
+        result = evaluate(expression.replace("/", "//"))
+        return str(result) if isinstance(result, int) else match.group(0)
+
+    text = re.sub(r"\$\(\((.*?)\)\)", arithmetic, text)
+    text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
+    text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", array, text)
+    return re.sub(
+        rf"\$(?:\{{(?P<name>{_NAME})(?:(?P<colon>:?)-(?P<default>[^}}]*))?\}}|(?P<bare>{_NAME}))",
+        scalar,
+        text,
+    )
+
+
+_MAX_LIST = 100_000  # longer than any layer list; keeps `[0]*10000000000` from eating memory
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def evaluate(expression: str) -> int | list | None:
+    """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else."""
+    try:
+        return _evaluate(ast.parse(expression.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _evaluate(node: ast.AST) -> int | list:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_evaluate(e) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
+            count = right if isinstance(left, list) else left
+            if count > _MAX_LIST:
+                raise ValueError("list too long")
+        return _OPERATORS[type(node.op)](left, right)
+    raise ValueError("not a plain integer or list expression")

@@ -1,0 +1,165 @@
+"""A Megatron-Bridge ``ConfigContainer`` dumped to YAML (``config.yaml`` of a run, ``to_yaml()``).
+
+Bridge's sections ``model``, ``train``, ``optimizer``, ``ddp`` and ``peft`` carry Megatron-Core
+key names, so memtune takes the keys its schema knows and reports the rest as ignored. Two
+sections change others the way Bridge applies them at setup: ``mixed_precision`` (a recipe name
+such as ``bf16_mixed`` or a ``MixedPrecisionConfig``) overwrites precision keys of model and
+ddp, and explicit ``comm_overlap`` DP-overlap settings overwrite ddp's. ``env`` and ``cluster``,
+which Bridge does not have, may be appended in memtune's own layout.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from memtune.config.loaders._targets import plain
+from memtune.config.schema import DDPConfig, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
+from memtune.errors import InputError
+
+# Top-level sections only a ConfigContainer has; any of them marks a file as a Bridge dump.
+BRIDGE_ONLY_SECTIONS = frozenset(
+    {"dataset", "logger", "tokenizer", "checkpoint", "dist", "rng", "rerun_state_machine", "scheduler",
+     "mixed_precision", "comm_overlap", "profiling", "ft", "straggler", "nvrx_straggler", "inprocess_restart"}
+)
+
+SCHEMA_SECTIONS: dict[str, type[BaseModel]] = {
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "optimizer": OptimizerConfig,
+    "ddp": DDPConfig,
+}
+MEMTUNE_ONLY_SECTIONS = ("env", "cluster")
+LORA_TARGET = "megatron.bridge.peft.lora.LoRA"
+
+# Bridge's registered mixed-precision recipes (megatron/bridge/training/mixed_precision.py),
+# reduced to the fields memtune models.
+_BF16 = {"bf16": True, "fp16": False, "pipeline_dtype": "bf16", "grad_reduce_in_fp32": True}
+_FP16 = {"bf16": False, "fp16": True, "pipeline_dtype": "fp16", "grad_reduce_in_fp32": False}
+MIXED_PRECISION_RECIPES = {
+    "bf16_mixed": _BF16,
+    "fp16_mixed": _FP16,
+    "bf16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True},
+    "fp16_with_fp8_delayed_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True},
+    "bf16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
+    "fp16_with_mxfp8_mixed": {**_FP16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
+    "bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True},
+    "fp16_with_fp8_current_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True},
+    "bf16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
+    "fp16_with_fp8_subchannel_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
+}
+_MIXED_PRECISION_MODEL_KEYS = ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "pipeline_dtype")
+_COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket_size")
+
+
+def is_bridge_dump(data: dict) -> bool:
+    return bool(BRIDGE_ONLY_SECTIONS & data.keys()) or _has_target(data)
+
+
+def _has_target(value: object) -> bool:
+    if isinstance(value, dict):
+        return "_target_" in value or any(_has_target(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_target(v) for v in value)
+    return False
+
+
+def read(data: dict) -> tuple[dict, list[str]]:
+    ignored: list[str] = []
+    out: dict = {}
+    for name, schema in SCHEMA_SECTIONS.items():
+        out[name] = _known_keys(_section(data, name), schema, name, ignored)
+
+    model_src = _section(data, "model")
+    if model_src.get("fp8_param") is not None and "fp8_param_gather" not in model_src:
+        out["model"]["fp8_param_gather"] = bool(model_src["fp8_param"])
+        ignored.remove("model.fp8_param")
+    if "seq_length" not in out["model"] and _section(data, "dataset").get("seq_length"):
+        out["model"]["seq_length"] = data["dataset"]["seq_length"]
+    if "vocab_size" not in out["model"] and _section(data, "tokenizer").get("vocab_size"):
+        out["model"]["vocab_size"] = data["tokenizer"]["vocab_size"]
+
+    if data.get("mixed_precision") is not None:
+        _apply_mixed_precision(data["mixed_precision"], out, ignored)
+    _apply_comm_overlap(_section(data, "comm_overlap"), out, ignored)
+    if data.get("peft") is not None:
+        out["peft"] = _lora(data["peft"], ignored)
+    for name in MEMTUNE_ONLY_SECTIONS:
+        if name in data:
+            out[name] = data[name]
+
+    handled = {*SCHEMA_SECTIONS, "peft", "mixed_precision", "comm_overlap", *MEMTUNE_ONLY_SECTIONS, "_target_"}
+    ignored.extend(name for name, value in data.items() if name not in handled and value is not None)
+    return out, ignored
+
+
+def _section(data: dict, name: str) -> dict:
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{name}: expected a mapping of keys, got {value!r}")
+    return value
+
+
+def _known_keys(section: dict, schema: type[BaseModel], prefix: str, ignored: list[str]) -> dict:
+    out = {}
+    for key, value in section.items():
+        if key.startswith("_"):  # _target_, _call_: how Bridge rebuilds the object
+            continue
+        field = schema.model_fields.get(key)
+        if field is None:
+            if value is not None:
+                ignored.append(f"{prefix}.{key}")
+            continue
+        # A null in a dump means "Megatron's default", which is the schema's default too.
+        if value is None and not _accepts_none(field.annotation):
+            continue
+        out[key] = plain(value)
+    return out
+
+
+def _accepts_none(annotation: object) -> bool:
+    return annotation is type(None) or type(None) in getattr(annotation, "__args__", ())
+
+
+def _apply_mixed_precision(value: object, out: dict, ignored: list[str]) -> None:
+    if isinstance(value, str):
+        recipe = MIXED_PRECISION_RECIPES.get(value.replace("-", "_"))
+        if recipe is None:
+            known = ", ".join(MIXED_PRECISION_RECIPES)
+            raise InputError(f"mixed_precision: unknown recipe {value!r}; known: {known}")
+        settings = dict(recipe)
+    elif isinstance(value, dict):
+        settings = {k: plain(v) for k, v in value.items() if not k.startswith("_")}
+        if settings.get("fp8_param") is not None and "fp8_param_gather" not in settings:
+            settings["fp8_param_gather"] = settings["fp8_param"]
+        if settings.get("fp32"):
+            settings.update(bf16=False, fp16=False)
+        used = {*_MIXED_PRECISION_MODEL_KEYS, "grad_reduce_in_fp32", "fp8_param", "fp32"}
+        ignored.extend(f"mixed_precision.{k}" for k, v in settings.items() if k not in used and v is not None)
+    else:
+        raise InputError(f"mixed_precision: expected a recipe name or a mapping, got {value!r}")
+    for key in _MIXED_PRECISION_MODEL_KEYS:
+        if settings.get(key) is not None:
+            out["model"][key] = settings[key]
+    if settings.get("grad_reduce_in_fp32") is not None:
+        out["ddp"]["grad_reduce_in_fp32"] = settings["grad_reduce_in_fp32"]
+
+
+def _apply_comm_overlap(section: dict, out: dict, ignored: list[str]) -> None:
+    for key, value in section.items():
+        if key.startswith("_") or value is None:
+            continue
+        if key in _COMM_OVERLAP_DDP_KEYS:
+            out["ddp"][key] = value
+        else:
+            ignored.append(f"comm_overlap.{key}")
+
+
+def _lora(value: object, ignored: list[str]) -> dict:
+    if not isinstance(value, dict):
+        raise InputError(f"peft: expected a LoRA mapping ({LORA_TARGET}), got {value!r}")
+    target = value.get("_target_", LORA_TARGET)
+    if target != LORA_TARGET:
+        raise InputError(f"peft: only LoRA ({LORA_TARGET}) is supported, got {target}")
+    return _known_keys(value, LoraConfig, "peft", ignored)

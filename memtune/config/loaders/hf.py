@@ -1,0 +1,224 @@
+"""A Hugging Face ``config.json`` from a local path: the architecture only.
+
+It fills memtune's ``model`` section the way Megatron-Bridge's model bridges map the same
+fields; parallel layout, batch and precision choices come from overrides
+(``model.tensor_model_parallel_size=8 model.seq_length=4096``). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from memtune.errors import InputError
+
+_MISSING = object()
+
+# Hugging Face activation names, to the schema's.
+HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+
+
+class _Fields:
+    """The config's keys, remembering which ones were used so the rest can be reported."""
+
+    def __init__(self, data: dict, where: str, model_type: str, prefix: str = ""):
+        self.data, self.where, self.model_type, self.prefix = data, where, model_type, prefix
+        self.used: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:
+        self.used.add(key)
+        value = self.data.get(key, default)
+        return default if value is None else value
+
+    def require(self, key: str) -> object:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise InputError(f"{self.where}: a {self.model_type} config needs {self.prefix}{key!r}, which is missing")
+        return value
+
+    def unused(self) -> list[str]:
+        return [f"{self.prefix}{k}" for k in self.data if k not in self.used]
+
+
+def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
+    heads = f.require("num_attention_heads")
+    model = {
+        "num_layers": f.require("num_hidden_layers"),
+        "hidden_size": f.require("hidden_size"),
+        "ffn_hidden_size": f.require("intermediate_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": f.get("num_key_value_heads", heads),
+        "vocab_size": f.require("vocab_size"),
+        "gated_linear_unit": True,
+        "activation_func": _activation(f),
+        "normalization": "RMSNorm",
+        "share_embeddings_and_output_weights": f.get("tie_word_embeddings", tied_default),
+        "add_bias_linear": False,
+        "add_qkv_bias": qkv_bias or f.get("attention_bias", False),
+        "hidden_dropout": 0.0,
+        "attention_dropout": f.get("attention_dropout", 0.0),
+        "position_embedding_type": "rope",
+    }
+    if f.get("head_dim") is not None:
+        model["kv_channels"] = f.get("head_dim")
+    dtype = f.get("torch_dtype") or f.get("dtype")
+    if dtype in ("bfloat16", "float16"):
+        model["bf16" if dtype == "bfloat16" else "fp16"] = True
+    return model
+
+
+def _activation(f: _Fields) -> str:
+    name = f.get("hidden_act") or f.get("hidden_activation") or "silu"
+    if name not in HF_ACTIVATIONS:
+        raise InputError(f"{f.where}: activation {name!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}")
+    return HF_ACTIVATIONS[name]
+
+
+def _moe_layer_freq(flags: list[bool]) -> int | list[int]:
+    return 1 if all(flags) else [int(x) for x in flags]
+
+
+def _llama(f: _Fields) -> dict:
+    return _common(f, tied_default=False)
+
+
+def _qwen2(f: _Fields) -> dict:
+    return _common(f, tied_default=False, qkv_bias=True)
+
+
+def _qwen3(f: _Fields) -> dict:
+    return {**_common(f, tied_default=False), "qk_layernorm": True}
+
+
+def _qwen_moe(f: _Fields, *, qwen3: bool) -> dict:
+    model = _common(f, tied_default=False, qkv_bias=not qwen3)
+    experts, step = f.require("num_experts"), f.get("decoder_sparse_step", 1)
+    dense_only = set(f.get("mlp_only_layers", []))
+    moe = [i not in dense_only and (i + 1) % step == 0 for i in range(model["num_layers"])]
+    model.update(
+        num_moe_experts=experts,
+        moe_router_topk=f.require("num_experts_per_tok"),
+        moe_ffn_hidden_size=f.require("moe_intermediate_size"),
+        moe_layer_freq=_moe_layer_freq(moe),
+    )
+    if qwen3:
+        model["qk_layernorm"] = True
+    elif f.get("shared_expert_intermediate_size"):
+        model["moe_shared_expert_intermediate_size"] = f.get("shared_expert_intermediate_size")
+    return model
+
+
+def _mixtral(f: _Fields) -> dict:
+    model = _common(f, tied_default=False)
+    model.update(
+        num_moe_experts=f.require("num_local_experts"),
+        moe_router_topk=f.require("num_experts_per_tok"),
+        moe_ffn_hidden_size=model["ffn_hidden_size"],
+    )
+    return model
+
+
+def _deepseek_v3(f: _Fields) -> dict:
+    model = _common(f, tied_default=False)
+    del model["num_query_groups"]  # MLA has no key/value groups
+    first_dense, freq = f.get("first_k_dense_replace", 0), f.get("moe_layer_freq", 1)
+    moe = [i >= first_dense and i % freq == 0 for i in range(model["num_layers"])]
+    expert_width = f.require("moe_intermediate_size")
+    model.update(
+        multi_latent_attention=True,
+        q_lora_rank=f.data.get("q_lora_rank"),
+        kv_lora_rank=f.require("kv_lora_rank"),
+        qk_head_dim=f.require("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=f.require("qk_rope_head_dim"),
+        v_head_dim=f.require("v_head_dim"),
+        num_moe_experts=f.require("n_routed_experts"),
+        moe_router_topk=f.require("num_experts_per_tok"),
+        moe_ffn_hidden_size=expert_width,
+        moe_layer_freq=_moe_layer_freq(moe),
+    )
+    f.used.add("q_lora_rank")
+    if f.get("n_shared_experts"):
+        model["moe_shared_expert_intermediate_size"] = f.get("n_shared_experts") * expert_width
+    if f.get("n_group"):
+        model.update(moe_router_num_groups=f.get("n_group"), moe_router_group_topk=f.require("topk_group"))
+    if f.get("num_nextn_predict_layers"):
+        model["mtp_num_layers"] = f.get("num_nextn_predict_layers")
+    return model
+
+
+def _gpt_oss(f: _Fields) -> dict:
+    model = _common(f, tied_default=False)
+    # The experts' clamped SwiGLU (alpha 1.702) is what Megatron calls quick_gelu in a GLU.
+    model.update(
+        activation_func="quick_gelu",
+        add_bias_linear=True,
+        position_embedding_type="yarn",
+        num_moe_experts=f.require("num_local_experts"),
+        moe_router_topk=f.get("num_experts_per_tok") or f.require("experts_per_token"),
+        moe_ffn_hidden_size=model["ffn_hidden_size"],
+    )
+    f.used.add("experts_per_token")
+    return model
+
+
+def _gemma2(f: _Fields) -> dict:
+    return _common(f, tied_default=True)
+
+
+def _gemma3_text(f: _Fields) -> dict:
+    # Gemma3's config.json leaves out keys equal to Gemma3TextConfig's defaults.
+    f.data = {"vocab_size": 262208, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", **f.data}
+    return {**_common(f, tied_default=True), "qk_layernorm": True}
+
+
+# model_type -> (architecture class, reader)
+ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict]]] = {
+    "llama": ("LlamaForCausalLM", _llama),
+    "qwen2": ("Qwen2ForCausalLM", _qwen2),
+    "qwen3": ("Qwen3ForCausalLM", _qwen3),
+    "qwen2_moe": ("Qwen2MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=False)),
+    "qwen3_moe": ("Qwen3MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=True)),
+    "mixtral": ("MixtralForCausalLM", _mixtral),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", _deepseek_v3),
+    "gpt_oss": ("GptOssForCausalLM", _gpt_oss),
+    "gemma2": ("Gemma2ForCausalLM", _gemma2),
+    "gemma3_text": ("Gemma3ForCausalLM", _gemma3_text),
+    "gemma3": ("Gemma3ForConditionalGeneration", _gemma3_text),  # reads the nested text_config
+}
+
+
+def is_hf_config(data: dict) -> bool:
+    return "architectures" in data or "model_type" in data
+
+
+def read(path: Path, data: dict) -> tuple[dict, list[str]]:
+    model_type = _model_type(path, data)
+    if model_type == "gemma3":
+        text = data.get("text_config")
+        if not isinstance(text, dict):
+            raise InputError(f"{path}: a gemma3 config needs a 'text_config' mapping, which is missing")
+        # The checkpoint dtype sits outside text_config.
+        dtype = {k: data[k] for k in ("torch_dtype", "dtype") if k in data and k not in text}
+        fields = _Fields({**dtype, **text}, str(path), model_type, prefix="text_config.")
+        outer_ignored = [k for k in data if k not in ("text_config", "model_type", "architectures", *dtype)]
+    else:
+        fields = _Fields(data, str(path), model_type)
+        fields.used.update(("model_type", "architectures"))
+        outer_ignored = []
+    model = ARCHITECTURES[model_type][1](fields)
+    return {"model": model}, outer_ignored + fields.unused()
+
+
+def _model_type(path: Path, data: dict) -> str:
+    model_type = data.get("model_type")
+    if model_type in ARCHITECTURES:
+        return model_type
+    architectures = data.get("architectures") or []
+    for name, (arch, _) in ARCHITECTURES.items():
+        if model_type is None and arch in architectures:
+            return name
+    given = ", ".join(str(a) for a in architectures) or "none"
+    supported = ", ".join(arch for arch, _ in ARCHITECTURES.values())
+    raise InputError(
+        f"{path}: unsupported Hugging Face architecture {given} (model_type {model_type!r}); supported: {supported}"
+    )

@@ -1,0 +1,309 @@
+"""A Megatron-LM launch: a shell script, or the argument text of ``pretrain_gpt.py``.
+
+The script's variables and arrays are expanded (see :mod:`._shell`), the training command is the
+one that runs a ``.py`` file with Megatron flags, and each flag memtune knows is mapped to its
+Megatron-Core key. Other flags land in the ignored list. Exported memory-related environment
+variables go to ``env``; torchrun's ``--nnodes`` x ``--nproc-per-node`` (or ``WORLD_SIZE``)
+gives ``cluster.num_gpus``. Where Megatron-LM's argument defaults differ from Megatron-Core's
+(learned absolute position embeddings; fp32 gradient reduction with ``--bf16``) the
+Megatron-LM behaviour is what the job gets, so that is what is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memtune.config.loaders._shell import Command, Script, evaluate, parse_script
+from memtune.config.schema import EnvConfig
+from memtune.errors import InputError
+
+LAUNCHER_GPU_FLAGS = {"nproc-per-node": "gpus_per_node", "nnodes": "nodes", "num-gpus": "gpus_per_node", "num-nodes": "nodes"}
+ENV_VARIABLES = tuple(name for name in EnvConfig.model_fields if name.isupper())
+
+
+def _number(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text  # the schema says what is wrong with it
+
+
+def _real(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _layer_freq(text: str) -> int | list | str:
+    value = evaluate(text)
+    return text if value is None else value
+
+
+@dataclass(frozen=True)
+class Value:
+    """A flag with an argument (``many``: one or more, like argparse ``nargs='+'``)."""
+
+    dest: str  # "section.key"; section "_" holds facts the loader combines afterwards
+    convert: Callable[[str], object] = str
+    many: bool = False
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A flag without an argument; it stores fixed values."""
+
+    sets: dict[str, object]
+
+
+def _on(dest: str) -> Switch:
+    return Switch({dest: True})
+
+
+FLAGS: dict[str, Value | Switch] = {
+    # parallelism
+    "tensor-model-parallel-size": Value("model.tensor_model_parallel_size", _number),
+    "pipeline-model-parallel-size": Value("model.pipeline_model_parallel_size", _number),
+    "num-virtual-stages-per-pipeline-rank": Value("model.virtual_pipeline_model_parallel_size", _number),
+    "num-layers-per-virtual-pipeline-stage": Value("_.layers_per_virtual_stage", _number),
+    "context-parallel-size": Value("model.context_parallel_size", _number),
+    "expert-model-parallel-size": Value("model.expert_model_parallel_size", _number),
+    "expert-tensor-parallel-size": Value("model.expert_tensor_parallel_size", _number),
+    "sequence-parallel": _on("model.sequence_parallel"),
+    "decoder-first-pipeline-num-layers": Value("model.num_layers_in_first_pipeline_stage", _number),
+    "decoder-last-pipeline-num-layers": Value("model.num_layers_in_last_pipeline_stage", _number),
+    "num-layers-in-first-pipeline-stage": Value("model.num_layers_in_first_pipeline_stage", _number),
+    "num-layers-in-last-pipeline-stage": Value("model.num_layers_in_last_pipeline_stage", _number),
+    "account-for-embedding-in-pipeline-split": _on("model.account_for_embedding_in_pipeline_split"),
+    "account-for-loss-in-pipeline-split": _on("model.account_for_loss_in_pipeline_split"),
+    "microbatch-group-size-per-virtual-pipeline-stage": Value("model.microbatch_group_size_per_vp_stage", _number),
+    # architecture
+    "num-layers": Value("model.num_layers", _number),
+    "hidden-size": Value("model.hidden_size", _number),
+    "ffn-hidden-size": Value("model.ffn_hidden_size", _number),
+    "num-attention-heads": Value("model.num_attention_heads", _number),
+    "group-query-attention": _on("_.group_query_attention"),
+    "num-query-groups": Value("model.num_query_groups", _number),
+    "kv-channels": Value("model.kv_channels", _number),
+    "seq-length": Value("model.seq_length", _number),
+    "vocab-size": Value("model.vocab_size", _number),
+    "make-vocab-size-divisible-by": Value("model.make_vocab_size_divisible_by", _number),
+    "swiglu": Switch({"model.gated_linear_unit": True, "model.activation_func": "silu"}),
+    "squared-relu": Switch({"model.activation_func": "squared_relu"}),
+    "quick-geglu": Switch({"model.gated_linear_unit": True, "model.activation_func": "quick_gelu"}),
+    "normalization": Value("model.normalization"),
+    "untie-embeddings-and-output-weights": Switch({"model.share_embeddings_and_output_weights": False}),
+    "disable-bias-linear": Switch({"model.add_bias_linear": False}),
+    "add-qkv-bias": _on("model.add_qkv_bias"),
+    "qk-layernorm": _on("model.qk_layernorm"),
+    "hidden-dropout": Value("model.hidden_dropout", _real),
+    "attention-dropout": Value("model.attention_dropout", _real),
+    "position-embedding-type": Value("model.position_embedding_type"),
+    "use-rotary-position-embeddings": Switch({"model.position_embedding_type": "rope"}),
+    # mixture of experts
+    "num-experts": Value("model.num_moe_experts", _number),
+    "moe-router-topk": Value("model.moe_router_topk", _number),
+    "moe-ffn-hidden-size": Value("model.moe_ffn_hidden_size", _number),
+    "moe-shared-expert-intermediate-size": Value("model.moe_shared_expert_intermediate_size", _number),
+    "moe-layer-freq": Value("model.moe_layer_freq", _layer_freq),
+    "moe-grouped-gemm": _on("model.moe_grouped_gemm"),
+    "moe-token-dispatcher-type": Value("model.moe_token_dispatcher_type"),
+    "moe-router-load-balancing-type": Value("model.moe_router_load_balancing_type"),
+    "moe-router-force-load-balancing": _on("model.moe_router_force_load_balancing"),
+    "moe-expert-capacity-factor": Value("model.moe_expert_capacity_factor", _real),
+    "moe-pad-expert-input-to-capacity": _on("model.moe_pad_expert_input_to_capacity"),
+    "moe-shared-expert-overlap": _on("model.moe_shared_expert_overlap"),
+    "moe-router-num-groups": Value("model.moe_router_num_groups", _number),
+    "moe-router-group-topk": Value("model.moe_router_group_topk", _number),
+    # multi-latent attention, multi-token prediction
+    "multi-latent-attention": _on("model.multi_latent_attention"),
+    "q-lora-rank": Value("model.q_lora_rank", _number),
+    "kv-lora-rank": Value("model.kv_lora_rank", _number),
+    "qk-head-dim": Value("model.qk_head_dim", _number),
+    "qk-pos-emb-head-dim": Value("model.qk_pos_emb_head_dim", _number),
+    "v-head-dim": Value("model.v_head_dim", _number),
+    "mtp-num-layers": Value("model.mtp_num_layers", _number),
+    # recompute and offload
+    "recompute-granularity": Value("model.recompute_granularity"),
+    "recompute-method": Value("model.recompute_method"),
+    "recompute-num-layers": Value("model.recompute_num_layers", _number),
+    "recompute-modules": Value("model.recompute_modules", many=True),
+    "recompute-activations": _on("_.recompute_activations"),
+    "distribute-saved-activations": _on("model.distribute_saved_activations"),
+    "cpu-offloading": _on("model.cpu_offloading"),
+    "cpu-offloading-num-layers": Value("model.cpu_offloading_num_layers", _number),
+    # precision
+    "bf16": _on("model.bf16"),
+    "fp16": _on("model.fp16"),
+    "fp8-format": Value("model.fp8"),
+    "fp8-recipe": Value("model.fp8_recipe"),
+    "fp8-param-gather": _on("model.fp8_param_gather"),
+    "grad-reduce-in-bf16": _on("_.grad_reduce_in_bf16"),
+    "accumulate-allreduce-grads-in-fp32": _on("_.accumulate_allreduce_grads_in_fp32"),
+    # implementation, CUDA graphs
+    "transformer-impl": Value("model.transformer_impl"),
+    "attention-backend": Value("model.attention_backend"),
+    "cuda-graph-impl": Value("model.cuda_graph_impl"),
+    "cuda-graph-scope": Value("model.cuda_graph_scope", many=True),
+    "enable-cuda-graph": Switch({"model.cuda_graph_impl": "local"}),
+    "external-cuda-graph": Switch({"model.cuda_graph_impl": "transformer_engine"}),
+    # batch
+    "micro-batch-size": Value("train.micro_batch_size", _number),
+    "global-batch-size": Value("train.global_batch_size", _number),
+    # optimizer and data parallelism
+    "optimizer": Value("optimizer.optimizer"),
+    "use-distributed-optimizer": Switch({"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True}),
+    "use-precision-aware-optimizer": _on("optimizer.use_precision_aware_optimizer"),
+    "main-grads-dtype": Value("optimizer.main_grads_dtype"),
+    "main-params-dtype": Value("optimizer.main_params_dtype"),
+    "exp-avg-dtype": Value("optimizer.exp_avg_dtype"),
+    "exp-avg-sq-dtype": Value("optimizer.exp_avg_sq_dtype"),
+    "optimizer-cpu-offload": _on("optimizer.optimizer_cpu_offload"),
+    "optimizer-offload-fraction": Value("optimizer.optimizer_offload_fraction", _real),
+    "overlap-grad-reduce": _on("ddp.overlap_grad_reduce"),
+    "overlap-param-gather": _on("ddp.overlap_param_gather"),
+    "ddp-bucket-size": Value("ddp.bucket_size", _number),
+    "use-megatron-fsdp": _on("ddp.use_megatron_fsdp"),
+    "data-parallel-sharding-strategy": Value("ddp.data_parallel_sharding_strategy"),
+    "num-distributed-optimizer-instances": Value("ddp.num_distributed_optimizer_instances", _number),
+    "use-nccl-ub": _on("env.use_nccl_ub"),
+}
+
+
+def looks_like_launch(path: Path, text: str) -> bool:
+    if path.suffix in (".sh", ".bash"):
+        return True
+    if path.suffix in (".yaml", ".yml", ".json"):
+        return False
+    first = next((line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")), "")
+    return text.startswith("#!") or first in ("torchrun", "python", "python3", "deepspeed", "srun") or "--num-layers" in text
+
+
+def read(path: Path, text: str) -> tuple[dict, list[str]]:
+    script = parse_script(text)
+    command = _training_command(script)
+    if command is None:
+        raise InputError(f"{path}: no training command found (expected e.g. `torchrun ... pretrain_gpt.py --num-layers ...`)")
+    launcher, args = _split_launcher(command.words)
+    data, ignored = _map_flags(args)
+    _combine(path, data, ignored)
+    _environment(script, command, data, ignored)
+    _cluster(script, launcher, data)
+    return {section: values for section, values in data.items() if values and section != "_"}, ignored
+
+
+def _training_command(script: Script) -> Command | None:
+    """The command with Megatron's flags: the one that sets --num-layers, else the one with most flags."""
+    candidates = [c for c in script.commands if any(w.startswith("--") for w in c.words)]
+    if not candidates:
+        return None
+    with_layers = [c for c in candidates if any(w.split("=")[0] in ("--num-layers", "--num_layers") for w in c.words)]
+    return max(with_layers or candidates, key=lambda c: sum(w.startswith("--") for w in c.words))
+
+
+def _split_launcher(words: list[str]) -> tuple[list[str], list[str]]:
+    """Launcher words (torchrun and its options) and the training script's own arguments."""
+    for i, word in enumerate(words):
+        if word.endswith(".py"):
+            return words[:i], words[i + 1:]
+    first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    return words[:first_flag], words[first_flag:]
+
+
+def _map_flags(args: list[str]) -> tuple[dict, list[str]]:
+    data: dict[str, dict] = {"model": {}, "train": {}, "optimizer": {}, "ddp": {}, "env": {}, "_": {}}
+    ignored: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("--"):
+            ignored.append(word)
+            continue
+        name, has_inline, inline = word[2:].partition("=")
+        values = [inline] if has_inline else []
+        spec = FLAGS.get(name.replace("_", "-"))
+        takes_values = isinstance(spec, Value) or spec is None
+        if takes_values and not has_inline:
+            while i < len(args) and not args[i].startswith("--"):
+                values.append(args[i])
+                i += 1
+                if isinstance(spec, Value) and not spec.many:
+                    break
+        if spec is None:
+            ignored.append(" ".join([f"--{name}", *values]))
+        elif isinstance(spec, Switch):
+            for dest, value in spec.sets.items():
+                _store(data, dest, value)
+        elif not values:
+            raise InputError(f"--{name}: expects a value")
+        else:
+            _store(data, spec.dest, [spec.convert(v) for v in values] if spec.many else spec.convert(values[0]))
+    return data, ignored
+
+
+def _store(data: dict, dest: str, value: object) -> None:
+    section, key = dest.split(".")
+    data[section][key] = value
+
+
+def _combine(path: Path, data: dict, ignored: list[str]) -> None:
+    """Flags whose meaning depends on other flags, resolved the way Megatron-LM's validate_args does."""
+    model, facts = data["model"], data["_"]
+    if "num_query_groups" in model and not facts.get("group_query_attention"):
+        del model["num_query_groups"]
+        ignored.append("--num-query-groups (Megatron-LM uses it only with --group-query-attention)")
+    if facts.get("recompute_activations"):
+        model.setdefault("recompute_granularity", "selective")
+    if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
+        model["cpu_offloading"] = True
+    model.setdefault("position_embedding_type", "learned_absolute")
+    # With --bf16, Megatron-LM reduces gradients in fp32 unless told --grad-reduce-in-bf16.
+    fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (model.get("bf16") and not facts.get("grad_reduce_in_bf16"))
+    data["ddp"]["grad_reduce_in_fp32"] = bool(fp32_grads)
+    if "layers_per_virtual_stage" in facts:
+        model["virtual_pipeline_model_parallel_size"] = _virtual_stages(path, model, facts["layers_per_virtual_stage"])
+
+
+def _virtual_stages(path: Path, model: dict, layers_per_stage_chunk: object) -> object:
+    layers, pp = model.get("num_layers"), model.get("pipeline_model_parallel_size", 1)
+    if not all(isinstance(v, int) and v > 0 for v in (layers, pp, layers_per_stage_chunk)):
+        return None  # the schema reports the bad or missing numbers themselves
+    layers += int(bool(model.get("account_for_embedding_in_pipeline_split")))
+    layers += int(bool(model.get("account_for_loss_in_pipeline_split")))
+    per_stage = layers // pp
+    if layers % pp or per_stage % layers_per_stage_chunk:
+        raise InputError(
+            f"{path}: --num-layers-per-virtual-pipeline-stage {layers_per_stage_chunk}: {layers} layers over "
+            f"{pp} pipeline stages do not split into chunks of {layers_per_stage_chunk}"
+        )
+    return per_stage // layers_per_stage_chunk
+
+
+def _environment(script: Script, command: Command, data: dict, ignored: list[str]) -> None:
+    for name in ENV_VARIABLES:
+        value = command.env.get(name, script.exported_value(name))
+        if value is not None:
+            data["env"][name] = value
+        elif name in script.variables:
+            ignored.append(f"{name} (set in the script but not exported, so the training process does not see it)")
+
+
+def _cluster(script: Script, launcher: list[str], data: dict) -> None:
+    found: dict[str, int] = {}
+    for i, word in enumerate(launcher):
+        name, has_inline, inline = word.lstrip("-").partition("=")
+        key = LAUNCHER_GPU_FLAGS.get(name.replace("_", "-")) if word.startswith("--") else None
+        text = inline if has_inline else (launcher[i + 1] if i + 1 < len(launcher) else "")
+        if key and text.isdigit():
+            found[key] = int(text)
+    cluster: dict[str, int] = {}
+    if "gpus_per_node" in found:
+        cluster["gpus_per_node"] = found["gpus_per_node"]
+        cluster["num_gpus"] = found["gpus_per_node"] * found.get("nodes", 1)
+    elif str(script.variables.get("WORLD_SIZE", "")).isdigit():
+        cluster["num_gpus"] = int(script.variables["WORLD_SIZE"])
+    if cluster:
+        data["cluster"] = cluster

@@ -1,0 +1,300 @@
+"""What each module keeps alive for backward, for one microbatch on one rank.
+
+Each function returns a :class:`Saved`: the tensors autograd holds until backward (by name, in
+bytes) and the extra working memory the module needs at its worst moment in forward and in
+backward, on top of what it saves. The figures follow Megatron-Core's modules tensor by tensor;
+the docstrings say which tensor is which, so ``memtune estimate --explain`` can show them.
+
+Shapes: ``T`` tokens per microbatch on this context-parallel rank (``seq / cp * mbs``), hidden
+``h``, TP size ``t``. Under sequence parallelism the tensors outside the TP regions (norms,
+residuals) are split along the sequence, so they carry ``T / t`` tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memtune.config.derived import Derived
+from memtune.estimate.flavour import Flavour
+
+BF16 = 2
+FP32 = 4
+BOOL = 1
+INT64 = 8
+
+
+@dataclass
+class Saved:
+    tensors: dict[str, float] = field(default_factory=dict)
+    fwd_transient: float = 0.0
+    bwd_transient: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return sum(self.tensors.values())
+
+    def add(self, name: str, nbytes: float) -> None:
+        if nbytes:
+            self.tensors[name] = self.tensors.get(name, 0.0) + nbytes
+
+    def merge(self, other: "Saved", prefix: str = "") -> None:
+        for name, nbytes in other.tensors.items():
+            self.add(prefix + name, nbytes)
+        self.fwd_transient = max(self.fwd_transient, other.fwd_transient)
+        self.bwd_transient = max(self.bwd_transient, other.bwd_transient)
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes of one microbatch on one rank."""
+
+    seq: int  # sequence length on this CP rank
+    mbs: int
+    hidden: int
+    tp: int
+    sp: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.seq * self.mbs
+
+    @property
+    def residual_tokens(self) -> float:
+        """Tokens in tensors outside TP regions: split over TP under sequence parallelism."""
+        return self.tokens / self.tp if self.sp else self.tokens
+
+
+def dims_of(d: Derived) -> Dims:
+    return Dims(
+        seq=d.model.seq_length // d.cp,
+        mbs=d.micro_batch_size,
+        hidden=d.model.hidden_size,
+        tp=d.tp,
+        sp=d.sequence_parallel,
+    )
+
+
+def norm(d: Derived, x: Dims, name: str, width: int | None = None) -> Saved:
+    """A norm saves its input plus fp32 statistics per row (mean and rstd for LayerNorm)."""
+    width = width or x.hidden
+    stats = 2 if d.model.normalization == "LayerNorm" else 1
+    s = Saved()
+    s.add(f"{name}.input", BF16 * x.residual_tokens * width)
+    s.add(f"{name}.stats", FP32 * stats * x.residual_tokens)
+    return s
+
+
+def dropout_mask(p: float, numel: float) -> float:
+    """torch's dropout returns its input untouched at p == 0; otherwise it keeps a bool mask."""
+    return BOOL * numel if p > 0 else 0.0
+
+
+def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
+    """Self-attention from the QKV projection to the output projection's input."""
+    m = d.model
+    if m.multi_latent_attention:
+        return mla_attention(d, x, fl, recompute_core)
+    s = Saved()
+    t, T = x.tp, x.tokens
+    heads = m.num_attention_heads / t
+    groups = max(d.num_query_groups / t, 1)
+    kv = d.kv_channels
+    qkv_width = (heads + 2 * groups) * kv
+    # The QKV projection keeps its input: the local shard under SP (it re-gathers in backward).
+    s.add("linear_qkv.input", BF16 * x.residual_tokens * x.hidden)
+    if m.qk_layernorm:
+        s.add("q_layernorm.input", BF16 * T * heads * kv)
+        s.add("k_layernorm.input", BF16 * T * groups * kv)
+    q = BF16 * T * heads * kv
+    if fl.flash_attention:
+        if recompute_core:
+            # The checkpoint keeps its inputs: q, k (after RoPE) and v, a view of the QKV output.
+            s.add("core_attention.checkpoint.q", q)
+            s.add("core_attention.checkpoint.k", BF16 * T * groups * kv)
+            s.add("core_attention.checkpoint.qkv", BF16 * T * qkv_width)
+        else:
+            s.add("core_attention.q", q)
+            s.add("core_attention.k", BF16 * T * groups * kv)
+            s.add("core_attention.v", BF16 * T * groups * kv)
+            s.add("core_attention.output", BF16 * T * heads * kv)
+            s.add("core_attention.softmax_lse", FP32 * T * heads)
+    else:
+        scores = x.mbs * heads * x.seq * x.seq
+        if recompute_core:
+            s.add("core_attention.checkpoint.q", q)
+            s.add("core_attention.checkpoint.k", BF16 * T * groups * kv)
+            s.add("core_attention.checkpoint.qkv", BF16 * T * qkv_width)
+            s.fwd_transient = (BF16 + FP32 + FP32 + BF16) * scores
+            s.bwd_transient = (BF16 + FP32 + FP32 + BF16 + FP32) * scores
+        else:
+            expanded = heads / groups > 1
+            # Megatron's DotProductAttention repeats K and V up to the query heads for GQA; for
+            # MHA V stays a view of the QKV output and keeps all of it alive.
+            s.add("core_attention.q", q)
+            s.add("core_attention.k", q)
+            s.add("core_attention.v" if expanded else "core_attention.qkv", q if expanded else BF16 * T * qkv_width)
+            # Softmax runs in fp32: its fp32 output and the bf16 probabilities both stay alive.
+            s.add("core_attention.softmax_fp32", FP32 * scores)
+            if m.attention_dropout > 0:
+                s.add("core_attention.dropout_mask", BOOL * scores)
+                s.add("core_attention.dropout_output", BF16 * scores)
+            else:
+                s.add("core_attention.probs_bf16", BF16 * scores)
+            s.add("core_attention.causal_mask", BOOL * x.seq * x.seq)
+            # Forward: the bf16 scores and their fp32 copy live until the module returns.
+            s.fwd_transient = (BF16 + FP32) * scores
+            # Backward: the bf16 and fp32 gradients of the probabilities and the softmax gradient.
+            s.bwd_transient = (BF16 + FP32 + FP32) * scores
+    s.add("linear_proj.input", BF16 * T * heads * kv)
+    return s
+
+
+def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
+    """Multi-latent attention: down projections (replicated), norms, up projections, core."""
+    m = d.model
+    s = Saved()
+    t, T = x.tp, x.tokens
+    heads = m.num_attention_heads / t
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    s.add("linear_q_down_proj.input", BF16 * x.residual_tokens * x.hidden)
+    if m.q_lora_rank is not None:
+        s.add("q_layernorm.input", BF16 * T * m.q_lora_rank)
+        s.add("linear_q_up_proj.input", BF16 * T * m.q_lora_rank)
+    s.add("kv_layernorm.input", BF16 * T * m.kv_lora_rank)
+    s.add("linear_kv_up_proj.input", BF16 * T * m.kv_lora_rank)
+    recompute_up = "mla_up_proj" in d.recompute_modules
+    if not recompute_up:
+        s.add("q_up.output", BF16 * T * heads * qk)
+        s.add("kv_up.output", BF16 * T * heads * (m.qk_head_dim + m.v_head_dim))
+    core = BF16 * T * heads * (2 * qk + m.v_head_dim)
+    if recompute_core:
+        s.add("core_attention.checkpoint.qkv", core)
+    elif fl.flash_attention:
+        s.add("core_attention.qkv", core)
+        s.add("core_attention.output", BF16 * T * heads * m.v_head_dim)
+        s.add("core_attention.softmax_lse", FP32 * T * heads)
+    else:
+        scores = x.mbs * heads * x.seq * x.seq
+        s.add("core_attention.qkv", core)
+        s.add("core_attention.softmax_fp32", FP32 * scores)
+        s.add("core_attention.probs_bf16", BF16 * scores)
+        s.fwd_transient = (BF16 + FP32) * scores
+        s.bwd_transient = (BF16 + FP32 + FP32) * scores
+    s.add("linear_proj.input", BF16 * T * heads * m.v_head_dim)
+    return s
+
+
+def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: int, name: str) -> Saved:
+    """A dense MLP applied to ``tokens`` rows whose width is split ``width_split`` ways.
+
+    The input is counted by the caller (it is the norm's output, shared with other readers).
+    Local GLU keeps the fc1 output (whole, through the view its gate half holds), the activated
+    gate, the linear half plus its offset and the product that fc2 keeps; the fused bias-GLU
+    kernels keep only the fc1 output and fc2's input.
+    """
+    s = Saved()
+    name = f"{name}." if name else ""
+    f = ffn / width_split
+    gated = d.model.gated_linear_unit
+    fc1_out = BF16 * tokens * f * (2 if gated else 1)
+    s.add(f"{name}fc1_output", fc1_out)
+    if gated and not fl.fused_activation:
+        s.add(f"{name}activation_gate", BF16 * tokens * f)
+        s.add(f"{name}activation_linear", BF16 * tokens * f)
+    elif not gated and d.model.activation_func == "squared_relu":
+        s.add(f"{name}relu_output", BF16 * tokens * f)
+    s.add(f"{name}linear_fc2.input", BF16 * tokens * f)
+    s.fwd_transient = fc1_out
+    s.bwd_transient = fc1_out + 2 * BF16 * tokens * f
+    return s
+
+
+def dense_mlp(d: Derived, x: Dims, fl: Flavour) -> Saved:
+    s = Saved()
+    s.add("linear_fc1.input", BF16 * x.residual_tokens * x.hidden)
+    if "mlp" in d.recompute_modules:
+        return s  # the checkpoint keeps only its input, which is fc1's input
+    s.merge(mlp(d, x, fl, d.ffn_hidden_size, x.tokens, x.tp, ""))
+    return s
+
+
+def moe(d: Derived, x: Dims, fl: Flavour, imbalance: float) -> Saved:
+    """Router, all-to-all dispatch, routed experts (SequentialMLP) and shared experts."""
+    m = d.model
+    s = Saved()
+    local = x.residual_tokens  # tokens entering the layer on this rank
+    experts = m.num_moe_experts
+    k = m.moe_router_topk
+    s.add("router.input", BF16 * local * x.hidden)
+    if "moe" in d.recompute_modules:
+        return s
+    # Router: gating logits, fp32 scores, the dense probability map and the routing map.
+    s.add("router.scores", local * experts * (BF16 + FP32 + FP32 + BOOL))
+    # Tokens reach this rank's experts from every EP peer and, with ETP > 1, every expert-TP peer.
+    routed = local * k * d.etp * imbalance
+    s.add("dispatcher.indices", INT64 * 2 * local * k)
+    s.add("experts.input", BF16 * routed * x.hidden)
+    if "moe_act" not in d.recompute_modules:
+        expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts")
+        # Router probabilities scale the activation in fp32 before fc2: the unscaled product stays.
+        expert.add("experts.probs_scaled_input", BF16 * routed * d.moe_ffn_hidden_size / d.etp)
+        s.merge(expert)
+    if m.moe_shared_expert_intermediate_size and "shared_experts" not in d.recompute_modules:
+        s.merge(mlp(d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts"))
+    # Permutation, all-to-all and sort each produce a fresh copy of the routed tokens.
+    s.fwd_transient = max(s.fwd_transient, 2 * BF16 * routed * x.hidden)
+    s.bwd_transient = max(s.bwd_transient, 2 * BF16 * routed * x.hidden)
+    return s
+
+
+def transformer_layer(d: Derived, x: Dims, fl: Flavour, is_moe: bool, imbalance: float) -> Saved:
+    """One decoder layer, everything it keeps, with selective recompute applied."""
+    m = d.model
+    s = Saved()
+    recompute_ln = "layernorm" in d.recompute_modules
+    s.merge(norm(d, x, "input_layernorm"))
+    att = attention(d, x, fl, recompute_core="core_attn" in d.recompute_modules)
+    if recompute_ln:
+        att.tensors.pop("linear_qkv.input", None)
+    s.merge(att, "self_attention.")
+    s.add("self_attention.bda.dropout_mask", dropout_mask(m.hidden_dropout, x.residual_tokens * x.hidden))
+    s.merge(norm(d, x, "pre_mlp_layernorm"))
+    ffn = moe(d, x, fl, imbalance) if is_moe else dense_mlp(d, x, fl)
+    if recompute_ln:
+        ffn.tensors.pop("linear_fc1.input", None)
+        ffn.tensors.pop("router.input", None)
+    s.merge(ffn, "mlp.")
+    s.add("mlp.bda.dropout_mask", dropout_mask(m.hidden_dropout, x.residual_tokens * x.hidden))
+    return s
+
+
+def layer_input(x: Dims) -> float:
+    """A layer's input: what full recompute keeps per checkpointed layer or chunk."""
+    return BF16 * x.residual_tokens * x.hidden
+
+
+def embedding(d: Derived, x: Dims) -> Saved:
+    """Word embedding lookup on the first stage: token ids, masks and the dropout mask."""
+    s = Saved()
+    s.add("embedding.token_ids", INT64 * x.tokens * (2 if d.tp > 1 else 1))
+    s.add("embedding.dropout_mask", dropout_mask(d.model.hidden_dropout, x.residual_tokens * x.hidden))
+    # The lookup output and its [s, b, h] transpose exist together before the TP reduction.
+    s.fwd_transient = 2 * BF16 * x.tokens * x.hidden
+    return s
+
+
+def output_and_loss(d: Derived, x: Dims) -> Saved:
+    """Final norm, output projection and vocab-parallel cross entropy on the last stage.
+
+    Cross entropy turns the bf16 logits into one fp32 tensor, works on it in place and keeps
+    it (as the softmax) for backward. In forward the bf16 logits coexist with it; in backward
+    the bf16 gradient of the logits, the output weight's gradient and the input's gradient do.
+    """
+    s = Saved()
+    vocab = d.padded_vocab_size / d.tp
+    s.merge(norm(d, x, "final_layernorm"))
+    s.add("output_layer.input", BF16 * x.residual_tokens * x.hidden)
+    s.add("loss.softmax_fp32", FP32 * x.tokens * vocab)
+    s.fwd_transient = BF16 * x.tokens * vocab
+    s.bwd_transient = BF16 * x.tokens * vocab + BF16 * vocab * x.hidden + BF16 * x.tokens * x.hidden
+    return s

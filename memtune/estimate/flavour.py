@@ -1,0 +1,36 @@
+"""The implementation choices that change what a layer keeps for backward.
+
+Megatron-Core builds the same model two ways: the ``local`` spec (plain PyTorch modules, torch
+norms, Megatron's unfused ``DotProductAttention``) and the Transformer Engine spec (norms fused
+into the following linear, flash/fused attention, fused activations). The estimator asks this
+object, never the raw config, which path applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memtune.config.derived import Derived
+
+
+@dataclass(frozen=True)
+class Flavour:
+    transformer_engine: bool
+    flash_attention: bool  # flash / fused / cuDNN kernels: no s x s score matrix is kept
+    fused_activation: bool  # bias-SwiGLU/GeLU fusion: saves only the fc1 output
+    fp8_activations: bool  # TE keeps FP8 copies of linear inputs (1 byte) for backward
+    pipeline_outputs_kept: bool  # MCore keeps each sent stage output unless it deallocates it
+
+
+def flavour_of(d: Derived) -> Flavour:
+    m = d.model
+    te = m.transformer_impl == "transformer_engine"
+    backend = m.attention_backend
+    flash = backend in ("flash", "fused") or (backend == "auto" and te)
+    return Flavour(
+        transformer_engine=te,
+        flash_attention=flash,
+        fused_activation=m.bias_activation_fusion and m.activation_func in ("silu", "gelu"),
+        fp8_activations=te and m.fp8 is not None,
+        pipeline_outputs_kept=not m.deallocate_pipeline_outputs,
+    )

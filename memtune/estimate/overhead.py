@@ -1,0 +1,35 @@
+"""Device memory a training process uses outside PyTorch's caching allocator.
+
+Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; see the project's environment
+notes): the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
+cuBLAS handles; each NCCL communicator about 488 MiB before data buffers. Megatron creates a
+communicator for every process group that has more than one member and is used in training.
+"""
+
+from __future__ import annotations
+
+from memtune.config.derived import Derived
+
+MiB = 2**20
+CUDA_CONTEXT = 518 * MiB
+KERNELS_AND_HANDLES = 100 * MiB
+NCCL_COMMUNICATOR = 488 * MiB
+
+
+def communicators(d: Derived) -> dict[str, int]:
+    """Process groups with more than one member that a training step communicates over."""
+    groups = {
+        "tensor": d.tp,
+        "pipeline": d.pp,
+        "context": d.cp,
+        "data x context": d.dp * d.cp,
+        "expert": d.ep if d.is_moe else 1,
+        "expert-tensor": d.etp if d.is_moe and d.etp != d.tp else 1,
+        "expert-data": d.edp if d.is_moe else 1,
+        "embedding": 2 if d.pp > 1 and d.model.share_embeddings_and_output_weights else 1,
+    }
+    return {name: size for name, size in groups.items() if size > 1}
+
+
+def non_pytorch_bytes(d: Derived) -> int:
+    return CUDA_CONTEXT + KERNELS_AND_HANDLES + NCCL_COMMUNICATOR * len(communicators(d))

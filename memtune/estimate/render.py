@@ -1,0 +1,164 @@
+"""Ways to show an :class:`Estimate`: a rich table, JSON, a per-module explanation, a plot."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from memtune.estimate import Estimate, RankEstimate
+from memtune.estimate.flavour import flavour_of
+from memtune.estimate.overhead import communicators
+
+GiB = 2**30
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / GiB:.2f}"
+
+
+def components(rank: RankEstimate) -> dict[str, int]:
+    return {
+        "weights": round(rank.state.weights),
+        "grads": round(rank.state.grads),
+        "optimizer": round(rank.state.optimizer),
+        "activations": round(rank.activations),
+        "transient": round(rank.transient),
+    }
+
+
+def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None) -> dict:
+    data = {
+        "pp_rank": rank.pp_rank,
+        "layers": rank.layers,
+        "in_flight_microbatches": {str(k): v for k, v in rank.in_flight.items()},
+        "peak_phase": rank.peak_phase,
+        "peak_bytes": rank.peak_bytes,
+        "components": components(rank),
+        "non_pytorch_bytes": est.non_pytorch_bytes,
+        "needed_bytes": est.needed_bytes(rank),
+        "fits": est.fits(rank),
+        "verdict": est.verdict(rank),
+    }
+    if global_rank is not None:
+        data = {"rank": global_rank, **data}
+    return data
+
+
+def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
+    if global_rank is not None:
+        return rank_json(est, est.rank(global_rank), global_rank)
+    d = est.derived
+    return {
+        "gpu": est.gpu.name,
+        "capacity_bytes": est.capacity_bytes,
+        "fragmentation_margin": est.margin,
+        "world_size": d.world_size,
+        "parallelism": {"tp": d.tp, "pp": d.pp, "vpp": d.vpp, "cp": d.cp, "ep": d.ep, "etp": d.etp, "dp": d.dp},
+        "num_microbatches": d.num_microbatches,
+        "worst_pp_rank": est.worst.pp_rank,
+        "verdict": est.verdict(),
+        "ranks": [rank_json(est, r) for r in est.ranks],
+        "assumptions": assumptions(est),
+    }
+
+
+def assumptions(est: Estimate) -> list[str]:
+    d, fl, job = est.derived, flavour_of(est.derived), est.job
+    notes = []
+    if d.world_size_assumed:
+        notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
+    impl = "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
+    attn = "flash/fused attention (no s x s scores kept)" if fl.flash_attention else "unfused attention (fp32 softmax, s x s scores kept)"
+    notes.append(f"{impl}; {attn}")
+    if fl.transformer_engine:
+        notes.append("Transformer Engine path modeled from TE's source (norm fused into the next linear); not measured on this project's GPU")
+    if d.is_moe:
+        imbalance = est.options.moe_routing_imbalance
+        notes.append(
+            f"MoE: each expert rank receives the balanced token share x {imbalance:g}"
+            " (--moe-imbalance; 1 = balanced routing, as with moe_router_force_load_balancing)"
+        )
+    optimizer = "torch's foreach AdamW (what Megatron falls back to without TE or Apex)" if job.model.transformer_impl == "local" else "TE/Apex FusedAdam"
+    notes.append(f"optimizer step: {optimizer}")
+    groups = ", ".join(communicators(d)) or "none"
+    notes.append(f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups})")
+    notes.append(f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})")
+    return notes
+
+
+def print_table(est: Estimate, console: Console, only: RankEstimate | None = None) -> None:
+    d = est.derived
+    title = (
+        f"Peak memory per pipeline rank (GiB = 2^30 bytes) — {est.gpu.name}, {est.capacity_bytes / GiB:.2f} GiB usable\n"
+        f"TP{d.tp} PP{d.pp}" + (f" VPP{d.vpp}" if d.vpp > 1 else "") + f" CP{d.cp}"
+        + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "") + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
+    )
+    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("pp rank", "layers", "in flight", "weights", "grads", "optimizer", "activations", "transient", "peak", "+outside", "headroom"):
+        table.add_column(name, justify="right" if name != "pp rank" else "left")
+    worst = est.worst
+    for rank in [only] if only else est.ranks:
+        headroom = est.capacity_bytes - rank.peak_bytes - est.non_pytorch_bytes
+        label = f"{rank.pp_rank}" + (" ◀ worst" if rank is worst and len(est.ranks) > 1 else "")
+        flight = "+".join(str(v) for v in rank.in_flight.values())
+        row = [label, str(rank.layers), flight] + [gib(v) for v in components(rank).values()]
+        row += [gib(rank.peak_bytes), gib(est.non_pytorch_bytes), Text(gib(headroom), style="red" if headroom < 0 else "")]
+        table.add_row(*row, style="bold" if rank is worst else "")
+    console.print(table)
+    rank = only or worst
+    verdict = est.verdict(rank)
+    console.print(
+        Text.assemble(
+            ("Verdict: ", "bold"),
+            (verdict, VERDICT_STYLE[verdict]),
+            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
+            f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
+        )
+    )
+    console.print("Assumptions:", style="dim")
+    for note in assumptions(est):
+        console.print(f"  - {note}", style="dim")
+
+
+def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = None) -> None:
+    rank = rank or est.worst
+    table = Table(title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)", title_justify="left")
+    table.add_column("tensor")
+    table.add_column("GiB", justify="right")
+    table.add_column("share", justify="right")
+    total = sum(rank.modules.values()) or 1.0
+    for name, nbytes in sorted(rank.modules.items(), key=lambda kv: -kv[1]):
+        table.add_row(name, gib(nbytes), f"{nbytes / total:.1%}")
+    console.print(table)
+    s = rank.state
+    console.print(
+        f"Model state: {gib(s.weights)} weights + {gib(s.grads)} gradient buffer + {gib(s.optimizer)} optimizer"
+        f" ({s.trainable / 1e9:.3f} B trainable parameters, optimizer state for {s.optimizer_params / 1e9:.3f} B);"
+        f" optimizer-step temporaries {gib(s.optimizer_step_transient)} GiB."
+    )
+    console.print(f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB.")
+
+
+def plot(est: Estimate, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(est.ranks) + 2), 4))
+    names = [f"pp {r.pp_rank}" for r in est.ranks]
+    bottom = [0.0] * len(est.ranks)
+    parts = {name: [components(r)[name] / GiB for r in est.ranks] for name in components(est.ranks[0])}
+    parts["outside PyTorch"] = [est.non_pytorch_bytes / GiB] * len(est.ranks)
+    for name, values in parts.items():
+        ax.bar(names, values, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.axhline(est.capacity_bytes / GiB, color="black", linestyle="--", label=f"{est.gpu.name} capacity")
+    ax.set_ylabel("GiB (2^30 bytes)")
+    ax.set_title("memtune estimate: peak memory per pipeline rank")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,40 @@
+"""How many microbatches each pipeline rank holds at its peak, per model chunk.
+
+Megatron-Core's 1F1B schedule runs ``p - r - 1`` warm-up forwards on rank ``r`` before the
+first backward, so ``min(p - r, M)`` microbatches are in flight at once. The interleaved
+schedule orders forwards in groups of ``N`` microbatches (``microbatch_group_size_per_vp_stage``,
+default ``p``), chunk by chunk, and warms up ``2 (p - r - 1) + (m - 1) N`` of them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from memtune.config.derived import Derived
+
+
+def forward_order(num_microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
+    """(microbatch, chunk) pairs in the order the interleaved schedule runs their forwards."""
+    order = []
+    for start in range(0, num_microbatches, group):
+        members = range(start, min(start + group, num_microbatches))
+        order.extend((mb, chunk) for chunk in range(chunks) for mb in members)
+    return order
+
+
+def warmup_forwards(d: Derived, pp_rank: int) -> int:
+    p, m, total = d.pp, d.vpp, d.num_microbatches * d.vpp
+    if m == 1:
+        return min(p - pp_rank - 1, d.num_microbatches)
+    group = d.model.microbatch_group_size_per_vp_stage or p
+    return min(2 * (p - pp_rank - 1) + (m - 1) * group, total)
+
+
+def in_flight(d: Derived, pp_rank: int) -> dict[int, int]:
+    """Microbatches whose activations rank ``pp_rank`` holds at its peak, by virtual stage."""
+    held = min(warmup_forwards(d, pp_rank) + 1, d.num_microbatches * d.vpp)
+    if d.vpp == 1:
+        return {0: held}
+    group = d.model.microbatch_group_size_per_vp_stage or d.pp
+    counts = Counter(chunk for _, chunk in forward_order(d.num_microbatches, d.vpp, group)[:held])
+    return {chunk: counts.get(chunk, 0) for chunk in range(d.vpp)}

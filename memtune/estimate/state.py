@@ -1,0 +1,89 @@
+"""Model state one rank holds: weights, gradient buffers, optimizer state.
+
+Megatron-Core keeps bf16 weights and a contiguous gradient buffer (fp32 when
+``grad_reduce_in_fp32``, else the weights' dtype) whole on every data-parallel rank; the
+distributed optimizer shards only the fp32 main weights and Adam moments, over DP x CP for
+dense parameters and over expert-DP for routed experts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memtune.config.derived import Derived
+from memtune.estimate.params import ParamCounts
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+DEFAULT_BUCKET_PARAMS = 40_000_000
+
+
+@dataclass(frozen=True)
+class ModelState:
+    weights: float
+    grads: float
+    optimizer: float
+    optimizer_step_transient: float  # temporaries of one optimizer step
+    trainable: float  # parameters with gradients on this rank
+    optimizer_params: float  # parameters whose optimizer state this rank keeps
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def _padded(numel: float, d: Derived) -> float:
+    """The gradient buffer pads each bucket to a multiple of lcm(DP, 128) under the distributed optimizer."""
+    if not d.job.optimizer.use_distributed_optimizer or numel == 0:
+        return numel
+    bucket = d.job.ddp.bucket_size or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * d.dp)
+    multiple = math.lcm(d.dp * d.cp, 128)
+    buckets = math.ceil(numel / bucket)
+    return numel + buckets * multiple / 2
+
+
+def model_state(d: Derived, local: ParamCounts, adapters: float) -> ModelState:
+    """State of one rank holding ``local`` base parameters and ``adapters`` LoRA parameters."""
+    job, opt = d.job, d.job.optimizer
+    half = job.model.bf16 or job.model.fp16
+    weight_bytes = 2 if half else 4
+    frozen = job.peft is not None
+    base_trainable = 0.0 if frozen else local.total
+    trainable = base_trainable + adapters
+
+    weights = weight_bytes * (local.total + adapters)
+    grad_bytes = 4 if (job.ddp.grad_reduce_in_fp32 or not half) else weight_bytes
+    grads = grad_bytes * _padded(trainable, d)
+
+    instances = job.ddp.num_distributed_optimizer_instances
+    if opt.use_distributed_optimizer:
+        dense_shard = max(1, d.dp * d.cp // instances)
+        expert_shard = max(1, d.edp // instances)
+        expert = 0.0 if frozen else local.expert
+        optimizer_params = (trainable - expert) / dense_shard + expert / expert_shard
+    else:
+        optimizer_params = trainable
+
+    master = 0 if not half else (DTYPE_BYTES[opt.main_params_dtype] if opt.use_precision_aware_optimizer else 4)
+    if opt.use_precision_aware_optimizer:
+        moments = DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
+    else:
+        moments = 8 if opt.optimizer == "adam" else 0
+    on_device = 1.0 - (opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0)
+    optimizer = (master + moments) * optimizer_params * on_device
+
+    # bf16 gradients are copied to fp32 for the step; torch's foreach Adam (used where neither
+    # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every parameter.
+    step = 0.0
+    if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
+        step += 4 * optimizer_params * on_device
+    if job.model.transformer_impl == "local" and opt.optimizer == "adam":
+        step += 4 * optimizer_params * on_device
+    return ModelState(
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
+        optimizer_step_transient=step,
+        trainable=trainable,
+        optimizer_params=optimizer_params,
+    )

@@ -1,0 +1,40 @@
+import pytest
+
+from memtune.config import validate
+
+TINY = {
+    "model": {
+        "num_layers": 4,
+        "hidden_size": 64,
+        "ffn_hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_query_groups": 2,
+        "vocab_size": 1000,
+        "make_vocab_size_divisible_by": 8,
+        "seq_length": 128,
+        "gated_linear_unit": True,
+        "activation_func": "silu",
+        "normalization": "RMSNorm",
+        "share_embeddings_and_output_weights": False,
+        "add_bias_linear": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "bf16": True,
+        "transformer_impl": "local",
+        "attention_backend": "unfused",
+    },
+    "train": {"micro_batch_size": 2, "global_batch_size": 16},
+    "cluster": {"num_gpus": 2, "gpu": "H200"},
+}
+
+
+def make_job(**sections):
+    data = {k: dict(v) for k, v in TINY.items()}
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    return validate(data)
+
+
+@pytest.fixture
+def job_factory():
+    return make_job
