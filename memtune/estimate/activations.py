@@ -101,7 +101,7 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
     kv = d.kv_channels
     qkv_width = (heads + 2 * groups) * kv
     # The QKV projection keeps its input: the local shard under SP (it re-gathers in backward).
-    s.add("linear_qkv.input", BF16 * x.residual_tokens * x.hidden)
+    s.add("linear_qkv.input", _linear_input_bytes(fl) * x.residual_tokens * x.hidden)
     if m.qk_layernorm:
         s.add("q_layernorm.input", BF16 * T * heads * kv)
         s.add("k_layernorm.input", BF16 * T * groups * kv)
@@ -116,8 +116,11 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             s.add("core_attention.q", q)
             s.add("core_attention.k", BF16 * T * groups * kv)
             s.add("core_attention.v", BF16 * T * groups * kv)
-            s.add("core_attention.output", BF16 * T * heads * kv)
             s.add("core_attention.softmax_lse", FP32 * T * heads)
+            if not fl.transformer_engine:
+                # The SDPA output is permuted into a fresh [s, b, h] tensor for linear_proj; TE
+                # hands linear_proj a view of the attention output itself.
+                s.add("core_attention.output", BF16 * T * heads * kv)
     else:
         scores = x.mbs * heads * x.seq * x.seq
         if recompute_core:
@@ -145,8 +148,13 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             s.fwd_transient = (BF16 + FP32) * scores
             # Backward: the bf16 and fp32 gradients of the probabilities and the softmax gradient.
             s.bwd_transient = (BF16 + FP32 + FP32) * scores
-    s.add("linear_proj.input", BF16 * T * heads * kv)
+    s.add("linear_proj.input", _linear_input_bytes(fl) * T * heads * kv)
     return s
+
+
+def _linear_input_bytes(fl: Flavour) -> int:
+    """TE's FP8 GEMMs keep their inputs in FP8 for the weight gradient."""
+    return 1 if fl.fp8_activations else BF16
 
 
 def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
@@ -203,7 +211,7 @@ def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: 
         s.add(f"{name}activation_linear", BF16 * tokens * f)
     elif not gated and d.model.activation_func == "squared_relu":
         s.add(f"{name}relu_output", BF16 * tokens * f)
-    s.add(f"{name}linear_fc2.input", BF16 * tokens * f)
+    s.add(f"{name}linear_fc2.input", _linear_input_bytes(fl) * tokens * f)
     s.fwd_transient = fc1_out
     s.bwd_transient = fc1_out + 2 * BF16 * tokens * f
     return s
@@ -211,7 +219,7 @@ def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: 
 
 def dense_mlp(d: Derived, x: Dims, fl: Flavour) -> Saved:
     s = Saved()
-    s.add("linear_fc1.input", BF16 * x.residual_tokens * x.hidden)
+    s.add("linear_fc1.input", _linear_input_bytes(fl) * x.residual_tokens * x.hidden)
     if "mlp" in d.recompute_modules:
         return s  # the checkpoint keeps only its input, which is fc1's input
     s.merge(mlp(d, x, fl, d.ffn_hidden_size, x.tokens, x.tp, ""))

@@ -127,7 +127,7 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
     fl = flavour_of(d)
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
     adapters = sum(adapter_params(d, c.layers) for c in chunks)
-    state = model_state(d, local, adapters)
+    state = model_state(d, local, adapters, sum(len(c.layers) for c in chunks))
     flight = in_flight(d, pp_rank)
     per_chunk = [chunk_activations(d, c, options) for c in chunks]
     held = 0.0

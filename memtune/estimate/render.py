@@ -139,6 +139,31 @@ def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = N
         f" optimizer-step temporaries {gib(s.optimizer_step_transient)} GiB."
     )
     console.print(f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB.")
+    console.print("How the layers were modeled:", style="dim")
+    for note in flavour_notes(est):
+        console.print(f"  - {note}", style="dim")
+
+
+def flavour_notes(est: Estimate) -> list[str]:
+    """What the estimate assumes each module keeps, for the implementation in use."""
+    fl = flavour_of(est.derived)
+    notes = []
+    if fl.transformer_engine:
+        notes.append("TE LayerNormLinear keeps the norm input, its fp32 statistics and the norm output (the local shard under SP, re-gathered in backward)")
+    else:
+        notes.append("torch norms keep their input and fp32 statistics; Megatron's linears keep their input (the local shard under SP)")
+    if fl.flash_attention:
+        notes.append("flash/fused attention keeps q, k, v (k and v at query-group width), the output and the fp32 log-sum-exp; no s x s matrix")
+    else:
+        notes.append("unfused attention repeats K and V to all heads, keeps the fp32 softmax output and bf16 probabilities (s x s per head) and a causal mask")
+    if fl.fused_activation:
+        notes.append("bias_activation_fusion: the GLU/GeLU kernel keeps only the fc1 output; fc2 keeps its input")
+    else:
+        notes.append("unfused GLU keeps the fc1 output, the activated gate, the offset linear half and the product fc2 takes")
+    if fl.fp8_activations:
+        notes.append("FP8: TE keeps linear inputs in FP8 (1 byte); norms and attention stay bf16")
+    notes.append("last stage: cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward")
+    return notes
 
 
 def plot(est: Estimate, path: str) -> None:

@@ -42,8 +42,13 @@ def _padded(numel: float, d: Derived) -> float:
     return numel + buckets * multiple / 2
 
 
-def model_state(d: Derived, local: ParamCounts, adapters: float) -> ModelState:
-    """State of one rank holding ``local`` base parameters and ``adapters`` LoRA parameters."""
+def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) -> ModelState:
+    """State of one rank holding ``local`` base parameters and ``adapters`` LoRA parameters.
+
+    Megatron-FSDP shards the optimizer state (``optim``), then the gradients
+    (``optim_grads``), then the weights too (``optim_grads_params``, which needs a bf16
+    unsharded copy of the layer being computed and of the one being prefetched).
+    """
     job, opt = d.job, d.job.optimizer
     half = job.model.bf16 or job.model.fp16
     weight_bytes = 2 if half else 4
@@ -55,8 +60,16 @@ def model_state(d: Derived, local: ParamCounts, adapters: float) -> ModelState:
     grad_bytes = 4 if (job.ddp.grad_reduce_in_fp32 or not half) else weight_bytes
     grads = grad_bytes * _padded(trainable, d)
 
+    strategy = job.ddp.data_parallel_sharding_strategy if job.ddp.use_megatron_fsdp else "no_shard"
+    fsdp_shard = d.dp * d.cp
+    if strategy in ("optim_grads", "optim_grads_params"):
+        grads /= fsdp_shard
+    if strategy == "optim_grads_params":
+        per_layer = (local.total + adapters) / max(layers, 1)
+        weights = weights / fsdp_shard + 2 * weight_bytes * per_layer
+
     instances = job.ddp.num_distributed_optimizer_instances
-    if opt.use_distributed_optimizer:
+    if opt.use_distributed_optimizer or strategy != "no_shard":
         dense_shard = max(1, d.dp * d.cp // instances)
         expert_shard = max(1, d.edp // instances)
         expert = 0.0 if frozen else local.expert
