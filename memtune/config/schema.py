@@ -175,7 +175,8 @@ class EnvConfig(Section):
     """The process environment that changes memory behaviour, plus the software versions the
     version-dependent rules need."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # YAML reads `NCCL_GRAPH_REGISTER: 0` as a number; the environment only has strings.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
     PYTORCH_CUDA_ALLOC_CONF: str | None = None
     PYTORCH_ALLOC_CONF: str | None = None

@@ -137,7 +137,7 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
     text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
     text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", array, text)
     return re.sub(
-        rf"\$(?:\{{(?P<name>{_NAME})(?:(?P<colon>:?)-(?P<default>[^}}]*))?\}}|(?P<bare>{_NAME}))",
+        rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]*))?\}}|(?P<bare>{_NAME}))",
         scalar,
         text,
     )

@@ -29,6 +29,12 @@ SCHEMA_SECTIONS: dict[str, type[BaseModel]] = {
     "ddp": DDPConfig,
 }
 MEMTUNE_ONLY_SECTIONS = ("env", "cluster")
+# Switches Bridge keeps under another section or name than memtune does.
+MOVED_KEYS = {
+    "model.fp8_param": "model.fp8_param_gather",
+    "ddp.fp8_param_gather": "model.fp8_param_gather",
+    "ddp.nccl_ub": "env.use_nccl_ub",  # memtune keeps it beside the allocator settings it conflicts with
+}
 LORA_TARGET = "megatron.bridge.peft.lora.LoRA"
 
 # Bridge's registered mixed-precision recipes (megatron/bridge/training/mixed_precision.py),
@@ -65,14 +71,9 @@ def _has_target(value: object) -> bool:
 
 def read(data: dict) -> tuple[dict, list[str]]:
     ignored: list[str] = []
-    out: dict = {}
+    out: dict = {name: {} for name in (*SCHEMA_SECTIONS, "env")}
     for name, schema in SCHEMA_SECTIONS.items():
-        out[name] = _known_keys(_section(data, name), schema, name, ignored)
-
-    model_src = _section(data, "model")
-    if model_src.get("fp8_param") is not None and "fp8_param_gather" not in model_src:
-        out["model"]["fp8_param_gather"] = bool(model_src["fp8_param"])
-        ignored.remove("model.fp8_param")
+        _take_known_keys(_section(data, name), schema, name, out, ignored)
     if "seq_length" not in out["model"] and _section(data, "dataset").get("seq_length"):
         out["model"]["seq_length"] = data["dataset"]["seq_length"]
     if "vocab_size" not in out["model"] and _section(data, "tokenizer").get("vocab_size"):
@@ -84,12 +85,14 @@ def read(data: dict) -> tuple[dict, list[str]]:
     if data.get("peft") is not None:
         out["peft"] = _lora(data["peft"], ignored)
     for name in MEMTUNE_ONLY_SECTIONS:
-        if name in data:
-            out[name] = data[name]
+        if isinstance(data.get(name), dict):
+            out[name] = {**out.get(name, {}), **data[name]}
+        elif name in data:
+            out[name] = data[name]  # not a mapping: the schema says so
 
     handled = {*SCHEMA_SECTIONS, "peft", "mixed_precision", "comm_overlap", *MEMTUNE_ONLY_SECTIONS, "_target_"}
     ignored.extend(name for name, value in data.items() if name not in handled and value is not None)
-    return out, ignored
+    return {name: section for name, section in out.items() if section != {}}, ignored
 
 
 def _section(data: dict, name: str) -> dict:
@@ -101,10 +104,15 @@ def _section(data: dict, name: str) -> dict:
     return value
 
 
-def _known_keys(section: dict, schema: type[BaseModel], prefix: str, ignored: list[str]) -> dict:
-    out = {}
+def _take_known_keys(section: dict, schema: type[BaseModel], prefix: str, out: dict, ignored: list[str]) -> None:
+    """Copy the keys ``schema`` knows into ``out[prefix]``; note the others in ``ignored``."""
     for key, value in section.items():
         if key.startswith("_"):  # _target_, _call_: how Bridge rebuilds the object
+            continue
+        moved = MOVED_KEYS.get(f"{prefix}.{key}")
+        if moved and value is not None:
+            dest_section, dest_key = moved.split(".")
+            out[dest_section][dest_key] = bool(out[dest_section].get(dest_key)) or bool(value)
             continue
         field = schema.model_fields.get(key)
         if field is None:
@@ -114,8 +122,7 @@ def _known_keys(section: dict, schema: type[BaseModel], prefix: str, ignored: li
         # A null in a dump means "Megatron's default", which is the schema's default too.
         if value is None and not _accepts_none(field.annotation):
             continue
-        out[key] = plain(value)
-    return out
+        out[prefix][key] = plain(value)
 
 
 def _accepts_none(annotation: object) -> bool:
@@ -162,4 +169,6 @@ def _lora(value: object, ignored: list[str]) -> dict:
     target = value.get("_target_", LORA_TARGET)
     if target != LORA_TARGET:
         raise InputError(f"peft: only LoRA ({LORA_TARGET}) is supported, got {target}")
-    return _known_keys(value, LoraConfig, "peft", ignored)
+    out: dict = {"peft": {}}
+    _take_known_keys(value, LoraConfig, "peft", out, ignored)
+    return out["peft"]

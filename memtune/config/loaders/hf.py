@@ -36,11 +36,18 @@ class _Fields:
             raise InputError(f"{self.where}: a {self.model_type} config needs {self.prefix}{key!r}, which is missing")
         return value
 
+    def check_present(self, *keys: str) -> None:
+        """Report every missing key at once rather than the first."""
+        missing = [k for k in keys if self.data.get(k) is None]
+        if missing:
+            raise InputError([f"{self.where}: a {self.model_type} config needs {self.prefix}{k!r}, which is missing" for k in missing])
+
     def unused(self) -> list[str]:
         return [f"{self.prefix}{k}" for k in self.data if k not in self.used]
 
 
 def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
+    f.check_present("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
     heads = f.require("num_attention_heads")
     model = {
         "num_layers": f.require("num_hidden_layers"),
@@ -126,7 +133,7 @@ def _deepseek_v3(f: _Fields) -> dict:
     expert_width = f.require("moe_intermediate_size")
     model.update(
         multi_latent_attention=True,
-        q_lora_rank=f.data.get("q_lora_rank"),
+        q_lora_rank=f.get("q_lora_rank"),  # null: queries are not compressed
         kv_lora_rank=f.require("kv_lora_rank"),
         qk_head_dim=f.require("qk_nope_head_dim"),
         qk_pos_emb_head_dim=f.require("qk_rope_head_dim"),
@@ -136,7 +143,6 @@ def _deepseek_v3(f: _Fields) -> dict:
         moe_ffn_hidden_size=expert_width,
         moe_layer_freq=_moe_layer_freq(moe),
     )
-    f.used.add("q_lora_rank")
     if f.get("n_shared_experts"):
         model["moe_shared_expert_intermediate_size"] = f.get("n_shared_experts") * expert_width
     if f.get("n_group"):
@@ -151,13 +157,13 @@ def _gpt_oss(f: _Fields) -> dict:
     # The experts' clamped SwiGLU (alpha 1.702) is what Megatron calls quick_gelu in a GLU.
     model.update(
         activation_func="quick_gelu",
-        add_bias_linear=True,
+        add_bias_linear=True,  # every linear has a bias, the q/k/v ones included
+        add_qkv_bias=False,
         position_embedding_type="yarn",
         num_moe_experts=f.require("num_local_experts"),
         moe_router_topk=f.get("num_experts_per_tok") or f.require("experts_per_token"),
         moe_ffn_hidden_size=model["ffn_hidden_size"],
     )
-    f.used.add("experts_per_token")
     return model
 
 

@@ -260,6 +260,9 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
     if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
         model["cpu_offloading"] = True
     model.setdefault("position_embedding_type", "learned_absolute")
+    # Megatron-LM passes its params dtype as pipeline_dtype and always frees sent stage outputs.
+    model.setdefault("pipeline_dtype", "bf16" if model.get("bf16") else "fp16" if model.get("fp16") else "fp32")
+    model.setdefault("deallocate_pipeline_outputs", True)
     # With --bf16, Megatron-LM reduces gradients in fp32 unless told --grad-reduce-in-bf16.
     fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (model.get("bf16") and not facts.get("grad_reduce_in_bf16"))
     data["ddp"]["grad_reduce_in_fp32"] = bool(fp32_grads)

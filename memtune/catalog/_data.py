@@ -1,0 +1,20 @@
+"""Reading the catalog YAML files that ship inside the package."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import yaml
+
+
+def read_catalog(filename: str) -> dict:
+    text = resources.files("memtune.catalog").joinpath("data", filename).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def lookup_key(name: str) -> str:
+    """How names are compared: case, spaces, dashes, underscores and a vendor prefix do not matter."""
+    key = name.strip().lower()
+    for vendor in ("nvidia ", "amd "):
+        key = key.removeprefix(vendor)
+    return "".join(ch for ch in key if ch not in " -_")

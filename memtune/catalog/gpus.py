@@ -1,0 +1,93 @@
+"""The GPU catalog: usable memory, peak dense throughput and bandwidths per GPU.
+
+Capacity is what ``cudaMemGetInfo`` reports as total, which is what a job can ever use. Where
+no device reading is on record it is derived from the datasheet figure with the reading/datasheet
+ratio of the reference GPU (see ``data/gpus.yaml``). A config's ``cluster.gpu_memory_gib``
+overrides the catalog capacity for that job (:func:`capacity_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from memtune.catalog._data import lookup_key, read_catalog
+from memtune.config.schema import ClusterConfig
+from memtune.errors import InputError
+
+GIB = 2**30
+REFERENCE_GPU = "H200"  # newest GPU with a reading; its reading/datasheet ratio derives the rest
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    aliases: tuple[str, ...]
+    memory_bytes: int
+    memory_measured: bool  # a device reading, not derived from the datasheet
+    memory_note: str
+    datasheet_memory_gb: float
+    bf16_tflops: float  # dense tensor-core peak
+    fp8_tflops: float | None  # None: no fp8 tensor cores
+    hbm_tbps: float
+    link_gbps: float  # NVLink / Infinity Fabric per GPU, all links, both directions
+    source: str
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+    @property
+    def bf16_flops(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def fp8_flops(self) -> float | None:
+        return None if self.fp8_tflops is None else self.fp8_tflops * 1e12
+
+
+@cache
+def _gpus() -> tuple[GPU, ...]:
+    entries = read_catalog("gpus.yaml")["gpus"]
+    reference = next(e for e in entries if e["name"] == REFERENCE_GPU)
+    usable_fraction = reference["memory_reading_gib"] / reference["datasheet_memory_gb"]
+    gpus = []
+    for e in entries:
+        reading = e.get("memory_reading_gib")
+        gib = reading if reading is not None else e["datasheet_memory_gb"] * usable_fraction
+        gpus.append(
+            GPU(
+                name=e["name"],
+                aliases=tuple(e.get("aliases", ())),
+                memory_bytes=round(gib * GIB),
+                memory_measured=reading is not None,
+                memory_note=e["memory_note"],
+                datasheet_memory_gb=e["datasheet_memory_gb"],
+                bf16_tflops=e["bf16_tflops"],
+                fp8_tflops=e.get("fp8_tflops"),
+                hbm_tbps=e["hbm_tbps"],
+                link_gbps=e["link_gbps"],
+                source=e["source"],
+            )
+        )
+    return tuple(gpus)
+
+
+def list_gpus() -> list[GPU]:
+    return list(_gpus())
+
+
+def get_gpu(name: str) -> GPU:
+    """Find a GPU by name or alias; also accepts ``torch.cuda.get_device_name()`` strings."""
+    wanted = lookup_key(name)
+    for gpu in _gpus():
+        if wanted in {lookup_key(n) for n in (gpu.name, *gpu.aliases)}:
+            return gpu
+    raise InputError(f"unknown GPU {name!r}; known: {', '.join(g.name for g in _gpus())} (`memtune gpus` lists aliases)")
+
+
+def capacity_bytes(cluster: ClusterConfig) -> int:
+    """Memory one GPU of the job has: ``cluster.gpu_memory_gib`` if set, else the catalog's."""
+    if cluster.gpu_memory_gib is not None:
+        return round(cluster.gpu_memory_gib * GIB)
+    return get_gpu(cluster.gpu).memory_bytes

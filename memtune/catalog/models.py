@@ -1,0 +1,48 @@
+"""Model presets: published architectures as ready-made ``model:`` sections.
+
+A memtune config uses one with ``model: {preset: llama3-70b, tensor_model_parallel_size: 4}``;
+the preset's keys come first and the config's own keys override them.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import cache
+
+from memtune.catalog._data import lookup_key, read_catalog
+from memtune.errors import InputError
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    name: str
+    description: str
+    hf_id: str  # the Hugging Face repository whose config.json the values come from
+    model: dict  # the ``model:`` section; get_model() hands out copies
+
+
+@cache
+def _presets() -> dict[str, ModelPreset]:
+    entries = read_catalog("models.yaml")["models"]
+    return {
+        name: ModelPreset(name=name, description=entry["description"], hf_id=entry["hf_id"], model=entry["model"])
+        for name, entry in entries.items()
+    }
+
+
+def list_models() -> list[ModelPreset]:
+    return list(_presets().values())
+
+
+def find_model(name: str) -> ModelPreset:
+    wanted = lookup_key(name)
+    for preset in _presets().values():
+        if lookup_key(preset.name) == wanted:
+            return preset
+    raise InputError(f"unknown model preset {name!r}; known: {', '.join(_presets())}")
+
+
+def get_model(name: str) -> dict:
+    """The preset's ``model:`` section, as a fresh dict the caller may change."""
+    return copy.deepcopy(find_model(name).model)

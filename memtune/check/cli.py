@@ -1,0 +1,75 @@
+"""``memtune check CONFIG [overrides...]``, ``memtune check --explain CODE``, ``memtune check --list``."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+
+from rich.console import Console
+
+from memtune.check import run_checks
+from memtune.check.registry import Rule, catalogue, find_rule
+from memtune.check.report import (
+    catalogue_json,
+    exit_status,
+    findings_json,
+    render_explain,
+    render_list,
+    render_report,
+)
+from memtune.config import load_job
+from memtune.errors import InputError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="find configuration problems before launch",
+        description=(
+            "Check a training config for settings that would fail at start-up (errors), memory settings "
+            "that silently do nothing or hurt (warnings), and things worth knowing (info). "
+            "Exit status: 0 clean, 1 errors found (or warnings with --strict), 2 bad input."
+        ),
+    )
+    parser.add_argument("config", nargs="?", help="training config (YAML/JSON)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--explain", metavar="CODE", help="print a rule's documentation, e.g. --explain OFF001")
+    mode.add_argument("--list", action="store_true", help="print the rule catalogue")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    if args.list:
+        if args.json:
+            print(json.dumps(catalogue_json(), indent=2))
+        else:
+            render_list(console)
+        return 0
+    if args.explain:
+        render_explain(console, _rule_or_error(args.explain))
+        return 0
+    if not args.config:
+        raise InputError("a config file is required (or use --list / --explain CODE)")
+    loaded = load_job(args.config, args.overrides)
+    findings = run_checks(loaded.job)
+    if args.json:
+        print(json.dumps(findings_json(loaded.source, findings, loaded.ignored), indent=2))
+    else:
+        render_report(console, loaded.source, findings, loaded.ignored)
+    return exit_status(findings, args.strict)
+
+
+def _rule_or_error(code_or_name: str) -> Rule:
+    rule = find_rule(code_or_name)
+    if rule is not None:
+        return rule
+    known = [r.code for r in catalogue()] + [r.name for r in catalogue()]
+    close = difflib.get_close_matches(code_or_name.upper(), known, n=1) or difflib.get_close_matches(code_or_name, known, n=1)
+    hint = f"did you mean {close[0]}?" if close else "memtune check --list shows them all"
+    raise InputError(f"--explain: no rule {code_or_name!r}; {hint}")

@@ -1,0 +1,1 @@
+"""Rule modules, one per family; importing a module registers its rules."""

@@ -1,0 +1,236 @@
+"""OFF: CPU offloading of activations, weights and optimizer state."""
+
+from __future__ import annotations
+
+from memtune.check.context import Context
+from memtune.check.finding import ERROR, WARNING, Hit
+from memtune.check.registry import rule
+
+
+@rule("OFF001", "cpu-offload-with-pp", ERROR)
+def cpu_offload_with_pp(c: Context) -> Hit | None:
+    """CPU activation offloading with pipeline parallelism.
+
+    ## What it does
+    Checks that `cpu_offloading: true` is used with `pipeline_model_parallel_size: 1`.
+
+    ## Why it matters
+    Megatron-Core's legacy CPU offload does not support pipelining and raises a `ValueError` at
+    start-up — after the job has waited in the queue.
+
+    ## Example
+    ```yaml
+    model: {pipeline_model_parallel_size: 2, pipeline_dtype: bf16, cpu_offloading: true, cpu_offloading_num_layers: 4}
+    ```
+
+    ## Fix
+    Turn `cpu_offloading` off (use recompute or the distributed optimizer instead), or use PP = 1.
+    """
+    if not c.model.cpu_offloading or c.d.pp == 1:
+        return None
+    return Hit(
+        f"model.cpu_offloading=true with model.pipeline_model_parallel_size={c.d.pp}",
+        "set model.cpu_offloading=false, or model.pipeline_model_parallel_size=1",
+        "Currently there is no support for Pipeline parallelism with CPU offloading",
+    )
+
+
+@rule("OFF002", "cpu-offload-with-recompute", ERROR)
+def cpu_offload_with_recompute(c: Context) -> Hit | None:
+    """CPU activation offloading with activation recompute.
+
+    ## What it does
+    Checks that `cpu_offloading: true` is not combined with any `recompute_granularity`.
+
+    ## Why it matters
+    Megatron-Core raises at start-up: offloading and recompute both manage the saved activations.
+
+    ## Example
+    ```yaml
+    model: {cpu_offloading: true, cpu_offloading_num_layers: 4, recompute_granularity: selective}
+    ```
+
+    ## Fix
+    Choose one: unset `recompute_granularity` or set `cpu_offloading: false`.
+    """
+    if not c.model.cpu_offloading or c.model.recompute_granularity is None:
+        return None
+    return Hit(
+        f"model.cpu_offloading=true with model.recompute_granularity={c.model.recompute_granularity}",
+        "unset model.recompute_granularity, or set model.cpu_offloading=false",
+        "CPU offloading does not work when activation recomputation is enabled",
+    )
+
+
+@rule("OFF003", "cpu-offload-with-cuda-graphs", ERROR)
+def cpu_offload_with_cuda_graphs(c: Context) -> Hit | None:
+    """CPU activation offloading with per-layer CUDA graphs.
+
+    ## What it does
+    Checks that `cpu_offloading: true` is not combined with `cuda_graph_impl` `local` or
+    `transformer_engine` (full-iteration graphs are exempt in current Megatron-Core).
+
+    ## Why it matters
+    Offloading moves tensors between devices at run time, which a captured graph cannot replay;
+    Megatron-Core raises.
+
+    ## Example
+    ```yaml
+    model: {cpu_offloading: true, cpu_offloading_num_layers: 4, cuda_graph_impl: transformer_engine}
+    ```
+
+    ## Fix
+    Drop one of the two.
+    """
+    impl = c.model.cuda_graph_impl
+    if not c.model.cpu_offloading or impl not in ("local", "transformer_engine"):
+        return None
+    return Hit(
+        f"model.cpu_offloading=true with model.cuda_graph_impl={impl}",
+        "set model.cuda_graph_impl=none, or model.cpu_offloading=false",
+        "CUDA graphs not supported with CPU offloading.",
+    )
+
+
+@rule("OFF004", "cpu-offload-layer-count", ERROR)
+def cpu_offload_layer_count(c: Context) -> Hit | None:
+    """`cpu_offloading_num_layers` outside 0..num_layers-1.
+
+    ## What it does
+    With `cpu_offloading: true`, checks `0 <= cpu_offloading_num_layers < num_layers`.
+
+    ## Why it matters
+    The last layer's activations are needed at once by the backward pass and cannot be offloaded;
+    Megatron-Core raises otherwise.
+
+    ## Example
+    ```yaml
+    model: {num_layers: 32, cpu_offloading: true, cpu_offloading_num_layers: 32}
+    ```
+
+    ## Fix
+    Offload at most `num_layers - 1` layers.
+    """
+    m = c.model
+    if not m.cpu_offloading or 0 <= m.cpu_offloading_num_layers < m.num_layers:
+        return None
+    return Hit(
+        f"model.cpu_offloading_num_layers={m.cpu_offloading_num_layers} must be in 0..{m.num_layers - 1}",
+        f"set model.cpu_offloading_num_layers to at most {m.num_layers - 1}",
+        f"CPU offloading can be done only for layers less than {m.num_layers}",
+    )
+
+
+@rule("OFF005", "cpu-offload-zero-layers", WARNING)
+def cpu_offload_zero_layers(c: Context) -> Hit | None:
+    """CPU offloading turned on for zero layers.
+
+    ## What it does
+    Flags `cpu_offloading: true` with `cpu_offloading_num_layers: 0` (the default).
+
+    ## Why it matters
+    The offload context is built but offloads no layer: no memory is saved, and the
+    pinned-buffer machinery still runs.
+
+    ## Example
+    ```yaml
+    model: {cpu_offloading: true}
+    ```
+
+    ## Fix
+    Set `cpu_offloading_num_layers` to the number of layers to offload, or turn it off.
+    """
+    if not c.model.cpu_offloading or c.model.cpu_offloading_num_layers != 0:
+        return None
+    return Hit(
+        "model.cpu_offloading=true with model.cpu_offloading_num_layers=0 offloads nothing",
+        "set model.cpu_offloading_num_layers to the number of layers to offload",
+    )
+
+
+@rule("OFF006", "optimizer-offload-without-distopt", ERROR)
+def optimizer_offload_without_distopt(c: Context) -> Hit | None:
+    """Optimizer CPU offload without the distributed optimizer.
+
+    ## What it does
+    Checks that `optimizer.optimizer_cpu_offload: true` comes with the distributed optimizer.
+
+    ## Why it matters
+    The hybrid-device optimizer that offloads state is built on the distributed optimizer's
+    sharded main parameters (and the precision-aware flag requires it too).
+
+    ## Example
+    ```yaml
+    optimizer: {optimizer_cpu_offload: true, use_precision_aware_optimizer: true}
+    ```
+
+    ## Fix
+    Set `use_distributed_optimizer: true` in both `optimizer` and `ddp`.
+    """
+    if not c.job.optimizer.optimizer_cpu_offload or c.distributed_optimizer:
+        return None
+    return Hit(
+        "optimizer.optimizer_cpu_offload=true without the distributed optimizer",
+        "set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
+    )
+
+
+@rule("OFF007", "optimizer-offload-without-precision-aware", ERROR)
+def optimizer_offload_without_precision_aware(c: Context) -> Hit | None:
+    """Optimizer CPU offload without the precision-aware optimizer.
+
+    ## What it does
+    Checks that `optimizer.optimizer_cpu_offload: true` comes with
+    `optimizer.use_precision_aware_optimizer: true`.
+
+    ## Why it matters
+    The hybrid-device optimizer reuses the precision-aware code path; Megatron refuses it otherwise.
+
+    ## Example
+    ```yaml
+    optimizer: {optimizer_cpu_offload: true, use_distributed_optimizer: true}
+    ```
+
+    ## Fix
+    Set `optimizer.use_precision_aware_optimizer: true`.
+    """
+    opt = c.job.optimizer
+    if not opt.optimizer_cpu_offload or opt.use_precision_aware_optimizer:
+        return None
+    return Hit(
+        "optimizer.optimizer_cpu_offload=true with optimizer.use_precision_aware_optimizer=false",
+        "set optimizer.use_precision_aware_optimizer=true",
+        "The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, "
+        "as the hybrid device optimizer reuses the code path of this flag.",
+    )
+
+
+@rule("OFF008", "offload-fraction-without-offload", WARNING)
+def offload_fraction_without_offload(c: Context) -> Hit | None:
+    """`optimizer_offload_fraction` set, but optimizer offload is off.
+
+    ## What it does
+    Flags an `optimizer.optimizer_offload_fraction` strictly between 0 and 1 while
+    `optimizer.optimizer_cpu_offload` is false (the defaults, 1.0 in Megatron-LM and 0.0 in
+    Megatron-Core's `OptimizerConfig`, are not flagged).
+
+    ## Why it matters
+    The fraction is read only when offloading is on, so no optimizer state leaves the GPU.
+
+    ## Example
+    ```yaml
+    optimizer: {optimizer_offload_fraction: 0.5}
+    ```
+
+    ## Fix
+    Set `optimizer.optimizer_cpu_offload: true` (with the distributed and precision-aware
+    optimizer), or remove the fraction.
+    """
+    opt = c.job.optimizer
+    if opt.optimizer_cpu_offload or opt.optimizer_offload_fraction in (0.0, 1.0):
+        return None
+    return Hit(
+        f"optimizer.optimizer_offload_fraction={opt.optimizer_offload_fraction} with "
+        "optimizer.optimizer_cpu_offload=false offloads nothing",
+        "set optimizer.optimizer_cpu_offload=true, or remove optimizer.optimizer_offload_fraction",
+    )

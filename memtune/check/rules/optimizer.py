@@ -1,0 +1,323 @@
+"""OPT: distributed optimizer, Megatron-FSDP and precision."""
+
+from __future__ import annotations
+
+from memtune.check.context import Context
+from memtune.check.finding import ERROR, INFO, WARNING, Hit
+from memtune.check.registry import rule
+
+
+@rule("OPT001", "distopt-flags-disagree", WARNING)
+def distopt_flags_disagree(c: Context) -> Hit | None:
+    """`ddp.use_distributed_optimizer` and `optimizer.use_distributed_optimizer` disagree.
+
+    ## What it does
+    Checks that the two flags have the same value.
+
+    ## Why it matters
+    The DDP flag lays out the gradient buffers the distributed optimizer shards; the optimizer
+    flag builds it. Megatron-Bridge turns both on (with a warning) when either is on; code that
+    builds Megatron-Core's configs directly gets a mismatched layout. memtune treats the job as
+    using the distributed optimizer, as Bridge does.
+
+    ## Example
+    ```yaml
+    optimizer: {use_distributed_optimizer: true}
+    ddp: {use_distributed_optimizer: false}
+    ```
+
+    ## Fix
+    Set both to the same value.
+    """
+    ddp, opt = c.job.ddp.use_distributed_optimizer, c.job.optimizer.use_distributed_optimizer
+    if ddp == opt:
+        return None
+    return Hit(
+        f"ddp.use_distributed_optimizer={str(ddp).lower()} but optimizer.use_distributed_optimizer={str(opt).lower()}",
+        "set both to true (Megatron-Bridge forces both on when either is)",
+    )
+
+
+@rule("OPT002", "fsdp-no-shard", WARNING)
+def fsdp_no_shard(c: Context) -> Hit | None:
+    """Megatron-FSDP with sharding strategy `no_shard`.
+
+    ## What it does
+    Flags `ddp.use_megatron_fsdp: true` with `ddp.data_parallel_sharding_strategy: no_shard`.
+
+    ## Why it matters
+    `no_shard` keeps full parameters, gradients and optimizer state on every rank (ZeRO-0): FSDP's
+    machinery and buffers without its memory saving.
+
+    ## Example
+    ```yaml
+    ddp: {use_megatron_fsdp: true}
+    ```
+
+    ## Fix
+    Use `optim_grads_params` (ZeRO-3, Megatron-Bridge's recommendation), or `optim` / `optim_grads`.
+    """
+    if not c.megatron_fsdp or c.job.ddp.data_parallel_sharding_strategy != "no_shard":
+        return None
+    return Hit(
+        "ddp.use_megatron_fsdp=true with ddp.data_parallel_sharding_strategy=no_shard shards nothing",
+        "set ddp.data_parallel_sharding_strategy=optim_grads_params",
+    )
+
+
+@rule("OPT003", "sharding-strategy-without-fsdp", WARNING)
+def sharding_strategy_without_fsdp(c: Context) -> Hit | None:
+    """A data-parallel sharding strategy without Megatron-FSDP.
+
+    ## What it does
+    Flags `ddp.data_parallel_sharding_strategy` other than `no_shard` while
+    `ddp.use_megatron_fsdp` is false.
+
+    ## Why it matters
+    Only Megatron-FSDP reads the strategy; standard DDP ignores it, so parameters and gradients
+    stay unsharded.
+
+    ## Example
+    ```yaml
+    ddp: {data_parallel_sharding_strategy: optim_grads_params}
+    ```
+
+    ## Fix
+    Set `ddp.use_megatron_fsdp: true`, or use the distributed optimizer for optimizer-state sharding.
+    """
+    strategy = c.job.ddp.data_parallel_sharding_strategy
+    if c.megatron_fsdp or strategy == "no_shard":
+        return None
+    return Hit(
+        f"ddp.data_parallel_sharding_strategy={strategy} is ignored without ddp.use_megatron_fsdp=true",
+        "set ddp.use_megatron_fsdp=true, or remove the strategy",
+    )
+
+
+@rule("OPT004", "overlap-param-gather-without-sharding", ERROR)
+def overlap_param_gather_without_sharding(c: Context) -> Hit | None:
+    """`overlap_param_gather` without the distributed optimizer or FSDP.
+
+    ## What it does
+    Checks that `ddp.overlap_param_gather: true` comes with the distributed optimizer or
+    Megatron-FSDP.
+
+    ## Why it matters
+    Only sharded parameters are all-gathered; Megatron refuses the flag otherwise.
+
+    ## Example
+    ```yaml
+    ddp: {overlap_grad_reduce: true, overlap_param_gather: true}
+    ```
+
+    ## Fix
+    Turn on the distributed optimizer, or set `overlap_param_gather: false`.
+    """
+    if not c.job.ddp.overlap_param_gather or c.distributed_optimizer or c.megatron_fsdp:
+        return None
+    return Hit(
+        "ddp.overlap_param_gather=true without the distributed optimizer or Megatron-FSDP",
+        "set optimizer/ddp.use_distributed_optimizer=true, or ddp.overlap_param_gather=false",
+        "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon",
+    )
+
+
+@rule("OPT005", "fp8-param-gather-without-sharding", ERROR)
+def fp8_param_gather_without_sharding(c: Context) -> Hit | None:
+    """`fp8_param_gather` without the distributed optimizer or FSDP.
+
+    ## What it does
+    Checks that `model.fp8_param_gather: true` comes with the distributed optimizer or Megatron-FSDP.
+
+    ## Why it matters
+    FP8 parameters need fp32 main copies kept by a sharded optimizer; Megatron refuses the flag
+    otherwise.
+
+    ## Example
+    ```yaml
+    model: {fp8: hybrid, fp8_param_gather: true}
+    ```
+
+    ## Fix
+    Turn on the distributed optimizer, or set `fp8_param_gather: false`.
+    """
+    if not c.model.fp8_param_gather or c.distributed_optimizer or c.megatron_fsdp:
+        return None
+    return Hit(
+        "model.fp8_param_gather=true without the distributed optimizer or Megatron-FSDP",
+        "set optimizer/ddp.use_distributed_optimizer=true, or model.fp8_param_gather=false",
+        "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode",
+    )
+
+
+@rule("OPT006", "fp8-param-gather-without-fp8", ERROR)
+def fp8_param_gather_without_fp8(c: Context) -> Hit | None:
+    """`fp8_param_gather` without FP8 training.
+
+    ## What it does
+    Checks that `model.fp8_param_gather: true` comes with `model.fp8` set.
+
+    ## Why it matters
+    FP8 parameters only exist in FP8 training; Megatron-Core raises otherwise.
+
+    ## Example
+    ```yaml
+    model: {bf16: true, fp8_param_gather: true}
+    ```
+
+    ## Fix
+    Set `model.fp8` (e.g. `hybrid`), or remove `fp8_param_gather`.
+    """
+    if not c.model.fp8_param_gather or c.model.fp8:
+        return None
+    return Hit(
+        "model.fp8_param_gather=true but model.fp8 is not set",
+        "set model.fp8=hybrid (or e4m3), or model.fp8_param_gather=false",
+        "fp8_param must be used together with fp8 mode.",
+    )
+
+
+@rule("OPT007", "precision-aware-without-distopt", ERROR)
+def precision_aware_without_distopt(c: Context) -> Hit | None:
+    """The precision-aware optimizer without the distributed optimizer.
+
+    ## What it does
+    Checks that `optimizer.use_precision_aware_optimizer: true` comes with the distributed optimizer.
+
+    ## Why it matters
+    Megatron-Core builds it only as a distributed optimizer and raises otherwise.
+
+    ## Example
+    ```yaml
+    optimizer: {use_precision_aware_optimizer: true, exp_avg_dtype: bf16, exp_avg_sq_dtype: bf16}
+    ```
+
+    ## Fix
+    Set `use_distributed_optimizer: true` in `optimizer` and `ddp`.
+    """
+    if not c.job.optimizer.use_precision_aware_optimizer or c.distributed_optimizer:
+        return None
+    return Hit(
+        "optimizer.use_precision_aware_optimizer=true without the distributed optimizer",
+        "set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
+        "--use-precision-aware-optimizer only supported with distributed optimizer",
+    )
+
+
+@rule("OPT008", "precision-aware-needs-adam", ERROR)
+def precision_aware_needs_adam(c: Context) -> Hit | None:
+    """The precision-aware optimizer with SGD.
+
+    ## What it does
+    Checks that `optimizer.use_precision_aware_optimizer: true` uses `optimizer: adam`.
+
+    ## Why it matters
+    It is Transformer Engine's FusedAdam; Megatron-Core raises for other optimizers.
+
+    ## Example
+    ```yaml
+    optimizer: {optimizer: sgd, use_precision_aware_optimizer: true, use_distributed_optimizer: true}
+    ```
+
+    ## Fix
+    Use Adam, or turn the precision-aware optimizer off.
+    """
+    opt = c.job.optimizer
+    if not opt.use_precision_aware_optimizer or opt.optimizer == "adam":
+        return None
+    return Hit(
+        f"optimizer.use_precision_aware_optimizer=true with optimizer.optimizer={opt.optimizer}",
+        "set optimizer.optimizer=adam, or optimizer.use_precision_aware_optimizer=false",
+        "--use-precision-aware-optimizer only supported with adam",
+    )
+
+
+_STATE_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+
+
+@rule("OPT009", "low-precision-states-without-precision-aware", ERROR)
+def low_precision_states_without_precision_aware(c: Context) -> Hit | None:
+    """Reduced-precision optimizer state without the precision-aware optimizer.
+
+    ## What it does
+    Checks that `main_grads_dtype`, `main_params_dtype`, `exp_avg_dtype` and `exp_avg_sq_dtype`
+    are fp32 unless `use_precision_aware_optimizer: true`.
+
+    ## Why it matters
+    Only the precision-aware optimizer can store these in lower precision; Megatron-Core asserts
+    otherwise — so the saving you planned (e.g. bf16 Adam moments, 50 % of optimizer state)
+    needs that flag.
+
+    ## Example
+    ```yaml
+    optimizer: {exp_avg_dtype: bf16, exp_avg_sq_dtype: bf16}
+    ```
+
+    ## Fix
+    Set `optimizer.use_precision_aware_optimizer: true` (with the distributed optimizer).
+    """
+    opt = c.job.optimizer
+    reduced = [k for k in _STATE_DTYPES if getattr(opt, k) != "fp32"]
+    if opt.use_precision_aware_optimizer or not reduced:
+        return None
+    shown = ", ".join(f"optimizer.{k}={getattr(opt, k)}" for k in reduced)
+    return Hit(
+        f"{shown} without optimizer.use_precision_aware_optimizer=true",
+        "set optimizer.use_precision_aware_optimizer=true, or keep the dtypes at fp32",
+        f"{reduced[0]} can only be fp32 when not using precision-aware optimizer",
+    )
+
+
+@rule("OPT010", "fp16-and-bf16", ERROR)
+def fp16_and_bf16(c: Context) -> Hit | None:
+    """Both `fp16` and `bf16` are on.
+
+    ## What it does
+    Checks that at most one of `model.fp16` and `model.bf16` is true.
+
+    ## Why it matters
+    Megatron-Core's `TransformerConfig` raises at start-up.
+
+    ## Example
+    ```yaml
+    model: {fp16: true, bf16: true}
+    ```
+
+    ## Fix
+    Keep one (bf16 on Ampere and newer).
+    """
+    if not (c.model.fp16 and c.model.bf16):
+        return None
+    return Hit(
+        "model.fp16=true and model.bf16=true",
+        "set model.fp16=false (or model.bf16=false)",
+        "Only one of self.fp16: True and self.bf16 True should be True.",
+    )
+
+
+@rule("OPT011", "fp32-training", INFO)
+def fp32_training(c: Context) -> Hit | None:
+    """Neither `bf16` nor `fp16`: the model trains in fp32.
+
+    ## What it does
+    Notes configs with `model.bf16` and `model.fp16` both false.
+
+    ## Why it matters
+    Megatron's precision flags default to off, so a config that forgot them trains with fp32
+    weights and activations — about twice the activation and weight memory of bf16 and much
+    slower matmuls.
+
+    ## Example
+    ```yaml
+    model: {bf16: false, fp16: false}
+    ```
+
+    ## Fix
+    Set `model.bf16: true` unless fp32 training is intended.
+    """
+    if c.model.bf16 or c.model.fp16:
+        return None
+    return Hit(
+        "model.bf16 and model.fp16 are both false: weights and activations are fp32",
+        "set model.bf16=true unless fp32 training is intended",
+    )

@@ -1,0 +1,131 @@
+"""SEQ: sequence parallelism and context parallelism."""
+
+from __future__ import annotations
+
+from memtune.check.context import Context
+from memtune.check.finding import ERROR, INFO, Hit
+from memtune.check.registry import rule
+
+MIB = 2**20
+
+
+@rule("SEQ001", "sp-without-tp", ERROR)
+def sp_without_tp(c: Context) -> Hit | None:
+    """Sequence parallelism requested with tensor-parallel size 1.
+
+    ## What it does
+    Checks the config as written: `sequence_parallel: true` needs `tensor_model_parallel_size > 1`.
+
+    ## Why it matters
+    Sequence parallelism shards the activations outside the TP regions over the TP group; with
+    no TP group there is nothing to shard. Megatron-Core's `ModelParallelConfig` (used by
+    Megatron-Bridge) raises at start-up; Megatron-LM's argument parser instead turns SP off
+    silently, so the memory saving you planned for never happens.
+
+    ## Example
+    ```yaml
+    model: {tensor_model_parallel_size: 1, sequence_parallel: true}
+    ```
+
+    ## Fix
+    Set `sequence_parallel: false`, or raise TP.
+    """
+    if not c.model.sequence_parallel or c.d.tp > 1:
+        return None
+    return Hit(
+        "model.sequence_parallel=true with model.tensor_model_parallel_size=1",
+        "set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
+        "Cannot use sequence parallelism without tensor parallelism",
+    )
+
+
+@rule("SEQ002", "seq-not-divisible-by-2cp", ERROR)
+def seq_not_divisible_by_2cp(c: Context) -> Hit | None:
+    """The sequence length is not a multiple of 2 × CP.
+
+    ## What it does
+    With `context_parallel_size > 1`, checks `seq_length % (2 × context_parallel_size) == 0`.
+
+    ## Why it matters
+    Context parallelism cuts each sequence into 2 × CP chunks to balance the causal-attention
+    work; Megatron-Bridge and Megatron-LM refuse other lengths.
+
+    ## Example
+    ```yaml
+    model: {seq_length: 8190, context_parallel_size: 2}
+    ```
+
+    ## Fix
+    Use a sequence length that is a multiple of 2 × CP (pad the data to it), or change CP.
+    """
+    cp, seq = c.d.cp, c.model.seq_length
+    if cp == 1 or seq % (2 * cp) == 0:
+        return None
+    return Hit(
+        f"model.seq_length={seq} is not a multiple of 2×model.context_parallel_size = {2 * cp}",
+        f"use a seq_length that is a multiple of {2 * cp}",
+        "Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
+    )
+
+
+@rule("SEQ003", "seq-not-divisible-by-tp-with-sp", ERROR)
+def seq_not_divisible_by_tp_with_sp(c: Context) -> Hit | None:
+    """With sequence parallelism, the per-CP-rank sequence does not split over TP.
+
+    ## What it does
+    With sequence parallelism on (and TP > 1), checks `(seq_length / context_parallel_size) %
+    tensor_model_parallel_size == 0`.
+
+    ## Why it matters
+    SP scatters the [s, b, h] activations along the sequence over the TP ranks; the scatter
+    asserts on the first forward pass, after start-up has already paid for model and optimizer.
+
+    ## Example
+    ```yaml
+    model: {seq_length: 4100, tensor_model_parallel_size: 8, sequence_parallel: true}
+    ```
+
+    ## Fix
+    Pad the sequence length to a multiple of TP × CP.
+    """
+    d, seq = c.d, c.model.seq_length
+    if not d.sequence_parallel or seq % d.cp or (seq // d.cp) % d.tp == 0:
+        return None
+    return Hit(
+        f"model.seq_length={seq} is not divisible by TP×CP = {d.tp}×{d.cp} with model.sequence_parallel=true",
+        f"use a seq_length that is a multiple of {d.tp * d.cp}",
+        "First dimension of the tensor should be divisible by tensor parallel size",
+    )
+
+
+@rule("SEQ004", "tp-without-sp", INFO)
+def tp_without_sp(c: Context) -> Hit | None:
+    """Tensor parallelism without sequence parallelism replicates part of the activations.
+
+    ## What it does
+    Notes configs with `tensor_model_parallel_size > 1` and `sequence_parallel: false`, with the
+    activation memory SP would save.
+
+    ## Why it matters
+    TP shards the activations inside attention and the MLP, but the LayerNorm inputs, dropout
+    masks and residuals (about 10·s·b·h bytes per layer in 16-bit training, Korthikanti et al.
+    2022) stay whole on every TP rank. SP shards them at the same communication volume.
+
+    ## Example
+    ```yaml
+    model: {tensor_model_parallel_size: 4, sequence_parallel: false}
+    ```
+
+    ## Fix
+    Set `sequence_parallel: true`.
+    """
+    d = c.d
+    if d.tp == 1 or c.model.sequence_parallel:
+        return None
+    tokens = c.model.seq_length // d.cp * d.micro_batch_size
+    saved = 10 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
+    return Hit(
+        f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MIB:.0f} MiB "
+        "of activations per layer per microbatch are replicated on every TP rank",
+        "set model.sequence_parallel=true",
+    )

@@ -1,0 +1,74 @@
+"""``memtune diagnose``: why a run ran out of memory, and what to change first.
+
+Logs are streamed through cheap triggers into detectors (:mod:`scan`, :mod:`detectors`), the
+findings are classified per rank and overall (:mod:`classify`), a memory snapshot is read without
+executing anything (:mod:`snapshot`), and fixes are ordered cheapest first (:mod:`advice`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memtune.config import LoadedJob, load_job
+from memtune.diagnose.advice import Fix, advise
+from memtune.diagnose.classify import Verdict, expandable_state, verdict
+from memtune.diagnose.evidence import EXPLICIT, LABELS
+from memtune.diagnose.logscan import ScanResult, scan, scan_text
+from memtune.diagnose.snapshot import SnapshotSummary, plot, read_snapshot, summarise
+
+__all__ = ["Diagnosis", "LABELS", "diagnose", "diagnose_text"]
+
+
+@dataclass
+class Diagnosis:
+    verdict: Verdict
+    scan: ScanResult
+    snapshot: SnapshotSummary | None = None
+    fixes: list[Fix] = field(default_factory=list)
+
+
+def _config_expandable(loaded: LoadedJob | None) -> bool | None:
+    if loaded is None:
+        return None
+    env = loaded.job.env
+    conf = (env.PYTORCH_CUDA_ALLOC_CONF or env.PYTORCH_ALLOC_CONF or "").lower()
+    return "expandable_segments:true" in conf
+
+
+def _merge_snapshot(v: Verdict, snap: SnapshotSummary) -> None:
+    """The snapshot decides when the logs could not; otherwise it adds its reasons."""
+    if snap.label is None:
+        return
+    reasons = [f"snapshot {snap.source}: " + "; ".join(snap.reasons)]
+    if v.label is None or (v.ranks and max(r.root.failure.strength for r in v.ranks) < EXPLICIT):
+        v.label, v.confidence = snap.label, "high"
+        v.reasons = reasons + v.reasons
+    else:
+        if snap.label != v.label:
+            reasons[0] += f" (the snapshot reads {snap.label})"
+        v.reasons.extend(reasons)
+
+
+def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot_to: str | None) -> Diagnosis:
+    loaded = load_job(config, []) if config else None
+    snap_data = read_snapshot(snapshot) if snapshot else None
+    snap = summarise(snap_data, snapshot) if snap_data is not None else None
+    if plot_to:
+        plot(snap_data, plot_to, f"memory over the trace: {snapshot}")
+    state = expandable_state(result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None)
+    v = verdict(result.failures, result.facts, state)
+    if snap is not None:
+        _merge_snapshot(v, snap)
+    return Diagnosis(v, result, snap, advise(v, loaded))
+
+
+def diagnose(inputs: list[str], snapshot: str | None = None, config: str | None = None,
+             plot_to: str | None = None) -> Diagnosis:
+    """Diagnose logs (files, directories or "-" for stdin), optionally with a snapshot (and a plot of
+    it) and the job config."""
+    result = scan(inputs) if inputs else ScanResult()
+    return _diagnose(result, snapshot, config, plot_to)
+
+
+def diagnose_text(text: str, snapshot: str | None = None, config: str | None = None) -> Diagnosis:
+    return _diagnose(scan_text(text), snapshot, config, None)

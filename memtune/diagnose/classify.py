@@ -1,0 +1,237 @@
+"""From findings to a verdict: per failure, per rank, overall, with the reasoning spelled out.
+
+The allocator-message rules are those of pytorch-allocator-notes.md §5 (R = requested, U = reserved
+but unallocated, F = free, A = allocated by PyTorch, T = total capacity). Every rule is about the
+numbers, never about where a message came from.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from memtune.diagnose.evidence import (
+    CAPACITY,
+    CIRCUMSTANTIAL,
+    CONFIGURATION,
+    EXPLICIT,
+    FRAGMENTATION,
+    HOST_OOM,
+    NOT_OOM,
+    OUTSIDE_PYTORCH,
+    Fact,
+    Failure,
+)
+from memtune.diagnose.messages import AllocatorNumbers
+from memtune.diagnose.sizes import GiB, MiB, gib
+
+# Below this, reserved-but-unallocated memory is allocator noise, not a cause (§5 rule 7).
+FRAGMENTATION_FLOOR_BYTES = 512 * MiB
+FRAGMENTATION_FLOOR_SHARE = 0.02
+# Device memory held outside this process's allocator beyond CUDA context + NCCL (≈1 GiB) matters
+# from here on.
+OUTSIDE_FLOOR_BYTES = 2 * GiB
+OUTSIDE_FLOOR_SHARE = 0.2
+PRIVATE_POOL_SHARE = 0.25
+# Fewer failing ranks than this share of the job points at imbalance, not global capacity.
+MINORITY_SHARE = 0.25
+HEADROOM_SHARE = 0.9
+
+# When ranks disagree equally, report the label whose fix must come first.
+_TIE_ORDER = (CONFIGURATION, NOT_OOM, HOST_OOM, OUTSIDE_PYTORCH, FRAGMENTATION, CAPACITY)
+
+
+@dataclass(frozen=True)
+class Reading:
+    failure: Failure
+    label: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    rank: int | None  # None: lines that carry no rank (launcher, Slurm, NCCL without prefixes)
+    label: str
+    reasons: tuple[str, ...]
+    root: Reading
+    others: tuple[Reading, ...]
+
+
+@dataclass(frozen=True)
+class ExpandableState:
+    on: bool | None
+    source: str  # where memtune learnt it
+
+
+@dataclass
+class Verdict:
+    label: str | None  # None: nothing in the input reports a failure
+    confidence: str  # high | medium | low | none
+    reasons: list[str] = field(default_factory=list)
+    ranks: list[RankVerdict] = field(default_factory=list)
+    failed_ranks: list[int] = field(default_factory=list)
+    known_ranks: int | None = None
+    expandable: ExpandableState = ExpandableState(None, "unknown")
+    numbers: AllocatorNumbers | None = None  # of the deciding allocator message, for the advice
+
+
+def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str, list[str]]:
+    """Label one allocator OOM message from its numbers."""
+    R, T, F, A, U = n.requested, n.total, n.free, n.allocated, n.unallocated
+    reasons = []
+    if n.backend == "cudaMallocAsync":
+        reasons.append("backend cudaMallocAsync: no fragmentation figure; the driver pool decides")
+        expandable_on = True  # native fragmentation rules do not apply
+    floor = max(FRAGMENTATION_FLOOR_BYTES, FRAGMENTATION_FLOOR_SHARE * (T or 0))
+    if U is not None and U >= floor and (R is None or U >= R):
+        if expandable_on:
+            reasons.append(f"reserved but unallocated {gib(U)} would suggest fragmentation, but expandable segments "
+                           "were on, which rules it out")
+        else:
+            request = f" > requested {gib(R)}" if R is not None else ""
+            return FRAGMENTATION, reasons + [
+                f"reserved but unallocated {gib(U)}{request}: the memory exists but not contiguously"]
+    elif U is not None and R is not None and F is not None and U >= floor and R <= U + F and not expandable_on:
+        return FRAGMENTATION, reasons + [
+            f"reserved but unallocated {gib(U)} + free {gib(F)} ≥ requested {gib(R)}: enough memory, split between "
+            "the cache and the device (fragmentation-assisted)"]
+    if n.private_pools and A and n.private_pools >= max(OUTSIDE_FLOOR_BYTES, PRIVATE_POOL_SHARE * A):
+        return OUTSIDE_PYTORCH, reasons + [
+            f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
+            "held for the graphs' lifetime"]
+    outside = n.outside_allocator
+    if outside is not None and T and outside >= max(OUTSIDE_FLOOR_BYTES, OUTSIDE_FLOOR_SHARE * T):
+        detail = _outside_detail(n, outside)
+        return OUTSIDE_PYTORCH, reasons + [
+            f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
+            f"held outside PyTorch's allocator{detail}"]
+    if R is not None and R <= 20 * MiB and (F or 0) < 64 * MiB and (U or 0) < floor:
+        return CAPACITY, reasons + [
+            f"a tiny request ({gib(R)}) failed with nothing free: the GPU is completely full and the failing "
+            "operation is incidental; look at what grew (optimizer step, evaluation, checkpoint load)"]
+    if n.allowed and T and n.allowed < 0.95 * T:
+        return CAPACITY, reasons + [f"the per-process limit is {gib(n.allowed)} of {gib(T)} "
+                                    "(set_per_process_memory_fraction): the limit, not the GPU, is full"]
+    parts = []
+    if A is not None and T:
+        parts.append(f"allocated by PyTorch {gib(A)} = {100 * A / T:.0f}% of {gib(T)}")
+    if U is not None and R is not None:
+        parts.append(f"unallocated {gib(U)} < requested {gib(R)}" if U < R else
+                     f"unallocated {gib(U)} is below the {gib(floor)} that counts as fragmentation")
+    if F is not None and R is not None:
+        parts.append(f"free {gib(F)}")
+    return CAPACITY, reasons + ["; ".join(parts) + ": the memory is really in use" if parts else
+                                "the message lacks the numbers to see fragmentation; capacity is the default reading"]
+
+
+def _outside_detail(n: AllocatorNumbers, outside: int) -> str:
+    if n.nvml_unreliable:
+        return " (NVML reports 0 bytes for this process: a container PID mismatch, so per-process figures are unusable)"
+    parts = []
+    others = sum(n.other_processes.values())
+    if others:
+        parts.append(f"other processes {gib(others)}")
+    if n.this_process and n.allocated is not None:
+        parts.append(f"this process's non-PyTorch memory {gib(max(0, n.this_process - n.allocated - (n.unallocated or 0)))}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def read_failure(f: Failure, expandable_on: bool | None) -> Reading:
+    if f.numbers is not None and f.label is None:
+        label, reasons = read_allocator(f.numbers, expandable_on)
+        return Reading(f, label, tuple(reasons))
+    reasons = [f.note] if f.note else []
+    if f.label == FRAGMENTATION and expandable_on:
+        return Reading(f, CAPACITY, tuple(reasons + ["but expandable segments were on, which rules fragmentation out"]))
+    return Reading(f, f.label or CAPACITY, tuple(reasons))
+
+
+def expandable_state(facts: list[Fact], from_config: bool | None, from_snapshot: bool | None) -> ExpandableState:
+    """What the allocator really ran with: the snapshot knows, a log line says, the config intends."""
+    if from_snapshot is not None:
+        return ExpandableState(from_snapshot, "snapshot allocator_settings")
+    said = [f for f in facts if f.kind in ("expandable_on", "expandable_off")]
+    if any(f.kind == "expandable_off" and "not supported" in str(f.value) for f in said):
+        return ExpandableState(False, "log: expandable_segments not supported on this platform")
+    if said:
+        return ExpandableState(said[-1].kind == "expandable_on", f"log {said[-1].where}")
+    if from_config is not None:
+        return ExpandableState(from_config, "config env")
+    return ExpandableState(None, "unknown")
+
+
+def _rank_verdict(rank: int | None, readings: list[Reading]) -> RankVerdict:
+    root = max(readings, key=lambda r: r.failure.strength)  # max keeps the earliest among equals
+    others = tuple(r for r in readings if r is not root)
+    reasons = list(root.reasons)
+    extra = Counter(r.label for r in others if r.label != root.label and r.failure.strength >= root.failure.strength - 1)
+    if extra:
+        reasons.append("also seen: " + ", ".join(f"{label} ×{n}" for label, n in extra.items()))
+    return RankVerdict(rank, root.label, tuple(reasons), root, others)
+
+
+def _known_ranks(scan_failures: list[Failure], facts: list[Fact]) -> int | None:
+    sizes = [int(f.value) for f in facts if f.kind == "world_size" and isinstance(f.value, int) and f.value > 0]
+    seen = {f.where.rank for f in scan_failures if f.where.rank is not None}
+    seen |= {f.where.rank for f in facts if f.where.rank is not None}
+    seen |= {f.value[0] for f in facts if f.kind == "rank_memory"}
+    return max(sizes + [len(seen)]) if (sizes or seen) else None
+
+
+def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableState) -> Verdict:
+    if not failures:
+        phases = [f for f in facts if f.kind == "phase"]
+        if not phases:
+            return Verdict(None, "none", ["no out-of-memory or related failure found in the input"], expandable=expandable)
+        failures = [Failure("phase_only", CAPACITY, CIRCUMSTANTIAL, phases[-1].where, phases[-1].text, None,
+                            f"the log stops inside {phases[-1].value} without an error line; capture pins static "
+                            "buffers and private pools, so capacity is the likely cause")]
+    by_rank: dict[int | None, list[Reading]] = {}
+    for f in failures:
+        by_rank.setdefault(f.where.rank, []).append(read_failure(f, expandable.on))
+    ranks = [_rank_verdict(rank, readings) for rank, readings in by_rank.items()]
+    ranks.sort(key=lambda v: (v.rank is None, v.rank if v.rank is not None else 0))
+
+    strongest = max(v.root.failure.strength for v in ranks)
+    deciding = [v for v in ranks if v.root.failure.strength == strongest]
+    counts = Counter(v.label for v in deciding)
+    label = max(counts, key=lambda lab: (counts[lab], -_TIE_ORDER.index(lab)))
+    lead = next(v for v in deciding if v.label == label)
+
+    result = Verdict(label, {EXPLICIT: "high", EXPLICIT - 1: "medium"}.get(strongest, "low"), expandable=expandable)
+    result.ranks = ranks
+    result.failed_ranks = sorted(v.rank for v in ranks if v.rank is not None)
+    result.known_ranks = _known_ranks(failures, facts)
+    result.numbers = lead.root.failure.numbers
+    result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
+    if len(counts) > 1:
+        result.reasons.append("ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common()))
+    _reason_about_rank_spread(result, facts, lead, strongest)
+    if label == HOST_OOM:
+        peaks = [f.value for f in facts if f.kind == "host_memory_percent"]
+        if peaks:
+            result.reasons.append(f"host memory reached {max(peaks):.1f}% before the kill")
+    if expandable.on is not None:
+        result.reasons.append(f"expandable segments {'on' if expandable.on else 'off'} ({expandable.source})")
+    return result
+
+
+def _reason_about_rank_spread(result: Verdict, facts: list[Fact], lead: RankVerdict, strength: int) -> None:
+    failed, known = result.failed_ranks, result.known_ranks
+    if not failed or not known or known < 4 or len(failed) > MINORITY_SHARE * known:
+        if failed and known and known > 1:
+            result.reasons.append(f"{len(failed)} of {known} ranks failed")
+        return
+    total = result.numbers.total if result.numbers else None
+    others = {f.value[0]: f.value[1] for f in facts if f.kind == "rank_memory" and f.value[0] not in failed}
+    headroom = bool(others and total and max(others.values()) <= HEADROOM_SHARE * total)
+    sentence = f"only {len(failed)} of {known} ranks failed"
+    if headroom:
+        sentence += f" and the others had headroom (max reserved {gib(max(others.values()))} of {gib(total)})"
+    if result.label == CAPACITY and strength < EXPLICIT:
+        result.label = FRAGMENTATION
+        result.reasons.append(sentence + ": with no numbers to the contrary, that is fragmentation or an "
+                                         "uneven load, not the job's capacity")
+    else:
+        result.reasons.append(sentence + ": the load is uneven (first/last pipeline stage, MoE routing), "
+                                         "so fix that rank rather than the whole job")

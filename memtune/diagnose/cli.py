@@ -1,0 +1,47 @@
+"""``memtune diagnose LOG... | DIR | - [--snapshot FILE] [--plot PNG] [--config CONFIG] [--json]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from memtune.errors import InputError
+
+EXIT_DIAGNOSED = 0
+EXIT_NOTHING_FOUND = 1
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "diagnose",
+        help="explain an out-of-memory failure from logs and a memory snapshot",
+        description="Read logs of a failed run (files, directories, '-' for stdin) and optionally a "
+        "torch.cuda.memory._dump_snapshot() pickle; classify the failure (fragmentation, capacity, "
+        "outside_pytorch, host_oom, configuration, not_oom) and list fixes, cheapest first. "
+        "Exit 0: diagnosed; 1: no failure found; 2: unreadable input.",
+    )
+    p.add_argument("logs", nargs="*", metavar="LOG", help="log files, directories of logs, or - for stdin")
+    p.add_argument("--snapshot", metavar="FILE.pickle", help="memory snapshot (read without executing anything)")
+    p.add_argument("--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)")
+    p.add_argument("--config", metavar="CONFIG", help="the job config: fixes respect it and quote its keys")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from memtune.diagnose import diagnose
+    from memtune.diagnose.report import render, to_json
+
+    if not args.logs and not args.snapshot:
+        raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
+    if args.plot and not args.snapshot:
+        raise InputError("--plot needs --snapshot FILE.pickle")
+    result = diagnose(args.logs, snapshot=args.snapshot, config=args.config, plot_to=args.plot)
+    if args.json:
+        json.dump(to_json(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        render(result, Console())
+    return EXIT_DIAGNOSED if result.verdict.label is not None else EXIT_NOTHING_FOUND

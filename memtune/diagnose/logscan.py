@@ -1,0 +1,252 @@
+"""Stream logs (files, directories, stdin) and hand the few interesting lines to the detectors.
+
+Built for multi-GB, many-rank logs: files are read in binary in large chunks, and only lines that
+contain one of the trigger substrings (``bytes.find``, memory speed) are decoded and parsed. The
+chunk keeps a look-ahead tail so a wrapped message or a multi-line report that crosses a chunk
+boundary is still seen whole. Memory stays bounded by the chunk size and the per-kind caps.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from memtune.diagnose import detectors
+from memtune.diagnose.evidence import Fact, Failure, Where
+from memtune.errors import InputError
+
+CHUNK_BYTES = 16 << 20
+LOOKAHEAD_BYTES = 64 << 10
+LOOKAHEAD_LINES = 48
+MAX_LINE_BYTES = 64 << 10  # longer lines are cut: nothing we parse is that long
+KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
+
+# Files in a log directory that are not logs.
+_NOT_LOGS = {".pickle", ".pkl", ".pt", ".pth", ".bin", ".safetensors", ".npy", ".npz", ".distcp", ".png", ".jpg", ".so"}
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+_PREFIX = re.compile(r"^\s*(?:\[rank(\d+)\]:|\[default(\d+)\]:|\[1,(\d+)\]<std(?:out|err)>:|(\d{1,5}):(?=\s))\s?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass
+class SourceReport:
+    name: str
+    bytes_read: int = 0
+    lines: int = 0
+    note: str = ""  # why the source was skipped, or that it was empty
+
+
+@dataclass
+class ScanResult:
+    failures: list[Failure] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    sources: list[SourceReport] = field(default_factory=list)
+    suppressed: Counter = field(default_factory=Counter)  # (kind) -> findings beyond the cap
+
+    @property
+    def readable(self) -> list[SourceReport]:
+        return [s for s in self.sources if not s.note.startswith("skipped")]
+
+
+def _split_prefix(text: str) -> tuple[int | None, str]:
+    m = _PREFIX.match(text)
+    if not m:
+        return None, text
+    rank = next(g for g in m.groups() if g is not None)
+    return int(rank), text[m.end():]
+
+
+def _decode(raw: bytes) -> str:
+    text = raw[:MAX_LINE_BYTES].decode("utf-8", "replace").replace("\x00", "").rstrip("\r\n")
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+class _Stream:
+    """Scans one byte stream; collects findings into a ScanResult."""
+
+    def __init__(self, name: str, result: ScanResult):
+        self.name = name
+        self.result = result
+        self.file_rank = int(m.group(1)) if (m := _RANK_IN_NAME.search(Path(name).name)) else None
+        self.kept: Counter = Counter()
+        self.skip: set[int] = set()  # line numbers already read as part of an earlier message
+
+    def run(self, fh: BinaryIO, report: SourceReport) -> None:
+        carry = b""
+        line_base = 1  # line number of the first line in `buf`
+        eof = False
+        while not eof:
+            data = fh.read(CHUNK_BYTES)
+            eof = not data
+            buf = carry + data
+            report.bytes_read += len(data)
+            if not buf:
+                break
+            if eof:
+                limit = len(buf)
+            else:
+                cut = buf.rfind(b"\n", 0, max(0, len(buf) - LOOKAHEAD_BYTES))
+                if cut < 0:
+                    if len(buf) < CHUNK_BYTES + LOOKAHEAD_BYTES:
+                        carry = buf
+                        continue
+                    cut = len(buf) - LOOKAHEAD_BYTES - 1  # one enormous line: cut it
+                limit = cut + 1
+            self._scan_region(buf, limit, line_base)
+            line_base += buf.count(b"\n", 0, limit)
+            carry = buf[limit:]
+        report.lines = line_base - 1 + (1 if carry and not carry.endswith(b"\n") else 0)
+
+    def _scan_region(self, buf: bytes, limit: int, line_base: int) -> None:
+        starts = set()
+        for trigger in detectors.TRIGGERS:
+            pos = buf.find(trigger, 0, limit)
+            while pos >= 0:
+                start = buf.rfind(b"\n", 0, pos) + 1
+                starts.add(start)
+                end = buf.find(b"\n", pos, limit)
+                if end < 0:
+                    break
+                pos = buf.find(trigger, end, limit)
+        counted_to, lineno = 0, line_base
+        for start in sorted(starts):
+            lineno += buf.count(b"\n", counted_to, start)
+            counted_to = start
+            if lineno in self.skip:
+                self.skip.discard(lineno)
+                continue
+            self._examine(buf, start, lineno)
+        self.skip = {n for n in self.skip if n > lineno}
+
+    def _examine(self, buf: bytes, start: int, lineno: int) -> None:
+        end = buf.find(b"\n", start)
+        end = len(buf) if end < 0 else end
+        prefix_rank, text = _split_prefix(_decode(buf[start:end]))
+        text = text.strip()
+        if not text:
+            return
+        numbers: list[int] = []
+
+        def following() -> list[str]:
+            texts, found = self._following(buf, end + 1, lineno, prefix_rank)
+            numbers.extend(found)
+            return texts
+
+        rank = prefix_rank if prefix_rank is not None else self.file_rank
+        line = detectors.Line(text, Where(self.name, lineno, rank), following)
+        for item in detectors.detect(line):
+            self._keep(item)
+            if isinstance(item, Failure) and item.consumed:
+                self.skip.update(numbers[: item.consumed])
+
+    def _following(self, buf: bytes, pos: int, lineno: int, rank: int | None) -> tuple[list[str], list[int]]:
+        """The next lines of the same stream: same rank prefix, or no prefix (a wrapped continuation)."""
+        texts, numbers = [], []
+        stop = min(len(buf), pos + LOOKAHEAD_BYTES)
+        n = lineno
+        while pos < stop and len(texts) < LOOKAHEAD_LINES:
+            end = buf.find(b"\n", pos, stop)
+            end = stop if end < 0 else end
+            n += 1
+            other_rank, text = _split_prefix(_decode(buf[pos:end]))
+            if other_rank is None or other_rank == rank:
+                texts.append(text)
+                numbers.append(n)
+            pos = end + 1
+        return texts, numbers
+
+    def _keep(self, item: Failure | Fact) -> None:
+        key = (item.where.rank, item.kind)
+        self.kept[key] += 1
+        if self.kept[key] > KEEP_PER_KIND:
+            self.result.suppressed[item.kind] += 1
+            return
+        (self.result.failures if isinstance(item, Failure) else self.result.facts).append(item)
+
+
+def _looks_binary(head: bytes) -> bool:
+    return head.count(b"\x00") > max(1, len(head) // 1000)
+
+
+def _expand(inputs: Iterable[str]) -> Iterator[str]:
+    for item in inputs:
+        path = Path(item)
+        if item != "-" and path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() not in _NOT_LOGS)
+            if not files:
+                raise InputError(f"{item}: directory holds no log files")
+            yield from (str(p) for p in files)
+        else:
+            yield item
+
+
+def _open(name: str) -> BinaryIO:
+    if name == "-":
+        return sys.stdin.buffer
+    if name.endswith(".gz"):
+        return gzip.open(name, "rb")
+    return open(name, "rb", buffering=0)
+
+
+class _Peeked:
+    """A binary stream whose first bytes were already read to sniff for binary content."""
+
+    def __init__(self, head: bytes, rest: BinaryIO):
+        self.head, self.rest = head, rest
+
+    def read(self, n: int) -> bytes:
+        if self.head:
+            head, self.head = self.head, b""
+            return head
+        return self.rest.read(n)
+
+
+def scan(inputs: Iterable[str]) -> ScanResult:
+    """Scan every input; raise InputError only when a named input cannot be read at all."""
+    result = ScanResult()
+    problems = []
+    for name in _expand(inputs):
+        report = SourceReport("<stdin>" if name == "-" else name)
+        result.sources.append(report)
+        try:
+            fh = _open(name)
+        except OSError as exc:
+            problems.append(f"{name}: cannot open ({exc.strerror or exc.__class__.__name__})")
+            report.note = "skipped: cannot open"
+            continue
+        try:
+            head = fh.read(1 << 16)
+            if _looks_binary(head):
+                report.note = "skipped: binary data, not a text log"
+                continue
+            _Stream(report.name, result).run(_Peeked(head, fh), report)
+            if report.bytes_read == 0:
+                report.note = "empty"
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            report.note = f"skipped: read error ({exc.__class__.__name__}: {exc})"
+            problems.append(f"{name}: {report.note[9:]}")
+        finally:
+            if fh is not sys.stdin.buffer:
+                fh.close()
+    if problems and not result.readable:
+        raise InputError(problems)
+    if not result.readable:
+        raise InputError([f"{s.name}: {s.note}" for s in result.sources] or ["no input"])
+    return result
+
+
+def scan_text(text: str, name: str = "<text>") -> ScanResult:
+    """Scan an in-memory log (tests, the corpus check)."""
+    import io
+
+    result = ScanResult()
+    report = SourceReport(name)
+    result.sources.append(report)
+    _Stream(name, result).run(io.BytesIO(text.encode("utf-8")), report)
+    return result

@@ -1,0 +1,171 @@
+"""Rendering a Diagnosis: a rich terminal report and a JSON document (same content)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from memtune.diagnose import Diagnosis
+from memtune.diagnose.messages import AllocatorNumbers
+from memtune.diagnose.sizes import gib
+
+MAX_RANK_ROWS = 16
+_STYLE = {"fragmentation": "yellow", "capacity": "red", "outside_pytorch": "magenta", "host_oom": "cyan",
+          "configuration": "blue", "not_oom": "green"}
+
+
+def _numbers_line(n: AllocatorNumbers | None) -> str:
+    if n is None:
+        return ""
+    parts = [(label, value) for label, value in (
+        ("req", n.requested), ("free", n.free), ("alloc", n.allocated), ("unalloc", n.unallocated),
+        ("pools", n.private_pools), ("total", n.total)) if value is not None]
+    return "  ".join(f"{label} {gib(value)}" for label, value in parts)
+
+
+def to_json(d: Diagnosis) -> dict:
+    v = d.verdict
+    return {
+        "label": v.label,
+        "confidence": v.confidence,
+        "reasons": v.reasons,
+        "failed_ranks": v.failed_ranks,
+        "known_ranks": v.known_ranks,
+        "expandable_segments": {"on": v.expandable.on, "source": v.expandable.source},
+        "ranks": [
+            {
+                "rank": r.rank,
+                "label": r.label,
+                "reasons": list(r.reasons),
+                "evidence": {"source": r.root.failure.where.source, "line": r.root.failure.where.line,
+                             "kind": r.root.failure.kind, "text": r.root.failure.text},
+                "numbers": _numbers_json(r.root.failure.numbers),
+                "other_findings": len(r.others),
+            }
+            for r in v.ranks
+        ],
+        "snapshot": _snapshot_json(d),
+        "fixes": [
+            {"title": f.title, "changes": list(f.changes), "why": f.why, "cost": f.cost,
+             "saves_bytes": f.saves_bytes, "saves_note": f.saves_note, "fallback": f.fallback}
+            for f in d.fixes
+        ],
+        "sources": [{"name": s.name, "bytes": s.bytes_read, "lines": s.lines, "note": s.note} for s in d.scan.sources],
+        "suppressed_findings": dict(d.scan.suppressed),
+        "units": "bytes",
+    }
+
+
+def _numbers_json(n: AllocatorNumbers | None) -> dict | None:
+    if n is None:
+        return None
+    return {"requested": n.requested, "device": n.device, "total": n.total, "free": n.free, "allocated": n.allocated,
+            "unallocated": n.unallocated, "private_pools": n.private_pools, "allowed": n.allowed,
+            "this_process": n.this_process, "other_processes": {str(k): v for k, v in n.other_processes.items()},
+            "outside_allocator": n.outside_allocator, "backend": n.backend, "format": n.format}
+
+
+def _snapshot_json(d: Diagnosis) -> dict | None:
+    s = d.snapshot
+    if s is None:
+        return None
+    return {
+        "source": s.source, "label": s.label, "reasons": s.reasons, "reserved": s.reserved, "allocated": s.allocated,
+        "inactive": s.inactive, "fragmented": s.fragmented, "fragmentation_ratio": round(s.fragmentation_ratio, 4),
+        "largest_free_block": s.largest_free_block, "segments": s.segments,
+        "segment_sizes": [{"size": size, "count": n} for size, n in s.segment_sizes],
+        "private_pool_reserved": s.private_pool_reserved, "expandable_segments": s.expandable_segments,
+        "allocator_settings": s.allocator_settings,
+        "failed_request": None if s.failed_request is None else {
+            "device": s.failed_request.device, "size": s.failed_request.size, "device_free": s.failed_request.device_free},
+        "top_sites": [{"frame": t.frame, "bytes": t.bytes, "blocks": t.blocks} for t in s.top_sites],
+    }
+
+
+def render(d: Diagnosis, console: Console) -> None:
+    v = d.verdict
+    if v.label is None:
+        headline = Text("no failure found", style="bold")
+    else:
+        headline = Text.assemble(("diagnosis: ", "bold"), (v.label, f"bold {_STYLE.get(v.label, '')}"),
+                                 (f"  ({v.confidence} confidence)", "dim"))
+    why = Text("\n".join(f"• {reason}" for reason in v.reasons))
+    console.print(Panel(Group(headline, why), title="memtune diagnose", expand=False))
+    if v.ranks:
+        console.print(_ranks_table(d))
+    if d.snapshot:
+        console.print(_snapshot_table(d))
+    if d.fixes:
+        console.print(_fixes_list(d))
+    skipped = [s for s in d.scan.sources if s.note]
+    total = sum(s.bytes_read for s in d.scan.sources)
+    lines = sum(s.lines for s in d.scan.sources)
+    footer = f"read {len(d.scan.sources)} input(s), {total / (1 << 20):.1f} MiB, {lines} lines; GiB = 2^30 bytes"
+    console.print(Text(footer, style="dim"))
+    for s in skipped:
+        console.print(Text(f"{s.name}: {s.note}", style="dim"))
+    if d.scan.suppressed:
+        console.print(Text("repeated findings not listed: " + ", ".join(f"{k} ×{n}" for k, n in d.scan.suppressed.items()),
+                           style="dim"))
+
+
+def _ranks_table(d: Diagnosis) -> Table:
+    table = Table(title="per rank", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("rank", "verdict", "evidence", "numbers"):
+        table.add_column(col, overflow="fold")
+    rows = d.verdict.ranks
+    for r in rows[:MAX_RANK_ROWS]:
+        f = r.root.failure
+        table.add_row("—" if r.rank is None else str(r.rank), Text(r.label, style=_STYLE.get(r.label, "")),
+                      f"{f.where.source}:{f.where.line} {f.kind}", _numbers_line(f.numbers) or f.text[:90])
+    if len(rows) > MAX_RANK_ROWS:
+        table.add_row("…", f"{len(rows) - MAX_RANK_ROWS} more", "", "")
+    return table
+
+
+def _snapshot_table(d: Diagnosis) -> Group:
+    s = d.snapshot
+    table = Table(title=f"snapshot {s.source}", title_justify="left", show_header=False, show_edge=False)
+    table.add_column(style="dim")
+    table.add_column()
+    req = s.failed_request
+    rows = [
+        ("reserved / allocated", f"{gib(s.reserved)} / {gib(s.allocated)}"),
+        ("free inside segments", f"{gib(s.inactive)} (stranded next to live blocks: {gib(s.fragmented)}, "
+                                 f"ratio {s.fragmentation_ratio:.1%} of reserved)"),
+        ("largest free block", gib(s.largest_free_block) + (f" vs failed request {gib(req.size)}" if req else "")),
+        ("segments", f"{s.segments}: " + ", ".join(f"{n}×{gib(size)}" for size, n in s.segment_sizes)),
+        ("private pools", gib(s.private_pool_reserved)),
+        ("allocator settings", ", ".join(f"{k}={v}" for k, v in s.allocator_settings.items()) or "not recorded"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    sites = Table(title="top allocation sites (live bytes)", title_justify="left", show_edge=False)
+    sites.add_column("bytes", justify="right")
+    sites.add_column("blocks", justify="right")
+    sites.add_column("site", overflow="fold")
+    for site in s.top_sites:
+        sites.add_row(gib(site.bytes), str(site.blocks), site.frame)
+    return Group(table, sites) if s.top_sites else Group(table)
+
+
+def _fixes_list(d: Diagnosis) -> Group:
+    parts = [Text("what to change, cheapest first", style="bold")]
+    shown_fallback = False
+    for i, fix in enumerate(d.fixes, 1):
+        if fix.fallback and not shown_fallback:
+            parts.append(Text("  if that is not enough:", style="dim"))
+            shown_fallback = True
+        head = Text.assemble((f"{i:>2}. ", "bold"), (fix.title, "bold"), (f"  cost: {fix.cost}", "dim"))
+        if fix.saves_bytes is not None:
+            verb = "recovers up to" if fix.saves_note.startswith("recovers") else "saves"
+            head.append(f"  {verb} {gib(fix.saves_bytes)}", style="green")
+        elif fix.saves_note:
+            head.append(f"  ({fix.saves_note})", style="dim")
+        parts.append(head)
+        for change in fix.changes:
+            parts.append(Text(f"      {change}", style="cyan"))
+        parts.append(Text(f"      {fix.why}", style="dim"))
+    return Group(*parts)

@@ -1,0 +1,90 @@
+"""``memtune check`` as a command: exit status, JSON, --strict, --explain, --list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from memtune.check.cli import register
+from memtune.check.registry import catalogue
+from memtune.errors import InputError
+
+
+def check(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="memtune")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["check", *argv])
+    return args.handler(args)
+
+
+def test_clean_config_exits_zero(base_yaml, capsys):
+    assert check(str(base_yaml)) == 0
+    assert "no problems found" in capsys.readouterr().out
+
+
+def test_errors_exit_one_and_are_grouped_by_family(base_yaml, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # keep each line whole
+    status = check(str(base_yaml), "model.cpu_offloading=true", "model.cpu_offloading_num_layers=4",
+                   "model.tensor_model_parallel_size=1")
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.index("Sequence and context parallelism (SEQ)") < out.index("SEQ001") < out.index("CPU offloading (OFF)")
+    assert "Currently there is no support for Pipeline parallelism with CPU offloading" in out
+    assert "2 errors, 0 warnings, 0 infos" in out
+
+
+def test_warnings_fail_only_with_strict(base_yaml):
+    assert check(str(base_yaml), "model.recompute_method=uniform") == 0
+    assert check(str(base_yaml), "model.recompute_method=uniform", "--strict") == 1
+
+
+def test_infos_never_fail(base_yaml):
+    assert check(str(base_yaml), "model.sequence_parallel=false", "--strict") == 0
+
+
+def test_json_output(base_yaml, capsys):
+    status = check(str(base_yaml), "train.global_batch_size=62", "--json")
+    data = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert data["summary"] == {"error": 1, "warning": 0, "info": 0}
+    assert data["findings"] == [{
+        "code": "BAT001",
+        "severity": "error",
+        "message": "train.global_batch_size=62 is not divisible by train.micro_batch_size=1 × DP=4",
+        "fix": "set train.global_batch_size to a multiple of 4, e.g. 60 or 64",
+        "upstream": "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)",
+    }]
+
+
+def test_explain_prints_the_rule_page(capsys):
+    assert check("--explain", "pip008") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PIP008 (middle-rank-not-divisible-by-vpp) error")
+    for heading in ("What it does", "Why it matters", "Example", "Fix"):
+        assert heading in out
+
+
+def test_explain_unknown_code_suggests_a_close_one():
+    with pytest.raises(InputError, match=r"--explain: no rule 'OFF01'; did you mean OFF001\?"):
+        check("--explain", "OFF01")
+
+
+def test_list_shows_every_rule(capsys):
+    assert check("--list", "--json") == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["code"] for r in listed] == [r.code for r in catalogue()]
+    assert check("--list") == 0
+    out = capsys.readouterr().out
+    assert all(r.code in out for r in catalogue())
+
+
+def test_missing_config_is_bad_input():
+    with pytest.raises(InputError, match="a config file is required"):
+        check()
+
+
+def test_bad_override_is_bad_input(base_yaml):
+    with pytest.raises(InputError, match="model.tensor_model_parallel_size: must be a positive integer, got 0"):
+        check(str(base_yaml), "model.tensor_model_parallel_size=0")

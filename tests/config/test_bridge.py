@@ -1,0 +1,100 @@
+from pathlib import Path
+
+import pytest
+
+from memtune.config import load_job
+from memtune.config.loaders import read_raw
+from memtune.errors import InputError
+
+DUMP = Path(__file__).parents[2] / "examples" / "bridge-llama3-70b-lora.yaml"
+
+
+def test_bridge_dump_maps_the_keys_memtune_uses():
+    loaded = load_job(DUMP, ["cluster.num_gpus=32"])
+    m, job = loaded.job.model, loaded.job
+    assert loaded.format == "bridge"
+    assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.virtual_pipeline_model_parallel_size) == (4, 4, 5)
+    assert m.sequence_parallel and m.context_parallel_size == 1
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_query_groups, m.vocab_size) == (80, 8192, 28672, 8, 128256)
+    assert m.activation_func == "silu" and m.gated_linear_unit  # {_target_: torch.nn.functional.silu}
+    assert m.pipeline_dtype == "bf16"  # {_target_: torch.bfloat16}
+    assert m.attention_backend == "auto"  # enum dumped with _name_
+    assert m.bf16 and m.seq_length == 4096
+    assert job.train.micro_batch_size == 1 and job.train.global_batch_size == 32
+    assert job.optimizer.use_distributed_optimizer and job.ddp.use_distributed_optimizer
+    assert job.optimizer.exp_avg_dtype == "fp32"
+    assert job.ddp.grad_reduce_in_fp32 is False and job.ddp.overlap_grad_reduce
+    assert job.env.use_nccl_ub is False
+    lora = job.peft
+    assert (lora.dim, lora.alpha, lora.dropout, lora.sequence_parallel_input_regather) == (16, 32, 0.1, False)
+    assert lora.target_modules == ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    assert job.cluster.num_gpus == 32
+
+
+def test_bridge_dump_reports_what_it_ignores_once():
+    ignored = read_raw(DUMP).ignored
+    assert len(ignored) == len(set(ignored))
+    for key in ("model.rotary_base", "model.should_pad_vocab", "optimizer.lr", "peft.lora_A_init_method",
+                "comm_overlap.tp_comm_overlap", "logger", "dataset", "checkpoint", "tokenizer", "scheduler"):
+        assert key in ignored
+    # Bookkeeping keys, nulls and the keys memtune reads are not "ignored".
+    assert not [k for k in ignored if "_target_" in k or k in ("ft", "profiling", "model.num_layers", "ddp.nccl_ub")]
+
+
+def test_mixed_precision_recipe_name_overrides_the_sections(write):
+    path = write("dump.yaml", "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+                 "  bf16: false\nddp:\n  grad_reduce_in_fp32: false\nmixed_precision: bf16_mixed\n")
+    job = load_job(path).job
+    assert job.model.bf16 and job.model.pipeline_dtype == "bf16"
+    assert job.ddp.grad_reduce_in_fp32  # bf16_mixed reduces gradients in fp32
+
+    path.write_text(path.read_text().replace("bf16_mixed", "bf16-with-fp8-current-scaling-mixed"))
+    m = load_job(path).job.model
+    assert (m.fp8, m.fp8_recipe, m.fp8_param_gather) == ("hybrid", "tensorwise", True)
+
+
+def test_dtypes_functions_fallbacks_and_appended_memtune_sections(write):
+    path = write("dump.yaml", """
+_target_: megatron.bridge.training.config.ConfigContainer
+model:
+  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider
+  num_layers: 2
+  hidden_size: 8
+  num_attention_heads: 2
+  vocab_size: null
+  activation_func: {_target_: megatron.core.activations.squared_relu, _call_: false}
+  distribute_saved_activations: null
+  q_lora_rank: null
+optimizer:
+  use_precision_aware_optimizer: true
+  exp_avg_dtype: {_target_: torch.bfloat16, _call_: false}
+  exp_avg_sq_dtype: {_target_: torch.uint8, _call_: false}
+dataset:
+  seq_length: 2048
+tokenizer:
+  vocab_size: 32000
+comm_overlap:
+  overlap_grad_reduce: true
+  tp_comm_overlap: false
+cluster:
+  num_gpus: 8
+""")
+    job = load_job(path).job
+    assert job.model.activation_func == "squared_relu"
+    assert job.model.seq_length == 2048 and job.model.vocab_size == 32000
+    assert job.model.q_lora_rank is None  # a null the schema accepts is kept, not defaulted
+    assert job.model.distribute_saved_activations is False
+    assert (job.optimizer.exp_avg_dtype, job.optimizer.exp_avg_sq_dtype) == ("bf16", "fp8")
+    assert job.ddp.overlap_grad_reduce
+    assert job.cluster.num_gpus == 8
+
+
+def test_unknown_function_target_reaches_the_schema_by_name(write):
+    path = write("dump.yaml", "model:\n  _target_: x\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n"
+                 "  vocab_size: 64\n  activation_func: {_target_: torch.nn.functional.mish, _call_: false}\n")
+    with pytest.raises(InputError) as exc:
+        load_job(path)
+    assert exc.value.problems == [
+        "model.activation_func: must be one of 'gelu', 'silu', 'squared_relu', 'quick_gelu' or 'relu', "
+        "got 'torch.nn.functional.mish'"
+    ]
