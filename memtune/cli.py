@@ -16,14 +16,21 @@ EXIT_BAD_INPUT = 2
 
 
 def _registrars():
+    from memtune.bench import cli as bench_cli
     from memtune.catalog import cli as catalog_cli
     from memtune.check import cli as check_cli
-    from memtune.bench import cli as bench_cli
-    from memtune.estimate import cli as estimate_cli
     from memtune.diagnose import cli as diagnose_cli
+    from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
 
-    return [estimate_cli.register, check_cli.register, bench_cli.register, catalog_cli.register, diagnose_cli.register, measure_cli.register]
+    return [
+        estimate_cli.register,
+        check_cli.register,
+        measure_cli.register,
+        diagnose_cli.register,
+        bench_cli.register,
+        catalog_cli.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

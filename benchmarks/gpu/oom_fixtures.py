@@ -30,18 +30,24 @@ def fragmentation(record: str | None = None) -> None:
     if record:
         torch.cuda.memory._record_memory_history(max_entries=20000)
     free, _ = torch.cuda.mem_get_info()
-    # Each round caches a fresh 2 GiB segment and then carves a 1 GiB tensor out of it, so
-    # half of every segment is free but cannot be returned to the driver while the tensor
-    # lives. A 2 GiB request then fails although half the card is "reserved but unallocated".
-    # With expandable segments the same pattern just runs into capacity.
-    kept = []
+    # Carve one large cached segment into 1 GiB tensors, fill the rest of the card, then free
+    # every other tensor: half the segment is free but in 1 GiB holes, so a 2 GiB request
+    # fails although tens of GiB are "reserved but unallocated". With expandable segments the
+    # allocator remaps the holes and the same program only runs into capacity later.
+    count = int(free // GiB) - 4
+    segment = torch.empty(count * GiB, dtype=torch.uint8, device="cuda")
+    del segment
+    blocks = [torch.empty(GiB, dtype=torch.uint8, device="cuda") for _ in range(count)]
+    filler = []
     try:
-        for _ in range(int(free // (2 * GiB)) - 1):
-            spare = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
-            del spare
-            kept.append(torch.empty(GiB, dtype=torch.uint8, device="cuda"))
         while True:
-            kept.append(torch.empty(2 * GiB, dtype=torch.uint8, device="cuda"))
+            filler.append(torch.empty(GiB // 4, dtype=torch.uint8, device="cuda"))
+    except torch.OutOfMemoryError:
+        pass
+    del blocks[::2]
+    try:
+        while True:
+            filler.append(torch.empty(2 * GiB, dtype=torch.uint8, device="cuda"))
     finally:
         if record:
             torch.cuda.memory._dump_snapshot(record)

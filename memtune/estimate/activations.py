@@ -103,8 +103,9 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
     # The QKV projection keeps its input: the local shard under SP (it re-gathers in backward).
     s.add("linear_qkv.input", _linear_input_bytes(fl) * x.residual_tokens * x.hidden)
     if m.qk_layernorm:
+        # The query is reshaped (copied) out of the QKV output before its norm; the key norm
+        # reads a view of that output, which v keeps alive anyway.
         s.add("q_layernorm.input", BF16 * T * heads * kv)
-        s.add("k_layernorm.input", BF16 * T * groups * kv)
     q = BF16 * T * heads * kv
     if fl.flash_attention:
         if recompute_core:
@@ -113,13 +114,20 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             s.add("core_attention.checkpoint.k", BF16 * T * groups * kv)
             s.add("core_attention.checkpoint.qkv", BF16 * T * qkv_width)
         else:
+            # q and k are fresh tensors after RoPE; v is still a view of the QKV projection's
+            # output, so where the kernel keeps v as given (PyTorch's SDPA) all of that output
+            # stays alive. TE's fused attention makes its inputs contiguous and keeps a compact v.
             s.add("core_attention.q", q)
             s.add("core_attention.k", BF16 * T * groups * kv)
-            s.add("core_attention.v", BF16 * T * groups * kv)
+            if fl.transformer_engine:
+                s.add("core_attention.v", BF16 * T * groups * kv)
+            else:
+                s.add("core_attention.qkv", BF16 * T * qkv_width)
             s.add("core_attention.softmax_lse", FP32 * T * heads)
-            if not fl.transformer_engine:
-                # The SDPA output is permuted into a fresh [s, b, h] tensor for linear_proj; TE
-                # hands linear_proj a view of the attention output itself.
+            if not fl.transformer_engine and x.mbs > 1:
+                # Flash kernels write their output as [b, s, heads, dim]. With one sequence per
+                # microbatch that already is linear_proj's [s, b, heads * dim] input and it keeps
+                # a view; with more, the reshape copies. TE always hands over a view.
                 s.add("core_attention.output", BF16 * T * heads * kv)
     else:
         scores = x.mbs * heads * x.seq * x.seq
@@ -127,8 +135,11 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             s.add("core_attention.checkpoint.q", q)
             s.add("core_attention.checkpoint.k", BF16 * T * groups * kv)
             s.add("core_attention.checkpoint.qkv", BF16 * T * qkv_width)
+            # The replay rebuilds the scores with grad (what the unfused path keeps) and then
+            # runs their backward, so the working set is the kept set plus its backward buffers.
+            kept = (FP32 + BOOL + BF16) if m.attention_dropout > 0 else (FP32 + BF16)
             s.fwd_transient = (BF16 + FP32 + FP32 + BF16) * scores
-            s.bwd_transient = (BF16 + FP32 + FP32 + BF16 + FP32) * scores
+            s.bwd_transient = (kept + _unfused_working_set(m.attention_dropout)) * scores
         else:
             expanded = heads / groups > 1
             # Megatron's DotProductAttention repeats K and V up to the query heads for GQA; for
@@ -144,12 +155,21 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             else:
                 s.add("core_attention.probs_bf16", BF16 * scores)
             s.add("core_attention.causal_mask", BOOL * x.seq * x.seq)
-            # Forward: the bf16 scores and their fp32 copy live until the module returns.
-            s.fwd_transient = (BF16 + FP32) * scores
-            # Backward: the bf16 and fp32 gradients of the probabilities and the softmax gradient.
-            s.bwd_transient = (BF16 + FP32 + FP32) * scores
+            s.fwd_transient = s.bwd_transient = _unfused_working_set(m.attention_dropout) * scores
     s.add("linear_proj.input", _linear_input_bytes(fl) * T * heads * kv)
     return s
+
+
+def _unfused_working_set(dropout: float) -> int:
+    """Bytes per score element the unfused attention needs beyond what it keeps.
+
+    Forward: the bf16 scores and their fp32 copy live until the module returns, beside the
+    fp32 softmax and bf16 probabilities (of which dropout later replaces the latter by its
+    output and mask). Backward peaks in the softmax backward: fp32 gradients in and out beside
+    the kept fp32 softmax, after the bf16 probabilities were released. Both come to 6 bytes
+    without dropout and 5 with it.
+    """
+    return 5 if dropout > 0 else 6
 
 
 def _linear_input_bytes(fl: Flavour) -> int:
@@ -186,13 +206,12 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
         s.add("core_attention.qkv", core)
         s.add("core_attention.softmax_fp32", FP32 * scores)
         s.add("core_attention.probs_bf16", BF16 * scores)
-        s.fwd_transient = (BF16 + FP32) * scores
-        s.bwd_transient = (BF16 + FP32 + FP32) * scores
+        s.fwd_transient = s.bwd_transient = _unfused_working_set(m.attention_dropout) * scores
     s.add("linear_proj.input", BF16 * T * heads * m.v_head_dim)
     return s
 
 
-def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: int, name: str) -> Saved:
+def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: int, name: str, gathers_sp: bool) -> Saved:
     """A dense MLP applied to ``tokens`` rows whose width is split ``width_split`` ways.
 
     The input is counted by the caller (it is the norm's output, shared with other readers).
@@ -212,30 +231,47 @@ def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: 
     elif not gated and d.model.activation_func == "squared_relu":
         s.add(f"{name}relu_output", BF16 * tokens * f)
     s.add(f"{name}linear_fc2.input", _linear_input_bytes(fl) * tokens * f)
-    s.fwd_transient = fc1_out
-    s.bwd_transient = fc1_out + 2 * BF16 * tokens * f
+    # Backward peaks in fc2's backward, before it frees anything: the gradient of fc2's input,
+    # fc2's weight gradient and, under SP, the output gradient gathered to the full sequence.
+    gathered = BF16 * x.tokens * x.hidden if gathers_sp else 0.0
+    s.bwd_transient = BF16 * tokens * f + BF16 * x.hidden * f + gathered
     return s
+
+
+def replayed(module: Saved, kept: Saved) -> Saved:
+    """A checkpointed module: it keeps only ``kept`` (its input); backward replays it, so for a
+    moment its whole kept set and its backward working set exist again."""
+    kept.fwd_transient = max(module.fwd_transient, 0.0)
+    kept.bwd_transient = module.total - kept.total + module.bwd_transient
+    return kept
 
 
 def dense_mlp(d: Derived, x: Dims, fl: Flavour) -> Saved:
     s = Saved()
     s.add("linear_fc1.input", _linear_input_bytes(fl) * x.residual_tokens * x.hidden)
+    full = Saved()
+    full.merge(s)
+    full.merge(mlp(d, x, fl, d.ffn_hidden_size, x.tokens, x.tp, "", gathers_sp=x.sp))
     if "mlp" in d.recompute_modules:
-        return s  # the checkpoint keeps only its input, which is fc1's input
-    s.merge(mlp(d, x, fl, d.ffn_hidden_size, x.tokens, x.tp, ""))
-    return s
+        return replayed(full, s)
+    return full
 
 
 def moe(d: Derived, x: Dims, fl: Flavour, imbalance: float) -> Saved:
     """Router, all-to-all dispatch, routed experts (SequentialMLP) and shared experts."""
+    kept = Saved()
+    kept.add("router.input", BF16 * x.residual_tokens * x.hidden)
+    full = Saved()
+    full.merge(kept)
+    _add_moe_body(d, x, fl, imbalance, full)
+    return replayed(full, kept) if "moe" in d.recompute_modules else full
+
+
+def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) -> None:
     m = d.model
-    s = Saved()
-    local = x.residual_tokens  # tokens entering the layer on this rank
+    local = x.residual_tokens
     experts = m.num_moe_experts
     k = m.moe_router_topk
-    s.add("router.input", BF16 * local * x.hidden)
-    if "moe" in d.recompute_modules:
-        return s
     # Router: gating logits, fp32 scores, the dense probability map and the routing map.
     s.add("router.scores", local * experts * (BF16 + FP32 + FP32 + BOOL))
     # Tokens reach this rank's experts from every EP peer and, with ETP > 1, every expert-TP peer.
@@ -243,16 +279,18 @@ def moe(d: Derived, x: Dims, fl: Flavour, imbalance: float) -> Saved:
     s.add("dispatcher.indices", INT64 * 2 * local * k)
     s.add("experts.input", BF16 * routed * x.hidden)
     if "moe_act" not in d.recompute_modules:
-        expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts")
+        expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts", gathers_sp=False)
         # Router probabilities scale the activation in fp32 before fc2: the unscaled product stays.
         expert.add("experts.probs_scaled_input", BF16 * routed * d.moe_ffn_hidden_size / d.etp)
+        # The scaled product is computed in fp32 before fc2's bf16 copy exists.
+        expert.fwd_transient = BF16 * routed * d.moe_ffn_hidden_size / d.etp
         s.merge(expert)
-    if m.moe_shared_expert_intermediate_size and "shared_experts" not in d.recompute_modules:
-        s.merge(mlp(d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts"))
+    if m.moe_shared_expert_intermediate_size:
+        shared = mlp(d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts", gathers_sp=x.sp)
+        s.merge(replayed(shared, Saved()) if "shared_experts" in d.recompute_modules else shared)
     # Permutation, all-to-all and sort each produce a fresh copy of the routed tokens.
     s.fwd_transient = max(s.fwd_transient, 2 * BF16 * routed * x.hidden)
     s.bwd_transient = max(s.bwd_transient, 2 * BF16 * routed * x.hidden)
-    return s
 
 
 def transformer_layer(d: Derived, x: Dims, fl: Flavour, is_moe: bool, imbalance: float) -> Saved:
@@ -271,6 +309,10 @@ def transformer_layer(d: Derived, x: Dims, fl: Flavour, is_moe: bool, imbalance:
     if recompute_ln:
         ffn.tensors.pop("linear_fc1.input", None)
         ffn.tensors.pop("router.input", None)
+    # The attention's working set exists while the MLP's kept tensors do not: not yet in
+    # forward, no longer in backward.
+    s.fwd_transient = max(0.0, s.fwd_transient - ffn.total)
+    s.bwd_transient = max(0.0, s.bwd_transient - ffn.total)
     s.merge(ffn, "mlp.")
     s.add("mlp.bda.dropout_mask", dropout_mask(m.hidden_dropout, x.residual_tokens * x.hidden))
     return s
@@ -304,5 +346,9 @@ def output_and_loss(d: Derived, x: Dims) -> Saved:
     s.add("output_layer.input", BF16 * x.residual_tokens * x.hidden)
     s.add("loss.softmax_fp32", FP32 * x.tokens * vocab)
     s.fwd_transient = BF16 * x.tokens * vocab
-    s.bwd_transient = BF16 * x.tokens * vocab + BF16 * vocab * x.hidden + BF16 * x.tokens * x.hidden
+    # Backward turns the kept softmax into the gradient in place, casts it to bf16 (both exist
+    # for a moment), then frees the fp32 one before the output layer's weight gradient appears.
+    cast = BF16 * x.tokens * vocab
+    output_layer = BF16 * x.tokens * vocab + BF16 * vocab * x.hidden + BF16 * x.tokens * x.hidden - FP32 * x.tokens * vocab
+    s.bwd_transient = max(cast, output_layer)
     return s

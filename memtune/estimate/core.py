@@ -33,14 +33,41 @@ class EstimateOptions:
 
 @dataclass
 class ChunkActivations:
-    """One microbatch of one model chunk: what it keeps and its worst working set."""
+    """One microbatch of one model chunk: what it keeps, and its worst working set beyond that."""
 
     saved: act.Saved
     layers: int
+    extra: float  # peak of (alive - kept) over the chunk's forward and backward
 
     @property
     def total(self) -> float:
         return self.saved.total
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a chunk that autograd treats as one unit: a layer, a checkpointed group of
+    layers, the embedding or the output layer with the loss."""
+
+    kept: float  # bytes it keeps from its forward until its backward
+    replayed: float  # bytes it holds during its backward (more than kept when recomputed)
+    fwd_extra: float  # working set beyond ``kept`` while its forward runs
+    bwd_extra: float  # working set beyond ``replayed`` while its backward runs
+    lingers: bool = False
+
+
+def worst_extra(segments: list[Segment]) -> float:
+    """Walk one microbatch's forward then backward; return the peak of alive minus all kept."""
+    total = sum(seg.kept for seg in segments)
+    worst, before = 0.0, 0.0
+    for seg in segments:
+        worst = max(worst, before + seg.kept + seg.fwd_extra - total)
+        before += seg.kept
+    for i in reversed(range(len(segments))):
+        before -= segments[i].kept
+        later_kept = sum(seg.kept for seg in segments[i + 1 :] if seg.lingers)
+        worst = max(worst, before + segments[i].replayed + segments[i].bwd_extra + later_kept - total)
+    return worst
 
 
 @dataclass
@@ -71,55 +98,89 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
     x, fl, m = act.dims_of(d), flavour_of(d), d.model
     layers = [layer_saved(d, x, fl, i, options) for i in chunk.layers]
     layers += [layer_saved(d, x, fl, chunk.layers[-1] if chunk.layers else 0, options) for _ in range(chunk.mtp_layers)]
-    saved = act.Saved()
-    full = m.recompute_granularity == "full"
-    k = m.recompute_num_layers or 1
-    if full and m.recompute_method == "uniform":
-        groups = [layers[i : i + k] for i in range(0, len(layers), k)]
-        for group in groups:
-            saved.add("recompute.checkpoint_inputs", act.layer_input(x) / (d.tp if m.distribute_saved_activations else 1))
-            # Backward replays one whole group: its full activations exist at once.
-            replay = sum(layer.total for layer in group)
-            saved.bwd_transient = max(saved.bwd_transient, replay + max(layer.bwd_transient for layer in group))
-            saved.fwd_transient = max(saved.fwd_transient, max(layer.fwd_transient for layer in group))
-    else:
-        checkpointed = min(k, len(layers)) if full else 0
-        offloaded = min(m.cpu_offloading_num_layers, len(layers)) if m.cpu_offloading and m.cpu_offloading_activations else 0
-        for i, layer in enumerate(layers):
-            if i < checkpointed:
-                saved.add("recompute.checkpoint_inputs", act.layer_input(x))
-                saved.bwd_transient = max(saved.bwd_transient, layer.total + layer.bwd_transient)
-                saved.fwd_transient = max(saved.fwd_transient, layer.fwd_transient)
-            elif i < offloaded:
-                # Offloaded layers leave only the layer in transfer on the device.
-                saved.fwd_transient = max(saved.fwd_transient, layer.total + layer.fwd_transient)
-                saved.bwd_transient = max(saved.bwd_transient, layer.total + layer.bwd_transient)
-            else:
-                saved.merge(layer, "decoder.")
+    kept = act.Saved()
+    segments: list[Segment] = []
+    # The gradient of the residual stream lives through each layer's backward.
+    residual_grad = act.layer_input(x)
     if chunk.has_embedding:
-        saved.merge(act.embedding(d, x))
+        emb = act.embedding(d, x)
+        kept.merge(emb)
+        # Its backward builds a dense gradient of this rank's embedding rows.
+        wgrad = act.BF16 * d.padded_vocab_size / d.tp * x.hidden
+        segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
+    for group, checkpointed in _layer_groups(d, layers):
+        full = sum(layer.total for layer in group)
+        fwd = max(layer.fwd_transient for layer in group)
+        bwd = max(layer.bwd_transient for layer in group) + residual_grad
+        if checkpointed:
+            inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
+            kept.add("recompute.checkpoint_inputs", inputs)
+            segments.append(Segment(inputs, inputs + full, fwd, bwd))
+        elif _offloaded(d, layers, group):
+            # Offloaded layers leave the device; backward brings one layer back at a time.
+            segments.append(Segment(0.0, full, full + fwd, bwd))
+        else:
+            for layer in group:
+                kept.merge(layer, "decoder.")
+            segments.append(Segment(full, full, fwd, bwd))
     if chunk.has_output:
-        saved.merge(act.output_and_loss(d, x))
+        out = act.output_and_loss(d, x)
+        kept.merge(out)
+        segments.append(Segment(out.total, out.total, out.fwd_transient, out.bwd_transient))
     elif d.pp > 1 and fl.pipeline_outputs_kept:
         # The schedule keeps each sent output for backward unless it deallocates it.
-        saved.add("pipeline.output_tensor", act.layer_input(x))
-    return ChunkActivations(saved=saved, layers=len(chunk.layers))
+        kept.add("pipeline.output_tensor", act.layer_input(x))
+        segments.append(Segment(act.layer_input(x), act.layer_input(x), 0.0, 0.0))
+    extra = worst_extra(segments)
+    if d.pp > 1:
+        # In backward the gradient received from the next stage and the one being sent to the
+        # previous stage exist beside the chunk's activations.
+        p2p = (0 if chunk.has_output else 1) + (0 if chunk.has_embedding else 1)
+        extra += p2p * act.layer_input(x)
+    return ChunkActivations(saved=kept, layers=len(chunk.layers), extra=extra)
 
 
-def persistent_buffers(d: Derived, fl: Flavour) -> float:
-    """Workspaces that, once allocated, stay: the cuBLAS workspace and Megatron's global buffer.
+def _layer_groups(d: Derived, layers: list[act.Saved]) -> list[tuple[list[act.Saved], bool]]:
+    """Split a chunk's layers into autograd units: (layers, checkpointed).
 
-    Megatron's global memory buffer is one bf16 tensor grown to the largest request: the
-    sequence-parallel all-gather of a linear's input, or the unfused attention's score matrix.
+    Full recompute ``uniform`` checkpoints consecutive groups of ``recompute_num_layers``;
+    ``block`` checkpoints the first ``recompute_num_layers`` layers one by one.
+    """
+    m = d.model
+    if m.recompute_granularity != "full":
+        return [([layer], False) for layer in layers]
+    k = m.recompute_num_layers or 1
+    if m.recompute_method == "uniform":
+        return [(layers[i : i + k], True) for i in range(0, len(layers), k)]
+    return [([layer], i < k) for i, layer in enumerate(layers)]
+
+
+def _offloaded(d: Derived, layers: list[act.Saved], group: list[act.Saved]) -> bool:
+    m = d.model
+    if not (m.cpu_offloading and m.cpu_offloading_activations):
+        return False
+    return layers.index(group[0]) < m.cpu_offloading_num_layers
+
+
+def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> float:
+    """Buffers that, once allocated, stay for the whole run.
+
+    - cuBLAS workspaces: one per (thread, stream); forward GEMMs run on the main thread and
+      backward GEMMs on autograd's device thread, so two.
+    - Megatron's global memory buffer: one bf16 tensor grown to the largest request, the
+      sequence-parallel all-gather of a linear's input or the unfused attention's scores.
+    - Pipeline receive buffers: a chunk that takes its input from the previous stage keeps a
+      received activation and a received gradient (measured: 2 layer inputs per such chunk).
     """
     x = act.dims_of(d)
+    receiving = sum(1 for c in chunks if not c.has_embedding) if d.pp > 1 else 0
     largest = 0.0
     if x.sp:
         largest = act.BF16 * x.tokens * x.hidden
     if not fl.flash_attention:
         heads = d.model.num_attention_heads / d.tp
         largest = max(largest, act.BF16 * x.mbs * heads * x.seq * x.seq)
-    return CUBLAS_WORKSPACE + largest
+    return 2 * CUBLAS_WORKSPACE + largest + 2 * receiving * act.layer_input(x)
 
 
 def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
@@ -140,8 +201,8 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
         held += count * acts.total
         for name, nbytes in acts.saved.tensors.items():
             modules[name] = modules.get(name, 0.0) + count * nbytes
-        worst_transient = max(worst_transient, acts.saved.fwd_transient, acts.saved.bwd_transient)
-    buffers = persistent_buffers(d, fl)
+        worst_transient = max(worst_transient, acts.extra)
+    buffers = persistent_buffers(d, fl, chunks)
     training_peak = held + worst_transient
     if state.optimizer_step_transient > training_peak:
         return RankEstimate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -91,23 +92,30 @@ def assumptions(est: Estimate) -> list[str]:
 def print_table(est: Estimate, console: Console, only: RankEstimate | None = None) -> None:
     d = est.derived
     title = (
-        f"Peak memory per pipeline rank (GiB = 2^30 bytes) — {est.gpu.name}, {est.capacity_bytes / GiB:.2f} GiB usable\n"
+        f"Peak memory per pipeline rank, GiB (2^30 B) · {est.gpu.name}: {est.capacity_bytes / GiB:.2f} GiB\n"
         f"TP{d.tp} PP{d.pp}" + (f" VPP{d.vpp}" if d.vpp > 1 else "") + f" CP{d.cp}"
         + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "") + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
     )
-    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for name in ("pp rank", "layers", "in flight", "weights", "grads", "optimizer", "activations", "transient", "peak", "+outside", "headroom"):
-        table.add_column(name, justify="right" if name != "pp rank" else "left")
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, show_edge=False)
+    columns = ("pp", "layers", "mb", "weights", "grads", "optim", "activ", "trans", "peak", "other", "free")
+    for name in columns:
+        table.add_column(name, justify="left" if name == "pp" else "right", no_wrap=True)
     worst = est.worst
     for rank in [only] if only else est.ranks:
         headroom = est.capacity_bytes - rank.peak_bytes - est.non_pytorch_bytes
-        label = f"{rank.pp_rank}" + (" ◀ worst" if rank is worst and len(est.ranks) > 1 else "")
-        flight = "+".join(str(v) for v in rank.in_flight.values())
+        label = f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else "")
+        flight = str(sum(rank.in_flight.values()))
         row = [label, str(rank.layers), flight] + [gib(v) for v in components(rank).values()]
         row += [gib(rank.peak_bytes), gib(est.non_pytorch_bytes), Text(gib(headroom), style="red" if headroom < 0 else "")]
         table.add_row(*row, style="bold" if rank is worst else "")
     console.print(table)
     rank = only or worst
+    if len(est.ranks) > 1 and not only:
+        console.print(
+            "* most-loaded rank · mb: microbatch-chunks held at the peak · activ: saved activations · "
+            "trans: working set at the peak + workspaces · other: memory outside PyTorch · free: capacity left",
+            style="dim",
+        )
     verdict = est.verdict(rank)
     console.print(
         Text.assemble(

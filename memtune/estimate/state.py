@@ -73,8 +73,10 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
         dense_shard = max(1, d.dp * d.cp // instances)
         expert_shard = max(1, d.edp // instances)
         expert = 0.0 if frozen else local.expert
-        optimizer_params = (trainable - expert) / dense_shard + expert / expert_shard
+        expert_optimizer_params = expert / expert_shard
+        optimizer_params = (trainable - expert) / dense_shard + expert_optimizer_params
     else:
+        expert_optimizer_params = 0.0 if frozen else local.expert
         optimizer_params = trainable
 
     master = 0 if not half else (DTYPE_BYTES[opt.main_params_dtype] if opt.use_precision_aware_optimizer else 4)
@@ -86,12 +88,13 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
     optimizer = (master + moments) * optimizer_params * on_device
 
     # bf16 gradients are copied to fp32 for the step; torch's foreach Adam (used where neither
-    # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every parameter.
+    # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every
+    # parameter of one param group at a time, and Megatron puts routed experts in their own groups.
     step = 0.0
     if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
         step += 4 * optimizer_params * on_device
     if job.model.transformer_impl == "local" and opt.optimizer == "adam":
-        step += 4 * optimizer_params * on_device
+        step += 4 * max(optimizer_params - expert_optimizer_params, expert_optimizer_params) * on_device
     return ModelState(
         weights=weights,
         grads=grads,

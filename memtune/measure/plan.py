@@ -1,0 +1,299 @@
+"""Translate a memtune job into what the measurement subprocess builds: a plain-data plan.
+
+Everything here is pure Python (no torch): the plan is JSON, handed to
+:mod:`memtune.measure.runner` in a subprocess, so CI can test the translation without a GPU.
+
+Choices the runner makes that a config cannot express are fixed here, in one place, and
+recorded with every measurement:
+
+* MoE routing is forced to balance (``moe_router_force_load_balancing``). Under the fake
+  process group each rank routes only its own tokens, and with untrained router weights the
+  tokens pile onto a few experts; balanced routing is what a trained model converges to.
+* The auxiliary load-balancing loss is off (Megatron-Core's default coefficient, 0).
+* Without Transformer Engine the local layer spec is used. Its core attention is Megatron's
+  ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
+  (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
+  no ``s x s`` score matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from memtune.config import Derived, JobConfig, derive
+from memtune.errors import InputError
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+FLASH_BACKENDS = ("flash", "fused")
+# Recompute modules that megatron-core 0.19.2 runs through CheckpointWithoutOutput() without an
+# fp8 argument, which then takes its FP8 path and so needs Transformer Engine.
+OUTPUT_DISCARDING_RECOMPUTE = {"layernorm", "moe_act"}
+DEFAULT_ITERATIONS = 3
+
+# ModelConfig keys copied verbatim into Megatron-Core's TransformerConfig.
+_TRANSFORMER_KEYS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "gated_linear_unit",
+    "normalization",
+    "qk_layernorm",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "hidden_dropout",
+    "attention_dropout",
+    "bias_activation_fusion",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+    "microbatch_group_size_per_vp_stage",
+    "recompute_granularity",
+    "recompute_method",
+    "recompute_num_layers",
+    "distribute_saved_activations",
+    "deallocate_pipeline_outputs",
+    "bf16",
+    "fp16",
+)
+_MOE_KEYS = (
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_grouped_gemm",
+    "moe_token_dispatcher_type",
+    "moe_router_load_balancing_type",
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "moe_shared_expert_overlap",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+)
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One model chunk this rank builds (one per virtual pipeline stage)."""
+
+    vp_stage: int | None  # None without virtual pipelining
+    pre_process: bool
+    post_process: bool
+    num_layers: int
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """Everything the subprocess needs, as JSON-ready values (dtypes and functions by name)."""
+
+    rank: int
+    world_size: int
+    pp_rank: int
+    chunks: list[ChunkPlan]
+    parallel_state: dict
+    transformer_config: dict
+    multi_latent_attention: bool
+    model: dict  # GPTModel keyword arguments beyond config and spec
+    ddp: dict
+    optimizer: dict
+    schedule: dict  # num_microbatches, seq_length, micro_batch_size
+    layer_spec: str  # "local" | "transformer_engine"
+    core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
+    iterations: int
+    env: dict = field(default_factory=dict)  # process environment for the subprocess
+    config: dict = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def pipeline_rank(d: Derived, rank: int) -> int:
+    """The pipeline stage of a global rank under Megatron's default order ``tp-cp-ep-dp-pp``."""
+    return rank // (d.tp * d.cp * d.dp)
+
+
+def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[str]:
+    m = job.model
+    local = m.transformer_impl != "transformer_engine"
+    problems = []
+    if not 0 <= rank < d.world_size:
+        problems.append(f"--rank {rank}: must be between 0 and {d.world_size - 1} (world size {d.world_size})")
+    if iterations < 2:
+        problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
+    dense, expert = d.tp * d.pp * d.cp, d.etp * d.ep * d.pp
+    if d.world_size % dense or d.world_size % expert:
+        problems.append(
+            f"cluster.num_gpus {d.world_size}: must be a multiple of TP*PP*CP ({dense}) and of ETP*EP*PP ({expert})"
+        )
+    if m.virtual_pipeline_model_parallel_size and m.virtual_pipeline_model_parallel_size > 1 and d.pp == 1:
+        problems.append("model.virtual_pipeline_model_parallel_size: needs pipeline_model_parallel_size > 1")
+    if m.fp8 is not None and local:
+        problems.append("model.fp8: needs transformer_impl: transformer_engine")
+    if d.cp > 1 and local:
+        problems.append("model.context_parallel_size > 1: the local layer spec has no context-parallel attention")
+    if m.multi_latent_attention and local and m.attention_backend not in FLASH_BACKENDS:
+        problems.append("model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash")
+    if local and m.attention_backend in FLASH_BACKENDS and not (m.bf16 or m.fp16):
+        problems.append("model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32")
+    discarding = sorted(set(d.recompute_modules) & OUTPUT_DISCARDING_RECOMPUTE)
+    if local and discarding:
+        problems.append(
+            f"model.recompute_modules {discarding}: megatron-core 0.19.2's output-discarding checkpoint "
+            "calls Transformer Engine, so these fail on the local spec"
+        )
+    if m.cuda_graph_impl != "none":
+        problems.append("model.cuda_graph_impl: memtune measure does not capture CUDA graphs")
+    if m.cpu_offloading or job.optimizer.optimizer_cpu_offload:
+        problems.append("CPU offloading: memtune measure does not offload to the host")
+    if d.mtp_num_layers:
+        problems.append("model.mtp_num_layers: memtune measure does not build multi-token-prediction layers")
+    if job.ddp.use_megatron_fsdp:
+        problems.append("ddp.use_megatron_fsdp: memtune measure wraps with Megatron DDP only")
+    if job.peft is not None:
+        problems.append("peft: Megatron-Core has no LoRA; memtune measure runs full training only")
+    if job.optimizer.use_precision_aware_optimizer:
+        problems.append("optimizer.use_precision_aware_optimizer: needs Transformer Engine's FusedAdam")
+    if job.optimizer.optimizer != "adam":
+        problems.append(f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune measure runs Adam")
+    if m.fp16 and m.bf16:
+        problems.append("model.bf16 and model.fp16: choose one")
+    return problems
+
+
+def _param_dtype(job: JobConfig) -> str:
+    m = job.model
+    return "bf16" if m.bf16 else "fp16" if m.fp16 else "fp32"
+
+
+def _core_attention(job: JobConfig) -> str:
+    m = job.model
+    if m.transformer_impl == "transformer_engine":
+        return "transformer_engine"
+    return "sdpa" if m.attention_backend in FLASH_BACKENDS else "megatron_dot_product"
+
+
+def _transformer_config(job: JobConfig, d: Derived) -> dict:
+    m = job.model
+    kwargs = {key: getattr(m, key) for key in _TRANSFORMER_KEYS}
+    dtype = DTYPES[_param_dtype(job)]
+    kwargs.update(
+        ffn_hidden_size=d.ffn_hidden_size,
+        num_query_groups=d.num_query_groups,
+        kv_channels=d.kv_channels,
+        activation_func=m.activation_func,
+        expert_tensor_parallel_size=d.etp,
+        sequence_parallel=d.sequence_parallel,
+        virtual_pipeline_model_parallel_size=d.vpp if d.vpp > 1 else None,
+        params_dtype=dtype,
+        pipeline_dtype=DTYPES[m.pipeline_dtype] if m.pipeline_dtype else dtype,
+        recompute_modules=list(d.recompute_modules) if d.recompute_modules else None,
+        # Fixed shapes: the pipeline schedule sizes its receive buffers from seq_length and
+        # micro_batch_size instead of exchanging shapes first.
+        variable_seq_lengths=False,
+        transformer_impl=m.transformer_impl,
+        attention_backend=m.attention_backend,
+        fp8=m.fp8,
+        fp8_recipe=m.fp8_recipe if m.fp8 else None,
+    )
+    if m.fp8 is None:
+        del kwargs["fp8_recipe"]
+    if d.is_moe:
+        kwargs.update({key: getattr(m, key) for key in _MOE_KEYS})
+        kwargs.update(
+            moe_ffn_hidden_size=d.moe_ffn_hidden_size,
+            moe_router_force_load_balancing=True,
+            moe_aux_loss_coeff=0.0,
+        )
+    if m.multi_latent_attention:
+        kwargs.update({key: getattr(m, key) for key in _MLA_KEYS})
+        kwargs["multi_latent_attention"] = True
+        kwargs["rope_type"] = "yarn" if m.position_embedding_type == "yarn" else "rope"
+    return kwargs
+
+
+def _chunks(d: Derived, pp_rank: int) -> list[ChunkPlan]:
+    virtual = d.vpp > 1
+    return [
+        ChunkPlan(
+            vp_stage=c.vp_stage if virtual else None,
+            pre_process=c.has_embedding,
+            post_process=c.has_output,
+            num_layers=len(c.layers),
+        )
+        for c in d.chunks[pp_rank]
+    ]
+
+
+def _process_env(job: JobConfig) -> dict:
+    """The allocator and CUDA settings the job runs under; unset ones stay unset."""
+    env = job.env
+    keys = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "NCCL_GRAPH_REGISTER", "CUDA_DEVICE_MAX_CONNECTIONS")
+    return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
+
+
+def plan_measurement(job: JobConfig, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
+    """The plan for measuring global rank ``rank`` of ``job``; InputError lists what cannot run."""
+    d = derive(job)
+    problems = _refusals(job, d, rank, iterations)
+    if problems:
+        raise InputError(problems)
+    m = job.model
+    pp_rank = pipeline_rank(d, rank)
+    distributed = job.optimizer.use_distributed_optimizer or job.ddp.use_distributed_optimizer
+    dtype = _param_dtype(job)
+    return MeasurePlan(
+        rank=rank,
+        world_size=d.world_size,
+        pp_rank=pp_rank,
+        chunks=_chunks(d, pp_rank),
+        parallel_state=dict(
+            tensor_model_parallel_size=d.tp,
+            pipeline_model_parallel_size=d.pp,
+            virtual_pipeline_model_parallel_size=d.vpp if d.vpp > 1 else None,
+            context_parallel_size=d.cp,
+            expert_model_parallel_size=d.ep,
+            expert_tensor_parallel_size=d.etp,
+            num_distributed_optimizer_instances=job.ddp.num_distributed_optimizer_instances,
+        ),
+        transformer_config=_transformer_config(job, d),
+        multi_latent_attention=m.multi_latent_attention,
+        model=dict(
+            vocab_size=d.padded_vocab_size,
+            max_sequence_length=m.seq_length,
+            share_embeddings_and_output_weights=m.share_embeddings_and_output_weights,
+            position_embedding_type="rope" if m.position_embedding_type == "yarn" else m.position_embedding_type,
+        ),
+        ddp=dict(
+            grad_reduce_in_fp32=job.ddp.grad_reduce_in_fp32,
+            overlap_grad_reduce=job.ddp.overlap_grad_reduce,
+            overlap_param_gather=job.ddp.overlap_param_gather,
+            use_distributed_optimizer=distributed,
+            bucket_size=job.ddp.bucket_size,
+            num_distributed_optimizer_instances=job.ddp.num_distributed_optimizer_instances,
+        ),
+        optimizer=dict(
+            optimizer="adam",
+            lr=1e-4,
+            bf16=dtype == "bf16",
+            fp16=dtype == "fp16",
+            params_dtype=DTYPES[dtype],
+            use_distributed_optimizer=distributed,
+            overlap_param_gather=job.ddp.overlap_param_gather,
+        ),
+        schedule=dict(
+            num_microbatches=d.num_microbatches,
+            seq_length=m.seq_length,
+            micro_batch_size=d.micro_batch_size,
+        ),
+        layer_spec="transformer_engine" if m.transformer_impl == "transformer_engine" else "local",
+        core_attention=_core_attention(job),
+        iterations=iterations,
+        env=_process_env(job),
+        config=job.model_dump(mode="json", exclude_defaults=True),
+    )
+

@@ -1,0 +1,117 @@
+"""Start the measurement subprocess and read back what it found.
+
+The parent process needs neither torch nor a GPU: it checks that the interpreter it will
+start can import both packages, writes the plan as JSON, and runs
+``python -m memtune.measure.runner`` under the job's allocator settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memtune.errors import InputError, MissingDependencyError
+
+if TYPE_CHECKING:  # the GPU-side batch driver imports this module where pydantic is absent
+    from memtune.measure.plan import MeasurePlan
+
+DEFAULT_TIMEOUT_S = 1800
+# Allocator settings are read once, when CUDA starts; the job's own go in, inherited ones out.
+_ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+_PROBE = (
+    "import importlib.util as u\n"
+    "missing = [n for n in ('torch', 'megatron.core') if u.find_spec(n.split('.')[0]) is None"
+    " or u.find_spec(n) is None]\n"
+    "print(','.join(missing))\n"
+)
+
+
+class MeasurementFailed(Exception):
+    """The run started but did not finish; the message says why in one line."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    measured: dict
+    environment: dict
+    pp_rank: int
+    wall_seconds: float
+
+
+def subprocess_env(job_env: dict, base: dict | None = None) -> dict:
+    """The child's environment: ``base`` (default: ours) with the job's allocator settings."""
+    env = dict(os.environ if base is None else base)
+    for key in _ALLOCATOR_VARIABLES:
+        env.pop(key, None)
+    env.update(job_env)
+    env["PYTHONUNBUFFERED"] = "1"
+    # memtune must be importable by the child even when it runs from a source checkout.
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def check_interpreter(python: str) -> None:
+    """Refuse early, in one line, when ``python`` lacks torch or megatron-core."""
+    try:
+        probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MissingDependencyError(f"cannot start {python}: {exc}") from None
+    missing = probe.stdout.strip()
+    if probe.returncode != 0 or missing:
+        names = {"torch": "PyTorch", "megatron.core": "megatron-core"}
+        what = " and ".join(names[n] for n in missing.split(",") if n in names) or "a working interpreter"
+        raise MissingDependencyError(
+            f"needs {what} with a CUDA GPU; {python} has no {what} (megatron-core 0.19 needs Python >= 3.12)"
+        )
+
+
+def run_plan(plan: "MeasurePlan", python: str = sys.executable, timeout_s: float = DEFAULT_TIMEOUT_S) -> Measurement:
+    """Measure in a fresh subprocess. Raises MissingDependencyError (no GPU, no megatron-core),
+    InputError (megatron-core rejected the configuration) or MeasurementFailed."""
+    return parse_result(run_plan_json(plan.to_json(), plan.env, python, timeout_s))
+
+
+def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=None) -> dict:
+    """Run one plan (as JSON) in a subprocess; return the runner's result, or an error record
+    when the process died or timed out before writing one. ``log`` receives its output."""
+    with tempfile.TemporaryDirectory(prefix="memtune-measure-") as tmp:
+        plan_path, result_path = Path(tmp, "plan.json"), Path(tmp, "result.json")
+        plan_path.write_text(json.dumps(plan))
+        try:
+            proc = subprocess.run(
+                [python, "-m", "memtune.measure.runner", str(plan_path), str(result_path)],
+                env=subprocess_env(job_env),
+                stdout=log or subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": {"kind": "timeout", "message": f"the measurement ran past {timeout_s:.0f} s and was stopped"}}
+        if not result_path.exists():
+            tail = (proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            return {"error": {"kind": "failed", "message": f"the measurement process exited with status {proc.returncode}: {tail[0]}"}}
+        return json.loads(result_path.read_text())
+
+
+def parse_result(result: dict) -> Measurement:
+    error = result.get("error")
+    if error:
+        if error["kind"] == "missing":
+            raise MissingDependencyError(error["message"])
+        if error["kind"] == "config":
+            raise InputError(error["message"])
+        raise MeasurementFailed(error["message"])
+    return Measurement(
+        measured=result["measured"],
+        environment=result["environment"],
+        pp_rank=result["pp_rank"],
+        wall_seconds=result["wall_seconds"],
+    )

@@ -1,0 +1,396 @@
+"""The measurement itself: one rank of a Megatron-Core job, trained for a few iterations.
+
+Run as ``python -m memtune.measure.runner PLAN.json RESULT.json`` (one process per
+measurement: the allocator's settings and statistics are per process). It needs torch with a
+GPU and megatron-core, and nothing else from memtune, so it runs where pydantic is absent.
+
+PyTorch's fake process-group backend gives this process the identity of global rank R in a
+W-rank world: every collective completes at once without moving data, and every shape is the
+one rank R would see, so the model shard, gradient buffers, optimizer state and activations
+allocated here are rank R's.
+
+RESULT.json gets either ``{"measured": ..., "environment": ...}`` or
+``{"error": {"kind": ..., "message": ...}}``; ``kind`` is ``missing`` (no GPU, no
+megatron-core, no Transformer Engine), ``config`` (megatron-core rejected the configuration),
+``oom`` (CUDA out of memory) or ``failed`` (anything else, with the exception's last line).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import sys
+import time
+import traceback
+
+
+class Refusal(Exception):
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _require_environment(plan: dict):
+    try:
+        import torch
+    except ImportError:
+        raise Refusal("missing", "needs PyTorch, which is not installed for this Python") from None
+    if not torch.cuda.is_available():
+        raise Refusal("missing", "needs a CUDA GPU, and PyTorch sees none")
+    try:
+        import megatron.core  # noqa: F401
+    except ImportError:
+        raise Refusal("missing", "needs megatron-core, which is not installed for this Python") from None
+    if plan["layer_spec"] == "transformer_engine":
+        try:
+            import transformer_engine  # noqa: F401
+        except ImportError:
+            raise Refusal(
+                "missing",
+                "transformer_impl: transformer_engine needs Transformer Engine, which is not installed; "
+                "set model.transformer_impl=local to measure Megatron-Core's local layer spec",
+            ) from None
+
+
+# --- model ------------------------------------------------------------------------------
+
+
+class _SequenceParallelTorchNorm:
+    """Megatron's torch-norm wrapper refuses ``sequence_parallel=True``, although a norm over
+    the hidden dimension works unchanged on a sequence shard and keeps the same memory. Build it
+    from a copy of the config with SP off, and mark its weights as Megatron's own SP norms are
+    marked (their gradients are all-reduced over TP)."""
+
+    def __new__(cls, config, hidden_size, eps=1e-5, **kwargs):
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        plain = copy.copy(config)
+        plain.sequence_parallel = False
+        norm = WrappedTorchNorm(plain, hidden_size, eps, **kwargs)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+
+def _substitute(obj, table: dict):
+    """A copy of a layer spec with each class in ``table`` replaced, at any depth (specs nest
+    ModuleSpecs, submodule dataclasses, lists and functools.partials)."""
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    try:
+        if obj in table:
+            return table[obj]
+    except TypeError:  # unhashable
+        pass
+    if isinstance(obj, ModuleSpec):
+        return dataclasses.replace(
+            obj,
+            module=_substitute(obj.module, table),
+            submodules=_substitute(obj.submodules, table),
+            params={k: _substitute(v, table) for k, v in obj.params.items()},
+        )
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: _substitute(getattr(obj, f.name), table) for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **changes)
+    if isinstance(obj, functools.partial):
+        return functools.partial(
+            _substitute(obj.func, table),
+            *(_substitute(a, table) for a in obj.args),
+            **{k: _substitute(v, table) for k, v in obj.keywords.items()},
+        )
+    if isinstance(obj, list):
+        return [_substitute(x, table) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_substitute(x, table) for x in obj)
+    return obj
+
+
+def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    if plan["layer_spec"] == "transformer_engine":
+        return get_gpt_decoder_block_spec(
+            config, use_transformer_engine=True, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
+        )
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from memtune.measure.sdpa_attention import SDPAttention
+
+    spec = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
+    )
+    table = {WrappedTorchNorm: _SequenceParallelTorchNorm}
+    if plan["core_attention"] == "sdpa":
+        table[DotProductAttention] = SDPAttention
+    return _substitute(spec, table)
+
+
+def _transformer_config(plan: dict):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    activations = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}
+    kwargs = dict(plan["transformer_config"])
+    for key in ("params_dtype", "pipeline_dtype"):
+        kwargs[key] = getattr(torch, kwargs[key])
+    name = kwargs.pop("activation_func")
+    if name not in activations:
+        raise Refusal("config", f"model.activation_func {name!r}: memtune measure runs gelu, silu or relu")
+    kwargs["activation_func"] = activations[name]
+    kwargs["attention_backend"] = AttnBackend[kwargs["attention_backend"]]
+    cls = MLATransformerConfig if plan["multi_latent_attention"] else TransformerConfig
+    try:
+        return cls(**kwargs)
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise Refusal("config", f"megatron-core rejected the configuration: {exc}") from None
+
+
+def _build_chunks(plan: dict, config):
+    import torch
+    from megatron.core import tensor_parallel
+    from megatron.core.models.gpt import GPTModel
+
+    chunks = []
+    for chunk in plan["chunks"]:
+        vp_stage = chunk["vp_stage"]
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=_block_spec(plan, config, vp_stage, plan["pp_rank"]),
+            pre_process=chunk["pre_process"],
+            post_process=chunk["post_process"],
+            vp_stage=vp_stage,
+            **plan["model"],
+        )
+        assert len(model.decoder.layers) == chunk["num_layers"], (
+            f"built {len(model.decoder.layers)} layers for vp_stage {vp_stage}, planned {chunk['num_layers']}"
+        )
+        for param in model.parameters():
+            tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
+        model.cuda(torch.cuda.current_device())
+        chunks.append(model)
+    return chunks
+
+
+def _expert_mlp(chunks) -> str | None:
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    for chunk in chunks:
+        for module in chunk.modules():
+            if isinstance(module, MoELayer):
+                return type(module.experts).__name__
+    return None
+
+
+# --- training step ----------------------------------------------------------------------
+
+
+class _RandomBatches:
+    """Endless random token batches shaped like pretrain_gpt's (tokens, labels, loss mask,
+    position ids; causal attention without an explicit mask)."""
+
+    def __init__(self, vocab_size: int, micro_batch_size: int, seq_length: int):
+        self.shape = (micro_batch_size, seq_length)
+        self.vocab_size = vocab_size
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        import torch
+
+        b, s = self.shape
+        tokens = torch.randint(0, self.vocab_size, (b, s), dtype=torch.int64, device="cuda")
+        return {
+            "tokens": tokens,
+            "labels": torch.roll(tokens, -1, dims=1),
+            "loss_mask": torch.ones((b, s), dtype=torch.float32, device="cuda"),
+            "position_ids": torch.arange(s, dtype=torch.int64, device="cuda").unsqueeze(0).expand(b, s),
+        }
+
+
+def _loss(loss_mask, output_tensor):
+    """Sum of per-token losses and the token count, as pretrain_gpt reduces them."""
+    import torch
+
+    losses = output_tensor.view(-1).float()
+    mask = loss_mask.view(-1).float()
+    loss = torch.sum(losses * mask)
+    num_tokens = mask.sum().clone().detach().to(torch.int)
+    return loss, num_tokens, {"lm loss": torch.cat([loss.detach().view(1), num_tokens.view(1)])}
+
+
+def _forward_step(data_iterator, model):
+    batch = next(data_iterator)
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return output, functools.partial(_loss, batch["loss_mask"])
+
+
+def _wire_grad_sync(config, model, ddp: dict, optimizer):
+    """The hooks Megatron-LM's train() installs: gradient sync is deferred to the last
+    microbatch, gradients are finalised after the schedule, and losses are scaled."""
+    from megatron.core.distributed import finalize_model_grads
+
+    def one_or_list(fns):
+        return fns[0] if len(fns) == 1 else fns
+
+    if ddp["overlap_grad_reduce"]:
+        config.no_sync_func = one_or_list([chunk.no_sync for chunk in model])
+        config.grad_sync_func = one_or_list([chunk.start_grad_sync for chunk in model])
+    if ddp["overlap_param_gather"]:
+        config.param_sync_func = one_or_list([chunk.start_param_sync for chunk in model])
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = optimizer.scale_loss
+
+
+# --- measurement ------------------------------------------------------------------------
+
+
+def _init_distributed(plan: dict):
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("fake", store=FakeStore(), rank=plan["rank"], world_size=plan["world_size"])
+    parallel_state.initialize_model_parallel(**plan["parallel_state"], create_gloo_process_groups=False)
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    assert pp_rank == plan["pp_rank"], f"megatron placed rank {plan['rank']} on stage {pp_rank}, planned {plan['pp_rank']}"
+    model_parallel_cuda_manual_seed(1234)
+
+
+def measure(plan: dict) -> dict:
+    import torch
+
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
+
+    started = time.monotonic()
+    _init_distributed(plan)
+    config = _transformer_config(plan)
+    chunks = _build_chunks(plan, config)
+    after_build = torch.cuda.memory_allocated()
+
+    if config.bf16 or config.fp16:
+        chunks = [Float16Module(config, chunk) for chunk in chunks]
+    ddp_config = DistributedDataParallelConfig(**plan["ddp"])
+    model = [
+        DistributedDataParallel(config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0)
+        for index, chunk in enumerate(chunks)
+    ]
+    after_ddp = torch.cuda.memory_allocated()
+
+    opt_kwargs = dict(plan["optimizer"])
+    opt_kwargs["params_dtype"] = getattr(torch, opt_kwargs["params_dtype"])
+    optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), model, use_gloo_process_groups=False)
+    after_optimizer = torch.cuda.memory_allocated()
+    _wire_grad_sync(config, model, plan["ddp"], optimizer)
+
+    schedule = plan["schedule"]
+    vocab = plan["model"]["vocab_size"]
+    batches = [_RandomBatches(vocab, schedule["micro_batch_size"], schedule["seq_length"]) for _ in model]
+    forward_backward = get_forward_backward_func()
+    iterations = []
+    for index in range(1, plan["iterations"] + 1):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        tick = time.monotonic()
+        for chunk in model:
+            chunk.zero_grad_buffer()
+        optimizer.zero_grad()
+        forward_backward(
+            forward_step_func=_forward_step,
+            data_iterator=batches if len(model) > 1 else batches[0],
+            model=model if len(model) > 1 else model[0],
+            num_microbatches=schedule["num_microbatches"],
+            seq_length=schedule["seq_length"],
+            micro_batch_size=schedule["micro_batch_size"],
+            decoder_seq_length=schedule["seq_length"],
+            forward_only=False,
+        )
+        torch.cuda.synchronize()
+        fwd_bwd_peak = torch.cuda.max_memory_allocated()
+        optimizer.step()
+        torch.cuda.synchronize()
+        iterations.append(
+            {
+                "iteration": index,
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "fwd_bwd_peak_bytes": fwd_bwd_peak,
+                "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "allocated_after_step": torch.cuda.memory_allocated(),
+                "reserved_after_step": torch.cuda.memory_reserved(),
+                "num_alloc_retries": torch.cuda.memory_stats()["num_alloc_retries"],
+                "seconds": round(time.monotonic() - tick, 3),
+            }
+        )
+    steady = [it for it in iterations if it["iteration"] >= 2]
+    measured = {
+        "peak_allocated_bytes": max(it["peak_allocated_bytes"] for it in steady),
+        "fwd_bwd_peak_bytes": max(it["fwd_bwd_peak_bytes"] for it in steady),
+        "peak_reserved_bytes": max(it["peak_reserved_bytes"] for it in steady),
+        "allocated_after_build": after_build,
+        "allocated_after_ddp": after_ddp,
+        "allocated_after_optimizer": after_optimizer,
+        "state_bytes": iterations[-1]["allocated_after_step"],
+        "num_alloc_retries": iterations[-1]["num_alloc_retries"],
+        "iterations": iterations,
+    }
+    return {
+        "measured": measured,
+        "environment": _environment(plan, chunks, optimizer),
+        "pp_rank": plan["pp_rank"],
+        "wall_seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _environment(plan: dict, chunks, optimizer) -> dict:
+    import torch
+    from megatron.core import package_info
+
+    inner = [getattr(chunk, "module", chunk) for chunk in chunks]
+    adam = getattr(optimizer, "chained_optimizers", [optimizer])[0].optimizer
+    return {
+        "torch": torch.__version__,
+        "megatron_core": package_info.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "moe_router_force_load_balancing": bool(plan["transformer_config"].get("moe_router_force_load_balancing", False)),
+        "expert_mlp": _expert_mlp(inner),
+        "core_attention": plan["core_attention"],
+        "layer_spec": plan["layer_spec"],
+        "optimizer_class": f"{type(adam).__module__}.{type(adam).__name__}",
+        "allocator_conf": {k: v for k, v in plan["env"].items() if "ALLOC_CONF" in k},
+    }
+
+
+def main(argv: list[str]) -> int:
+    plan_path, result_path = argv
+    with open(plan_path) as fh:
+        plan = json.load(fh)
+    try:
+        _require_environment(plan)
+        result = measure(plan)
+    except Refusal as exc:
+        result = {"error": {"kind": exc.kind, "message": str(exc)}}
+    except Exception as exc:  # the record must say why a run failed, whatever failed
+        traceback.print_exc()
+        kind = "oom" if "out of memory" in str(exc).lower() else "failed"
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+        result = {"error": {"kind": kind, "message": f"{type(exc).__name__}: {last}"}}
+    with open(result_path, "w") as fh:
+        json.dump(result, fh)
+    return 0 if "measured" in result else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""The measured set in benchmarks/measured: records that round-trip and a split fixed by rule."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memtune.config import derive, validate
+from memtune.measure.plan import pipeline_rank, plan_measurement
+
+SET_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "measured"
+RECORDS = [json.loads(line) for line in (SET_DIR / "h200-mcore0.19.2.jsonl").read_text().splitlines() if line.strip()]
+MEASURED_KEYS = {
+    "peak_allocated_bytes", "fwd_bwd_peak_bytes", "peak_reserved_bytes", "allocated_after_build",
+    "allocated_after_ddp", "allocated_after_optimizer", "state_bytes", "num_alloc_retries", "iterations",
+}
+
+
+def load_matrix():
+    spec = importlib.util.spec_from_file_location("measured_matrix", SET_DIR / "matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["measured_matrix"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_record_is_complete_and_its_config_plans_the_rank_it_measured():
+    assert len(RECORDS) >= 60
+    assert len({r["id"] for r in RECORDS}) == len(RECORDS)
+    for r in RECORDS:
+        assert MEASURED_KEYS <= r["measured"].keys(), r["id"]
+        job = validate(r["config"])
+        assert r["pp_rank"] == pipeline_rank(derive(job), r["rank"]), r["id"]
+        plan_measurement(job, r["rank"])  # still a plan memtune measure would run
+        env = r["environment"]
+        assert (env["torch"].split("+")[0], env["megatron_core"], env["gpu"]) == ("2.11.0", "0.19.2", "NVIDIA H200")
+
+
+def test_headline_is_the_steady_state_maximum():
+    for r in RECORDS:
+        m = r["measured"]
+        steady = [it for it in m["iterations"] if it["iteration"] >= 2]
+        assert m["peak_allocated_bytes"] == max(it["peak_allocated_bytes"] for it in steady), r["id"]
+        assert m["fwd_bwd_peak_bytes"] <= m["peak_allocated_bytes"] <= m["peak_reserved_bytes"], r["id"]
+        assert m["state_bytes"] == m["iterations"][-1]["allocated_after_step"], r["id"]
+
+
+def test_split_follows_the_sha1_rule():
+    for r in RECORDS:
+        expected = "holdout" if int(hashlib.sha1(r["id"].encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
+        assert r["split"] == expected, r["id"]
+
+
+def test_moe_runs_record_forced_balanced_routing():
+    moe = [r for r in RECORDS if r["config"]["model"].get("num_moe_experts")]
+    assert moe
+    for r in moe:
+        assert r["environment"]["moe_router_force_load_balancing"] is True
+        assert r["environment"]["expert_mlp"] == "SequentialMLP"
+
+
+@pytest.mark.parametrize("family", ["l8w-", "l1b-", "gpt-", "mx-", "qm-", "-pp", "-vpp", "-rc-"])
+def test_holdout_covers_each_family_and_axis(family):
+    assert any(family in r["id"] for r in RECORDS if r["split"] == "holdout")
+
+
+def test_matrix_entries_plan_and_match_the_set():
+    entries = load_matrix().entries()
+    by_id = {e.id: e for e in entries}
+    for r in RECORDS:
+        assert by_id[r["id"]].config == r["config"], r["id"]
+        assert by_id[r["id"]].rank == r["rank"], r["id"]
+    for e in entries:
+        plan_measurement(validate(e.config), e.rank)

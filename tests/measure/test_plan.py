@@ -1,0 +1,141 @@
+"""The job -> Megatron-Core translation that `memtune measure` hands its subprocess."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memtune.config import validate
+from memtune.errors import InputError
+from memtune.measure.plan import plan_measurement
+
+
+def job(model=None, **sections):
+    base = dict(
+        num_layers=8, hidden_size=1024, num_attention_heads=16, num_query_groups=4, vocab_size=50257,
+        seq_length=2048, gated_linear_unit=True, activation_func="silu", normalization="RMSNorm",
+        bf16=True, transformer_impl="local", attention_backend="flash",
+    )
+    base.update(model or {})
+    return validate({"model": base, **sections})
+
+
+def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():
+    plan = plan_measurement(job({"tensor_model_parallel_size": 2, "sequence_parallel": True}), rank=1)
+    tc = plan.transformer_config
+    assert tc["ffn_hidden_size"] == 4096  # 4 * hidden_size, Megatron's default
+    assert tc["kv_channels"] == 64  # 1024 / 16 heads
+    assert tc["num_query_groups"] == 4
+    assert tc["sequence_parallel"] is True
+    assert tc["params_dtype"] == tc["pipeline_dtype"] == "bfloat16"
+    assert tc["variable_seq_lengths"] is False
+    assert tc["virtual_pipeline_model_parallel_size"] is None
+    assert tc["activation_func"] == "silu"
+    # 50257 padded to a multiple of 128 * TP 2 = 256: ceil(50257 / 256) * 256
+    assert plan.model["vocab_size"] == 50432
+    assert plan.world_size == 2 and plan.pp_rank == 0
+
+
+def test_sequence_parallel_is_dropped_without_tensor_parallelism():
+    plan = plan_measurement(job({"sequence_parallel": True}), rank=0)
+    assert plan.transformer_config["sequence_parallel"] is False
+
+
+def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
+    # TP2 x PP2 x DP4 = 16 ranks; order tp-cp-ep-dp-pp puts ranks 8..15 on stage 1.
+    j = job(
+        {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2},
+        train={"micro_batch_size": 1, "global_batch_size": 16},
+        cluster={"num_gpus": 16},
+    )
+    plan = plan_measurement(j, rank=8)
+    assert plan.pp_rank == 1
+    # 8 layers over 2 stages x 2 virtual stages: stage 1 builds layers 2-3 and 6-7, and only
+    # its last virtual stage holds the output layer.
+    assert [(c.vp_stage, c.pre_process, c.post_process, c.num_layers) for c in plan.chunks] == [
+        (0, False, False, 2),
+        (1, False, True, 2),
+    ]
+    assert plan.schedule == {"num_microbatches": 4, "seq_length": 2048, "micro_batch_size": 1}  # 16 / (1 * DP 4)
+    assert plan.parallel_state["virtual_pipeline_model_parallel_size"] == 2
+    assert plan_measurement(j, rank=7).pp_rank == 0
+
+
+def test_moe_routing_is_forced_balanced_and_expert_parallel_sizes_pass_through():
+    j = job({
+        "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 512,
+        "expert_model_parallel_size": 4, "moe_token_dispatcher_type": "alltoall",
+    })
+    plan = plan_measurement(j, rank=3)
+    tc = plan.transformer_config
+    assert tc["moe_router_force_load_balancing"] is True
+    assert tc["moe_aux_loss_coeff"] == 0.0
+    assert tc["moe_token_dispatcher_type"] == "alltoall"
+    assert tc["moe_ffn_hidden_size"] == 512
+    assert plan.parallel_state["expert_model_parallel_size"] == 4
+    assert plan.parallel_state["expert_tensor_parallel_size"] == 1  # ETP defaults to TP
+    assert plan.world_size == 4  # the smallest world holding EP 4
+
+
+@pytest.mark.parametrize(
+    ("impl", "backend", "core"),
+    [
+        ("local", "flash", "sdpa"),
+        ("local", "fused", "sdpa"),
+        ("local", "unfused", "megatron_dot_product"),
+        ("local", "auto", "megatron_dot_product"),
+        ("transformer_engine", "auto", "transformer_engine"),
+    ],
+)
+def test_core_attention_follows_backend(impl, backend, core):
+    plan = plan_measurement(job({"transformer_impl": impl, "attention_backend": backend}), rank=0)
+    assert plan.core_attention == core
+    assert plan.layer_spec == ("transformer_engine" if impl == "transformer_engine" else "local")
+
+
+def test_distributed_optimizer_and_grad_dtype_reach_ddp_and_optimizer():
+    j = job(optimizer={"use_distributed_optimizer": True}, ddp={"grad_reduce_in_fp32": True, "bucket_size": 1000})
+    plan = plan_measurement(j, rank=0)
+    assert plan.ddp["use_distributed_optimizer"] is True
+    assert plan.optimizer["use_distributed_optimizer"] is True
+    assert plan.ddp["grad_reduce_in_fp32"] is True
+    assert plan.ddp["bucket_size"] == 1000
+    assert plan.optimizer["bf16"] is True and plan.optimizer["params_dtype"] == "bfloat16"
+
+
+def test_allocator_settings_go_to_the_subprocess_environment():
+    plan = plan_measurement(job(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), rank=0)
+    assert plan.env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert plan_measurement(job(), rank=0).env == {}
+
+
+def test_plan_is_json_and_its_config_reloads_to_the_same_job():
+    j = job({"tensor_model_parallel_size": 2}, train={"micro_batch_size": 2, "global_batch_size": 8})
+    plan = plan_measurement(j, rank=0)
+    assert json.loads(json.dumps(plan.to_json()))["rank"] == 0
+    assert validate(plan.config) == j
+
+
+@pytest.mark.parametrize(
+    ("model", "sections", "rank", "iterations", "message"),
+    [
+        ({}, {}, 1, 3, "--rank 1: must be between 0 and 0 (world size 1)"),
+        ({}, {}, 0, 1, "--iters 1: needs at least 2 (Adam creates its state at the first step)"),
+        ({"context_parallel_size": 2}, {}, 0, 3, "model.context_parallel_size > 1: the local layer spec has no context-parallel attention"),
+        ({"bf16": False}, {}, 0, 3, "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32"),
+        (
+            {"recompute_granularity": "selective", "recompute_modules": ["layernorm", "mlp"]}, {}, 0, 3,
+            "model.recompute_modules ['layernorm']: megatron-core 0.19.2's output-discarding checkpoint "
+            "calls Transformer Engine, so these fail on the local spec",
+        ),
+        ({}, {"peft": {}}, 0, 3, "peft: Megatron-Core has no LoRA; memtune measure runs full training only"),
+        ({"mtp_num_layers": 1}, {}, 0, 3, "model.mtp_num_layers: memtune measure does not build multi-token-prediction layers"),
+        ({"tensor_model_parallel_size": 2}, {"cluster": {"num_gpus": 3}}, 0, 3,
+         "cluster.num_gpus 3: must be a multiple of TP*PP*CP (2) and of ETP*EP*PP (2)"),
+    ],
+)
+def test_refusals_are_one_line_each(model, sections, rank, iterations, message):
+    with pytest.raises(InputError) as exc:
+        plan_measurement(job(model, **sections), rank=rank, iterations=iterations)
+    assert message in exc.value.problems
