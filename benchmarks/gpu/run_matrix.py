@@ -128,8 +128,8 @@ def merge(args) -> int:
     with open(args.into, "w") as fh:
         for record in merged:
             fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-    holdout = sum(r["split"] == "holdout" for r in merged)
-    print(f"{len(merged)} runs ({len(merged) - holdout} tune, {holdout} holdout) -> {args.into}")
+    counts = {name: sum(r["split"] == name for r in merged) for name in ("tune", "holdout", "fresh")}
+    print(f"{len(merged)} runs ({', '.join(f'{n} {name}' for name, n in counts.items())}) -> {args.into}")
     if skipped:
         print(f"not taken, the matrix now plans them differently: {', '.join(skipped)}")
     return 0
