@@ -1,0 +1,43 @@
+import json
+from pathlib import Path
+
+from memtune.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "llama3-70b-sft.yaml")
+
+
+def test_json_for_one_global_rank(capsys):
+    assert main(["estimate", EXAMPLE, "--json", "--rank", "31"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rank"] == 31 and data["pp_rank"] == 3  # 32 GPUs, PP 4: ranks 24-31 are the last stage
+    assert set(data["components"]) == {"weights", "grads", "optimizer", "activations", "transient"}
+    assert data["peak_bytes"] == sum(data["components"].values())
+    assert isinstance(data["fits"], bool) and data["non_pytorch_bytes"] > 0
+
+
+def test_table_explain_and_plot(capsys, tmp_path):
+    plot = tmp_path / "ranks.png"
+    assert main(["estimate", EXAMPLE, "--explain", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict:" in out and "GiB (2^30 B)" in out
+    assert "decoder.mlp.linear_fc2.input" in out  # the per-tensor breakdown
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_overrides_after_options_change_the_layout(capsys):
+    assert main(["estimate", EXAMPLE, "--json", "model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=null", "cluster.num_gpus=16"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parallelism"]["pp"] == 2 and len(data["ranks"]) == 2
+
+
+def test_invalid_config_is_refused_with_check_messages(capsys):
+    code = main(["estimate", EXAMPLE, "model.tensor_model_parallel_size=1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "SEQ001" in err and "Traceback" not in err
+
+
+def test_rank_out_of_range(capsys):
+    assert main(["estimate", EXAMPLE, "--rank", "32"]) == 2
+    assert "--rank: must be between 0 and 31 (world size 32), got 32" in capsys.readouterr().err
