@@ -99,13 +99,20 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
             cost += f"; at a fixed GPU count DP drops {derived.dp} → {derived.dp // 2}"
         elif derived:
             cost += "; needs twice the GPUs (DP is already 1)"
-        fixes.append(Fix("More pipeline stages", (f"model.pipeline_model_parallel_size={pp or '<2 × current>'}",),
-                         "each rank holds fewer layers", cost))
+        keys = (f"model.pipeline_model_parallel_size={pp or '<2 × current>'}",)
+        if model is not None and model.pipeline_dtype is None:
+            # Megatron-Core refuses PP > 1 without it (check PAR006).
+            keys += ("model.pipeline_dtype=" + ("bf16" if model.bf16 else "fp16" if model.fp16 else "fp32"),)
+        fixes.append(Fix("More pipeline stages", keys, "each rank holds fewer layers", cost))
     if derived is None or (derived.pp == 1 and model.cuda_graph_impl == "none"):
         if model is None or not model.cpu_offloading:
             layers = max(1, model.num_layers // 4) if model else "<N>"
+            keys = ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}")
+            if model is not None and model.recompute_granularity is not None:
+                # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
+                keys += ("model.recompute_granularity=null",)
             fixes.append(Fix("Offload activations to the CPU" + ("" if job else " (only with PP = 1, no CUDA graphs)"),
-                             ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}"),
+                             keys,
                              "keeps the offloaded layers' activations in host memory", "large; watch host RAM"))
     if derived is None or 2 * derived.tp <= job.cluster.gpus_per_node:
         tp = 2 * derived.tp if derived else "<2 × current>"

@@ -108,6 +108,8 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         # Its backward builds a dense gradient of this rank's embedding rows.
         wgrad = act.BF16 * d.padded_vocab_size / d.tp * x.hidden
         segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
+    offloaded = min(m.cpu_offloading_num_layers, len(layers)) if m.cpu_offloading and m.cpu_offloading_activations else 0
+    first_layer = 0
     for group, checkpointed in _layer_groups(d, layers):
         full = sum(layer.total for layer in group)
         fwd = max(layer.fwd_transient for layer in group)
@@ -116,13 +118,14 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
             inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
             kept.add("recompute.checkpoint_inputs", inputs)
             segments.append(Segment(inputs, inputs + full, fwd, bwd))
-        elif _offloaded(d, layers, group):
+        elif first_layer < offloaded:
             # Offloaded layers leave the device; backward brings one layer back at a time.
             segments.append(Segment(0.0, full, full + fwd, bwd))
         else:
             for layer in group:
                 kept.merge(layer, "decoder.")
             segments.append(Segment(full, full, fwd, bwd))
+        first_layer += len(group)
     if chunk.has_output:
         out = act.output_and_loss(d, x)
         kept.merge(out)
@@ -153,13 +156,6 @@ def _layer_groups(d: Derived, layers: list[act.Saved]) -> list[tuple[list[act.Sa
     if m.recompute_method == "uniform":
         return [(layers[i : i + k], True) for i in range(0, len(layers), k)]
     return [([layer], i < k) for i, layer in enumerate(layers)]
-
-
-def _offloaded(d: Derived, layers: list[act.Saved], group: list[act.Saved]) -> bool:
-    m = d.model
-    if not (m.cpu_offloading and m.cpu_offloading_activations):
-        return False
-    return layers.index(group[0]) < m.cpu_offloading_num_layers
 
 
 def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> float:

@@ -67,3 +67,14 @@ def test_rank_json_for_a_global_rank(job_factory):
     assert [est.pp_rank_of(r) for r in range(4)] == [0, 0, 1, 1]
     r = est.rank(3)
     assert r.peak_bytes == round(r.state.total + r.activations + r.transient)
+
+
+def test_cpu_offload_removes_only_the_offloaded_layers(job_factory):
+    from memtune.estimate.core import EstimateOptions, chunk_activations
+
+    base = derive(job_factory(model={"attention_backend": "flash"}))
+    off = derive(job_factory(model={"attention_backend": "flash", "cpu_offloading": True, "cpu_offloading_num_layers": 1}))
+    full = chunk_activations(base, base.chunks[0][0], EstimateOptions())
+    less = chunk_activations(off, off.chunks[0][0], EstimateOptions())
+    layer = act.transformer_layer(base, act.dims_of(base), flavour_of(base), False, 1.0).total
+    assert full.total - less.total == layer  # one of four layers leaves the device
