@@ -96,8 +96,15 @@ def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: Estim
 def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> ChunkActivations:
     """Activations of one microbatch in one chunk, with full recompute and offload applied."""
     x, fl, m = act.dims_of(d), flavour_of(d), d.model
-    layers = [layer_saved(d, x, fl, i, options) for i in chunk.layers]
-    layers += [layer_saved(d, x, fl, chunk.layers[-1] if chunk.layers else 0, options) for _ in range(chunk.mtp_layers)]
+    # Layers differ only in being dense or MoE: build each kind once.
+    kinds: dict[bool, act.Saved] = {}
+    indices = list(chunk.layers) + [chunk.layers[-1] if chunk.layers else 0] * chunk.mtp_layers
+    layers = []
+    for i in indices:
+        moe = d.moe_layer_pattern[i]
+        if moe not in kinds:
+            kinds[moe] = layer_saved(d, x, fl, i, options)
+        layers.append(kinds[moe])
     kept = act.Saved()
     segments: list[Segment] = []
     # The gradient of the residual stream lives through each layer's backward.

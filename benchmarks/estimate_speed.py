@@ -1,0 +1,47 @@
+"""How long one estimate takes (the planner will call it many times).
+
+Run: python benchmarks/estimate_speed.py
+Prints the median wall time of ``estimate(job, checked=True)`` (checks excluded) and of the
+full ``estimate(job)`` for the bundled examples and a few presets.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from memtune.config import load_job
+from memtune.estimate import estimate
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [
+    ("examples/llama3-70b-sft.yaml", []),
+    ("examples/qwen3-30b-a3b-ep8.yaml", []),
+    ("examples/llama3-70b-sft.yaml", ["model.num_layers=126", "model.hidden_size=16384", "model.ffn_hidden_size=53248",
+                                      "model.num_attention_heads=128", "model.tensor_model_parallel_size=8",
+                                      "model.pipeline_model_parallel_size=7", "model.virtual_pipeline_model_parallel_size=3",
+                                      "cluster.num_gpus=112", "train.global_batch_size=112"]),
+]
+
+
+def median_ms(fn, repeats: int = 30) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    for path, overrides in CASES:
+        job = load_job(ROOT / path, overrides).job
+        label = path + (" (405B shape, TP8 PP7 VPP3)" if overrides else "")
+        bare = median_ms(lambda: estimate(job, checked=True))
+        full = median_ms(lambda: estimate(job))
+        print(f"{label:55} estimate {bare:6.2f} ms   with checks {full:6.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
