@@ -111,9 +111,15 @@ def _site(frames: object) -> str:
     """The first frame outside PyTorch itself: the user code that asked for the memory."""
     if not isinstance(frames, list) or not frames:
         return "(no stack recorded)"
-    for frame in frames:
-        if isinstance(frame, dict) and not any(mark in str(frame.get("filename", "")) for mark in _INTERNAL_FRAMES):
-            return _frame_text(frame)
+    outside = [
+        f for f in frames
+        if isinstance(f, dict) and not any(mark in str(f.get("filename", "")) for mark in _INTERNAL_FRAMES)
+    ]
+    # With stacks="all" the C++ frames of the allocator come first; the user's code is Python.
+    python = [f for f in outside if str(f.get("filename", "")).endswith(".py")]
+    for candidates in (python, outside):
+        if candidates:
+            return _frame_text(candidates[0])
     return _frame_text(frames[0]) if isinstance(frames[0], dict) else "(no stack recorded)"
 
 

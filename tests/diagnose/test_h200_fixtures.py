@@ -47,3 +47,9 @@ def test_snapshot():
     s = summarise(read_snapshot(H200 / "fragmentation-snapshot.pickle"), "h200")
     assert s.label == "fragmentation"
     assert s.largest_free_block < s.failed_request.size <= s.inactive + (s.failed_request.device_free or 0)
+
+
+def test_snapshot_names_the_users_python_line_not_the_allocators_cpp_frames():
+    s = summarise(read_snapshot(H200 / "fragmentation-snapshot.pickle"), "h200")
+    top = s.top_sites[0]
+    assert "oom_fixtures.py" in top.frame and " in fragmentation" in top.frame
