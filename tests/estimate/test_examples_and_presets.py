@@ -25,7 +25,7 @@ def test_the_broken_example_is_refused(capsys):
     assert "OFF001" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", [m.name if hasattr(m, "name") else m for m in list_models()])
+@pytest.mark.parametrize("name", [m.name for m in list_models()])
 def test_every_preset_estimates(name, tmp_path, capsys):
     config = tmp_path / "job.yaml"
     config.write_text(f"model: {{preset: {name}, bf16: true}}\ncluster: {{gpu: H200}}\n")
