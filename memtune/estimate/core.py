@@ -2,8 +2,8 @@
 
 For each pipeline rank the peak is the larger of two moments:
 
-- the first backward of the steady 1F1B phase, when every in-flight microbatch's activations
-  are alive and the module being run forward or backward adds its working memory;
+- forward/backward: every in-flight microbatch's activations are alive and the chunk being run
+  adds its worst working set, found by walking its autograd units forward and back;
 - the optimizer step, when activations are gone but the step's temporaries exist.
 
 Everything here is a pure function of the configuration; rendering lives elsewhere.
@@ -21,7 +21,7 @@ from memtune.estimate.peft import adapter_activations, adapter_params
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
 
-CUBLAS_WORKSPACE = 32 * 2**20  # one per (handle, stream) on Hopper and Blackwell, inside the allocator
+CUBLAS_WORKSPACE = 32 * 2**20  # per (thread, stream) on Hopper and Blackwell, inside the allocator
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,6 @@ class Segment:
     replayed: float  # bytes it holds during its backward (more than kept when recomputed)
     fwd_extra: float  # working set beyond ``kept`` while its forward runs
     bwd_extra: float  # working set beyond ``replayed`` while its backward runs
-    lingers: bool = False
 
 
 def worst_extra(segments: list[Segment]) -> float:
@@ -65,8 +64,7 @@ def worst_extra(segments: list[Segment]) -> float:
         before += seg.kept
     for i in reversed(range(len(segments))):
         before -= segments[i].kept
-        later_kept = sum(seg.kept for seg in segments[i + 1 :] if seg.lingers)
-        worst = max(worst, before + segments[i].replayed + segments[i].bwd_extra + later_kept - total)
+        worst = max(worst, before + segments[i].replayed + segments[i].bwd_extra - total)
     return worst
 
 
