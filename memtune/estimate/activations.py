@@ -2,8 +2,8 @@
 
 Each function returns a :class:`Saved`: the tensors autograd holds until backward (by name, in
 bytes) and the extra working memory the module needs at its worst moment in forward and in
-backward, on top of what it saves. The figures follow Megatron-Core's modules tensor by tensor;
-the docstrings say which tensor is which, so ``memtune estimate --explain`` can show them.
+backward, on top of what it saves. The figures follow Megatron-Core's modules tensor by tensor,
+each under a name ``memtune estimate --explain`` shows.
 
 Shapes: ``T`` tokens per microbatch on this context-parallel rank (``seq / cp * mbs``), hidden
 ``h``, TP size ``t``. Under sequence parallelism the tensors outside the TP regions (norms,
@@ -25,6 +25,8 @@ INT64 = 8
 
 @dataclass
 class Saved:
+    """Tensors kept for backward (name -> bytes) and the working set beyond them."""
+
     tensors: dict[str, float] = field(default_factory=dict)
     fwd_transient: float = 0.0
     bwd_transient: float = 0.0
@@ -74,12 +76,11 @@ def dims_of(d: Derived) -> Dims:
     )
 
 
-def norm(d: Derived, x: Dims, name: str, width: int | None = None) -> Saved:
+def norm(d: Derived, x: Dims, name: str) -> Saved:
     """A norm saves its input plus fp32 statistics per row (mean and rstd for LayerNorm)."""
-    width = width or x.hidden
     stats = 2 if d.model.normalization == "LayerNorm" else 1
     s = Saved()
-    s.add(f"{name}.input", BF16 * x.residual_tokens * width)
+    s.add(f"{name}.input", BF16 * x.residual_tokens * x.hidden)
     s.add(f"{name}.stats", FP32 * stats * x.residual_tokens)
     return s
 
