@@ -279,13 +279,17 @@ def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) 
     routed = local * k * d.etp * imbalance
     s.add("dispatcher.indices", INT64 * 2 * local * k)
     s.add("experts.input", BF16 * routed * x.hidden)
-    if "moe_act" not in d.recompute_modules:
-        expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts", gathers_sp=False)
-        # Router probabilities scale the activation in fp32 before fc2: the unscaled product stays.
-        expert.add("experts.probs_scaled_input", BF16 * routed * d.moe_ffn_hidden_size / d.etp)
-        # The scaled product is computed in fp32 before fc2's bf16 copy exists.
-        expert.fwd_transient = BF16 * routed * d.moe_ffn_hidden_size / d.etp
-        s.merge(expert)
+    expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts", gathers_sp=False)
+    # Router probabilities scale the activation in fp32 before fc2: the unscaled product stays.
+    expert.add("experts.probs_scaled_input", BF16 * routed * d.moe_ffn_hidden_size / d.etp)
+    # The scaled product is computed in fp32 before fc2's bf16 copy exists.
+    expert.fwd_transient = BF16 * routed * d.moe_ffn_hidden_size / d.etp
+    if "moe_act" in d.recompute_modules:
+        # Output-discarding recompute: the activation's output (fc2's input) is dropped after
+        # fc2 runs and rebuilt from the kept fc1 output in backward.
+        for name in ("experts.linear_fc2.input", "experts.probs_scaled_input"):
+            expert.tensors.pop(name, None)
+    s.merge(expert)
     if m.moe_shared_expert_intermediate_size:
         shared = mlp(d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts", gathers_sp=x.sp)
         s.merge(replayed(shared, Saved()) if "shared_experts" in d.recompute_modules else shared)

@@ -60,3 +60,17 @@ def test_dropout_keeps_masks(job_factory):
     assert saved.tensors["self_attention.bda.dropout_mask"] == T * H
     assert saved.tensors["self_attention.core_attention.dropout_mask"] == 2 * 4 * 128 * 128
     assert "self_attention.core_attention.probs_bf16" not in saved.tensors
+
+
+def test_moe_act_recompute_drops_only_the_activation_output(job_factory):
+    moe = {"num_moe_experts": 4, "moe_ffn_hidden_size": 32, "moe_router_topk": 2, "moe_grouped_gemm": True}
+    base = job_factory(model=moe)
+    act_rc = job_factory(model={**moe, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]})
+    kept = {}
+    for label, job in (("base", base), ("rc", act_rc)):
+        d = derive(job)
+        kept[label] = act.moe(d, act.dims_of(d), flavour_of(d), 1.0).tensors
+    routed = T * 2  # top-2, ETP 1
+    assert kept["base"]["experts.linear_fc2.input"] == 2 * routed * 32
+    assert set(kept["base"]) - set(kept["rc"]) == {"experts.linear_fc2.input", "experts.probs_scaled_input"}
+    assert kept["rc"]["experts.fc1_output"] == 2 * routed * 64  # gated: fc1 is 2 x 32 wide
