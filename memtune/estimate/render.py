@@ -81,6 +81,11 @@ def assumptions(est: Estimate) -> list[str]:
             f"MoE: each expert rank receives the balanced token share x {imbalance:g}"
             " (--moe-imbalance; 1 = balanced routing, as with moe_router_force_load_balancing)"
         )
+    if job.peft is not None:
+        notes.append(
+            "LoRA: frozen base weights keep no gradient or optimizer state; base linears are assumed to keep their"
+            " inputs as Megatron's own linears do (TE's may skip that for frozen weights)"
+        )
     optimizer = "torch's foreach AdamW (what Megatron falls back to without TE or Apex)" if job.model.transformer_impl == "local" else "TE/Apex FusedAdam"
     notes.append(f"optimizer step: {optimizer}")
     groups = ", ".join(communicators(d)) or "none"
