@@ -140,7 +140,7 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             # runs their backward, so the working set is the kept set plus its backward buffers.
             kept = (FP32 + BOOL + BF16) if m.attention_dropout > 0 else (FP32 + BF16)
             s.fwd_transient = (BF16 + FP32 + FP32 + BF16) * scores
-            s.bwd_transient = (kept + _unfused_working_set(m.attention_dropout)) * scores
+            s.bwd_transient = (kept + _unfused_backward_working_set(m.attention_dropout)) * scores
         else:
             expanded = heads / groups > 1
             # Megatron's DotProductAttention repeats K and V up to the query heads for GQA; for
@@ -156,21 +156,29 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             else:
                 s.add("core_attention.probs_bf16", BF16 * scores)
             s.add("core_attention.causal_mask", BOOL * x.seq * x.seq)
-            s.fwd_transient = s.bwd_transient = _unfused_working_set(m.attention_dropout) * scores
+            s.fwd_transient = _unfused_forward_working_set(m.attention_dropout) * scores
+            s.bwd_transient = _unfused_backward_working_set(m.attention_dropout) * scores
     s.add("linear_proj.input", _linear_input_bytes(fl) * T * heads * kv)
     return s
 
 
-def _unfused_working_set(dropout: float) -> int:
-    """Bytes per score element the unfused attention needs beyond what it keeps.
-
-    Forward: the bf16 scores and their fp32 copy live until the module returns, beside the
-    fp32 softmax and bf16 probabilities (of which dropout later replaces the latter by its
-    output and mask). Backward peaks in the softmax backward: fp32 gradients in and out beside
-    the kept fp32 softmax, after the bf16 probabilities were released. Both come to 6 bytes
-    without dropout and 5 with it.
-    """
+def _unfused_forward_working_set(dropout: float) -> int:
+    """Bytes per score element the unfused attention's forward needs beyond what it keeps: the
+    bf16 scores and their fp32 copy live until the module returns, beside the fp32 softmax and
+    the bf16 probabilities (which dropout, when on, replaces by its output and mask)."""
     return 5 if dropout > 0 else 6
+
+
+def _unfused_backward_working_set(dropout: float) -> int:
+    """Bytes per score element its backward needs beyond what it keeps.
+
+    Allocator traces of Megatron's DotProductAttention (H200, torch 2.11) show the peak in the
+    softmax backward: three fp32 score-sized buffers (the incoming gradient, the softmax
+    gradient and the masked gradient) beside the kept fp32 softmax, after the bf16
+    probabilities (or dropout's output and mask) were released: 16 bytes alive against the 6
+    (7 with dropout) kept.
+    """
+    return 9 if dropout > 0 else 10
 
 
 def _linear_input_bytes(fl: Flavour) -> int:
@@ -207,7 +215,8 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
         s.add("core_attention.qkv", core)
         s.add("core_attention.softmax_fp32", FP32 * scores)
         s.add("core_attention.probs_bf16", BF16 * scores)
-        s.fwd_transient = s.bwd_transient = _unfused_working_set(m.attention_dropout) * scores
+        s.fwd_transient = _unfused_forward_working_set(m.attention_dropout) * scores
+        s.bwd_transient = _unfused_backward_working_set(m.attention_dropout) * scores
     s.add("linear_proj.input", BF16 * T * heads * m.v_head_dim)
     return s
 

@@ -53,6 +53,7 @@ class Segment:
     replayed: float  # bytes it holds during its backward (more than kept when recomputed)
     fwd_extra: float  # working set beyond ``kept`` while its forward runs
     bwd_extra: float  # working set beyond ``replayed`` while its backward runs
+    bwd_residue: float = 0.0  # left allocated after its backward until the chunk's backward ends
 
 
 def worst_extra(segments: list[Segment]) -> float:
@@ -62,9 +63,11 @@ def worst_extra(segments: list[Segment]) -> float:
     for seg in segments:
         worst = max(worst, before + seg.kept + seg.fwd_extra - total)
         before += seg.kept
+    residue = 0.0
     for i in reversed(range(len(segments))):
         before -= segments[i].kept
-        worst = max(worst, before + segments[i].replayed + segments[i].bwd_extra - total)
+        worst = max(worst, before + segments[i].replayed + segments[i].bwd_extra + residue - total)
+        residue += segments[i].bwd_residue
     return worst
 
 
@@ -134,7 +137,11 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
     if chunk.has_output:
         out = act.output_and_loss(d, x)
         kept.merge(out)
-        segments.append(Segment(out.total, out.total, out.fwd_transient, out.bwd_transient))
+        # A tied output weight is a leaf used twice in this chunk: autograd holds the output
+        # layer's weight gradient until the embedding's backward adds its own.
+        tied = chunk.has_embedding and m.share_embeddings_and_output_weights
+        residue = act.BF16 * d.padded_vocab_size / d.tp * x.hidden if tied else 0.0
+        segments.append(Segment(out.total, out.total, out.fwd_transient, out.bwd_transient, residue))
     elif d.pp > 1 and fl.pipeline_outputs_kept:
         # The schedule keeps each sent output for backward unless it deallocates it.
         kept.add("pipeline.output_tensor", act.layer_input(x))

@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iters", type=int, default=DEFAULT_ITERATIONS, metavar="N", help=f"training iterations (default {DEFAULT_ITERATIONS}, at least 2)")
     p.add_argument("--json", action="store_true", help="print the measurement, the config it ran and the estimate as JSON")
     p.add_argument("--python", default=sys.executable, metavar="PATH", help="interpreter with torch and megatron-core (default: this one)")
+    p.add_argument(
+        "--snapshot", metavar="FILE.pickle",
+        help="also record the allocator during the last iteration and write a memory snapshot "
+        "(read it with `memtune diagnose --snapshot` or pytorch.org/memory_viz)",
+    )
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=f"stop the run after S seconds (default {DEFAULT_TIMEOUT_S})")
     p.set_defaults(handler=run)
 
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_measurement(loaded.job, args.rank, args.iters)
     check_interpreter(args.python)
     try:
-        result = run_plan(plan, python=args.python, timeout_s=args.timeout)
+        result = run_plan(plan, python=args.python, timeout_s=args.timeout, snapshot=args.snapshot)
     except MeasurementFailed as exc:
         print(f"memtune measure: {exc}", file=sys.stderr)
         return EXIT_FAILED

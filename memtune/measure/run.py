@@ -44,6 +44,9 @@ class Measurement:
     wall_seconds: float
 
 
+SNAPSHOT_VARIABLE = "MEMTUNE_MEASURE_SNAPSHOT"
+
+
 def subprocess_env(job_env: dict, base: dict | None = None) -> dict:
     """The child's environment: ``base`` (default: ours) with the job's allocator settings."""
     env = dict(os.environ if base is None else base)
@@ -72,10 +75,14 @@ def check_interpreter(python: str) -> None:
         )
 
 
-def run_plan(plan: "MeasurePlan", python: str = sys.executable, timeout_s: float = DEFAULT_TIMEOUT_S) -> Measurement:
+def run_plan(
+    plan: "MeasurePlan", python: str = sys.executable, timeout_s: float = DEFAULT_TIMEOUT_S, snapshot: str | None = None
+) -> Measurement:
     """Measure in a fresh subprocess. Raises MissingDependencyError (no GPU, no megatron-core),
-    InputError (megatron-core rejected the configuration) or MeasurementFailed."""
-    return parse_result(run_plan_json(plan.to_json(), plan.env, python, timeout_s))
+    InputError (megatron-core rejected the configuration) or MeasurementFailed. With ``snapshot``
+    the runner records the allocator's history during the last iteration and writes it there."""
+    env = dict(plan.env, **({SNAPSHOT_VARIABLE: str(Path(snapshot).resolve())} if snapshot else {}))
+    return parse_result(run_plan_json(plan.to_json(), env, python, timeout_s))
 
 
 def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=None) -> dict:

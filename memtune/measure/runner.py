@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 import traceback
@@ -249,6 +250,8 @@ def _wire_grad_sync(config, model, ddp: dict, optimizer):
 
 # --- measurement ------------------------------------------------------------------------
 
+SNAPSHOT_ENTRIES = 200_000  # allocator events kept for the snapshot of the last iteration
+
 
 def _init_distributed(plan: dict):
     import torch
@@ -298,9 +301,12 @@ def measure(plan: dict) -> dict:
     vocab = plan["model"]["vocab_size"]
     batches = [_RandomBatches(vocab, schedule["micro_batch_size"], schedule["seq_length"]) for _ in model]
     forward_backward = get_forward_backward_func()
+    snapshot = os.environ.get("MEMTUNE_MEASURE_SNAPSHOT")
     iterations = []
     for index in range(1, plan["iterations"] + 1):
         torch.cuda.synchronize()
+        if snapshot and index == plan["iterations"]:
+            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_ENTRIES, stacks="python")
         torch.cuda.reset_peak_memory_stats()
         tick = time.monotonic()
         for chunk in model:
@@ -332,6 +338,9 @@ def measure(plan: dict) -> dict:
                 "seconds": round(time.monotonic() - tick, 3),
             }
         )
+        if snapshot and index == plan["iterations"]:
+            torch.cuda.memory._dump_snapshot(snapshot)
+            torch.cuda.memory._record_memory_history(enabled=None)
     steady = [it for it in iterations if it["iteration"] >= 2]
     measured = {
         "peak_allocated_bytes": max(it["peak_allocated_bytes"] for it in steady),

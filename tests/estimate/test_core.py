@@ -78,3 +78,20 @@ def test_cpu_offload_removes_only_the_offloaded_layers(job_factory):
     less = chunk_activations(off, off.chunks[0][0], EstimateOptions())
     layer = act.transformer_layer(base, act.dims_of(base), flavour_of(base), False, 1.0).total
     assert full.total - less.total == layer  # one of four layers leaves the device
+
+
+def test_a_tied_output_weight_gradient_stays_until_the_embedding_backward():
+    # output backward leaves 8 behind; the middle layer's backward then sees it: 10 + 30 + 8 - 60.
+    segments = [Segment(20, 20, 0, 0), Segment(30, 30, 0, 10), Segment(10, 10, 0, 0, bwd_residue=8)]
+    assert worst_extra(segments) == 8
+    segments[2] = Segment(10, 10, 0, 0)
+    assert worst_extra(segments) == 0
+
+
+def test_unfused_backward_keeps_three_fp32_score_buffers_beside_the_softmax(job_factory):
+    d = derive(job_factory())  # unfused, no dropout: keeps fp32 softmax + bf16 probs
+    att = act.attention(d, act.dims_of(d), flavour_of(d), recompute_core=False)
+    scores = 2 * 4 * 128 * 128
+    kept = att.tensors["core_attention.softmax_fp32"] + att.tensors["core_attention.probs_bf16"]
+    assert kept == 6 * scores
+    assert kept + att.bwd_transient == 16 * scores
