@@ -113,3 +113,24 @@ def test_report_sets_the_estimate_beside_a_real_measurement():
     text = console.export_text()
     assert f"steady-state peak allocated {peak / 2**30:.2f}   estimate {(peak + 2**30) / 2**30:.2f}   difference +1.00" in text
     assert "1 (warm-up)" in text
+
+
+def test_snapshot_path_reaches_the_runner_as_an_absolute_path(monkeypatch, tmp_path):
+    import memtune.measure.run as run_module
+
+    seen = {}
+
+    def fake_run(plan_json, env, python, timeout_s):
+        seen.update(env)
+        return {"error": {"kind": "failed", "message": "stop here"}}
+
+    monkeypatch.setattr(run_module, "run_plan_json", fake_run)
+    monkeypatch.chdir(tmp_path)
+    plan = plan_measurement(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job, rank=3)
+    with pytest.raises(MeasurementFailed):
+        run_plan(plan, snapshot="peak.pickle")
+    assert seen[run_module.SNAPSHOT_VARIABLE] == str(tmp_path / "peak.pickle")
+    seen.clear()
+    with pytest.raises(MeasurementFailed):
+        run_plan(plan)
+    assert run_module.SNAPSHOT_VARIABLE not in seen
