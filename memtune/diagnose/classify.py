@@ -28,11 +28,10 @@ from memtune.diagnose.sizes import GiB, MiB, gib
 # Below this, reserved-but-unallocated memory is allocator noise, not a cause (§5 rule 7).
 FRAGMENTATION_FLOOR_BYTES = 512 * MiB
 FRAGMENTATION_FLOOR_SHARE = 0.02
-# Device memory held outside this process's allocator beyond CUDA context + NCCL (≈1 GiB) matters
-# from here on.
-OUTSIDE_FLOOR_BYTES = 2 * GiB
-OUTSIDE_FLOOR_SHARE = 0.2
-PRIVATE_POOL_SHARE = 0.25
+# Memory held by CUDA-graph pools, other processes or this process outside its allocator is named as
+# the reason for a shortage from here on (beyond CUDA context + NCCL basics, ≈1 GiB; §5 rule 3, §6).
+ATTRIBUTION_FLOOR_BYTES = 2 * GiB
+ATTRIBUTION_FLOOR_SHARE = 0.1
 # Fewer failing ranks than this share of the job points at imbalance, not global capacity.
 MINORITY_SHARE = 0.25
 HEADROOM_SHARE = 0.9
@@ -95,16 +94,10 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
         return FRAGMENTATION, reasons + [
             f"reserved but unallocated {gib(U)} + free {gib(F)} ≥ requested {gib(R)}: enough memory, split between "
             "the cache and the device (fragmentation-assisted)"]
-    if n.private_pools and A and n.private_pools >= max(OUTSIDE_FLOOR_BYTES, PRIVATE_POOL_SHARE * A):
-        return OUTSIDE_PYTORCH, reasons + [
-            f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
-            "held for the graphs' lifetime"]
-    outside = n.outside_allocator
-    if outside is not None and T and outside >= max(OUTSIDE_FLOOR_BYTES, OUTSIDE_FLOOR_SHARE * T):
-        detail = _outside_detail(n, outside)
-        return OUTSIDE_PYTORCH, reasons + [
-            f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
-            f"held outside PyTorch's allocator{detail}"]
+    held = held_elsewhere(n)
+    if held:
+        # §5 rule 3: R > U + F is a shortage whoever holds the memory; the holder decides the fix.
+        return CAPACITY, reasons + held
     if R is not None and R <= 20 * MiB and (F or 0) < 64 * MiB and (U or 0) < floor:
         return CAPACITY, reasons + [
             f"a tiny request ({gib(R)}) failed with nothing free: the GPU is completely full and the failing "
@@ -122,6 +115,25 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
         parts.append(f"free {gib(F)}")
     return CAPACITY, reasons + ["; ".join(parts) + ": the memory is really in use" if parts else
                                 "the message lacks the numbers to see fragmentation; capacity is the default reading"]
+
+
+def held_elsewhere(n: AllocatorNumbers) -> list[str]:
+    """Who holds the memory a shortage is short of, when it is not only the model's live tensors:
+    CUDA-graph / MemPool private pools (inside "allocated", §5 rule 5) and device memory outside
+    this process's allocator (other processes, NCCL, context, workspaces; §6)."""
+    T, F, A, U = n.total, n.free, n.allocated, n.unallocated
+    if not T:
+        return []
+    floor = max(ATTRIBUTION_FLOOR_BYTES, ATTRIBUTION_FLOOR_SHARE * T)
+    found = []
+    if n.private_pools and A and n.private_pools >= floor:
+        found.append(f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
+                     "held for the graphs' lifetime")
+    outside = n.outside_allocator
+    if outside is not None and outside >= floor:
+        found.append(f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
+                     f"held outside PyTorch's allocator{_outside_detail(n, outside)}")
+    return found
 
 
 def _outside_detail(n: AllocatorNumbers, outside: int) -> str:
@@ -228,10 +240,6 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact], lead: RankVerd
     sentence = f"only {len(failed)} of {known} ranks failed"
     if headroom:
         sentence += f" and the others had headroom (max reserved {gib(max(others.values()))} of {gib(total)})"
-    if result.label == CAPACITY and strength < EXPLICIT:
-        result.label = FRAGMENTATION
-        result.reasons.append(sentence + ": with no numbers to the contrary, that is fragmentation or an "
-                                         "uneven load, not the job's capacity")
-    else:
-        result.reasons.append(sentence + ": the load is uneven (first/last pipeline stage, MoE routing), "
-                                         "so fix that rank rather than the whole job")
+    # §5 rule 8: a failure on few ranks is an uneven load (a shortage on those ranks), not a new label.
+    result.reasons.append(sentence + ": the load is uneven (first/last pipeline stage, MoE routing), "
+                                     "so fix that rank rather than the whole job")
