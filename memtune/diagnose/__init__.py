@@ -31,6 +31,10 @@ def _config_expandable(loaded: LoadedJob | None) -> bool | None:
     if loaded is None:
         return None
     env = loaded.job.env
+    if env.PYTORCH_CUDA_ALLOC_CONF is None and env.PYTORCH_ALLOC_CONF is not None:
+        # §4.2: the new name is not applied for CUDA before torch 2.11 (pytorch#183387)
+        if tuple(int(x) for x in env.torch_version.split(".")[:2] if x.isdigit()) < (2, 11):
+            return False
     conf = (env.PYTORCH_CUDA_ALLOC_CONF or env.PYTORCH_ALLOC_CONF or "").lower()
     return "expandable_segments:true" in conf
 
@@ -55,7 +59,9 @@ def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot
     snap = summarise(snap_data, snapshot) if snap_data is not None else None
     if plot_to:
         plot(snap_data, plot_to, f"memory over the trace: {snapshot}")
-    state = expandable_state(result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None)
+    formats = [f.numbers.format for f in result.failures if f.numbers is not None]
+    state = expandable_state(result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None,
+                             formats)
     v = verdict(result.failures, result.facts, state)
     if snap is not None:
         _merge_snapshot(v, snap)

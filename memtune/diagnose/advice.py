@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 
 from memtune.config import LoadedJob, derive, load_job
 from memtune.config.schema import JobConfig
-from memtune.diagnose.classify import Verdict
+from memtune.diagnose.classify import Verdict, significant
 from memtune.diagnose.evidence import (
+    CAPACITY,
     CONFIGURATION,
     FRAGMENTATION,
     HOST_OOM,
@@ -125,15 +126,16 @@ def _outside_fixes(job: JobConfig | None, verdict: Verdict) -> list[Fix]:
     kinds = {v.root.failure.kind for v in verdict.ranks}
     n = verdict.numbers
     fixes = []
-    if kinds & {"nccl_oom", "narrative_nccl"}:
+    if kinds & {"nccl_oom", "nccl_cuda_error", "narrative_nccl"}:
         fixes.append(Fix("Shrink NCCL's own buffers",
                          ("export NCCL_NVLS_ENABLE=0", "export NCCL_BUFFSIZE=2097152", "export TORCH_NCCL_AVOID_RECORD_STREAMS=1"),
                          "NCCL allocates per-channel, per-peer buffers outside PyTorch, per communicator, at its first "
                          "collective", "small"))
-    if n and n.private_pools:
+    if n and n.private_pools and significant(n, n.private_pools):
         fixes.append(Fix("Narrow or drop CUDA graphs", ("model.cuda_graph_impl=none",) if job is None or _graphs_on(job) else (),
                          "graph private pools stay reserved for the graphs' lifetime", "the graphs' speed-up"))
-    if n and (sum(n.other_processes.values()) or n.nvml_unreliable) or kinds & {"cuda_runtime_oom"}:
+    held_outside = bool(n and n.outside_allocator is not None and significant(n, n.outside_allocator))
+    if held_outside and (sum(n.other_processes.values()) or n.nvml_unreliable) or kinds & {"cuda_runtime_oom"}:
         fixes.append(Fix("Free the GPU from other processes", (),
                          "another process (a stray rank, a colocated inference engine, a leftover job) holds device "
                          "memory: check nvidia-smi on the failing node", "none"))
@@ -189,7 +191,7 @@ def advise(verdict: Verdict, loaded: LoadedJob | None = None) -> list[Fix]:
         fixes = list(_HOST_FIXES)
     else:
         fixes = [f for f in [allocator_fix(job, verdict)] if f]
-        if label == OUTSIDE_PYTORCH:
+        if label in (OUTSIDE_PYTORCH, CAPACITY):  # a shortage: first free what graphs or other holders keep
             fixes = _outside_fixes(job, verdict) + fixes
         fixes += _capacity_ladder(job)
         if label == FRAGMENTATION and fixes and fixes[0].title.startswith("Turn on"):

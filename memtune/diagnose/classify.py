@@ -8,6 +8,7 @@ numbers, never about where a message came from.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memtune.diagnose.evidence import (
@@ -35,6 +36,9 @@ ATTRIBUTION_FLOOR_SHARE = 0.1
 # Fewer failing ranks than this share of the job points at imbalance, not global capacity.
 MINORITY_SHARE = 0.25
 HEADROOM_SHARE = 0.9
+
+# Failures whose label is a default, not read from evidence: their verdict is never more than low confidence.
+DEFAULT_READINGS = {"allocator_oom_bare", "narrative_gpu_oom", "phase_only"}
 
 # When ranks disagree equally, report the label whose fix must come first.
 _TIE_ORDER = (CONFIGURATION, NOT_OOM, HOST_OOM, OUTSIDE_PYTORCH, FRAGMENTATION, CAPACITY)
@@ -117,6 +121,11 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
                                 "the message lacks the numbers to see fragmentation; capacity is the default reading"]
 
 
+def significant(n: AllocatorNumbers, held: int) -> bool:
+    """Whether memory held by graphs or outside the allocator is large enough to name as a cause."""
+    return bool(n.total) and held >= max(ATTRIBUTION_FLOOR_BYTES, ATTRIBUTION_FLOOR_SHARE * n.total)
+
+
 def held_elsewhere(n: AllocatorNumbers) -> list[str]:
     """Who holds the memory a shortage is short of, when it is not only the model's live tensors:
     CUDA-graph / MemPool private pools (inside "allocated", §5 rule 5) and device memory outside
@@ -124,13 +133,12 @@ def held_elsewhere(n: AllocatorNumbers) -> list[str]:
     T, F, A, U = n.total, n.free, n.allocated, n.unallocated
     if not T:
         return []
-    floor = max(ATTRIBUTION_FLOOR_BYTES, ATTRIBUTION_FLOOR_SHARE * T)
     found = []
-    if n.private_pools and A and n.private_pools >= floor:
+    if n.private_pools and A and significant(n, n.private_pools):
         found.append(f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
                      "held for the graphs' lifetime")
     outside = n.outside_allocator
-    if outside is not None and outside >= floor:
+    if outside is not None and significant(n, outside):
         found.append(f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
                      f"held outside PyTorch's allocator{_outside_detail(n, outside)}")
     return found
@@ -158,15 +166,40 @@ def read_failure(f: Failure, expandable_on: bool | None) -> Reading:
     return Reading(f, f.label or CAPACITY, tuple(reasons))
 
 
-def expandable_state(facts: list[Fact], from_config: bool | None, from_snapshot: bool | None) -> ExpandableState:
-    """What the allocator really ran with: the snapshot knows, a log line says, the config intends."""
+# Message formats printed by a torch that predates 2.11 (messages._format_of).
+_FORMATS_BEFORE_211 = {"2.9-2.10", "2.2-2.8", "2.1", "1.5-2.0", "1.4 or older"}
+
+
+def _torch_before_211(facts: list[Fact], formats: Sequence[str]) -> tuple[bool | None, str]:
+    versions = [f for f in facts if f.kind == "torch_version"]
+    if versions:
+        major_minor = tuple(int(x) for x in str(versions[-1].value).split(".")[:2])
+        return major_minor < (2, 11), f"torch {versions[-1].value}"
+    old = [f for f in formats if f in _FORMATS_BEFORE_211]
+    if old:
+        return True, f"an OOM message in the torch {old[0]} format"
+    return (False, "an OOM message in the torch 2.11+ format") if "2.11+" in formats else (None, "")
+
+
+def expandable_state(facts: list[Fact], from_config: bool | None, from_snapshot: bool | None,
+                     formats: Sequence[str] = ()) -> ExpandableState:
+    """What the allocator really ran with: the snapshot knows, a log line says, the config intends.
+    ``formats`` are the allocator messages' formats, which date the torch that printed them."""
     if from_snapshot is not None:
         return ExpandableState(from_snapshot, "snapshot allocator_settings")
     said = [f for f in facts if f.kind in ("expandable_on", "expandable_off")]
     if any(f.kind == "expandable_off" and "not supported" in str(f.value) for f in said):
         return ExpandableState(False, "log: expandable_segments not supported on this platform")
     if said:
-        return ExpandableState(said[-1].kind == "expandable_on", f"log {said[-1].where}")
+        last = said[-1]
+        if last.kind == "expandable_on" and str(last.value).startswith("PYTORCH_ALLOC_CONF=") and not any(
+                f.kind == "expandable_on" and not str(f.value).startswith("PYTORCH_ALLOC_CONF=") for f in said):
+            before, evidence = _torch_before_211(facts, formats)
+            if before:
+                # §4.2: torch 2.9.1 ignores the new name for CUDA (pytorch#183387), older ones never read it
+                return ExpandableState(False, f"log {last.where}: PYTORCH_ALLOC_CONF is not applied before torch "
+                                              f"2.11 and {evidence} was logged")
+        return ExpandableState(last.kind == "expandable_on", f"log {last.where}")
     if from_config is not None:
         return ExpandableState(from_config, "config env")
     return ExpandableState(None, "unknown")
@@ -190,7 +223,20 @@ def _known_ranks(scan_failures: list[Failure], facts: list[Fact]) -> int | None:
     return max(sizes + [len(seen)]) if (sizes or seen) else None
 
 
+_KILL_EXIT_CODES = {-9, 137}
+
+
+def _without_refuted_kills(failures: list[Failure], facts: list[Fact]) -> list[Failure]:
+    """A launcher that kills its other workers only says one worker died; the exit code it reports
+    says how. A code other than -9/137 is a Python error, not the OOM killer."""
+    codes = {f.value for f in facts if f.kind == "exit_code"}
+    if codes and not codes & _KILL_EXIT_CODES:
+        return [f for f in failures if f.kind != "launcher_sigkill"]
+    return failures
+
+
 def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableState) -> Verdict:
+    failures = _without_refuted_kills(failures, facts)
     if not failures:
         phases = [f for f in facts if f.kind == "phase"]
         if not phases:
@@ -210,7 +256,10 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     label = max(counts, key=lambda lab: (counts[lab], -_TIE_ORDER.index(lab)))
     lead = next(v for v in deciding if v.label == label)
 
-    result = Verdict(label, {EXPLICIT: "high", EXPLICIT - 1: "medium"}.get(strongest, "low"), expandable=expandable)
+    confidence = {EXPLICIT: "high", EXPLICIT - 1: "medium"}.get(strongest, "low")
+    if lead.root.failure.kind in DEFAULT_READINGS:
+        confidence = "low"
+    result = Verdict(label, confidence, expandable=expandable)
     result.ranks = ranks
     result.failed_ranks = sorted(v.rank for v in ranks if v.rank is not None)
     result.known_ranks = _known_ranks(failures, facts)
@@ -218,7 +267,7 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
     if len(counts) > 1:
         result.reasons.append("ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common()))
-    _reason_about_rank_spread(result, facts, lead, strongest)
+    _reason_about_rank_spread(result, facts)
     if label == HOST_OOM:
         peaks = [f.value for f in facts if f.kind == "host_memory_percent"]
         if peaks:
@@ -228,7 +277,7 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     return result
 
 
-def _reason_about_rank_spread(result: Verdict, facts: list[Fact], lead: RankVerdict, strength: int) -> None:
+def _reason_about_rank_spread(result: Verdict, facts: list[Fact]) -> None:
     failed, known = result.failed_ranks, result.known_ranks
     if not failed or not known or known < 4 or len(failed) > MINORITY_SHARE * known:
         if failed and known and known > 1:
@@ -238,8 +287,13 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact], lead: RankVerd
     others = {f.value[0]: f.value[1] for f in facts if f.kind == "rank_memory" and f.value[0] not in failed}
     headroom = bool(others and total and max(others.values()) <= HEADROOM_SHARE * total)
     sentence = f"only {len(failed)} of {known} ranks failed"
-    if headroom:
-        sentence += f" and the others had headroom (max reserved {gib(max(others.values()))} of {gib(total)})"
-    # §5 rule 8: a failure on few ranks is an uneven load (a shortage on those ranks), not a new label.
-    result.reasons.append(sentence + ": the load is uneven (first/last pipeline stage, MoE routing), "
-                                     "so fix that rank rather than the whole job")
+    if result.label != CAPACITY:
+        result.reasons.append(sentence)
+    elif headroom:
+        # §5 rule 8: a shortage on few ranks is an uneven load on those ranks, not the job's capacity.
+        result.reasons.append(f"{sentence} and the others had headroom (max reserved {gib(max(others.values()))} of "
+                              f"{gib(total)}): the load is uneven (first/last pipeline stage, MoE routing), so fix "
+                              "that rank rather than the whole job")
+    else:
+        result.reasons.append(f"{sentence}: unless the launcher stopped the others first, the load is uneven "
+                              "(first/last pipeline stage, MoE routing; §5 rule 8)")

@@ -55,6 +55,9 @@ TRIGGERS: tuple[bytes, ...] = (
     b"offloading",
     b"llocator",
     b"cudaMallocAsync",
+    b"ersion",  # torch version, PyTorch Version
+    b"torch==",
+    b"NCCL error",
 )
 
 
@@ -133,13 +136,13 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
 
 _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     # (kind, pattern, label, strength, note)
-    ("nccl_oom", re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc"), OUTSIDE_PYTORCH, EXPLICIT,
+    ("nccl_oom", re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|NCCL WARN.*out of memory"), OUTSIDE_PYTORCH, EXPLICIT,
      "NCCL could not allocate its buffers: memory outside PyTorch's allocator"),
     ("triton_smem", re.compile(r"OutOfResources|out of resource: shared memory"), NOT_OOM, EXPLICIT,
      "Triton ran out of per-SM shared memory, not GPU memory; allocator settings do not help"),
     ("driver_oom", re.compile(r"CUDA driver error: out of memory"), CAPACITY, EXPLICIT,
      "expandable segments could not map more device memory: the GPU is full"),
-    ("cuda_runtime_oom", re.compile(r"CUDA error: out of memory|cuda runtime error \(2\) : out of memory"), OUTSIDE_PYTORCH, DIRECT,
+    ("cuda_runtime_oom", re.compile(r"(?:CUDA|HIP) error: out of memory|cuda runtime error \(2\) : out of memory"), OUTSIDE_PYTORCH, DIRECT,
      "raw CUDA out of memory, outside the caching allocator (context creation, another process, graph instantiation, an extension)"),
     ("triton_launch_oom", re.compile(r"Triton Error \[CUDA\]: out of memory"), CAPACITY, DIRECT,
      "a Triton kernel launch found the GPU full"),
@@ -150,14 +153,18 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     ("cudnn_internal", re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"), CAPACITY, NARRATIVE,
      "cuDNN internal error, which on a full GPU is how cuDNN 9 reports an allocation failure"),
     # host memory
-    ("host_oom_kill", re.compile(r"oom[-_]kill|OUT_OF_MEMORY|Out Of Memory|OOMKilled|Out of memory: Killed process|killed by signal: Killed"),
+    ("host_oom_kill", re.compile(r"oom[-_]kill|OUT_OF_MEMORY|Out Of Memory|OOMKilled|(?i:out of memory: Killed process)|killed by signal: Killed"),
      HOST_OOM, EXPLICIT, "the kernel or Slurm killed the process for host memory"),
     ("cpu_allocator", re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)"), HOST_OOM, EXPLICIT,
      "PyTorch's CPU allocator ran out of host memory"),
-    ("exit_sigkill", re.compile(r"exitcode\s*:\s*-9\b|(?:exit|return)\s*(?:code|status)\s*[:=]?\s*(?:-9|137)\b|Signal 9 \(SIGKILL\)|^Killed$"),
+    ("exit_sigkill", re.compile(r"exitcode\s*:\s*-9\b|(?i:(?:exit|exited with|return)\s*(?:exit\s*)?(?:code|status)\s*[:=]?\s*(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"),
      HOST_OOM, DIRECT, "killed with SIGKILL (exit -9 / 137): the Linux OOM killer is the usual sender"),
     ("launcher_sigkill", re.compile(r"sigkill_handler"), HOST_OOM, NARRATIVE,
      "the launcher killed its workers after one died without a Python error, the mark of the host OOM killer"),
+    # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (§1.4)
+    ("nccl_cuda_error", re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"), OUTSIDE_PYTORCH,
+     CIRCUMSTANTIAL, "NCCL failed inside a CUDA call, which is how its own out-of-memory surfaces when the NCCL WARN "
+     "lines are missing (run with NCCL_DEBUG=WARN to see them)"),
     # configuration errors that look like OOMs
     ("pp_cpu_offload", re.compile(r"no support for Pipeline parallelism with CPU offloading"), CONFIGURATION, EXPLICIT,
      "CPU activation offloading needs pipeline_model_parallel_size = 1"),
@@ -183,7 +190,7 @@ def simple_failures(line: Line) -> list[Failure | Fact]:
 
 # --- memory_summary() tables -------------------------------------------------------------
 
-_SUMMARY_ROW = re.compile(r"^\|?\s*(Allocated memory|Reserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)")
+_SUMMARY_ROW = re.compile(r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)")
 _SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*(\d+)")
 
 
@@ -196,14 +203,16 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
         if m := _SUMMARY_OOMS.search(row):
             ooms = int(m.group(1))
         if m := _SUMMARY_ROW.search(row):
-            current[m.group(1)] = to_bytes(m.group(2), m.group(3))
-            peak[m.group(1)] = to_bytes(m.group(4), m.group(5))
+            key = "Reserved memory" if "eserved" in m.group(1) else m.group(1)  # 2.x prints "GPU reserved memory"
+            current[key] = to_bytes(m.group(2), m.group(3))
+            peak[key] = to_bytes(m.group(4), m.group(5))
     if not ooms:
         return []
     allocated = current.get("Allocated memory")
     stuck = current.get("Non-releasable memory")
     reserved = current.get("Reserved memory")
     gib = 1 << 30
+    strength = DIRECT
     if stuck is not None and allocated:
         label = FRAGMENTATION if stuck >= max(gib // 2, 0.05 * (reserved or allocated)) else CAPACITY
         note = f"non-releasable (inactive split) memory {stuck / gib:.2f} GiB"
@@ -211,6 +220,8 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
         label = FRAGMENTATION if reserved - allocated >= max(gib // 2, 0.1 * reserved) else CAPACITY
         note = f"reserved {reserved / gib:.2f} GiB vs allocated {allocated / gib:.2f} GiB"
     elif allocated is not None and peak.get("Allocated memory"):
+        # weak: a lower current than peak allocation says the space existed once, not where it went
+        strength = NARRATIVE
         drop = peak["Allocated memory"] - allocated
         label = FRAGMENTATION if drop >= 0.1 * peak["Allocated memory"] else CAPACITY
         note = (f"the OOM came with {allocated / gib:.1f} GiB allocated although {peak['Allocated memory'] / gib:.1f} GiB "
@@ -221,7 +232,7 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     while rows < len(line.following) and line.following[rows].lstrip().startswith("|"):
         rows += 1
     text = "\n".join([line.text, *line.following[:12]])
-    return [_failure(line, "memory_summary", label, DIRECT, note, text, consumed=rows)]
+    return [_failure(line, "memory_summary", label, strength, note, text, consumed=rows)]
 
 
 # --- sentences in pasted issues and post-mortems ------------------------------------------
@@ -232,7 +243,7 @@ _NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
      CONFIGURATION, "expandable segments with CUDA graphs but without NCCL_GRAPH_REGISTER=0 trips Megatron-Core's guard"),
     ("narrative_fragmentation", re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block|\binactive\b.*\breserved\b", re.I),
      FRAGMENTATION, "the report attributes the failure to allocator fragmentation"),
-    ("narrative_host", re.compile(r"\b(?:system|host|CPU)\s+(?:RAM\s+)?out\s+of\s+memory|out\s+of\s+(?:host|system|CPU)\s+(?:memory|RAM)|\b(?:DRAM|host RAM)\b", re.I),
+    ("narrative_host", re.compile(r"\b(?:system|host|CPU)\s+(?:RAM\s+)?out\s+of\s+memory|out\s+of\s+(?:host|system|CPU)\s+(?:memory|RAM)|\b(?:DRAM|host RAM)\b|\bOOM[- ]killer\b", re.I),
      HOST_OOM, "the report attributes the failure to host memory"),
     ("narrative_nccl", re.compile(r"\bNCCL\b.*\b(?:OOM|out of memory)\b", re.I),
      OUTSIDE_PYTORCH, "the report attributes the failure to NCCL's memory"),
@@ -241,9 +252,15 @@ _NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
 ]
 
 
+# "not fragmentation", "ruled out fragmentation": a sentence that denies the cause does not claim it
+_DENIED_FRAGMENTATION = re.compile(r"(?:\bnot|\bno|n't|\brules?\s+out|\bruled\s+out)\s+(?:\w+\s+){0,3}fragment", re.I)
+
+
 def narrative(line: Line) -> list[Failure | Fact]:
     text = _HINT_PIECES.sub("", line.text)  # PyTorch's own hint mentions fragmentation in every message
     for kind, pattern, label, note in _NARRATIVE:
+        if kind == "narrative_fragmentation" and _DENIED_FRAGMENTATION.search(text):
+            continue
         if pattern.search(text):
             strength = CIRCUMSTANTIAL if kind == "narrative_gpu_oom" else NARRATIVE
             return [_failure(line, kind, label, strength, note)]
@@ -252,11 +269,15 @@ def narrative(line: Line) -> list[Failure | Fact]:
 
 # --- context facts -----------------------------------------------------------------------
 
-_CONF_SETTING = re.compile(r"PYTORCH_(?:CUDA_)?ALLOC_CONF\s*[=:]\s*['\"]?([\w:.,\[\]>-]*)")
+# A setting in an env dump or launch script; not PyTorch's own hint, "...=expandable_segments:True to avoid
+# fragmentation", which it prints whatever is set (§1.2), also when a wrapped line starts with it.
+_CONF_SETTING = re.compile(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)")
+_TORCH_VERSION = re.compile(r"\b(?:torch|PyTorch)(?:[ _]version)?(?:\s*[:=]{1,2}\s*|\s+|\s*\.{2,}\s*)v?(\d+\.\d+(?:\.\d+)?)", re.I)
 _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this platform")
 _WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}(\d+)", re.I)
 _RANK_MEMORY = re.compile(r"\[Rank (\d+)\].*memory \(MB\).*?max reserved:\s*([\d.]+)")
 _CPU_PERCENT = re.compile(r"CPU Virtual Memory:.*percent = ([\d.]+)%")
+_EXIT_CODE = re.compile(r"(?:exits with return code = |\bexitcode\s*:\s*)(-?\d+)")
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
 
 
@@ -266,14 +287,18 @@ def facts(line: Line) -> list[Failure | Fact]:
     if _EXPANDABLE_UNSUPPORTED.search(text):
         found.append(Fact("expandable_off", where, _excerpt(text), "requested but not supported on this platform"))
     elif (m := _CONF_SETTING.search(text)) and "try setting" not in text:
-        on = "expandable_segments:true" in m.group(1).lower()
-        found.append(Fact("expandable_on" if on else "expandable_off", where, _excerpt(text), m.group(1)))
+        on = "expandable_segments:true" in m.group(2).lower()
+        found.append(Fact("expandable_on" if on else "expandable_off", where, _excerpt(text), f"{m.group(1)}={m.group(2)}"))
+    if m := _TORCH_VERSION.search(text):
+        found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
     if m := _WORLD_SIZE.search(text):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
     if m := _RANK_MEMORY.search(text):
         found.append(Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * (1 << 20))))
     if m := _CPU_PERCENT.search(text):
         found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
+    if m := _EXIT_CODE.search(text):
+        found.append(Fact("exit_code", where, _excerpt(text), int(m.group(1))))
     if m := _GRAPH_CAPTURE_FRAME.search(text):
         found.append(Fact("phase", where, _excerpt(text), "CUDA-graph capture"))
     return found

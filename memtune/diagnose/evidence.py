@@ -52,7 +52,7 @@ class Failure:
 class Fact:
     """Context that changes the reading of failures: allocator settings, world size, memory reports."""
 
-    kind: str  # expandable_on | expandable_off | world_size | rank_memory | host_memory_percent | phase | memory_summary
+    kind: str  # expandable_on | expandable_off | torch_version | exit_code | world_size | rank_memory | host_memory_percent | phase
     where: Where
     text: str
     value: object = None
