@@ -128,7 +128,7 @@ def merge(args) -> int:
     with open(args.into, "w") as fh:
         for record in merged:
             fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-    counts = {name: sum(r["split"] == name for r in merged) for name in ("tune", "holdout", "fresh")}
+    counts = {name: sum(r["split"] == name for r in merged) for name in sorted({r["split"] for r in merged})}
     print(f"{len(merged)} runs ({', '.join(f'{n} {name}' for name, n in counts.items())}) -> {args.into}")
     if skipped:
         print(f"not taken, the matrix now plans them differently: {', '.join(skipped)}")

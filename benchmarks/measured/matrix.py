@@ -34,11 +34,14 @@ class Entry:
 def split_of(run_id: str) -> str:
     """Held out from tuning iff sha1(id) mod 10 < 3: fixed before any comparison was made.
 
-    Runs named ``fresh-*`` were defined and measured after the estimator was frozen: nobody saw
-    them while tuning, so they are a second, untouched holdout.
+    Runs named ``fresh-*`` were defined and measured after the estimator was frozen (commit
+    379140b), ``fresh2-*`` after its last change: nobody saw them while tuning, so each is an
+    untouched holdout of the estimator as it then stood.
     """
     if run_id.startswith("fresh-"):
         return "fresh"
+    if run_id.startswith("fresh2-"):
+        return "fresh2"
     return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < HOLDOUT_SHARE else "tune"
 
 
@@ -307,8 +310,30 @@ def _fresh() -> list[Entry]:
     return e
 
 
+def _fresh2() -> list[Entry]:
+    """Defined after the estimator's last change (see split_of)."""
+    e = []
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    tp2sp = dict(tensor_model_parallel_size=2, **SP)
+    e.append(run("fresh2-gpt-tp2-unfused-mbs2", GPT(tensor_model_parallel_size=2), mbs=2))
+    e.append(run("fresh2-gpt-pp2-m4-last-unfused", GPT(num_layers=8, pipeline_model_parallel_size=2), microbatches=4, stage=-1))
+    e.append(run("fresh2-gpt-tp1-unfused-rc-coreattn-s4k", GPT(seq_length=4096, recompute_granularity="selective")))
+    e.append(run("fresh2-gpt-tp4-sp-flash-mbs2", GPT(attention_backend="flash", tensor_model_parallel_size=4, **SP), mbs=2))
+    e.append(run("fresh2-l1b-tp1-unfused-rc-coreattn", L1B(attention_backend="unfused", seq_length=2048, recompute_granularity="selective")))
+    e.append(run("fresh2-dsl-mla-tp2-sp-ep4-rc-moe", DSL(expert_model_parallel_size=4, expert_tensor_parallel_size=1, recompute_granularity="selective", recompute_modules=["moe"], **tp2sp), dp=4, distopt=True))
+    e.append(run("fresh2-dsl-mla-ep4-gbf16", DSL(expert_model_parallel_size=4), dp=4, grad_fp32=False))
+    e.append(run("fresh2-qm-pp2-ep4-m2-last-gbf16", QM(num_layers=8, pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=2, distopt=True, grad_fp32=False, stage=-1))
+    e.append(run("fresh2-mx-ep4-rc-coreattn-mlp", MX(expert_model_parallel_size=4, recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **a2a), dp=4, distopt=True))
+    e.append(run("fresh2-l8w-pp2-vpp2-m2-rc-uniform1-last", L8W(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **tp2sp), microbatches=2, stage=-1))
+    e.append(run("fresh2-l8w-tp4-sp-s8k-mbs2-do-gbf16", L8W(seq_length=8192, tensor_model_parallel_size=4, **SP), mbs=2, dp=2, distopt=True, grad_fp32=False))
+    e.append(run("fresh2-l8w-pp4-m1-last", L8W(num_layers=8, pipeline_model_parallel_size=4, **tp2sp), stage=-1))
+    e.append(run("fresh2-qwen3-8b-tp2-sp-unfused-s2k", _model("qwen3-8b", seq_length=2048, attention_backend="unfused", **tp2sp), dp=2, microbatches=2, distopt=True, solo=True))
+    e.append(run("fresh2-llama3-8b-tp4-sp-pp2-m4-first", _model("llama3-8b", seq_length=4096, tensor_model_parallel_size=4, pipeline_model_parallel_size=2, **SP), dp=2, microbatches=4, distopt=True, solo=True))
+    return e
+
+
 def entries() -> list[Entry]:
-    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh()
+    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2()
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found

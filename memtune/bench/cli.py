@@ -27,14 +27,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     acc.add_argument("paths", nargs="*", type=Path, default=[DEFAULT_SET], help=f"*.jsonl files or folders (default {DEFAULT_SET})")
     acc.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    acc.add_argument("--split", choices=["tune", "holdout", "fresh", "all"], default="all", help="which runs to report per run")
+    acc.add_argument("--split", default="all", metavar="NAME", help="report only runs of this split (tune, holdout, fresh, ...; default all)")
     acc.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     results = [evaluate(r) for r in read_runs(args.paths)]
     shown = [r for r in results if args.split == "all" or r.split == args.split]
-    splits = {name: summarize([r for r in results if r.split == name]) for name in ("tune", "holdout", "fresh")}
+    names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
+    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
     splits["all"] = summarize(results)
     if args.json:
         print(json.dumps({
