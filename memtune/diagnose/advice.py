@@ -131,7 +131,7 @@ def _outside_fixes(job: JobConfig | None, verdict: Verdict) -> list[Fix]:
                          ("export NCCL_NVLS_ENABLE=0", "export NCCL_BUFFSIZE=2097152", "export TORCH_NCCL_AVOID_RECORD_STREAMS=1"),
                          "NCCL allocates per-channel, per-peer buffers outside PyTorch, per communicator, at its first "
                          "collective", "small"))
-    if n and n.private_pools and significant(n, n.private_pools):
+    if (n and n.private_pools and significant(n, n.private_pools)) or verdict.phase == "CUDA-graph capture":
         fixes.append(Fix("Narrow or drop CUDA graphs", ("model.cuda_graph_impl=none",) if job is None or _graphs_on(job) else (),
                          "graph private pools stay reserved for the graphs' lifetime", "the graphs' speed-up"))
     held_outside = bool(n and n.outside_allocator is not None and significant(n, n.outside_allocator))

@@ -76,6 +76,7 @@ class Verdict:
     known_ranks: int | None = None
     expandable: ExpandableState = ExpandableState(None, "unknown")
     numbers: AllocatorNumbers | None = None  # of the deciding allocator message, for the advice
+    phase: str | None = None  # what the run was doing when it failed, where the log says (e.g. CUDA-graph capture)
 
 
 def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str, list[str]]:
@@ -264,6 +265,8 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     result.failed_ranks = sorted(v.rank for v in ranks if v.rank is not None)
     result.known_ranks = _known_ranks(failures, facts)
     result.numbers = lead.root.failure.numbers
+    phases = [f.value for f in facts if f.kind == "phase"]
+    result.phase = phases[-1] if phases else None
     result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
     if len(counts) > 1:
         result.reasons.append("ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common()))

@@ -634,3 +634,9 @@ def test_summary_with_only_allocated_rows_is_low_confidence():
     table = "\n".join(MEMORY_SUMMARY_TABLE.splitlines()[:8]).replace("|  58213 MiB |  58213 MiB |", "|  61218 MiB |  72128 MiB |")
     d = diagnose_text(table + "\n")
     assert d.verdict.label == "fragmentation" and d.verdict.confidence == "low"
+
+
+def test_oom_at_graph_capture_leads_with_the_graphs_fix():
+    d = diagnose_text(GRAPH_CAPTURE_END)
+    assert d.verdict.phase == "CUDA-graph capture"
+    assert d.fixes[0].title == "Narrow or drop CUDA graphs"
