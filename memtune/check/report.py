@@ -88,7 +88,6 @@ def render_explain(console: Console, rule: Rule) -> None:
 
 def render_list(console: Console) -> None:
     rules = catalogue()
-    name_width = max(len(r.name) for r in rules)  # align the columns across families
     for family in FAMILIES:
         console.print(Text(f"{family.title} ({family.prefix})", style="bold underline"))
         table = Table.grid(padding=(0, 1))
@@ -121,7 +120,6 @@ def catalogue_markdown() -> str:
         "",
     ]
     rules = catalogue()
-    name_width = max(len(r.name) for r in rules)  # align the columns across families
     for family in FAMILIES:
         members = [r for r in rules if r.family is family]
         lines += [f"## {family.title} ({family.prefix})", "", "| code | name | severity | checks |", "|---|---|---|---|"]

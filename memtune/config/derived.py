@@ -188,17 +188,17 @@ class Derived:
         first, last = model.num_layers_in_first_pipeline_stage, model.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:
             stage = [0] * p
-            fixed = 0
+            pinned = set()
             if first is not None:
                 stage[0] = first
-                fixed += 1
+                pinned.add(0)
             if last is not None and p > 1:
                 stage[-1] = last
-                fixed += 1
-            middle = [i for i in range(p) if not ((i == 0 and first is not None) or (i == p - 1 and last is not None and p > 1))]
+                pinned.add(p - 1)
+            middle = [i for i in range(p) if i not in pinned]
             rest = n - sum(stage)
             for i in middle:
-                stage[i] = rest // len(middle) if middle else 0
+                stage[i] = rest // len(middle)
             return [[s // m] * m for s in stage]
         emb = 1 if model.account_for_embedding_in_pipeline_split else 0
         loss = 1 if model.account_for_loss_in_pipeline_split else 0
