@@ -88,6 +88,7 @@ def render_explain(console: Console, rule: Rule) -> None:
 
 def render_list(console: Console) -> None:
     rules = catalogue()
+    name_width = max(len(r.name) for r in rules)  # align the columns across families
     for family in FAMILIES:
         console.print(Text(f"{family.title} ({family.prefix})", style="bold underline"))
         table = Table.grid(padding=(0, 1))
