@@ -4,6 +4,8 @@ Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; see the project'
 notes): the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
 cuBLAS handles; each NCCL communicator about 488 MiB before data buffers. Megatron creates a
 communicator for every process group that has more than one member and is used in training.
+Instantiated CUDA graphs hold executable memory outside the allocator too; vLLM reports 1 to 3
+GiB per GPU, and memtune counts the low end (their static pools inside PyTorch are not modeled).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ MiB = 2**20
 CUDA_CONTEXT = 518 * MiB
 KERNELS_AND_HANDLES = 100 * MiB
 NCCL_COMMUNICATOR = 488 * MiB
+CUDA_GRAPH_EXEC = 1024 * MiB
 
 
 def communicators(d: Derived) -> dict[str, int]:
@@ -32,4 +35,5 @@ def communicators(d: Derived) -> dict[str, int]:
 
 
 def non_pytorch_bytes(d: Derived) -> int:
-    return CUDA_CONTEXT + KERNELS_AND_HANDLES + NCCL_COMMUNICATOR * len(communicators(d))
+    graphs = CUDA_GRAPH_EXEC if d.model.cuda_graph_impl != "none" else 0
+    return CUDA_CONTEXT + KERNELS_AND_HANDLES + NCCL_COMMUNICATOR * len(communicators(d)) + graphs

@@ -89,7 +89,10 @@ def assumptions(est: Estimate) -> list[str]:
     optimizer = "torch's foreach AdamW (what Megatron falls back to without TE or Apex)" if job.model.transformer_impl == "local" else "TE/Apex FusedAdam"
     notes.append(f"optimizer step: {optimizer}")
     groups = ", ".join(communicators(d)) or "none"
-    notes.append(f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups})")
+    graphs = " + ~1 GiB of instantiated CUDA graphs" if job.model.cuda_graph_impl != "none" else ""
+    notes.append(f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups}){graphs}")
+    if job.model.cuda_graph_impl != "none":
+        notes.append("CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more")
     notes.append(f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})")
     return notes
 

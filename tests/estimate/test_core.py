@@ -95,3 +95,11 @@ def test_unfused_backward_keeps_three_fp32_score_buffers_beside_the_softmax(job_
     kept = att.tensors["core_attention.softmax_fp32"] + att.tensors["core_attention.probs_bf16"]
     assert kept == 6 * scores
     assert kept + att.bwd_transient == 16 * scores
+
+
+def test_cuda_graphs_add_instantiated_graph_memory_outside_pytorch(job_factory):
+    from memtune.estimate.overhead import CUDA_GRAPH_EXEC, non_pytorch_bytes
+
+    plain = derive(job_factory())
+    graphed = derive(job_factory(model={"cuda_graph_impl": "transformer_engine"}))
+    assert non_pytorch_bytes(graphed) - non_pytorch_bytes(plain) == CUDA_GRAPH_EXEC == 2**30
