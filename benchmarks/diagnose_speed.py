@@ -28,10 +28,14 @@ OOM = (
 
 
 def write_log(path: str, size_bytes: int, ranks: int = 32) -> int:
-    line = ("[rank{r}]: [2026-11-29 12:{m:02d}:{s:02d}] iteration {i:>8}/ 1000000 | consumed samples: {c:>12} | "
-            "elapsed time per iteration (ms): 1234.5 | learning rate: 1.000000E-04 | global batch size: 1024 | "
-            "lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations: 0 |\n")
-    block = "".join(line.format(r=i % ranks, m=(i // 60) % 60, s=i % 60, i=i, c=i * 1024) for i in range(20000))
+    line = (
+        "[rank{r}]: [2026-11-29 12:{m:02d}:{s:02d}] iteration {i:>8}/ 1000000 | consumed samples: {c:>12} | "
+        "elapsed time per iteration (ms): 1234.5 | learning rate: 1.000000E-04 | global batch size: 1024 | "
+        "lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations: 0 |\n"
+    )
+    block = "".join(
+        line.format(r=i % ranks, m=(i // 60) % 60, s=i % 60, i=i, c=i * 1024) for i in range(20000)
+    )
     block += "[rank3]: UserWarning: TORCH_NCCL_AVOID_RECORD_STREAMS is set, using a slower path\n"
     data = block.encode()
     written = 0
@@ -54,9 +58,11 @@ def main() -> int:
         result = diagnose([path])
         elapsed = time.perf_counter() - start
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    print(f"scanned {size / (1 << 30):.2f} GiB in {elapsed:.1f} s "
-          f"({size / (1 << 20) / elapsed:.0f} MiB/s) on one core; peak RSS {peak_rss:.0f} MiB; "
-          f"verdict: {result.verdict.label}, failed ranks {result.verdict.failed_ranks}")
+    print(
+        f"scanned {size / (1 << 30):.2f} GiB in {elapsed:.1f} s "
+        f"({size / (1 << 20) / elapsed:.0f} MiB/s) on one core; peak RSS {peak_rss:.0f} MiB; "
+        f"verdict: {result.verdict.label}, failed ranks {result.verdict.failed_ranks}"
+    )
     return 0 if result.verdict.label == "fragmentation" else 1
 
 

@@ -18,10 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = [
     ("examples/llama3-70b-sft.yaml", []),
     ("examples/qwen3-30b-a3b-ep8.yaml", []),
-    ("examples/llama3-70b-sft.yaml", ["model.num_layers=126", "model.hidden_size=16384", "model.ffn_hidden_size=53248",
-                                      "model.num_attention_heads=128", "model.tensor_model_parallel_size=8",
-                                      "model.pipeline_model_parallel_size=7", "model.virtual_pipeline_model_parallel_size=3",
-                                      "cluster.num_gpus=112", "train.global_batch_size=112"]),
+    (
+        "examples/llama3-70b-sft.yaml",
+        [
+            "model.num_layers=126",
+            "model.hidden_size=16384",
+            "model.ffn_hidden_size=53248",
+            "model.num_attention_heads=128",
+            "model.tensor_model_parallel_size=8",
+            "model.pipeline_model_parallel_size=7",
+            "model.virtual_pipeline_model_parallel_size=3",
+            "cluster.num_gpus=112",
+            "train.global_batch_size=112",
+        ],
+    ),
 ]
 
 
@@ -38,8 +48,8 @@ def main() -> None:
     for path, overrides in CASES:
         job = load_job(ROOT / path, overrides).job
         label = path + (" (405B shape, TP8 PP7 VPP3)" if overrides else "")
-        bare = median_ms(lambda: estimate(job, checked=True))
-        full = median_ms(lambda: estimate(job))
+        bare = median_ms(lambda job=job: estimate(job, checked=True))
+        full = median_ms(lambda job=job: estimate(job))
         print(f"{label:55} estimate {bare:6.2f} ms   with checks {full:6.2f} ms")
 
 

@@ -77,9 +77,16 @@ def main() -> int:
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)
     for name, (env, _) in SCENARIOS.items():
-        run_env = dict(os.environ, **env, MEMTUNE_SNAPSHOT=os.path.join(outdir, "fragmentation-snapshot.pickle"))
+        run_env = dict(
+            os.environ, **env, MEMTUNE_SNAPSHOT=os.path.join(outdir, "fragmentation-snapshot.pickle")
+        )
         proc = subprocess.run(
-            [sys.executable, __file__, "--scenario", name], env=run_env, capture_output=True, text=True, timeout=300
+            [sys.executable, __file__, "--scenario", name],
+            check=False,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         with open(os.path.join(outdir, f"{name}.log"), "w") as fh:
             fh.write(proc.stderr)

@@ -207,15 +207,24 @@ def run_plans(args) -> int:
                     out.write(json.dumps(_record(item, result)) + "\n")
                     out.flush()
                     done += 1
-                    status = result["error"]["message"] if "error" in result else (
-                        f"peak {result['measured']['peak_allocated_bytes'] / GiB:.2f} GiB in {result['wall_seconds']} s"
+                    status = (
+                        result["error"]["message"]
+                        if "error" in result
+                        else (
+                            f"peak {result['measured']['peak_allocated_bytes'] / GiB:.2f} GiB in {result['wall_seconds']} s"
+                        )
                     )
-                print(f"[{time.monotonic() - started:6.0f}s] {done}/{len(items)} {item['id']}: {status}", flush=True)
+                print(
+                    f"[{time.monotonic() - started:6.0f}s] {done}/{len(items)} {item['id']}: {status}",
+                    flush=True,
+                )
     return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("plan")
     p.add_argument("out")

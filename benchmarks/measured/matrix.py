@@ -42,7 +42,9 @@ def split_of(run_id: str) -> str:
         return "fresh"
     if run_id.startswith("fresh2-"):
         return "fresh2"
-    return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < HOLDOUT_SHARE else "tune"
+    return (
+        "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < HOLDOUT_SHARE else "tune"
+    )
 
 
 def _model(preset: str, **changes) -> dict:
@@ -62,18 +64,34 @@ def L8W(**kw):
 
 def L1B(**kw):
     shape = dict(
-        num_layers=4, hidden_size=2048, ffn_hidden_size=8192, kv_channels=64,
-        share_embeddings_and_output_weights=True, seq_length=4096,
+        num_layers=4,
+        hidden_size=2048,
+        ffn_hidden_size=8192,
+        kv_channels=64,
+        share_embeddings_and_output_weights=True,
+        seq_length=4096,
     )
     return _model("llama3-8b", **{**shape, **kw})
 
 
 def GPT(**kw):
     base = dict(
-        num_layers=4, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, vocab_size=50257,
-        seq_length=2048, normalization="LayerNorm", activation_func="gelu", add_bias_linear=True,
-        position_embedding_type="learned_absolute", hidden_dropout=0.1, attention_dropout=0.1,
-        share_embeddings_and_output_weights=True, transformer_impl="local", attention_backend="unfused", bf16=True,
+        num_layers=4,
+        hidden_size=2048,
+        num_attention_heads=16,
+        ffn_hidden_size=8192,
+        vocab_size=50257,
+        seq_length=2048,
+        normalization="LayerNorm",
+        activation_func="gelu",
+        add_bias_linear=True,
+        position_embedding_type="learned_absolute",
+        hidden_dropout=0.1,
+        attention_dropout=0.1,
+        share_embeddings_and_output_weights=True,
+        transformer_impl="local",
+        attention_backend="unfused",
+        bf16=True,
     )
     base.update(kw)
     return base
@@ -89,20 +107,54 @@ def QM(**kw):
 
 def DSL(**kw):
     base = dict(
-        num_layers=3, hidden_size=2048, num_attention_heads=16, vocab_size=102400, seq_length=4096,
-        ffn_hidden_size=10944, multi_latent_attention=True, q_lora_rank=None, kv_lora_rank=512, qk_head_dim=128,
-        qk_pos_emb_head_dim=64, v_head_dim=128, num_moe_experts=64, moe_router_topk=6, moe_ffn_hidden_size=1408,
-        moe_shared_expert_intermediate_size=2816, moe_layer_freq=[0, 1, 1], moe_token_dispatcher_type="alltoall",
-        gated_linear_unit=True, activation_func="silu", normalization="RMSNorm", add_bias_linear=False,
-        share_embeddings_and_output_weights=False, hidden_dropout=0.0, attention_dropout=0.0,
-        transformer_impl="local", attention_backend="flash", bf16=True,
+        num_layers=3,
+        hidden_size=2048,
+        num_attention_heads=16,
+        vocab_size=102400,
+        seq_length=4096,
+        ffn_hidden_size=10944,
+        multi_latent_attention=True,
+        q_lora_rank=None,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        num_moe_experts=64,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1408,
+        moe_shared_expert_intermediate_size=2816,
+        moe_layer_freq=[0, 1, 1],
+        moe_token_dispatcher_type="alltoall",
+        gated_linear_unit=True,
+        activation_func="silu",
+        normalization="RMSNorm",
+        add_bias_linear=False,
+        share_embeddings_and_output_weights=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        transformer_impl="local",
+        attention_backend="flash",
+        bf16=True,
     )
     base.update(kw)
     return base
 
 
-def run(run_id, model, *, stage=0, dp=1, microbatches=1, mbs=1, distopt=False, grad_fp32=True,
-        ddp=None, env=None, solo=False, smoke=False) -> Entry:
+def run(
+    run_id,
+    model,
+    *,
+    stage=0,
+    dp=1,
+    microbatches=1,
+    mbs=1,
+    distopt=False,
+    grad_fp32=True,
+    ddp=None,
+    env=None,
+    solo=False,
+    smoke=False,
+) -> Entry:
     """One measured run: ``dp`` data-parallel replicas, ``microbatches`` per iteration, the
     first rank of pipeline stage ``stage`` (a negative stage counts from the last)."""
     model = copy.deepcopy(model)
@@ -143,45 +195,118 @@ def _dense() -> list[Entry]:
     e.append(run("gpt-tp1-unfused-mbs2-s2k", GPT(), mbs=2))
     e.append(run("gpt-tp2-sp-unfused-s2k", GPT(tensor_model_parallel_size=2, **SP)))
     e.append(run("gpt-tp2-sp-flash-s2k", GPT(tensor_model_parallel_size=2, attention_backend="flash", **SP)))
-    e.append(run("gpt-tp2-unfused-fusedgelu-s2k", GPT(tensor_model_parallel_size=2, bias_activation_fusion=True)))
+    e.append(
+        run("gpt-tp2-unfused-fusedgelu-s2k", GPT(tensor_model_parallel_size=2, bias_activation_fusion=True))
+    )
     e.append(run("l1b-tp1-unfused-s2k", L1B(attention_backend="unfused", seq_length=2048)))
-    e.append(run("l8w-tp4-sp-unfused-s2k", L8W(tensor_model_parallel_size=4, attention_backend="unfused", seq_length=2048, **SP)))
+    e.append(
+        run(
+            "l8w-tp4-sp-unfused-s2k",
+            L8W(tensor_model_parallel_size=4, attention_backend="unfused", seq_length=2048, **SP),
+        )
+    )
     # Recompute.
     tp2 = dict(tensor_model_parallel_size=2, **SP)
     e.append(run("l8w-tp2-sp-rc-coreattn", L8W(recompute_granularity="selective", **tp2)))
-    e.append(run("l8w-tp2-sp-rc-mlp", L8W(recompute_granularity="selective", recompute_modules=["mlp"], **tp2)))
-    e.append(run("l8w-tp2-sp-rc-coreattn-mlp", L8W(recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **tp2)))
+    e.append(
+        run("l8w-tp2-sp-rc-mlp", L8W(recompute_granularity="selective", recompute_modules=["mlp"], **tp2))
+    )
+    e.append(
+        run(
+            "l8w-tp2-sp-rc-coreattn-mlp",
+            L8W(recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **tp2),
+        )
+    )
     for method, n in (("uniform", 1), ("uniform", 2), ("block", 1), ("block", 3)):
         full = dict(recompute_granularity="full", recompute_method=method, recompute_num_layers=n)
-        e.append(run(f"l8w-tp2-sp-rc-full-{method}{n}", L8W(**full, **tp2), smoke=(method, n) == ("uniform", 1)))
+        e.append(
+            run(f"l8w-tp2-sp-rc-full-{method}{n}", L8W(**full, **tp2), smoke=(method, n) == ("uniform", 1))
+        )
     e.append(run("gpt-tp1-unfused-rc-coreattn", GPT(recompute_granularity="selective")))
-    e.append(run("gpt-tp2-sp-unfused-rc-coreattn", GPT(tensor_model_parallel_size=2, recompute_granularity="selective", **SP)))
-    e.append(run("l8w-tp4-sp-s8k-rc-full-uniform1", L8W(tensor_model_parallel_size=4, seq_length=8192, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **SP)))
-    e.append(run("gpt-tp2-unfused-rc-full-block2", GPT(tensor_model_parallel_size=2, recompute_granularity="full", recompute_method="block", recompute_num_layers=2)))
+    e.append(
+        run(
+            "gpt-tp2-sp-unfused-rc-coreattn",
+            GPT(tensor_model_parallel_size=2, recompute_granularity="selective", **SP),
+        )
+    )
+    e.append(
+        run(
+            "l8w-tp4-sp-s8k-rc-full-uniform1",
+            L8W(
+                tensor_model_parallel_size=4,
+                seq_length=8192,
+                recompute_granularity="full",
+                recompute_method="uniform",
+                recompute_num_layers=1,
+                **SP,
+            ),
+        )
+    )
+    e.append(
+        run(
+            "gpt-tp2-unfused-rc-full-block2",
+            GPT(
+                tensor_model_parallel_size=2,
+                recompute_granularity="full",
+                recompute_method="block",
+                recompute_num_layers=2,
+            ),
+        )
+    )
     # Distributed optimizer and gradient dtype.
     for distopt in (False, True):
         for fp32 in (True, False):
             tag = ("do" if distopt else "nodo") + ("-gfp32" if fp32 else "-gbf16")
             e.append(run(f"l8w-tp2-sp-dp4-{tag}", L8W(**tp2), dp=4, distopt=distopt, grad_fp32=fp32))
             e.append(run(f"l1b-tp1-dp8-{tag}", L1B(), dp=8, distopt=distopt, grad_fp32=fp32))
-    e.append(run("l8w-tp2-sp-dp4-do-overlap", L8W(**tp2), dp=4, distopt=True,
-                 ddp={"overlap_grad_reduce": True, "overlap_param_gather": True, "bucket_size": 40_000_000}))
+    e.append(
+        run(
+            "l8w-tp2-sp-dp4-do-overlap",
+            L8W(**tp2),
+            dp=4,
+            distopt=True,
+            ddp={"overlap_grad_reduce": True, "overlap_param_gather": True, "bucket_size": 40_000_000},
+        )
+    )
     e.append(run("l8w-tp2-sp-dp32-do", L8W(**tp2), dp=32, distopt=True))
     e.append(run("l1b-tp1-dp64-do-gbf16", L1B(), dp=64, distopt=True, grad_fp32=False))
     e.append(run("l8w-tp4-sp-gbf16", L8W(tensor_model_parallel_size=4, **SP), grad_fp32=False))
-    e.append(run("l1b-tp1-dp2-nodo-overlap", L1B(), dp=2, ddp={"overlap_grad_reduce": True, "bucket_size": 20_000_000}))
+    e.append(
+        run(
+            "l1b-tp1-dp2-nodo-overlap",
+            L1B(),
+            dp=2,
+            ddp={"overlap_grad_reduce": True, "bucket_size": 20_000_000},
+        )
+    )
     # Micro-batch size and sequence length.
     e.append(run("l1b-tp1-s2k-mbs2", L1B(seq_length=2048), mbs=2))
     e.append(run("l1b-tp1-s8k", L1B(seq_length=8192)))
     e.append(run("l1b-tp1-s4k-mbs2-m2", L1B(), mbs=2, microbatches=2))
     e.append(run("l8w-tp4-sp-s8k", L8W(tensor_model_parallel_size=4, seq_length=8192, **SP)))
     e.append(run("l8w-tp4-sp-s8k-mbs2", L8W(tensor_model_parallel_size=4, seq_length=8192, **SP), mbs=2))
-    e.append(run("l8w-tp8-sp-s8k-mbs2-m3", L8W(tensor_model_parallel_size=8, seq_length=8192, **SP), mbs=2, microbatches=3))
+    e.append(
+        run(
+            "l8w-tp8-sp-s8k-mbs2-m3",
+            L8W(tensor_model_parallel_size=8, seq_length=8192, **SP),
+            mbs=2,
+            microbatches=3,
+        )
+    )
     # Fused SwiGLU, fp32 training, allocator settings.
     e.append(run("l8w-tp2-sp-fusedswiglu", L8W(bias_activation_fusion=True, **tp2)))
     e.append(run("l1b-tp1-fp32-unfused-s2k", L1B(bf16=False, seq_length=2048, attention_backend="unfused")))
-    e.append(run("l1b-tp1-s4k-expandable", L1B(), env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
-    e.append(run("l8w-tp2-sp-s4k-m4-expandable", L8W(**tp2), microbatches=4, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
+    e.append(
+        run("l1b-tp1-s4k-expandable", L1B(), env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    )
+    e.append(
+        run(
+            "l8w-tp2-sp-s4k-m4-expandable",
+            L8W(**tp2),
+            microbatches=4,
+            env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        )
+    )
     return e
 
 
@@ -210,13 +335,24 @@ def _pipeline() -> list[Entry]:
     uneven = dict(pp2, num_layers=6, num_layers_in_first_pipeline_stage=2)
     e.append(run("l8w-pp2-uneven2-4-m4-first", L8W(**uneven), microbatches=4))
     e.append(run("l8w-pp2-uneven2-4-m4-last", L8W(**uneven), microbatches=4, stage=-1))
-    accounted = dict(pp2, num_layers=6, account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True)
+    accounted = dict(
+        pp2,
+        num_layers=6,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
     e.append(run("l8w-pp2-acct-emb-loss-m4-first", L8W(**accounted), microbatches=4))
     e.append(run("l8w-pp2-acct-emb-loss-m4-last", L8W(**accounted), microbatches=4, stage=-1))
     e.append(run("l8w-pp2-m4-first-dealloc", L8W(deallocate_pipeline_outputs=True, **pp2), microbatches=4))
     rc = dict(pp2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     e.append(run("l8w-pp2-m8-rc-full-first", L8W(**rc), microbatches=8))
-    e.append(run("l8w-pp2-vpp2-m4-rc-block1-first", L8W(**dict(vpp, recompute_granularity="full", recompute_method="block", recompute_num_layers=1)), microbatches=4))
+    e.append(
+        run(
+            "l8w-pp2-vpp2-m4-rc-block1-first",
+            L8W(**dict(vpp, recompute_granularity="full", recompute_method="block", recompute_num_layers=1)),
+            microbatches=4,
+        )
+    )
     e.append(run("l8w-pp2-m4-do-dp2-last", L8W(**pp2), microbatches=4, stage=-1, dp=2, distopt=True))
     e.append(run("l8w-pp2-m4-gbf16-first", L8W(**pp2), microbatches=4, grad_fp32=False))
     e.append(run("l8w-pp4-m4-do-dp2-mid2", L8W(**pp4), microbatches=4, stage=2, dp=2, distopt=True))
@@ -228,50 +364,298 @@ def _moe() -> list[Entry]:
     a2a = dict(moe_token_dispatcher_type="alltoall")
     for ep in (2, 4, 8):
         e.append(run(f"mx-ep{ep}-s4k", MX(expert_model_parallel_size=ep, **a2a), dp=ep, smoke=ep == 2))
-    e.append(run("mx-tp2-sp-ep4-etp1", MX(tensor_model_parallel_size=2, expert_model_parallel_size=4, expert_tensor_parallel_size=1, **SP, **a2a), dp=2))
-    e.append(run("mx-tp2-sp-ep2-etp2", MX(tensor_model_parallel_size=2, expert_model_parallel_size=2, **SP, **a2a), dp=2))
-    e.append(run("mx-pp2-ep4-m4-first", MX(num_layers=4, pipeline_model_parallel_size=2, expert_model_parallel_size=4, **a2a), dp=4, microbatches=4))
-    e.append(run("mx-pp2-ep4-m4-last", MX(num_layers=4, pipeline_model_parallel_size=2, expert_model_parallel_size=4, **a2a), dp=4, microbatches=4, stage=-1))
+    e.append(
+        run(
+            "mx-tp2-sp-ep4-etp1",
+            MX(
+                tensor_model_parallel_size=2,
+                expert_model_parallel_size=4,
+                expert_tensor_parallel_size=1,
+                **SP,
+                **a2a,
+            ),
+            dp=2,
+        )
+    )
+    e.append(
+        run(
+            "mx-tp2-sp-ep2-etp2",
+            MX(tensor_model_parallel_size=2, expert_model_parallel_size=2, **SP, **a2a),
+            dp=2,
+        )
+    )
+    e.append(
+        run(
+            "mx-pp2-ep4-m4-first",
+            MX(num_layers=4, pipeline_model_parallel_size=2, expert_model_parallel_size=4, **a2a),
+            dp=4,
+            microbatches=4,
+        )
+    )
+    e.append(
+        run(
+            "mx-pp2-ep4-m4-last",
+            MX(num_layers=4, pipeline_model_parallel_size=2, expert_model_parallel_size=4, **a2a),
+            dp=4,
+            microbatches=4,
+            stage=-1,
+        )
+    )
     e.append(run("mx-ep4-gbf16", MX(expert_model_parallel_size=4, **a2a), dp=4, grad_fp32=False))
-    e.append(run("mx-pp4-ep2-m8-mid1", MX(num_layers=4, pipeline_model_parallel_size=4, expert_model_parallel_size=2, **a2a), dp=2, microbatches=8, stage=1))
-    e.append(run("mx-ep8-rc-full", MX(expert_model_parallel_size=8, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **a2a), dp=8))
-    e.append(run("mx-ep8-rc-moe", MX(expert_model_parallel_size=8, recompute_granularity="selective", recompute_modules=["moe"], **a2a), dp=8))
-    e.append(run("mx-ep8-do-s2k-mbs2", MX(expert_model_parallel_size=8, seq_length=2048, **a2a), dp=8, mbs=2, distopt=True))
+    e.append(
+        run(
+            "mx-pp4-ep2-m8-mid1",
+            MX(num_layers=4, pipeline_model_parallel_size=4, expert_model_parallel_size=2, **a2a),
+            dp=2,
+            microbatches=8,
+            stage=1,
+        )
+    )
+    e.append(
+        run(
+            "mx-ep8-rc-full",
+            MX(
+                expert_model_parallel_size=8,
+                recompute_granularity="full",
+                recompute_method="uniform",
+                recompute_num_layers=1,
+                **a2a,
+            ),
+            dp=8,
+        )
+    )
+    e.append(
+        run(
+            "mx-ep8-rc-moe",
+            MX(
+                expert_model_parallel_size=8,
+                recompute_granularity="selective",
+                recompute_modules=["moe"],
+                **a2a,
+            ),
+            dp=8,
+        )
+    )
+    e.append(
+        run(
+            "mx-ep8-do-s2k-mbs2",
+            MX(expert_model_parallel_size=8, seq_length=2048, **a2a),
+            dp=8,
+            mbs=2,
+            distopt=True,
+        )
+    )
     e.append(run("qm-ep8-do", QM(expert_model_parallel_size=8), dp=8, distopt=True, smoke=True))
     e.append(run("qm-ep8-dp64-do", QM(expert_model_parallel_size=8), dp=64, distopt=True))
     e.append(run("mx-ep8-dp32-do", MX(expert_model_parallel_size=8), dp=32, distopt=True))
     e.append(run("qm-ep8-do-gbf16", QM(expert_model_parallel_size=8), dp=8, distopt=True, grad_fp32=False))
-    e.append(run("qm-ep8-do-rc-full-block2", QM(expert_model_parallel_size=8, recompute_granularity="full", recompute_method="block", recompute_num_layers=2), dp=8, distopt=True))
+    e.append(
+        run(
+            "qm-ep8-do-rc-full-block2",
+            QM(
+                expert_model_parallel_size=8,
+                recompute_granularity="full",
+                recompute_method="block",
+                recompute_num_layers=2,
+            ),
+            dp=8,
+            distopt=True,
+        )
+    )
     e.append(run("qm-ep8-nodo", QM(expert_model_parallel_size=8), dp=8))
-    e.append(run("qm-tp2-sp-ep4-do", QM(tensor_model_parallel_size=2, expert_model_parallel_size=4, expert_tensor_parallel_size=1, **SP), dp=4, distopt=True))
-    e.append(run("qm-ep8-do-s2k-mbs2-m2", QM(expert_model_parallel_size=8, seq_length=2048), dp=8, mbs=2, microbatches=2, distopt=True))
-    e.append(run("qm-ep8-do-cap1-pad", QM(expert_model_parallel_size=8, moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True), dp=8, distopt=True))
-    e.append(run("qm-ep8-do-shared", QM(expert_model_parallel_size=8, moe_shared_expert_intermediate_size=2048), dp=8, distopt=True))
-    e.append(run("qm-ep4-do-rc-coreattn-unfused-s2k", QM(expert_model_parallel_size=4, attention_backend="unfused", seq_length=2048, recompute_granularity="selective"), dp=4, distopt=True))
-    e.append(run("qm-pp2-vpp2-ep4-m4-first", QM(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=4, distopt=True))
-    e.append(run("qm-pp2-vpp2-ep4-m4-last", QM(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=4, distopt=True, stage=-1))
+    e.append(
+        run(
+            "qm-tp2-sp-ep4-do",
+            QM(
+                tensor_model_parallel_size=2,
+                expert_model_parallel_size=4,
+                expert_tensor_parallel_size=1,
+                **SP,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-ep8-do-s2k-mbs2-m2",
+            QM(expert_model_parallel_size=8, seq_length=2048),
+            dp=8,
+            mbs=2,
+            microbatches=2,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-ep8-do-cap1-pad",
+            QM(
+                expert_model_parallel_size=8,
+                moe_expert_capacity_factor=1.0,
+                moe_pad_expert_input_to_capacity=True,
+            ),
+            dp=8,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-ep8-do-shared",
+            QM(expert_model_parallel_size=8, moe_shared_expert_intermediate_size=2048),
+            dp=8,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-ep4-do-rc-coreattn-unfused-s2k",
+            QM(
+                expert_model_parallel_size=4,
+                attention_backend="unfused",
+                seq_length=2048,
+                recompute_granularity="selective",
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-pp2-vpp2-ep4-m4-first",
+            QM(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                virtual_pipeline_model_parallel_size=2,
+                expert_model_parallel_size=4,
+            ),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "qm-pp2-vpp2-ep4-m4-last",
+            QM(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                virtual_pipeline_model_parallel_size=2,
+                expert_model_parallel_size=4,
+            ),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+            stage=-1,
+        )
+    )
     e.append(run("dsl-mla-ep8-do", DSL(expert_model_parallel_size=8), dp=8, distopt=True, smoke=True))
-    e.append(run("dsl-mla-ep8-do-rc-upproj", DSL(expert_model_parallel_size=8, recompute_granularity="selective", recompute_modules=["mla_up_proj"]), dp=8, distopt=True))
-    e.append(run("dsl-mla-ep4-do-s2k-mbs2", DSL(expert_model_parallel_size=4, seq_length=2048), dp=4, mbs=2, distopt=True))
-    e.append(run("dsl-mla-pp2-ep4-m4-last", DSL(num_layers=4, moe_layer_freq=[0, 1, 1, 1], pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=4, distopt=True, stage=-1))
-    e.append(run("dsl-mla-tp2-sp-ep4-do", DSL(tensor_model_parallel_size=2, expert_model_parallel_size=4, expert_tensor_parallel_size=1, **SP), dp=4, distopt=True))
+    e.append(
+        run(
+            "dsl-mla-ep8-do-rc-upproj",
+            DSL(
+                expert_model_parallel_size=8,
+                recompute_granularity="selective",
+                recompute_modules=["mla_up_proj"],
+            ),
+            dp=8,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "dsl-mla-ep4-do-s2k-mbs2",
+            DSL(expert_model_parallel_size=4, seq_length=2048),
+            dp=4,
+            mbs=2,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "dsl-mla-pp2-ep4-m4-last",
+            DSL(
+                num_layers=4,
+                moe_layer_freq=[0, 1, 1, 1],
+                pipeline_model_parallel_size=2,
+                expert_model_parallel_size=4,
+            ),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "dsl-mla-tp2-sp-ep4-do",
+            DSL(
+                tensor_model_parallel_size=2,
+                expert_model_parallel_size=4,
+                expert_tensor_parallel_size=1,
+                **SP,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
     return e
 
 
 def _full_depth() -> list[Entry]:
     e = []
-    e.append(run("llama3-8b-tp2-sp-dp4-do-s8k", _model("llama3-8b", tensor_model_parallel_size=2, **SP), dp=4, microbatches=2, distopt=True, solo=True))
-    qwen = _model("qwen3-8b", seq_length=8192, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, **SP)
+    e.append(
+        run(
+            "llama3-8b-tp2-sp-dp4-do-s8k",
+            _model("llama3-8b", tensor_model_parallel_size=2, **SP),
+            dp=4,
+            microbatches=2,
+            distopt=True,
+            solo=True,
+        )
+    )
+    qwen = _model(
+        "qwen3-8b", seq_length=8192, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, **SP
+    )
     e.append(run("qwen3-8b-tp2-pp2-s8k-m8-first", qwen, dp=4, microbatches=8, distopt=True, solo=True))
-    e.append(run("qwen3-8b-tp2-pp2-s8k-m8-last", qwen, dp=4, microbatches=8, distopt=True, stage=-1, solo=True))
-    llama70 = _model("llama3-70b", seq_length=4096, tensor_model_parallel_size=4, pipeline_model_parallel_size=4,
-                     virtual_pipeline_model_parallel_size=5, **SP)
-    e.append(run("llama3-70b-tp4-pp4-vpp5-s4k-m16-first", llama70, dp=8, microbatches=16, distopt=True, solo=True))
-    e.append(run("llama3-70b-tp4-pp4-vpp5-s4k-m16-last", llama70, dp=8, microbatches=16, distopt=True, stage=-1, solo=True))
+    e.append(
+        run("qwen3-8b-tp2-pp2-s8k-m8-last", qwen, dp=4, microbatches=8, distopt=True, stage=-1, solo=True)
+    )
+    llama70 = _model(
+        "llama3-70b",
+        seq_length=4096,
+        tensor_model_parallel_size=4,
+        pipeline_model_parallel_size=4,
+        virtual_pipeline_model_parallel_size=5,
+        **SP,
+    )
+    e.append(
+        run("llama3-70b-tp4-pp4-vpp5-s4k-m16-first", llama70, dp=8, microbatches=16, distopt=True, solo=True)
+    )
+    e.append(
+        run(
+            "llama3-70b-tp4-pp4-vpp5-s4k-m16-last",
+            llama70,
+            dp=8,
+            microbatches=16,
+            distopt=True,
+            stage=-1,
+            solo=True,
+        )
+    )
     mixtral = _model("mixtral-8x7b", pipeline_model_parallel_size=4, expert_model_parallel_size=8)
     e.append(run("mixtral-8x7b-pp4-ep8-s4k-m8-first", mixtral, dp=8, microbatches=8, distopt=True, solo=True))
     qwen_moe = _model("qwen3-30b-a3b", pipeline_model_parallel_size=2, expert_model_parallel_size=8)
-    e.append(run("qwen3-30b-a3b-pp2-ep8-s4k-m4-last", qwen_moe, dp=8, microbatches=4, distopt=True, stage=-1, solo=True))
+    e.append(
+        run(
+            "qwen3-30b-a3b-pp2-ep8-s4k-m4-last",
+            qwen_moe,
+            dp=8,
+            microbatches=4,
+            distopt=True,
+            stage=-1,
+            solo=True,
+        )
+    )
     return e
 
 
@@ -281,32 +665,180 @@ def _fresh() -> list[Entry]:
     a2a = dict(moe_token_dispatcher_type="alltoall")
     tp2sp = dict(tensor_model_parallel_size=2, **SP)
     e.append(run("fresh-l1b-tp2-sp-mbs2-s4k", L1B(**tp2sp), mbs=2, microbatches=2))
-    e.append(run("fresh-gpt-tp2-sp-unfused-rc-coreattn-mlp", GPT(recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **tp2sp)))
-    e.append(run("fresh-gpt-tp1-unfused-nodropout-mbs2", GPT(hidden_dropout=0.0, attention_dropout=0.0), mbs=2))
-    e.append(run("fresh-l8w-tp4-sp-s6k-m2-do-dp2", L8W(seq_length=6144, tensor_model_parallel_size=4, **SP), microbatches=2, dp=2, distopt=True))
-    pp3v = dict(num_layers=12, pipeline_model_parallel_size=3, virtual_pipeline_model_parallel_size=2, **tp2sp)
+    e.append(
+        run(
+            "fresh-gpt-tp2-sp-unfused-rc-coreattn-mlp",
+            GPT(recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **tp2sp),
+        )
+    )
+    e.append(
+        run("fresh-gpt-tp1-unfused-nodropout-mbs2", GPT(hidden_dropout=0.0, attention_dropout=0.0), mbs=2)
+    )
+    e.append(
+        run(
+            "fresh-l8w-tp4-sp-s6k-m2-do-dp2",
+            L8W(seq_length=6144, tensor_model_parallel_size=4, **SP),
+            microbatches=2,
+            dp=2,
+            distopt=True,
+        )
+    )
+    pp3v = dict(
+        num_layers=12, pipeline_model_parallel_size=3, virtual_pipeline_model_parallel_size=2, **tp2sp
+    )
     e.append(run("fresh-l8w-pp3-vpp2-m6-first", L8W(**pp3v), microbatches=6))
     e.append(run("fresh-l8w-pp3-vpp2-m6-last", L8W(**pp3v), microbatches=6, stage=-1))
     pp4 = dict(num_layers=8, pipeline_model_parallel_size=4, **tp2sp)
     e.append(run("fresh-l8w-pp4-m3-mid1", L8W(**pp4), microbatches=3, stage=1))
-    e.append(run("fresh-l8w-tp2-sp-rc-uniform1-do-dp4", L8W(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **tp2sp), dp=4, distopt=True))
-    e.append(run("fresh-l8w-tp2-sp-rc-block2-do-gbf16", L8W(recompute_granularity="full", recompute_method="block", recompute_num_layers=2, **tp2sp), dp=8, distopt=True, grad_fp32=False))
-    e.append(run("fresh-mx-tp2-sp-ep4-etp2-do", MX(expert_model_parallel_size=4, **tp2sp, **a2a), dp=4, distopt=True))
-    e.append(run("fresh-qm-ep4-do-rc-moe", QM(expert_model_parallel_size=4, recompute_granularity="selective", recompute_modules=["moe"]), dp=4, distopt=True))
-    e.append(run("fresh-qm-tp4-sp-ep8-etp1-do", QM(tensor_model_parallel_size=4, expert_model_parallel_size=8, expert_tensor_parallel_size=1, **SP), dp=2, distopt=True))
-    e.append(run("fresh-dsl-mla-pp2-ep4-m4-first", DSL(num_layers=4, moe_layer_freq=[0, 1, 1, 1], pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=4, distopt=True))
-    e.append(run("fresh-dsl-mla-ep8-do-s8k", DSL(expert_model_parallel_size=8, seq_length=8192), dp=8, distopt=True))
-    e.append(run("fresh-l1b-pp2-m4-last-tied", L1B(num_layers=8, pipeline_model_parallel_size=2), microbatches=4, stage=-1))
-    e.append(run("fresh-gpt-pp2-m4-first-unfused", GPT(num_layers=8, pipeline_model_parallel_size=2), microbatches=4))
-    e.append(run("fresh-l8w-tp8-sp-s8k-do-dp8", L8W(seq_length=8192, tensor_model_parallel_size=8, **SP), dp=8, distopt=True))
-    e.append(run("fresh-mx-ep8-rc-coreattn", MX(expert_model_parallel_size=8, recompute_granularity="selective", **a2a), dp=8))
-    e.append(run("fresh-l8w-pp2-m4-expandable-last", L8W(num_layers=8, pipeline_model_parallel_size=2, **tp2sp), microbatches=4, stage=-1,
-                 env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}))
-    e.append(run("fresh-l8w-pp2-rc-uniform2-m4-first", L8W(num_layers=8, pipeline_model_parallel_size=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=2, **tp2sp), microbatches=4))
-    e.append(run("fresh-qwen3-8b-tp4-sp-s4k-do-dp2", _model("qwen3-8b", seq_length=4096, tensor_model_parallel_size=4, **SP), dp=2, microbatches=2, distopt=True, solo=True))
-    llama_pp = _model("llama3-8b", seq_length=4096, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, **tp2sp)
-    e.append(run("fresh-llama3-8b-tp2-pp4-vpp2-m8-first", llama_pp, dp=2, microbatches=8, distopt=True, solo=True))
-    e.append(run("fresh-llama3-8b-tp2-pp4-vpp2-m8-last", llama_pp, dp=2, microbatches=8, distopt=True, stage=-1, solo=True))
+    e.append(
+        run(
+            "fresh-l8w-tp2-sp-rc-uniform1-do-dp4",
+            L8W(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **tp2sp),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-l8w-tp2-sp-rc-block2-do-gbf16",
+            L8W(recompute_granularity="full", recompute_method="block", recompute_num_layers=2, **tp2sp),
+            dp=8,
+            distopt=True,
+            grad_fp32=False,
+        )
+    )
+    e.append(
+        run(
+            "fresh-mx-tp2-sp-ep4-etp2-do",
+            MX(expert_model_parallel_size=4, **tp2sp, **a2a),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-qm-ep4-do-rc-moe",
+            QM(expert_model_parallel_size=4, recompute_granularity="selective", recompute_modules=["moe"]),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-qm-tp4-sp-ep8-etp1-do",
+            QM(
+                tensor_model_parallel_size=4,
+                expert_model_parallel_size=8,
+                expert_tensor_parallel_size=1,
+                **SP,
+            ),
+            dp=2,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-dsl-mla-pp2-ep4-m4-first",
+            DSL(
+                num_layers=4,
+                moe_layer_freq=[0, 1, 1, 1],
+                pipeline_model_parallel_size=2,
+                expert_model_parallel_size=4,
+            ),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-dsl-mla-ep8-do-s8k", DSL(expert_model_parallel_size=8, seq_length=8192), dp=8, distopt=True
+        )
+    )
+    e.append(
+        run(
+            "fresh-l1b-pp2-m4-last-tied",
+            L1B(num_layers=8, pipeline_model_parallel_size=2),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "fresh-gpt-pp2-m4-first-unfused",
+            GPT(num_layers=8, pipeline_model_parallel_size=2),
+            microbatches=4,
+        )
+    )
+    e.append(
+        run(
+            "fresh-l8w-tp8-sp-s8k-do-dp8",
+            L8W(seq_length=8192, tensor_model_parallel_size=8, **SP),
+            dp=8,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh-mx-ep8-rc-coreattn",
+            MX(expert_model_parallel_size=8, recompute_granularity="selective", **a2a),
+            dp=8,
+        )
+    )
+    e.append(
+        run(
+            "fresh-l8w-pp2-m4-expandable-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, **tp2sp),
+            microbatches=4,
+            stage=-1,
+            env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        )
+    )
+    e.append(
+        run(
+            "fresh-l8w-pp2-rc-uniform2-m4-first",
+            L8W(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                recompute_granularity="full",
+                recompute_method="uniform",
+                recompute_num_layers=2,
+                **tp2sp,
+            ),
+            microbatches=4,
+        )
+    )
+    e.append(
+        run(
+            "fresh-qwen3-8b-tp4-sp-s4k-do-dp2",
+            _model("qwen3-8b", seq_length=4096, tensor_model_parallel_size=4, **SP),
+            dp=2,
+            microbatches=2,
+            distopt=True,
+            solo=True,
+        )
+    )
+    llama_pp = _model(
+        "llama3-8b",
+        seq_length=4096,
+        pipeline_model_parallel_size=4,
+        virtual_pipeline_model_parallel_size=2,
+        **tp2sp,
+    )
+    e.append(
+        run("fresh-llama3-8b-tp2-pp4-vpp2-m8-first", llama_pp, dp=2, microbatches=8, distopt=True, solo=True)
+    )
+    e.append(
+        run(
+            "fresh-llama3-8b-tp2-pp4-vpp2-m8-last",
+            llama_pp,
+            dp=2,
+            microbatches=8,
+            distopt=True,
+            stage=-1,
+            solo=True,
+        )
+    )
     return e
 
 
@@ -316,19 +848,124 @@ def _fresh2() -> list[Entry]:
     a2a = dict(moe_token_dispatcher_type="alltoall")
     tp2sp = dict(tensor_model_parallel_size=2, **SP)
     e.append(run("fresh2-gpt-tp2-unfused-mbs2", GPT(tensor_model_parallel_size=2), mbs=2))
-    e.append(run("fresh2-gpt-pp2-m4-last-unfused", GPT(num_layers=8, pipeline_model_parallel_size=2), microbatches=4, stage=-1))
-    e.append(run("fresh2-gpt-tp1-unfused-rc-coreattn-s4k", GPT(seq_length=4096, recompute_granularity="selective")))
-    e.append(run("fresh2-gpt-tp4-sp-flash-mbs2", GPT(attention_backend="flash", tensor_model_parallel_size=4, **SP), mbs=2))
-    e.append(run("fresh2-l1b-tp1-unfused-rc-coreattn", L1B(attention_backend="unfused", seq_length=2048, recompute_granularity="selective")))
-    e.append(run("fresh2-dsl-mla-tp2-sp-ep4-rc-moe", DSL(expert_model_parallel_size=4, expert_tensor_parallel_size=1, recompute_granularity="selective", recompute_modules=["moe"], **tp2sp), dp=4, distopt=True))
+    e.append(
+        run(
+            "fresh2-gpt-pp2-m4-last-unfused",
+            GPT(num_layers=8, pipeline_model_parallel_size=2),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    e.append(
+        run("fresh2-gpt-tp1-unfused-rc-coreattn-s4k", GPT(seq_length=4096, recompute_granularity="selective"))
+    )
+    e.append(
+        run(
+            "fresh2-gpt-tp4-sp-flash-mbs2",
+            GPT(attention_backend="flash", tensor_model_parallel_size=4, **SP),
+            mbs=2,
+        )
+    )
+    e.append(
+        run(
+            "fresh2-l1b-tp1-unfused-rc-coreattn",
+            L1B(attention_backend="unfused", seq_length=2048, recompute_granularity="selective"),
+        )
+    )
+    e.append(
+        run(
+            "fresh2-dsl-mla-tp2-sp-ep4-rc-moe",
+            DSL(
+                expert_model_parallel_size=4,
+                expert_tensor_parallel_size=1,
+                recompute_granularity="selective",
+                recompute_modules=["moe"],
+                **tp2sp,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
     e.append(run("fresh2-dsl-mla-ep4-gbf16", DSL(expert_model_parallel_size=4), dp=4, grad_fp32=False))
-    e.append(run("fresh2-qm-pp2-ep4-m2-last-gbf16", QM(num_layers=8, pipeline_model_parallel_size=2, expert_model_parallel_size=4), dp=4, microbatches=2, distopt=True, grad_fp32=False, stage=-1))
-    e.append(run("fresh2-mx-ep4-rc-coreattn-mlp", MX(expert_model_parallel_size=4, recompute_granularity="selective", recompute_modules=["core_attn", "mlp"], **a2a), dp=4, distopt=True))
-    e.append(run("fresh2-l8w-pp2-vpp2-m2-rc-uniform1-last", L8W(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1, **tp2sp), microbatches=2, stage=-1))
-    e.append(run("fresh2-l8w-tp4-sp-s8k-mbs2-do-gbf16", L8W(seq_length=8192, tensor_model_parallel_size=4, **SP), mbs=2, dp=2, distopt=True, grad_fp32=False))
-    e.append(run("fresh2-l8w-pp4-m1-last", L8W(num_layers=8, pipeline_model_parallel_size=4, **tp2sp), stage=-1))
-    e.append(run("fresh2-qwen3-8b-tp2-sp-unfused-s2k", _model("qwen3-8b", seq_length=2048, attention_backend="unfused", **tp2sp), dp=2, microbatches=2, distopt=True, solo=True))
-    e.append(run("fresh2-llama3-8b-tp4-sp-pp2-m4-first", _model("llama3-8b", seq_length=4096, tensor_model_parallel_size=4, pipeline_model_parallel_size=2, **SP), dp=2, microbatches=4, distopt=True, solo=True))
+    e.append(
+        run(
+            "fresh2-qm-pp2-ep4-m2-last-gbf16",
+            QM(num_layers=8, pipeline_model_parallel_size=2, expert_model_parallel_size=4),
+            dp=4,
+            microbatches=2,
+            distopt=True,
+            grad_fp32=False,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "fresh2-mx-ep4-rc-coreattn-mlp",
+            MX(
+                expert_model_parallel_size=4,
+                recompute_granularity="selective",
+                recompute_modules=["core_attn", "mlp"],
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh2-l8w-pp2-vpp2-m2-rc-uniform1-last",
+            L8W(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                virtual_pipeline_model_parallel_size=2,
+                recompute_granularity="full",
+                recompute_method="uniform",
+                recompute_num_layers=1,
+                **tp2sp,
+            ),
+            microbatches=2,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "fresh2-l8w-tp4-sp-s8k-mbs2-do-gbf16",
+            L8W(seq_length=8192, tensor_model_parallel_size=4, **SP),
+            mbs=2,
+            dp=2,
+            distopt=True,
+            grad_fp32=False,
+        )
+    )
+    e.append(
+        run("fresh2-l8w-pp4-m1-last", L8W(num_layers=8, pipeline_model_parallel_size=4, **tp2sp), stage=-1)
+    )
+    e.append(
+        run(
+            "fresh2-qwen3-8b-tp2-sp-unfused-s2k",
+            _model("qwen3-8b", seq_length=2048, attention_backend="unfused", **tp2sp),
+            dp=2,
+            microbatches=2,
+            distopt=True,
+            solo=True,
+        )
+    )
+    e.append(
+        run(
+            "fresh2-llama3-8b-tp4-sp-pp2-m4-first",
+            _model(
+                "llama3-8b",
+                seq_length=4096,
+                tensor_model_parallel_size=4,
+                pipeline_model_parallel_size=2,
+                **SP,
+            ),
+            dp=2,
+            microbatches=4,
+            distopt=True,
+            solo=True,
+        )
+    )
     return e
 
 

@@ -25,9 +25,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare memtune's estimate (and Megatron-LM's theoretical formula) with measured "
         "steady-state peaks (max_memory_allocated, iteration 2 onward).",
     )
-    acc.add_argument("paths", nargs="*", type=Path, default=[DEFAULT_SET], help=f"*.jsonl files or folders (default {DEFAULT_SET})")
+    acc.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[DEFAULT_SET],
+        help=f"*.jsonl files or folders (default {DEFAULT_SET})",
+    )
     acc.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    acc.add_argument("--split", default="all", metavar="NAME", help="report only runs of this split (tune, holdout, fresh, ...; default all)")
+    acc.add_argument(
+        "--split",
+        default="all",
+        metavar="NAME",
+        help="report only runs of this split (tune, holdout, fresh, ...; default all)",
+    )
     acc.set_defaults(handler=run)
 
 
@@ -38,10 +49,18 @@ def run(args: argparse.Namespace) -> int:
     splits = {name: summarize([r for r in results if r.split == name]) for name in names}
     splits["all"] = summarize(results)
     if args.json:
-        print(json.dumps({
-            "runs": [asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error} for r in shown],
-            "summary": {k: asdict(v) if v else None for k, v in splits.items()},
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "runs": [
+                        asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error}
+                        for r in shown
+                    ],
+                    "summary": {k: asdict(v) if v else None for k, v in splits.items()},
+                },
+                indent=2,
+            )
+        )
         return 0
     console = Console()
     table = Table(title="Estimated vs measured steady-state peak (GiB = 2^30 bytes)", title_justify="left")
@@ -49,8 +68,17 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, justify="left" if col in ("run", "split") else "right")
     for r in shown:
         style = "red" if abs(r.error) > 0.08 else ""
-        table.add_row(r.id, r.split, str(r.pp_rank), f"{r.measured / GiB:.2f}", f"{r.estimated / GiB:.2f}",
-                      f"{r.error:+.1%}", f"{r.megatron_lm / GiB:.2f}", f"{r.megatron_lm_error:+.1%}", style=style)
+        table.add_row(
+            r.id,
+            r.split,
+            str(r.pp_rank),
+            f"{r.measured / GiB:.2f}",
+            f"{r.estimated / GiB:.2f}",
+            f"{r.error:+.1%}",
+            f"{r.megatron_lm / GiB:.2f}",
+            f"{r.megatron_lm_error:+.1%}",
+            style=style,
+        )
     console.print(table)
     for name, s in splits.items():
         if s:

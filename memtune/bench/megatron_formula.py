@@ -30,7 +30,9 @@ def weight_and_optimizer_bytes(d: Derived) -> float:
     replicated = (blocks.replicated + final_norm) / d.pp + mtp.replicated
     experts = (blocks.expert / d.pp + mtp.expert) / (d.etp * d.ep)
     distributed = d.job.optimizer.use_distributed_optimizer
-    return (tp_sharded + replicated) * _bytes_per_param(distributed, d.dp) + experts * _bytes_per_param(distributed, d.edp)
+    return (tp_sharded + replicated) * _bytes_per_param(distributed, d.dp) + experts * _bytes_per_param(
+        distributed, d.edp
+    )
 
 
 def activation_bytes(d: Derived) -> float:

@@ -59,28 +59,52 @@ def run_gpus(args: argparse.Namespace) -> int:
     else:
         console = Console()
         console.print(gpus_table(gpus))
-        console.print("[dim]Memory: what cudaMemGetInfo reports as total. * derived from the datasheet capacity "
-                      "(no device reading on record); cluster.gpu_memory_gib overrides it. Names are "
-                      "case-insensitive; aliases and torch.cuda.get_device_name() strings work too (--json lists them).[/dim]")
+        console.print(
+            "[dim]Memory: what cudaMemGetInfo reports as total. * derived from the datasheet capacity "
+            "(no device reading on record); cluster.gpu_memory_gib overrides it. Names are "
+            "case-insensitive; aliases and torch.cuda.get_device_name() strings work too (--json lists them).[/dim]"
+        )
     return 0
 
 
 def models_table(presets: list[ModelPreset]) -> Table:
-    table = Table(title="Model presets (bf16; `memtune models NAME` prints one)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title="Model presets (bf16; `memtune models NAME` prints one)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
     table.add_column("name", no_wrap=True)
     for column in ("layers", "hidden", "heads/kv", "ffn", "experts", "vocab"):
         table.add_column(column, justify="right", no_wrap=True)
     for p in presets:
         m = p.model
-        kv = "MLA" if m.get("multi_latent_attention") else str(m.get("num_query_groups", m["num_attention_heads"]))
-        experts = f"{m['num_moe_experts']}x{m['moe_ffn_hidden_size']} top-{m['moe_router_topk']}" if m.get("num_moe_experts") else "-"
-        table.add_row(p.name, str(m["num_layers"]), str(m["hidden_size"]), f"{m['num_attention_heads']}/{kv}",
-                      str(m["ffn_hidden_size"]), experts, str(m["vocab_size"]))
+        kv = (
+            "MLA"
+            if m.get("multi_latent_attention")
+            else str(m.get("num_query_groups", m["num_attention_heads"]))
+        )
+        experts = (
+            f"{m['num_moe_experts']}x{m['moe_ffn_hidden_size']} top-{m['moe_router_topk']}"
+            if m.get("num_moe_experts")
+            else "-"
+        )
+        table.add_row(
+            p.name,
+            str(m["num_layers"]),
+            str(m["hidden_size"]),
+            f"{m['num_attention_heads']}/{kv}",
+            str(m["ffn_hidden_size"]),
+            experts,
+            str(m["vocab_size"]),
+        )
     return table
 
 
 def gpus_table(gpus: list[GPU]) -> Table:
-    table = Table(title="GPUs (per GPU; TFLOP/s dense)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title="GPUs (per GPU; TFLOP/s dense)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
     table.add_column("name", no_wrap=True)
     for column in ("memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM TB/s", "link GB/s"):
         table.add_column(column, justify="right")

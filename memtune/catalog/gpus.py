@@ -83,7 +83,9 @@ def get_gpu(name: str) -> GPU:
     for gpu in _gpus():
         if wanted in {lookup_key(n) for n in (gpu.name, *gpu.aliases)}:
             return gpu
-    raise InputError(f"unknown GPU {name!r}; known: {', '.join(g.name for g in _gpus())} (`memtune gpus` lists aliases)")
+    raise InputError(
+        f"unknown GPU {name!r}; known: {', '.join(g.name for g in _gpus())} (`memtune gpus` lists aliases)"
+    )
 
 
 def capacity_bytes(cluster: ClusterConfig) -> int:

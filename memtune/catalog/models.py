@@ -26,7 +26,9 @@ class ModelPreset:
 def _presets() -> dict[str, ModelPreset]:
     entries = read_catalog("models.yaml")["models"]
     return {
-        name: ModelPreset(name=name, description=entry["description"], hf_id=entry["hf_id"], model=entry["model"])
+        name: ModelPreset(
+            name=name, description=entry["description"], hf_id=entry["hf_id"], model=entry["model"]
+        )
         for name, entry in entries.items()
     }
 

@@ -33,8 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("config", nargs="?", help="training config (YAML/JSON)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted overrides, e.g. model.tensor_model_parallel_size=8",
+    )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     mode = parser.add_mutually_exclusive_group()
@@ -70,6 +74,8 @@ def _rule_or_error(code_or_name: str) -> Rule:
     if rule is not None:
         return rule
     known = [r.code for r in catalogue()] + [r.name for r in catalogue()]
-    close = difflib.get_close_matches(code_or_name.upper(), known, n=1) or difflib.get_close_matches(code_or_name, known, n=1)
+    close = difflib.get_close_matches(code_or_name.upper(), known, n=1) or difflib.get_close_matches(
+        code_or_name, known, n=1
+    )
     hint = f"did you mean {close[0]}?" if close else "memtune check --list shows them all"
     raise InputError(f"--explain: no rule {code_or_name!r}; {hint}")

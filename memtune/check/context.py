@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from memtune.check.versions import Version, parse_version
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig, ModelConfig
-from memtune.check.versions import Version, parse_version
 
 # torch reads the new name PYTORCH_ALLOC_CONF for the CUDA allocator reliably from 2.11 on
 # (2.9.1 ignores it, pytorch#183387; older releases predate the name).
@@ -23,7 +23,7 @@ class Context:
     torch: Version
 
     @classmethod
-    def of(cls, job: JobConfig) -> "Context":
+    def of(cls, job: JobConfig) -> Context:
         return cls(
             job=job,
             d=derive(job),

@@ -16,7 +16,9 @@ class Finding:
     severity: str  # "error" | "warning" | "info"
     message: str  # one line naming the keys and values involved
     fix: str  # one line: the change to make
-    upstream: str | None = None  # the exact text Megatron-Core / Megatron-Bridge raises (or logs), where it does
+    upstream: str | None = (
+        None  # the exact text Megatron-Core / Megatron-Bridge raises (or logs), where it does
+    )
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from memtune.check.context import Context
 from memtune.check.finding import SEVERITIES, Finding, Hit
@@ -38,8 +38,16 @@ FAMILY_BY_PREFIX = {f.prefix: f for f in FAMILIES}
 
 # Modules holding the rules, in catalogue order.
 _RULE_MODULES = (
-    "parallel", "pipeline", "sequence", "moe", "recompute",
-    "offload", "environment", "optimizer", "peft", "batch",
+    "parallel",
+    "pipeline",
+    "sequence",
+    "moe",
+    "recompute",
+    "offload",
+    "environment",
+    "optimizer",
+    "peft",
+    "batch",
 )
 
 

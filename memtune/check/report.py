@@ -31,8 +31,9 @@ def summary_line(findings: list[Finding]) -> str:
 def render_report(console: Console, source: str, findings: list[Finding], ignored: list[str]) -> None:
     console.print(Text.assemble(("memtune check ", "bold"), source))
     if ignored:
-        console.print(Text(f"{len(ignored)} keys in the file were not read by memtune (--json lists them)",
-                           style="dim"))
+        console.print(
+            Text(f"{len(ignored)} keys in the file were not read by memtune (--json lists them)", style="dim")
+        )
     by_family: dict[str, list[Finding]] = {}
     for finding in findings:
         by_family.setdefault(finding.code[:3], []).append(finding)
@@ -58,7 +59,9 @@ def _family_table(findings: list[Finding]) -> Table:
         details = [Text(f.message), Text.assemble(("fix: ", "green"), f.fix)]
         if f.upstream:
             details.append(Text(f"raises: {f.upstream}", style="dim"))
-        table.add_row(Text(f.code, style="bold"), Text(f.severity, style=SEVERITY_STYLE[f.severity]), Group(*details))
+        table.add_row(
+            Text(f.code, style="bold"), Text(f.severity, style=SEVERITY_STYLE[f.severity]), Group(*details)
+        )
     return table
 
 
@@ -68,7 +71,13 @@ def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> d
         "config": source,
         "summary": {s: counts[s] for s in SEVERITIES},
         "findings": [
-            {"code": f.code, "severity": f.severity, "message": f.message, "fix": f.fix, "upstream": f.upstream}
+            {
+                "code": f.code,
+                "severity": f.severity,
+                "message": f.message,
+                "fix": f.fix,
+                "upstream": f.upstream,
+            }
             for f in findings
         ],
         "ignored_keys": ignored,
@@ -77,10 +86,14 @@ def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> d
 
 # --- catalogue --------------------------------------------------------------------------
 def render_explain(console: Console, rule: Rule) -> None:
-    console.print(Text.assemble(
-        (f"{rule.code} ", "bold"), (f"({rule.name}) ", "bold"),
-        (rule.severity, SEVERITY_STYLE[rule.severity]), f" · {rule.family.title}",
-    ))
+    console.print(
+        Text.assemble(
+            (f"{rule.code} ", "bold"),
+            (f"({rule.name}) ", "bold"),
+            (rule.severity, SEVERITY_STYLE[rule.severity]),
+            f" · {rule.family.title}",
+        )
+    )
     console.print(Text(rule.summary))
     console.print()
     console.print(Markdown(rule.explain))
@@ -97,15 +110,25 @@ def render_list(console: Console) -> None:
         table.add_column(no_wrap=True, min_width=name_width)
         table.add_column()
         for rule in (r for r in rules if r.family is family):
-            table.add_row(Text(rule.code, style="bold"), Text(rule.severity, style=SEVERITY_STYLE[rule.severity]),
-                          rule.name, rule.summary)
+            table.add_row(
+                Text(rule.code, style="bold"),
+                Text(rule.severity, style=SEVERITY_STYLE[rule.severity]),
+                rule.name,
+                rule.summary,
+            )
         console.print(table)
         console.print()
 
 
 def catalogue_json() -> list[dict]:
     return [
-        {"code": r.code, "name": r.name, "severity": r.severity, "family": r.family.title, "summary": r.summary}
+        {
+            "code": r.code,
+            "name": r.name,
+            "severity": r.severity,
+            "family": r.family.title,
+            "summary": r.summary,
+        }
         for r in catalogue()
     ]
 
@@ -123,8 +146,15 @@ def catalogue_markdown() -> str:
     rules = catalogue()
     for family in FAMILIES:
         members = [r for r in rules if r.family is family]
-        lines += [f"## {family.title} ({family.prefix})", "", "| code | name | severity | checks |", "|---|---|---|---|"]
-        lines += [f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.severity} | {r.summary} |" for r in members]
+        lines += [
+            f"## {family.title} ({family.prefix})",
+            "",
+            "| code | name | severity | checks |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| [{r.code}](#{r.code.lower()}) | {r.name} | {r.severity} | {r.summary} |" for r in members
+        ]
         lines.append("")
         for r in members:
             body = r.explain.replace("## ", "#### ")

@@ -16,7 +16,9 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
         key, sep, text = item.partition("=")
         path = key.strip().split(".")
         if not sep or len(path) < 2 or not all(path):
-            problems.append(f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8")
+            problems.append(
+                f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8"
+            )
             continue
         try:
             value = yaml.safe_load(text) if text.strip() else None

@@ -63,7 +63,9 @@ class ModelConfig(Section):
     moe_layer_freq: PositiveInt | list[int] = 1
     moe_grouped_gemm: bool = False
     moe_token_dispatcher_type: TokenDispatcher = "allgather"
-    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"] = "aux_loss"
+    moe_router_load_balancing_type: Literal[
+        "aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"
+    ] = "aux_loss"
     moe_router_force_load_balancing: bool = False
     moe_expert_capacity_factor: float | None = Field(None, gt=0.0)
     moe_pad_expert_input_to_capacity: bool = False
@@ -126,7 +128,7 @@ class ModelConfig(Section):
     attention_backend: AttentionBackend = "auto"
 
     @model_validator(mode="after")
-    def _lists_match_layers(self) -> "ModelConfig":
+    def _lists_match_layers(self) -> ModelConfig:
         if isinstance(self.moe_layer_freq, list) and len(self.moe_layer_freq) != self.num_layers:
             raise ValueError(
                 f"moe_layer_freq: a list must have num_layers ({self.num_layers}) entries, "

@@ -15,7 +15,9 @@ _UNION_TAGS = ("int", "str", "bool", "float", "list", "constrained-int", "functi
 
 def validate(data: object) -> JobConfig:
     if not isinstance(data, dict):
-        raise InputError(f"config: expected a mapping of sections (model, train, ...), got {type(data).__name__}")
+        raise InputError(
+            f"config: expected a mapping of sections (model, train, ...), got {type(data).__name__}"
+        )
     try:
         return JobConfig.model_validate(data)
     except ValidationError as exc:
@@ -36,7 +38,9 @@ def _describe(exc: ValidationError) -> list[str]:
 
 
 def _is_union_tag(part: object) -> bool:
-    return isinstance(part, str) and (part in _UNION_TAGS or "[" in part or part.startswith(("constrained", "function")))
+    return isinstance(part, str) and (
+        part in _UNION_TAGS or "[" in part or part.startswith(("constrained", "function"))
+    )
 
 
 def _explain(err: dict, loc: list[str]) -> str:
@@ -75,7 +79,11 @@ def _allowed_keys(section_path: list[str]) -> list[str]:
     for part in section_path:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
-        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        inner = [
+            a
+            for a in getattr(annotation, "__args__", (annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         if not inner:
             return []
         model = inner[0]

@@ -16,7 +16,7 @@ from memtune.diagnose.evidence import EXPLICIT, LABELS
 from memtune.diagnose.logscan import ScanResult, scan, scan_text
 from memtune.diagnose.snapshot import SnapshotSummary, plot, read_snapshot, summarise
 
-__all__ = ["Diagnosis", "LABELS", "diagnose", "diagnose_text"]
+__all__ = ["LABELS", "Diagnosis", "diagnose", "diagnose_text"]
 
 
 @dataclass
@@ -31,10 +31,10 @@ def _config_expandable(loaded: LoadedJob | None) -> bool | None:
     if loaded is None:
         return None
     env = loaded.job.env
-    if env.PYTORCH_CUDA_ALLOC_CONF is None and env.PYTORCH_ALLOC_CONF is not None:
-        # §4.2: the new name is not applied for CUDA before torch 2.11 (pytorch#183387)
-        if tuple(int(x) for x in env.torch_version.split(".")[:2] if x.isdigit()) < (2, 11):
-            return False
+    # §4.2: the new name is not applied for CUDA before torch 2.11 (pytorch#183387)
+    too_old = tuple(int(x) for x in env.torch_version.split(".")[:2] if x.isdigit()) < (2, 11)
+    if env.PYTORCH_CUDA_ALLOC_CONF is None and env.PYTORCH_ALLOC_CONF is not None and too_old:
+        return False
     conf = (env.PYTORCH_CUDA_ALLOC_CONF or env.PYTORCH_ALLOC_CONF or "").lower()
     return "expandable_segments:true" in conf
 
@@ -60,16 +60,18 @@ def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot
     if plot_to:
         plot(snap_data, plot_to, f"memory over the trace: {snapshot}")
     formats = [f.numbers.format for f in result.failures if f.numbers is not None]
-    state = expandable_state(result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None,
-                             formats)
+    state = expandable_state(
+        result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None, formats
+    )
     v = verdict(result.failures, result.facts, state)
     if snap is not None:
         _merge_snapshot(v, snap)
     return Diagnosis(v, result, snap, advise(v, loaded))
 
 
-def diagnose(inputs: list[str], snapshot: str | None = None, config: str | None = None,
-             plot_to: str | None = None) -> Diagnosis:
+def diagnose(
+    inputs: list[str], snapshot: str | None = None, config: str | None = None, plot_to: str | None = None
+) -> Diagnosis:
     """Diagnose logs (files, directories or "-" for stdin), optionally with a snapshot (and a plot of
     it) and the job config."""
     result = scan(inputs) if inputs else ScanResult()

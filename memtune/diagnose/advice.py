@@ -71,28 +71,59 @@ def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
     elif _graphs_on(job):
         why += "; NCCL_GRAPH_REGISTER=0 because CUDA graphs are on (Megatron-Core's guard)"
     note = "recovers up to the reserved-but-unallocated memory" if recovers else ""
-    return Fix("Turn on expandable segments", tuple(changes), why, "none (zero throughput cost)", recovers, note)
+    return Fix(
+        "Turn on expandable segments", tuple(changes), why, "none (zero throughput cost)", recovers, note
+    )
 
 
 def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
     fixes: list[Fix] = []
     model = job.model if job else None
-    if job is None or (job.peft and model.sequence_parallel and not job.peft.sequence_parallel_input_regather):
-        fixes.append(Fix("Re-gather LoRA adapter inputs under sequence parallelism" + ("" if job else " (LoRA + SP only)"),
-                         ("peft.sequence_parallel_input_regather=true",),
-                         "the adapters stop keeping their own full-sequence copy of the input", "small"))
+    if job is None or (
+        job.peft and model.sequence_parallel and not job.peft.sequence_parallel_input_regather
+    ):
+        fixes.append(
+            Fix(
+                "Re-gather LoRA adapter inputs under sequence parallelism"
+                + ("" if job else " (LoRA + SP only)"),
+                ("peft.sequence_parallel_input_regather=true",),
+                "the adapters stop keeping their own full-sequence copy of the input",
+                "small",
+            )
+        )
     if model is None or model.recompute_granularity is None:
-        fixes.append(Fix("Selective activation recompute", ("model.recompute_granularity=selective",),
-                         "recomputes attention internals (core_attn) instead of storing them", "a few % step time"))
+        fixes.append(
+            Fix(
+                "Selective activation recompute",
+                ("model.recompute_granularity=selective",),
+                "recomputes attention internals (core_attn) instead of storing them",
+                "a few % step time",
+            )
+        )
     elif model.recompute_granularity == "selective":
-        fixes.append(Fix("Full activation recompute",
-                         ("model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"),
-                         "stores only each layer's input", "about a third more step time"))
+        fixes.append(
+            Fix(
+                "Full activation recompute",
+                (
+                    "model.recompute_granularity=full",
+                    "model.recompute_method=uniform",
+                    "model.recompute_num_layers=1",
+                ),
+                "stores only each layer's input",
+                "about a third more step time",
+            )
+        )
     derived = derive(job) if job else None
     distopt = bool(job and (job.ddp.use_distributed_optimizer or job.optimizer.use_distributed_optimizer))
     if not distopt and (derived is None or derived.dp > 1):
-        fixes.append(Fix("Distributed optimizer", ("ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"),
-                         "shards optimizer state and main weights across data-parallel ranks", "small (overlapped gathers)"))
+        fixes.append(
+            Fix(
+                "Distributed optimizer",
+                ("ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"),
+                "shards optimizer state and main weights across data-parallel ranks",
+                "small (overlapped gathers)",
+            )
+        )
     if derived is None or model.num_layers % (2 * derived.pp) == 0:
         pp = 2 * derived.pp if derived else None
         cost = "pipeline bubble"
@@ -105,20 +136,32 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
             # Megatron-Core refuses PP > 1 without it (check PAR006).
             keys += ("model.pipeline_dtype=" + ("bf16" if model.bf16 else "fp16" if model.fp16 else "fp32"),)
         fixes.append(Fix("More pipeline stages", keys, "each rank holds fewer layers", cost))
-    if derived is None or (derived.pp == 1 and model.cuda_graph_impl == "none"):
-        if model is None or not model.cpu_offloading:
-            layers = max(1, model.num_layers // 4) if model else "<N>"
-            keys = ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}")
-            if model is not None and model.recompute_granularity is not None:
-                # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
-                keys += ("model.recompute_granularity=null",)
-            fixes.append(Fix("Offload activations to the CPU" + ("" if job else " (only with PP = 1, no CUDA graphs)"),
-                             keys,
-                             "keeps the offloaded layers' activations in host memory", "large; watch host RAM"))
+    if (derived is None or (derived.pp == 1 and model.cuda_graph_impl == "none")) and (
+        model is None or not model.cpu_offloading
+    ):
+        layers = max(1, model.num_layers // 4) if model else "<N>"
+        keys = ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}")
+        if model is not None and model.recompute_granularity is not None:
+            # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
+            keys += ("model.recompute_granularity=null",)
+        fixes.append(
+            Fix(
+                "Offload activations to the CPU" + ("" if job else " (only with PP = 1, no CUDA graphs)"),
+                keys,
+                "keeps the offloaded layers' activations in host memory",
+                "large; watch host RAM",
+            )
+        )
     if derived is None or 2 * derived.tp <= job.cluster.gpus_per_node:
         tp = 2 * derived.tp if derived else "<2 × current>"
-        fixes.append(Fix("More tensor parallelism (last resort)", (f"model.tensor_model_parallel_size={tp}",),
-                         "splits every layer's weights and activations further", "the highest throughput cost"))
+        fixes.append(
+            Fix(
+                "More tensor parallelism (last resort)",
+                (f"model.tensor_model_parallel_size={tp}",),
+                "splits every layer's weights and activations further",
+                "the highest throughput cost",
+            )
+        )
     return fixes
 
 
@@ -127,55 +170,123 @@ def _outside_fixes(job: JobConfig | None, verdict: Verdict) -> list[Fix]:
     n = verdict.numbers
     fixes = []
     if kinds & {"nccl_oom", "nccl_cuda_error", "narrative_nccl"}:
-        fixes.append(Fix("Shrink NCCL's own buffers",
-                         ("export NCCL_NVLS_ENABLE=0", "export NCCL_BUFFSIZE=2097152", "export TORCH_NCCL_AVOID_RECORD_STREAMS=1"),
-                         "NCCL allocates per-channel, per-peer buffers outside PyTorch, per communicator, at its first "
-                         "collective", "small"))
+        fixes.append(
+            Fix(
+                "Shrink NCCL's own buffers",
+                (
+                    "export NCCL_NVLS_ENABLE=0",
+                    "export NCCL_BUFFSIZE=2097152",
+                    "export TORCH_NCCL_AVOID_RECORD_STREAMS=1",
+                ),
+                "NCCL allocates per-channel, per-peer buffers outside PyTorch, per communicator, at its first "
+                "collective",
+                "small",
+            )
+        )
     if (n and n.private_pools and significant(n, n.private_pools)) or verdict.phase == "CUDA-graph capture":
-        fixes.append(Fix("Narrow or drop CUDA graphs", ("model.cuda_graph_impl=none",) if job is None or _graphs_on(job) else (),
-                         "graph private pools stay reserved for the graphs' lifetime", "the graphs' speed-up"))
+        fixes.append(
+            Fix(
+                "Narrow or drop CUDA graphs",
+                ("model.cuda_graph_impl=none",) if job is None or _graphs_on(job) else (),
+                "graph private pools stay reserved for the graphs' lifetime",
+                "the graphs' speed-up",
+            )
+        )
     held_outside = bool(n and n.outside_allocator is not None and significant(n, n.outside_allocator))
-    if held_outside and (sum(n.other_processes.values()) or n.nvml_unreliable) or kinds & {"cuda_runtime_oom"}:
-        fixes.append(Fix("Free the GPU from other processes", (),
-                         "another process (a stray rank, a colocated inference engine, a leftover job) holds device "
-                         "memory: check nvidia-smi on the failing node", "none"))
+    if (held_outside and (sum(n.other_processes.values()) or n.nvml_unreliable)) or kinds & {
+        "cuda_runtime_oom"
+    }:
+        fixes.append(
+            Fix(
+                "Free the GPU from other processes",
+                (),
+                "another process (a stray rank, a colocated inference engine, a leftover job) holds device "
+                "memory: check nvidia-smi on the failing node",
+                "none",
+            )
+        )
     return fixes
 
 
 _CONFIG_FIXES = {
-    "pp_cpu_offload": Fix("Drop CPU offloading or pipeline parallelism", ("model.cpu_offloading=false",),
-                          "CPU activation offload needs pipeline_model_parallel_size = 1", "none"),
-    "graphs_cpu_offload": Fix("Drop CPU offloading or CUDA graphs", ("model.cpu_offloading=false",),
-                              "CPU offloading cannot run inside CUDA graphs", "none"),
-    "nccl_ub_expandable": Fix("Drop expandable segments (NCCL user buffers are on)",
-                              ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False",),
-                              "torch < 2.11 MemPool does not support expandable segments; or set env.use_nccl_ub=false",
-                              "none"),
-    "pool_expandable": Fix("Drop expandable segments for the pool / IPC user",
-                           ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False",),
-                           "memory pools and CUDA IPC sharing do not support expandable segments", "none"),
-    "graph_register_assert": Fix("Set NCCL_GRAPH_REGISTER=0", ("env.NCCL_GRAPH_REGISTER=0",),
-                                 "CUDA graphs with expandable segments need NCCL graph registration off", "none"),
-    "narrative_configuration": Fix("Set NCCL_GRAPH_REGISTER=0", ("env.NCCL_GRAPH_REGISTER=0",),
-                                   "CUDA graphs with expandable segments need NCCL graph registration off", "none"),
-    "allocator_conf_error": Fix("Fix PYTORCH_CUDA_ALLOC_CONF", (),
-                                "an unknown key or an out-of-range value (max_split_size_mb must be ≥ 20); "
-                                "backend:cudaMallocAsync ignores the native options", "none"),
-    "triton_smem": Fix("Smaller Triton tiles", (),
-                       "lower the kernel's BLOCK sizes or num_stages (or its autotune configs); this is per-SM shared "
-                       "memory, no allocator or parallelism setting changes it", "kernel speed"),
-    "garbage_size": Fix("Find the corrupt size", (),
-                        "a request above 1 EB comes from a bad shape or from a collective that failed earlier: "
-                        "look for the first error on any rank", "none"),
+    "pp_cpu_offload": Fix(
+        "Drop CPU offloading or pipeline parallelism",
+        ("model.cpu_offloading=false",),
+        "CPU activation offload needs pipeline_model_parallel_size = 1",
+        "none",
+    ),
+    "graphs_cpu_offload": Fix(
+        "Drop CPU offloading or CUDA graphs",
+        ("model.cpu_offloading=false",),
+        "CPU offloading cannot run inside CUDA graphs",
+        "none",
+    ),
+    "nccl_ub_expandable": Fix(
+        "Drop expandable segments (NCCL user buffers are on)",
+        ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False",),
+        "torch < 2.11 MemPool does not support expandable segments; or set env.use_nccl_ub=false",
+        "none",
+    ),
+    "pool_expandable": Fix(
+        "Drop expandable segments for the pool / IPC user",
+        ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False",),
+        "memory pools and CUDA IPC sharing do not support expandable segments",
+        "none",
+    ),
+    "graph_register_assert": Fix(
+        "Set NCCL_GRAPH_REGISTER=0",
+        ("env.NCCL_GRAPH_REGISTER=0",),
+        "CUDA graphs with expandable segments need NCCL graph registration off",
+        "none",
+    ),
+    "narrative_configuration": Fix(
+        "Set NCCL_GRAPH_REGISTER=0",
+        ("env.NCCL_GRAPH_REGISTER=0",),
+        "CUDA graphs with expandable segments need NCCL graph registration off",
+        "none",
+    ),
+    "allocator_conf_error": Fix(
+        "Fix PYTORCH_CUDA_ALLOC_CONF",
+        (),
+        "an unknown key or an out-of-range value (max_split_size_mb must be ≥ 20); "
+        "backend:cudaMallocAsync ignores the native options",
+        "none",
+    ),
+    "triton_smem": Fix(
+        "Smaller Triton tiles",
+        (),
+        "lower the kernel's BLOCK sizes or num_stages (or its autotune configs); this is per-SM shared "
+        "memory, no allocator or parallelism setting changes it",
+        "kernel speed",
+    ),
+    "garbage_size": Fix(
+        "Find the corrupt size",
+        (),
+        "a request above 1 EB comes from a bad shape or from a collective that failed earlier: "
+        "look for the first error on any rank",
+        "none",
+    ),
 }
 
 _HOST_FIXES = [
-    Fix("Stop offloading to host memory", ("model.cpu_offloading=false", "optimizer.optimizer_cpu_offload=false"),
-        "offloaded activations, optimizer state and pinned buffers live in host RAM", "more GPU memory"),
-    Fix("Load and save checkpoints without full copies per rank", (),
-        "each rank materialising the full state multiplies host memory by ranks per node", "none"),
-    Fix("Fewer processes or data-loader workers per node", (),
-        "every rank and worker holds its own copy of the dataset index and CUDA host allocations", "throughput"),
+    Fix(
+        "Stop offloading to host memory",
+        ("model.cpu_offloading=false", "optimizer.optimizer_cpu_offload=false"),
+        "offloaded activations, optimizer state and pinned buffers live in host RAM",
+        "more GPU memory",
+    ),
+    Fix(
+        "Load and save checkpoints without full copies per rank",
+        (),
+        "each rank materialising the full state multiplies host memory by ranks per node",
+        "none",
+    ),
+    Fix(
+        "Fewer processes or data-loader workers per node",
+        (),
+        "every rank and worker holds its own copy of the dataset index and CUDA host allocations",
+        "throughput",
+    ),
 ]
 
 
@@ -201,11 +312,22 @@ def advise(verdict: Verdict, loaded: LoadedJob | None = None) -> list[Fix]:
 
 
 def _version_fixes(job: JobConfig | None) -> list[Fix]:
-    if job and job.env.PYTORCH_ALLOC_CONF and EXPANDABLE.lower() in job.env.PYTORCH_ALLOC_CONF.lower() \
-            and job.env.torch_version.startswith("2.9") and not job.env.PYTORCH_CUDA_ALLOC_CONF:
-        return [Fix("Use the old variable name on torch 2.9", (f"env.PYTORCH_CUDA_ALLOC_CONF={job.env.PYTORCH_ALLOC_CONF}",),
-                    "torch 2.9.1 ignores PYTORCH_ALLOC_CONF=expandable_segments:True for CUDA, and Megatron's "
-                    "guards read only PYTORCH_CUDA_ALLOC_CONF", "none")]
+    if (
+        job
+        and job.env.PYTORCH_ALLOC_CONF
+        and EXPANDABLE.lower() in job.env.PYTORCH_ALLOC_CONF.lower()
+        and job.env.torch_version.startswith("2.9")
+        and not job.env.PYTORCH_CUDA_ALLOC_CONF
+    ):
+        return [
+            Fix(
+                "Use the old variable name on torch 2.9",
+                (f"env.PYTORCH_CUDA_ALLOC_CONF={job.env.PYTORCH_ALLOC_CONF}",),
+                "torch 2.9.1 ignores PYTORCH_ALLOC_CONF=expandable_segments:True for CUDA, and Megatron's "
+                "guards read only PYTORCH_CUDA_ALLOC_CONF",
+                "none",
+            )
+        ]
     return []
 
 
@@ -224,7 +346,9 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
         if fix.saves_bytes is None and any(not key.startswith("env.") for key in fix.overrides):
             try:
                 changed = load_job(loaded.source, fix.overrides).job
-                fix = replace(fix, saves_bytes=base - estimate(changed).worst.peak_bytes, saves_note="estimated")
+                fix = replace(
+                    fix, saves_bytes=base - estimate(changed).worst.peak_bytes, saves_note="estimated"
+                )
             except InputError as exc:
                 fix = replace(fix, saves_note=f"not estimated: {exc.problems[0]}")
         result.append(fix)

@@ -76,7 +76,9 @@ class Verdict:
     known_ranks: int | None = None
     expandable: ExpandableState = ExpandableState(None, "unknown")
     numbers: AllocatorNumbers | None = None  # of the deciding allocator message, for the advice
-    phase: str | None = None  # what the run was doing when it failed, where the log says (e.g. CUDA-graph capture)
+    phase: str | None = (
+        None  # what the run was doing when it failed, where the log says (e.g. CUDA-graph capture)
+    )
 
 
 def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str, list[str]]:
@@ -87,39 +89,54 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
         reasons.append("backend cudaMallocAsync: no fragmentation figure; the driver pool decides")
         expandable_on = True  # native fragmentation rules do not apply
     floor = max(FRAGMENTATION_FLOOR_BYTES, FRAGMENTATION_FLOOR_SHARE * (T or 0))
-    if U is not None and U >= floor and (R is None or U >= R):
+    if U is not None and floor <= U and (R is None or U >= R):
         if expandable_on:
-            reasons.append(f"reserved but unallocated {gib(U)} would suggest fragmentation, but expandable segments "
-                           "were on, which rules it out")
+            reasons.append(
+                f"reserved but unallocated {gib(U)} would suggest fragmentation, but expandable segments "
+                "were on, which rules it out"
+            )
         else:
             request = f" > requested {gib(R)}" if R is not None else ""
             return FRAGMENTATION, reasons + [
-                f"reserved but unallocated {gib(U)}{request}: the memory exists but not contiguously"]
-    elif U is not None and R is not None and F is not None and U >= floor and R <= U + F and not expandable_on:
+                f"reserved but unallocated {gib(U)}{request}: the memory exists but not contiguously"
+            ]
+    elif (
+        U is not None and R is not None and F is not None and floor <= U and R <= U + F and not expandable_on
+    ):
         return FRAGMENTATION, reasons + [
             f"reserved but unallocated {gib(U)} + free {gib(F)} ≥ requested {gib(R)}: enough memory, split between "
-            "the cache and the device (fragmentation-assisted)"]
+            "the cache and the device (fragmentation-assisted)"
+        ]
     held = held_elsewhere(n)
     if held:
         # §5 rule 3: R > U + F is a shortage whoever holds the memory; the holder decides the fix.
         return CAPACITY, reasons + held
-    if R is not None and R <= 20 * MiB and (F or 0) < 64 * MiB and (U or 0) < floor:
+    if R is not None and 20 * MiB >= R and (F or 0) < 64 * MiB and (U or 0) < floor:
         return CAPACITY, reasons + [
             f"a tiny request ({gib(R)}) failed with nothing free: the GPU is completely full and the failing "
-            "operation is incidental; look at what grew (optimizer step, evaluation, checkpoint load)"]
+            "operation is incidental; look at what grew (optimizer step, evaluation, checkpoint load)"
+        ]
     if n.allowed and T and n.allowed < 0.95 * T:
-        return CAPACITY, reasons + [f"the per-process limit is {gib(n.allowed)} of {gib(T)} "
-                                    "(set_per_process_memory_fraction): the limit, not the GPU, is full"]
+        return CAPACITY, reasons + [
+            f"the per-process limit is {gib(n.allowed)} of {gib(T)} "
+            "(set_per_process_memory_fraction): the limit, not the GPU, is full"
+        ]
     parts = []
     if A is not None and T:
         parts.append(f"allocated by PyTorch {gib(A)} = {100 * A / T:.0f}% of {gib(T)}")
     if U is not None and R is not None:
-        parts.append(f"unallocated {gib(U)} < requested {gib(R)}" if U < R else
-                     f"unallocated {gib(U)} is below the {gib(floor)} that counts as fragmentation")
+        parts.append(
+            f"unallocated {gib(U)} < requested {gib(R)}"
+            if U < R
+            else f"unallocated {gib(U)} is below the {gib(floor)} that counts as fragmentation"
+        )
     if F is not None and R is not None:
         parts.append(f"free {gib(F)}")
-    return CAPACITY, reasons + ["; ".join(parts) + ": the memory is really in use" if parts else
-                                "the message lacks the numbers to see fragmentation; capacity is the default reading"]
+    return CAPACITY, reasons + [
+        "; ".join(parts) + ": the memory is really in use"
+        if parts
+        else "the message lacks the numbers to see fragmentation; capacity is the default reading"
+    ]
 
 
 def significant(n: AllocatorNumbers, held: int) -> bool:
@@ -136,12 +153,16 @@ def held_elsewhere(n: AllocatorNumbers) -> list[str]:
         return []
     found = []
     if n.private_pools and A and significant(n, n.private_pools):
-        found.append(f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
-                     "held for the graphs' lifetime")
+        found.append(
+            f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
+            "held for the graphs' lifetime"
+        )
     outside = n.outside_allocator
     if outside is not None and significant(n, outside):
-        found.append(f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
-                     f"held outside PyTorch's allocator{_outside_detail(n, outside)}")
+        found.append(
+            f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
+            f"held outside PyTorch's allocator{_outside_detail(n, outside)}"
+        )
     return found
 
 
@@ -153,7 +174,9 @@ def _outside_detail(n: AllocatorNumbers, outside: int) -> str:
     if others:
         parts.append(f"other processes {gib(others)}")
     if n.this_process and n.allocated is not None:
-        parts.append(f"this process's non-PyTorch memory {gib(max(0, n.this_process - n.allocated - (n.unallocated or 0)))}")
+        parts.append(
+            f"this process's non-PyTorch memory {gib(max(0, n.this_process - n.allocated - (n.unallocated or 0)))}"
+        )
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -163,7 +186,9 @@ def read_failure(f: Failure, expandable_on: bool | None) -> Reading:
         return Reading(f, label, tuple(reasons))
     reasons = [f.note] if f.note else []
     if f.label == FRAGMENTATION and expandable_on:
-        return Reading(f, CAPACITY, tuple(reasons + ["but expandable segments were on, which rules fragmentation out"]))
+        return Reading(
+            f, CAPACITY, tuple(reasons + ["but expandable segments were on, which rules fragmentation out"])
+        )
     return Reading(f, f.label or CAPACITY, tuple(reasons))
 
 
@@ -182,8 +207,9 @@ def _torch_before_211(facts: list[Fact], formats: Sequence[str]) -> tuple[bool |
     return (False, "an OOM message in the torch 2.11+ format") if "2.11+" in formats else (None, "")
 
 
-def expandable_state(facts: list[Fact], from_config: bool | None, from_snapshot: bool | None,
-                     formats: Sequence[str] = ()) -> ExpandableState:
+def expandable_state(
+    facts: list[Fact], from_config: bool | None, from_snapshot: bool | None, formats: Sequence[str] = ()
+) -> ExpandableState:
     """What the allocator really ran with: the snapshot knows, a log line says, the config intends.
     ``formats`` are the allocator messages' formats, which date the torch that printed them."""
     if from_snapshot is not None:
@@ -193,13 +219,21 @@ def expandable_state(facts: list[Fact], from_config: bool | None, from_snapshot:
         return ExpandableState(False, "log: expandable_segments not supported on this platform")
     if said:
         last = said[-1]
-        if last.kind == "expandable_on" and str(last.value).startswith("PYTORCH_ALLOC_CONF=") and not any(
-                f.kind == "expandable_on" and not str(f.value).startswith("PYTORCH_ALLOC_CONF=") for f in said):
+        if (
+            last.kind == "expandable_on"
+            and str(last.value).startswith("PYTORCH_ALLOC_CONF=")
+            and not any(
+                f.kind == "expandable_on" and not str(f.value).startswith("PYTORCH_ALLOC_CONF=") for f in said
+            )
+        ):
             before, evidence = _torch_before_211(facts, formats)
             if before:
                 # §4.2: torch 2.9.1 ignores the new name for CUDA (pytorch#183387), older ones never read it
-                return ExpandableState(False, f"log {last.where}: PYTORCH_ALLOC_CONF is not applied before torch "
-                                              f"2.11 and {evidence} was logged")
+                return ExpandableState(
+                    False,
+                    f"log {last.where}: PYTORCH_ALLOC_CONF is not applied before torch "
+                    f"2.11 and {evidence} was logged",
+                )
         return ExpandableState(last.kind == "expandable_on", f"log {last.where}")
     if from_config is not None:
         return ExpandableState(from_config, "config env")
@@ -210,14 +244,18 @@ def _rank_verdict(rank: int | None, readings: list[Reading]) -> RankVerdict:
     root = max(readings, key=lambda r: r.failure.strength)  # max keeps the earliest among equals
     others = tuple(r for r in readings if r is not root)
     reasons = list(root.reasons)
-    extra = Counter(r.label for r in others if r.label != root.label and r.failure.strength >= root.failure.strength - 1)
+    extra = Counter(
+        r.label for r in others if r.label != root.label and r.failure.strength >= root.failure.strength - 1
+    )
     if extra:
         reasons.append("also seen: " + ", ".join(f"{label} ×{n}" for label, n in extra.items()))
     return RankVerdict(rank, root.label, tuple(reasons), root, others)
 
 
 def _known_ranks(scan_failures: list[Failure], facts: list[Fact]) -> int | None:
-    sizes = [int(f.value) for f in facts if f.kind == "world_size" and isinstance(f.value, int) and f.value > 0]
+    sizes = [
+        int(f.value) for f in facts if f.kind == "world_size" and isinstance(f.value, int) and f.value > 0
+    ]
     seen = {f.where.rank for f in scan_failures if f.where.rank is not None}
     seen |= {f.where.rank for f in facts if f.where.rank is not None}
     seen |= {f.value[0] for f in facts if f.kind == "rank_memory"}
@@ -241,10 +279,24 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     if not failures:
         phases = [f for f in facts if f.kind == "phase"]
         if not phases:
-            return Verdict(None, "none", ["no out-of-memory or related failure found in the input"], expandable=expandable)
-        failures = [Failure("phase_only", CAPACITY, CIRCUMSTANTIAL, phases[-1].where, phases[-1].text, None,
-                            f"the log stops inside {phases[-1].value} without an error line; capture pins static "
-                            "buffers and private pools, so capacity is the likely cause")]
+            return Verdict(
+                None,
+                "none",
+                ["no out-of-memory or related failure found in the input"],
+                expandable=expandable,
+            )
+        failures = [
+            Failure(
+                "phase_only",
+                CAPACITY,
+                CIRCUMSTANTIAL,
+                phases[-1].where,
+                phases[-1].text,
+                None,
+                f"the log stops inside {phases[-1].value} without an error line; capture pins static "
+                "buffers and private pools, so capacity is the likely cause",
+            )
+        ]
     by_rank: dict[int | None, list[Reading]] = {}
     for f in failures:
         by_rank.setdefault(f.where.rank, []).append(read_failure(f, expandable.on))
@@ -269,7 +321,9 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     result.phase = phases[-1] if phases else None
     result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
     if len(counts) > 1:
-        result.reasons.append("ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common()))
+        result.reasons.append(
+            "ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common())
+        )
     _reason_about_rank_spread(result, facts)
     if label == HOST_OOM:
         peaks = [f.value for f in facts if f.kind == "host_memory_percent"]
@@ -294,9 +348,13 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact]) -> None:
         result.reasons.append(sentence)
     elif headroom:
         # §5 rule 8: a shortage on few ranks is an uneven load on those ranks, not the job's capacity.
-        result.reasons.append(f"{sentence} and the others had headroom (max reserved {gib(max(others.values()))} of "
-                              f"{gib(total)}): the load is uneven (first/last pipeline stage, MoE routing), so fix "
-                              "that rank rather than the whole job")
+        result.reasons.append(
+            f"{sentence} and the others had headroom (max reserved {gib(max(others.values()))} of "
+            f"{gib(total)}): the load is uneven (first/last pipeline stage, MoE routing), so fix "
+            "that rank rather than the whole job"
+        )
     else:
-        result.reasons.append(f"{sentence}: unless the launcher stopped the others first, the load is uneven "
-                              "(first/last pipeline stage, MoE routing; §5 rule 8)")
+        result.reasons.append(
+            f"{sentence}: unless the launcher stopped the others first, the load is uneven "
+            "(first/last pipeline stage, MoE routing; §5 rule 8)"
+        )

@@ -21,8 +21,12 @@ def register(subparsers) -> None:
         "Exit 0: diagnosed; 1: no failure found; 2: unreadable input.",
     )
     p.add_argument("logs", nargs="*", metavar="LOG", help="log files, directories of logs, or - for stdin")
-    p.add_argument("--snapshot", metavar="FILE.pickle", help="memory snapshot (read without executing anything)")
-    p.add_argument("--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)")
+    p.add_argument(
+        "--snapshot", metavar="FILE.pickle", help="memory snapshot (read without executing anything)"
+    )
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)"
+    )
     p.add_argument("--config", metavar="CONFIG", help="the job config: fixes respect it and quote its keys")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.set_defaults(handler=run)

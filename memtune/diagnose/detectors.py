@@ -77,7 +77,10 @@ class Line:
 Detector = Callable[[Line], list[Failure | Fact]]
 _HINT = re.compile(r"If reserved (?:but unallocated )?memory is.*", re.S)
 # PyTorch's hint, also when a wrapped message puts its tail on a line of its own
-_HINT_PIECES = re.compile(r"If reserved.*|(?:to\s*avoid\s*)?fragmentation\.?\s*See\s*documentation.*|to\s*avoid\s*fragmentation", re.S)
+_HINT_PIECES = re.compile(
+    r"If reserved.*|(?:to\s*avoid\s*)?fragmentation\.?\s*See\s*documentation.*|to\s*avoid\s*fragmentation",
+    re.S,
+)
 
 
 def _excerpt(text: str, limit: int = 400) -> str:
@@ -96,14 +99,24 @@ def _joined_message(line: Line) -> tuple[str, int]:
     return "".join(parts), len(parts) - 1
 
 
-def _failure(line: Line, kind: str, label: str | None, strength: int, note: str, text: str | None = None,
-             numbers=None, consumed: int = 0):
+def _failure(
+    line: Line,
+    kind: str,
+    label: str | None,
+    strength: int,
+    note: str,
+    text: str | None = None,
+    numbers=None,
+    consumed: int = 0,
+):
     return Failure(kind, label, strength, line.where, _excerpt(text or line.text), numbers, note, consumed)
 
 
 # --- PyTorch allocators ------------------------------------------------------------------
 
-_ALLOCATOR_OOM = re.compile(r"(?:CUDA|HIP|^|\s)\s*[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me")
+_ALLOCATOR_OOM = re.compile(
+    r"(?:CUDA|HIP|^|\s)\s*[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me"
+)
 _ASYNC_OOM = re.compile(r"would exceed allowed memory")
 
 
@@ -111,73 +124,211 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
     if _ASYNC_OOM.search(line.text):
         block = [line.text, *line.following[:7]]
         numbers = messages.parse_async_message("\n".join(block))
-        return [_failure(line, "async_allocator_oom", None, EXPLICIT, "cudaMallocAsync backend OOM",
-                         "\n".join(block), numbers, consumed=len(block) - 1)]
+        return [
+            _failure(
+                line,
+                "async_allocator_oom",
+                None,
+                EXPLICIT,
+                "cudaMallocAsync backend OOM",
+                "\n".join(block),
+                numbers,
+                consumed=len(block) - 1,
+            )
+        ]
     if not _ALLOCATOR_OOM.search(line.text):
         return []
     text, consumed = _joined_message(line)
     numbers = messages.parse_allocator_message(text)
     if numbers.garbage_size:
         return [
-            _failure(line, "garbage_size", NOT_OOM, EXPLICIT,
-                     "a request of more than 1 EB is a corrupt size (shape bug or a failed collective), not a shortage", text,
-                     consumed=consumed)
+            _failure(
+                line,
+                "garbage_size",
+                NOT_OOM,
+                EXPLICIT,
+                "a request of more than 1 EB is a corrupt size (shape bug or a failed collective), not a shortage",
+                text,
+                consumed=consumed,
+            )
         ]
     if numbers.requested is None and numbers.total is None:
         return [
-            _failure(line, "allocator_oom_bare", CAPACITY, DIRECT,
-                     "PyTorch allocator OOM without its numbers; capacity is the default reading", text, consumed=consumed)
+            _failure(
+                line,
+                "allocator_oom_bare",
+                CAPACITY,
+                DIRECT,
+                "PyTorch allocator OOM without its numbers; capacity is the default reading",
+                text,
+                consumed=consumed,
+            )
         ]
-    return [_failure(line, "allocator_oom", None, EXPLICIT, "PyTorch caching-allocator OOM", _HINT.sub("", text), numbers,
-                     consumed)]
+    return [
+        _failure(
+            line,
+            "allocator_oom",
+            None,
+            EXPLICIT,
+            "PyTorch caching-allocator OOM",
+            _HINT.sub("", text),
+            numbers,
+            consumed,
+        )
+    ]
 
 
 # --- CUDA runtime, libraries, NCCL -------------------------------------------------------
 
 _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     # (kind, pattern, label, strength, note)
-    ("nccl_oom", re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|NCCL WARN.*out of memory"), OUTSIDE_PYTORCH, EXPLICIT,
-     "NCCL could not allocate its buffers: memory outside PyTorch's allocator"),
-    ("triton_smem", re.compile(r"OutOfResources|out of resource: shared memory"), NOT_OOM, EXPLICIT,
-     "Triton ran out of per-SM shared memory, not GPU memory; allocator settings do not help"),
-    ("driver_oom", re.compile(r"CUDA driver error: out of memory"), CAPACITY, EXPLICIT,
-     "expandable segments could not map more device memory: the GPU is full"),
-    ("cuda_runtime_oom", re.compile(r"(?:CUDA|HIP) error: out of memory|cuda runtime error \(2\) : out of memory"), OUTSIDE_PYTORCH, DIRECT,
-     "raw CUDA out of memory, outside the caching allocator (context creation, another process, graph instantiation, an extension)"),
-    ("triton_launch_oom", re.compile(r"Triton Error \[CUDA\]: out of memory"), CAPACITY, DIRECT,
-     "a Triton kernel launch found the GPU full"),
-    ("cublas_alloc", re.compile(r"CUBLAS_STATUS_(?:ALLOC_FAILED|NOT_INITIALIZED)"), CAPACITY, DIRECT,
-     "cuBLAS could not create a handle or workspace: the GPU was full"),
-    ("cudnn_alloc", re.compile(r"CUDNN_STATUS_(?:ALLOC_FAILED|NOT_INITIALIZED)"), CAPACITY, DIRECT,
-     "cuDNN could not allocate: the GPU was full"),
-    ("cudnn_internal", re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"), CAPACITY, NARRATIVE,
-     "cuDNN internal error, which on a full GPU is how cuDNN 9 reports an allocation failure"),
+    (
+        "nccl_oom",
+        re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|NCCL WARN.*out of memory"),
+        OUTSIDE_PYTORCH,
+        EXPLICIT,
+        "NCCL could not allocate its buffers: memory outside PyTorch's allocator",
+    ),
+    (
+        "triton_smem",
+        re.compile(r"OutOfResources|out of resource: shared memory"),
+        NOT_OOM,
+        EXPLICIT,
+        "Triton ran out of per-SM shared memory, not GPU memory; allocator settings do not help",
+    ),
+    (
+        "driver_oom",
+        re.compile(r"CUDA driver error: out of memory"),
+        CAPACITY,
+        EXPLICIT,
+        "expandable segments could not map more device memory: the GPU is full",
+    ),
+    (
+        "cuda_runtime_oom",
+        re.compile(r"(?:CUDA|HIP) error: out of memory|cuda runtime error \(2\) : out of memory"),
+        OUTSIDE_PYTORCH,
+        DIRECT,
+        "raw CUDA out of memory, outside the caching allocator (context creation, another process, graph instantiation, an extension)",
+    ),
+    (
+        "triton_launch_oom",
+        re.compile(r"Triton Error \[CUDA\]: out of memory"),
+        CAPACITY,
+        DIRECT,
+        "a Triton kernel launch found the GPU full",
+    ),
+    (
+        "cublas_alloc",
+        re.compile(r"CUBLAS_STATUS_(?:ALLOC_FAILED|NOT_INITIALIZED)"),
+        CAPACITY,
+        DIRECT,
+        "cuBLAS could not create a handle or workspace: the GPU was full",
+    ),
+    (
+        "cudnn_alloc",
+        re.compile(r"CUDNN_STATUS_(?:ALLOC_FAILED|NOT_INITIALIZED)"),
+        CAPACITY,
+        DIRECT,
+        "cuDNN could not allocate: the GPU was full",
+    ),
+    (
+        "cudnn_internal",
+        re.compile(r"CUDNN_STATUS_INTERNAL_ERROR"),
+        CAPACITY,
+        NARRATIVE,
+        "cuDNN internal error, which on a full GPU is how cuDNN 9 reports an allocation failure",
+    ),
     # host memory
-    ("host_oom_kill", re.compile(r"oom[-_]kill|OUT_OF_MEMORY|Out Of Memory|OOMKilled|(?i:out of memory: Killed process)|killed by signal: Killed"),
-     HOST_OOM, EXPLICIT, "the kernel or Slurm killed the process for host memory"),
-    ("cpu_allocator", re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)"), HOST_OOM, EXPLICIT,
-     "PyTorch's CPU allocator ran out of host memory"),
-    ("exit_sigkill", re.compile(r"exitcode\s*:\s*-9\b|(?i:(?:exit|exited with|return)\s*(?:exit\s*)?(?:code|status)\s*[:=]?\s*(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"),
-     HOST_OOM, DIRECT, "killed with SIGKILL (exit -9 / 137): the Linux OOM killer is the usual sender"),
-    ("launcher_sigkill", re.compile(r"sigkill_handler"), HOST_OOM, NARRATIVE,
-     "the launcher killed its workers after one died without a Python error, the mark of the host OOM killer"),
+    (
+        "host_oom_kill",
+        re.compile(
+            r"oom[-_]kill|OUT_OF_MEMORY|Out Of Memory|OOMKilled|(?i:out of memory: Killed process)|killed by signal: Killed"
+        ),
+        HOST_OOM,
+        EXPLICIT,
+        "the kernel or Slurm killed the process for host memory",
+    ),
+    (
+        "cpu_allocator",
+        re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)"),
+        HOST_OOM,
+        EXPLICIT,
+        "PyTorch's CPU allocator ran out of host memory",
+    ),
+    (
+        "exit_sigkill",
+        re.compile(
+            r"exitcode\s*:\s*-9\b|(?i:(?:exit|exited with|return)\s*(?:exit\s*)?(?:code|status)\s*[:=]?\s*(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"
+        ),
+        HOST_OOM,
+        DIRECT,
+        "killed with SIGKILL (exit -9 / 137): the Linux OOM killer is the usual sender",
+    ),
+    (
+        "launcher_sigkill",
+        re.compile(r"sigkill_handler"),
+        HOST_OOM,
+        NARRATIVE,
+        "the launcher killed its workers after one died without a Python error, the mark of the host OOM killer",
+    ),
     # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (§1.4)
-    ("nccl_cuda_error", re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"), OUTSIDE_PYTORCH,
-     CIRCUMSTANTIAL, "NCCL failed inside a CUDA call, which is how its own out-of-memory surfaces when the NCCL WARN "
-     "lines are missing (run with NCCL_DEBUG=WARN to see them)"),
+    (
+        "nccl_cuda_error",
+        re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"),
+        OUTSIDE_PYTORCH,
+        CIRCUMSTANTIAL,
+        "NCCL failed inside a CUDA call, which is how its own out-of-memory surfaces when the NCCL WARN "
+        "lines are missing (run with NCCL_DEBUG=WARN to see them)",
+    ),
     # configuration errors that look like OOMs
-    ("pp_cpu_offload", re.compile(r"no support for Pipeline parallelism with CPU offloading"), CONFIGURATION, EXPLICIT,
-     "CPU activation offloading needs pipeline_model_parallel_size = 1"),
-    ("graphs_cpu_offload", re.compile(r"CUDA graphs not supported with CPU offloading"), CONFIGURATION, EXPLICIT,
-     "CPU activation offloading cannot be combined with CUDA graphs"),
-    ("nccl_ub_expandable", re.compile(r"expandable_segments:True is currently not supported with nccl_ub|MemPool doesn't currently support expandable_segments"),
-     CONFIGURATION, EXPLICIT, "NCCL user buffers (torch.cuda.MemPool) and expandable segments cannot be combined before torch 2.11"),
-    ("graph_register_assert", re.compile(r"Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access"), CONFIGURATION, EXPLICIT,
-     "Megatron-Core's guard: CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0"),
-    ("pool_expandable", re.compile(r"Expandable segments are not compatible with memory pool|incompatible with the expandable-segments allocator|cannot be shared between processes"),
-     CONFIGURATION, EXPLICIT, "a memory pool or CUDA IPC user that expandable segments do not support"),
-    ("allocator_conf_error", re.compile(r"in CUDA allocator config|Unrecognized CachingAllocator option|CachingAllocator option \w+ too small|ignores max_split_size_mb|cudaMallocAsync does not yet support"),
-     CONFIGURATION, EXPLICIT, "PYTORCH_CUDA_ALLOC_CONF itself is invalid or unsupported"),
+    (
+        "pp_cpu_offload",
+        re.compile(r"no support for Pipeline parallelism with CPU offloading"),
+        CONFIGURATION,
+        EXPLICIT,
+        "CPU activation offloading needs pipeline_model_parallel_size = 1",
+    ),
+    (
+        "graphs_cpu_offload",
+        re.compile(r"CUDA graphs not supported with CPU offloading"),
+        CONFIGURATION,
+        EXPLICIT,
+        "CPU activation offloading cannot be combined with CUDA graphs",
+    ),
+    (
+        "nccl_ub_expandable",
+        re.compile(
+            r"expandable_segments:True is currently not supported with nccl_ub|MemPool doesn't currently support expandable_segments"
+        ),
+        CONFIGURATION,
+        EXPLICIT,
+        "NCCL user buffers (torch.cuda.MemPool) and expandable segments cannot be combined before torch 2.11",
+    ),
+    (
+        "graph_register_assert",
+        re.compile(r"Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access"),
+        CONFIGURATION,
+        EXPLICIT,
+        "Megatron-Core's guard: CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0",
+    ),
+    (
+        "pool_expandable",
+        re.compile(
+            r"Expandable segments are not compatible with memory pool|incompatible with the expandable-segments allocator|cannot be shared between processes"
+        ),
+        CONFIGURATION,
+        EXPLICIT,
+        "a memory pool or CUDA IPC user that expandable segments do not support",
+    ),
+    (
+        "allocator_conf_error",
+        re.compile(
+            r"in CUDA allocator config|Unrecognized CachingAllocator option|CachingAllocator option \w+ too small|ignores max_split_size_mb|cudaMallocAsync does not yet support"
+        ),
+        CONFIGURATION,
+        EXPLICIT,
+        "PYTORCH_CUDA_ALLOC_CONF itself is invalid or unsupported",
+    ),
 ]
 
 
@@ -190,7 +341,9 @@ def simple_failures(line: Line) -> list[Failure | Fact]:
 
 # --- memory_summary() tables -------------------------------------------------------------
 
-_SUMMARY_ROW = re.compile(r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)")
+_SUMMARY_ROW = re.compile(
+    r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)"
+)
 _SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*(\d+)")
 
 
@@ -203,7 +356,9 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
         if m := _SUMMARY_OOMS.search(row):
             ooms = int(m.group(1))
         if m := _SUMMARY_ROW.search(row):
-            key = "Reserved memory" if "eserved" in m.group(1) else m.group(1)  # 2.x prints "GPU reserved memory"
+            key = (
+                "Reserved memory" if "eserved" in m.group(1) else m.group(1)
+            )  # 2.x prints "GPU reserved memory"
             current[key] = to_bytes(m.group(2), m.group(3))
             peak[key] = to_bytes(m.group(4), m.group(5))
     if not ooms:
@@ -224,8 +379,11 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
         strength = NARRATIVE
         drop = peak["Allocated memory"] - allocated
         label = FRAGMENTATION if drop >= 0.1 * peak["Allocated memory"] else CAPACITY
-        note = (f"the OOM came with {allocated / gib:.1f} GiB allocated although {peak['Allocated memory'] / gib:.1f} GiB "
-                "had fit earlier" + (": the space existed but no longer in one piece" if label == FRAGMENTATION else ""))
+        note = (
+            f"the OOM came with {allocated / gib:.1f} GiB allocated although {peak['Allocated memory'] / gib:.1f} GiB "
+            "had fit earlier"
+            + (": the space existed but no longer in one piece" if label == FRAGMENTATION else "")
+        )
     else:
         return []
     rows = 0
@@ -238,22 +396,49 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
 # --- sentences in pasted issues and post-mortems ------------------------------------------
 
 _NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
-    ("narrative_configuration",
-     re.compile(r"(?=.*NCCL_GRAPH_REGISTER)(?=.*expandable_segments)(?=.*(?:assert|without|illegal memory access))", re.I),
-     CONFIGURATION, "expandable segments with CUDA graphs but without NCCL_GRAPH_REGISTER=0 trips Megatron-Core's guard"),
-    ("narrative_fragmentation", re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block|\binactive\b.*\breserved\b", re.I),
-     FRAGMENTATION, "the report attributes the failure to allocator fragmentation"),
-    ("narrative_host", re.compile(r"\b(?:system|host|CPU)\s+(?:RAM\s+)?out\s+of\s+memory|out\s+of\s+(?:host|system|CPU)\s+(?:memory|RAM)|\b(?:DRAM|host RAM)\b|\bOOM[- ]killer\b", re.I),
-     HOST_OOM, "the report attributes the failure to host memory"),
-    ("narrative_nccl", re.compile(r"\bNCCL\b.*\b(?:OOM|out of memory)\b", re.I),
-     OUTSIDE_PYTORCH, "the report attributes the failure to NCCL's memory"),
-    ("narrative_gpu_oom", re.compile(r"\b(?:CUDA|GPU)\s+(?:OOM|out\s+of\s+memory)|\bOOMs?\b|\bOOM(?:ed|ing)\b"),
-     CAPACITY, "an out-of-memory is reported without the allocator's numbers; capacity is the default reading"),
+    (
+        "narrative_configuration",
+        re.compile(
+            r"(?=.*NCCL_GRAPH_REGISTER)(?=.*expandable_segments)(?=.*(?:assert|without|illegal memory access))",
+            re.I,
+        ),
+        CONFIGURATION,
+        "expandable segments with CUDA graphs but without NCCL_GRAPH_REGISTER=0 trips Megatron-Core's guard",
+    ),
+    (
+        "narrative_fragmentation",
+        re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block|\binactive\b.*\breserved\b", re.I),
+        FRAGMENTATION,
+        "the report attributes the failure to allocator fragmentation",
+    ),
+    (
+        "narrative_host",
+        re.compile(
+            r"\b(?:system|host|CPU)\s+(?:RAM\s+)?out\s+of\s+memory|out\s+of\s+(?:host|system|CPU)\s+(?:memory|RAM)|\b(?:DRAM|host RAM)\b|\bOOM[- ]killer\b",
+            re.I,
+        ),
+        HOST_OOM,
+        "the report attributes the failure to host memory",
+    ),
+    (
+        "narrative_nccl",
+        re.compile(r"\bNCCL\b.*\b(?:OOM|out of memory)\b", re.I),
+        OUTSIDE_PYTORCH,
+        "the report attributes the failure to NCCL's memory",
+    ),
+    (
+        "narrative_gpu_oom",
+        re.compile(r"\b(?:CUDA|GPU)\s+(?:OOM|out\s+of\s+memory)|\bOOMs?\b|\bOOM(?:ed|ing)\b"),
+        CAPACITY,
+        "an out-of-memory is reported without the allocator's numbers; capacity is the default reading",
+    ),
 ]
 
 
 # "not fragmentation", "ruled out fragmentation": a sentence that denies the cause does not claim it
-_DENIED_FRAGMENTATION = re.compile(r"(?:\bnot|\bno|n't|\brules?\s+out|\bruled\s+out)\s+(?:\w+\s+){0,3}fragment", re.I)
+_DENIED_FRAGMENTATION = re.compile(
+    r"(?:\bnot|\bno|n't|\brules?\s+out|\bruled\s+out)\s+(?:\w+\s+){0,3}fragment", re.I
+)
 
 
 def narrative(line: Line) -> list[Failure | Fact]:
@@ -271,8 +456,12 @@ def narrative(line: Line) -> list[Failure | Fact]:
 
 # A setting in an env dump or launch script; not PyTorch's own hint, "...=expandable_segments:True to avoid
 # fragmentation", which it prints whatever is set (§1.2), also when a wrapped line starts with it.
-_CONF_SETTING = re.compile(r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)")
-_TORCH_VERSION = re.compile(r"\b(?:torch|PyTorch)(?:[ _]version)?(?:\s*[:=]{1,2}\s*|\s+|\s*\.{2,}\s*)v?(\d+\.\d+(?:\.\d+)?)", re.I)
+_CONF_SETTING = re.compile(
+    r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)"
+)
+_TORCH_VERSION = re.compile(
+    r"\b(?:torch|PyTorch)(?:[ _]version)?(?:\s*[:=]{1,2}\s*|\s+|\s*\.{2,}\s*)v?(\d+\.\d+(?:\.\d+)?)", re.I
+)
 _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this platform")
 _WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}(\d+)", re.I)
 _RANK_MEMORY = re.compile(r"\[Rank (\d+)\].*memory \(MB\).*?max reserved:\s*([\d.]+)")
@@ -285,16 +474,27 @@ def facts(line: Line) -> list[Failure | Fact]:
     text, where = line.text, line.where
     found: list[Failure | Fact] = []
     if _EXPANDABLE_UNSUPPORTED.search(text):
-        found.append(Fact("expandable_off", where, _excerpt(text), "requested but not supported on this platform"))
+        found.append(
+            Fact("expandable_off", where, _excerpt(text), "requested but not supported on this platform")
+        )
     elif (m := _CONF_SETTING.search(text)) and "try setting" not in text:
         on = "expandable_segments:true" in m.group(2).lower()
-        found.append(Fact("expandable_on" if on else "expandable_off", where, _excerpt(text), f"{m.group(1)}={m.group(2)}"))
+        found.append(
+            Fact(
+                "expandable_on" if on else "expandable_off",
+                where,
+                _excerpt(text),
+                f"{m.group(1)}={m.group(2)}",
+            )
+        )
     if m := _TORCH_VERSION.search(text):
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
     if m := _WORLD_SIZE.search(text):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
     if m := _RANK_MEMORY.search(text):
-        found.append(Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * (1 << 20))))
+        found.append(
+            Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * (1 << 20)))
+        )
     if m := _CPU_PERCENT.search(text):
         found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
     if m := _EXIT_CODE.search(text):

@@ -28,9 +28,24 @@ MAX_LINE_BYTES = 64 << 10  # longer lines are cut: nothing we parse is that long
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
 
 # Files in a log directory that are not logs.
-_NOT_LOGS = {".pickle", ".pkl", ".pt", ".pth", ".bin", ".safetensors", ".npy", ".npz", ".distcp", ".png", ".jpg", ".so"}
+_NOT_LOGS = {
+    ".pickle",
+    ".pkl",
+    ".pt",
+    ".pth",
+    ".bin",
+    ".safetensors",
+    ".npy",
+    ".npz",
+    ".distcp",
+    ".png",
+    ".jpg",
+    ".so",
+}
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
-_PREFIX = re.compile(r"^\s*(?:\[rank(\d+)\]:|\[default(\d+)\]:|\[1,(\d+)\]<std(?:out|err)>:|(\d{1,5}):(?=\s))\s?")
+_PREFIX = re.compile(
+    r"^\s*(?:\[rank(\d+)\]:|\[default(\d+)\]:|\[1,(\d+)\]<std(?:out|err)>:|(\d{1,5}):(?=\s))\s?"
+)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -59,7 +74,7 @@ def _split_prefix(text: str) -> tuple[int | None, str]:
     if not m:
         return None, text
     rank = next(g for g in m.groups() if g is not None)
-    return int(rank), text[m.end():]
+    return int(rank), text[m.end() :]
 
 
 def _decode(raw: bytes) -> str:

@@ -12,16 +12,31 @@ from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
 
 MAX_RANK_ROWS = 16
-_STYLE = {"fragmentation": "yellow", "capacity": "red", "outside_pytorch": "magenta", "host_oom": "cyan",
-          "configuration": "blue", "not_oom": "green"}
+_STYLE = {
+    "fragmentation": "yellow",
+    "capacity": "red",
+    "outside_pytorch": "magenta",
+    "host_oom": "cyan",
+    "configuration": "blue",
+    "not_oom": "green",
+}
 
 
 def _numbers_line(n: AllocatorNumbers | None) -> str:
     if n is None:
         return ""
-    parts = [(label, value) for label, value in (
-        ("req", n.requested), ("free", n.free), ("alloc", n.allocated), ("unalloc", n.unallocated),
-        ("pools", n.private_pools), ("total", n.total)) if value is not None]
+    parts = [
+        (label, value)
+        for label, value in (
+            ("req", n.requested),
+            ("free", n.free),
+            ("alloc", n.allocated),
+            ("unalloc", n.unallocated),
+            ("pools", n.private_pools),
+            ("total", n.total),
+        )
+        if value is not None
+    ]
     return "  ".join(f"{label} {gib(value)}" for label, value in parts)
 
 
@@ -39,8 +54,12 @@ def to_json(d: Diagnosis) -> dict:
                 "rank": r.rank,
                 "label": r.label,
                 "reasons": list(r.reasons),
-                "evidence": {"source": r.root.failure.where.source, "line": r.root.failure.where.line,
-                             "kind": r.root.failure.kind, "text": r.root.failure.text},
+                "evidence": {
+                    "source": r.root.failure.where.source,
+                    "line": r.root.failure.where.line,
+                    "kind": r.root.failure.kind,
+                    "text": r.root.failure.text,
+                },
                 "numbers": _numbers_json(r.root.failure.numbers),
                 "other_findings": len(r.others),
             }
@@ -48,11 +67,20 @@ def to_json(d: Diagnosis) -> dict:
         ],
         "snapshot": _snapshot_json(d),
         "fixes": [
-            {"title": f.title, "changes": list(f.changes), "why": f.why, "cost": f.cost,
-             "saves_bytes": f.saves_bytes, "saves_note": f.saves_note, "fallback": f.fallback}
+            {
+                "title": f.title,
+                "changes": list(f.changes),
+                "why": f.why,
+                "cost": f.cost,
+                "saves_bytes": f.saves_bytes,
+                "saves_note": f.saves_note,
+                "fallback": f.fallback,
+            }
             for f in d.fixes
         ],
-        "sources": [{"name": s.name, "bytes": s.bytes_read, "lines": s.lines, "note": s.note} for s in d.scan.sources],
+        "sources": [
+            {"name": s.name, "bytes": s.bytes_read, "lines": s.lines, "note": s.note} for s in d.scan.sources
+        ],
         "suppressed_findings": dict(d.scan.suppressed),
         "units": "bytes",
     }
@@ -61,10 +89,21 @@ def to_json(d: Diagnosis) -> dict:
 def _numbers_json(n: AllocatorNumbers | None) -> dict | None:
     if n is None:
         return None
-    return {"requested": n.requested, "device": n.device, "total": n.total, "free": n.free, "allocated": n.allocated,
-            "unallocated": n.unallocated, "private_pools": n.private_pools, "allowed": n.allowed,
-            "this_process": n.this_process, "other_processes": {str(k): v for k, v in n.other_processes.items()},
-            "outside_allocator": n.outside_allocator, "backend": n.backend, "format": n.format}
+    return {
+        "requested": n.requested,
+        "device": n.device,
+        "total": n.total,
+        "free": n.free,
+        "allocated": n.allocated,
+        "unallocated": n.unallocated,
+        "private_pools": n.private_pools,
+        "allowed": n.allowed,
+        "this_process": n.this_process,
+        "other_processes": {str(k): v for k, v in n.other_processes.items()},
+        "outside_allocator": n.outside_allocator,
+        "backend": n.backend,
+        "format": n.format,
+    }
 
 
 def _snapshot_json(d: Diagnosis) -> dict | None:
@@ -72,14 +111,27 @@ def _snapshot_json(d: Diagnosis) -> dict | None:
     if s is None:
         return None
     return {
-        "source": s.source, "label": s.label, "reasons": s.reasons, "reserved": s.reserved, "allocated": s.allocated,
-        "inactive": s.inactive, "fragmented": s.fragmented, "fragmentation_ratio": round(s.fragmentation_ratio, 4),
-        "largest_free_block": s.largest_free_block, "segments": s.segments,
+        "source": s.source,
+        "label": s.label,
+        "reasons": s.reasons,
+        "reserved": s.reserved,
+        "allocated": s.allocated,
+        "inactive": s.inactive,
+        "fragmented": s.fragmented,
+        "fragmentation_ratio": round(s.fragmentation_ratio, 4),
+        "largest_free_block": s.largest_free_block,
+        "segments": s.segments,
         "segment_sizes": [{"size": size, "count": n} for size, n in s.segment_sizes],
-        "private_pool_reserved": s.private_pool_reserved, "expandable_segments": s.expandable_segments,
+        "private_pool_reserved": s.private_pool_reserved,
+        "expandable_segments": s.expandable_segments,
         "allocator_settings": s.allocator_settings,
-        "failed_request": None if s.failed_request is None else {
-            "device": s.failed_request.device, "size": s.failed_request.size, "device_free": s.failed_request.device_free},
+        "failed_request": None
+        if s.failed_request is None
+        else {
+            "device": s.failed_request.device,
+            "size": s.failed_request.size,
+            "device_free": s.failed_request.device_free,
+        },
         "top_sites": [{"frame": t.frame, "bytes": t.bytes, "blocks": t.blocks} for t in s.top_sites],
     }
 
@@ -89,8 +141,11 @@ def render(d: Diagnosis, console: Console) -> None:
     if v.label is None:
         headline = Text("no failure found", style="bold")
     else:
-        headline = Text.assemble(("diagnosis: ", "bold"), (v.label, f"bold {_STYLE.get(v.label, '')}"),
-                                 (f"  ({v.confidence} confidence)", "dim"))
+        headline = Text.assemble(
+            ("diagnosis: ", "bold"),
+            (v.label, f"bold {_STYLE.get(v.label, '')}"),
+            (f"  ({v.confidence} confidence)", "dim"),
+        )
     why = Text("\n".join(f"• {reason}" for reason in v.reasons))
     console.print(Panel(Group(headline, why), title="memtune diagnose", expand=False))
     if v.ranks:
@@ -102,13 +157,20 @@ def render(d: Diagnosis, console: Console) -> None:
     skipped = [s for s in d.scan.sources if s.note]
     total = sum(s.bytes_read for s in d.scan.sources)
     lines = sum(s.lines for s in d.scan.sources)
-    footer = f"read {len(d.scan.sources)} input(s), {total / (1 << 20):.1f} MiB, {lines} lines; GiB = 2^30 bytes"
+    footer = (
+        f"read {len(d.scan.sources)} input(s), {total / (1 << 20):.1f} MiB, {lines} lines; GiB = 2^30 bytes"
+    )
     console.print(Text(footer, style="dim"))
     for s in skipped:
         console.print(Text(f"{s.name}: {s.note}", style="dim"))
     if d.scan.suppressed:
-        console.print(Text("repeated findings not listed: " + ", ".join(f"{k} ×{n}" for k, n in d.scan.suppressed.items()),
-                           style="dim"))
+        console.print(
+            Text(
+                "repeated findings not listed: "
+                + ", ".join(f"{k} ×{n}" for k, n in d.scan.suppressed.items()),
+                style="dim",
+            )
+        )
 
 
 def _ranks_table(d: Diagnosis) -> Table:
@@ -118,8 +180,12 @@ def _ranks_table(d: Diagnosis) -> Table:
     rows = d.verdict.ranks
     for r in rows[:MAX_RANK_ROWS]:
         f = r.root.failure
-        table.add_row("—" if r.rank is None else str(r.rank), Text(r.label, style=_STYLE.get(r.label, "")),
-                      f"{f.where.source}:{f.where.line} {f.kind}", _numbers_line(f.numbers) or f.text[:90])
+        table.add_row(
+            "—" if r.rank is None else str(r.rank),
+            Text(r.label, style=_STYLE.get(r.label, "")),
+            f"{f.where.source}:{f.where.line} {f.kind}",
+            _numbers_line(f.numbers) or f.text[:90],
+        )
     if len(rows) > MAX_RANK_ROWS:
         table.add_row("…", f"{len(rows) - MAX_RANK_ROWS} more", "", "")
     return table
@@ -133,12 +199,21 @@ def _snapshot_table(d: Diagnosis) -> Group:
     req = s.failed_request
     rows = [
         ("reserved / allocated", f"{gib(s.reserved)} / {gib(s.allocated)}"),
-        ("free inside segments", f"{gib(s.inactive)} (stranded next to live blocks: {gib(s.fragmented)}, "
-                                 f"ratio {s.fragmentation_ratio:.1%} of reserved)"),
-        ("largest free block", gib(s.largest_free_block) + (f" vs failed request {gib(req.size)}" if req else "")),
+        (
+            "free inside segments",
+            f"{gib(s.inactive)} (stranded next to live blocks: {gib(s.fragmented)}, "
+            f"ratio {s.fragmentation_ratio:.1%} of reserved)",
+        ),
+        (
+            "largest free block",
+            gib(s.largest_free_block) + (f" vs failed request {gib(req.size)}" if req else ""),
+        ),
         ("segments", f"{s.segments}: " + ", ".join(f"{n}×{gib(size)}" for size, n in s.segment_sizes)),
         ("private pools", gib(s.private_pool_reserved)),
-        ("allocator settings", ", ".join(f"{k}={v}" for k, v in s.allocator_settings.items()) or "not recorded"),
+        (
+            "allocator settings",
+            ", ".join(f"{k}={v}" for k, v in s.allocator_settings.items()) or "not recorded",
+        ),
     ]
     for key, value in rows:
         table.add_row(key, value)

@@ -22,7 +22,7 @@ SIZE_PATTERN = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
 
 
 def to_bytes(number: str, unit: str) -> int:
-    return int(round(float(number) * _UNIT_BYTES[unit.lower()]))
+    return round(float(number) * _UNIT_BYTES[unit.lower()])
 
 
 def gib(n: int | float) -> str:

@@ -28,11 +28,15 @@ class _Refused(pickle.UnpicklingError):
 
 class _PlainDataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        raise _Refused(f"it references {module}.{name}; a memory snapshot holds only plain data, so this file is "
-                       "refused (loading it could run code)")
+        raise _Refused(
+            f"it references {module}.{name}; a memory snapshot holds only plain data, so this file is "
+            "refused (loading it could run code)"
+        )
 
     def persistent_load(self, pid):
-        raise _Refused("it uses persistent ids; a memory snapshot holds only plain data, so this file is refused")
+        raise _Refused(
+            "it uses persistent ids; a memory snapshot holds only plain data, so this file is refused"
+        )
 
 
 def load_plain_pickle(data: bytes, name: str) -> object:
@@ -40,9 +44,22 @@ def load_plain_pickle(data: bytes, name: str) -> object:
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
         raise InputError(f"{name}: not loaded: {exc}") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
-            OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
-        raise InputError(f"{name}: not a readable pickle ({exc.__class__.__name__}: {exc}; truncated or corrupt?)") from None
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+    ) as exc:
+        raise InputError(
+            f"{name}: not a readable pickle ({exc.__class__.__name__}: {exc}; truncated or corrupt?)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -88,7 +105,9 @@ def read_snapshot(path: str | Path) -> dict:
     try:
         size = path.stat().st_size
         if size > MAX_SNAPSHOT_BYTES:
-            raise InputError(f"{path}: {gib(size)} is larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit")
+            raise InputError(
+                f"{path}: {gib(size)} is larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit"
+            )
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
@@ -112,7 +131,8 @@ def _site(frames: object) -> str:
     if not isinstance(frames, list) or not frames:
         return "(no stack recorded)"
     outside = [
-        f for f in frames
+        f
+        for f in frames
         if isinstance(f, dict) and not any(mark in str(f.get("filename", "")) for mark in _INTERNAL_FRAMES)
     ]
     # With stacks="all" the C++ frames of the allocator come first; the user's code is Python.
@@ -199,15 +219,20 @@ def _last_oom(snap: dict) -> FailedRequest | None:
 
 def _judge(s: SnapshotSummary) -> tuple[str | None, list[str]]:
     if s.failed_request is None:
-        return None, ["no OOM recorded in the trace (history off, or the snapshot was taken before the failure)"]
+        return None, [
+            "no OOM recorded in the trace (history off, or the snapshot was taken before the failure)"
+        ]
     r = s.failed_request.size
     free_device = _int(s.failed_request.device_free)
     if s.expandable_segments:
-        return CAPACITY, [f"expandable segments on: fragmentation ruled out; request {gib(r)}, device free {gib(free_device)}"]
+        return CAPACITY, [
+            f"expandable segments on: fragmentation ruled out; request {gib(r)}, device free {gib(free_device)}"
+        ]
     if s.largest_free_block < r <= s.inactive + free_device:
         return FRAGMENTATION, [
             f"largest free block {gib(s.largest_free_block)} < request {gib(r)} ≤ cached free {gib(s.inactive)} + "
-            f"device free {gib(free_device)}: the memory exists but not in one piece"]
+            f"device free {gib(free_device)}: the memory exists but not in one piece"
+        ]
     return CAPACITY, [f"request {gib(r)} > cached free {gib(s.inactive)} + device free {gib(free_device)}"]
 
 
@@ -217,12 +242,21 @@ def timeline(snap: dict, device: int = 0) -> tuple[list[float], list[int], list[
     The trace is a ring buffer, so the curves are anchored at the snapshot's final totals and
     walked backwards, not started from zero."""
     traces = snap.get("device_traces")
-    entries = traces[device] if isinstance(traces, list) and len(traces) > device and isinstance(traces[device], list) else []
+    entries = (
+        traces[device]
+        if isinstance(traces, list) and len(traces) > device and isinstance(traces[device], list)
+        else []
+    )
     entries = [e for e in entries if isinstance(e, dict)]
     alloc_delta = {"alloc": 1, "free_completed": -1}
     seg_delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
-    steps = [(alloc_delta.get(e.get("action"), 0) * _int(e.get("size")),
-              seg_delta.get(e.get("action"), 0) * _int(e.get("size"))) for e in entries]
+    steps = [
+        (
+            alloc_delta.get(e.get("action"), 0) * _int(e.get("size")),
+            seg_delta.get(e.get("action"), 0) * _int(e.get("size")),
+        )
+        for e in entries
+    ]
     summary = summarise(snap, "", top=0)
     allocated = summary.allocated + summary.active_pending_free - sum(a for a, _ in steps)
     reserved = summary.reserved - sum(r for _, r in steps)
@@ -248,7 +282,9 @@ def plot(snap: dict, out: str | Path, title: str) -> None:
 
     times, allocated, reserved, ooms = timeline(snap)
     if not times:
-        raise InputError(f"{out}: the snapshot has no trace to plot (record with _record_memory_history first)")
+        raise InputError(
+            f"{out}: the snapshot has no trace to plot (record with _record_memory_history first)"
+        )
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     ax.step(times, [b / GiB for b in reserved], where="post", label="reserved", color="#4c72b0")
     ax.step(times, [b / GiB for b in allocated], where="post", label="allocated", color="#dd8452")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
+from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.overhead import non_pytorch_bytes
-from memtune.errors import InputError
 
 GiB = 2**30
 
@@ -66,7 +66,9 @@ class Estimate:
         """Pipeline rank of a global rank in Megatron-Core's default order tp-cp-ep-dp-pp."""
         d = self.derived
         if not 0 <= global_rank < d.world_size:
-            raise InputError(f"--rank: must be between 0 and {d.world_size - 1} (world size {d.world_size}), got {global_rank}")
+            raise InputError(
+                f"--rank: must be between 0 and {d.world_size - 1} (world size {d.world_size}), got {global_rank}"
+            )
         return global_rank // (d.world_size // d.pp)
 
     def rank(self, global_rank: int) -> RankEstimate:

@@ -39,7 +39,7 @@ class Saved:
         if nbytes:
             self.tensors[name] = self.tensors.get(name, 0.0) + nbytes
 
-    def merge(self, other: "Saved", prefix: str = "") -> None:
+    def merge(self, other: Saved, prefix: str = "") -> None:
         for name, nbytes in other.tensors.items():
             self.add(prefix + name, nbytes)
         self.fwd_transient = max(self.fwd_transient, other.fwd_transient)
@@ -147,7 +147,10 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             # MHA V stays a view of the QKV output and keeps all of it alive.
             s.add("core_attention.q", q)
             s.add("core_attention.k", q)
-            s.add("core_attention.v" if expanded else "core_attention.qkv", q if expanded else BF16 * T * qkv_width)
+            s.add(
+                "core_attention.v" if expanded else "core_attention.qkv",
+                q if expanded else BF16 * T * qkv_width,
+            )
             # Softmax runs in fp32: its fp32 output and the bf16 probabilities both stay alive.
             s.add("core_attention.softmax_fp32", FP32 * scores)
             if m.attention_dropout > 0:
@@ -221,7 +224,9 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
     return s
 
 
-def mlp(d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: int, name: str, gathers_sp: bool) -> Saved:
+def mlp(
+    d: Derived, x: Dims, fl: Flavour, ffn: int, tokens: float, width_split: int, name: str, gathers_sp: bool
+) -> Saved:
     """A dense MLP applied to ``tokens`` rows whose width is split ``width_split`` ways.
 
     The input is counted by the caller (it is the norm's output, shared with other readers).
@@ -300,7 +305,9 @@ def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) 
             expert.tensors.pop(name, None)
     s.merge(expert)
     if m.moe_shared_expert_intermediate_size:
-        shared = mlp(d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts", gathers_sp=x.sp)
+        shared = mlp(
+            d, x, fl, m.moe_shared_expert_intermediate_size, x.tokens, x.tp, "shared_experts", gathers_sp=x.sp
+        )
         s.merge(replayed(shared, Saved()) if "shared_experts" in d.recompute_modules else shared)
     # Permutation, all-to-all and sort each produce a fresh copy of the routed tokens.
     s.fwd_transient = max(s.fwd_transient, 2 * BF16 * routed * x.hidden)
@@ -363,6 +370,11 @@ def output_and_loss(d: Derived, x: Dims) -> Saved:
     # Backward turns the kept softmax into the gradient in place, casts it to bf16 (both exist
     # for a moment), then frees the fp32 one before the output layer's weight gradient appears.
     cast = BF16 * x.tokens * vocab
-    output_layer = BF16 * x.tokens * vocab + BF16 * vocab * x.hidden + BF16 * x.tokens * x.hidden - FP32 * x.tokens * vocab
+    output_layer = (
+        BF16 * x.tokens * vocab
+        + BF16 * vocab * x.hidden
+        + BF16 * x.tokens * x.hidden
+        - FP32 * x.tokens * vocab
+    )
     s.bwd_transient = max(cast, output_layer)
     return s

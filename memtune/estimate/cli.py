@@ -9,8 +9,7 @@ from rich.console import Console
 
 from memtune.config import load_job
 from memtune.errors import InputError
-from memtune.estimate import EstimateOptions, estimate
-from memtune.estimate import render
+from memtune.estimate import EstimateOptions, estimate, render
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,14 +19,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Estimate the peak GPU memory (PyTorch's max_memory_allocated) of every distinct rank of a "
         "Megatron-Core training job, and whether it fits. Sizes are GiB (2^30 bytes).",
     )
-    p.add_argument("config", help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json")
+    p.add_argument(
+        "config",
+        help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json",
+    )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    p.add_argument("--rank", type=int, metavar="R", help="only global rank R (Megatron-Core order tp-cp-ep-dp-pp)")
-    p.add_argument("--explain", action="store_true", help="per-tensor breakdown of the most-loaded rank's activations")
+    p.add_argument(
+        "--rank", type=int, metavar="R", help="only global rank R (Megatron-Core order tp-cp-ep-dp-pp)"
+    )
+    p.add_argument(
+        "--explain", action="store_true", help="per-tensor breakdown of the most-loaded rank's activations"
+    )
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(
-        "--moe-imbalance", type=float, default=1.0, metavar="X",
+        "--moe-imbalance",
+        type=float,
+        default=1.0,
+        metavar="X",
         help="tokens the hottest expert rank receives relative to balanced routing (default 1.0)",
     )
     p.set_defaults(handler=run)
@@ -35,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.moe_imbalance < 1.0:
-        raise InputError(f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}")
+        raise InputError(
+            f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
+        )
     loaded = load_job(args.config, args.overrides)
     est = estimate(loaded.job, EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
@@ -46,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     if loaded.ignored:
-        console.print(f"[dim]{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: {', '.join(loaded.ignored[:8])}"
-                      + (" ..." if len(loaded.ignored) > 8 else "") + "[/dim]")
+        console.print(
+            f"[dim]{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: {', '.join(loaded.ignored[:8])}"
+            + (" ..." if len(loaded.ignored) > 8 else "")
+            + "[/dim]"
+        )
     render.print_table(est, console, only=rank)
     if args.explain:
         render.print_explain(est, console, rank)

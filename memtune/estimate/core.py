@@ -116,7 +116,11 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         # Its backward builds a dense gradient of this rank's embedding rows.
         wgrad = act.BF16 * d.padded_vocab_size / d.tp * x.hidden
         segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
-    offloaded = min(m.cpu_offloading_num_layers, len(layers)) if m.cpu_offloading and m.cpu_offloading_activations else 0
+    offloaded = (
+        min(m.cpu_offloading_num_layers, len(layers))
+        if m.cpu_offloading and m.cpu_offloading_activations
+        else 0
+    )
     first_layer = 0
     for group, checkpointed in _layer_groups(d, layers):
         full = sum(layer.total for layer in group)

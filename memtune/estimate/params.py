@@ -23,12 +23,12 @@ class ParamCounts:
     replicated: float = 0.0
     expert: float = 0.0
 
-    def __add__(self, other: "ParamCounts") -> "ParamCounts":
+    def __add__(self, other: ParamCounts) -> ParamCounts:
         return ParamCounts(
             self.dense + other.dense, self.replicated + other.replicated, self.expert + other.expert
         )
 
-    def scaled(self, k: float) -> "ParamCounts":
+    def scaled(self, k: float) -> ParamCounts:
         return ParamCounts(self.dense * k, self.replicated * k, self.expert * k)
 
     @property
@@ -83,7 +83,11 @@ def moe_params(d: Derived) -> ParamCounts:
     m, h = d.model, d.model.hidden_size
     experts = mlp_params(d, d.moe_ffn_hidden_size)
     routed = experts.total * m.num_moe_experts
-    shared = mlp_params(d, m.moe_shared_expert_intermediate_size) if m.moe_shared_expert_intermediate_size else ParamCounts()
+    shared = (
+        mlp_params(d, m.moe_shared_expert_intermediate_size)
+        if m.moe_shared_expert_intermediate_size
+        else ParamCounts()
+    )
     router = h * m.num_moe_experts
     return ParamCounts(dense=shared.dense, replicated=shared.replicated + router, expert=routed)
 
@@ -118,7 +122,13 @@ def total_parameters(job: JobConfig, pad_vocab: bool = False) -> int:
     mtp = mtp_layer_params(d).scaled(d.mtp_num_layers) if d.mtp_num_layers else ParamCounts()
     outputs = 1 if d.model.share_embeddings_and_output_weights else 2
     final_norm = _norm(d, d.model.hidden_size)
-    return round(layers.total + mtp.total + final_norm + embedding_params(d, vocab) + (outputs - 1) * vocab * d.model.hidden_size)
+    return round(
+        layers.total
+        + mtp.total
+        + final_norm
+        + embedding_params(d, vocab)
+        + (outputs - 1) * vocab * d.model.hidden_size
+    )
 
 
 def chunk_params(d: Derived, chunk: Chunk) -> ParamCounts:

@@ -76,7 +76,7 @@ def adapter_activations(d: Derived, x: Dims, is_moe: bool) -> dict[str, float]:
     if peft is None:
         return {}
     kept: dict[str, float] = {}
-    for target, (_, fan_out, copies) in _target_shapes(d, is_moe).items():
+    for target in _target_shapes(d, is_moe):
         if target not in peft.target_modules or (is_moe and target in ("linear_fc1", "linear_fc2")):
             continue
         # LoRA-A's output and LoRA-B's input are small (rank-wide); the base output is not kept.

@@ -56,7 +56,15 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
         "world_size": d.world_size,
-        "parallelism": {"tp": d.tp, "pp": d.pp, "vpp": d.vpp, "cp": d.cp, "ep": d.ep, "etp": d.etp, "dp": d.dp},
+        "parallelism": {
+            "tp": d.tp,
+            "pp": d.pp,
+            "vpp": d.vpp,
+            "cp": d.cp,
+            "ep": d.ep,
+            "etp": d.etp,
+            "dp": d.dp,
+        },
         "num_microbatches": d.num_microbatches,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
@@ -70,11 +78,19 @@ def assumptions(est: Estimate) -> list[str]:
     notes = []
     if d.world_size_assumed:
         notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
-    impl = "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
-    attn = "flash/fused attention (no s x s scores kept)" if fl.flash_attention else "unfused attention (fp32 softmax, s x s scores kept)"
+    impl = (
+        "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
+    )
+    attn = (
+        "flash/fused attention (no s x s scores kept)"
+        if fl.flash_attention
+        else "unfused attention (fp32 softmax, s x s scores kept)"
+    )
     notes.append(f"{impl}; {attn}")
     if fl.transformer_engine:
-        notes.append("Transformer Engine path modeled from TE's source (norm fused into the next linear); not measured on this project's GPU")
+        notes.append(
+            "Transformer Engine path modeled from TE's source (norm fused into the next linear); not measured on this project's GPU"
+        )
     if d.is_moe:
         imbalance = est.options.moe_routing_imbalance
         notes.append(
@@ -86,14 +102,24 @@ def assumptions(est: Estimate) -> list[str]:
             "LoRA: frozen base weights keep no gradient or optimizer state; base linears are assumed to keep their"
             " inputs as Megatron's own linears do (TE's may skip that for frozen weights)"
         )
-    optimizer = "torch's foreach AdamW (what Megatron falls back to without TE or Apex)" if job.model.transformer_impl == "local" else "TE/Apex FusedAdam"
+    optimizer = (
+        "torch's foreach AdamW (what Megatron falls back to without TE or Apex)"
+        if job.model.transformer_impl == "local"
+        else "TE/Apex FusedAdam"
+    )
     notes.append(f"optimizer step: {optimizer}")
     groups = ", ".join(communicators(d)) or "none"
     graphs = " + ~1 GiB of instantiated CUDA graphs" if job.model.cuda_graph_impl != "none" else ""
-    notes.append(f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups}){graphs}")
+    notes.append(
+        f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups}){graphs}"
+    )
     if job.model.cuda_graph_impl != "none":
-        notes.append("CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more")
-    notes.append(f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})")
+        notes.append(
+            "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
+        )
+    notes.append(
+        f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})"
+    )
     return notes
 
 
@@ -101,10 +127,21 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
     d = est.derived
     title = (
         f"Peak memory per pipeline rank, GiB (2^30 B) · {est.gpu.name}: {est.capacity_bytes / GiB:.2f} GiB\n"
-        f"TP{d.tp} PP{d.pp}" + (f" VPP{d.vpp}" if d.vpp > 1 else "") + f" CP{d.cp}"
-        + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "") + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
+        f"TP{d.tp} PP{d.pp}"
+        + (f" VPP{d.vpp}" if d.vpp > 1 else "")
+        + f" CP{d.cp}"
+        + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "")
+        + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
     )
-    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, show_edge=False)
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        show_edge=False,
+    )
     columns = ("pp", "layers", "mb", "weights", "grads", "optim", "activ", "trans", "peak", "other", "free")
     for name in columns:
         table.add_column(name, justify="left" if name == "pp" else "right", no_wrap=True)
@@ -114,7 +151,11 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         label = f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else "")
         flight = str(sum(rank.in_flight.values()))
         row = [label, str(rank.layers), flight] + [gib(v) for v in components(rank).values()]
-        row += [gib(rank.peak_bytes), gib(est.non_pytorch_bytes), Text(gib(headroom), style="red" if headroom < 0 else "")]
+        row += [
+            gib(rank.peak_bytes),
+            gib(est.non_pytorch_bytes),
+            Text(gib(headroom), style="red" if headroom < 0 else ""),
+        ]
         table.add_row(*row, style="bold" if rank is worst else "")
     console.print(table)
     rank = only or worst
@@ -140,7 +181,10 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
 
 def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = None) -> None:
     rank = rank or est.worst
-    table = Table(title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)", title_justify="left")
+    table = Table(
+        title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)",
+        title_justify="left",
+    )
     table.add_column("tensor")
     table.add_column("GiB", justify="right")
     table.add_column("share", justify="right")
@@ -154,7 +198,9 @@ def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = N
         f" ({s.trainable / 1e9:.3f} B trainable parameters, optimizer state for {s.optimizer_params / 1e9:.3f} B);"
         f" optimizer-step temporaries {gib(s.optimizer_step_transient)} GiB."
     )
-    console.print(f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB.")
+    console.print(
+        f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB."
+    )
     console.print("How the layers were modeled:", style="dim")
     for note in flavour_notes(est):
         console.print(f"  - {note}", style="dim")
@@ -165,20 +211,34 @@ def flavour_notes(est: Estimate) -> list[str]:
     fl = flavour_of(est.derived)
     notes = []
     if fl.transformer_engine:
-        notes.append("TE LayerNormLinear keeps the norm input, its fp32 statistics and the norm output (the local shard under SP, re-gathered in backward)")
+        notes.append(
+            "TE LayerNormLinear keeps the norm input, its fp32 statistics and the norm output (the local shard under SP, re-gathered in backward)"
+        )
     else:
-        notes.append("torch norms keep their input and fp32 statistics; Megatron's linears keep their input (the local shard under SP)")
+        notes.append(
+            "torch norms keep their input and fp32 statistics; Megatron's linears keep their input (the local shard under SP)"
+        )
     if fl.flash_attention:
-        notes.append("flash/fused attention keeps q, k, v (k and v at query-group width), the output and the fp32 log-sum-exp; no s x s matrix")
+        notes.append(
+            "flash/fused attention keeps q, k, v (k and v at query-group width), the output and the fp32 log-sum-exp; no s x s matrix"
+        )
     else:
-        notes.append("unfused attention repeats K and V to all heads, keeps the fp32 softmax output and bf16 probabilities (s x s per head) and a causal mask")
+        notes.append(
+            "unfused attention repeats K and V to all heads, keeps the fp32 softmax output and bf16 probabilities (s x s per head) and a causal mask"
+        )
     if fl.fused_activation:
-        notes.append("bias_activation_fusion: the GLU/GeLU kernel keeps only the fc1 output; fc2 keeps its input")
+        notes.append(
+            "bias_activation_fusion: the GLU/GeLU kernel keeps only the fc1 output; fc2 keeps its input"
+        )
     else:
-        notes.append("unfused GLU keeps the fc1 output, the activated gate, the offset linear half and the product fc2 takes")
+        notes.append(
+            "unfused GLU keeps the fc1 output, the activated gate, the offset linear half and the product fc2 takes"
+        )
     if fl.fp8_activations:
         notes.append("FP8: TE keeps linear inputs in FP8 (1 byte); norms and attention stay bf16")
-    notes.append("last stage: cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward")
+    notes.append(
+        "last stage: cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward"
+    )
     return notes
 
 

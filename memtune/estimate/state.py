@@ -79,7 +79,9 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
         expert_optimizer_params = 0.0 if frozen else local.expert
         optimizer_params = trainable
 
-    master = 0 if not half else (DTYPE_BYTES[opt.main_params_dtype] if opt.use_precision_aware_optimizer else 4)
+    master = (
+        0 if not half else (DTYPE_BYTES[opt.main_params_dtype] if opt.use_precision_aware_optimizer else 4)
+    )
     if opt.use_precision_aware_optimizer:
         moments = DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
     else:

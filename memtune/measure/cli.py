@@ -29,16 +29,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", help="memtune YAML/JSON config (the same files `memtune estimate` reads)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
-    p.add_argument("--rank", type=int, required=True, metavar="R", help="global rank to measure (order tp-cp-ep-dp-pp)")
-    p.add_argument("--iters", type=int, default=DEFAULT_ITERATIONS, metavar="N", help=f"training iterations (default {DEFAULT_ITERATIONS}, at least 2)")
-    p.add_argument("--json", action="store_true", help="print the measurement, the config it ran and the estimate as JSON")
-    p.add_argument("--python", default=sys.executable, metavar="PATH", help="interpreter with torch and megatron-core (default: this one)")
     p.add_argument(
-        "--snapshot", metavar="FILE.pickle",
+        "--rank", type=int, required=True, metavar="R", help="global rank to measure (order tp-cp-ep-dp-pp)"
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=DEFAULT_ITERATIONS,
+        metavar="N",
+        help=f"training iterations (default {DEFAULT_ITERATIONS}, at least 2)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the measurement, the config it ran and the estimate as JSON",
+    )
+    p.add_argument(
+        "--python",
+        default=sys.executable,
+        metavar="PATH",
+        help="interpreter with torch and megatron-core (default: this one)",
+    )
+    p.add_argument(
+        "--snapshot",
+        metavar="FILE.pickle",
         help="also record the allocator during the last iteration and write a memory snapshot "
         "(read it with `memtune diagnose --snapshot` or pytorch.org/memory_viz)",
     )
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help=f"stop the run after S seconds (default {DEFAULT_TIMEOUT_S})")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"stop the run after S seconds (default {DEFAULT_TIMEOUT_S})",
+    )
     p.set_defaults(handler=run)
 
 
@@ -93,7 +117,15 @@ def print_report(console: Console, plan, result, estimate: int | None, why_not: 
         title=f"rank {plan.rank} of {plan.world_size} (pipeline stage {result.pp_rank}), GiB = 2^30 bytes",
         title_justify="left",
     )
-    for column in ("iteration", "peak allocated", "fwd/bwd peak", "peak reserved", "after step", "alloc retries", "s"):
+    for column in (
+        "iteration",
+        "peak allocated",
+        "fwd/bwd peak",
+        "peak reserved",
+        "after step",
+        "alloc retries",
+        "s",
+    ):
         table.add_column(column, justify="right")
     for it in m["iterations"]:
         table.add_row(
@@ -118,7 +150,10 @@ def print_report(console: Console, plan, result, estimate: int | None, why_not: 
         diff = estimate - peak
         line += f"   estimate {estimate / GiB:.2f}   difference {diff / GiB:+.2f} ({diff / peak:+.1%})"
     console.print(line)
-    notes = [f"{env['gpu']}, torch {env['torch']}, megatron-core {env['megatron_core']}", f"attention {env['core_attention']}"]
+    notes = [
+        f"{env['gpu']}, torch {env['torch']}, megatron-core {env['megatron_core']}",
+        f"attention {env['core_attention']}",
+    ]
     if env.get("expert_mlp"):
         notes.append(f"experts {env['expert_mlp']}, routing forced balanced")
     console.print(f"[dim]{'; '.join(notes)}[/dim]")

@@ -122,7 +122,9 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
     local = m.transformer_impl != "transformer_engine"
     problems = []
     if not 0 <= rank < d.world_size:
-        problems.append(f"--rank {rank}: must be between 0 and {d.world_size - 1} (world size {d.world_size})")
+        problems.append(
+            f"--rank {rank}: must be between 0 and {d.world_size - 1} (world size {d.world_size})"
+        )
     if iterations < 2:
         problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
     dense, expert = d.tp * d.pp * d.cp, d.etp * d.ep * d.pp
@@ -135,11 +137,17 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:
-        problems.append("model.context_parallel_size > 1: the local layer spec has no context-parallel attention")
+        problems.append(
+            "model.context_parallel_size > 1: the local layer spec has no context-parallel attention"
+        )
     if m.multi_latent_attention and local and m.attention_backend not in FLASH_BACKENDS:
-        problems.append("model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash")
+        problems.append(
+            "model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash"
+        )
     if local and m.attention_backend in FLASH_BACKENDS and not (m.bf16 or m.fp16):
-        problems.append("model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32")
+        problems.append(
+            "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32"
+        )
     discarding = sorted(set(d.recompute_modules) & OUTPUT_DISCARDING_RECOMPUTE)
     if local and discarding:
         problems.append(
@@ -232,7 +240,12 @@ def _chunks(d: Derived, pp_rank: int) -> list[ChunkPlan]:
 def _process_env(job: JobConfig) -> dict:
     """The allocator and CUDA settings the job runs under; unset ones stay unset."""
     env = job.env
-    keys = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "NCCL_GRAPH_REGISTER", "CUDA_DEVICE_MAX_CONNECTIONS")
+    keys = (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        "NCCL_GRAPH_REGISTER",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+    )
     return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
 
 
@@ -266,7 +279,9 @@ def plan_measurement(job: JobConfig, rank: int, iterations: int = DEFAULT_ITERAT
             vocab_size=d.padded_vocab_size,
             max_sequence_length=m.seq_length,
             share_embeddings_and_output_weights=m.share_embeddings_and_output_weights,
-            position_embedding_type="rope" if m.position_embedding_type == "yarn" else m.position_embedding_type,
+            position_embedding_type="rope"
+            if m.position_embedding_type == "yarn"
+            else m.position_embedding_type,
         ),
         ddp=dict(
             grad_reduce_in_fp32=job.ddp.grad_reduce_in_fp32,
@@ -296,4 +311,3 @@ def plan_measurement(job: JobConfig, rank: int, iterations: int = DEFAULT_ITERAT
         env=_process_env(job),
         config=job.model_dump(mode="json", exclude_defaults=True),
     )
-

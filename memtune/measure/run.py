@@ -63,7 +63,9 @@ def subprocess_env(job_env: dict, base: dict | None = None) -> dict:
 def check_interpreter(python: str) -> None:
     """Refuse early, in one line, when ``python`` lacks torch or megatron-core."""
     try:
-        probe = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(
+            [python, "-c", _PROBE], check=False, capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise MissingDependencyError(f"cannot start {python}: {exc}") from None
     missing = probe.stdout.strip()
@@ -76,7 +78,10 @@ def check_interpreter(python: str) -> None:
 
 
 def run_plan(
-    plan: "MeasurePlan", python: str = sys.executable, timeout_s: float = DEFAULT_TIMEOUT_S, snapshot: str | None = None
+    plan: MeasurePlan,
+    python: str = sys.executable,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    snapshot: str | None = None,
 ) -> Measurement:
     """Measure in a fresh subprocess. Raises MissingDependencyError (no GPU, no megatron-core),
     InputError (megatron-core rejected the configuration) or MeasurementFailed. With ``snapshot``
@@ -94,6 +99,7 @@ def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=
         try:
             proc = subprocess.run(
                 [python, "-m", "memtune.measure.runner", str(plan_path), str(result_path)],
+                check=False,
                 env=subprocess_env(job_env),
                 stdout=log or subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -101,10 +107,20 @@ def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=
                 timeout=timeout_s,
             )
         except subprocess.TimeoutExpired:
-            return {"error": {"kind": "timeout", "message": f"the measurement ran past {timeout_s:.0f} s and was stopped"}}
+            return {
+                "error": {
+                    "kind": "timeout",
+                    "message": f"the measurement ran past {timeout_s:.0f} s and was stopped",
+                }
+            }
         if not result_path.exists():
             tail = (proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-            return {"error": {"kind": "failed", "message": f"the measurement process exited with status {proc.returncode}: {tail[0]}"}}
+            return {
+                "error": {
+                    "kind": "failed",
+                    "message": f"the measurement process exited with status {proc.returncode}: {tail[0]}",
+                }
+            }
         return json.loads(result_path.read_text())
 
 

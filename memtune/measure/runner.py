@@ -93,7 +93,9 @@ def _substitute(obj, table: dict):
             params={k: _substitute(v, table) for k, v in obj.params.items()},
         )
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: _substitute(getattr(obj, f.name), table) for f in dataclasses.fields(obj) if f.init}
+        changes = {
+            f.name: _substitute(getattr(obj, f.name), table) for f in dataclasses.fields(obj) if f.init
+        }
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, functools.partial):
         return functools.partial(
@@ -113,7 +115,11 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
 
     if plan["layer_spec"] == "transformer_engine":
         return get_gpt_decoder_block_spec(
-            config, use_transformer_engine=True, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
+            config,
+            use_transformer_engine=True,
+            normalization=config.normalization,
+            vp_stage=vp_stage,
+            pp_rank=pp_rank,
         )
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
@@ -121,7 +127,11 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
     from memtune.measure.sdpa_attention import SDPAttention
 
     spec = get_gpt_decoder_block_spec(
-        config, use_transformer_engine=False, normalization=config.normalization, vp_stage=vp_stage, pp_rank=pp_rank
+        config,
+        use_transformer_engine=False,
+        normalization=config.normalization,
+        vp_stage=vp_stage,
+        pp_rank=pp_rank,
     )
     table = {WrappedTorchNorm: _SequenceParallelTorchNorm}
     if plan["core_attention"] == "sdpa":
@@ -264,13 +274,14 @@ def _init_distributed(plan: dict):
     dist.init_process_group("fake", store=FakeStore(), rank=plan["rank"], world_size=plan["world_size"])
     parallel_state.initialize_model_parallel(**plan["parallel_state"], create_gloo_process_groups=False)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-    assert pp_rank == plan["pp_rank"], f"megatron placed rank {plan['rank']} on stage {pp_rank}, planned {plan['pp_rank']}"
+    assert pp_rank == plan["pp_rank"], (
+        f"megatron placed rank {plan['rank']} on stage {pp_rank}, planned {plan['pp_rank']}"
+    )
     model_parallel_cuda_manual_seed(1234)
 
 
 def measure(plan: dict) -> dict:
     import torch
-
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -286,7 +297,9 @@ def measure(plan: dict) -> dict:
         chunks = [Float16Module(config, chunk) for chunk in chunks]
     ddp_config = DistributedDataParallelConfig(**plan["ddp"])
     model = [
-        DistributedDataParallel(config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0)
+        DistributedDataParallel(
+            config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0
+        )
         for index, chunk in enumerate(chunks)
     ]
     after_ddp = torch.cuda.memory_allocated()
@@ -373,7 +386,9 @@ def _environment(plan: dict, chunks, optimizer) -> dict:
         "gpu": torch.cuda.get_device_name(0),
         "cuda": torch.version.cuda,
         "python": sys.version.split()[0],
-        "moe_router_force_load_balancing": bool(plan["transformer_config"].get("moe_router_force_load_balancing", False)),
+        "moe_router_force_load_balancing": bool(
+            plan["transformer_config"].get("moe_router_force_load_balancing", False)
+        ),
         "expert_mlp": _expert_mlp(inner),
         "core_attention": plan["core_attention"],
         "layer_spec": plan["layer_spec"],

@@ -9,7 +9,16 @@ from memtune.cli import main
 def test_gpus_json_lists_every_gpu_with_its_capacity(capsys):
     assert main(["gpus", "--json"]) == 0
     gpus = json.loads(capsys.readouterr().out)
-    assert [g["name"] for g in gpus] == ["A100-40GB", "A100-80GB", "H100-80GB", "H100-NVL", "H200", "B200", "GB200", "MI300X"]
+    assert [g["name"] for g in gpus] == [
+        "A100-40GB",
+        "A100-80GB",
+        "H100-80GB",
+        "H100-NVL",
+        "H200",
+        "B200",
+        "GB200",
+        "MI300X",
+    ]
     h200 = next(g for g in gpus if g["name"] == "H200")
     assert h200["memory_gib"] == 139.8 and h200["memory_measured"] is True
 

@@ -1,7 +1,7 @@
 import pytest
 
-from memtune.catalog.gpus import GIB, capacity_bytes, get_gpu, list_gpus
 from memtune.catalog._data import lookup_key
+from memtune.catalog.gpus import GIB, capacity_bytes, get_gpu, list_gpus
 from memtune.config.schema import ClusterConfig
 from memtune.errors import InputError
 
@@ -16,7 +16,9 @@ def test_readings_are_the_cudamemgetinfo_totals(name, gib):
     assert gpu.memory_bytes == round(gib * GIB)
 
 
-@pytest.mark.parametrize("name, datasheet_gb", [("B200", 180), ("GB200", 186), ("MI300X", 192), ("H100-NVL", 94)])
+@pytest.mark.parametrize(
+    "name, datasheet_gb", [("B200", 180), ("GB200", 186), ("MI300X", 192), ("H100-NVL", 94)]
+)
 def test_derived_capacity_uses_the_h200_reading_to_datasheet_ratio(name, datasheet_gb):
     gpu = get_gpu(name)
     assert not gpu.memory_measured
@@ -25,10 +27,18 @@ def test_derived_capacity_uses_the_h200_reading_to_datasheet_ratio(name, datashe
 
 @pytest.mark.parametrize(
     "alias, name",
-    [("h100", "H100-80GB"), ("H100-80GB", "H100-80GB"), ("h100_80gb", "H100-80GB"),
-     ("NVIDIA H100 80GB HBM3", "H100-80GB"), ("h200", "H200"), ("NVIDIA H200", "H200"),
-     ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("a100", "A100-80GB"), ("NVIDIA H100 NVL", "H100-NVL"),
-     ("AMD Instinct MI300X", "MI300X")],
+    [
+        ("h100", "H100-80GB"),
+        ("H100-80GB", "H100-80GB"),
+        ("h100_80gb", "H100-80GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+        ("h200", "H200"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("a100", "A100-80GB"),
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
 )
 def test_aliases_and_device_names_resolve(alias, name):
     assert get_gpu(alias).name == name

@@ -53,6 +53,4 @@ def test_get_model_ignores_case_and_returns_a_copy():
 def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(InputError) as exc:
         get_model("llama9")
-    assert exc.value.problems == [
-        "unknown model preset 'llama9'; known: " + ", ".join(PUBLISHED)
-    ]
+    assert exc.value.problems == ["unknown model preset 'llama9'; known: " + ", ".join(PUBLISHED)]

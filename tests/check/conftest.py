@@ -9,7 +9,7 @@ import yaml
 # Test modules import check_fixtures from here (pytest runs in importlib mode).
 sys.path.insert(0, str(Path(__file__).parent))
 
-from check_fixtures import BASE  # noqa: E402
+from check_fixtures import BASE
 
 
 @pytest.fixture

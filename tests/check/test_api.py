@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from check_fixtures import make_job
 
 from memtune.check import ERROR, Finding, require_valid, run_checks
 from memtune.check.context import parse_alloc_conf
 from memtune.check.versions import parse_version
 from memtune.errors import InputError
 
-from check_fixtures import make_job
-
 
 def test_require_valid_raises_one_line_per_error():
-    job = make_job("model.cpu_offloading=true", "model.cpu_offloading_num_layers=4", "train.global_batch_size=62")
+    job = make_job(
+        "model.cpu_offloading=true", "model.cpu_offloading_num_layers=4", "train.global_batch_size=62"
+    )
     with pytest.raises(InputError) as exc:
         require_valid(job)
     assert exc.value.problems == [
@@ -39,13 +40,26 @@ def test_bad_version_string_is_bad_input():
         run_checks(make_job("env.torch_version=latest"))
 
 
-@pytest.mark.parametrize("text, version", [
-    ("0.19.2", (0, 19, 2)), ("2.11.0+cu130", (2, 11, 0)), ("0.16.0rc1", (0, 16, 0)), ("2.9", (2, 9, 0)), ("v0.15.3", (0, 15, 3)),
-])
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("0.19.2", (0, 19, 2)),
+        ("2.11.0+cu130", (2, 11, 0)),
+        ("0.16.0rc1", (0, 16, 0)),
+        ("2.9", (2, 9, 0)),
+        ("v0.15.3", (0, 15, 3)),
+    ],
+)
 def test_parse_version(text, version):
     assert parse_version(text, "env.x") == version
 
 
 def test_alloc_conf_keeps_bracketed_values_whole():
-    conf = parse_alloc_conf("expandable_segments:True, roundup_power2_divisions:[256:1,512:2,>:8],max_split_size_mb:128")
-    assert conf == {"expandable_segments": "True", "roundup_power2_divisions": "[256:1,512:2,>:8]", "max_split_size_mb": "128"}
+    conf = parse_alloc_conf(
+        "expandable_segments:True, roundup_power2_divisions:[256:1,512:2,>:8],max_split_size_mb:128"
+    )
+    assert conf == {
+        "expandable_segments": "True",
+        "roundup_power2_divisions": "[256:1,512:2,>:8]",
+        "max_split_size_mb": "128",
+    }

@@ -26,11 +26,19 @@ def test_clean_config_exits_zero(base_yaml, capsys):
 
 def test_errors_exit_one_and_are_grouped_by_family(base_yaml, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # keep each line whole
-    status = check(str(base_yaml), "model.cpu_offloading=true", "model.cpu_offloading_num_layers=4",
-                   "model.tensor_model_parallel_size=1")
+    status = check(
+        str(base_yaml),
+        "model.cpu_offloading=true",
+        "model.cpu_offloading_num_layers=4",
+        "model.tensor_model_parallel_size=1",
+    )
     out = capsys.readouterr().out
     assert status == 1
-    assert out.index("Sequence and context parallelism (SEQ)") < out.index("SEQ001") < out.index("CPU offloading (OFF)")
+    assert (
+        out.index("Sequence and context parallelism (SEQ)")
+        < out.index("SEQ001")
+        < out.index("CPU offloading (OFF)")
+    )
     assert "Currently there is no support for Pipeline parallelism with CPU offloading" in out
     assert "2 errors, 0 warnings, 0 infos" in out
 
@@ -49,13 +57,15 @@ def test_json_output(base_yaml, capsys):
     data = json.loads(capsys.readouterr().out)
     assert status == 1
     assert data["summary"] == {"error": 1, "warning": 0, "info": 0}
-    assert data["findings"] == [{
-        "code": "BAT001",
-        "severity": "error",
-        "message": "train.global_batch_size=62 is not divisible by train.micro_batch_size=1 × DP=4",
-        "fix": "set train.global_batch_size to a multiple of 4, e.g. 60 or 64",
-        "upstream": "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)",
-    }]
+    assert data["findings"] == [
+        {
+            "code": "BAT001",
+            "severity": "error",
+            "message": "train.global_batch_size=62 is not divisible by train.micro_batch_size=1 × DP=4",
+            "fix": "set train.global_batch_size to a multiple of 4, e.g. 60 or 64",
+            "upstream": "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)",
+        }
+    ]
 
 
 def test_explain_prints_the_rule_page(capsys):
@@ -86,5 +96,7 @@ def test_missing_config_is_bad_input():
 
 
 def test_bad_override_is_bad_input(base_yaml):
-    with pytest.raises(InputError, match="model.tensor_model_parallel_size: must be a positive integer, got 0"):
+    with pytest.raises(
+        InputError, match="model.tensor_model_parallel_size: must be a positive integer, got 0"
+    ):
         check(str(base_yaml), "model.tensor_model_parallel_size=0")

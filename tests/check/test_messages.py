@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from check_fixtures import make_job
 
 from memtune.check import run_checks
-
-from check_fixtures import make_job
 
 SELECTIVE = "model.recompute_granularity=selective"
 REGATHER = "peft.sequence_parallel_input_regather=true"
@@ -25,93 +24,156 @@ def test_pp_with_cpu_offloading_quotes_megatron():
 
 def test_middle_rank_vpp_message_keeps_megatron_spelling():
     # 30 layers, 6 + 6 on the edges: 18 over 2 middle stages = 9 per rank, VPP 2.
-    f = finding("PIP008", "model.pipeline_model_parallel_size=4", "model.virtual_pipeline_model_parallel_size=2",
-                "model.num_layers=30", "model.num_layers_in_first_pipeline_stage=6",
-                "model.num_layers_in_last_pipeline_stage=6")
-    assert f.upstream == ("number of layers on each middle pipeline rank:9 must be divisible by virtualpipeline "
-                          "parallel degree 2")
+    f = finding(
+        "PIP008",
+        "model.pipeline_model_parallel_size=4",
+        "model.virtual_pipeline_model_parallel_size=2",
+        "model.num_layers=30",
+        "model.num_layers_in_first_pipeline_stage=6",
+        "model.num_layers_in_last_pipeline_stage=6",
+    )
+    assert f.upstream == (
+        "number of layers on each middle pipeline rank:9 must be divisible by virtualpipeline "
+        "parallel degree 2"
+    )
 
 
 def test_interleaved_schedule_reports_microbatch_count():
     # DP = 16 / (TP2 x PP2) = 4; GBS 4 / (MBS 1 x DP 4) = 1 microbatch < PP 2.
     f = finding("PIP010", "model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=4")
-    assert f.upstream == "The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=2 , M=1]"
+    assert (
+        f.upstream
+        == "The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP=2 , M=1]"
+    )
 
 
 def test_full_recompute_range_is_per_pipeline_stage():
-    f = finding("REC002", "model.recompute_granularity=full", "model.recompute_method=block",
-                "model.recompute_num_layers=17")
+    f = finding(
+        "REC002",
+        "model.recompute_granularity=full",
+        "model.recompute_method=block",
+        "model.recompute_num_layers=17",
+    )
     assert f.upstream.endswith("num_layers_per_pipeline_rank: 16")
 
 
-@pytest.mark.parametrize("version, groups, tp, fires", [
-    ("0.15.2", 8, 16, True),   # divisor only: refused up to 0.15
-    ("0.16.0", 8, 16, False),  # accepted from 0.16
-    ("0.16.0", 6, 4, True),    # neither multiple nor divisor
-    ("0.13.0", 16, 8, False),  # a multiple is always fine
-])
+@pytest.mark.parametrize(
+    "version, groups, tp, fires",
+    [
+        ("0.15.2", 8, 16, True),  # divisor only: refused up to 0.15
+        ("0.16.0", 8, 16, False),  # accepted from 0.16
+        ("0.16.0", 6, 4, True),  # neither multiple nor divisor
+        ("0.13.0", 16, 8, False),  # a multiple is always fine
+    ],
+)
 def test_query_groups_rule_follows_megatron_version(version, groups, tp, fires):
-    f = finding("PAR004", f"env.megatron_core_version={version}", f"model.num_query_groups={groups}",
-                f"model.tensor_model_parallel_size={tp}", "cluster.num_gpus=32")
+    f = finding(
+        "PAR004",
+        f"env.megatron_core_version={version}",
+        f"model.num_query_groups={groups}",
+        f"model.tensor_model_parallel_size={tp}",
+        "cluster.num_gpus=32",
+    )
     assert (f is not None) == fires
 
 
 def test_query_groups_on_old_megatron_suggests_upgrade():
-    f = finding("PAR004", "env.megatron_core_version=0.15.0", "model.tensor_model_parallel_size=16", "cluster.num_gpus=32")
+    f = finding(
+        "PAR004",
+        "env.megatron_core_version=0.15.0",
+        "model.tensor_model_parallel_size=16",
+        "cluster.num_gpus=32",
+    )
     assert f.upstream == "num_query_groups (8) must be a multiple of tensor_model_parallel_size (16)."
     assert "megatron-core >= 0.16" in f.fix
 
 
-@pytest.mark.parametrize("version, module, fires", [
-    ("0.18.0", "gdn_norm_out", True),
-    ("0.19.2", "gdn_norm_out", False),
-    ("0.19.2", "mhc", True),
-    ("0.20.0", "mhc", False),
-])
+@pytest.mark.parametrize(
+    "version, module, fires",
+    [
+        ("0.18.0", "gdn_norm_out", True),
+        ("0.19.2", "gdn_norm_out", False),
+        ("0.19.2", "mhc", True),
+        ("0.20.0", "mhc", False),
+    ],
+)
 def test_recompute_module_names_follow_megatron_version(version, module, fires):
-    f = finding("REC006", SELECTIVE, f"model.recompute_modules=[{module}]", f"env.megatron_core_version={version}")
+    f = finding(
+        "REC006", SELECTIVE, f"model.recompute_modules=[{module}]", f"env.megatron_core_version={version}"
+    )
     assert (f is not None) == fires
 
 
 def test_unknown_recompute_module_lists_allowed_set():
     f = finding("REC006", SELECTIVE, "model.recompute_modules=[core_atn]", "env.megatron_core_version=0.13.0")
-    assert f.upstream == ("Invalid choices for recompute_modules: {'core_atn'}. Allowed modules are: "
-                          "{'core_attn', 'layernorm', 'mla_up_proj', 'mlp', 'moe', 'moe_act'}")
+    assert f.upstream == (
+        "Invalid choices for recompute_modules: {'core_atn'}. Allowed modules are: "
+        "{'core_attn', 'layernorm', 'mla_up_proj', 'mlp', 'moe', 'moe_act'}"
+    )
 
 
-@pytest.mark.parametrize("version, impl, upstream", [
-    ("0.15.0", "full_iteration", "recompute_granularity must not be full when CUDA Graphs are enabled."),
-    ("0.16.0", "local", "full recompute is only supported with full iteration CUDA graph."),
-    ("0.16.0", "full_iteration", None),
-])
+@pytest.mark.parametrize(
+    "version, impl, upstream",
+    [
+        ("0.15.0", "full_iteration", "recompute_granularity must not be full when CUDA Graphs are enabled."),
+        ("0.16.0", "local", "full recompute is only supported with full iteration CUDA graph."),
+        ("0.16.0", "full_iteration", None),
+    ],
+)
 def test_full_recompute_with_graphs_message_by_version(version, impl, upstream):
-    f = finding("ENV009", f"env.megatron_core_version={version}", f"model.cuda_graph_impl={impl}",
-                "model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1")
+    f = finding(
+        "ENV009",
+        f"env.megatron_core_version={version}",
+        f"model.cuda_graph_impl={impl}",
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+    )
     assert (f.upstream if f else None) == upstream
 
 
-@pytest.mark.parametrize("version, gpu, fires", [
-    ("0.17.0", "H100-80GB", True),   # CudaGraphManager asserted below compute capability 10
-    ("0.17.0", "B200-180GB", False),
-    ("0.19.2", "H100-80GB", False),  # removed from the local implementation
-])
+@pytest.mark.parametrize(
+    "version, gpu, fires",
+    [
+        ("0.17.0", "H100-80GB", True),  # CudaGraphManager asserted below compute capability 10
+        ("0.17.0", "B200-180GB", False),
+        ("0.19.2", "H100-80GB", False),  # removed from the local implementation
+    ],
+)
 def test_local_graph_guard_versions(version, gpu, fires):
-    f = finding("ENV003", "model.cuda_graph_impl=local", "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                f"env.megatron_core_version={version}", f"cluster.gpu={gpu}")
+    f = finding(
+        "ENV003",
+        "model.cuda_graph_impl=local",
+        "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        f"env.megatron_core_version={version}",
+        f"cluster.gpu={gpu}",
+    )
     assert (f is not None) == fires
 
 
 def test_te_graphs_with_expandable_quote_megatron():
-    f = finding("ENV003", "model.cuda_graph_impl=transformer_engine",
-                "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,graph_capture_record_stream_reuse:True")
-    assert f.upstream == ("Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
-                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+    f = finding(
+        "ENV003",
+        "model.cuda_graph_impl=transformer_engine",
+        "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,graph_capture_record_stream_reuse:True",
+    )
+    assert f.upstream == (
+        "Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
+    )
 
 
 def test_new_alloc_name_on_old_torch_is_ignored_not_a_bypass():
-    found = {f.code for f in run_checks(make_job(
-        "model.cuda_graph_impl=transformer_engine", "env.PYTORCH_ALLOC_CONF=expandable_segments:True",
-        "env.torch_version=2.9.1"))}
+    found = {
+        f.code
+        for f in run_checks(
+            make_job(
+                "model.cuda_graph_impl=transformer_engine",
+                "env.PYTORCH_ALLOC_CONF=expandable_segments:True",
+                "env.torch_version=2.9.1",
+            )
+        )
+    }
     assert "ENV006" in found and "ENV005" not in found and "ENV003" not in found
 
 
@@ -134,32 +196,57 @@ def test_regather_saving_is_computed():
 
 
 def test_regather_fallback_names_each_adapter_and_reason():
-    f = finding("PFT001", REGATHER, "model.cuda_graph_impl=transformer_engine", "peft.target_modules=[linear_qkv,linear_proj]")
-    assert f.message == ("peft.sequence_parallel_input_regather=true engages for no adapter: "
-                         "linear_qkv (CUDA graphs are enabled); linear_proj (the adapter is row-parallel)")
+    f = finding(
+        "PFT001",
+        REGATHER,
+        "model.cuda_graph_impl=transformer_engine",
+        "peft.target_modules=[linear_qkv,linear_proj]",
+    )
+    assert f.message == (
+        "peft.sequence_parallel_input_regather=true engages for no adapter: "
+        "linear_qkv (CUDA graphs are enabled); linear_proj (the adapter is row-parallel)"
+    )
 
 
 def test_regather_at_tp1_says_why():
-    f = finding("PFT001", REGATHER, "model.tensor_model_parallel_size=1", "model.sequence_parallel=false",
-                "peft.target_modules=[linear_fc1]")
-    assert "linear_fc1 (sequence-parallel communication is disabled: tensor parallel size is one)" in f.message
+    f = finding(
+        "PFT001",
+        REGATHER,
+        "model.tensor_model_parallel_size=1",
+        "model.sequence_parallel=false",
+        "peft.target_modules=[linear_fc1]",
+    )
+    assert (
+        "linear_fc1 (sequence-parallel communication is disabled: tensor parallel size is one)" in f.message
+    )
 
 
 def test_regather_with_experts_falls_back_for_routed_experts_only():
     f = finding("PFT002", REGATHER, "model.num_moe_experts=8", "model.add_bias_linear=false")
-    assert f.message == ("peft.sequence_parallel_input_regather engages for linear_qkv but falls back for "
-                         "linear_fc1 (routed experts) (expert adapters never receive the flag)")
+    assert f.message == (
+        "peft.sequence_parallel_input_regather engages for linear_qkv but falls back for "
+        "linear_fc1 (routed experts) (expert adapters never receive the flag)"
+    )
 
 
 def test_regather_after_full_recompute_and_offload_reports_first_reason():
-    f = finding("PFT001", REGATHER, "model.recompute_granularity=full", "model.recompute_method=uniform",
-                "model.recompute_num_layers=1", "peft.target_modules=[linear_qkv]")
+    f = finding(
+        "PFT001",
+        REGATHER,
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+        "peft.target_modules=[linear_qkv]",
+    )
     assert "linear_qkv (full-layer activation recompute already covers the adapter)" in f.message
 
 
 def test_global_batch_message_suggests_neighbours():
     f = finding("BAT001", "train.global_batch_size=62")
-    assert f.upstream == "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)"
+    assert (
+        f.upstream
+        == "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)"
+    )
     assert f.fix == "set train.global_batch_size to a multiple of 4, e.g. 60 or 64"
 
 
@@ -170,7 +257,9 @@ def test_core_attn_default_is_called_out():
 
 def test_layernorm_recompute_counts_in_moe_models():
     assert finding("REC012", SELECTIVE, "model.recompute_modules=[layernorm]") is not None
-    assert finding("REC012", SELECTIVE, "model.recompute_modules=[layernorm]", "model.num_moe_experts=8") is None
+    assert (
+        finding("REC012", SELECTIVE, "model.recompute_modules=[layernorm]", "model.num_moe_experts=8") is None
+    )
 
 
 def test_megatron_default_recompute_list_is_not_flagged():

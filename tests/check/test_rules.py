@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from check_fixtures import make_job
 
 from memtune.check import run_checks
 from memtune.check.registry import catalogue
-
-from check_fixtures import make_job
 
 PP1 = "model.pipeline_model_parallel_size=1"
 MOE8 = "model.num_moe_experts=8"
@@ -25,45 +24,101 @@ REGATHER = "peft.sequence_parallel_input_regather=true"
 # code: (overrides that trigger it, overrides that come close but do not)
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "PAR001": (("cluster.num_gpus=14",), ("cluster.num_gpus=24",)),
-    "PAR002": ((MOE8, "model.expert_model_parallel_size=8", "model.expert_tensor_parallel_size=1", "cluster.num_gpus=12"),
-               (MOE8, "model.expert_model_parallel_size=8", "model.expert_tensor_parallel_size=1", "cluster.num_gpus=16")),
-    "PAR003": (("model.tensor_model_parallel_size=8", "model.num_attention_heads=36", "model.num_query_groups=4"),
-               ("model.tensor_model_parallel_size=4", "model.num_attention_heads=36", "model.num_query_groups=4")),
-    "PAR004": (("model.tensor_model_parallel_size=16", "cluster.num_gpus=32", "env.megatron_core_version=0.15.0"),
-               ("model.tensor_model_parallel_size=16", "cluster.num_gpus=32", "env.megatron_core_version=0.16.0")),
+    "PAR002": (
+        (
+            MOE8,
+            "model.expert_model_parallel_size=8",
+            "model.expert_tensor_parallel_size=1",
+            "cluster.num_gpus=12",
+        ),
+        (
+            MOE8,
+            "model.expert_model_parallel_size=8",
+            "model.expert_tensor_parallel_size=1",
+            "cluster.num_gpus=16",
+        ),
+    ),
+    "PAR003": (
+        ("model.tensor_model_parallel_size=8", "model.num_attention_heads=36", "model.num_query_groups=4"),
+        ("model.tensor_model_parallel_size=4", "model.num_attention_heads=36", "model.num_query_groups=4"),
+    ),
+    "PAR004": (
+        ("model.tensor_model_parallel_size=16", "cluster.num_gpus=32", "env.megatron_core_version=0.15.0"),
+        ("model.tensor_model_parallel_size=16", "cluster.num_gpus=32", "env.megatron_core_version=0.16.0"),
+    ),
     "PAR005": (("model.ffn_hidden_size=14335",), ("model.ffn_hidden_size=14334",)),
     "PAR006": (("model.pipeline_dtype=null",), ("model.pipeline_dtype=null", PP1)),
     "PIP001": (("model.num_layers=31",), ("model.num_layers=30",)),
-    "PIP002": (("model.virtual_pipeline_model_parallel_size=3",), ("model.virtual_pipeline_model_parallel_size=4",)),
-    "PIP003": (("model.num_layers_in_first_pipeline_stage=0",), ("model.num_layers_in_first_pipeline_stage=16",)),
-    "PIP004": (("model.num_layers_in_first_pipeline_stage=16", "model.account_for_loss_in_pipeline_split=true"),
-               ("model.num_layers_in_first_pipeline_stage=16",)),
-    "PIP005": (("model.virtual_pipeline_model_parallel_size=2", "model.num_layers_in_first_pipeline_stage=15"),
-               ("model.virtual_pipeline_model_parallel_size=2", "model.num_layers_in_first_pipeline_stage=16")),
-    "PIP006": (("model.num_layers_in_first_pipeline_stage=15", "model.num_layers_in_last_pipeline_stage=15"),
-               ("model.num_layers_in_first_pipeline_stage=16", "model.num_layers_in_last_pipeline_stage=16")),
-    "PIP007": (("model.pipeline_model_parallel_size=4", "model.num_layers_in_first_pipeline_stage=7"),
-               ("model.pipeline_model_parallel_size=4", "model.num_layers_in_first_pipeline_stage=8")),
-    "PIP008": (("model.pipeline_model_parallel_size=4", "model.virtual_pipeline_model_parallel_size=2", "model.num_layers=30",
-                "model.num_layers_in_first_pipeline_stage=6", "model.num_layers_in_last_pipeline_stage=6"),
-               ("model.pipeline_model_parallel_size=4", "model.virtual_pipeline_model_parallel_size=2", "model.num_layers=32",
-                "model.num_layers_in_first_pipeline_stage=6", "model.num_layers_in_last_pipeline_stage=6")),
+    "PIP002": (
+        ("model.virtual_pipeline_model_parallel_size=3",),
+        ("model.virtual_pipeline_model_parallel_size=4",),
+    ),
+    "PIP003": (
+        ("model.num_layers_in_first_pipeline_stage=0",),
+        ("model.num_layers_in_first_pipeline_stage=16",),
+    ),
+    "PIP004": (
+        ("model.num_layers_in_first_pipeline_stage=16", "model.account_for_loss_in_pipeline_split=true"),
+        ("model.num_layers_in_first_pipeline_stage=16",),
+    ),
+    "PIP005": (
+        ("model.virtual_pipeline_model_parallel_size=2", "model.num_layers_in_first_pipeline_stage=15"),
+        ("model.virtual_pipeline_model_parallel_size=2", "model.num_layers_in_first_pipeline_stage=16"),
+    ),
+    "PIP006": (
+        ("model.num_layers_in_first_pipeline_stage=15", "model.num_layers_in_last_pipeline_stage=15"),
+        ("model.num_layers_in_first_pipeline_stage=16", "model.num_layers_in_last_pipeline_stage=16"),
+    ),
+    "PIP007": (
+        ("model.pipeline_model_parallel_size=4", "model.num_layers_in_first_pipeline_stage=7"),
+        ("model.pipeline_model_parallel_size=4", "model.num_layers_in_first_pipeline_stage=8"),
+    ),
+    "PIP008": (
+        (
+            "model.pipeline_model_parallel_size=4",
+            "model.virtual_pipeline_model_parallel_size=2",
+            "model.num_layers=30",
+            "model.num_layers_in_first_pipeline_stage=6",
+            "model.num_layers_in_last_pipeline_stage=6",
+        ),
+        (
+            "model.pipeline_model_parallel_size=4",
+            "model.virtual_pipeline_model_parallel_size=2",
+            "model.num_layers=32",
+            "model.num_layers_in_first_pipeline_stage=6",
+            "model.num_layers_in_last_pipeline_stage=6",
+        ),
+    ),
     "PIP009": ((PP1, "model.virtual_pipeline_model_parallel_size=2"), (PP1,)),
-    "PIP010": (("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=4"),
-               ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=8")),
+    "PIP010": (
+        ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=4"),
+        ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=8"),
+    ),
     "PIP011": (("model.virtual_pipeline_model_parallel_size=2",), ()),
-    "SEQ001": (("model.tensor_model_parallel_size=1",), ("model.tensor_model_parallel_size=1", "model.sequence_parallel=false")),
-    "SEQ002": (("model.context_parallel_size=2", "model.seq_length=8190"), ("model.context_parallel_size=2",)),
+    "SEQ001": (
+        ("model.tensor_model_parallel_size=1",),
+        ("model.tensor_model_parallel_size=1", "model.sequence_parallel=false"),
+    ),
+    "SEQ002": (
+        ("model.context_parallel_size=2", "model.seq_length=8190"),
+        ("model.context_parallel_size=2",),
+    ),
     "SEQ003": (("model.seq_length=8191",), ("model.seq_length=8190",)),
     "SEQ004": (("model.sequence_parallel=false",), ()),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
-    "MOE002": (("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),
-               ("model.num_moe_experts=8", "model.expert_model_parallel_size=4")),
-    "MOE003": ((MOE8, "model.expert_model_parallel_size=2", "model.sequence_parallel=false"),
-               (MOE8, "model.expert_model_parallel_size=2")),
+    "MOE002": (
+        ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),
+        ("model.num_moe_experts=8", "model.expert_model_parallel_size=4"),
+    ),
+    "MOE003": (
+        (MOE8, "model.expert_model_parallel_size=2", "model.sequence_parallel=false"),
+        (MOE8, "model.expert_model_parallel_size=2"),
+    ),
     "MOE004": ((MOE8, "model.moe_ffn_hidden_size=1407"), (MOE8, "model.moe_ffn_hidden_size=1408")),
-    "MOE005": ((MOE8, SHARED, "model.moe_shared_expert_overlap=true"),
-               (MOE8, SHARED, "model.moe_shared_expert_overlap=true", "model.moe_token_dispatcher_type=alltoall")),
+    "MOE005": (
+        (MOE8, SHARED, "model.moe_shared_expert_overlap=true"),
+        (MOE8, SHARED, "model.moe_shared_expert_overlap=true", "model.moe_token_dispatcher_type=alltoall"),
+    ),
     "MOE006": (("model.moe_grouped_gemm=true",), (MOE8, "model.moe_grouped_gemm=true")),
     "MOE007": ((MOE8,), (MOE8, "model.add_bias_linear=false")),
     "REC001": (("model.recompute_granularity=full", "model.recompute_num_layers=1"), FULL),
@@ -71,63 +126,129 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "REC003": ((SELECTIVE, "model.recompute_num_layers=2"), (SELECTIVE,)),
     "REC004": (("model.recompute_method=uniform",), FULL),
     "REC005": (("model.recompute_modules=[mlp]",), (SELECTIVE, "model.recompute_modules=[mlp]")),
-    "REC006": ((SELECTIVE, "model.recompute_modules=[shared_experts]", "env.megatron_core_version=0.13.1"),
-               (SELECTIVE, "model.recompute_modules=[shared_experts]", "env.megatron_core_version=0.14.0")),
-    "REC007": ((MOE8, SELECTIVE, "model.recompute_modules=[moe_act]"),
-               (MOE8, SELECTIVE, "model.recompute_modules=[moe_act]", "model.moe_grouped_gemm=true")),
-    "REC008": ((SELECTIVE, "model.recompute_modules=[mla_up_proj]"),
-               (SELECTIVE, "model.recompute_modules=[mla_up_proj]", "model.multi_latent_attention=true")),
-    "REC009": ((MOE8, SHARED, "model.moe_token_dispatcher_type=alltoall", "model.moe_shared_expert_overlap=true",
-                SELECTIVE, "model.recompute_modules=[shared_experts]"),
-               (MOE8, SHARED, "model.moe_token_dispatcher_type=alltoall", SELECTIVE, "model.recompute_modules=[shared_experts]")),
-    "REC010": (("model.fp8=hybrid", SELECTIVE, "model.recompute_modules=[layernorm]"),
-               ("model.fp8=hybrid", "model.fp8_recipe=tensorwise", SELECTIVE, "model.recompute_modules=[layernorm]")),
+    "REC006": (
+        (SELECTIVE, "model.recompute_modules=[shared_experts]", "env.megatron_core_version=0.13.1"),
+        (SELECTIVE, "model.recompute_modules=[shared_experts]", "env.megatron_core_version=0.14.0"),
+    ),
+    "REC007": (
+        (MOE8, SELECTIVE, "model.recompute_modules=[moe_act]"),
+        (MOE8, SELECTIVE, "model.recompute_modules=[moe_act]", "model.moe_grouped_gemm=true"),
+    ),
+    "REC008": (
+        (SELECTIVE, "model.recompute_modules=[mla_up_proj]"),
+        (SELECTIVE, "model.recompute_modules=[mla_up_proj]", "model.multi_latent_attention=true"),
+    ),
+    "REC009": (
+        (
+            MOE8,
+            SHARED,
+            "model.moe_token_dispatcher_type=alltoall",
+            "model.moe_shared_expert_overlap=true",
+            SELECTIVE,
+            "model.recompute_modules=[shared_experts]",
+        ),
+        (
+            MOE8,
+            SHARED,
+            "model.moe_token_dispatcher_type=alltoall",
+            SELECTIVE,
+            "model.recompute_modules=[shared_experts]",
+        ),
+    ),
+    "REC010": (
+        ("model.fp8=hybrid", SELECTIVE, "model.recompute_modules=[layernorm]"),
+        ("model.fp8=hybrid", "model.fp8_recipe=tensorwise", SELECTIVE, "model.recompute_modules=[layernorm]"),
+    ),
     "REC011": ((SELECTIVE,), (SELECTIVE, "model.attention_backend=unfused")),
     "REC012": ((SELECTIVE, "model.recompute_modules=[moe]"), (SELECTIVE, "model.recompute_modules=[mlp]")),
-    "REC013": (("model.distribute_saved_activations=true",),
-               ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL)),
-    "REC014": (("model.distribute_saved_activations=true", "model.sequence_parallel=false"),
-               ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL)),
+    "REC013": (
+        ("model.distribute_saved_activations=true",),
+        ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL),
+    ),
+    "REC014": (
+        ("model.distribute_saved_activations=true", "model.sequence_parallel=false"),
+        ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL),
+    ),
     "OFF001": (OFFLOAD4, (*OFFLOAD4, PP1)),
     "OFF002": ((*OFFLOAD4, PP1, SELECTIVE), (*OFFLOAD4, PP1)),
     "OFF003": ((*OFFLOAD4, PP1, TE_GRAPHS), (*OFFLOAD4, PP1, "model.cuda_graph_impl=full_iteration")),
-    "OFF004": ((PP1, "model.cpu_offloading=true", "model.cpu_offloading_num_layers=32"),
-               (PP1, "model.cpu_offloading=true", "model.cpu_offloading_num_layers=31")),
+    "OFF004": (
+        (PP1, "model.cpu_offloading=true", "model.cpu_offloading_num_layers=32"),
+        (PP1, "model.cpu_offloading=true", "model.cpu_offloading_num_layers=31"),
+    ),
     "OFF005": ((PP1, "model.cpu_offloading=true"), (*OFFLOAD4, PP1)),
-    "OFF006": (("optimizer.optimizer_cpu_offload=true", "optimizer.use_precision_aware_optimizer=true"),
-               ("optimizer.optimizer_cpu_offload=true", "optimizer.use_precision_aware_optimizer=true", *DISTOPT)),
-    "OFF007": (("optimizer.optimizer_cpu_offload=true", *DISTOPT),
-               ("optimizer.optimizer_cpu_offload=true", *DISTOPT, "optimizer.use_precision_aware_optimizer=true")),
-    "OFF008": (("optimizer.optimizer_offload_fraction=0.5",),
-               ("optimizer.optimizer_offload_fraction=0.5", "optimizer.optimizer_cpu_offload=true")),
-    "ENV001": ((EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.10.0"),
-               (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.11.0")),
-    "ENV002": ((EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.11.0"), (EXPANDABLE, "env.torch_version=2.11.0")),
+    "OFF006": (
+        ("optimizer.optimizer_cpu_offload=true", "optimizer.use_precision_aware_optimizer=true"),
+        ("optimizer.optimizer_cpu_offload=true", "optimizer.use_precision_aware_optimizer=true", *DISTOPT),
+    ),
+    "OFF007": (
+        ("optimizer.optimizer_cpu_offload=true", *DISTOPT),
+        ("optimizer.optimizer_cpu_offload=true", *DISTOPT, "optimizer.use_precision_aware_optimizer=true"),
+    ),
+    "OFF008": (
+        ("optimizer.optimizer_offload_fraction=0.5",),
+        ("optimizer.optimizer_offload_fraction=0.5", "optimizer.optimizer_cpu_offload=true"),
+    ),
+    "ENV001": (
+        (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.10.0"),
+        (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.11.0"),
+    ),
+    "ENV002": (
+        (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.11.0"),
+        (EXPANDABLE, "env.torch_version=2.11.0"),
+    ),
     "ENV003": ((TE_GRAPHS, EXPANDABLE), (TE_GRAPHS, EXPANDABLE, REGISTER_OFF)),
-    "ENV004": (("model.cuda_graph_impl=local", EXPANDABLE, "env.megatron_core_version=0.15.0"),
-               ("model.cuda_graph_impl=local", EXPANDABLE, "env.megatron_core_version=0.16.0", REGISTER_OFF)),
+    "ENV004": (
+        ("model.cuda_graph_impl=local", EXPANDABLE, "env.megatron_core_version=0.15.0"),
+        ("model.cuda_graph_impl=local", EXPANDABLE, "env.megatron_core_version=0.16.0", REGISTER_OFF),
+    ),
     "ENV005": ((TE_GRAPHS, NEW_EXPANDABLE), (TE_GRAPHS, NEW_EXPANDABLE, REGISTER_OFF)),
     "ENV006": ((NEW_EXPANDABLE, "env.torch_version=2.9.1"), (NEW_EXPANDABLE, "env.torch_version=2.11.0")),
-    "ENV007": (("env.PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,expandable_segments:True",),
-               ("env.PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",)),
+    "ENV007": (
+        ("env.PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync,expandable_segments:True",),
+        ("env.PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",),
+    ),
     "ENV008": ((EXPANDABLE,), (NEW_EXPANDABLE, "env.torch_version=2.9.1")),
     "ENV009": ((TE_GRAPHS, *FULL), ("model.cuda_graph_impl=full_iteration", *FULL)),
     "ENV010": (("model.cuda_graph_scope=[attn]",), ("model.cuda_graph_scope=[attn]", TE_GRAPHS)),
     "ENV011": ((TE_GRAPHS,), (TE_GRAPHS, PP1)),
     "ENV012": (("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segment:True",), (EXPANDABLE,)),
     "OPT001": (("optimizer.use_distributed_optimizer=true",), DISTOPT),
-    "OPT002": (("ddp.use_megatron_fsdp=true",), ("ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params")),
-    "OPT003": (("ddp.data_parallel_sharding_strategy=optim",), ("ddp.data_parallel_sharding_strategy=optim", "ddp.use_megatron_fsdp=true")),
+    "OPT002": (
+        ("ddp.use_megatron_fsdp=true",),
+        ("ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params"),
+    ),
+    "OPT003": (
+        ("ddp.data_parallel_sharding_strategy=optim",),
+        ("ddp.data_parallel_sharding_strategy=optim", "ddp.use_megatron_fsdp=true"),
+    ),
     "OPT004": (("ddp.overlap_param_gather=true",), ("ddp.overlap_param_gather=true", *DISTOPT)),
-    "OPT005": (("model.fp8=hybrid", "model.fp8_param_gather=true"), ("model.fp8=hybrid", "model.fp8_param_gather=true", *DISTOPT)),
-    "OPT006": (("model.fp8_param_gather=true", *DISTOPT), ("model.fp8_param_gather=true", *DISTOPT, "model.fp8=hybrid")),
-    "OPT007": (("optimizer.use_precision_aware_optimizer=true",), ("optimizer.use_precision_aware_optimizer=true", *DISTOPT)),
-    "OPT008": (("optimizer.use_precision_aware_optimizer=true", *DISTOPT, "optimizer.optimizer=sgd"),
-               ("optimizer.use_precision_aware_optimizer=true", *DISTOPT)),
-    "OPT009": (("optimizer.exp_avg_dtype=bf16",), ("optimizer.exp_avg_dtype=bf16", "optimizer.use_precision_aware_optimizer=true", *DISTOPT)),
+    "OPT005": (
+        ("model.fp8=hybrid", "model.fp8_param_gather=true"),
+        ("model.fp8=hybrid", "model.fp8_param_gather=true", *DISTOPT),
+    ),
+    "OPT006": (
+        ("model.fp8_param_gather=true", *DISTOPT),
+        ("model.fp8_param_gather=true", *DISTOPT, "model.fp8=hybrid"),
+    ),
+    "OPT007": (
+        ("optimizer.use_precision_aware_optimizer=true",),
+        ("optimizer.use_precision_aware_optimizer=true", *DISTOPT),
+    ),
+    "OPT008": (
+        ("optimizer.use_precision_aware_optimizer=true", *DISTOPT, "optimizer.optimizer=sgd"),
+        ("optimizer.use_precision_aware_optimizer=true", *DISTOPT),
+    ),
+    "OPT009": (
+        ("optimizer.exp_avg_dtype=bf16",),
+        ("optimizer.exp_avg_dtype=bf16", "optimizer.use_precision_aware_optimizer=true", *DISTOPT),
+    ),
     "OPT010": (("model.fp16=true",), ("model.fp16=true", "model.bf16=false")),
     "OPT011": (("model.bf16=false",), ("model.bf16=false", "model.fp16=true")),
-    "PFT001": ((REGATHER, "model.tensor_model_parallel_size=1", "model.sequence_parallel=false"), (REGATHER,)),
+    "PFT001": (
+        (REGATHER, "model.tensor_model_parallel_size=1", "model.sequence_parallel=false"),
+        (REGATHER,),
+    ),
     "PFT002": ((REGATHER, SELECTIVE, "model.recompute_modules=[mlp]"), (REGATHER,)),
     "PFT003": (("peft.dim=16",), (REGATHER,)),
     "BAT001": (("train.global_batch_size=62",), ("train.global_batch_size=60",)),

@@ -13,9 +13,19 @@ def test_bridge_dump_maps_the_keys_memtune_uses():
     loaded = load_job(DUMP, ["cluster.num_gpus=32"])
     m, job = loaded.job.model, loaded.job
     assert loaded.format == "bridge"
-    assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.virtual_pipeline_model_parallel_size) == (4, 4, 5)
+    assert (
+        m.tensor_model_parallel_size,
+        m.pipeline_model_parallel_size,
+        m.virtual_pipeline_model_parallel_size,
+    ) == (4, 4, 5)
     assert m.sequence_parallel and m.context_parallel_size == 1
-    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_query_groups, m.vocab_size) == (80, 8192, 28672, 8, 128256)
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_query_groups, m.vocab_size) == (
+        80,
+        8192,
+        28672,
+        8,
+        128256,
+    )
     assert m.activation_func == "silu" and m.gated_linear_unit  # {_target_: torch.nn.functional.silu}
     assert m.pipeline_dtype == "bf16"  # {_target_: torch.bfloat16}
     assert m.attention_backend == "auto"  # enum dumped with _name_
@@ -34,16 +44,31 @@ def test_bridge_dump_maps_the_keys_memtune_uses():
 def test_bridge_dump_reports_what_it_ignores_once():
     ignored = read_raw(DUMP).ignored
     assert len(ignored) == len(set(ignored))
-    for key in ("model.rotary_base", "model.should_pad_vocab", "optimizer.lr", "peft.lora_A_init_method",
-                "comm_overlap.tp_comm_overlap", "logger", "dataset", "checkpoint", "tokenizer", "scheduler"):
+    for key in (
+        "model.rotary_base",
+        "model.should_pad_vocab",
+        "optimizer.lr",
+        "peft.lora_A_init_method",
+        "comm_overlap.tp_comm_overlap",
+        "logger",
+        "dataset",
+        "checkpoint",
+        "tokenizer",
+        "scheduler",
+    ):
         assert key in ignored
     # Bookkeeping keys, nulls and the keys memtune reads are not "ignored".
-    assert not [k for k in ignored if "_target_" in k or k in ("ft", "profiling", "model.num_layers", "ddp.nccl_ub")]
+    assert not [
+        k for k in ignored if "_target_" in k or k in ("ft", "profiling", "model.num_layers", "ddp.nccl_ub")
+    ]
 
 
 def test_mixed_precision_recipe_name_overrides_the_sections(write):
-    path = write("dump.yaml", "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
-                 "  bf16: false\nddp:\n  grad_reduce_in_fp32: false\nmixed_precision: bf16_mixed\n")
+    path = write(
+        "dump.yaml",
+        "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+        "  bf16: false\nddp:\n  grad_reduce_in_fp32: false\nmixed_precision: bf16_mixed\n",
+    )
     job = load_job(path).job
     assert job.model.bf16 and job.model.pipeline_dtype == "bf16"
     assert job.ddp.grad_reduce_in_fp32  # bf16_mixed reduces gradients in fp32
@@ -54,7 +79,9 @@ def test_mixed_precision_recipe_name_overrides_the_sections(write):
 
 
 def test_dtypes_functions_fallbacks_and_appended_memtune_sections(write):
-    path = write("dump.yaml", """
+    path = write(
+        "dump.yaml",
+        """
 _target_: megatron.bridge.training.config.ConfigContainer
 model:
   _target_: megatron.bridge.models.gpt_provider.GPTModelProvider
@@ -78,7 +105,8 @@ comm_overlap:
   tp_comm_overlap: false
 cluster:
   num_gpus: 8
-""")
+""",
+    )
     job = load_job(path).job
     assert job.model.activation_func == "squared_relu"
     assert job.model.seq_length == 2048 and job.model.vocab_size == 32000
@@ -90,8 +118,11 @@ cluster:
 
 
 def test_unknown_function_target_reaches_the_schema_by_name(write):
-    path = write("dump.yaml", "model:\n  _target_: x\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n"
-                 "  vocab_size: 64\n  activation_func: {_target_: torch.nn.functional.mish, _call_: false}\n")
+    path = write(
+        "dump.yaml",
+        "model:\n  _target_: x\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n"
+        "  vocab_size: 64\n  activation_func: {_target_: torch.nn.functional.mish, _call_: false}\n",
+    )
     with pytest.raises(InputError) as exc:
         load_job(path)
     assert exc.value.problems == [

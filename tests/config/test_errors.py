@@ -17,28 +17,53 @@ def run(capsys, *argv):
 @pytest.mark.parametrize(
     "name, text, message",
     [
-        ("unknown.yaml", LLAMA + "  tensor_parallel_size: 2\n",
-         "model.tensor_parallel_size: unknown key; did you mean 'tensor_model_parallel_size'?"),
+        (
+            "unknown.yaml",
+            LLAMA + "  tensor_parallel_size: 2\n",
+            "model.tensor_parallel_size: unknown key; did you mean 'tensor_model_parallel_size'?",
+        ),
         ("section.yaml", LLAMA + "trainer:\n  micro_batch_size: 1\n", "trainer: unknown key;"),
-        ("type.yaml", "model:\n  num_layers: eighty\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 8\n",
-         "model.num_layers: must be an integer, got 'eighty'"),
-        ("missing.yaml", "model:\n  num_layers: 2\n  num_attention_heads: 2\n  vocab_size: 8\n",
-         "model.hidden_size: required, but missing"),
+        (
+            "type.yaml",
+            "model:\n  num_layers: eighty\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 8\n",
+            "model.num_layers: must be an integer, got 'eighty'",
+        ),
+        (
+            "missing.yaml",
+            "model:\n  num_layers: 2\n  num_attention_heads: 2\n  vocab_size: 8\n",
+            "model.hidden_size: required, but missing",
+        ),
         ("literal.yaml", LLAMA + "  activation_func: mish\n", "model.activation_func: must be one of"),
         ("invalid.yaml", "model:\n  num_layers: [1, 2\n", "invalid YAML at line 3, column 1"),
         ("invalid.json", '{"model": {"num_layers": 2,}}', "invalid JSON at line 1, column 28"),
         ("list.yaml", "- 1\n- 2\n", "expected a mapping of sections (model, train, ...), got list"),
-        ("preset.yaml", "model:\n  preset: llama9\n", "model.preset: unknown model preset 'llama9'; known: llama3-8b,"),
+        (
+            "preset.yaml",
+            "model:\n  preset: llama9\n",
+            "model.preset: unknown model preset 'llama9'; known: llama3-8b,",
+        ),
         ("gpu.yaml", LLAMA + "cluster:\n  gpu_memory_gib: 0\n", "cluster.gpu_memory_gib: "),
-        ("hf.json", '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}',
-         "unsupported Hugging Face architecture BertForMaskedLM (model_type 'bert'); supported: LlamaForCausalLM,"),
-        ("bridge.yaml", "model:\n  _target_: x.GPTModelProvider\n  num_layers: 2\nmixed_precision: bf17_mixed\n",
-         "mixed_precision: unknown recipe 'bf17_mixed'; known: bf16_mixed, fp16_mixed,"),
-        ("bridge-peft.yaml", "model:\n  num_layers: 2\npeft:\n  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 8\n",
-         "peft: only LoRA (megatron.bridge.peft.lora.LoRA) is supported, got megatron.bridge.peft.dora.DoRA"),
-        ("launch.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --tensor-model-parallel-size $TP "
-         "--hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 --seq-length 4096\n",
-         "model.tensor_model_parallel_size: must be an integer, got '$TP'"),
+        (
+            "hf.json",
+            '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768}',
+            "unsupported Hugging Face architecture BertForMaskedLM (model_type 'bert'); supported: LlamaForCausalLM,",
+        ),
+        (
+            "bridge.yaml",
+            "model:\n  _target_: x.GPTModelProvider\n  num_layers: 2\nmixed_precision: bf17_mixed\n",
+            "mixed_precision: unknown recipe 'bf17_mixed'; known: bf16_mixed, fp16_mixed,",
+        ),
+        (
+            "bridge-peft.yaml",
+            "model:\n  num_layers: 2\npeft:\n  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 8\n",
+            "peft: only LoRA (megatron.bridge.peft.lora.LoRA) is supported, got megatron.bridge.peft.dora.DoRA",
+        ),
+        (
+            "launch.sh",
+            "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --tensor-model-parallel-size $TP "
+            "--hidden-size 4096 --num-attention-heads 32 --vocab-size 32000 --seq-length 4096\n",
+            "model.tensor_model_parallel_size: must be an integer, got '$TP'",
+        ),
         ("no-command.sh", "export CUDA_DEVICE_MAX_CONNECTIONS=1\necho done\n", "no training command found"),
     ],
 )
@@ -50,7 +75,10 @@ def test_bad_config_exits_2_with_a_one_line_message(capsys, write, name, text, m
 
 
 def test_every_problem_of_a_file_is_reported(capsys, write):
-    path = write("two.yaml", "model:\n  num_layers: 0\n  hidden_size: 8\n  num_attention_heads: 2\ntrain:\n  micro_batch_size: x\n")
+    path = write(
+        "two.yaml",
+        "model:\n  num_layers: 0\n  hidden_size: 8\n  num_attention_heads: 2\ntrain:\n  micro_batch_size: x\n",
+    )
     status, err = run(capsys, path)
     assert status == 2
     assert err.splitlines() == [
@@ -71,7 +99,10 @@ def test_hf_config_missing_keys_are_all_named(capsys, write):
 
 
 def test_missing_file_and_directory_and_binary(capsys, tmp_path, write):
-    assert run(capsys, tmp_path / "nope.yaml") == (2, f"memtune estimate: {tmp_path / 'nope.yaml'}: no such file\n")
+    assert run(capsys, tmp_path / "nope.yaml") == (
+        2,
+        f"memtune estimate: {tmp_path / 'nope.yaml'}: no such file\n",
+    )
     status, err = run(capsys, tmp_path)
     assert status == 2 and "is a directory" in err
     status, err = run(capsys, write("model.yaml", b"\xff\xfe\x00binary"))

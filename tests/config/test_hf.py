@@ -12,23 +12,65 @@ HF = Path(__file__).parent / "fixtures" / "hf"
 # The architecture a preset and its Hugging Face config.json must agree on; kv channels, query
 # groups and the MoE layer pattern as Megatron derives them (HF leaves defaults out).
 ARCHITECTURE = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size", "gated_linear_unit",
-    "activation_func", "normalization", "share_embeddings_and_output_weights", "qk_layernorm", "add_bias_linear",
-    "add_qkv_bias", "position_embedding_type", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-    "moe_shared_expert_intermediate_size", "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-    "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "moe_router_num_groups", "moe_router_group_topk", "bf16",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_attention_heads",
+    "vocab_size",
+    "gated_linear_unit",
+    "activation_func",
+    "normalization",
+    "share_embeddings_and_output_weights",
+    "qk_layernorm",
+    "add_bias_linear",
+    "add_qkv_bias",
+    "position_embedding_type",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "mtp_num_layers",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "bf16",
 )
 
 
 def architecture(job) -> dict:
     d = derive(job)
-    derived = {"kv_channels": d.kv_channels, "num_query_groups": d.num_query_groups, "moe_layers": d.moe_layer_pattern}
+    derived = {
+        "kv_channels": d.kv_channels,
+        "num_query_groups": d.num_query_groups,
+        "moe_layers": d.moe_layer_pattern,
+    }
     return {**{k: getattr(job.model, k) for k in ARCHITECTURE}, **derived}
 
 
-PRESETS_WITH_CONFIG = [p.stem for p in sorted(HF.glob("*.json")) if p.stem in
-                       ("llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b",
-                        "qwen3-235b-a22b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b")]
+PRESETS_WITH_CONFIG = [
+    p.stem
+    for p in sorted(HF.glob("*.json"))
+    if p.stem
+    in (
+        "llama3-8b",
+        "llama3-70b",
+        "llama3.1-405b",
+        "qwen3-8b",
+        "qwen3-32b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "deepseek-v3",
+        "gpt-oss-20b",
+        "gpt-oss-120b",
+    )
+]
 
 
 def test_every_preset_but_nemotron_has_its_config_json():
@@ -72,7 +114,12 @@ def test_qwen2_dense_has_qkv_bias_and_no_qk_norm():
 def test_gpt_oss_is_a_quick_gelu_glu_with_biases():
     m = load_job(HF / "gpt-oss-120b.json").job.model
     assert (m.gated_linear_unit, m.activation_func, m.add_bias_linear) == (True, "quick_gelu", True)
-    assert (m.num_moe_experts, m.moe_router_topk, m.kv_channels, m.position_embedding_type) == (128, 4, 64, "yarn")
+    assert (m.num_moe_experts, m.moe_router_topk, m.kv_channels, m.position_embedding_type) == (
+        128,
+        4,
+        64,
+        "yarn",
+    )
 
 
 def test_gemma2_tied_gelu_glu_and_fp32_checkpoint():

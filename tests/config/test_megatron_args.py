@@ -14,10 +14,18 @@ def test_example_launch_script_maps_flags_env_and_world_size():
     loaded = load_job(SCRIPT)
     job, m = loaded.job, loaded.job.model
     assert loaded.format == "megatron-args"
-    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups) == (32, 4096, 14336, 32, 8)
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups) == (
+        32,
+        4096,
+        14336,
+        32,
+        8,
+    )
     assert (m.kv_channels, m.seq_length, m.vocab_size) == (128, 8192, 128256)
     assert m.gated_linear_unit and m.activation_func == "silu"  # --swiglu
-    assert m.normalization == "RMSNorm" and not m.share_embeddings_and_output_weights and not m.add_bias_linear
+    assert (
+        m.normalization == "RMSNorm" and not m.share_embeddings_and_output_weights and not m.add_bias_linear
+    )
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.sequence_parallel) == (2, 1, True)
     assert m.position_embedding_type == "rope" and m.attention_backend == "fused" and m.bf16
     assert (job.train.micro_batch_size, job.train.global_batch_size) == (1, 128)
@@ -26,7 +34,10 @@ def test_example_launch_script_maps_flags_env_and_world_size():
     assert job.ddp.grad_reduce_in_fp32  # --bf16 without --grad-reduce-in-bf16
     assert job.env.CUDA_DEVICE_MAX_CONNECTIONS == "1"
     assert job.env.PYTORCH_CUDA_ALLOC_CONF == "expandable_segments:True"
-    assert (job.cluster.num_gpus, job.cluster.gpus_per_node) == (8, 8)  # --nproc_per_node 8 --nnodes ${NUM_NODES:-1}
+    assert (job.cluster.num_gpus, job.cluster.gpus_per_node) == (
+        8,
+        8,
+    )  # --nproc_per_node 8 --nnodes ${NUM_NODES:-1}
     # positional parameters fall back to their ${1:-...} defaults; unknown flags are reported with values
     assert "--save checkpoints/llama3_8b" in loaded.ignored
     assert "--lr 3.0e-4" in loaded.ignored and "--use-mcore-models" in loaded.ignored
@@ -34,7 +45,9 @@ def test_example_launch_script_maps_flags_env_and_world_size():
 
 
 def test_string_variables_virtual_stages_and_megatron_lm_defaults(write):
-    path = write("train.sh", """#!/bin/bash
+    path = write(
+        "train.sh",
+        """#!/bin/bash
 CUDA_DEVICE_MAX_CONNECTIONS=1           # not exported: the trainer never sees it
 WORLD_SIZE=16
 GPT_ARGS="--num-layers 80 --hidden-size 8192 --num-attention-heads 64 \\
@@ -42,7 +55,8 @@ GPT_ARGS="--num-layers 80 --hidden-size 8192 --num-attention-heads 64 \\
 PAR="--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 5"
 python pretrain_gpt.py $GPT_ARGS $PAR --swiglu --bf16 --grad-reduce-in-bf16 --recompute-activations \\
     --recompute-modules core_attn mlp --fp8-format hybrid --fp8-recipe=tensorwise --micro-batch-size 2
-""")
+""",
+    )
     loaded = load_job(path)
     m = loaded.job.model
     assert m.virtual_pipeline_model_parallel_size == 4  # 80 layers / PP4 = 20 per stage, chunks of 5
@@ -53,29 +67,43 @@ python pretrain_gpt.py $GPT_ARGS $PAR --swiglu --bf16 --grad-reduce-in-bf16 --re
     assert (m.fp8, m.fp8_recipe) == ("hybrid", "tensorwise")
     assert loaded.job.ddp.grad_reduce_in_fp32 is False
     assert loaded.job.env.CUDA_DEVICE_MAX_CONNECTIONS is None
-    assert any(i.startswith("CUDA_DEVICE_MAX_CONNECTIONS (set in the script but not exported") for i in loaded.ignored)
+    assert any(
+        i.startswith("CUDA_DEVICE_MAX_CONNECTIONS (set in the script but not exported")
+        for i in loaded.ignored
+    )
     assert loaded.job.cluster.num_gpus == 16
     assert loaded.job.train.micro_batch_size == 2
 
 
 def test_argument_text_with_prefixed_environment_and_moe_flags(write):
-    path = write("args.txt", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True NCCL_GRAPH_REGISTER=0 "
-                 "torchrun --nproc-per-node=4 --nnodes=2 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
-                 "--num-attention-heads 8 --vocab-size 32000 --seq-length 1024 --num-experts 16 --moe-router-topk 4 "
-                 "--moe-layer-freq '([0]*2+[1]*6)' --moe-grouped-gemm --expert-model-parallel-size 4 "
-                 "--moe-token-dispatcher-type alltoall --use-distributed-optimizer --use-nccl-ub\n")
+    path = write(
+        "args.txt",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True NCCL_GRAPH_REGISTER=0 "
+        "torchrun --nproc-per-node=4 --nnodes=2 pretrain_gpt.py --num-layers 8 --hidden-size 1024 "
+        "--num-attention-heads 8 --vocab-size 32000 --seq-length 1024 --num-experts 16 --moe-router-topk 4 "
+        "--moe-layer-freq '([0]*2+[1]*6)' --moe-grouped-gemm --expert-model-parallel-size 4 "
+        "--moe-token-dispatcher-type alltoall --use-distributed-optimizer --use-nccl-ub\n",
+    )
     job = load_job(path).job
     assert job.model.moe_layer_freq == [0, 0, 1, 1, 1, 1, 1, 1]
-    assert (job.model.num_moe_experts, job.model.moe_router_topk, job.model.expert_model_parallel_size) == (16, 4, 4)
+    assert (job.model.num_moe_experts, job.model.moe_router_topk, job.model.expert_model_parallel_size) == (
+        16,
+        4,
+        4,
+    )
     assert job.model.moe_grouped_gemm and job.model.moe_token_dispatcher_type == "alltoall"
-    assert job.env.PYTORCH_CUDA_ALLOC_CONF == "expandable_segments:True" and job.env.NCCL_GRAPH_REGISTER == "0"
+    assert (
+        job.env.PYTORCH_CUDA_ALLOC_CONF == "expandable_segments:True" and job.env.NCCL_GRAPH_REGISTER == "0"
+    )
     assert job.env.use_nccl_ub
     assert (job.cluster.num_gpus, job.cluster.gpus_per_node) == (8, 4)
     assert job.ddp.grad_reduce_in_fp32 is False  # fp32 training: gradients have the parameters' dtype
 
 
 def test_bash_arrays_appends_and_arithmetic(write):
-    path = write("run.sh", """
+    path = write(
+        "run.sh",
+        """
 NODES=2
 GPUS=8
 MODEL=(
@@ -85,7 +113,8 @@ MODEL=(
 MODEL+=(--num-attention-heads 4 --vocab-size 1000)
 export PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True,max_split_size_mb:512"
 torchrun --nnodes $NODES --nproc_per_node $((GPUS / 2)) train.py "${MODEL[@]}" --cpu-offloading-num-layers 2
-""")
+""",
+    )
     job = load_job(path).job
     assert (job.model.num_layers, job.model.hidden_size, job.model.num_attention_heads) == (4, 256, 4)
     assert job.model.cpu_offloading  # --cpu-offloading-num-layers > 0 turns it on, as in Megatron-LM
@@ -94,8 +123,11 @@ torchrun --nnodes $NODES --nproc_per_node $((GPUS / 2)) train.py "${MODEL[@]}" -
 
 
 def test_tokenizer_vocabulary_needs_an_override(write):
-    path = write("run.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
-                 "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B\n")
+    path = write(
+        "run.sh",
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+        "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B\n",
+    )
     with pytest.raises(InputError) as exc:
         load_job(path)
     assert exc.value.problems == ["model.vocab_size: required, but missing"]
@@ -104,8 +136,11 @@ def test_tokenizer_vocabulary_needs_an_override(write):
 
 
 def test_virtual_stage_size_that_does_not_divide_is_an_input_error(write):
-    path = write("run.sh", "python pretrain_gpt.py --num-layers 80 --hidden-size 8 --num-attention-heads 2 --vocab-size 8 "
-                 "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3\n")
+    path = write(
+        "run.sh",
+        "python pretrain_gpt.py --num-layers 80 --hidden-size 8 --num-attention-heads 2 --vocab-size 8 "
+        "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3\n",
+    )
     with pytest.raises(InputError) as exc:
         load_job(path)
     assert exc.value.problems == [

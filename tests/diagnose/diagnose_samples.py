@@ -61,8 +61,14 @@ PyTorch limit (set by user-supplied memory fraction)
 
 # (line, expected label) for every non-allocator failure the issue lists
 FAILURE_LINES = [
-    ("node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'", "outside_pytorch"),
-    ("node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes", "outside_pytorch"),
+    (
+        "node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'",
+        "outside_pytorch",
+    ),
+    (
+        "node:2134736:2285781 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
+        "outside_pytorch",
+    ),
     ("gpu01:12:99 [3] alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'", "outside_pytorch"),
     ("torch.AcceleratorError: CUDA error: out of memory", "outside_pytorch"),
     ("RuntimeError: CUDA driver error: out of memory", "capacity"),
@@ -70,25 +76,52 @@ FAILURE_LINES = [
     ("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "capacity"),
     ("RuntimeError: Triton Error [CUDA]: out of memory", "capacity"),
     ("torch.OutOfMemoryError: CUDA out of memory.", "capacity"),
-    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.batch. Some of your processes may have been "
-     "killed by the cgroup out-of-memory handler.", "host_oom"),
-    ("slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.", "host_oom"),
+    (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=4242.batch. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.",
+        "host_oom",
+    ),
+    (
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.",
+        "host_oom",
+    ),
     ("srun: error: gpu17: task 0: Out Of Memory", "host_oom"),
     ("State: OUT_OF_MEMORY", "host_oom"),
-    ("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 4242) of "
-     "binary: /usr/bin/python", "host_oom"),
-    ("[2024-01-22 16:50:50,1] [INFO] [launch.py:347:main] Process 1080504 exits with return code = -9", "host_oom"),
+    (
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 4242) of "
+        "binary: /usr/bin/python",
+        "host_oom",
+    ),
+    (
+        "[2024-01-22 16:50:50,1] [INFO] [launch.py:347:main] Process 1080504 exits with return code = -9",
+        "host_oom",
+    ),
     ("Killed", "host_oom"),
     ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "host_oom"),
-    ("RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate 1073741824 bytes.", "host_oom"),
-    ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1048576, Hardware limit: 232448. "
-     "Reducing block sizes or `num_stages` may help.", "not_oom"),
+    (
+        "RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate 1073741824 bytes.",
+        "host_oom",
+    ),
+    (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1048576, Hardware limit: 232448. "
+        "Reducing block sizes or `num_stages` may help.",
+        "not_oom",
+    ),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.", "not_oom"),
-    ("ValueError: Currently there is no support for Pipeline parallelism with CPU offloading", "configuration"),
-    ("RuntimeError: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with nccl_ub due to "
-     "compatibility issue with torch.cuda.MemPool API.", "configuration"),
+    (
+        "ValueError: Currently there is no support for Pipeline parallelism with CPU offloading",
+        "configuration",
+    ),
+    (
+        "RuntimeError: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with nccl_ub due to "
+        "compatibility issue with torch.cuda.MemPool API.",
+        "configuration",
+    ),
     ("RuntimeError: torch.cuda.MemPool doesn't currently support expandable_segments.", "configuration"),
-    ("AssertionError: Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
-     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "configuration"),
+    (
+        "AssertionError: Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        "configuration",
+    ),
     ("ValueError: Unrecognized key 'foo' in CUDA allocator config.", "configuration"),
 ]

@@ -1,12 +1,18 @@
 import pytest
 import yaml
-
-from memtune.diagnose import diagnose_text
 from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
+from memtune.diagnose import diagnose_text
+
 BASE = {
-    "model": {"num_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 32000,
-              "seq_length": 2048, "bf16": True},
+    "model": {
+        "num_layers": 8,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "vocab_size": 32000,
+        "seq_length": 2048,
+        "bf16": True,
+    },
     "train": {"micro_batch_size": 1, "global_batch_size": 64},
     "cluster": {"num_gpus": 8, "gpus_per_node": 8},
 }
@@ -30,8 +36,12 @@ def test_fragmentation_fix_order_without_config():
     titles = [f.title for f in d.fixes]
     assert d.fixes[0].changes == ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)
     assert d.fixes[0].saves_bytes == 50 << 30  # the stranded memory it can recover
-    assert titles.index("Selective activation recompute") < titles.index("Distributed optimizer") \
-        < titles.index("More pipeline stages") < titles.index("More tensor parallelism (last resort)")
+    assert (
+        titles.index("Selective activation recompute")
+        < titles.index("Distributed optimizer")
+        < titles.index("More pipeline stages")
+        < titles.index("More tensor parallelism (last resort)")
+    )
     assert all(f.fallback for f in d.fixes[1:])
 
 
@@ -42,18 +52,31 @@ def test_nccl_ub_never_gets_expandable_segments(tmp_path):
 
 
 def test_cuda_graphs_get_nccl_graph_register_next_to_expandable(tmp_path):
-    d = diagnose_text(MSG_211_FRAGMENTATION, config=_config(tmp_path, model={"cuda_graph_impl": "transformer_engine"}))
-    assert d.fixes[0].changes == ("env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "env.NCCL_GRAPH_REGISTER=0")
+    d = diagnose_text(
+        MSG_211_FRAGMENTATION, config=_config(tmp_path, model={"cuda_graph_impl": "transformer_engine"})
+    )
+    assert d.fixes[0].changes == (
+        "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "env.NCCL_GRAPH_REGISTER=0",
+    )
 
 
 def test_existing_alloc_conf_is_kept(tmp_path):
-    d = diagnose_text(MSG_211_CAPACITY, config=_config(tmp_path, env={"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8"}))
-    assert d.fixes[0].changes == ("env.PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8,expandable_segments:True",)
+    d = diagnose_text(
+        MSG_211_CAPACITY,
+        config=_config(tmp_path, env={"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8"}),
+    )
+    assert d.fixes[0].changes == (
+        "env.PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8,expandable_segments:True",
+    )
 
 
 def test_no_cpu_offload_with_pp_and_no_allocator_fix_when_already_expandable(tmp_path):
-    path = _config(tmp_path, model={"pipeline_model_parallel_size": 2},
-                   env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    path = _config(
+        tmp_path,
+        model={"pipeline_model_parallel_size": 2},
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+    )
     d = diagnose_text(MSG_211_CAPACITY, config=path)
     assert d.verdict.expandable.on is True
     changes = _changes(d)
@@ -64,20 +87,29 @@ def test_no_cpu_offload_with_pp_and_no_allocator_fix_when_already_expandable(tmp
 
 
 def test_lora_with_sp_gets_regather_before_recompute(tmp_path):
-    path = _config(tmp_path, model={"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft={"dim": 16})
+    path = _config(
+        tmp_path, model={"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft={"dim": 16}
+    )
     d = diagnose_text(MSG_211_CAPACITY, config=path)
     titles = [f.title for f in d.fixes]
-    assert titles[:3] == ["Turn on expandable segments", "Re-gather LoRA adapter inputs under sequence parallelism",
-                          "Selective activation recompute"]
+    assert titles[:3] == [
+        "Turn on expandable segments",
+        "Re-gather LoRA adapter inputs under sequence parallelism",
+        "Selective activation recompute",
+    ]
     assert d.fixes[1].changes == ("peft.sequence_parallel_input_regather=true",)
     assert "model.cpu_offloading=true" in _changes(d) and "model.cpu_offloading_num_layers=2" in _changes(d)
 
 
 def test_configuration_and_not_oom_advice_never_touch_the_allocator():
-    d = diagnose_text("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1048576, "
-                      "Hardware limit: 232448.")
+    d = diagnose_text(
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1048576, "
+        "Hardware limit: 232448."
+    )
     assert [f.title for f in d.fixes] == ["Smaller Triton tiles"]
-    d = diagnose_text("ValueError: Currently there is no support for Pipeline parallelism with CPU offloading")
+    d = diagnose_text(
+        "ValueError: Currently there is no support for Pipeline parallelism with CPU offloading"
+    )
     assert _changes(d) == ["model.cpu_offloading=false"]
 
 

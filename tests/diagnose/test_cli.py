@@ -1,11 +1,11 @@
 import json
 
 import pytest
+from conftest import FIXTURES
+from diagnose_samples import MSG_211_FRAGMENTATION
 
 import memtune.cli
-from conftest import FIXTURES
 from memtune.diagnose import cli as diagnose_cli
-from diagnose_samples import MSG_211_FRAGMENTATION
 
 
 @pytest.fixture
@@ -52,7 +52,10 @@ def test_nothing_found_exits_1(run, tmp_path):
 
 def test_unreadable_inputs_exit_2_with_one_line_each(run, tmp_path, capsys):
     assert run(str(tmp_path / "missing.log")) == 2
-    assert capsys.readouterr().err == f"memtune diagnose: {tmp_path / 'missing.log'}: cannot open (No such file or directory)\n"
+    assert (
+        capsys.readouterr().err
+        == f"memtune diagnose: {tmp_path / 'missing.log'}: cannot open (No such file or directory)\n"
+    )
     evil = tmp_path / "evil.pickle"
     evil.write_bytes(b"cos\nsystem\n(Vtrue\ntR.")
     assert run("--snapshot", str(evil)) == 2

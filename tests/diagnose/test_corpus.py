@@ -10,8 +10,8 @@ memtune calls outside_pytorch) and Megatron's NCCL_GRAPH_REGISTER guard (configu
 import json
 
 import pytest
-
 from conftest import FIXTURES
+
 from memtune.diagnose import diagnose_text
 
 ACCEPTED = {
@@ -21,7 +21,11 @@ ACCEPTED = {
     "host_oom": {"host_oom"},
     "other": {"configuration", "not_oom", "outside_pytorch"},
 }
-RECORDS = [json.loads(line) for line in (FIXTURES / "oom-corpus-public.jsonl").read_text().splitlines() if line.strip()]
+RECORDS = [
+    json.loads(line)
+    for line in (FIXTURES / "oom-corpus-public.jsonl").read_text().splitlines()
+    if line.strip()
+]
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[r["source_url"].split("github.com/")[-1] for r in RECORDS])

@@ -1,8 +1,8 @@
 """Real OOMs produced on an H200 by benchmarks/gpu/oom_fixtures.py; active once the files are there."""
 
 import pytest
-
 from conftest import FIXTURES
+
 from memtune.diagnose import diagnose
 from memtune.diagnose.snapshot import read_snapshot, summarise
 
@@ -10,7 +10,9 @@ H200 = FIXTURES / "h200"
 
 
 def _needs(name):
-    return pytest.mark.skipif(not (H200 / name).exists(), reason=f"tests/diagnose/fixtures/h200/{name} not produced yet")
+    return pytest.mark.skipif(
+        not (H200 / name).exists(), reason=f"tests/diagnose/fixtures/h200/{name} not produced yet"
+    )
 
 
 @_needs("capacity.log")

@@ -1,6 +1,4 @@
 import pytest
-
-from memtune.diagnose.messages import parse_allocator_message, parse_async_message
 from diagnose_samples import (
     MSG_14_CACHED,
     MSG_21_CAPACTY,
@@ -10,6 +8,8 @@ from diagnose_samples import (
     MSG_ASYNC,
     MSG_OLD_TEXTGEN,
 )
+
+from memtune.diagnose.messages import parse_allocator_message, parse_async_message
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -68,7 +68,7 @@ def test_oldest_cached_format():
 @pytest.mark.parametrize("width", [37, 80, 101])
 def test_hard_wrapped_message_joined_without_separator_parses_the_same(width):
     whole = parse_allocator_message(MSG_211_FRAGMENTATION)
-    pieces = [MSG_211_FRAGMENTATION[i:i + width] for i in range(0, len(MSG_211_FRAGMENTATION), width)]
+    pieces = [MSG_211_FRAGMENTATION[i : i + width] for i in range(0, len(MSG_211_FRAGMENTATION), width)]
     assert parse_allocator_message("".join(p.strip() for p in pieces)) == whole
 
 

@@ -10,17 +10,21 @@ import pytest
 
 from memtune.diagnose import detectors, diagnose_text
 
-HINT_22 = ("If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
-           "avoid fragmentation.  See documentation for Memory Management  "
-           "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+HINT_22 = (
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+    "avoid fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
 HINT_29 = HINT_22.replace("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-HINT_OLD = ("If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  "
-            "See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF")
+HINT_OLD = (
+    "If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  "
+    "See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF"
+)
 
 
 def wrapped(text: str, width: int, prefix: str = "") -> str:
     """Hard-wrap the way a terminal or a fixed-width log collector does: cut anywhere, no hyphen."""
-    return "\n".join(prefix + text[i:i + width] for i in range(0, len(text), width))
+    return "\n".join(prefix + text[i : i + width] for i in range(0, len(text), width))
 
 
 def traceback(prefix: str, frames: list[tuple[str, int, str, str]]) -> str:
@@ -32,14 +36,25 @@ def traceback(prefix: str, frames: list[tuple[str, int, str, str]]) -> str:
 
 MEGATRON_FRAMES = [
     ("/workspace/Megatron-LM/pretrain_gpt.py", 334, "<module>", "pretrain("),
-    ("/workspace/Megatron-LM/megatron/training/training.py", 842, "pretrain", "iteration, num_floating_point_operations_so_far = train("),
+    (
+        "/workspace/Megatron-LM/megatron/training/training.py",
+        842,
+        "pretrain",
+        "iteration, num_floating_point_operations_so_far = train(",
+    ),
     ("/workspace/Megatron-LM/megatron/training/training.py", 1589, "train", "train_step(forward_step_func,"),
-    ("/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", 493, "forward_backward_no_pipelining",
-     "backward_step(input_tensor, output_tensor, output_tensor_grad, model_type, config)"),
+    (
+        "/workspace/Megatron-LM/megatron/core/pipeline_parallel/schedules.py",
+        493,
+        "forward_backward_no_pipelining",
+        "backward_step(input_tensor, output_tensor, output_tensor_grad, model_type, config)",
+    ),
 ]
-ITER = ("[2025-03-02 10:{m:02d}:11] iteration {i:>8}/  500000 | consumed samples: {c:>10} | elapsed time per iteration "
-        "(ms): 4211.3 | learning rate: 2.999E-04 | global batch size:  1024 | lm loss: 2.871E+00 | loss scale: 1.0 | "
-        "grad norm: 0.412 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+ITER = (
+    "[2025-03-02 10:{m:02d}:11] iteration {i:>8}/  500000 | consumed samples: {c:>10} | elapsed time per iteration "
+    "(ms): 4211.3 | learning rate: 2.999E-04 | global batch size:  1024 | lm loss: 2.871E+00 | loss scale: 1.0 | "
+    "grad norm: 0.412 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+)
 
 
 def iterations(n: int, start: int = 1) -> str:
@@ -68,42 +83,73 @@ setting max_split_size_mb to avoid fragmentation.  See documentation for Memory 
 
 # torchrun prefixes only the traceback; Megatron's own lines carry none. U 1.31 GiB < R 3.50 GiB and
 # U + F = 2.50 GiB < R → rule 3, capacity (U is also under 2 % of T: noise, rule 7).
-MSG_RANK3 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 3 has a total capacity of "
-             "79.10 GiB of which 1.19 GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory in "
-             "use. Of the allocated memory 75.02 GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but "
-             "unallocated. " + HINT_22)
-RANK_PREFIX_ONLY_ON_TRACEBACK = "\n".join([
-    "using world size: 8, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 1",
-    iterations(3),
-    traceback("[rank3]: ", MEGATRON_FRAMES),
-    "[rank3]: " + MSG_RANK3,
-    "W0302 10:04:12.118000 2210 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 2212 closing signal SIGTERM",
-    "E0302 10:04:13.301000 2210 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 3 "
-    "(pid: 2215) of binary: /usr/bin/python",
-])
+MSG_RANK3 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 3 has a total capacity of "
+    "79.10 GiB of which 1.19 GiB is free. Including non-PyTorch memory, this process has 77.90 GiB memory in "
+    "use. Of the allocated memory 75.02 GiB is allocated by PyTorch, and 1.31 GiB is reserved by PyTorch but "
+    "unallocated. " + HINT_22
+)
+RANK_PREFIX_ONLY_ON_TRACEBACK = "\n".join(
+    [
+        "using world size: 8, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 1",
+        iterations(3),
+        traceback("[rank3]: ", MEGATRON_FRAMES),
+        "[rank3]: " + MSG_RANK3,
+        "W0302 10:04:12.118000 2210 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 2212 closing signal SIGTERM",
+        "E0302 10:04:13.301000 2210 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 3 "
+        "(pid: 2215) of binary: /usr/bin/python",
+    ]
+)
 
 # A Slurm output file wrapped at 100 columns, torch 2.9 hint. U 0.38 GiB, R 2.25 GiB, F 0.61 GiB → capacity.
-MSG_29_CAPACITY = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB. GPU 0 has a total capacity of "
-                   "139.81 GiB of which 624.00 MiB is free. Including non-PyTorch memory, this process has 139.19 GiB "
-                   "memory in use. Of the allocated memory 135.87 GiB is allocated by PyTorch, and 389.54 MiB is "
-                   "reserved by PyTorch but unallocated. " + HINT_29)
+MSG_29_CAPACITY = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB. GPU 0 has a total capacity of "
+    "139.81 GiB of which 624.00 MiB is free. Including non-PyTorch memory, this process has 139.19 GiB "
+    "memory in use. Of the allocated memory 135.87 GiB is allocated by PyTorch, and 389.54 MiB is "
+    "reserved by PyTorch but unallocated. " + HINT_29
+)
 WRAPPED_SLURM_CAPACITY = iterations(2) + "\n" + wrapped(MSG_29_CAPACITY, 100) + "\n"
 
 # OOM while loading the optimizer state on resume (Megatron-LM#1509 kind): the duplicate FP32 moments are a
 # transient peak. U 412 MiB, R 3.82 GiB, F 2.91 GiB → U + F < R → capacity.
-RESUME_OPTIMIZER_LOAD = "\n".join([
-    " loading distributed checkpoint from /checkpoints/llama3-8b at iteration 12000",
-    traceback("[rank0]: ", [
-        ("/workspace/Megatron-LM/megatron/training/training.py", 712, "pretrain", "iteration, num_floating_point_operations_so_far = load_checkpoint("),
-        ("/workspace/Megatron-LM/megatron/training/checkpointing.py", 1302, "load_checkpoint", "optimizer.load_state_dict(state_dict['optimizer'])"),
-        ("/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py", 1105, "load_state_dict", "tensors = {"),
-        ("/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py", 1106, "<dictcomp>", "'exp_avg': init_shard(),"),
-    ]),
-    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.82 GiB. GPU 0 has a total capacity of "
-    "79.10 GiB of which 2.91 GiB is free. Including non-PyTorch memory, this process has 76.18 GiB memory in use. Of "
-    "the allocated memory 74.88 GiB is allocated by PyTorch, and 412.37 MiB is reserved by PyTorch but unallocated. "
-    + HINT_22,
-])
+RESUME_OPTIMIZER_LOAD = "\n".join(
+    [
+        " loading distributed checkpoint from /checkpoints/llama3-8b at iteration 12000",
+        traceback(
+            "[rank0]: ",
+            [
+                (
+                    "/workspace/Megatron-LM/megatron/training/training.py",
+                    712,
+                    "pretrain",
+                    "iteration, num_floating_point_operations_so_far = load_checkpoint(",
+                ),
+                (
+                    "/workspace/Megatron-LM/megatron/training/checkpointing.py",
+                    1302,
+                    "load_checkpoint",
+                    "optimizer.load_state_dict(state_dict['optimizer'])",
+                ),
+                (
+                    "/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py",
+                    1105,
+                    "load_state_dict",
+                    "tensors = {",
+                ),
+                (
+                    "/workspace/Megatron-LM/megatron/core/optimizer/distrib_optimizer.py",
+                    1106,
+                    "<dictcomp>",
+                    "'exp_avg': init_shard(),",
+                ),
+            ],
+        ),
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.82 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 2.91 GiB is free. Including non-PyTorch memory, this process has 76.18 GiB memory in use. Of "
+        "the allocated memory 74.88 GiB is allocated by PyTorch, and 412.37 MiB is reserved by PyTorch but unallocated. "
+        + HINT_22,
+    ]
+)
 
 # Container PID mismatch, the process's own usage printed as "Process N has" (LlamaFactory#7532 kind). T − F − A − U
 # = 0.67 GiB, so nothing is held outside this allocator; U 0.93 GiB < R 8.00 GiB, U + F < R → capacity.
@@ -116,37 +162,71 @@ CONTAINER_PID_OWN_PROCESS = (
 
 # RL colocation: the vLLM engine (another process) holds 40 GiB. U 1.21 GiB < R 2.50 GiB, U + F = 1.51 GiB < R →
 # rule 3, capacity; attribution: the co-tenant.
-MSG_COTENANT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of "
-                "79.11 GiB of which 312.00 MiB is free. Process 48213 has 40.12 GiB memory in use. Including "
-                "non-PyTorch memory, this process has 38.66 GiB memory in use. Of the allocated memory 35.90 GiB is "
-                "allocated by PyTorch, and 1.21 GiB is reserved by PyTorch but unallocated. " + HINT_22)
-RL_COLOCATED_VLLM = "\n".join([
-    "INFO 05-11 09:12:40 [gpu_worker.py:227] Available KV cache memory: 31.42 GiB",
-    "INFO 05-11 09:12:41 [kv_cache_utils.py:716] GPU KV cache size: 257,392 tokens",
-    "(TrainActor pid=48190) Traceback (most recent call last):",
-    '(TrainActor pid=48190)   File "/opt/skyrl/trainer/worker.py", line 388, in training_step',
-    "(TrainActor pid=48190)     loss.backward()",
-    "(TrainActor pid=48190) " + MSG_COTENANT,
-])
+MSG_COTENANT = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of "
+    "79.11 GiB of which 312.00 MiB is free. Process 48213 has 40.12 GiB memory in use. Including "
+    "non-PyTorch memory, this process has 38.66 GiB memory in use. Of the allocated memory 35.90 GiB is "
+    "allocated by PyTorch, and 1.21 GiB is reserved by PyTorch but unallocated. " + HINT_22
+)
+RL_COLOCATED_VLLM = "\n".join(
+    [
+        "INFO 05-11 09:12:40 [gpu_worker.py:227] Available KV cache memory: 31.42 GiB",
+        "INFO 05-11 09:12:41 [kv_cache_utils.py:716] GPU KV cache size: 257,392 tokens",
+        "(TrainActor pid=48190) Traceback (most recent call last):",
+        '(TrainActor pid=48190)   File "/opt/skyrl/trainer/worker.py", line 388, in training_step',
+        "(TrainActor pid=48190)     loss.backward()",
+        "(TrainActor pid=48190) " + MSG_COTENANT,
+    ]
+)
 
 # cuBLAS handle creation on a full GPU (older stacks: NOT_INITIALIZED for the same cause, §1.4) → capacity.
-CUBLAS_NOT_INITIALIZED = "\n".join([
-    "{'loss': 1.9312, 'learning_rate': 1.98e-05, 'epoch': 0.02}",
-    traceback("", [
-        ("/usr/local/lib/python3.10/dist-packages/transformers/trainer.py", 3238, "training_step", "self.accelerator.backward(loss, **kwargs)"),
-        ("/usr/local/lib/python3.10/dist-packages/torch/autograd/__init__.py", 251, "backward", "Variable._execution_engine.run_backward("),
-    ]),
-    "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
-])
+CUBLAS_NOT_INITIALIZED = "\n".join(
+    [
+        "{'loss': 1.9312, 'learning_rate': 1.98e-05, 'epoch': 0.02}",
+        traceback(
+            "",
+            [
+                (
+                    "/usr/local/lib/python3.10/dist-packages/transformers/trainer.py",
+                    3238,
+                    "training_step",
+                    "self.accelerator.backward(loss, **kwargs)",
+                ),
+                (
+                    "/usr/local/lib/python3.10/dist-packages/torch/autograd/__init__.py",
+                    251,
+                    "backward",
+                    "Variable._execution_engine.run_backward(",
+                ),
+            ],
+        ),
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+    ]
+)
 
 # Triton kernel launch on a full GPU (Megatron-Bridge PR#3767 kind) → capacity.
-TRITON_LAUNCH = "\n".join([
-    traceback("[rank5]: ", [
-        ("/usr/local/lib/python3.12/dist-packages/triton/runtime/jit.py", 757, "run", "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function,"),
-        ("/usr/local/lib/python3.12/dist-packages/triton/backends/nvidia/driver.py", 560, "__call__", "self.launch(gridX, gridY, gridZ, stream, function, *args)"),
-    ]),
-    "[rank5]: RuntimeError: Triton Error [CUDA]: out of memory",
-])
+TRITON_LAUNCH = "\n".join(
+    [
+        traceback(
+            "[rank5]: ",
+            [
+                (
+                    "/usr/local/lib/python3.12/dist-packages/triton/runtime/jit.py",
+                    757,
+                    "run",
+                    "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function,",
+                ),
+                (
+                    "/usr/local/lib/python3.12/dist-packages/triton/backends/nvidia/driver.py",
+                    560,
+                    "__call__",
+                    "self.launch(gridX, gridY, gridZ, stream, function, *args)",
+                ),
+            ],
+        ),
+        "[rank5]: RuntimeError: Triton Error [CUDA]: out of memory",
+    ]
+)
 
 # ≤1.4 "cached" format: U = 10.83 − 10.65 = 0.18 GiB < R 98 MiB? no, U ≥ R, but U is 1.6 % of T (rule 7: noise)
 # and under 512 MiB; the GPU is simply full → capacity.
@@ -170,7 +250,8 @@ PRIVATE_POOLS_CAPACITY = "[rank9]: " + (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 1 has a total capacity of 139.81 GiB "
     "of which 1.02 GiB is free. Including non-PyTorch memory, this process has 138.78 GiB memory in use. Of the "
     "allocated memory 136.50 GiB is allocated by PyTorch, with 20.00 GiB allocated in private pools (e.g., CUDA "
-    "Graphs), and 1.00 GiB is reserved by PyTorch but unallocated. " + HINT_22)
+    "Graphs), and 1.00 GiB is reserved by PyTorch but unallocated. " + HINT_22
+)
 
 # A GitHub issue body: prose that mentions fragmentation and an expandable-segments attempt, plus one pasted
 # message whose numbers say capacity (U 20 MiB, R 4 GiB, F 0.5 GiB). The numbers outrank the prose.
@@ -197,16 +278,20 @@ documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda
 TINY_REQUEST_FULL_GPU = "[rank1]: " + (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 1 has a total capacity of 79.10 GiB "
     "of which 1.06 MiB is free. Including non-PyTorch memory, this process has 79.09 GiB memory in use. Of the "
-    "allocated memory 78.02 GiB is allocated by PyTorch, and 13.98 MiB is reserved by PyTorch but unallocated. " + HINT_22)
+    "allocated memory 78.02 GiB is allocated by PyTorch, and 13.98 MiB is reserved by PyTorch but unallocated. "
+    + HINT_22
+)
 
 # DeepSpeed kills the other workers after one died of a CUDA OOM (return code 1, not −9): still capacity.
-DEEPSPEED_KILLS_AFTER_CUDA_OOM = "\n".join([
-    "[rank0]: " + MSG_RANK3.replace("GPU 3", "GPU 0"),
-    "[2024-05-10 08:12:31,552] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 2212",
-    "[2024-05-10 08:12:31,553] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 2213",
-    "[2024-05-10 08:12:33,811] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
-    "'--local_rank=0', '--deepspeed', 'ds_config.json'] exits with return code = 1",
-])
+DEEPSPEED_KILLS_AFTER_CUDA_OOM = "\n".join(
+    [
+        "[rank0]: " + MSG_RANK3.replace("GPU 3", "GPU 0"),
+        "[2024-05-10 08:12:31,552] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 2212",
+        "[2024-05-10 08:12:31,553] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 2213",
+        "[2024-05-10 08:12:33,811] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', "
+        "'--local_rank=0', '--deepspeed', 'ds_config.json'] exits with return code = 1",
+    ]
+)
 
 # Windows WDDM: "allocated" exceeds the total (MMed-RAG#38 kind); U 0.31 GiB < R 2 GiB, F 0 → capacity.
 WINDOWS_ALLOCATED_ABOVE_TOTAL = (
@@ -235,28 +320,32 @@ max_split_size_mb to avoid fragmentation.  See documentation for Memory Manageme
 
 # torch 2.9.1 with only PYTORCH_ALLOC_CONF set: silently not applied (pytorch#183387), the hint is printed regardless.
 # U 11.50 GiB ≥ R 4.00 GiB → rule 1, fragmentation (the setting was not in effect).
-ALLOC_CONF_291_NOT_APPLIED = "\n".join([
-    "+ export PYTORCH_ALLOC_CONF=expandable_segments:True",
-    "[W1120 14:44:07.101109672 AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead",
-    "torch version: 2.9.1+cu128",
-    iterations(2),
-    "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 6 has a total capacity of "
-    "139.81 GiB of which 2.12 GiB is free. Including non-PyTorch memory, this process has 137.68 GiB memory in use. Of "
-    "the allocated memory 124.83 GiB is allocated by PyTorch, and 11.50 GiB is reserved by PyTorch but unallocated. "
-    + HINT_29,
-])
+ALLOC_CONF_291_NOT_APPLIED = "\n".join(
+    [
+        "+ export PYTORCH_ALLOC_CONF=expandable_segments:True",
+        "[W1120 14:44:07.101109672 AllocatorConfig.cpp:28] Warning: PYTORCH_CUDA_ALLOC_CONF is deprecated, use PYTORCH_ALLOC_CONF instead",
+        "torch version: 2.9.1+cu128",
+        iterations(2),
+        "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 6 has a total capacity of "
+        "139.81 GiB of which 2.12 GiB is free. Including non-PyTorch memory, this process has 137.68 GiB memory in use. Of "
+        "the allocated memory 124.83 GiB is allocated by PyTorch, and 11.50 GiB is reserved by PyTorch but unallocated. "
+        + HINT_29,
+    ]
+)
 
 # ROCm build that cannot do expandable segments: the setting is ignored. HIP message, U 29.61 GiB ≥ R 2 GiB → rule 1.
-ROCM_UNSUPPORTED_EXPANDABLE = "\n".join([
-    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
-    "/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:843: UserWarning: expandable_segments not supported "
-    "on this platform (Triggered internally at /pytorch/c10/hip/HIPAllocatorConfig.h:40.)",
-    "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 191.98 GiB of "
-    "which 1.23 GiB is free. Of the allocated memory 160.50 GiB is allocated by PyTorch, and 29.61 GiB is reserved by "
-    "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
-    "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
-    "(https://pytorch.org/docs/stable/notes/hip.html#environment-variables)",
-])
+ROCM_UNSUPPORTED_EXPANDABLE = "\n".join(
+    [
+        "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True",
+        "/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:843: UserWarning: expandable_segments not supported "
+        "on this platform (Triggered internally at /pytorch/c10/hip/HIPAllocatorConfig.h:40.)",
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 191.98 GiB of "
+        "which 1.23 GiB is free. Of the allocated memory 160.50 GiB is allocated by PyTorch, and 29.61 GiB is reserved by "
+        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/hip.html#environment-variables)",
+    ]
+)
 
 # 1.5–1.9 format: U = 30.11 − 21.87 = 8.24 GiB ≫ R 3.13 GiB → rule 1 (old-format arithmetic of §5).
 OLD_RESERVED_FRAGMENTATION = (
@@ -272,17 +361,21 @@ OLD_CACHED_FRAGMENTATION = (
 
 # Container PID mismatch with "this process has 0 bytes", rank-prefixed and wrapped at 120 columns per line.
 # U 4.02 GiB ≥ R 3.00 GiB → rule 1 (ms-swift#5943 kind).
-MSG_ZERO_BYTES = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 4 has a total capacity of "
-                  "79.11 GiB of which 1.87 GiB is free. Including non-PyTorch memory, this process has 0 bytes memory "
-                  "in use. Of the allocated memory 51.38 GiB is allocated by PyTorch, and 4.02 GiB is reserved by "
-                  "PyTorch but unallocated. " + HINT_22)
+MSG_ZERO_BYTES = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 4 has a total capacity of "
+    "79.11 GiB of which 1.87 GiB is free. Including non-PyTorch memory, this process has 0 bytes memory "
+    "in use. Of the allocated memory 51.38 GiB is allocated by PyTorch, and 4.02 GiB is reserved by "
+    "PyTorch but unallocated. " + HINT_22
+)
 CONTAINER_ZERO_BYTES_WRAPPED = wrapped(MSG_ZERO_BYTES, 120, "[rank12]: ") + "\n"
 
 # Fragmentation-assisted (rule 2): U 3.90 GiB < R 6.00 GiB ≤ U + F = 6.40 GiB.
 FRAGMENTATION_ASSISTED = "[rank0]: " + (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.10 GiB of "
     "which 2.50 GiB is free. Including non-PyTorch memory, this process has 76.58 GiB memory in use. Of the allocated "
-    "memory 71.68 GiB is allocated by PyTorch, and 3.90 GiB is reserved by PyTorch but unallocated. " + HINT_22)
+    "memory 71.68 GiB is allocated by PyTorch, and 3.90 GiB is reserved by PyTorch but unallocated. "
+    + HINT_22
+)
 
 # A full memory_summary() pasted after the OOM: 20207 MiB non-releasable (inactive split) of 78420 MiB reserved.
 MEMORY_SUMMARY_TABLE = """\
@@ -313,70 +406,93 @@ MEMORY_SUMMARY_TABLE = """\
 
 # The Python error says "internal error"; only the NCCL WARN lines show the OOM. Peers only see the socket
 # closing and the watchdog (§1.4: scan NCCL WARN lines).
-NCCL_INTERNAL_ERROR_PEERS = "\n".join([
-    "gpu-node-07:88121:88342 [2] NCCL INFO Channel 12/0 : 2[2] -> 3[3] via P2P/CUMEM",
-    "gpu-node-07:88121:88342 [2] include/alloc.h:125 NCCL WARN Cuda failure 'out of memory'",
-    "gpu-node-07:88121:88342 [2] include/alloc.h:132 NCCL WARN Failed to CUDA calloc 10485760 bytes",
-    "gpu-node-07:88121:88342 [2] NCCL INFO transport/p2p.cc:220 -> 1",
-    "[rank2]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
-    "ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5",
-    "[rank2]: ncclInternalError: Internal check failed.",
-    "[rank3]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
-    "ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5",
-    "[rank3]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
-    "[rank3]: Last error:",
-    "[rank3]: socketProgress: Connection closed by remote peer gpu-node-07<52311>",
-    "[rank1]:[E1128 07:41:12.556021981 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
-    "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out.",
-])
+NCCL_INTERNAL_ERROR_PEERS = "\n".join(
+    [
+        "gpu-node-07:88121:88342 [2] NCCL INFO Channel 12/0 : 2[2] -> 3[3] via P2P/CUMEM",
+        "gpu-node-07:88121:88342 [2] include/alloc.h:125 NCCL WARN Cuda failure 'out of memory'",
+        "gpu-node-07:88121:88342 [2] include/alloc.h:132 NCCL WARN Failed to CUDA calloc 10485760 bytes",
+        "gpu-node-07:88121:88342 [2] NCCL INFO transport/p2p.cc:220 -> 1",
+        "[rank2]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3356, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5",
+        "[rank2]: ncclInternalError: Internal check failed.",
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version 2.21.5",
+        "[rank3]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+        "[rank3]: Last error:",
+        "[rank3]: socketProgress: Connection closed by remote peer gpu-node-07<52311>",
+        "[rank1]:[E1128 07:41:12.556021981 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600011 milliseconds before timing out.",
+    ]
+)
 
 # "unhandled cuda error" at communicator init; the cause is in the Python error's "Last error" block.
-NCCL_UNHANDLED_CUDA_ERROR = "\n".join([
-    "[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, "
-    "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9",
-    "[rank0]: ncclUnhandledCudaError: Call to CUDA function failed.",
-    "[rank0]: Last error:",
-    "[rank0]: Cuda failure 'out of memory'",
-])
+NCCL_UNHANDLED_CUDA_ERROR = "\n".join(
+    [
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9",
+        "[rank0]: ncclUnhandledCudaError: Call to CUDA function failed.",
+        "[rank0]: Last error:",
+        "[rank0]: Cuda failure 'out of memory'",
+    ]
+)
 
 # Older NCCL form with the error number and the async calloc, then the Python error on the same rank.
-NCCL_CALLOC_ASYNC = "\n".join([
-    "h100-12:3301:3459 [5] alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
-    "h100-12:3301:3459 [5] alloc.h:206 NCCL WARN Failed to CUDA calloc async 24 bytes",
-    "h100-12:3301:3459 [5] NCCL INFO init.cc:1536 -> 1",
-    "[rank5]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
-    "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
-])
+NCCL_CALLOC_ASYNC = "\n".join(
+    [
+        "h100-12:3301:3459 [5] alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+        "h100-12:3301:3459 [5] alloc.h:206 NCCL WARN Failed to CUDA calloc async 24 bytes",
+        "h100-12:3301:3459 [5] NCCL INFO init.cc:1536 -> 1",
+        "[rank5]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+    ]
+)
 
 # ---------------------------------------------------------------------------------------------
 # host memory
 # ---------------------------------------------------------------------------------------------
 
-DEEPSPEED_MINUS_9 = "\n".join([
-    "[2024-02-01 11:03:27,114] [INFO] [utils.py:802:see_memory_usage] CPU Virtual Memory:  used = 481.2 GB, percent = 95.5%",
-    "[2024-02-01 11:03:58,902] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 90412",
-    "[2024-02-01 11:03:58,903] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 90413",
-    "[2024-02-01 11:04:01,377] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'finetune.py', "
-    "'--local_rank=3', '--deepspeed', 'ds_z3_offload.json'] exits with return code = -9",
-])
+DEEPSPEED_MINUS_9 = "\n".join(
+    [
+        "[2024-02-01 11:03:27,114] [INFO] [utils.py:802:see_memory_usage] CPU Virtual Memory:  used = 481.2 GB, percent = 95.5%",
+        "[2024-02-01 11:03:58,902] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 90412",
+        "[2024-02-01 11:03:58,903] [INFO] [launch.py:316:sigkill_handler] Killing subprocess 90413",
+        "[2024-02-01 11:04:01,377] [ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'finetune.py', "
+        "'--local_rank=3', '--deepspeed', 'ds_z3_offload.json'] exits with return code = -9",
+    ]
+)
 
-DATALOADER_WORKER_KILLED = "\n".join([
-    traceback("", [
-        ("/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py", 1243, "_try_get_data",
-         "data = self._data_queue.get(timeout=timeout)"),
-        ("/usr/local/lib/python3.10/dist-packages/torch/utils/data/_utils/signal_handling.py", 73, "handler",
-         "_error_if_any_worker_fails()"),
-    ]),
-    "RuntimeError: DataLoader worker (pid 28731) is killed by signal: Killed. ",
-])
+DATALOADER_WORKER_KILLED = "\n".join(
+    [
+        traceback(
+            "",
+            [
+                (
+                    "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py",
+                    1243,
+                    "_try_get_data",
+                    "data = self._data_queue.get(timeout=timeout)",
+                ),
+                (
+                    "/usr/local/lib/python3.10/dist-packages/torch/utils/data/_utils/signal_handling.py",
+                    73,
+                    "handler",
+                    "_error_if_any_worker_fails()",
+                ),
+            ],
+        ),
+        "RuntimeError: DataLoader worker (pid 28731) is killed by signal: Killed. ",
+    ]
+)
 
-SLURM_OOM_KILL = "\n".join([
-    iterations(2),
-    "srun: error: gpu-a100-031: task 3: Killed",
-    "srun: Terminating StepId=1873342.0",
-    "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1873342.batch. Some of your processes may have been "
-    "killed by the cgroup out-of-memory handler.",
-])
+SLURM_OOM_KILL = "\n".join(
+    [
+        iterations(2),
+        "srun: error: gpu-a100-031: task 3: Killed",
+        "srun: Terminating StepId=1873342.0",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1873342.batch. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.",
+    ]
+)
 
 TORCHRUN_MINUS_9 = """\
 E1129 03:12:44.120000 140091 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 1 (pid: 140093) of binary: /usr/bin/python
@@ -406,32 +522,58 @@ Root Cause (first observed failure):
 # ---------------------------------------------------------------------------------------------
 
 # CUDA-graph instantiation memory is outside PyTorch's allocator (vllm#19186 kind).
-GRAPH_CAPTURE_END = "\n".join([
-    traceback("", [
-        ("/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py", 186, "__exit__", "self.cuda_graph.capture_end()"),
-        ("/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py", 84, "capture_end", "super().capture_end()"),
-    ]),
-    "torch.AcceleratorError: CUDA error: out of memory",
-    "Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
-    "for more information.",
-    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-])
+GRAPH_CAPTURE_END = "\n".join(
+    [
+        traceback(
+            "",
+            [
+                (
+                    "/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py",
+                    186,
+                    "__exit__",
+                    "self.cuda_graph.capture_end()",
+                ),
+                (
+                    "/usr/local/lib/python3.12/dist-packages/torch/cuda/graphs.py",
+                    84,
+                    "capture_end",
+                    "super().capture_end()",
+                ),
+            ],
+        ),
+        "torch.AcceleratorError: CUDA error: out of memory",
+        "Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+        "for more information.",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    ]
+)
 
-TRITON_SHARED_MEMORY = "\n".join([
-    "[rank0]: torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. OutOfResources: out of resource: "
-    "shared memory, Required: 262144, Hardware limit: 232448. Reducing block sizes or `num_stages` may help.",
-    "[rank0]: Set TORHCDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug to PyTorch).",
-])
+TRITON_SHARED_MEMORY = "\n".join(
+    [
+        "[rank0]: torch._inductor.exc.InductorError: RuntimeError: No valid triton configs. OutOfResources: out of resource: "
+        "shared memory, Required: 262144, Hardware limit: 232448. Reducing block sizes or `num_stages` may help.",
+        "[rank0]: Set TORHCDYNAMO_VERBOSE=1 for the internal stack trace (please do this especially if you're reporting a bug to PyTorch).",
+    ]
+)
 
-GARBAGE_SIZE = "\n".join([
-    traceback("[rank1]: ", [
-        ("/usr/local/lib/python3.10/dist-packages/torch/distributed/distributed_c10d.py", 2948, "all_gather_object",
-         "object_list[i] = _tensor_to_object(tensor, tensor_size, group)"),
-    ]),
-    "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.",
-])
+GARBAGE_SIZE = "\n".join(
+    [
+        traceback(
+            "[rank1]: ",
+            [
+                (
+                    "/usr/local/lib/python3.10/dist-packages/torch/distributed/distributed_c10d.py",
+                    2948,
+                    "all_gather_object",
+                    "object_list[i] = _tensor_to_object(tensor, tensor_size, group)",
+                ),
+            ],
+        ),
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.",
+    ]
+)
 
 
 CASES = [
@@ -487,6 +629,7 @@ def test_every_deciding_line_passes_the_prefilter(text):
 
 
 # --- the reasoning, not only the label -----------------------------------------------------------
+
 
 def _numbers(text):
     return diagnose_text(text).verdict.numbers
@@ -565,14 +708,19 @@ def test_memory_summary_reads_non_releasable_against_gpu_reserved():
 
 def test_minority_rank_failure_is_uneven_load_not_a_label_change():
     # §5 rule 8: one rank of 32 failing is imbalance on that rank, still a shortage there, not fragmentation
-    lines = ["using world size: 32, data-parallel size: 4", "[rank31]: torch.OutOfMemoryError: CUDA out of memory."]
+    lines = [
+        "using world size: 32, data-parallel size: 4",
+        "[rank31]: torch.OutOfMemoryError: CUDA out of memory.",
+    ]
     d = diagnose_text("\n".join(lines))
     assert d.verdict.label == "capacity"
     assert any("the load is uneven" in r for r in d.verdict.reasons)
 
 
 def test_sigkill_handler_after_a_python_error_is_not_a_host_oom():
-    text = "\n".join(DEEPSPEED_KILLS_AFTER_CUDA_OOM.splitlines()[1:])  # only the launcher's lines, exit code 1
+    text = "\n".join(
+        DEEPSPEED_KILLS_AFTER_CUDA_OOM.splitlines()[1:]
+    )  # only the launcher's lines, exit code 1
     assert diagnose_text(text).verdict.label != "host_oom"
 
 
@@ -580,15 +728,24 @@ def test_sigkill_handler_after_a_python_error_is_not_a_host_oom():
 
 LINE_VARIANTS = [
     # kernel log of a cgroup (container) OOM kill
-    ("[Fri Nov 29 03:12:44 2024] Memory cgroup out of memory: Killed process 140093 (python) total-vm:312844112kB, "
-     "anon-rss:251203524kB", "host_oom"),
+    (
+        "[Fri Nov 29 03:12:44 2024] Memory cgroup out of memory: Killed process 140093 (python) total-vm:312844112kB, "
+        "anon-rss:251203524kB",
+        "host_oom",
+    ),
     # accelerate / subprocess: the child died of SIGKILL
-    ("subprocess.CalledProcessError: Command '['/usr/bin/python', 'train.py']' died with <Signals.SIGKILL: 9>.", "host_oom"),
+    (
+        "subprocess.CalledProcessError: Command '['/usr/bin/python', 'train.py']' died with <Signals.SIGKILL: 9>.",
+        "host_oom",
+    ),
     ("train-worker-0 exited with code 137", "host_oom"),
     # ROCm raw runtime error (hipify of "CUDA error: out of memory")
     ("RuntimeError: HIP error: out of memory", "outside_pytorch"),
     # newer NCCL phrasing of the same allocation failure
-    ("node7:31:88 [1] transport/nvls.cc:214 NCCL WARN Cuda driver error 2 'out of memory'", "outside_pytorch"),
+    (
+        "node7:31:88 [1] transport/nvls.cc:214 NCCL WARN Cuda driver error 2 'out of memory'",
+        "outside_pytorch",
+    ),
     # prose that names the host OOM killer is not a GPU OOM
     ("The job gets killed by the Linux OOM killer while every rank loads the full checkpoint.", "host_oom"),
 ]
@@ -607,13 +764,17 @@ def test_nccl_python_error_alone_is_weak_outside_pytorch():
 
 
 def test_peer_network_errors_alone_are_no_diagnosis():
-    peers = [line for line in NCCL_INTERNAL_ERROR_PEERS.splitlines() if line.startswith(("[rank3]", "[rank1]"))]
+    peers = [
+        line for line in NCCL_INTERNAL_ERROR_PEERS.splitlines() if line.startswith(("[rank3]", "[rank1]"))
+    ]
     assert diagnose_text("\n".join(peers)).verdict.label is None
 
 
 def test_prose_denying_fragmentation_does_not_claim_it():
-    text = ("I don't think this is fragmentation: reserved and allocated differ by a few MiB.\n"
-            "The run OOMs at the first evaluation step.\n")
+    text = (
+        "I don't think this is fragmentation: reserved and allocated differ by a few MiB.\n"
+        "The run OOMs at the first evaluation step.\n"
+    )
     d = diagnose_text(text)
     assert d.verdict.label == "capacity" and d.verdict.confidence == "low"
 
@@ -631,7 +792,9 @@ def test_python_environ_assignment_is_a_setting():
 
 def test_summary_with_only_allocated_rows_is_low_confidence():
     # the public pytorch#84614 shape: only the allocated row, current 11 GiB under the peak
-    table = "\n".join(MEMORY_SUMMARY_TABLE.splitlines()[:8]).replace("|  58213 MiB |  58213 MiB |", "|  61218 MiB |  72128 MiB |")
+    table = "\n".join(MEMORY_SUMMARY_TABLE.splitlines()[:8]).replace(
+        "|  58213 MiB |  58213 MiB |", "|  61218 MiB |  72128 MiB |"
+    )
     d = diagnose_text(table + "\n")
     assert d.verdict.label == "fragmentation" and d.verdict.confidence == "low"
 

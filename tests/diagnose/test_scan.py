@@ -2,24 +2,27 @@ import gzip
 import io
 
 import pytest
+from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
-from memtune.diagnose import diagnose, logscan as scan_module
+from memtune.diagnose import diagnose
+from memtune.diagnose import logscan as scan_module
 from memtune.diagnose.logscan import scan, scan_text
 from memtune.errors import InputError
-from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 
 def test_torchrun_prefixes_interleaved_and_wrapped():
     a = MSG_211_FRAGMENTATION
     b = MSG_211_CAPACITY.replace("GPU 0", "GPU 1")
-    text = "\n".join([
-        "[rank0]: Traceback (most recent call last):",
-        f"[rank0]: {a[:150]}",
-        f"[rank1]: {b[:90]}",
-        f"[rank0]: {a[150:330]}",
-        f"[rank1]: {b[90:]}",
-        f"[rank0]: {a[330:]}",
-    ])
+    text = "\n".join(
+        [
+            "[rank0]: Traceback (most recent call last):",
+            f"[rank0]: {a[:150]}",
+            f"[rank1]: {b[:90]}",
+            f"[rank0]: {a[150:330]}",
+            f"[rank1]: {b[90:]}",
+            f"[rank0]: {a[330:]}",
+        ]
+    )
     r = scan_text(text)
     by_rank = {f.where.rank: f for f in r.failures}
     assert sorted(by_rank) == [0, 1]
@@ -62,7 +65,7 @@ def test_message_across_a_chunk_boundary(tmp_path, monkeypatch):
     filler = "".join(f"iteration {i} | lm loss 2.0\n" for i in range(1000))
     path = tmp_path / "big.log"
     # a wrapped message whose pieces straddle many chunk edges
-    pieces = [MSG_211_FRAGMENTATION[i:i + 80] for i in range(0, len(MSG_211_FRAGMENTATION), 80)]
+    pieces = [MSG_211_FRAGMENTATION[i : i + 80] for i in range(0, len(MSG_211_FRAGMENTATION), 80)]
     path.write_text(filler + "\n".join(pieces) + "\n" + filler)
     r = scan([str(path)])
     assert len(r.failures) == 1

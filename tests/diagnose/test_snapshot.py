@@ -1,8 +1,8 @@
 import pickle
 
 import pytest
-
 from conftest import FIXTURES
+
 from memtune.diagnose.snapshot import load_plain_pickle, plot, read_snapshot, summarise, timeline
 from memtune.errors import InputError
 
@@ -62,13 +62,16 @@ def test_pickle_that_would_run_code_is_refused(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("opcodes", [
-    _reduce_pickle(b"builtins", b"eval", b"1+1"),
-    b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06getcwd\x93)R.",  # STACK_GLOBAL
-    b"(ios\nsystem\nV/bin/true\n.",  # INST
-    b"\x80\x02\x82\x01.",  # EXT1: the copyreg extension registry
-    b"P1\n.",  # persistent id
-])
+@pytest.mark.parametrize(
+    "opcodes",
+    [
+        _reduce_pickle(b"builtins", b"eval", b"1+1"),
+        b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x8c\x06getcwd\x93)R.",  # STACK_GLOBAL
+        b"(ios\nsystem\nV/bin/true\n.",  # INST
+        b"\x80\x02\x82\x01.",  # EXT1: the copyreg extension registry
+        b"P1\n.",  # persistent id
+    ],
+)
 def test_every_way_to_reach_a_callable_is_refused(opcodes):
     with pytest.raises(InputError):
         load_plain_pickle(opcodes, "x")

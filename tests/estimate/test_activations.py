@@ -36,7 +36,9 @@ def test_unfused_local_layer_by_hand(job_factory):
 
 
 def test_sequence_parallel_splits_only_tensors_outside_tp_regions(job_factory):
-    job = job_factory(model={"tensor_model_parallel_size": 2, "sequence_parallel": True, "attention_backend": "flash"})
+    job = job_factory(
+        model={"tensor_model_parallel_size": 2, "sequence_parallel": True, "attention_backend": "flash"}
+    )
     saved = _layer(job)
     assert saved.tensors["input_layernorm.input"] == 2 * T * H / 2
     assert saved.tensors["mlp.linear_fc1.input"] == 2 * T * H / 2
@@ -65,7 +67,9 @@ def test_dropout_keeps_masks(job_factory):
 def test_moe_act_recompute_drops_only_the_activation_output(job_factory):
     moe = {"num_moe_experts": 4, "moe_ffn_hidden_size": 32, "moe_router_topk": 2, "moe_grouped_gemm": True}
     base = job_factory(model=moe)
-    act_rc = job_factory(model={**moe, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]})
+    act_rc = job_factory(
+        model={**moe, "recompute_granularity": "selective", "recompute_modules": ["moe_act"]}
+    )
     kept = {}
     for label, job in (("base", base), ("rc", act_rc)):
         d = derive(job)

@@ -26,7 +26,19 @@ def test_table_explain_and_plot(capsys, tmp_path):
 
 
 def test_overrides_after_options_change_the_layout(capsys):
-    assert main(["estimate", EXAMPLE, "--json", "model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=null", "cluster.num_gpus=16"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                EXAMPLE,
+                "--json",
+                "model.pipeline_model_parallel_size=2",
+                "model.virtual_pipeline_model_parallel_size=null",
+                "cluster.num_gpus=16",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["parallelism"]["pp"] == 2 and len(data["ranks"]) == 2
 

@@ -42,7 +42,11 @@ def test_persistent_buffers_count_two_cublas_workspaces_scores_and_pipeline_rece
 def test_adam_step_temporaries_follow_megatrons_param_groups(job_factory):
     # Local spec => torch's foreach AdamW: one fp32 sqrt(v) per param group at a time; routed
     # experts are their own group. With bf16 gradients every fp32 gradient copy exists at once.
-    d = derive(job_factory(model={"num_moe_experts": 8, "moe_ffn_hidden_size": 32}, ddp={"grad_reduce_in_fp32": False}))
+    d = derive(
+        job_factory(
+            model={"num_moe_experts": 8, "moe_ffn_hidden_size": 32}, ddp={"grad_reduce_in_fp32": False}
+        )
+    )
     state = model_state(d, ParamCounts(dense=600.0, replicated=0.0, expert=1000.0), adapters=0.0, layers=4)
     assert state.optimizer_step_transient == 4 * 1600 + 4 * max(600, 1000)
     assert state.weights == 2 * 1600 and state.grads == 2 * 1600
@@ -57,11 +61,15 @@ def test_loss_keeps_fp32_softmax_and_adds_bf16_logits_at_its_peak(job_factory):
     assert vocab == 1000
     assert out.tensors["loss.softmax_fp32"] == 4 * 256 * vocab
     assert out.fwd_transient == 2 * 256 * vocab
-    assert out.bwd_transient == max(2 * 256 * vocab, 2 * 256 * vocab + 2 * vocab * 64 + 2 * 256 * 64 - 4 * 256 * vocab)
+    assert out.bwd_transient == max(
+        2 * 256 * vocab, 2 * 256 * vocab + 2 * vocab * 64 + 2 * 256 * 64 - 4 * 256 * vocab
+    )
 
 
 def test_rank_json_for_a_global_rank(job_factory):
-    job = job_factory(model={"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"}, cluster={"num_gpus": 4})
+    job = job_factory(
+        model={"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"}, cluster={"num_gpus": 4}
+    )
     est = estimate(job)
     # world 4, PP 2: ranks 0-1 are stage 0, ranks 2-3 stage 1 (order tp-cp-ep-dp-pp)
     assert [est.pp_rank_of(r) for r in range(4)] == [0, 0, 1, 1]
@@ -73,7 +81,11 @@ def test_cpu_offload_removes_only_the_offloaded_layers(job_factory):
     from memtune.estimate.core import EstimateOptions, chunk_activations
 
     base = derive(job_factory(model={"attention_backend": "flash"}))
-    off = derive(job_factory(model={"attention_backend": "flash", "cpu_offloading": True, "cpu_offloading_num_layers": 1}))
+    off = derive(
+        job_factory(
+            model={"attention_backend": "flash", "cpu_offloading": True, "cpu_offloading_num_layers": 1}
+        )
+    )
     full = chunk_activations(base, base.chunks[0][0], EstimateOptions())
     less = chunk_activations(off, off.chunks[0][0], EstimateOptions())
     layer = act.transformer_layer(base, act.dims_of(base), flavour_of(base), False, 1.0).total

@@ -2,12 +2,18 @@ from memtune.config import derive
 from memtune.estimate.params import chunk_params, total_parameters
 
 
-
 def test_llama3_8b_parameter_count_by_hand(job_factory):
-    job = job_factory(model={
-        "num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
-        "num_query_groups": 8, "vocab_size": 128256, "seq_length": 8192,
-    })
+    job = job_factory(
+        model={
+            "num_layers": 32,
+            "hidden_size": 4096,
+            "ffn_hidden_size": 14336,
+            "num_attention_heads": 32,
+            "num_query_groups": 8,
+            "vocab_size": 128256,
+            "seq_length": 8192,
+        }
+    )
     h, f, v = 4096, 14336, 128256
     per_layer = (32 + 2 * 8) * 128 * h + 32 * 128 * h + 3 * f * h + 2 * h
     assert total_parameters(job) == 32 * per_layer + h + 2 * v * h  # 8,030,261,248
@@ -15,8 +21,10 @@ def test_llama3_8b_parameter_count_by_hand(job_factory):
 
 
 def test_tiny_chunk_params_split_over_tp_and_pipeline(job_factory):
-    job = job_factory(model={"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"},
-                   cluster={"num_gpus": 4})
+    job = job_factory(
+        model={"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"},
+        cluster={"num_gpus": 4},
+    )
     d = derive(job)
     h, f = 64, 256
     qkv = (4 + 2 * 2) * 16 * h  # heads 4, groups 2, kv_channels 16
@@ -32,10 +40,16 @@ def test_tiny_chunk_params_split_over_tp_and_pipeline(job_factory):
 
 
 def test_moe_experts_split_over_ep_and_etp(job_factory):
-    job = job_factory(model={
-        "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 32,
-        "expert_model_parallel_size": 4, "moe_token_dispatcher_type": "alltoall",
-    }, cluster={"num_gpus": 4})
+    job = job_factory(
+        model={
+            "num_moe_experts": 8,
+            "moe_router_topk": 2,
+            "moe_ffn_hidden_size": 32,
+            "expert_model_parallel_size": 4,
+            "moe_token_dispatcher_type": "alltoall",
+        },
+        cluster={"num_gpus": 4},
+    )
     d = derive(job)
     local = chunk_params(d, d.chunks[0][0])
     assert local.expert == 4 * 8 * (3 * 32 * 64) / 4

@@ -47,8 +47,13 @@ def random_job(rng: random.Random) -> dict:
     elif model["recompute_granularity"] == "selective":
         model["recompute_modules"] = rng.sample(["core_attn", "mlp", "layernorm"], rng.randint(0, 2))
     if moe:
-        model.update(num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512,
-                     expert_model_parallel_size=rng.choice([1, 2, 4]), moe_token_dispatcher_type="alltoall")
+        model.update(
+            num_moe_experts=8,
+            moe_router_topk=2,
+            moe_ffn_hidden_size=512,
+            expert_model_parallel_size=rng.choice([1, 2, 4]),
+            moe_token_dispatcher_type="alltoall",
+        )
     dp = rng.choice([1, 2, 4])
     mbs = rng.choice([1, 2])
     return {

@@ -2,12 +2,17 @@ from memtune.config import derive
 from memtune.estimate.schedule import forward_order, in_flight
 
 
-
 def _pp(job_factory, p, m=None, microbatches=8, layers=8):
-    job = job_factory(model={
-        "num_layers": layers, "pipeline_model_parallel_size": p, "virtual_pipeline_model_parallel_size": m,
-        "pipeline_dtype": "bf16",
-    }, train={"micro_batch_size": 1, "global_batch_size": microbatches}, cluster={"num_gpus": p})
+    job = job_factory(
+        model={
+            "num_layers": layers,
+            "pipeline_model_parallel_size": p,
+            "virtual_pipeline_model_parallel_size": m,
+            "pipeline_dtype": "bf16",
+        },
+        train={"micro_batch_size": 1, "global_batch_size": microbatches},
+        cluster={"num_gpus": p},
+    )
     return derive(job)
 
 

@@ -13,9 +13,18 @@ from memtune.measure.plan import plan_measurement
 
 def job(model=None, **sections):
     base = dict(
-        num_layers=8, hidden_size=1024, num_attention_heads=16, num_query_groups=4, vocab_size=50257,
-        seq_length=2048, gated_linear_unit=True, activation_func="silu", normalization="RMSNorm",
-        bf16=True, transformer_impl="local", attention_backend="flash",
+        num_layers=8,
+        hidden_size=1024,
+        num_attention_heads=16,
+        num_query_groups=4,
+        vocab_size=50257,
+        seq_length=2048,
+        gated_linear_unit=True,
+        activation_func="silu",
+        normalization="RMSNorm",
+        bf16=True,
+        transformer_impl="local",
+        attention_backend="flash",
     )
     base.update(model or {})
     return validate({"model": base, **sections})
@@ -45,7 +54,11 @@ def test_sequence_parallel_is_dropped_without_tensor_parallelism():
 def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
     # TP2 x PP2 x DP4 = 16 ranks; order tp-cp-ep-dp-pp puts ranks 8..15 on stage 1.
     j = job(
-        {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2},
+        {
+            "tensor_model_parallel_size": 2,
+            "pipeline_model_parallel_size": 2,
+            "virtual_pipeline_model_parallel_size": 2,
+        },
         train={"micro_batch_size": 1, "global_batch_size": 16},
         cluster={"num_gpus": 16},
     )
@@ -57,16 +70,25 @@ def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
         (0, False, False, 2),
         (1, False, True, 2),
     ]
-    assert plan.schedule == {"num_microbatches": 4, "seq_length": 2048, "micro_batch_size": 1}  # 16 / (1 * DP 4)
+    assert plan.schedule == {
+        "num_microbatches": 4,
+        "seq_length": 2048,
+        "micro_batch_size": 1,
+    }  # 16 / (1 * DP 4)
     assert plan.parallel_state["virtual_pipeline_model_parallel_size"] == 2
     assert plan_measurement(j, rank=7).pp_rank == 0
 
 
 def test_moe_routing_is_forced_balanced_and_expert_parallel_sizes_pass_through():
-    j = job({
-        "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 512,
-        "expert_model_parallel_size": 4, "moe_token_dispatcher_type": "alltoall",
-    })
+    j = job(
+        {
+            "num_moe_experts": 8,
+            "moe_router_topk": 2,
+            "moe_ffn_hidden_size": 512,
+            "expert_model_parallel_size": 4,
+            "moe_token_dispatcher_type": "alltoall",
+        }
+    )
     plan = plan_measurement(j, rank=3)
     tc = plan.transformer_config
     assert tc["moe_router_force_load_balancing"] is True
@@ -95,7 +117,9 @@ def test_core_attention_follows_backend(impl, backend, core):
 
 
 def test_distributed_optimizer_and_grad_dtype_reach_ddp_and_optimizer():
-    j = job(optimizer={"use_distributed_optimizer": True}, ddp={"grad_reduce_in_fp32": True, "bucket_size": 1000})
+    j = job(
+        optimizer={"use_distributed_optimizer": True}, ddp={"grad_reduce_in_fp32": True, "bucket_size": 1000}
+    )
     plan = plan_measurement(j, rank=0)
     assert plan.ddp["use_distributed_optimizer"] is True
     assert plan.optimizer["use_distributed_optimizer"] is True
@@ -122,17 +146,43 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
     [
         ({}, {}, 1, 3, "--rank 1: must be between 0 and 0 (world size 1)"),
         ({}, {}, 0, 1, "--iters 1: needs at least 2 (Adam creates its state at the first step)"),
-        ({"context_parallel_size": 2}, {}, 0, 3, "model.context_parallel_size > 1: the local layer spec has no context-parallel attention"),
-        ({"bf16": False}, {}, 0, 3, "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32"),
         (
-            {"recompute_granularity": "selective", "recompute_modules": ["layernorm", "mlp"]}, {}, 0, 3,
+            {"context_parallel_size": 2},
+            {},
+            0,
+            3,
+            "model.context_parallel_size > 1: the local layer spec has no context-parallel attention",
+        ),
+        (
+            {"bf16": False},
+            {},
+            0,
+            3,
+            "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32",
+        ),
+        (
+            {"recompute_granularity": "selective", "recompute_modules": ["layernorm", "mlp"]},
+            {},
+            0,
+            3,
             "model.recompute_modules ['layernorm']: megatron-core 0.19.2's output-discarding checkpoint "
             "calls Transformer Engine, so these fail on the local spec",
         ),
         ({}, {"peft": {}}, 0, 3, "peft: Megatron-Core has no LoRA; memtune measure runs full training only"),
-        ({"mtp_num_layers": 1}, {}, 0, 3, "model.mtp_num_layers: memtune measure does not build multi-token-prediction layers"),
-        ({"tensor_model_parallel_size": 2}, {"cluster": {"num_gpus": 3}}, 0, 3,
-         "cluster.num_gpus 3: must be a multiple of TP*PP*CP (2) and of ETP*EP*PP (2)"),
+        (
+            {"mtp_num_layers": 1},
+            {},
+            0,
+            3,
+            "model.mtp_num_layers: memtune measure does not build multi-token-prediction layers",
+        ),
+        (
+            {"tensor_model_parallel_size": 2},
+            {"cluster": {"num_gpus": 3}},
+            0,
+            3,
+            "cluster.num_gpus 3: must be a multiple of TP*PP*CP (2) and of ETP*EP*PP (2)",
+        ),
     ],
 )
 def test_refusals_are_one_line_each(model, sections, rank, iterations, message):

@@ -61,7 +61,12 @@ def test_runner_subprocess_reports_missing_torch_as_a_refusal(bare_python):
 
 @pytest.mark.parametrize(
     ("kind", "exception"),
-    [("missing", MissingDependencyError), ("config", InputError), ("oom", MeasurementFailed), ("failed", MeasurementFailed)],
+    [
+        ("missing", MissingDependencyError),
+        ("config", InputError),
+        ("oom", MeasurementFailed),
+        ("failed", MeasurementFailed),
+    ],
 )
 def test_runner_errors_map_to_exceptions(kind, exception):
     with pytest.raises(exception, match="^why$"):
@@ -69,7 +74,9 @@ def test_runner_errors_map_to_exceptions(kind, exception):
 
 
 def test_cli_exits_2_with_one_line_where_measurement_cannot_run(bare_python, capsys):
-    status = main(["measure", str(CONFIGS / "llama-pp2-vpp2-recompute.yaml"), "--rank", "15", "--python", bare_python])
+    status = main(
+        ["measure", str(CONFIGS / "llama-pp2-vpp2-recompute.yaml"), "--rank", "15", "--python", bare_python]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2
     assert err == [
@@ -101,17 +108,27 @@ def test_report_sets_the_estimate_beside_a_real_measurement():
     from memtune.measure.cli import print_report, report_json
     from memtune.measure.run import Measurement
 
-    record = json.loads((CONFIGS.parents[2] / "benchmarks" / "measured" / "h200-mcore0.19.2.jsonl").read_text().splitlines()[0])
+    record = json.loads(
+        (CONFIGS.parents[2] / "benchmarks" / "measured" / "h200-mcore0.19.2.jsonl")
+        .read_text()
+        .splitlines()[0]
+    )
     plan = plan_measurement(validate(record["config"]), record["rank"])
     result = Measurement(record["measured"], record["environment"], record["pp_rank"], record["wall_seconds"])
     peak = record["measured"]["peak_allocated_bytes"]
     report = report_json(plan, result, peak + 2**30)
     assert report["estimate"] == {"peak_bytes": peak + 2**30, "difference_bytes": 2**30}
-    assert report_json(plan, result, None, "PAR006 why")["estimate"] == {"peak_bytes": None, "refused": "PAR006 why"}
+    assert report_json(plan, result, None, "PAR006 why")["estimate"] == {
+        "peak_bytes": None,
+        "refused": "PAR006 why",
+    }
     console = Console(record=True, width=200)
     print_report(console, plan, result, peak + 2**30)
     text = console.export_text()
-    assert f"steady-state peak allocated {peak / 2**30:.2f}   estimate {(peak + 2**30) / 2**30:.2f}   difference +1.00" in text
+    assert (
+        f"steady-state peak allocated {peak / 2**30:.2f}   estimate {(peak + 2**30) / 2**30:.2f}   difference +1.00"
+        in text
+    )
     assert "1 (warm-up)" in text
 
 

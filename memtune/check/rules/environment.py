@@ -21,17 +21,36 @@ GRAPHS_FORBID_EXPANDABLE_MESSAGE = (
 )
 
 # Every option torch's CUDA allocator parser accepts, 2.x through main (2026).
-KNOWN_ALLOCATOR_OPTIONS = frozenset({
-    "backend", "expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
-    "roundup_power2_divisions", "garbage_collection_threshold", "release_lock_on_cudamalloc",
-    "pinned_use_cuda_host_register", "pinned_use_hip_host_register", "pinned_num_register_threads",
-    "pinned_use_background_threads", "graph_capture_record_stream_reuse", "per_process_memory_fraction",
-    "throw_on_cudamalloc_oom", "large_segment_size_mb", "pinned_reserve_segment_size_mb",
-    "pinned_max_round_threshold_mb", "pinned_max_cached_size_mb",
-})
+KNOWN_ALLOCATOR_OPTIONS = frozenset(
+    {
+        "backend",
+        "expandable_segments",
+        "max_split_size_mb",
+        "max_non_split_rounding_mb",
+        "roundup_power2_divisions",
+        "garbage_collection_threshold",
+        "release_lock_on_cudamalloc",
+        "pinned_use_cuda_host_register",
+        "pinned_use_hip_host_register",
+        "pinned_num_register_threads",
+        "pinned_use_background_threads",
+        "graph_capture_record_stream_reuse",
+        "per_process_memory_fraction",
+        "throw_on_cudamalloc_oom",
+        "large_segment_size_mb",
+        "pinned_reserve_segment_size_mb",
+        "pinned_max_round_threshold_mb",
+        "pinned_max_cached_size_mb",
+    }
+)
 # Options of the native caching allocator that the cudaMallocAsync backend ignores.
-NATIVE_ONLY_OPTIONS = ("expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
-                       "roundup_power2_divisions", "garbage_collection_threshold")
+NATIVE_ONLY_OPTIONS = (
+    "expandable_segments",
+    "max_split_size_mb",
+    "max_non_split_rounding_mb",
+    "roundup_power2_divisions",
+    "garbage_collection_threshold",
+)
 
 
 def _graph_guard(c: Context) -> str | None:
@@ -213,7 +232,9 @@ def graph_guard_bypassed(c: Context) -> Hit | None:
     return Hit(
         f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_ALLOC_CONF=expandable_segments:True: "
         "Megatron reads only PYTORCH_CUDA_ALLOC_CONF, so its CUDA-graph guard is bypassed",
-        "set env.NCCL_GRAPH_REGISTER=0" if guard == "register" else "remove expandable_segments:True or the CUDA graphs",
+        "set env.NCCL_GRAPH_REGISTER=0"
+        if guard == "register"
+        else "remove expandable_segments:True or the CUDA graphs",
     )
 
 

@@ -24,7 +24,9 @@ def _column_fallback(c: Context, target: str) -> str | None:
     """Megatron-Bridge's eligibility checks for a non-expert column-parallel adapter, in its order."""
     m, d = c.model, c.d
     if not d.sequence_parallel:
-        return "sequence-parallel communication is disabled" + (": tensor parallel size is one" if d.tp == 1 else "")
+        return "sequence-parallel communication is disabled" + (
+            ": tensor parallel size is one" if d.tp == 1 else ""
+        )
     if m.cpu_offloading and m.cpu_offloading_activations:
         return "CPU activation offload is enabled"
     if c.cuda_graphs:
@@ -49,8 +51,11 @@ def regather_surfaces(c: Context) -> list[Surface]:
                 surfaces.append(Surface("linear_fc1 (dense layers)", _column_fallback(c, target)))
             surfaces.append(Surface("linear_fc1 (routed experts)", "expert adapters never receive the flag"))
             if c.model.moe_shared_expert_intermediate_size:
-                shared = ("sequence-parallel communication is disabled" if c.model.moe_shared_expert_overlap
-                          else _column_fallback(c, target))
+                shared = (
+                    "sequence-parallel communication is disabled"
+                    if c.model.moe_shared_expert_overlap
+                    else _column_fallback(c, target)
+                )
                 surfaces.append(Surface("linear_fc1 (shared experts)", shared))
     return surfaces
 

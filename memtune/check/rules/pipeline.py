@@ -12,12 +12,18 @@ from memtune.check.registry import rule
 def _layers_with_accounting(c: Context) -> int:
     """Layers plus the embedding and loss slots Megatron counts when asked to."""
     m = c.model
-    return m.num_layers + int(m.account_for_embedding_in_pipeline_split) + int(m.account_for_loss_in_pipeline_split)
+    return (
+        m.num_layers
+        + int(m.account_for_embedding_in_pipeline_split)
+        + int(m.account_for_loss_in_pipeline_split)
+    )
 
 
 def _uneven_layout(c: Context) -> bool:
     m = c.model
-    return c.d.pp > 1 and (m.num_layers_in_first_pipeline_stage is not None or m.num_layers_in_last_pipeline_stage is not None)
+    return c.d.pp > 1 and (
+        m.num_layers_in_first_pipeline_stage is not None or m.num_layers_in_last_pipeline_stage is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,11 @@ class _Middle:
 def _middle(c: Context) -> _Middle | None:
     """The middle of an uneven layout, or None when there is none or its edge sizes are invalid."""
     m = c.model
-    edges = [n for n in (m.num_layers_in_first_pipeline_stage, m.num_layers_in_last_pipeline_stage) if n is not None]
+    edges = [
+        n
+        for n in (m.num_layers_in_first_pipeline_stage, m.num_layers_in_last_pipeline_stage)
+        if n is not None
+    ]
     if not _uneven_layout(c) or any(n <= 0 for n in edges):
         return None
     return _Middle(layers=m.num_layers - sum(edges), stages=c.d.pp - len(edges))
@@ -157,8 +167,16 @@ def uneven_with_accounting(c: Context) -> Hit | None:
     Keep one mechanism: either the explicit stage sizes or the accounting flags.
     """
     m = c.model
-    explicit = [k for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage") if getattr(m, k) is not None]
-    accounting = [k for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split") if getattr(m, k)]
+    explicit = [
+        k
+        for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+        if getattr(m, k) is not None
+    ]
+    accounting = [
+        k
+        for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+        if getattr(m, k)
+    ]
     if not explicit or not accounting:
         return None
     return Hit(
@@ -232,7 +250,8 @@ def middle_stages_mismatch(c: Context) -> Hit | None:
         f"(model.num_layers={c.model.num_layers}, model.pipeline_model_parallel_size={c.d.pp})",
         "make the first and last stage sizes add up to num_layers minus the middle stages' layers",
         f"Mismatch: {mid.layers} middle layers remaining but {mid.stages} middle PP stages available."
-        if mid.stages == 0 else None,
+        if mid.stages == 0
+        else None,
     )
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from memtune.check.context import Context
-from memtune.config.derived import DEFAULT_RECOMPUTE_MODULES
 from memtune.check.finding import ERROR, WARNING, Hit
 from memtune.check.registry import rule
 from memtune.check.versions import Version, format_version
+from memtune.config.derived import DEFAULT_RECOMPUTE_MODULES
 
 # Selective-recompute labels each megatron-core release accepts.
 _MODULES_0_13 = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe"})
@@ -143,7 +143,11 @@ def recompute_options_without_granularity(c: Context) -> Hit | None:
     Add `recompute_granularity: full`, or remove the two keys.
     """
     m = c.model
-    stray = [f"model.{k}={getattr(m, k)}" for k in ("recompute_method", "recompute_num_layers") if getattr(m, k) is not None]
+    stray = [
+        f"model.{k}={getattr(m, k)}"
+        for k in ("recompute_method", "recompute_num_layers")
+        if getattr(m, k) is not None
+    ]
     if m.recompute_granularity is not None or not stray:
         return None
     return Hit(
@@ -297,7 +301,9 @@ def shared_experts_recompute_with_overlap(c: Context) -> Hit | None:
     Drop one of the two.
     """
     m = c.model
-    if "shared_experts" not in _selective_modules(c) or not (m.moe_shared_expert_intermediate_size and m.moe_shared_expert_overlap):
+    if "shared_experts" not in _selective_modules(c) or not (
+        m.moe_shared_expert_intermediate_size and m.moe_shared_expert_overlap
+    ):
         return None
     return Hit(
         "model.recompute_modules includes shared_experts with model.moe_shared_expert_overlap=true",
@@ -338,7 +344,9 @@ def fp8_delayed_recompute_modules(c: Context) -> Hit | None:
 def _fused_attention(c: Context) -> bool:
     """Whether attention runs in a flash/fused kernel that keeps no s×s scores."""
     backend = c.model.attention_backend
-    return backend in ("flash", "fused") or (backend == "auto" and c.model.transformer_impl == "transformer_engine")
+    return backend in ("flash", "fused") or (
+        backend == "auto" and c.model.transformer_impl == "transformer_engine"
+    )
 
 
 @rule("REC011", "core-attn-with-fused-attention", WARNING)
@@ -386,7 +394,12 @@ def _untargeted_modules(c: Context) -> list[str]:
         reasons.append("moe (no MoE layers)")
     if "shared_experts" in modules and not (d.is_moe and m.moe_shared_expert_intermediate_size):
         reasons.append("shared_experts (no shared experts)")
-    if "layernorm" in modules and m.transformer_impl == "transformer_engine" and not d.is_moe and not m.multi_latent_attention:
+    if (
+        "layernorm" in modules
+        and m.transformer_impl == "transformer_engine"
+        and not d.is_moe
+        and not m.multi_latent_attention
+    ):
         reasons.append("layernorm (Transformer Engine fuses both LayerNorms into the following linears)")
     return reasons
 

@@ -42,7 +42,7 @@ def parse_script(text: str) -> Script:
         array = _ARRAY_START.match(line)
         if array:
             name, op = array.groups()
-            body = line[array.end():].rsplit(")", 1)[0]
+            body = line[array.end() :].rsplit(")", 1)[0]
             items = _split(_expand(body, script.variables))
             previous = script.variables.get(name, []) if op == "+=" else []
             script.variables[name] = (previous if isinstance(previous, list) else [previous]) + items
@@ -83,7 +83,7 @@ def _logical_lines(text: str) -> list[str]:
                 out.append(" ".join(open_array))
                 open_array = None
             continue
-        if _ARRAY_START.match(line) and ")" not in _strip_comment(line[_ARRAY_START.match(line).end():]):
+        if _ARRAY_START.match(line) and ")" not in _strip_comment(line[_ARRAY_START.match(line).end() :]):
             open_array = [line]
             continue
         out.append(line)
@@ -129,7 +129,9 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
         return value
 
     def arithmetic(match: re.Match) -> str:
-        expression = re.sub(rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), match.group(1))
+        expression = re.sub(
+            rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), match.group(1)
+        )
         result = evaluate(expression.replace("/", "//"))
         return str(result) if isinstance(result, int) else match.group(0)
 
@@ -144,7 +146,12 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
 
 
 _MAX_LIST = 100_000  # longer than any layer list; keeps `[0]*10000000000` from eating memory
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
 
 
 def evaluate(expression: str) -> int | list | None:

@@ -18,8 +18,23 @@ from memtune.errors import InputError
 
 # Top-level sections only a ConfigContainer has; any of them marks a file as a Bridge dump.
 BRIDGE_ONLY_SECTIONS = frozenset(
-    {"dataset", "logger", "tokenizer", "checkpoint", "dist", "rng", "rerun_state_machine", "scheduler",
-     "mixed_precision", "comm_overlap", "profiling", "ft", "straggler", "nvrx_straggler", "inprocess_restart"}
+    {
+        "dataset",
+        "logger",
+        "tokenizer",
+        "checkpoint",
+        "dist",
+        "rng",
+        "rerun_state_machine",
+        "scheduler",
+        "mixed_precision",
+        "comm_overlap",
+        "profiling",
+        "ft",
+        "straggler",
+        "nvrx_straggler",
+        "inprocess_restart",
+    }
 )
 
 SCHEMA_SECTIONS: dict[str, type[BaseModel]] = {
@@ -44,14 +59,44 @@ _FP16 = {"bf16": False, "fp16": True, "pipeline_dtype": "fp16", "grad_reduce_in_
 MIXED_PRECISION_RECIPES = {
     "bf16_mixed": _BF16,
     "fp16_mixed": _FP16,
-    "bf16_with_fp8_delayed_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True},
-    "fp16_with_fp8_delayed_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "delayed", "fp8_param_gather": True},
+    "bf16_with_fp8_delayed_scaling_mixed": {
+        **_BF16,
+        "fp8": "hybrid",
+        "fp8_recipe": "delayed",
+        "fp8_param_gather": True,
+    },
+    "fp16_with_fp8_delayed_scaling_mixed": {
+        **_FP16,
+        "fp8": "hybrid",
+        "fp8_recipe": "delayed",
+        "fp8_param_gather": True,
+    },
     "bf16_with_mxfp8_mixed": {**_BF16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
     "fp16_with_mxfp8_mixed": {**_FP16, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True},
-    "bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True},
-    "fp16_with_fp8_current_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "tensorwise", "fp8_param_gather": True},
-    "bf16_with_fp8_subchannel_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
-    "fp16_with_fp8_subchannel_scaling_mixed": {**_FP16, "fp8": "hybrid", "fp8_recipe": "blockwise", "fp8_param_gather": False},
+    "bf16_with_fp8_current_scaling_mixed": {
+        **_BF16,
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+        "fp8_param_gather": True,
+    },
+    "fp16_with_fp8_current_scaling_mixed": {
+        **_FP16,
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+        "fp8_param_gather": True,
+    },
+    "bf16_with_fp8_subchannel_scaling_mixed": {
+        **_BF16,
+        "fp8": "hybrid",
+        "fp8_recipe": "blockwise",
+        "fp8_param_gather": False,
+    },
+    "fp16_with_fp8_subchannel_scaling_mixed": {
+        **_FP16,
+        "fp8": "hybrid",
+        "fp8_recipe": "blockwise",
+        "fp8_param_gather": False,
+    },
 }
 _MIXED_PRECISION_MODEL_KEYS = ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "pipeline_dtype")
 _COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket_size")
@@ -90,7 +135,14 @@ def read(data: dict) -> tuple[dict, list[str]]:
         elif name in data:
             out[name] = data[name]  # not a mapping: the schema says so
 
-    handled = {*SCHEMA_SECTIONS, "peft", "mixed_precision", "comm_overlap", *MEMTUNE_ONLY_SECTIONS, "_target_"}
+    handled = {
+        *SCHEMA_SECTIONS,
+        "peft",
+        "mixed_precision",
+        "comm_overlap",
+        *MEMTUNE_ONLY_SECTIONS,
+        "_target_",
+    }
     ignored.extend(name for name, value in data.items() if name not in handled and value is not None)
     return {name: section for name, section in out.items() if section != {}}, ignored
 
@@ -104,7 +156,9 @@ def _section(data: dict, name: str) -> dict:
     return value
 
 
-def _take_known_keys(section: dict, schema: type[BaseModel], prefix: str, out: dict, ignored: list[str]) -> None:
+def _take_known_keys(
+    section: dict, schema: type[BaseModel], prefix: str, out: dict, ignored: list[str]
+) -> None:
     """Copy the keys ``schema`` knows into ``out[prefix]``; note the others in ``ignored``."""
     for key, value in section.items():
         if key.startswith("_"):  # _target_, _call_: how Bridge rebuilds the object

@@ -15,7 +15,13 @@ from memtune.errors import InputError
 _MISSING = object()
 
 # Hugging Face activation names, to the schema's.
-HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+HF_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu": "gelu",
+    "gelu_new": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+}
 
 
 class _Fields:
@@ -33,21 +39,30 @@ class _Fields:
     def require(self, key: str) -> object:
         value = self.get(key, _MISSING)
         if value is _MISSING:
-            raise InputError(f"{self.where}: a {self.model_type} config needs {self.prefix}{key!r}, which is missing")
+            raise InputError(
+                f"{self.where}: a {self.model_type} config needs {self.prefix}{key!r}, which is missing"
+            )
         return value
 
     def check_present(self, *keys: str) -> None:
         """Report every missing key at once rather than the first."""
         missing = [k for k in keys if self.data.get(k) is None]
         if missing:
-            raise InputError([f"{self.where}: a {self.model_type} config needs {self.prefix}{k!r}, which is missing" for k in missing])
+            raise InputError(
+                [
+                    f"{self.where}: a {self.model_type} config needs {self.prefix}{k!r}, which is missing"
+                    for k in missing
+                ]
+            )
 
     def unused(self) -> list[str]:
         return [f"{self.prefix}{k}" for k in self.data if k not in self.used]
 
 
 def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
-    f.check_present("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")
+    f.check_present(
+        "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"
+    )
     heads = f.require("num_attention_heads")
     model = {
         "num_layers": f.require("num_hidden_layers"),
@@ -77,7 +92,9 @@ def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
 def _activation(f: _Fields) -> str:
     name = f.get("hidden_act") or f.get("hidden_activation") or "silu"
     if name not in HF_ACTIVATIONS:
-        raise InputError(f"{f.where}: activation {name!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}")
+        raise InputError(
+            f"{f.where}: activation {name!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
+        )
     return HF_ACTIVATIONS[name]
 
 

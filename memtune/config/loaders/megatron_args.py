@@ -19,7 +19,12 @@ from memtune.config.loaders._shell import Command, Script, evaluate, parse_scrip
 from memtune.config.schema import EnvConfig
 from memtune.errors import InputError
 
-LAUNCHER_GPU_FLAGS = {"nproc-per-node": "gpus_per_node", "nnodes": "nodes", "num-gpus": "gpus_per_node", "num-nodes": "nodes"}
+LAUNCHER_GPU_FLAGS = {
+    "nproc-per-node": "gpus_per_node",
+    "nnodes": "nodes",
+    "num-gpus": "gpus_per_node",
+    "num-nodes": "nodes",
+}
 ENV_VARIABLES = tuple(name for name in EnvConfig.model_fields if name.isupper())
 
 
@@ -78,7 +83,9 @@ FLAGS: dict[str, Value | Switch] = {
     "num-layers-in-last-pipeline-stage": Value("model.num_layers_in_last_pipeline_stage", _number),
     "account-for-embedding-in-pipeline-split": _on("model.account_for_embedding_in_pipeline_split"),
     "account-for-loss-in-pipeline-split": _on("model.account_for_loss_in_pipeline_split"),
-    "microbatch-group-size-per-virtual-pipeline-stage": Value("model.microbatch_group_size_per_vp_stage", _number),
+    "microbatch-group-size-per-virtual-pipeline-stage": Value(
+        "model.microbatch_group_size_per_vp_stage", _number
+    ),
     # architecture
     "num-layers": Value("model.num_layers", _number),
     "hidden-size": Value("model.hidden_size", _number),
@@ -154,7 +161,9 @@ FLAGS: dict[str, Value | Switch] = {
     "global-batch-size": Value("train.global_batch_size", _number),
     # optimizer and data parallelism
     "optimizer": Value("optimizer.optimizer"),
-    "use-distributed-optimizer": Switch({"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True}),
+    "use-distributed-optimizer": Switch(
+        {"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True}
+    ),
     "use-precision-aware-optimizer": _on("optimizer.use_precision_aware_optimizer"),
     "main-grads-dtype": Value("optimizer.main_grads_dtype"),
     "main-params-dtype": Value("optimizer.main_params_dtype"),
@@ -177,15 +186,23 @@ def looks_like_launch(path: Path, text: str) -> bool:
         return True
     if path.suffix in (".yaml", ".yml", ".json"):
         return False
-    first = next((line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")), "")
-    return text.startswith("#!") or first in ("torchrun", "python", "python3", "deepspeed", "srun") or "--num-layers" in text
+    first = next(
+        (line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")), ""
+    )
+    return (
+        text.startswith("#!")
+        or first in ("torchrun", "python", "python3", "deepspeed", "srun")
+        or "--num-layers" in text
+    )
 
 
 def read(path: Path, text: str) -> tuple[dict, list[str]]:
     script = parse_script(text)
     command = _training_command(script)
     if command is None:
-        raise InputError(f"{path}: no training command found (expected e.g. `torchrun ... pretrain_gpt.py --num-layers ...`)")
+        raise InputError(
+            f"{path}: no training command found (expected e.g. `torchrun ... pretrain_gpt.py --num-layers ...`)"
+        )
     launcher, args = _split_launcher(command.words)
     data, ignored = _map_flags(args)
     _combine(path, data, ignored)
@@ -199,7 +216,9 @@ def _training_command(script: Script) -> Command | None:
     candidates = [c for c in script.commands if any(w.startswith("--") for w in c.words)]
     if not candidates:
         return None
-    with_layers = [c for c in candidates if any(w.split("=")[0] in ("--num-layers", "--num_layers") for w in c.words)]
+    with_layers = [
+        c for c in candidates if any(w.split("=")[0] in ("--num-layers", "--num_layers") for w in c.words)
+    ]
     return max(with_layers or candidates, key=lambda c: sum(w.startswith("--") for w in c.words))
 
 
@@ -207,7 +226,7 @@ def _split_launcher(words: list[str]) -> tuple[list[str], list[str]]:
     """Launcher words (torchrun and its options) and the training script's own arguments."""
     for i, word in enumerate(words):
         if word.endswith(".py"):
-            return words[:i], words[i + 1:]
+            return words[:i], words[i + 1 :]
     first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
     return words[:first_flag], words[first_flag:]
 
@@ -240,7 +259,9 @@ def _map_flags(args: list[str]) -> tuple[dict, list[str]]:
         elif not values:
             raise InputError(f"--{name}: expects a value")
         else:
-            _store(data, spec.dest, [spec.convert(v) for v in values] if spec.many else spec.convert(values[0]))
+            _store(
+                data, spec.dest, [spec.convert(v) for v in values] if spec.many else spec.convert(values[0])
+            )
     return data, ignored
 
 
@@ -261,13 +282,19 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
         model["cpu_offloading"] = True
     model.setdefault("position_embedding_type", "learned_absolute")
     # Megatron-LM passes its params dtype as pipeline_dtype and always frees sent stage outputs.
-    model.setdefault("pipeline_dtype", "bf16" if model.get("bf16") else "fp16" if model.get("fp16") else "fp32")
+    model.setdefault(
+        "pipeline_dtype", "bf16" if model.get("bf16") else "fp16" if model.get("fp16") else "fp32"
+    )
     model.setdefault("deallocate_pipeline_outputs", True)
     # With --bf16, Megatron-LM reduces gradients in fp32 unless told --grad-reduce-in-bf16.
-    fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (model.get("bf16") and not facts.get("grad_reduce_in_bf16"))
+    fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (
+        model.get("bf16") and not facts.get("grad_reduce_in_bf16")
+    )
     data["ddp"]["grad_reduce_in_fp32"] = bool(fp32_grads)
     if "layers_per_virtual_stage" in facts:
-        model["virtual_pipeline_model_parallel_size"] = _virtual_stages(path, model, facts["layers_per_virtual_stage"])
+        model["virtual_pipeline_model_parallel_size"] = _virtual_stages(
+            path, model, facts["layers_per_virtual_stage"]
+        )
 
 
 def _virtual_stages(path: Path, model: dict, layers_per_stage_chunk: object) -> object:
@@ -291,7 +318,9 @@ def _environment(script: Script, command: Command, data: dict, ignored: list[str
         if value is not None:
             data["env"][name] = value
         elif name in script.variables:
-            ignored.append(f"{name} (set in the script but not exported, so the training process does not see it)")
+            ignored.append(
+                f"{name} (set in the script but not exported, so the training process does not see it)"
+            )
 
 
 def _cluster(script: Script, launcher: list[str], data: dict) -> None:

@@ -20,14 +20,18 @@ def parse_mapping(path: Path, text: str) -> dict:
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise InputError(
+            f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "cannot parse"
         raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of sections (model, train, ...), got {type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a mapping of sections (model, train, ...), got {type(data).__name__}"
+        )
     return data
 
 
