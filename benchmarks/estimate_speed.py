@@ -1,8 +1,8 @@
 """How long one estimate takes (the planner will call it many times).
 
 Run: python benchmarks/estimate_speed.py
-Prints the median wall time of ``estimate(job, checked=True)`` (checks excluded) and of the
-full ``estimate(job)`` for the bundled examples and a few presets.
+Prints the median wall time of ``estimate(checked)`` (checks excluded) and of the
+full ``estimate(gate(job))`` for the bundled examples and a few presets.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
+from memtune.check import gate
 from memtune.config import load_job
 from memtune.estimate import estimate
 
@@ -48,8 +49,9 @@ def main() -> None:
     for path, overrides in CASES:
         job = load_job(ROOT / path, overrides).job
         label = path + (" (405B shape, TP8 PP7 VPP3)" if overrides else "")
-        bare = median_ms(lambda job=job: estimate(job, checked=True))
-        full = median_ms(lambda job=job: estimate(job))
+        checked = gate(job)
+        bare = median_ms(lambda checked=checked: estimate(checked))
+        full = median_ms(lambda job=job: estimate(gate(job)))
         print(f"{label:55} estimate {bare:6.2f} ms   with checks {full:6.2f} ms")
 
 

@@ -41,11 +41,12 @@ UNKNOWN_NEED_GIB = 30.0
 
 def need_gib(job, rank: int) -> float:
     """Device memory to set aside for a run when packing the GPU."""
+    from memtune.check import gate
     from memtune.errors import InputError
     from memtune.estimate import estimate
 
     try:
-        peak = estimate(job, checked=True).rank(rank).peak_bytes
+        peak = estimate(gate(job)).rank(rank).peak_bytes
     except InputError:
         return UNKNOWN_NEED_GIB
     return round(peak / GiB * HEADROOM + CUDA_CONTEXT_GIB, 1)
@@ -54,6 +55,7 @@ def need_gib(job, rank: int) -> float:
 def make_plans(args) -> int:
     from matrix import entries, split_of
 
+    from memtune.check import gate
     from memtune.config import validate
     from memtune.measure.plan import plan_measurement
 
@@ -71,7 +73,7 @@ def make_plans(args) -> int:
     with open(args.out, "w") as fh:
         for entry in chosen:
             job = validate(entry.config)
-            plan = plan_measurement(job, entry.rank, args.iters)
+            plan = plan_measurement(gate(job), entry.rank, args.iters)
             line = {
                 "id": entry.id,
                 "split": split_of(entry.id),
@@ -99,6 +101,7 @@ def merge(args) -> int:
     record never claims a config other than the one measured; its config is then the matrix's."""
     from matrix import entries, split_of
 
+    from memtune.check import gate
     from memtune.config import validate
     from memtune.measure.plan import plan_measurement
 
@@ -120,7 +123,9 @@ def merge(args) -> int:
         record = results.get(entry.id)
         if record is None:
             continue
-        planned = plan_measurement(validate(entry.config), entry.rank, len(record["measured"]["iterations"]))
+        planned = plan_measurement(
+            gate(validate(entry.config)), entry.rank, len(record["measured"]["iterations"])
+        )
         if entry.id in ran and _plan_without_record(planned.to_json()) != _plan_without_record(ran[entry.id]):
             skipped.append(entry.id)
             continue

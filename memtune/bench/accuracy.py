@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtune.bench.megatron_formula import megatron_lm_estimate
+from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
@@ -71,7 +72,7 @@ def read_runs(paths: list[Path]) -> list[dict]:
 
 def evaluate(run: dict) -> RunResult:
     job = validate(run["config"])
-    est = estimate(job, checked=True)
+    est = estimate(gate(job))
     rank = est.rank(run["rank"])
     return RunResult(
         id=run["id"],

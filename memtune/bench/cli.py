@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from memtune.bench.accuracy import evaluate, read_runs, summarize
+from memtune.units import GiB
 
 DEFAULT_SET = Path("benchmarks/measured")
-GiB = 2**30
 
 
 def register(sub: argparse._SubParsersAction) -> None:

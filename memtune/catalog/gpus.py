@@ -14,8 +14,8 @@ from functools import cache
 from memtune.catalog._data import lookup_key, read_catalog
 from memtune.config.schema import ClusterConfig
 from memtune.errors import InputError
+from memtune.units import GiB
 
-GIB = 2**30
 REFERENCE_GPU = "H200"  # newest GPU with a reading; its reading/datasheet ratio derives the rest
 
 
@@ -35,7 +35,7 @@ class GPU:
 
     @property
     def memory_gib(self) -> float:
-        return self.memory_bytes / GIB
+        return self.memory_bytes / GiB
 
     @property
     def bf16_flops(self) -> float:
@@ -59,7 +59,7 @@ def _gpus() -> tuple[GPU, ...]:
             GPU(
                 name=e["name"],
                 aliases=tuple(e.get("aliases", ())),
-                memory_bytes=round(gib * GIB),
+                memory_bytes=round(gib * GiB),
                 memory_measured=reading is not None,
                 memory_note=e["memory_note"],
                 datasheet_memory_gb=e["datasheet_memory_gb"],
@@ -91,5 +91,5 @@ def get_gpu(name: str) -> GPU:
 def capacity_bytes(cluster: ClusterConfig) -> int:
     """Memory one GPU of the job has: ``cluster.gpu_memory_gib`` if set, else the catalog's."""
     if cluster.gpu_memory_gib is not None:
-        return round(cluster.gpu_memory_gib * GIB)
+        return round(cluster.gpu_memory_gib * GiB)
     return get_gpu(cluster.gpu).memory_bytes

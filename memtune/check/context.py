@@ -4,15 +4,11 @@ allocator environment as torch will see it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
-from memtune.check.versions import Version, parse_version
+from memtune.config.allocator import AllocatorSettings
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig, ModelConfig
-
-# torch reads the new name PYTORCH_ALLOC_CONF for the CUDA allocator reliably from 2.11 on
-# (2.9.1 ignores it, pytorch#183387; older releases predate the name).
-TORCH_READS_PYTORCH_ALLOC_CONF = (2, 11, 0)
+from memtune.config.versions import Version
 
 
 @dataclass(frozen=True)
@@ -24,68 +20,53 @@ class Context:
 
     @classmethod
     def of(cls, job: JobConfig) -> Context:
+        d = derive(job)
         return cls(
             job=job,
-            d=derive(job),
-            mcore=parse_version(job.env.megatron_core_version, "env.megatron_core_version"),
-            torch=parse_version(job.env.torch_version, "env.torch_version"),
+            d=d,
+            mcore=d.mcore_version,
+            torch=d.torch_version,
         )
 
     @property
     def model(self) -> ModelConfig:
         return self.job.model
 
-    # --- allocator environment -----------------------------------------------------------
-    @cached_property
-    def cuda_alloc_conf(self) -> dict[str, str]:
-        """``PYTORCH_CUDA_ALLOC_CONF``, the name Megatron's own guards read."""
-        return parse_alloc_conf(self.job.env.PYTORCH_CUDA_ALLOC_CONF)
+    # --- allocator environment (read from Derived; see memtune/config/allocator.py) ----------
+    @property
+    def allocator(self) -> AllocatorSettings:
+        return self.d.allocator
 
-    @cached_property
-    def new_alloc_conf(self) -> dict[str, str]:
-        """``PYTORCH_ALLOC_CONF``, the newer name, invisible to Megatron's guards."""
-        return parse_alloc_conf(self.job.env.PYTORCH_ALLOC_CONF)
-
-    @cached_property
+    @property
     def torch_reads_new_alloc_conf(self) -> bool:
-        return self.torch >= TORCH_READS_PYTORCH_ALLOC_CONF
+        return self.allocator.torch_reads_alloc_conf
 
-    @cached_property
+    @property
     def read_alloc_confs(self) -> dict[str, dict[str, str]]:
-        """The allocator variables torch will actually read, by name."""
-        confs = {}
-        if self.job.env.PYTORCH_CUDA_ALLOC_CONF:
-            confs["PYTORCH_CUDA_ALLOC_CONF"] = self.cuda_alloc_conf
-        if self.job.env.PYTORCH_ALLOC_CONF and self.torch_reads_new_alloc_conf:
-            confs["PYTORCH_ALLOC_CONF"] = self.new_alloc_conf
-        return confs
+        """The allocator variable torch will actually read, by name (at most one)."""
+        a = self.allocator
+        return {a.source: a.options} if a.source else {}
 
-    @cached_property
+    @property
     def alloc_options(self) -> dict[str, str]:
-        """The allocator options in effect (the newer name taken last, as the primary one)."""
-        merged: dict[str, str] = {}
-        for conf in self.read_alloc_confs.values():
-            merged.update(conf)
-        return merged
+        return self.allocator.options
 
-    @cached_property
+    @property
     def expandable_in_cuda_alloc_conf(self) -> bool:
-        return self.cuda_alloc_conf.get("expandable_segments") == "True"
+        return self.allocator.expandable_in_cuda_alloc_conf
 
-    @cached_property
+    @property
     def expandable_segments(self) -> bool:
-        """Whether torch's CUDA allocator will actually run with expandable segments."""
-        return self.alloc_options.get("expandable_segments") == "True"
+        return self.allocator.expandable_segments
 
     # --- features ------------------------------------------------------------------------
     @property
     def cuda_graphs(self) -> bool:
-        return self.model.cuda_graph_impl != "none"
+        return self.d.cuda_graphs
 
     @property
     def distributed_optimizer(self) -> bool:
-        """Megatron-Bridge turns both flags on when either is on."""
-        return self.job.ddp.use_distributed_optimizer or self.job.optimizer.use_distributed_optimizer
+        return self.d.use_distributed_optimizer
 
     @property
     def megatron_fsdp(self) -> bool:
@@ -103,28 +84,3 @@ class Context:
     @property
     def any_dense_layer(self) -> bool:
         return not all(self.d.moe_layer_pattern)
-
-
-def parse_alloc_conf(text: str | None) -> dict[str, str]:
-    """``"expandable_segments:True,roundup_power2_divisions:[256:1,>:8]"`` -> key -> value.
-
-    Commas inside brackets belong to the value, as in torch's own parser.
-    """
-    if not text:
-        return {}
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    conf = {}
-    for item in items:
-        key, _, value = item.strip().partition(":")
-        if key:
-            conf[key.strip()] = value.strip()
-    return conf

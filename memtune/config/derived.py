@@ -1,7 +1,13 @@
-"""Every value Megatron derives from the configuration, computed in one place.
+"""Every fact Megatron (and torch) derive from the configuration, computed in one place.
 
-``derive(job)`` never raises on an inconsistent layout: it rounds the way Megatron would
-and leaves the complaint to ``memtune check``, which every command runs first.
+Parallel sizes, batches, the layer layout per stage and chunk, the rank-to-stage mapping, the
+distributed optimizer in effect, parameter and gradient dtypes, the allocator settings in effect
+and the fragmentation margin, the attention flavour and software versions: every consumer
+(check, estimate, measure, diagnose, plan) reads them from :class:`Derived`, and
+``tests/config/test_one_home.py`` fails when one is computed elsewhere.
+
+``derive(job)`` never raises on an inconsistent layout: it rounds the way Megatron would and
+leaves the complaint to ``memtune check``; only unparsable version strings raise.
 """
 
 from __future__ import annotations
@@ -10,9 +16,12 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.schema import JobConfig, ModelConfig
+from memtune.config.versions import Version, parse_version
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,11 @@ class Derived:
         """Expert data-parallel size (CP folded in)."""
         return max(1, self.world_size // (self.etp * self.ep * self.pp))
 
+    def pp_rank_of(self, global_rank: int) -> int:
+        """Pipeline stage of a global rank under Megatron-Core's default order ``tp-cp-ep-dp-pp``
+        (pipeline outermost, so each stage holds ``world_size / pp`` consecutive ranks)."""
+        return global_rank // (self.world_size // self.pp)
+
     # --- batches ------------------------------------------------------------------------
     @cached_property
     def micro_batch_size(self) -> int:
@@ -150,6 +164,72 @@ class Derived:
             return ()
         modules = self.model.recompute_modules
         return DEFAULT_RECOMPUTE_MODULES if modules is None else tuple(modules)
+
+    # --- precision and optimizer ---------------------------------------------------------
+    @cached_property
+    def param_dtype(self) -> str:
+        """Dtype of the model's weights: ``bf16``, ``fp16`` or ``fp32``."""
+        return "bf16" if self.model.bf16 else "fp16" if self.model.fp16 else "fp32"
+
+    @cached_property
+    def half_precision(self) -> bool:
+        return self.param_dtype != "fp32"
+
+    @cached_property
+    def grad_dtype(self) -> str:
+        """Dtype of the gradient buffer: fp32 with ``grad_reduce_in_fp32`` or fp32 weights."""
+        return "fp32" if self.job.ddp.grad_reduce_in_fp32 or not self.half_precision else self.param_dtype
+
+    @cached_property
+    def pipeline_dtype(self) -> str:
+        """Dtype of tensors sent between stages (Megatron-LM and Bridge fill it from the weights)."""
+        return self.model.pipeline_dtype or self.param_dtype
+
+    @cached_property
+    def use_distributed_optimizer(self) -> bool:
+        """Megatron-Bridge turns both flags on when either is on, and Megatron-LM has one flag
+        for both, so the optimizer is distributed when either section asks for it."""
+        return self.job.ddp.use_distributed_optimizer or self.job.optimizer.use_distributed_optimizer
+
+    @cached_property
+    def fsdp_strategy(self) -> str:
+        """Megatron-FSDP's sharding strategy in effect, ``no_shard`` without FSDP."""
+        ddp = self.job.ddp
+        return ddp.data_parallel_sharding_strategy if ddp.use_megatron_fsdp else "no_shard"
+
+    # --- implementation flavour --------------------------------------------------------
+    @cached_property
+    def transformer_engine(self) -> bool:
+        return self.model.transformer_impl == "transformer_engine"
+
+    @cached_property
+    def flash_attention(self) -> bool:
+        """Flash, fused or cuDNN attention: no ``s x s`` score matrix is kept. ``auto`` picks a
+        fused kernel only on the Transformer Engine spec."""
+        backend = self.model.attention_backend
+        return backend in ("flash", "fused") or (backend == "auto" and self.transformer_engine)
+
+    @cached_property
+    def cuda_graphs(self) -> bool:
+        return self.model.cuda_graph_impl != "none"
+
+    # --- software and environment ------------------------------------------------------
+    @cached_property
+    def torch_version(self) -> Version:
+        return parse_version(self.job.env.torch_version, "env.torch_version")
+
+    @cached_property
+    def mcore_version(self) -> Version:
+        return parse_version(self.job.env.megatron_core_version, "env.megatron_core_version")
+
+    @cached_property
+    def allocator(self) -> AllocatorSettings:
+        env = self.job.env
+        return allocator_settings(env.PYTORCH_CUDA_ALLOC_CONF, env.PYTORCH_ALLOC_CONF, self.torch_version)
+
+    @cached_property
+    def fragmentation_margin(self) -> float:
+        return self.allocator.fragmentation_margin
 
     # --- pipeline layout ----------------------------------------------------------------
     @cached_property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memtune.config import LoadedJob, load_job
+from memtune.config import LoadedJob, derive, load_job
 from memtune.diagnose.advice import Fix, advise
 from memtune.diagnose.classify import Verdict, expandable_state, verdict
 from memtune.diagnose.evidence import EXPLICIT, LABELS
@@ -30,13 +30,7 @@ class Diagnosis:
 def _config_expandable(loaded: LoadedJob | None) -> bool | None:
     if loaded is None:
         return None
-    env = loaded.job.env
-    # §4.2: the new name is not applied for CUDA before torch 2.11 (pytorch#183387)
-    too_old = tuple(int(x) for x in env.torch_version.split(".")[:2] if x.isdigit()) < (2, 11)
-    if env.PYTORCH_CUDA_ALLOC_CONF is None and env.PYTORCH_ALLOC_CONF is not None and too_old:
-        return False
-    conf = (env.PYTORCH_CUDA_ALLOC_CONF or env.PYTORCH_ALLOC_CONF or "").lower()
-    return "expandable_segments:true" in conf
+    return derive(loaded.job).allocator.expandable_segments
 
 
 def _merge_snapshot(v: Verdict, snap: SnapshotSummary) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memtune.config import LoadedJob, derive, load_job
+from memtune.check import gate
+from memtune.config import LoadedJob, derive
+from memtune.config.changes import Change, with_changes
 from memtune.config.schema import JobConfig
 from memtune.diagnose.classify import Verdict, significant
 from memtune.diagnose.evidence import (
@@ -20,6 +22,7 @@ from memtune.diagnose.evidence import (
     OUTSIDE_PYTORCH,
 )
 from memtune.errors import InputError
+from memtune.estimate import estimate
 
 EXPANDABLE = "expandable_segments:True"
 
@@ -334,20 +337,16 @@ def _version_fixes(job: JobConfig | None) -> list[Fix]:
 def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
     """Add the estimator's saving on the most-loaded rank to each fix that changes config keys."""
     try:
-        from memtune.estimate import estimate
-    except ImportError:
-        return fixes
-    try:
-        base = estimate(loaded.job).worst.peak_bytes
+        base = estimate(gate(loaded.job)).worst.peak_bytes
     except InputError:
         return fixes
     result = []
     for fix in fixes:
         if fix.saves_bytes is None and any(not key.startswith("env.") for key in fix.overrides):
             try:
-                changed = load_job(loaded.source, fix.overrides).job
+                changed = with_changes(loaded.job, [Change.parse(o) for o in fix.overrides])
                 fix = replace(
-                    fix, saves_bytes=base - estimate(changed).worst.peak_bytes, saves_note="estimated"
+                    fix, saves_bytes=base - estimate(gate(changed)).worst.peak_bytes, saves_note="estimated"
                 )
             except InputError as exc:
                 fix = replace(fix, saves_note=f"not estimated: {exc.problems[0]}")

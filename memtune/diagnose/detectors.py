@@ -29,6 +29,7 @@ from memtune.diagnose.evidence import (
     Where,
 )
 from memtune.diagnose.sizes import to_bytes
+from memtune.units import GiB, MiB
 
 TRIGGERS: tuple[bytes, ...] = (
     b"emory",  # out of memory, Out Of Memory, allowed memory, memory summary, Virtual Memory, memory (MB)
@@ -366,21 +367,20 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     allocated = current.get("Allocated memory")
     stuck = current.get("Non-releasable memory")
     reserved = current.get("Reserved memory")
-    gib = 1 << 30
     strength = DIRECT
     if stuck is not None and allocated:
-        label = FRAGMENTATION if stuck >= max(gib // 2, 0.05 * (reserved or allocated)) else CAPACITY
-        note = f"non-releasable (inactive split) memory {stuck / gib:.2f} GiB"
+        label = FRAGMENTATION if stuck >= max(GiB // 2, 0.05 * (reserved or allocated)) else CAPACITY
+        note = f"non-releasable (inactive split) memory {stuck / GiB:.2f} GiB"
     elif reserved is not None and allocated is not None:
-        label = FRAGMENTATION if reserved - allocated >= max(gib // 2, 0.1 * reserved) else CAPACITY
-        note = f"reserved {reserved / gib:.2f} GiB vs allocated {allocated / gib:.2f} GiB"
+        label = FRAGMENTATION if reserved - allocated >= max(GiB // 2, 0.1 * reserved) else CAPACITY
+        note = f"reserved {reserved / GiB:.2f} GiB vs allocated {allocated / GiB:.2f} GiB"
     elif allocated is not None and peak.get("Allocated memory"):
         # weak: a lower current than peak allocation says the space existed once, not where it went
         strength = NARRATIVE
         drop = peak["Allocated memory"] - allocated
         label = FRAGMENTATION if drop >= 0.1 * peak["Allocated memory"] else CAPACITY
         note = (
-            f"the OOM came with {allocated / gib:.1f} GiB allocated although {peak['Allocated memory'] / gib:.1f} GiB "
+            f"the OOM came with {allocated / GiB:.1f} GiB allocated although {peak['Allocated memory'] / GiB:.1f} GiB "
             "had fit earlier"
             + (": the space existed but no longer in one piece" if label == FRAGMENTATION else "")
         )
@@ -492,9 +492,7 @@ def facts(line: Line) -> list[Failure | Fact]:
     if m := _WORLD_SIZE.search(text):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
     if m := _RANK_MEMORY.search(text):
-        found.append(
-            Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * (1 << 20)))
-        )
+        found.append(Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * MiB)))
     if m := _CPU_PERCENT.search(text):
         found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
     if m := _EXIT_CODE.search(text):

@@ -10,6 +10,7 @@ from rich.text import Text
 from memtune.diagnose import Diagnosis
 from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
+from memtune.units import MiB
 
 MAX_RANK_ROWS = 16
 _STYLE = {
@@ -157,9 +158,7 @@ def render(d: Diagnosis, console: Console) -> None:
     skipped = [s for s in d.scan.sources if s.note]
     total = sum(s.bytes_read for s in d.scan.sources)
     lines = sum(s.lines for s in d.scan.sources)
-    footer = (
-        f"read {len(d.scan.sources)} input(s), {total / (1 << 20):.1f} MiB, {lines} lines; GiB = 2^30 bytes"
-    )
+    footer = f"read {len(d.scan.sources)} input(s), {total / MiB:.1f} MiB, {lines} lines; GiB = 2^30 bytes"
     console.print(Text(footer, style="dim"))
     for s in skipped:
         console.print(Text(f"{s.name}: {s.note}", style="dim"))

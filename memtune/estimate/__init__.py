@@ -3,8 +3,8 @@
 The estimate is a pure function of the configuration: parameters (``params``), model state
 (``state``), saved activations per module (``activations``), the pipeline schedule
 (``schedule``), transients and memory outside PyTorch (``overhead``) combine per pipeline rank
-in ``core``. Checks run first: an invalid configuration is refused with ``memtune check``'s
-messages, never estimated.
+in ``core``. It takes a :class:`~memtune.check.CheckedJob`, so an invalid configuration is
+refused with ``memtune check``'s messages before it can be estimated.
 """
 
 from __future__ import annotations
@@ -12,25 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
-from memtune.config.derived import Derived, derive
+from memtune.check import CheckedJob
+from memtune.config.derived import Derived
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.overhead import non_pytorch_bytes
 
-GiB = 2**30
-
 __all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
-
-
-def fragmentation_margin(job: JobConfig) -> float:
-    """Share of the peak kept free for the caching allocator's fragmentation.
-
-    Without expandable segments, blocks cached for one size cannot serve another and reserved
-    memory runs several percent above the allocated peak; with them, little is lost.
-    """
-    conf = (job.env.PYTORCH_CUDA_ALLOC_CONF or "") + "," + (job.env.PYTORCH_ALLOC_CONF or "")
-    return 0.02 if "expandable_segments:true" in conf.replace(" ", "").lower() else 0.08
 
 
 @dataclass
@@ -69,20 +58,17 @@ class Estimate:
             raise InputError(
                 f"--rank: must be between 0 and {d.world_size - 1} (world size {d.world_size}), got {global_rank}"
             )
-        return global_rank // (d.world_size // d.pp)
+        return d.pp_rank_of(global_rank)
 
     def rank(self, global_rank: int) -> RankEstimate:
         return self.ranks[self.pp_rank_of(global_rank)]
 
 
-def estimate(job: JobConfig, options: EstimateOptions | None = None, *, checked: bool = False) -> Estimate:
-    """Estimate every pipeline rank of ``job``; refuse it first if ``memtune check`` finds errors."""
-    if not checked:
-        from memtune.check import require_valid
-
-        require_valid(job)
+def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Estimate:
+    """Estimate every pipeline rank of a job that passed :func:`memtune.check.gate`."""
     options = options or EstimateOptions()
-    d = derive(job)
+    d = checked.derived
+    job = checked.job
     gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster)
     ranks = [rank_estimate(d, r, options) for r in range(d.pp)]
     return Estimate(
@@ -92,6 +78,6 @@ def estimate(job: JobConfig, options: EstimateOptions | None = None, *, checked:
         capacity_bytes=capacity,
         ranks=ranks,
         non_pytorch_bytes=non_pytorch_bytes(d),
-        margin=fragmentation_margin(job),
+        margin=d.fragmentation_margin,
         options=options,
     )

@@ -7,6 +7,7 @@ import json
 
 from rich.console import Console
 
+from memtune.check import gate
 from memtune.config import load_job
 from memtune.errors import InputError
 from memtune.estimate import EstimateOptions, estimate, render
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
         )
     loaded = load_job(args.config, args.overrides)
-    est = estimate(loaded.job, EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
+    est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
     if args.plot:
         render.plot(est, args.plot)

@@ -20,8 +20,9 @@ from memtune.estimate.params import ParamCounts, chunk_params
 from memtune.estimate.peft import adapter_activations, adapter_params
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
+from memtune.units import MiB
 
-CUBLAS_WORKSPACE = 32 * 2**20  # per (thread, stream) on Hopper and Blackwell, inside the allocator
+CUBLAS_WORKSPACE = 32 * MiB  # per (thread, stream) on Hopper and Blackwell, inside the allocator
 
 
 @dataclass(frozen=True)

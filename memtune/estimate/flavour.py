@@ -24,12 +24,10 @@ class Flavour:
 
 def flavour_of(d: Derived) -> Flavour:
     m = d.model
-    te = m.transformer_impl == "transformer_engine"
-    backend = m.attention_backend
-    flash = backend in ("flash", "fused") or (backend == "auto" and te)
+    te = d.transformer_engine
     return Flavour(
         transformer_engine=te,
-        flash_attention=flash,
+        flash_attention=d.flash_attention,
         fused_activation=m.bias_activation_fusion and m.activation_func in ("silu", "gelu"),
         fp8_activations=te and m.fp8 is not None,
         pipeline_outputs_kept=not m.deallocate_pipeline_outputs,

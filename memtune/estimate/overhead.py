@@ -11,8 +11,8 @@ GiB per GPU, and memtune counts the low end (their static pools inside PyTorch a
 from __future__ import annotations
 
 from memtune.config.derived import Derived
+from memtune.units import MiB
 
-MiB = 2**20
 CUDA_CONTEXT = 518 * MiB
 KERNELS_AND_HANDLES = 100 * MiB
 NCCL_COMMUNICATOR = 488 * MiB

@@ -10,13 +10,9 @@ from rich.text import Text
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import communicators
+from memtune.units import GiB, gib
 
-GiB = 2**30
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
-
-
-def gib(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f}"
 
 
 def components(rank: RankEstimate) -> dict[str, int]:

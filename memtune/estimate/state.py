@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memtune.config.derived import Derived
+from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.estimate.params import ParamCounts
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 DEFAULT_BUCKET_PARAMS = 40_000_000
 
 
@@ -34,7 +33,7 @@ class ModelState:
 
 def _padded(numel: float, d: Derived) -> float:
     """The gradient buffer pads each bucket to a multiple of lcm(DP, 128) under the distributed optimizer."""
-    if not d.job.optimizer.use_distributed_optimizer or numel == 0:
+    if not d.use_distributed_optimizer or numel == 0:
         return numel
     bucket = d.job.ddp.bucket_size or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * d.dp)
     multiple = math.lcm(d.dp * d.cp, 128)
@@ -50,17 +49,17 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
     unsharded copy of the layer being computed and of the one being prefetched).
     """
     job, opt = d.job, d.job.optimizer
-    half = job.model.bf16 or job.model.fp16
-    weight_bytes = 2 if half else 4
+    half = d.half_precision
+    weight_bytes = DTYPE_BYTES[d.param_dtype]
     frozen = job.peft is not None
     base_trainable = 0.0 if frozen else local.total
     trainable = base_trainable + adapters
 
     weights = weight_bytes * (local.total + adapters)
-    grad_bytes = 4 if (job.ddp.grad_reduce_in_fp32 or not half) else weight_bytes
+    grad_bytes = DTYPE_BYTES[d.grad_dtype]
     grads = grad_bytes * _padded(trainable, d)
 
-    strategy = job.ddp.data_parallel_sharding_strategy if job.ddp.use_megatron_fsdp else "no_shard"
+    strategy = d.fsdp_strategy
     fsdp_shard = d.dp * d.cp
     if strategy in ("optim_grads", "optim_grads_params"):
         grads /= fsdp_shard
@@ -69,7 +68,7 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
         weights = weights / fsdp_shard + 2 * weight_bytes * per_layer
 
     instances = job.ddp.num_distributed_optimizer_instances
-    if opt.use_distributed_optimizer or strategy != "no_shard":
+    if d.use_distributed_optimizer or strategy != "no_shard":
         dense_shard = max(1, d.dp * d.cp // instances)
         expert_shard = max(1, d.edp // instances)
         expert = 0.0 if frozen else local.expert

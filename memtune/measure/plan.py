@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from memtune.config import Derived, JobConfig, derive
+from memtune.check import CheckedJob
+from memtune.config import Derived, JobConfig
 from memtune.errors import InputError
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -112,11 +113,6 @@ class MeasurePlan:
         return asdict(self)
 
 
-def pipeline_rank(d: Derived, rank: int) -> int:
-    """The pipeline stage of a global rank under Megatron's default order ``tp-cp-ep-dp-pp``."""
-    return rank // (d.tp * d.cp * d.dp)
-
-
 def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[str]:
     m = job.model
     local = m.transformer_impl != "transformer_engine"
@@ -127,13 +123,6 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         )
     if iterations < 2:
         problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
-    dense, expert = d.tp * d.pp * d.cp, d.etp * d.ep * d.pp
-    if d.world_size % dense or d.world_size % expert:
-        problems.append(
-            f"cluster.num_gpus {d.world_size}: must be a multiple of TP*PP*CP ({dense}) and of ETP*EP*PP ({expert})"
-        )
-    if m.virtual_pipeline_model_parallel_size and m.virtual_pipeline_model_parallel_size > 1 and d.pp == 1:
-        problems.append("model.virtual_pipeline_model_parallel_size: needs pipeline_model_parallel_size > 1")
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:
@@ -168,14 +157,7 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         problems.append("optimizer.use_precision_aware_optimizer: needs Transformer Engine's FusedAdam")
     if job.optimizer.optimizer != "adam":
         problems.append(f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune measure runs Adam")
-    if m.fp16 and m.bf16:
-        problems.append("model.bf16 and model.fp16: choose one")
     return problems
-
-
-def _param_dtype(job: JobConfig) -> str:
-    m = job.model
-    return "bf16" if m.bf16 else "fp16" if m.fp16 else "fp32"
 
 
 def _core_attention(job: JobConfig) -> str:
@@ -188,7 +170,7 @@ def _core_attention(job: JobConfig) -> str:
 def _transformer_config(job: JobConfig, d: Derived) -> dict:
     m = job.model
     kwargs = {key: getattr(m, key) for key in _TRANSFORMER_KEYS}
-    dtype = DTYPES[_param_dtype(job)]
+    dtype = DTYPES[d.param_dtype]
     kwargs.update(
         ffn_hidden_size=d.ffn_hidden_size,
         num_query_groups=d.num_query_groups,
@@ -198,7 +180,7 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict:
         sequence_parallel=d.sequence_parallel,
         virtual_pipeline_model_parallel_size=d.vpp if d.vpp > 1 else None,
         params_dtype=dtype,
-        pipeline_dtype=DTYPES[m.pipeline_dtype] if m.pipeline_dtype else dtype,
+        pipeline_dtype=DTYPES[d.pipeline_dtype],
         recompute_modules=list(d.recompute_modules) if d.recompute_modules else None,
         # Fixed shapes: the pipeline schedule sizes its receive buffers from seq_length and
         # micro_batch_size instead of exchanging shapes first.
@@ -249,16 +231,17 @@ def _process_env(job: JobConfig) -> dict:
     return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
 
 
-def plan_measurement(job: JobConfig, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
-    """The plan for measuring global rank ``rank`` of ``job``; InputError lists what cannot run."""
-    d = derive(job)
+def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
+    """The plan for measuring global rank ``rank`` of a checked job; InputError lists what cannot
+    run on one GPU (the job's own errors were refused by the gate already)."""
+    job, d = checked.job, checked.derived
     problems = _refusals(job, d, rank, iterations)
     if problems:
         raise InputError(problems)
     m = job.model
-    pp_rank = pipeline_rank(d, rank)
-    distributed = job.optimizer.use_distributed_optimizer or job.ddp.use_distributed_optimizer
-    dtype = _param_dtype(job)
+    pp_rank = d.pp_rank_of(rank)
+    distributed = d.use_distributed_optimizer
+    dtype = d.param_dtype
     return MeasurePlan(
         rank=rank,
         world_size=d.world_size,

@@ -1,9 +1,10 @@
 import pytest
 
 from memtune.catalog._data import lookup_key
-from memtune.catalog.gpus import GIB, capacity_bytes, get_gpu, list_gpus
+from memtune.catalog.gpus import capacity_bytes, get_gpu, list_gpus
 from memtune.config.schema import ClusterConfig
 from memtune.errors import InputError
+from memtune.units import GiB as GIB
 
 
 @pytest.mark.parametrize(

@@ -5,29 +5,36 @@ from __future__ import annotations
 import pytest
 from check_fixtures import make_job
 
-from memtune.check import ERROR, Finding, require_valid, run_checks
-from memtune.check.context import parse_alloc_conf
-from memtune.check.versions import parse_version
+from memtune.check import ERROR, CheckedJob, Finding, gate, run_checks
+from memtune.config.allocator import parse_alloc_conf
+from memtune.config.versions import parse_version
 from memtune.errors import InputError
 
 
-def test_require_valid_raises_one_line_per_error():
+def test_gate_raises_one_line_per_error():
     job = make_job(
         "model.cpu_offloading=true", "model.cpu_offloading_num_layers=4", "train.global_batch_size=62"
     )
     with pytest.raises(InputError) as exc:
-        require_valid(job)
+        gate(job)
     assert exc.value.problems == [
         "OFF001 model.cpu_offloading=true with model.pipeline_model_parallel_size=2",
         "BAT001 train.global_batch_size=62 is not divisible by train.micro_batch_size=1 × DP=4",
     ]
 
 
-def test_require_valid_returns_warnings_and_infos():
+def test_gate_keeps_warnings_and_infos():
     job = make_job("model.sequence_parallel=false", "model.recompute_method=uniform")
-    rest = require_valid(job)
-    assert [f.code for f in rest] == ["SEQ004", "REC004"]
-    assert all(isinstance(f, Finding) and f.severity != ERROR for f in rest)
+    checked = gate(job)
+    assert [f.code for f in checked.findings] == ["SEQ004", "REC004"]
+    assert all(isinstance(f, Finding) and f.severity != ERROR for f in checked.findings)
+    assert checked.job is job and checked.derived.job is job
+
+
+def test_checked_job_cannot_be_built_around_the_gate():
+    job = make_job()
+    with pytest.raises(TypeError, match="only from memtune.check.gate"):
+        CheckedJob(job=job, derived=gate(job).derived, findings=(), _token=object())
 
 
 def test_findings_come_in_catalogue_order():

@@ -1,4 +1,3 @@
-import pytest
 import yaml
 from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
@@ -114,14 +113,15 @@ def test_configuration_and_not_oom_advice_never_touch_the_allocator():
 
 
 def test_savings_come_from_the_estimator(tmp_path):
-    estimate_module = pytest.importorskip("memtune.estimate")
+    from memtune.check import gate
     from memtune.config import load_job
+    from memtune.estimate import estimate
 
     path = _config(tmp_path)
     d = diagnose_text(MSG_211_CAPACITY, config=path)
     distopt = next(f for f in d.fixes if f.title == "Distributed optimizer")
-    base = estimate_module.estimate(load_job(path, []).job).worst.peak_bytes
-    changed = estimate_module.estimate(load_job(path, list(distopt.changes)).job).worst.peak_bytes
+    base = estimate(gate(load_job(path, []).job)).worst.peak_bytes
+    changed = estimate(gate(load_job(path, list(distopt.changes)).job)).worst.peak_bytes
     assert distopt.saves_bytes == base - changed > 0  # optimizer state sharded over DP = 8
     assert distopt.saves_note == "estimated"
     assert d.fixes[0].saves_bytes is None  # the estimator does not model the allocator

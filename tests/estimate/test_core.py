@@ -1,3 +1,4 @@
+from memtune.check import gate
 from memtune.config import derive
 from memtune.estimate import activations as act
 from memtune.estimate import estimate
@@ -70,7 +71,7 @@ def test_rank_json_for_a_global_rank(job_factory):
     job = job_factory(
         model={"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"}, cluster={"num_gpus": 4}
     )
-    est = estimate(job)
+    est = estimate(gate(job))
     # world 4, PP 2: ranks 0-1 are stage 0, ranks 2-3 stage 1 (order tp-cp-ep-dp-pp)
     assert [est.pp_rank_of(r) for r in range(4)] == [0, 0, 1, 1]
     r = est.rank(3)

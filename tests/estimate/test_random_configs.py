@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
@@ -71,7 +72,7 @@ def test_random_layout_is_refused_or_estimated(seed):
     data["ddp"]["use_distributed_optimizer"] = data["optimizer"]["use_distributed_optimizer"]
     job = validate(data)
     try:
-        est = estimate(job)
+        est = estimate(gate(job))
     except InputError as exc:
         assert all(line[:3].isalpha() and line[3:6].isdigit() for line in exc.problems)  # check codes
         return

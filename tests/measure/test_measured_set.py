@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from memtune.check import gate
 from memtune.config import derive, validate
-from memtune.measure.plan import pipeline_rank, plan_measurement
+from memtune.measure.plan import plan_measurement
 
 SET_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "measured"
 RECORDS = [
@@ -44,8 +45,8 @@ def test_every_record_is_complete_and_its_config_plans_the_rank_it_measured():
     for r in RECORDS:
         assert r["measured"].keys() >= MEASURED_KEYS, r["id"]
         job = validate(r["config"])
-        assert r["pp_rank"] == pipeline_rank(derive(job), r["rank"]), r["id"]
-        plan_measurement(job, r["rank"])  # still a plan memtune measure would run
+        assert r["pp_rank"] == derive(job).pp_rank_of(r["rank"]), r["id"]
+        plan_measurement(gate(job), r["rank"])  # still a plan memtune measure would run
         env = r["environment"]
         assert (env["torch"].split("+")[0], env["megatron_core"], env["gpu"]) == (
             "2.11.0",
@@ -94,4 +95,4 @@ def test_matrix_entries_plan_and_match_the_set():
         assert by_id[r["id"]].config == r["config"], r["id"]
         assert by_id[r["id"]].rank == r["rank"], r["id"]
     for e in entries:
-        plan_measurement(validate(e.config), e.rank)
+        plan_measurement(gate(validate(e.config)), e.rank)

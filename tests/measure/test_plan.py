@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.measure.plan import plan_measurement
@@ -31,7 +32,7 @@ def job(model=None, **sections):
 
 
 def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():
-    plan = plan_measurement(job({"tensor_model_parallel_size": 2, "sequence_parallel": True}), rank=1)
+    plan = plan_measurement(gate(job({"tensor_model_parallel_size": 2, "sequence_parallel": True})), rank=1)
     tc = plan.transformer_config
     assert tc["ffn_hidden_size"] == 4096  # 4 * hidden_size, Megatron's default
     assert tc["kv_channels"] == 64  # 1024 / 16 heads
@@ -46,9 +47,13 @@ def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():
     assert plan.world_size == 2 and plan.pp_rank == 0
 
 
-def test_sequence_parallel_is_dropped_without_tensor_parallelism():
-    plan = plan_measurement(job({"sequence_parallel": True}), rank=0)
-    assert plan.transformer_config["sequence_parallel"] is False
+def test_a_job_with_check_errors_never_reaches_the_gpu():
+    # Regression: measure used to plan this and quietly turn SP off.
+    with pytest.raises(InputError) as exc:
+        gate(job({"sequence_parallel": True}))
+    assert exc.value.problems == [
+        "SEQ001 model.sequence_parallel=true with model.tensor_model_parallel_size=1"
+    ]
 
 
 def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
@@ -58,11 +63,12 @@ def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
             "tensor_model_parallel_size": 2,
             "pipeline_model_parallel_size": 2,
             "virtual_pipeline_model_parallel_size": 2,
+            "pipeline_dtype": "bf16",
         },
         train={"micro_batch_size": 1, "global_batch_size": 16},
         cluster={"num_gpus": 16},
     )
-    plan = plan_measurement(j, rank=8)
+    plan = plan_measurement(gate(j), rank=8)
     assert plan.pp_rank == 1
     # 8 layers over 2 stages x 2 virtual stages: stage 1 builds layers 2-3 and 6-7, and only
     # its last virtual stage holds the output layer.
@@ -76,7 +82,7 @@ def test_interleaved_pipeline_rank_gets_its_own_virtual_chunks():
         "micro_batch_size": 1,
     }  # 16 / (1 * DP 4)
     assert plan.parallel_state["virtual_pipeline_model_parallel_size"] == 2
-    assert plan_measurement(j, rank=7).pp_rank == 0
+    assert plan_measurement(gate(j), rank=7).pp_rank == 0
 
 
 def test_moe_routing_is_forced_balanced_and_expert_parallel_sizes_pass_through():
@@ -89,7 +95,7 @@ def test_moe_routing_is_forced_balanced_and_expert_parallel_sizes_pass_through()
             "moe_token_dispatcher_type": "alltoall",
         }
     )
-    plan = plan_measurement(j, rank=3)
+    plan = plan_measurement(gate(j), rank=3)
     tc = plan.transformer_config
     assert tc["moe_router_force_load_balancing"] is True
     assert tc["moe_aux_loss_coeff"] == 0.0
@@ -111,7 +117,7 @@ def test_moe_routing_is_forced_balanced_and_expert_parallel_sizes_pass_through()
     ],
 )
 def test_core_attention_follows_backend(impl, backend, core):
-    plan = plan_measurement(job({"transformer_impl": impl, "attention_backend": backend}), rank=0)
+    plan = plan_measurement(gate(job({"transformer_impl": impl, "attention_backend": backend})), rank=0)
     assert plan.core_attention == core
     assert plan.layer_spec == ("transformer_engine" if impl == "transformer_engine" else "local")
 
@@ -120,7 +126,7 @@ def test_distributed_optimizer_and_grad_dtype_reach_ddp_and_optimizer():
     j = job(
         optimizer={"use_distributed_optimizer": True}, ddp={"grad_reduce_in_fp32": True, "bucket_size": 1000}
     )
-    plan = plan_measurement(j, rank=0)
+    plan = plan_measurement(gate(j), rank=0)
     assert plan.ddp["use_distributed_optimizer"] is True
     assert plan.optimizer["use_distributed_optimizer"] is True
     assert plan.ddp["grad_reduce_in_fp32"] is True
@@ -129,14 +135,14 @@ def test_distributed_optimizer_and_grad_dtype_reach_ddp_and_optimizer():
 
 
 def test_allocator_settings_go_to_the_subprocess_environment():
-    plan = plan_measurement(job(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}), rank=0)
+    plan = plan_measurement(gate(job(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})), rank=0)
     assert plan.env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    assert plan_measurement(job(), rank=0).env == {}
+    assert plan_measurement(gate(job()), rank=0).env == {}
 
 
 def test_plan_is_json_and_its_config_reloads_to_the_same_job():
     j = job({"tensor_model_parallel_size": 2}, train={"micro_batch_size": 2, "global_batch_size": 8})
-    plan = plan_measurement(j, rank=0)
+    plan = plan_measurement(gate(j), rank=0)
     assert json.loads(json.dumps(plan.to_json()))["rank"] == 0
     assert validate(plan.config) == j
 
@@ -181,11 +187,11 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
             {"cluster": {"num_gpus": 3}},
             0,
             3,
-            "cluster.num_gpus 3: must be a multiple of TP*PP*CP (2) and of ETP*EP*PP (2)",
+            "PAR001 cluster.num_gpus=3 is not divisible by TP×PP×CP = 2×1×1 = 2",
         ),
     ],
 )
 def test_refusals_are_one_line_each(model, sections, rank, iterations, message):
     with pytest.raises(InputError) as exc:
-        plan_measurement(job(model, **sections), rank=rank, iterations=iterations)
+        plan_measurement(gate(job(model, **sections)), rank=rank, iterations=iterations)
     assert message in exc.value.problems

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from memtune.check import gate
 from memtune.cli import main
 from memtune.config import load_job
 from memtune.errors import InputError, MissingDependencyError
@@ -53,7 +54,7 @@ def test_interpreter_without_torch_is_refused_in_one_line(bare_python):
 
 
 def test_runner_subprocess_reports_missing_torch_as_a_refusal(bare_python):
-    plan = plan_measurement(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job, rank=3)
+    plan = plan_measurement(gate(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job), rank=3)
     with pytest.raises(MissingDependencyError) as exc:
         run_plan(plan, python=bare_python, timeout_s=60)
     assert exc.value.problems == ["needs PyTorch, which is not installed for this Python"]
@@ -105,7 +106,7 @@ def test_report_sets_the_estimate_beside_a_real_measurement():
     from rich.console import Console
 
     from memtune.config import validate
-    from memtune.measure.cli import print_report, report_json
+    from memtune.measure.render import print_report, report_json
     from memtune.measure.run import Measurement
 
     record = json.loads(
@@ -113,15 +114,11 @@ def test_report_sets_the_estimate_beside_a_real_measurement():
         .read_text()
         .splitlines()[0]
     )
-    plan = plan_measurement(validate(record["config"]), record["rank"])
+    plan = plan_measurement(gate(validate(record["config"])), record["rank"])
     result = Measurement(record["measured"], record["environment"], record["pp_rank"], record["wall_seconds"])
     peak = record["measured"]["peak_allocated_bytes"]
     report = report_json(plan, result, peak + 2**30)
     assert report["estimate"] == {"peak_bytes": peak + 2**30, "difference_bytes": 2**30}
-    assert report_json(plan, result, None, "PAR006 why")["estimate"] == {
-        "peak_bytes": None,
-        "refused": "PAR006 why",
-    }
     console = Console(record=True, width=200)
     print_report(console, plan, result, peak + 2**30)
     text = console.export_text()
@@ -143,7 +140,7 @@ def test_snapshot_path_reaches_the_runner_as_an_absolute_path(monkeypatch, tmp_p
 
     monkeypatch.setattr(run_module, "run_plan_json", fake_run)
     monkeypatch.chdir(tmp_path)
-    plan = plan_measurement(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job, rank=3)
+    plan = plan_measurement(gate(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job), rank=3)
     with pytest.raises(MeasurementFailed):
         run_plan(plan, snapshot="peak.pickle")
     assert seen[run_module.SNAPSHOT_VARIABLE] == str(tmp_path / "peak.pickle")

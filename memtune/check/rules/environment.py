@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from memtune.check.context import TORCH_READS_PYTORCH_ALLOC_CONF, Context
+from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import rule
-from memtune.check.versions import format_version
+from memtune.config.allocator import TORCH_READS_PYTORCH_ALLOC_CONF
+from memtune.config.versions import format_version
 
 # torch 2.11 lets custom-allocator pools (NCCL user buffers) fall back to plain segments
 # instead of raising.

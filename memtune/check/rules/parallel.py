@@ -5,7 +5,7 @@ from __future__ import annotations
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, Hit
 from memtune.check.registry import rule
-from memtune.check.versions import format_version
+from memtune.config.versions import format_version
 
 # megatron-core 0.16 accepts query groups that divide TP (KV heads are then replicated).
 QUERY_GROUPS_DIVISOR_SINCE = (0, 16, 0)

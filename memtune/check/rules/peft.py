@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from memtune.check.context import Context
 from memtune.check.finding import INFO, WARNING, Hit
 from memtune.check.registry import rule
+from memtune.units import MiB
 
-MIB = 2**20
 ROW_PARALLEL = "the adapter is row-parallel"
 
 
@@ -172,7 +172,7 @@ def regather_available(c: Context) -> Hit | None:
     d = c.d
     saved = c.model.seq_length // d.cp * d.micro_batch_size * c.model.hidden_size * 2 * (1 - 1 / d.tp)
     return Hit(
-        f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MIB:.0f} MiB per adapter "
+        f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
         f"per layer per in-flight microbatch for {', '.join(engaged)}",
         "set peft.sequence_parallel_input_regather=true",
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, WARNING, Hit
 from memtune.check.registry import rule
-from memtune.check.versions import Version, format_version
 from memtune.config.derived import DEFAULT_RECOMPUTE_MODULES
+from memtune.config.versions import Version, format_version
 
 # Selective-recompute labels each megatron-core release accepts.
 _MODULES_0_13 = frozenset({"core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe"})

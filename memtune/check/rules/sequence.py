@@ -5,8 +5,7 @@ from __future__ import annotations
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, Hit
 from memtune.check.registry import rule
-
-MIB = 2**20
+from memtune.units import MiB
 
 
 @rule("SEQ001", "sp-without-tp", ERROR)
@@ -125,7 +124,7 @@ def tp_without_sp(c: Context) -> Hit | None:
     tokens = c.model.seq_length // d.cp * d.micro_batch_size
     saved = 10 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
     return Hit(
-        f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MIB:.0f} MiB "
+        f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
         "of activations per layer per microbatch are replicated on every TP rank",
         "set model.sequence_parallel=true",
     )

@@ -1,0 +1,59 @@
+"""A change to a job, as a dotted key and a value: what check's fixes, diagnose's advice and
+``memtune fix`` propose, and what ``memtune diff`` attributes memory to.
+
+A :class:`Change` prints as the dotted override a user would type (``model.sequence_parallel=true``)
+and applies to an already loaded job without reading any file again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from memtune.config.overrides import apply_overrides
+from memtune.config.schema import JobConfig
+from memtune.config.validation import validate
+from memtune.errors import InputError
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str  # dotted, e.g. "model.tensor_model_parallel_size"
+    value: Any  # a YAML scalar or list, as the override would parse it
+
+    def __str__(self) -> str:
+        return f"{self.key}={_yaml_text(self.value)}"
+
+    @classmethod
+    def parse(cls, text: str) -> Change:
+        """``"model.x=8"`` -> Change("model.x", 8); raises InputError on anything else."""
+        key, sep, value = text.partition("=")
+        if not sep or "." not in key:
+            raise InputError(f"change {text!r}: expected section.key=value")
+        try:
+            parsed = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            parsed = value
+        return cls(key.strip(), parsed)
+
+
+def _yaml_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(_yaml_text(v) for v in value) + "]"
+    return str(value)
+
+
+def job_data(job: JobConfig) -> dict:
+    """The job as plain data that validates back into an equal job."""
+    return job.model_dump(mode="json", exclude_defaults=True)
+
+
+def with_changes(job: JobConfig, changes: list[Change] | tuple[Change, ...]) -> JobConfig:
+    """``job`` with ``changes`` applied, validated again."""
+    return validate(apply_overrides(job_data(job), [str(c) for c in changes]))

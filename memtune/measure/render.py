@@ -1,0 +1,69 @@
+"""Formatting of a measurement: the JSON record and the terminal table. Nothing is computed here."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from memtune.measure.plan import MeasurePlan
+from memtune.measure.run import Measurement
+from memtune.units import GiB
+
+
+def report_json(plan: MeasurePlan, result: Measurement, estimate: int) -> dict:
+    measured = result.measured["peak_allocated_bytes"]
+    return {
+        "config": plan.config,
+        "rank": plan.rank,
+        "pp_rank": result.pp_rank,
+        "measured": result.measured,
+        "environment": result.environment,
+        "wall_seconds": result.wall_seconds,
+        "estimate": {"peak_bytes": estimate, "difference_bytes": estimate - measured},
+    }
+
+
+def print_report(console: Console, plan: MeasurePlan, result: Measurement, estimate: int) -> None:
+    m = result.measured
+    env = result.environment
+    table = Table(
+        title=f"rank {plan.rank} of {plan.world_size} (pipeline stage {result.pp_rank}), GiB = 2^30 bytes",
+        title_justify="left",
+    )
+    for column in (
+        "iteration",
+        "peak allocated",
+        "fwd/bwd peak",
+        "peak reserved",
+        "after step",
+        "alloc retries",
+        "s",
+    ):
+        table.add_column(column, justify="right")
+    for it in m["iterations"]:
+        table.add_row(
+            str(it["iteration"]) + ("" if it["iteration"] >= 2 else " (warm-up)"),
+            f"{it['peak_allocated_bytes'] / GiB:.2f}",
+            f"{it['fwd_bwd_peak_bytes'] / GiB:.2f}",
+            f"{it['peak_reserved_bytes'] / GiB:.2f}",
+            f"{it['allocated_after_step'] / GiB:.2f}",
+            str(it["num_alloc_retries"]),
+            f"{it['seconds']:.1f}",
+        )
+    console.print(table)
+    console.print(
+        f"allocated after build {m['allocated_after_build'] / GiB:.2f}, after DDP {m['allocated_after_ddp'] / GiB:.2f}, "
+        f"after optimizer {m['allocated_after_optimizer'] / GiB:.2f}; state after the last step {m['state_bytes'] / GiB:.2f}"
+    )
+    peak = m["peak_allocated_bytes"]
+    line = f"[bold]steady-state peak allocated {peak / GiB:.2f}[/bold]"
+    diff = estimate - peak
+    line += f"   estimate {estimate / GiB:.2f}   difference {diff / GiB:+.2f} ({diff / peak:+.1%})"
+    console.print(line)
+    notes = [
+        f"{env['gpu']}, torch {env['torch']}, megatron-core {env['megatron_core']}",
+        f"attention {env['core_attention']}",
+    ]
+    if env.get("expert_mlp"):
+        notes.append(f"experts {env['expert_mlp']}, routing forced balanced")
+    console.print(f"[dim]{'; '.join(notes)}[/dim]")
