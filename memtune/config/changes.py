@@ -50,8 +50,9 @@ def _yaml_text(value: Any) -> str:
 
 
 def job_data(job: JobConfig) -> dict:
-    """The job as plain data that validates back into an equal job."""
-    return job.model_dump(mode="json", exclude_defaults=True)
+    """The job as plain data that validates back into an equal job: every key that was set (by
+    the user, a loader or a stack's defaults) and nothing else."""
+    return job.model_dump(mode="json", exclude_unset=True)
 
 
 def with_changes(job: JobConfig, changes: list[Change] | tuple[Change, ...]) -> JobConfig:

@@ -54,6 +54,11 @@ class ModelConfig(Section):
     attention_dropout: float = Field(0.1, ge=0.0, le=1.0)
     position_embedding_type: Literal["rope", "learned_absolute", "yarn", "none"] = "rope"
     bias_activation_fusion: bool = False
+    masked_softmax_fusion: bool = False
+    attention_softmax_in_fp32: bool = True
+    cross_entropy_loss_fusion: bool = False
+    cross_entropy_fusion_impl: Literal["native", "te"] = "native"
+    gradient_accumulation_fusion: bool = False
 
     # Mixture of experts
     num_moe_experts: PositiveInt | None = None
@@ -196,9 +201,13 @@ class ClusterConfig(Section):
     gpus_per_node: PositiveInt = 8
 
 
+Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
+
+
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
+    defaults: Stack = "megatron-core"
     model: ModelConfig
     train: TrainConfig = TrainConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
