@@ -11,6 +11,7 @@ from rich.text import Text
 
 from memtune.check.finding import ERROR, INFO, SEVERITIES, WARNING, Finding
 from memtune.check.registry import FAMILIES, Rule, catalogue
+from memtune.output import SCHEMA_VERSION
 
 SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 
@@ -28,7 +29,9 @@ def summary_line(findings: list[Finding]) -> str:
 
 
 # --- report -----------------------------------------------------------------------------
-def render_report(console: Console, source: str, findings: list[Finding], ignored: list[str]) -> None:
+def render_report(
+    console: Console, source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0
+) -> None:
     console.print(Text.assemble(("memtune check ", "bold"), source))
     if ignored:
         console.print(
@@ -47,6 +50,8 @@ def render_report(console: Console, source: str, findings: list[Finding], ignore
     console.print()
     style = "bold red" if any(f.severity == ERROR for f in findings) else "bold green"
     verdict = "no problems found" if not findings else summary_line(findings)
+    if hidden_info:
+        verdict += f" ({hidden_info} info hidden; --show-info shows them)"
     console.print(Text(verdict, style=style))
 
 
@@ -65,11 +70,13 @@ def _family_table(findings: list[Finding]) -> Table:
     return table
 
 
-def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> dict:
+def findings_json(source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0) -> dict:
     counts = Counter(f.severity for f in findings)
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": source,
         "summary": {s: counts[s] for s in SEVERITIES},
+        "hidden_info": hidden_info,
         "findings": [
             {
                 "code": f.code,
@@ -77,6 +84,7 @@ def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> d
                 "message": f.message,
                 "fix": f.fix,
                 "upstream": f.upstream,
+                "changes": [{"key": c.key, "value": c.value} for c in f.changes],
             }
             for f in findings
         ],

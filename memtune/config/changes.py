@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
@@ -47,6 +48,21 @@ def _yaml_text(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_yaml_text(v) for v in value) + "]"
     return str(value)
+
+
+def default_of(key: str) -> Any:
+    """The schema's default for a dotted key (what "unset" means); InputError if there is none."""
+    model: Any = JobConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        field = model.model_fields.get(section)
+        model = field.annotation if field is not None else None
+        if not isinstance(model, type) or not issubclass(model, BaseModel):
+            raise InputError(f"{key}: no such section {section!r}")
+    field = model.model_fields.get(name)
+    if field is None or field.is_required():
+        raise InputError(f"{key}: no default to return to")
+    return field.get_default(call_default_factory=True)
 
 
 def job_data(job: JobConfig) -> dict:

@@ -204,6 +204,14 @@ class ClusterConfig(Section):
 Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
 
 
+class CheckSettings(Section):
+    """Which ``memtune check`` rules run for this job, as ruff's ``select``/``ignore``: codes,
+    code prefixes (``ENV``, ``ENV00``) or rule names."""
+
+    select: list[str] | None = None
+    ignore: list[str] = []
+
+
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
@@ -215,3 +223,4 @@ class JobConfig(Section):
     peft: LoraConfig | None = None
     env: EnvConfig = EnvConfig()
     cluster: ClusterConfig = ClusterConfig()
+    check: CheckSettings = CheckSettings()

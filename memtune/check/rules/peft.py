@@ -99,8 +99,8 @@ def regather_cannot_engage(c: Context) -> Hit | None:
     if any(s.fallback is None for s in surfaces):
         return None
     return Hit(
-        f"peft.sequence_parallel_input_regather=true engages for no adapter: {_describe(surfaces)}",
-        "remove the blockers named above, or drop peft.sequence_parallel_input_regather",
+        message=f"peft.sequence_parallel_input_regather=true engages for no adapter: {_describe(surfaces)}",
+        fix="remove the blockers named above, or drop peft.sequence_parallel_input_regather",
     )
 
 
@@ -136,8 +136,8 @@ def regather_partly_engages(c: Context) -> Hit | None:
     if not engaged or not missed:
         return None
     return Hit(
-        f"peft.sequence_parallel_input_regather engages for {', '.join(engaged)} but falls back for {_describe(missed)}",
-        "remove the blockers named above if those adapters should re-gather too",
+        message=f"peft.sequence_parallel_input_regather engages for {', '.join(engaged)} but falls back for {_describe(missed)}",
+        fix="remove the blockers named above if those adapters should re-gather too",
     )
 
 
@@ -172,7 +172,7 @@ def regather_available(c: Context) -> Hit | None:
     d = c.d
     saved = c.model.seq_length // d.cp * d.micro_batch_size * c.model.hidden_size * 2 * (1 - 1 / d.tp)
     return Hit(
-        f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
+        message=f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
         f"per layer per in-flight microbatch for {', '.join(engaged)}",
-        "set peft.sequence_parallel_input_regather=true",
+        fix="set peft.sequence_parallel_input_regather=true",
     )

@@ -32,9 +32,9 @@ def sp_without_tp(c: Context) -> Hit | None:
     if not c.model.sequence_parallel or c.d.tp > 1:
         return None
     return Hit(
-        "model.sequence_parallel=true with model.tensor_model_parallel_size=1",
-        "set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
-        "Cannot use sequence parallelism without tensor parallelism",
+        message="model.sequence_parallel=true with model.tensor_model_parallel_size=1",
+        fix="set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
+        upstream="Cannot use sequence parallelism without tensor parallelism",
     )
 
 
@@ -61,9 +61,9 @@ def seq_not_divisible_by_2cp(c: Context) -> Hit | None:
     if cp == 1 or seq % (2 * cp) == 0:
         return None
     return Hit(
-        f"model.seq_length={seq} is not a multiple of 2×model.context_parallel_size = {2 * cp}",
-        f"use a seq_length that is a multiple of {2 * cp}",
-        "Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
+        message=f"model.seq_length={seq} is not a multiple of 2×model.context_parallel_size = {2 * cp}",
+        fix=f"use a seq_length that is a multiple of {2 * cp}",
+        upstream="Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
     )
 
 
@@ -91,9 +91,9 @@ def seq_not_divisible_by_tp_with_sp(c: Context) -> Hit | None:
     if not d.sequence_parallel or seq % d.cp or (seq // d.cp) % d.tp == 0:
         return None
     return Hit(
-        f"model.seq_length={seq} is not divisible by TP×CP = {d.tp}×{d.cp} with model.sequence_parallel=true",
-        f"use a seq_length that is a multiple of {d.tp * d.cp}",
-        "First dimension of the tensor should be divisible by tensor parallel size",
+        message=f"model.seq_length={seq} is not divisible by TP×CP = {d.tp}×{d.cp} with model.sequence_parallel=true",
+        fix=f"use a seq_length that is a multiple of {d.tp * d.cp}",
+        upstream="First dimension of the tensor should be divisible by tensor parallel size",
     )
 
 
@@ -124,7 +124,7 @@ def tp_without_sp(c: Context) -> Hit | None:
     tokens = c.model.seq_length // d.cp * d.micro_batch_size
     saved = 10 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
     return Hit(
-        f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
+        message=f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
         "of activations per layer per microbatch are replicated on every TP rank",
-        "set model.sequence_parallel=true",
+        fix="set model.sequence_parallel=true",
     )
