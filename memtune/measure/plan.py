@@ -133,7 +133,7 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         problems.append(
             "model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash"
         )
-    if local and m.attention_backend in FLASH_BACKENDS and not (m.bf16 or m.fp16):
+    if local and m.attention_backend in FLASH_BACKENDS and not d.half_precision:
         problems.append(
             "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32"
         )

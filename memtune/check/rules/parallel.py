@@ -198,7 +198,7 @@ def pipeline_dtype_missing(c: Context) -> Hit | None:
     """
     if c.d.pp == 1 or c.model.pipeline_dtype is not None:
         return None
-    dtype = "bf16" if c.model.bf16 else "fp16" if c.model.fp16 else "fp32"
+    dtype = c.d.param_dtype
     return Hit(
         message=f"model.pipeline_model_parallel_size={c.d.pp} but model.pipeline_dtype is not set "
         "(Megatron-Core requires it; only Megatron-LM's launcher fills it in)",

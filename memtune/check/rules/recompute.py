@@ -341,14 +341,6 @@ def fp8_delayed_recompute_modules(c: Context) -> Hit | None:
     )
 
 
-def _fused_attention(c: Context) -> bool:
-    """Whether attention runs in a flash/fused kernel that keeps no s×s scores."""
-    backend = c.model.attention_backend
-    return backend in ("flash", "fused") or (
-        backend == "auto" and c.model.transformer_impl == "transformer_engine"
-    )
-
-
 @rule("REC011", "core-attn-with-fused-attention", WARNING)
 def core_attn_with_fused_attention(c: Context) -> Hit | None:
     """`core_attn` recompute with flash/fused attention saves almost nothing.
@@ -373,7 +365,7 @@ def core_attn_with_fused_attention(c: Context) -> Hit | None:
     Recompute what is actually stored: `mla_up_proj` (MLA), `moe_act` (grouped MoE), `layernorm`
     (MoE), `mlp` or `moe`; or use `recompute_modules: []` as a no-recompute control.
     """
-    if "core_attn" not in _selective_modules(c) or not _fused_attention(c):
+    if "core_attn" not in _selective_modules(c) or not c.d.flash_attention:
         return None
     default = " (the default)" if c.model.recompute_modules is None else ""
     return Hit(
