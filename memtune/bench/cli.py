@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memtune.bench.accuracy import evaluate, read_runs, summarize
+from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
 DEFAULT_SET = Path("benchmarks/measured")
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
+                    "schema_version": SCHEMA_VERSION,
                     "runs": [
                         asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error}
                         for r in shown

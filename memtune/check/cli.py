@@ -20,6 +20,7 @@ from memtune.check.report import (
 )
 from memtune.config import load_job
 from memtune.errors import InputError
+from memtune.output import SCHEMA_VERSION
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.list:
         if args.json:
-            print(json.dumps(catalogue_json(), indent=2))
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()}, indent=2))
         else:
             render_list(console)
         return 0

@@ -100,6 +100,7 @@ def render_explain(console: Console, rule: Rule) -> None:
             (f"({rule.name}) ", "bold"),
             (rule.severity, SEVERITY_STYLE[rule.severity]),
             f" · {rule.family.title}",
+            f" · applies to {rule.applies}" if rule.applies else "",
         )
     )
     console.print(Text(rule.summary))
@@ -136,6 +137,7 @@ def catalogue_json() -> list[dict]:
             "severity": r.severity,
             "family": r.family.title,
             "summary": r.summary,
+            "applies": str(r.applies) if r.applies else None,
         }
         for r in catalogue()
     ]
@@ -166,5 +168,6 @@ def catalogue_markdown() -> str:
         lines.append("")
         for r in members:
             body = r.explain.replace("## ", "#### ")
-            lines += [f"### {r.code}", "", f"`{r.name}` · {r.severity} · {r.summary}", "", body, ""]
+            applies = f" · applies to {r.applies}" if r.applies else ""
+            lines += [f"### {r.code}", "", f"`{r.name}` · {r.severity}{applies} · {r.summary}", "", body, ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -10,6 +10,7 @@ from rich.text import Text
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import communicators
+from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB, gib
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
@@ -44,10 +45,15 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
 
 
 def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
-    if global_rank is not None:
-        return rank_json(est, est.rank(global_rank), global_rank)
+    """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
+    rank's pipeline stage, tagged with the global rank."""
     d = est.derived
+    if global_rank is None:
+        ranks = [rank_json(est, r) for r in est.ranks]
+    else:
+        ranks = [rank_json(est, est.rank(global_rank), global_rank)]
     return {
+        "schema_version": SCHEMA_VERSION,
         "gpu": est.gpu.name,
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
@@ -64,7 +70,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
         "num_microbatches": d.num_microbatches,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
-        "ranks": [rank_json(est, r) for r in est.ranks],
+        "ranks": ranks,
         "assumptions": assumptions(est),
     }
 

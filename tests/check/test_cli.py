@@ -106,7 +106,11 @@ def test_explain_unknown_code_suggests_a_close_one():
 def test_list_shows_every_rule(capsys):
     assert check("--list", "--json") == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [r["code"] for r in listed] == [r.code for r in catalogue()]
+    assert listed["schema_version"] == 1
+    assert [r["code"] for r in listed["rules"]] == [r.code for r in catalogue()]
+    by_code = {r["code"]: r for r in listed["rules"]}
+    assert by_code["ENV006"]["applies"] == "torch before 2.11.0"
+    assert by_code["ENV004"]["applies"] == "megatron-core 0.14.0 up to 0.16.0"
     assert check("--list") == 0
     out = capsys.readouterr().out
     assert all(r.code in out for r in catalogue())

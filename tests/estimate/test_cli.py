@@ -9,11 +9,16 @@ EXAMPLE = str(ROOT / "examples" / "llama3-70b-sft.yaml")
 
 def test_json_for_one_global_rank(capsys):
     assert main(["estimate", EXAMPLE, "--json", "--rank", "31"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    full = json.loads(capsys.readouterr().out)
+    assert full["schema_version"] == 1 and len(full["ranks"]) == 1
+    data = full["ranks"][0]
     assert data["rank"] == 31 and data["pp_rank"] == 3  # 32 GPUs, PP 4: ranks 24-31 are the last stage
     assert set(data["components"]) == {"weights", "grads", "optimizer", "activations", "transient"}
     assert data["peak_bytes"] == sum(data["components"].values())
     assert isinstance(data["fits"], bool) and data["non_pytorch_bytes"] > 0
+    assert main(["estimate", EXAMPLE, "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert every.keys() == full.keys() and every["ranks"][3] == {k: v for k, v in data.items() if k != "rank"}
 
 
 def test_table_explain_and_plot(capsys, tmp_path):
