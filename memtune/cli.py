@@ -7,10 +7,12 @@ Each capability package exposes ``register(subparsers)``, which adds its parser 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from memtune import __version__
 from memtune.errors import InputError
+from memtune.output import SCHEMA_VERSION
 
 EXIT_BAD_INPUT = 2
 
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         for line in exc.problems:
             print(f"memtune {args.command}: {line}", file=sys.stderr)
+        if getattr(args, "json", False):
+            # A tool reading --json output gets a document on bad input too.
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "error": {"problems": exc.problems}}))
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memtune.bench.accuracy import evaluate, read_runs, summarize
+from memtune.errors import InputError
 from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
@@ -45,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     results = [evaluate(r) for r in read_runs(args.paths)]
+    known = sorted({r.split for r in results})
+    if args.split != "all" and args.split not in known:
+        raise InputError(
+            f"--split: no run is in split {args.split!r}; the splits are all, {', '.join(known)}"
+        )
     shown = [r for r in results if args.split == "all" or r.split == args.split]
     names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
     splits = {name: summarize([r for r in results if r.split == name]) for name in names}

@@ -10,7 +10,7 @@ from rich.console import Console
 from memtune.check import gate
 from memtune.config import load_job
 from memtune.errors import InputError
-from memtune.estimate import EstimateOptions, estimate, render
+from memtune.estimate import Estimate, EstimateOptions, estimate, render
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "config",
+        nargs="?",
         help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json",
     )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
@@ -31,6 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--explain", action="store_true", help="per-tensor breakdown of the most-loaded rank's activations"
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 unless every rank fits with the fragmentation margin (verdict 'fits')",
     )
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(
@@ -44,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.config:
+        raise InputError("a config file is required: memtune estimate CONFIG [key=value ...]")
     if args.moe_imbalance < 1.0:
         raise InputError(
             f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
@@ -55,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         render.plot(est, args.plot)
     if args.json:
         print(json.dumps(render.estimate_json(est, args.rank), indent=2))
-        return 0
+        return _status(est, args.strict)
     console = Console()
     if loaded.ignored:
         console.print(
@@ -68,4 +76,9 @@ def run(args: argparse.Namespace) -> int:
         render.print_explain(est, console, rank)
     if args.plot:
         console.print(f"[dim]plot written to {args.plot}[/dim]")
-    return 0
+    return _status(est, args.strict)
+
+
+def _status(est: Estimate, strict: bool) -> int:
+    """0, or with ``strict`` 1 when any rank is 'tight' or 'does not fit' (as check --strict)."""
+    return int(strict and any(est.verdict(rank) != "fits" for rank in est.ranks))

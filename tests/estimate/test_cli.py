@@ -58,3 +58,27 @@ def test_invalid_config_is_refused_with_check_messages(capsys):
 def test_rank_out_of_range(capsys):
     assert main(["estimate", EXAMPLE, "--rank", "32"]) == 2
     assert "--rank: must be between 0 and 31 (world size 32), got 32" in capsys.readouterr().err
+
+
+def test_strict_exits_1_when_a_rank_does_not_fit(capsys):
+    assert main(["estimate", EXAMPLE, "--strict"]) == 0
+    assert main(["estimate", EXAMPLE, "--strict", "cluster.gpu_memory_gib=40"]) == 1
+    assert main(["estimate", EXAMPLE, "cluster.gpu_memory_gib=40"]) == 0
+
+
+def test_missing_config_is_one_line(capsys):
+    assert main(["estimate"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "memtune estimate: a config file is required: memtune estimate CONFIG [key=value ...]\n"
+    )
+
+
+def test_json_mode_reports_bad_input_as_json(capsys):
+    assert main(["estimate", "/no/such/file.yaml", "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {
+        "schema_version": 1,
+        "error": {"problems": ["/no/such/file.yaml: no such file"]},
+    }
+    assert out.err == "memtune estimate: /no/such/file.yaml: no such file\n"
