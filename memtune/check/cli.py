@@ -23,7 +23,7 @@ from memtune.errors import InputError
 from memtune.output import SCHEMA_VERSION
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "check",
         help="find configuration problems before launch",

@@ -114,13 +114,18 @@ class Rule:
 _RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, severity: str, *, applies: Applies | None = None):
+RuleCheck = Callable[[Context], Hit | None]
+
+
+def rule(
+    code: str, name: str, severity: str, *, applies: Applies | None = None
+) -> Callable[[RuleCheck], RuleCheck]:
     """Register the decorated function as rule ``code``; its family is the code's prefix."""
     family = FAMILY_BY_PREFIX[code[:3]]
     if severity not in SEVERITIES:
         raise ValueError(f"{code}: unknown severity {severity!r}")
 
-    def register(check: Callable[[Context], Hit | None]):
+    def register(check: RuleCheck) -> RuleCheck:
         if code in _RULES:
             raise ValueError(f"rule code {code} registered twice")
         if not check.__doc__:

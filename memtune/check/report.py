@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from rich.console import Console, Group
 from rich.markdown import Markdown
@@ -70,7 +71,9 @@ def _family_table(findings: list[Finding]) -> Table:
     return table
 
 
-def findings_json(source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0) -> dict:
+def findings_json(
+    source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0
+) -> dict[str, Any]:
     counts = Counter(f.severity for f in findings)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -129,7 +132,7 @@ def render_list(console: Console) -> None:
         console.print()
 
 
-def catalogue_json() -> list[dict]:
+def catalogue_json() -> list[dict[str, Any]]:
     return [
         {
             "code": r.code,

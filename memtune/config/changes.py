@@ -65,7 +65,7 @@ def default_of(key: str) -> Any:
     return field.get_default(call_default_factory=True)
 
 
-def job_data(job: JobConfig) -> dict:
+def job_data(job: JobConfig) -> dict[str, Any]:
     """The job as plain data that validates back into an equal job: every key that was set (by
     the user, a loader or a stack's defaults) and nothing else."""
     return job.model_dump(mode="json", exclude_unset=True)

@@ -62,8 +62,13 @@ class Derived:
         return self.model.moe_ffn_hidden_size or self.ffn_hidden_size
 
     @cached_property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer; 0 for a dense model."""
+        return self.model.num_moe_experts or 0
+
+    @cached_property
     def is_moe(self) -> bool:
-        return bool(self.model.num_moe_experts)
+        return self.num_experts > 0
 
     @cached_property
     def moe_layer_pattern(self) -> tuple[bool, ...]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import yaml
 
 from memtune.errors import InputError
 
 
-def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     result = copy.deepcopy(data)
     problems = []
     for item in overrides:

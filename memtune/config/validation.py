@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
@@ -43,7 +44,7 @@ def _is_union_tag(part: object) -> bool:
     )
 
 
-def _explain(err: dict, loc: list[str]) -> str:
+def _explain(err: ErrorDetails, loc: list[str]) -> str:
     kind, value = err["type"], err.get("input")
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":

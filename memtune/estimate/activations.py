@@ -285,7 +285,7 @@ def moe(d: Derived, x: Dims, fl: Flavour, imbalance: float) -> Saved:
 def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) -> None:
     m = d.model
     local = x.residual_tokens
-    experts = m.num_moe_experts
+    experts = d.num_experts
     k = m.moe_router_topk
     # Router: gating logits, fp32 scores, the dense probability map and the routing map.
     s.add("router.scores", local * experts * (BF16 + FP32 + FP32 + BOOL))

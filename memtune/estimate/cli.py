@@ -13,7 +13,7 @@ from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "estimate",
         help="peak memory of every pipeline rank, per component, with a fits / does-not-fit verdict",

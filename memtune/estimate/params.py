@@ -82,13 +82,13 @@ def moe_params(d: Derived) -> ParamCounts:
     """An MoE layer: router, routed experts, shared experts."""
     m, h = d.model, d.model.hidden_size
     experts = mlp_params(d, d.moe_ffn_hidden_size)
-    routed = experts.total * m.num_moe_experts
+    routed = experts.total * d.num_experts
     shared = (
         mlp_params(d, m.moe_shared_expert_intermediate_size)
         if m.moe_shared_expert_intermediate_size
         else ParamCounts()
     )
-    router = h * m.num_moe_experts
+    router = h * d.num_experts
     return ParamCounts(dense=shared.dense, replicated=shared.replicated + router, expert=routed)
 
 

@@ -45,7 +45,7 @@ def _target_shapes(d: Derived, is_moe: bool) -> dict[str, tuple[int, int, int]]:
     }
     gate = 2 if m.gated_linear_unit else 1
     if is_moe:
-        local_experts = m.num_moe_experts // d.ep
+        local_experts = d.num_experts // d.ep
         shapes["linear_fc1"] = (h, gate * d.moe_ffn_hidden_size, local_experts)
         shapes["linear_fc2"] = (d.moe_ffn_hidden_size, h, local_experts)
     else:

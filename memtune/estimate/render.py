@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -26,7 +28,7 @@ def components(rank: RankEstimate) -> dict[str, int]:
     }
 
 
-def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None) -> dict:
+def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None) -> dict[str, Any]:
     data = {
         "pp_rank": rank.pp_rank,
         "layers": rank.layers,
@@ -44,7 +46,7 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
     return data
 
 
-def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
+def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
     rank's pipeline stage, tagged with the global rank."""
     d = est.derived
@@ -152,7 +154,8 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         headroom = est.capacity_bytes - rank.peak_bytes - est.non_pytorch_bytes
         label = f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else "")
         flight = str(sum(rank.in_flight.values()))
-        row = [label, str(rank.layers), flight] + [gib(v) for v in components(rank).values()]
+        row: list[str | Text] = [label, str(rank.layers), flight]
+        row += [gib(v) for v in components(rank).values()]
         row += [
             gib(rank.peak_bytes),
             gib(est.non_pytorch_bytes),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, WARNING, Hit
 from memtune.check.registry import rule
@@ -22,7 +24,7 @@ def allowed_recompute_modules(mcore: Version) -> frozenset[str]:
     return next(modules for since, modules in _MODULES_BY_VERSION if mcore >= since)
 
 
-def _set_repr(names) -> str:
+def _set_repr(names: Iterable[str]) -> str:
     return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
 
 
