@@ -25,7 +25,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memtune.diagnose import diagnose_text
+from memtune.diagnose import expandable_state, scan_text, verdict
+from memtune.diagnose.classify import Verdict
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION, HOST_OOM, OUTSIDE_PYTORCH
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128
@@ -54,10 +55,17 @@ def classify(exit_status: int | None, output: str, kind: str) -> Outcome:
     """Good, bad or skip, from the command's exit status and its output."""
     if exit_status == 0:
         return Outcome("good", 0, None, ())
-    verdict = diagnose_text(output).verdict
-    reasons = tuple(verdict.reasons)
-    outcome = "bad" if verdict.label in KINDS[kind] else "skip"
-    return Outcome(outcome, exit_status, verdict.label, reasons)
+    found = read_verdict(output)
+    outcome = "bad" if found.label in KINDS[kind] else "skip"
+    return Outcome(outcome, exit_status, found.label, tuple(found.reasons))
+
+
+def read_verdict(output: str) -> Verdict:
+    """``memtune diagnose``'s verdict on a command's output, from the log alone (no config or
+    snapshot, and no fixes, which would need the config stack in every per-commit process)."""
+    scanned = scan_text(output)
+    formats = [f.numbers.format for f in scanned.failures if f.numbers is not None]
+    return verdict(scanned.failures, scanned.facts, expandable_state(scanned.facts, None, None, formats))
 
 
 def run_command(

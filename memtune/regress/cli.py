@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--python", default=sys.executable, metavar="PATH", help="with --measure: interpreter with torch"
     )
     b.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    b.add_argument("command", nargs="*", help="after --: the command to run at each commit")
+    b.add_argument("to_run", nargs="*", metavar="COMMAND", help="after --: the command to run at each commit")
     b.set_defaults(handler=run_bisect)
 
 
@@ -104,18 +104,18 @@ def _is_override(text: str) -> bool:
 
 def run_bisect(args: argparse.Namespace) -> int:
     if args.configs:
-        if args.good or args.bad or args.command:
+        if args.good or args.bad or args.to_run:
             raise InputError("--configs walks between two configs; it takes no --good/--bad or command")
         return _bisect_configs(args)
     if args.measure:
         raise InputError("--measure goes with --configs A B")
     if not (args.good and args.bad):
         raise InputError("give --good REV and --bad REV (and the command after --), or --configs A B")
-    if not args.command:
+    if not args.to_run:
         raise InputError("give the command to run at each commit after --, e.g. -- python train.py")
     from memtune.regress.gitbisect import bisect
 
-    result = bisect(args.repo, args.good, args.bad, args.command, args.kind)
+    result = bisect(args.repo, args.good, args.bad, args.to_run, args.kind)
     _emit(args, render.bisect_json(result, args.kind), render.bisect_lines(result, args.kind))
     return 0 if result.first_bad else EXIT_NO_ANSWER
 

@@ -110,14 +110,23 @@ def bisect(repo: str, good: str, bad: str, command: list[str], kind: str) -> Bis
                 ],
                 check=False,
                 stdout=subprocess.PIPE,
-                stderr=sys.stderr,
+                stderr=None,  # the classifier's one line per commit reaches the user as it runs
                 text=True,
                 env=_classifier_env(),
             )
             return _result(root, proc.stdout, Path(record), command, kind)
         finally:
             if started:
-                _git(root, "bisect", "reset", "--quiet", check=False)
+                _reset(root)
+
+
+def _reset(root: Path) -> None:
+    proc = subprocess.run(
+        ["git", "-C", str(root), "bisect", "reset"], check=False, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        # Cleanup must not hide what interrupted the bisect; say what is left to do instead.
+        print(f"memtune bisect: `git bisect reset` failed in {root}; run it yourself", file=sys.stderr)
 
 
 def _classifier_env() -> dict[str, str]:
