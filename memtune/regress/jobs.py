@@ -55,7 +55,7 @@ def value_text(value: Any) -> str:
     return str(Change("x.y", value)).partition("=")[2]
 
 
-def load_pair(a: str, b: str, overrides: Sequence[str] = ()) -> tuple[LoadedJob, LoadedJob]:
+def load_pair(a: str, b: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[LoadedJob, LoadedJob]:
     return load_job(a, overrides), load_job(b, overrides)
 
 

@@ -189,7 +189,7 @@ def walk_lines(w: Walk, a: str, b: str) -> list[str]:
         f"{len(w.probes)} {how} prefixes):"
     )
     for i, (change, effect) in enumerate(zip(w.order, w.single_effects), 1):
-        alone = "refused alone" if effect is None else f"{signed(effect)} alone"
+        alone = {None: "refused alone", 0: "no effect alone"}.get(effect) or f"{signed(effect or 0)} alone"
         lines.append(f"  {i:>2}. {change} ({alone})")
     assert w.before is not None and w.after is not None
     if len(w.culprits) == 1:
