@@ -25,16 +25,31 @@ from memtune.regress.jobs import (
     unread_differences,
 )
 
-# The components of a rank's peak, as memtune estimate shows them, and the peak itself.
-COMPONENTS = ("weights", "grads", "optimizer", "activations", "transient")
+# What a rank needs, as the verdict counts it: the components of its allocator peak (as memtune
+# estimate shows them), memory outside PyTorch and the fragmentation margin; then the peak itself.
+COMPONENTS = (
+    "weights",
+    "grads",
+    "optimizer",
+    "activations",
+    "transient",
+    "outside PyTorch",
+    "fragmentation margin",
+)
 PEAK = "peak"
 MOST_LOADED = "most-loaded rank"
 
 Breakdown = dict[str, int]  # component (and "peak") -> bytes
 
 
-def breakdown(rank: RankEstimate) -> Breakdown:
-    return {**components(rank), PEAK: rank.peak_bytes}
+def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
+    margin = est.needed_bytes(rank) - rank.peak_bytes - est.non_pytorch_bytes
+    return {
+        **components(rank),
+        "outside PyTorch": est.non_pytorch_bytes,
+        "fragmentation margin": margin,
+        PEAK: rank.peak_bytes,
+    }
 
 
 def minus(after: Breakdown, before: Breakdown) -> Breakdown:
@@ -68,7 +83,7 @@ class ConfigDiff:
 
 
 def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
-    return [breakdown(r) for r in est.ranks] if per_rank else [breakdown(est.worst)]
+    return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
 
 
 def diff_configs(a: LoadedJob, b: LoadedJob) -> ConfigDiff:

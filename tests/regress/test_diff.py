@@ -40,7 +40,15 @@ def write(tmp_path: Path, name: str, **sections: dict) -> str:
 def breakdowns(path: str) -> list[dict[str, int]]:
     """Per pp rank, straight from the estimator: the independent reference."""
     est = estimate(gate(load_job(path).job))
-    return [{**components(r), PEAK: r.peak_bytes} for r in est.ranks]
+    return [
+        {
+            **components(r),
+            "outside PyTorch": est.non_pytorch_bytes,
+            "fragmentation margin": est.needed_bytes(r) - r.peak_bytes - est.non_pytorch_bytes,
+            PEAK: r.peak_bytes,
+        }
+        for r in est.ranks
+    ]
 
 
 def test_one_key_gets_exactly_the_estimators_difference(tmp_path):
