@@ -24,6 +24,7 @@ def _registrars():
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
+    from memtune.regress import cli as regress_cli
 
     return [
         estimate_cli.register,
@@ -32,6 +33,7 @@ def _registrars():
         diagnose_cli.register,
         bench_cli.register,
         catalog_cli.register,
+        regress_cli.register,
     ]
 
 

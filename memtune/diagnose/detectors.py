@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 from memtune.diagnose import messages
@@ -464,10 +465,47 @@ _TORCH_VERSION = re.compile(
 )
 _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this platform")
 _WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}(\d+)", re.I)
-_RANK_MEMORY = re.compile(r"\[Rank (\d+)\].*memory \(MB\).*?max reserved:\s*([\d.]+)")
+# Megatron-LM's report_memory(): "[Rank 3] (after 10 iterations) memory (MB) | allocated: ... |
+# max allocated: ... | reserved: ... | max reserved: ..." (MB there are MiB)
+_RANK_MEMORY = re.compile(
+    r"\[Rank (\d+)\]\s*(.*?)\s*memory \(MB\)\s*\|\s*allocated:\s*([\d.]+)\s*\|\s*max allocated:\s*([\d.]+)"
+    r"\s*\|\s*reserved:\s*([\d.]+)\s*\|\s*max reserved:\s*([\d.]+)"
+)
+_ITERATION = re.compile(r"(?:after|iteration)\s+(\d+)")
 _CPU_PERCENT = re.compile(r"CPU Virtual Memory:.*percent = ([\d.]+)%")
 _EXIT_CODE = re.compile(r"(?:exits with return code = |\bexitcode\s*:\s*)(-?\d+)")
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
+
+
+@dataclass(frozen=True)
+class RankMemoryReport:
+    """One of Megatron-LM's per-rank memory report lines, in bytes."""
+
+    rank: int
+    label: str  # what the line says it follows, e.g. "(after 10 iterations)"
+    iteration: int | None  # the iteration the label names, if any
+    allocated: int
+    max_allocated: int
+    reserved: int
+    max_reserved: int
+
+
+def rank_memory_report(text: str) -> RankMemoryReport | None:
+    """Parse a ``[Rank N] (...) memory (MB) | allocated: ...`` line, or None if ``text`` is not one."""
+    m = _RANK_MEMORY.search(text)
+    if m is None:
+        return None
+    iteration = _ITERATION.search(m.group(2))
+    allocated, max_allocated, reserved, max_reserved = (round(float(m.group(i)) * MiB) for i in range(3, 7))
+    return RankMemoryReport(
+        int(m.group(1)),
+        m.group(2),
+        int(iteration.group(1)) if iteration else None,
+        allocated,
+        max_allocated,
+        reserved,
+        max_reserved,
+    )
 
 
 def facts(line: Line) -> list[Failure | Fact]:
@@ -491,8 +529,8 @@ def facts(line: Line) -> list[Failure | Fact]:
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
     if m := _WORLD_SIZE.search(text):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
-    if m := _RANK_MEMORY.search(text):
-        found.append(Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * MiB)))
+    if report := rank_memory_report(text):
+        found.append(Fact("rank_memory", where, _excerpt(text), (report.rank, report.max_reserved)))
     if m := _CPU_PERCENT.search(text):
         found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
     if m := _EXIT_CODE.search(text):
