@@ -139,6 +139,10 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
                 kept.merge(layer, "decoder.")
             segments.append(Segment(full, full, fwd, bwd))
         first_layer += len(group)
+    for _ in range(chunk.mtp_layers):
+        mtp = act.mtp_extra(d, x)
+        kept.merge(mtp)
+        segments.append(Segment(mtp.total, mtp.total, mtp.fwd_transient, mtp.bwd_transient))
     if chunk.has_output:
         out = act.output_and_loss(d, x)
         kept.merge(out)
