@@ -969,8 +969,131 @@ def _fresh2() -> list[Entry]:
     return e
 
 
+def _preflight() -> list[Entry]:
+    """Multi-token prediction (``mtp-``), Megatron-FSDP (``fsdp-``) and optimizer CPU offload
+    (``ooff-``), split by the hash rule. Fine-grained activation offloading and Megatron-FSDP
+    with PP cannot run on megatron-core 0.19.2 without Transformer Engine (``memtune measure``
+    says why)."""
+    return _mtp() + _fsdp() + _optimizer_offload()
+
+
+def _mtp() -> list[Entry]:
+    e = []
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    e.append(run("mtp-l8w-tp2-sp-mtp1", L8W(mtp_num_layers=1, **tp2), microbatches=2, smoke=True))
+    e.append(run("mtp-l8w-tp2-sp-mtp2", L8W(mtp_num_layers=2, **tp2), microbatches=2))
+    e.append(run("mtp-l8w-pp2-m4-mtp1-first", L8W(mtp_num_layers=1, **pp2), microbatches=4))
+    e.append(run("mtp-l8w-pp2-m4-mtp1-last", L8W(mtp_num_layers=1, **pp2), microbatches=4, stage=-1))
+    e.append(run("mtp-l8w-pp2-m4-mtp2-last", L8W(mtp_num_layers=2, **pp2), microbatches=4, stage=-1))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(
+        run("mtp-l8w-pp2-m4-mtp1-rc-full-last", L8W(mtp_num_layers=1, **pp2, **rc), microbatches=4, stage=-1)
+    )
+    vpp = dict(pp2, virtual_pipeline_model_parallel_size=2)
+    e.append(run("mtp-l8w-pp2-vpp2-m4-mtp1-last", L8W(mtp_num_layers=1, **vpp), microbatches=4, stage=-1))
+    sel = dict(recompute_granularity="selective")
+    e.append(run("mtp-l8w-tp2-sp-mtp1-rc-sel", L8W(mtp_num_layers=1, **tp2, **sel), microbatches=2))
+    e.append(run("mtp-l1b-tp1-mtp1", L1B(mtp_num_layers=1), microbatches=2))
+    e.append(
+        run(
+            "mtp-l1b-pp2-m4-mtp1-last",
+            L1B(mtp_num_layers=1, num_layers=8, pipeline_model_parallel_size=2),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(run("mtp-qm-ep4-mtp1", QM(mtp_num_layers=1, expert_model_parallel_size=4, **a2a), dp=4))
+    e.append(run("mtp-dsl-ep4-mtp1", DSL(mtp_num_layers=1, expert_model_parallel_size=4), dp=4))
+    e.append(run("mtp-gpt-tp1-unfused-mtp1", GPT(mtp_num_layers=1), microbatches=2))
+    return e
+
+
+def _fsdp() -> list[Entry]:
+    e = []
+
+    def fsdp(strategy):
+        return dict(use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy)
+
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    for strategy, name in (("optim", "optim"), ("optim_grads", "og"), ("optim_grads_params", "ogp")):
+        e.append(
+            run(
+                f"fsdp-l8w-tp2-sp-dp4-{name}",
+                L8W(**tp2),
+                dp=4,
+                microbatches=2,
+                distopt=True,
+                ddp=fsdp(strategy),
+                smoke=name == "ogp",
+            )
+        )
+    ogp = fsdp("optim_grads_params")
+    e.append(run("fsdp-l8w-tp1-dp8-ogp", L8W(), dp=8, distopt=True, ddp=ogp))
+    e.append(run("fsdp-l1b-dp4-og", L1B(), dp=4, distopt=True, ddp=fsdp("optim_grads")))
+    e.append(run("fsdp-l1b-dp4-ogp", L1B(), dp=4, microbatches=2, distopt=True, ddp=ogp))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("fsdp-l8w-tp2-sp-dp4-ogp-rc-full", L8W(**tp2, **rc), dp=4, distopt=True, ddp=ogp))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(run("fsdp-mx-ep2-dp2-ogp", MX(expert_model_parallel_size=2, **a2a), dp=2, distopt=True, ddp=ogp))
+    e.append(
+        run(
+            "fsdp-qm-ep4-dp4-og",
+            QM(expert_model_parallel_size=4, **a2a),
+            dp=4,
+            distopt=True,
+            ddp=fsdp("optim_grads"),
+        )
+    )
+    e.append(run("fsdp-gpt-dp4-ogp", GPT(), dp=4, distopt=True, ddp=ogp))
+    tp4 = dict(tensor_model_parallel_size=4, **SP)
+    e.append(run("fsdp-l8w-tp4-sp-dp2-og", L8W(**tp4), dp=2, distopt=True, ddp=fsdp("optim_grads")))
+    e.append(run("fsdp-l8w-tp2-sp-dp8-optim", L8W(**tp2), dp=8, distopt=True, ddp=fsdp("optim")))
+    return e
+
+
+def _optimizer_offload() -> list[Entry]:
+    e = []
+
+    def offload(fraction, overlap=False):
+        return dict(
+            use_distributed_optimizer=True,
+            use_precision_aware_optimizer=True,
+            optimizer_cpu_offload=True,
+            optimizer_offload_fraction=fraction,
+            overlap_cpu_optimizer_d2h_h2d=overlap,
+        )
+
+    def ooff(run_id, model, fraction, overlap=False, **kw):
+        entry = run(run_id, model, distopt=True, **kw)
+        config = copy.deepcopy(entry.config)
+        config["optimizer"].update(offload(fraction, overlap))
+        job = validate(config)
+        return Entry(
+            run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank, entry.solo, entry.smoke
+        )
+
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f1", L8W(**tp2), 1.0, dp=4, microbatches=2, smoke=True))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05", L8W(**tp2), 0.5, dp=4, microbatches=2))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05-overlap", L8W(**tp2), 0.5, overlap=True, dp=4, microbatches=2))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f0", L8W(**tp2), 0.0, dp=4))
+    e.append(ooff("ooff-l1b-dp4-f1", L1B(), 1.0, dp=4))
+    e.append(ooff("ooff-l1b-dp4-f07-gbf16", L1B(), 0.7, dp=4, grad_fp32=False))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    e.append(ooff("ooff-l8w-pp2-m4-dp2-f05-first", L8W(**pp2), 0.5, dp=2, microbatches=4))
+    e.append(ooff("ooff-l8w-pp2-m4-dp2-f1-last", L8W(**pp2), 1.0, dp=2, microbatches=4, stage=-1))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05-rc-full", L8W(**tp2, **rc), 0.5, dp=4))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(ooff("ooff-mx-ep2-dp2-f05", MX(expert_model_parallel_size=2, **a2a), 0.5, dp=2))
+    e.append(ooff("ooff-qm-ep4-dp4-f1", QM(expert_model_parallel_size=4, **a2a), 1.0, dp=4))
+    return e
+
+
 def entries() -> list[Entry]:
-    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2()
+    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2() + _preflight()
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found

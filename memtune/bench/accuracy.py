@@ -17,6 +17,9 @@ from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
 
+# Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
+FAMILIES = {"mtp": "mtp", "fsdp": "fsdp", "ooff": "optimizer-offload"}
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -30,6 +33,12 @@ class RunResult:
     @property
     def error(self) -> float:
         return (self.estimated - self.measured) / self.measured
+
+    @property
+    def family(self) -> str:
+        """The feature family a run was added for, by its id prefix; ``core`` for the rest."""
+        prefix = self.id.split("-", 1)[0]
+        return FAMILIES.get(prefix, "core")
 
     @property
     def megatron_lm_error(self) -> float:

@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
     splits = {name: summarize([r for r in results if r.split == name]) for name in names}
     splits["all"] = summarize(results)
+    families = {
+        (family, split): summarize([r for r in results if r.family == family and r.split == split])
+        for family in sorted({r.family for r in results})
+        for split in names
+    }
     if args.json:
         print(
             json.dumps(
@@ -65,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
                         for r in shown
                     ],
                     "summary": {k: asdict(v) if v else None for k, v in splits.items()},
+                    "families": {
+                        f"{family}/{split}": asdict(v) for (family, split), v in families.items() if v
+                    },
                 },
                 indent=2,
             )
@@ -93,5 +101,12 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
                 f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
+            )
+    console.print("[bold]By family[/bold] (run id prefix)")
+    for (family, split), s in families.items():
+        if s:
+            console.print(
+                f"  {family:18} {split:8} {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
+                f" ({s.worst_id})"
             )
     return 0

@@ -193,8 +193,14 @@ class Derived:
     @cached_property
     def use_distributed_optimizer(self) -> bool:
         """Megatron-Bridge turns both flags on when either is on, and Megatron-LM has one flag
-        for both, so the optimizer is distributed when either section asks for it."""
-        return self.job.ddp.use_distributed_optimizer or self.job.optimizer.use_distributed_optimizer
+        for both, so the optimizer is distributed when either section asks for it. Megatron-LM
+        also turns it on for Megatron-FSDP (version 1), which shards through it."""
+        ddp = self.job.ddp
+        return (
+            ddp.use_distributed_optimizer
+            or self.job.optimizer.use_distributed_optimizer
+            or ddp.use_megatron_fsdp
+        )
 
     @cached_property
     def fsdp_strategy(self) -> str:

@@ -116,6 +116,11 @@ class ModelConfig(Section):
     cpu_offloading_num_layers: int = 0
     cpu_offloading_activations: bool = True
     cpu_offloading_weights: bool = False
+    # Fine-grained activation offloading (Megatron-Core's TransformerConfig names and defaults)
+    fine_grained_activation_offloading: bool = False
+    offload_modules: list[str] | None = None
+    min_offloaded_tensor_size: NonNegativeInt = 1024 * 1024
+    activation_offload_fraction: float = Field(1.0, ge=0.0, le=1.0)
 
     # Precision
     bf16: bool = False
@@ -157,6 +162,7 @@ class OptimizerConfig(Section):
     exp_avg_sq_dtype: StateDtype = "fp32"
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    overlap_cpu_optimizer_d2h_h2d: bool = False
 
 
 class DDPConfig(Section):

@@ -37,6 +37,13 @@ class Estimate:
     def worst(self) -> RankEstimate:
         return max(self.ranks, key=lambda r: r.peak_bytes)
 
+    @property
+    def host_bytes_per_node(self) -> int:
+        """Host memory the ranks of one node take beside the device: ``gpus_per_node`` ranks of
+        the worst pipeline rank (ranks of a stage are consecutive, so a node holds one stage's)."""
+        per_node = min(self.job.cluster.gpus_per_node, self.derived.world_size)
+        return max(r.host_bytes for r in self.ranks) * per_node
+
     def needed_bytes(self, rank: RankEstimate) -> int:
         """Device memory the rank needs: its allocator peak, the margin and memory outside PyTorch."""
         return round(rank.peak_bytes * (1 + self.margin) + self.non_pytorch_bytes)

@@ -378,3 +378,20 @@ def output_and_loss(d: Derived, x: Dims) -> Saved:
     )
     s.bwd_transient = max(cast, output_layer)
     return s
+
+
+def mtp_extra(d: Derived, x: Dims) -> Saved:
+    """What one multi-token-prediction layer keeps beyond its decoder layer.
+
+    It embeds the tokens shifted by one (its own lookup, on the last stage too), normalises that
+    embedding and the incoming hidden states, projects their concatenation (2h) back to h, and
+    ends in its own final norm, a second pass through the shared output layer and a second fp32
+    cross entropy over the whole vocabulary shard, kept for backward like the main loss.
+    """
+    s = Saved()
+    s.merge(embedding(d, x), "mtp.")
+    s.merge(norm(d, x, "mtp.enorm"))
+    s.merge(norm(d, x, "mtp.hnorm"))
+    s.add("mtp.eh_proj.input", 2 * BF16 * x.residual_tokens * x.hidden)
+    s.merge(output_and_loss(d, x), "mtp.")
+    return s

@@ -87,6 +87,15 @@ class RankEstimate:
     def peak_bytes(self) -> int:
         return round(self.state.total + self.activations + self.transient)
 
+    @property
+    def host_bytes(self) -> int:
+        """Host memory this rank's training state takes (optimizer CPU offload)."""
+        return round(self.state.host)
+
+    @property
+    def host_pinned_bytes(self) -> int:
+        return round(self.state.host_pinned)
+
 
 def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: EstimateOptions) -> act.Saved:
     saved = act.transformer_layer(d, x, fl, d.moe_layer_pattern[index], options.moe_routing_imbalance)
@@ -139,6 +148,10 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
                 kept.merge(layer, "decoder.")
             segments.append(Segment(full, full, fwd, bwd))
         first_layer += len(group)
+    for _ in range(chunk.mtp_layers):
+        mtp = act.mtp_extra(d, x)
+        kept.merge(mtp)
+        segments.append(Segment(mtp.total, mtp.total, mtp.fwd_transient, mtp.bwd_transient))
     if chunk.has_output:
         out = act.output_and_loss(d, x)
         kept.merge(out)

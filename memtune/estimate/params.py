@@ -143,7 +143,9 @@ def chunk_params(d: Derived, chunk: Chunk) -> ParamCounts:
         expert=counts.expert / (d.ep * d.etp),
     )
     vocab_rows = d.padded_vocab_size * h / d.tp
-    if chunk.has_embedding:
+    # Multi-token prediction embeds the shifted tokens on the last stage, so a stage that runs
+    # it builds its own embedding copy even without pre_process (tied or not).
+    if chunk.has_embedding or chunk.mtp_layers:
         positions = embedding_params(d, 0)
         local = local + ParamCounts(dense=vocab_rows, replicated=positions)
     if chunk.has_output:

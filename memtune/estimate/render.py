@@ -37,6 +37,8 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
         "peak_bytes": rank.peak_bytes,
         "components": components(rank),
         "non_pytorch_bytes": est.non_pytorch_bytes,
+        "host_bytes": rank.host_bytes,
+        "host_pinned_bytes": rank.host_pinned_bytes,
         "needed_bytes": est.needed_bytes(rank),
         "fits": est.fits(rank),
         "verdict": est.verdict(rank),
@@ -72,6 +74,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "num_microbatches": d.num_microbatches,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
+        "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
         "assumptions": assumptions(est),
     }
@@ -179,6 +182,12 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
         )
     )
+    if est.host_bytes_per_node:
+        console.print(
+            f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
+            f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
+            "pageable per rank, optimizer state offloaded to the host)"
+        )
     console.print("Assumptions:", style="dim")
     for note in assumptions(est):
         console.print(f"  - {note}", style="dim")

@@ -25,6 +25,12 @@ class ModelState:
     optimizer_step_transient: float  # temporaries of one optimizer step
     trainable: float  # parameters with gradients on this rank
     optimizer_params: float  # parameters whose optimizer state this rank keeps
+    host_pinned: float = 0.0  # page-locked host memory the optimizer keeps
+    host_pageable: float = 0.0  # ordinary host memory the optimizer keeps
+
+    @property
+    def host(self) -> float:
+        return self.host_pinned + self.host_pageable
 
     @property
     def total(self) -> float:
@@ -81,21 +87,21 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
     master = (
         0 if not half else (DTYPE_BYTES[opt.main_params_dtype] if opt.use_precision_aware_optimizer else 4)
     )
-    if opt.use_precision_aware_optimizer:
+    moments = 8 if opt.optimizer == "adam" else 0
+    if opt.use_precision_aware_optimizer and not opt.optimizer_cpu_offload:
         moments = DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
-    else:
-        moments = 8 if opt.optimizer == "adam" else 0
-    on_device = 1.0 - (opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0)
-    optimizer = (master + moments) * optimizer_params * on_device
+    if opt.optimizer_cpu_offload:
+        return _hybrid_device_state(d, weights, grads, trainable, optimizer_params, moments)
+    optimizer = (master + moments) * optimizer_params
 
     # bf16 gradients are copied to fp32 for the step; torch's foreach Adam (used where neither
     # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every
     # parameter of one param group at a time, and Megatron puts routed experts in their own groups.
     step = 0.0
     if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
-        step += 4 * optimizer_params * on_device
+        step += 4 * optimizer_params
     if job.model.transformer_impl == "local" and opt.optimizer == "adam":
-        step += 4 * max(optimizer_params - expert_optimizer_params, expert_optimizer_params) * on_device
+        step += 4 * max(optimizer_params - expert_optimizer_params, expert_optimizer_params)
     return ModelState(
         weights=weights,
         grads=grads,
@@ -103,4 +109,38 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
         optimizer_step_transient=step,
         trainable=trainable,
         optimizer_params=optimizer_params,
+    )
+
+
+def _hybrid_device_state(
+    d: Derived, weights: float, grads: float, trainable: float, optimizer_params: float, moments: float
+) -> ModelState:
+    """Megatron-Core's HybridDeviceOptimizer (``optimizer_cpu_offload``) over the distributed
+    optimizer's shard of ``optimizer_params`` parameters.
+
+    It walks the shard in order and moves parameters to the host until ``offload_fraction`` of
+    it is there. Every parameter is updated in fp32 (``param_update_in_fp32``): one on the device
+    gets an fp32 master copy and torch Adam moments (fp32 whatever ``exp_avg_dtype`` says) on
+    the device, stepped by a fused Adam (no foreach temporaries); one on the host gets a pinned
+    copy of the weight, an unpinned fp32 master with its moments, and a pinned fp32 buffer its
+    gradient is copied into. Gradients that are not fp32 get a persistent fp32 copy on the
+    device for the device part.
+    """
+    opt = d.job.optimizer
+    host_share = opt.optimizer_offload_fraction
+    device_params = (1.0 - host_share) * optimizer_params
+    host_params = host_share * optimizer_params
+    optimizer = (4 + moments) * device_params
+    if DTYPE_BYTES[d.grad_dtype] < 4:
+        optimizer += 4 * device_params
+    pinned = (DTYPE_BYTES[d.param_dtype] + 4) * host_params
+    return ModelState(
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
+        optimizer_step_transient=0.0,
+        trainable=trainable,
+        optimizer_params=optimizer_params,
+        host_pinned=pinned,
+        host_pageable=(4 + moments) * host_params,
     )

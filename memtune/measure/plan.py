@@ -145,15 +145,24 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         )
     if m.cuda_graph_impl != "none":
         problems.append("model.cuda_graph_impl: memtune measure does not capture CUDA graphs")
-    if m.cpu_offloading or job.optimizer.optimizer_cpu_offload:
-        problems.append("CPU offloading: memtune measure does not offload to the host")
-    if d.mtp_num_layers:
-        problems.append("model.mtp_num_layers: memtune measure does not build multi-token-prediction layers")
-    if job.ddp.use_megatron_fsdp:
-        problems.append("ddp.use_megatron_fsdp: memtune measure wraps with Megatron DDP only")
+    if m.cpu_offloading:
+        problems.append(
+            "model.cpu_offloading: megatron-core 0.19.2's layer-wise offload context needs Transformer Engine; "
+            "use fine_grained_activation_offloading"
+        )
+    if m.fine_grained_activation_offloading:
+        problems.append(
+            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
+            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)"
+        )
+    if job.ddp.use_megatron_fsdp and d.pp > 1:
+        problems.append(
+            "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
+            "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP"
+        )
     if job.peft is not None:
         problems.append("peft: Megatron-Core has no LoRA; memtune measure runs full training only")
-    if job.optimizer.use_precision_aware_optimizer:
+    if job.optimizer.use_precision_aware_optimizer and not job.optimizer.optimizer_cpu_offload:
         problems.append("optimizer.use_precision_aware_optimizer: needs Transformer Engine's FusedAdam")
     if job.optimizer.optimizer != "adam":
         problems.append(f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune measure runs Adam")
@@ -199,6 +208,8 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict:
             moe_router_force_load_balancing=True,
             moe_aux_loss_coeff=0.0,
         )
+    if d.mtp_num_layers:
+        kwargs["mtp_num_layers"] = d.mtp_num_layers
     if m.multi_latent_attention:
         kwargs.update({key: getattr(m, key) for key in _MLA_KEYS})
         kwargs["multi_latent_attention"] = True
@@ -229,6 +240,28 @@ def _process_env(job: JobConfig) -> dict:
         "CUDA_DEVICE_MAX_CONNECTIONS",
     )
     return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
+
+
+def _fsdp(job: JobConfig, d: Derived) -> dict:
+    """Megatron-FSDP's DDP keys, as Megatron-LM's get_megatron_ddp_config passes them."""
+    if not job.ddp.use_megatron_fsdp:
+        return {}
+    return dict(use_megatron_fsdp=True, data_parallel_sharding_strategy=d.fsdp_strategy)
+
+
+def _optimizer_offload(job: JobConfig) -> dict:
+    """HybridDeviceOptimizer's keys. The gate already requires the precision-aware optimizer
+    with it (as Megatron-LM does); the hybrid optimizer reuses that code path, which then needs
+    no Transformer Engine."""
+    opt = job.optimizer
+    if not opt.optimizer_cpu_offload:
+        return {}
+    return dict(
+        optimizer_cpu_offload=True,
+        optimizer_offload_fraction=opt.optimizer_offload_fraction,
+        overlap_cpu_optimizer_d2h_h2d=opt.overlap_cpu_optimizer_d2h_h2d,
+        use_precision_aware_optimizer=True,
+    )
 
 
 def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
@@ -273,6 +306,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             use_distributed_optimizer=distributed,
             bucket_size=job.ddp.bucket_size,
             num_distributed_optimizer_instances=job.ddp.num_distributed_optimizer_instances,
+            **_fsdp(job, d),
         ),
         optimizer=dict(
             optimizer="adam",
@@ -282,6 +316,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             params_dtype=DTYPES[dtype],
             use_distributed_optimizer=distributed,
             overlap_param_gather=job.ddp.overlap_param_gather,
+            **_optimizer_offload(job),
         ),
         schedule=dict(
             num_microbatches=d.num_microbatches,

@@ -139,6 +139,24 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
     return _substitute(spec, table)
 
 
+def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
+    """The multi-token-prediction block this chunk builds (None off the last stage), from the
+    decoder's own last-layer spec, as Megatron-LM's GPT builder passes it to GPTModel."""
+    if not getattr(config, "mtp_num_layers", None):
+        return None
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+    use_te = plan["layer_spec"] == "transformer_engine"
+    spec = get_gpt_mtp_block_spec(
+        config, decoder_spec, use_transformer_engine=use_te, vp_stage=vp_stage, pp_rank=pp_rank
+    )
+    if spec is None or use_te:
+        return spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    return _substitute(spec, {WrappedTorchNorm: _SequenceParallelTorchNorm})
+
+
 def _transformer_config(plan: dict):
     import torch
     import torch.nn.functional as F
@@ -169,9 +187,11 @@ def _build_chunks(plan: dict, config):
     chunks = []
     for chunk in plan["chunks"]:
         vp_stage = chunk["vp_stage"]
+        decoder_spec = _block_spec(plan, config, vp_stage, plan["pp_rank"])
         model = GPTModel(
             config=config,
-            transformer_layer_spec=_block_spec(plan, config, vp_stage, plan["pp_rank"]),
+            transformer_layer_spec=decoder_spec,
+            mtp_block_spec=_mtp_block_spec(plan, config, decoder_spec, vp_stage, plan["pp_rank"]),
             pre_process=chunk["pre_process"],
             post_process=chunk["post_process"],
             vp_stage=vp_stage,
@@ -260,6 +280,58 @@ def _wire_grad_sync(config, model, ddp: dict, optimizer):
 
 # --- measurement ------------------------------------------------------------------------
 
+
+class _HostMemory:
+    """Host memory the job takes: pinned bytes from PyTorch's caching host allocator (where
+    ``torch.cuda.host_memory_stats`` exists; every ``pin_memory`` tensor goes through it) and
+    the process's resident-set peak (``getrusage``, which also counts unpinned host tensors such
+    as CPU optimizer state) above its level before the model was built."""
+
+    def __init__(self):
+        import torch
+
+        self.pinned_stats = hasattr(torch.cuda, "host_memory_stats")
+        self.rss_before = _peak_rss_bytes()
+
+    def reset_peak(self) -> None:
+        import torch
+
+        if self.pinned_stats and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
+            torch.cuda.reset_peak_host_memory_stats()
+
+    def _pinned(self) -> tuple[int, int] | None:
+        import torch
+
+        if not self.pinned_stats:
+            return None
+        stats = torch.cuda.host_memory_stats()
+        return stats.get("allocated_bytes.current", 0), stats.get("allocated_bytes.peak", 0)
+
+    def iteration(self) -> dict:
+        pinned = self._pinned()
+        record = {"host_peak_rss_bytes": _peak_rss_bytes()}
+        if pinned is not None:
+            record["host_pinned_bytes"], record["host_pinned_peak_bytes"] = pinned
+        return record
+
+    def summary(self, steady: list[dict]) -> dict:
+        peak_rss = max(it["host_peak_rss_bytes"] for it in steady)
+        record = {
+            "host_rss_before_build_bytes": self.rss_before,
+            "host_rss_growth_bytes": peak_rss - self.rss_before,
+            "host_pinned_source": "torch.cuda.host_memory_stats" if self.pinned_stats else None,
+        }
+        if self.pinned_stats:
+            record["host_pinned_peak_bytes"] = max(it["host_pinned_peak_bytes"] for it in steady)
+        return record
+
+
+def _peak_rss_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for the snapshot of the last iteration
 
 
@@ -282,12 +354,17 @@ def _init_distributed(plan: dict):
 
 def measure(plan: dict) -> dict:
     import torch
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        FullyShardedDataParallel,
+    )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.module import Float16Module
 
     started = time.monotonic()
+    host = _HostMemory()
     _init_distributed(plan)
     config = _transformer_config(plan)
     chunks = _build_chunks(plan, config)
@@ -296,10 +373,10 @@ def measure(plan: dict) -> dict:
     if config.bf16 or config.fp16:
         chunks = [Float16Module(config, chunk) for chunk in chunks]
     ddp_config = DistributedDataParallelConfig(**plan["ddp"])
+    # Megatron-LM's get_model picks the wrapper: Megatron-FSDP or Megatron DDP.
+    wrapper = FullyShardedDataParallel if ddp_config.use_megatron_fsdp else DistributedDataParallel
     model = [
-        DistributedDataParallel(
-            config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0
-        )
+        wrapper(config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0)
         for index, chunk in enumerate(chunks)
     ]
     after_ddp = torch.cuda.memory_allocated()
@@ -321,6 +398,7 @@ def measure(plan: dict) -> dict:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_ENTRIES, stacks="python")
         torch.cuda.reset_peak_memory_stats()
+        host.reset_peak()
         tick = time.monotonic()
         for chunk in model:
             chunk.zero_grad_buffer()
@@ -349,6 +427,7 @@ def measure(plan: dict) -> dict:
                 "reserved_after_step": torch.cuda.memory_reserved(),
                 "num_alloc_retries": torch.cuda.memory_stats()["num_alloc_retries"],
                 "seconds": round(time.monotonic() - tick, 3),
+                **host.iteration(),
             }
         )
         if snapshot and index == plan["iterations"]:
@@ -364,6 +443,7 @@ def measure(plan: dict) -> dict:
         "allocated_after_optimizer": after_optimizer,
         "state_bytes": iterations[-1]["allocated_after_step"],
         "num_alloc_retries": iterations[-1]["num_alloc_retries"],
+        **host.summary(steady),
         "iterations": iterations,
     }
     return {

@@ -176,11 +176,31 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
         ),
         ({}, {"peft": {}}, 0, 3, "peft: Megatron-Core has no LoRA; memtune measure runs full training only"),
         (
-            {"mtp_num_layers": 1},
+            {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]},
             {},
             0,
             3,
-            "model.mtp_num_layers: memtune measure does not build multi-token-prediction layers",
+            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
+            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)",
+        ),
+        (
+            {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "num_layers": 4},
+            {
+                "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads"},
+                "cluster": {"num_gpus": 4},
+            },
+            0,
+            3,
+            "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
+            "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP",
+        ),
+        (
+            {"cpu_offloading": True, "cpu_offloading_num_layers": 1},
+            {},
+            0,
+            3,
+            "model.cpu_offloading: megatron-core 0.19.2's layer-wise offload context needs Transformer Engine; "
+            "use fine_grained_activation_offloading",
         ),
         (
             {"tensor_model_parallel_size": 2},
@@ -195,3 +215,33 @@ def test_refusals_are_one_line_each(model, sections, rank, iterations, message):
     with pytest.raises(InputError) as exc:
         plan_measurement(gate(job(model, **sections)), rank=rank, iterations=iterations)
     assert message in exc.value.problems
+
+
+def test_mtp_layers_reach_the_transformer_config():
+    plan = plan_measurement(gate(job({"mtp_num_layers": 2})), rank=0)
+    assert plan.transformer_config["mtp_num_layers"] == 2
+    assert "mtp_num_layers" not in plan_measurement(gate(job()), rank=0).transformer_config
+
+
+def test_megatron_fsdp_is_planned_with_its_strategy_and_the_distributed_optimizer():
+    ddp = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+    plan = plan_measurement(gate(job(ddp=ddp, cluster={"num_gpus": 4})), rank=0)
+    assert plan.ddp["use_megatron_fsdp"] is True
+    assert plan.ddp["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert plan.ddp["use_distributed_optimizer"] is True
+    assert plan.optimizer["use_distributed_optimizer"] is True
+
+
+def test_optimizer_offload_is_planned_with_the_precision_aware_optimizer():
+    optimizer = {
+        "use_distributed_optimizer": True,
+        "use_precision_aware_optimizer": True,
+        "optimizer_cpu_offload": True,
+        "optimizer_offload_fraction": 0.5,
+        "overlap_cpu_optimizer_d2h_h2d": True,
+    }
+    plan = plan_measurement(gate(job(optimizer=optimizer)), rank=0)
+    assert plan.optimizer["optimizer_cpu_offload"] is True
+    assert plan.optimizer["optimizer_offload_fraction"] == 0.5
+    assert plan.optimizer["overlap_cpu_optimizer_d2h_h2d"] is True
+    assert plan.optimizer["use_precision_aware_optimizer"] is True
