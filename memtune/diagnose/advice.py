@@ -1,4 +1,4 @@
-"""Ordered fixes, cheapest first, in the field's decision order (megatron-bridge-notes.md §3.1):
+"""Ordered fixes, cheapest first, in the field's decision order (docs/fix-order.md):
 allocator setting → LoRA+SP input re-gather → selective recompute → distributed optimizer / more
 PP → CPU offload (PP = 1 only) → more TP. With a job config the fixes respect its constraints
 and quote the exact key; with the estimator they say what each saves on the most-loaded rank.

@@ -273,7 +273,7 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
         NARRATIVE,
         "the launcher killed its workers after one died without a Python error, the mark of the host OOM killer",
     ),
-    # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (§1.4)
+    # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (docs/allocator.md M7)
     (
         "nccl_cuda_error",
         re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"),
@@ -456,7 +456,7 @@ def narrative(line: Line) -> list[Failure | Fact]:
 # --- context facts -----------------------------------------------------------------------
 
 # A setting in an env dump or launch script; not PyTorch's own hint, "...=expandable_segments:True to avoid
-# fragmentation", which it prints whatever is set (§1.2), also when a wrapped line starts with it.
+# fragmentation", which it prints whatever is set (docs/allocator.md M5), also when a wrapped line starts with it.
 _CONF_SETTING = re.compile(
     r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)"
 )
