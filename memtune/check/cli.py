@@ -18,7 +18,7 @@ from memtune.check.report import (
     render_list,
     render_report,
 )
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.errors import InputError
 
 
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.config:
         raise InputError("a config file is required (or use --list / --explain CODE)")
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded)
     findings = run_checks(loaded.job)
     if args.json:
         print(json.dumps(findings_json(loaded.source, findings, loaded.ignored), indent=2))

@@ -28,3 +28,4 @@ class Hit:
     message: str
     fix: str
     upstream: str | None = None
+    severity: str | None = None  # overrides the rule's own where the stack forgives the setting

@@ -73,7 +73,7 @@ class Rule:
         hit = self.check(ctx)
         if hit is None:
             return None
-        return Finding(self.code, self.severity, hit.message, hit.fix, hit.upstream)
+        return Finding(self.code, hit.severity or self.severity, hit.message, hit.fix, hit.upstream)
 
 
 _RULES: dict[str, Rule] = {}

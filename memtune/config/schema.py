@@ -207,7 +207,7 @@ Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
-    defaults: Stack = "megatron-core"
+    defaults: Stack = "megatron-bridge"  # whose defaults fill unset keys; see memtune/config/stacks.py
     model: ModelConfig
     train: TrainConfig = TrainConfig()
     optimizer: OptimizerConfig = OptimizerConfig()

@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.estimate import estimate
 from memtune.measure.plan import DEFAULT_ITERATIONS, plan_measurement
 from memtune.measure.render import print_report, report_json
@@ -68,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters)
     check_interpreter(args.python)

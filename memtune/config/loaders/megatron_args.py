@@ -4,9 +4,10 @@ The script's variables and arrays are expanded (see :mod:`._shell`), the trainin
 one that runs a ``.py`` file with Megatron flags, and each flag memtune knows is mapped to its
 Megatron-Core key. Other flags land in the ignored list. Exported memory-related environment
 variables go to ``env``; torchrun's ``--nnodes`` x ``--nproc-per-node`` (or ``WORLD_SIZE``)
-gives ``cluster.num_gpus``. Where Megatron-LM's argument defaults differ from Megatron-Core's
-(learned absolute position embeddings; fp32 gradient reduction with ``--bf16``) the
-Megatron-LM behaviour is what the job gets, so that is what is loaded.
+gives ``cluster.num_gpus``. The job states ``defaults: megatron-lm``, so where Megatron-LM's
+argument defaults differ from Megatron-Core's (learned absolute position embeddings, the
+fusions, fp32 gradient reduction with ``--bf16``; :mod:`memtune.config.stacks`) the Megatron-LM
+behaviour is what the job gets.
 """
 
 from __future__ import annotations
@@ -149,6 +150,15 @@ FLAGS: dict[str, Value | Switch] = {
     "fp8-param-gather": _on("model.fp8_param_gather"),
     "grad-reduce-in-bf16": _on("_.grad_reduce_in_bf16"),
     "accumulate-allreduce-grads-in-fp32": _on("_.accumulate_allreduce_grads_in_fp32"),
+    # fusions (Megatron-LM turns the first four on by default: memtune/config/stacks.py)
+    "no-masked-softmax-fusion": Switch({"model.masked_softmax_fusion": False}),
+    "no-bias-swiglu-fusion": Switch({"_.no_bias_swiglu_fusion": True}),
+    "no-bias-gelu-fusion": Switch({"_.no_bias_gelu_fusion": True}),
+    "no-gradient-accumulation-fusion": Switch({"model.gradient_accumulation_fusion": False}),
+    "attention-softmax-in-fp32": _on("model.attention_softmax_in_fp32"),
+    "apply-query-key-layer-scaling": _on("model.attention_softmax_in_fp32"),
+    "cross-entropy-loss-fusion": _on("model.cross_entropy_loss_fusion"),
+    "cross-entropy-fusion-impl": Value("model.cross_entropy_fusion_impl"),
     # implementation, CUDA graphs
     "transformer-impl": Value("model.transformer_impl"),
     "attention-backend": Value("model.attention_backend"),
@@ -208,7 +218,8 @@ def read(path: Path, text: str) -> tuple[dict, list[str]]:
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data)
-    return {section: values for section, values in data.items() if values and section != "_"}, ignored
+    sections = {section: values for section, values in data.items() if values and section != "_"}
+    return {"defaults": "megatron-lm", **sections}, ignored
 
 
 def _training_command(script: Script) -> Command | None:
@@ -280,17 +291,15 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
         model.setdefault("recompute_granularity", "selective")
     if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
         model["cpu_offloading"] = True
-    model.setdefault("position_embedding_type", "learned_absolute")
-    # Megatron-LM passes its params dtype as pipeline_dtype and always frees sent stage outputs.
-    model.setdefault(
-        "pipeline_dtype", "bf16" if model.get("bf16") else "fp16" if model.get("fp16") else "fp32"
-    )
-    model.setdefault("deallocate_pipeline_outputs", True)
-    # With --bf16, Megatron-LM reduces gradients in fp32 unless told --grad-reduce-in-bf16.
-    fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (
-        model.get("bf16") and not facts.get("grad_reduce_in_bf16")
-    )
-    data["ddp"]["grad_reduce_in_fp32"] = bool(fp32_grads)
+    # Megatron-LM's own defaults (learned positions, the fusions, pipeline_dtype, fp32 gradient
+    # reduction with bf16) come from the stack: memtune/config/stacks.py, `defaults: megatron-lm`.
+    swiglu = model.get("activation_func") == "silu" and model.get("gated_linear_unit")
+    if facts.get("no_bias_swiglu_fusion" if swiglu else "no_bias_gelu_fusion"):
+        model["bias_activation_fusion"] = False
+    if facts.get("accumulate_allreduce_grads_in_fp32"):
+        data["ddp"]["grad_reduce_in_fp32"] = True
+    elif facts.get("grad_reduce_in_bf16"):
+        data["ddp"]["grad_reduce_in_fp32"] = False
     if "layers_per_virtual_stage" in facts:
         model["virtual_pipeline_model_parallel_size"] = _virtual_stages(
             path, model, facts["layers_per_virtual_stage"]
