@@ -17,6 +17,7 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.stacks import ReceivedDefault, received_defaults
 from memtune.config.validation import validate
+from memtune.errors import InputError
 
 __all__ = ["Derived", "JobConfig", "LoadedJob", "derive", "load_job", "report_ignored", "validate"]
 
@@ -39,10 +40,19 @@ class LoadedJob:
 def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedJob:
     raw: RawJob = read_raw(Path(path))
     data = apply_overrides(raw.data, overrides)
-    job = validate(data)
+    try:
+        job = validate(data)
+    except InputError as exc:
+        raise InputError([_missing_line(raw, line) for line in exc.problems]) from None
     # an override may have replaced a value the loader took from the stack
     received = [d for d in raw.received if _value_at(job, d.key) == d.value]
     return LoadedJob(job=job, source=str(path), format=raw.format, ignored=raw.ignored, received=received)
+
+
+def _missing_line(raw: RawJob, line: str) -> str:
+    """The loader's own line for a required key the file could not give, else ``line``."""
+    key, _, problem = line.partition(": ")
+    return raw.missing.get(key, line) if problem == "required, but missing" else line
 
 
 def _value_at(job: JobConfig, key: str) -> object:

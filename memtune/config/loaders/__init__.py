@@ -30,6 +30,8 @@ class RawJob:
     ignored: list[str] = field(default_factory=list)
     # values the loader took from a stack rather than the file (Bridge's model bridges for HF)
     received: list[ReceivedDefault] = field(default_factory=list)
+    # dotted key -> the line to report when no override supplies that required key
+    missing: dict[str, str] = field(default_factory=dict)
 
 
 def read_raw(path: Path) -> RawJob:
@@ -42,8 +44,8 @@ def read_raw(path: Path) -> RawJob:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read as text ({exc.__class__.__name__})") from None
     if megatron_args.looks_like_launch(path, text):
-        data, ignored = megatron_args.read(path, text)
-        return RawJob(data=data, format="megatron-args", ignored=ignored)
+        data, ignored, missing = megatron_args.read(path, text)
+        return RawJob(data=data, format="megatron-args", ignored=ignored, missing=missing)
     mapping = native.parse_mapping(path, text)
     if hf.is_hf_config(mapping):
         data, ignored, received = hf.read(path, mapping)

@@ -166,6 +166,11 @@ FLAGS: dict[str, Value | Switch] = {
     "cuda-graph-scope": Value("model.cuda_graph_scope", many=True),
     "enable-cuda-graph": Switch({"model.cuda_graph_impl": "local"}),
     "external-cuda-graph": Switch({"model.cuda_graph_impl": "transformer_engine"}),
+    # tokenizer: gives the vocabulary when --vocab-size is absent
+    "tokenizer-type": Value("_.tokenizer_type"),
+    "tokenizer-model": Value("_.tokenizer_model"),
+    "vocab-file": Value("_.vocab_file"),
+    "merge-file": Value("_.merge_file"),
     # batch
     "micro-batch-size": Value("train.micro_batch_size", _number),
     "global-batch-size": Value("train.global_batch_size", _number),
@@ -206,7 +211,9 @@ def looks_like_launch(path: Path, text: str) -> bool:
     )
 
 
-def read(path: Path, text: str) -> tuple[dict, list[str]]:
+def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
+    """The job, the flags not used, and for keys the launch cannot give, the line to say if no
+    override supplies them."""
     script = parse_script(text)
     command = _training_command(script)
     if command is None:
@@ -219,7 +226,49 @@ def read(path: Path, text: str) -> tuple[dict, list[str]]:
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data)
     sections = {section: values for section, values in data.items() if values and section != "_"}
-    return {"defaults": "megatron-lm", **sections}, ignored
+    missing = {"model.vocab_size": data["_"]["missing_vocab"]} if "missing_vocab" in data["_"] else {}
+    return {"defaults": "megatron-lm", **sections}, ignored, missing
+
+
+# Vocabulary sizes of tokenizers a launch names without --vocab-size: GPT-2's BPE files hold
+# 50257 tokens (encoder.json); Hugging Face tokenizers by model name, len(tokenizer) with the
+# special tokens (the model cards' config.json vocab_size, which equals it for these).
+GPT2_BPE_VOCAB = 50257
+HF_TOKENIZER_VOCAB = {
+    "meta-llama/Meta-Llama-3-8B": 128256,
+    "meta-llama/Meta-Llama-3-70B": 128256,
+    "meta-llama/Llama-3.1-8B": 128256,
+    "meta-llama/Llama-3.1-70B": 128256,
+    "meta-llama/Llama-3.1-405B": 128256,
+    "mistralai/Mixtral-8x7B-v0.1": 32000,
+    "mistralai/Mixtral-8x22B-v0.1": 32768,
+}
+# Entry points that train something other than a GPT-style decoder.
+NON_GPT_ENTRY_POINTS = (
+    "pretrain_bert.py",
+    "pretrain_t5.py",
+    "pretrain_mamba.py",
+    "pretrain_vlm.py",
+    "pretrain_ict.py",
+)
+
+
+def _vocabulary(path: Path, model: dict, facts: dict) -> None:
+    """Megatron-LM's vocabulary when the launch gives no --vocab-size, from its tokenizer flags."""
+    kind = facts.get("tokenizer_type")
+    if "vocab_size" in model:  # NullTokenizer's vocabulary is --vocab-size itself
+        return
+    name = str(facts.get("tokenizer_model", "")).removesuffix("/")
+    if kind == "GPT2BPETokenizer" or (kind is None and facts.get("vocab_file") and facts.get("merge_file")):
+        model["vocab_size"] = GPT2_BPE_VOCAB
+    elif kind == "HuggingFaceTokenizer" and name in HF_TOKENIZER_VOCAB:
+        model["vocab_size"] = HF_TOKENIZER_VOCAB[name]
+    elif kind is not None:
+        what = f"--tokenizer-type {kind}" + (f" --tokenizer-model {name}" if name else "")
+        facts["missing_vocab"] = (
+            f"{path}: the vocabulary size of {what} is not known without the tokenizer files; "
+            "pass it as model.vocab_size=N"
+        )
 
 
 def _training_command(script: Script) -> Command | None:
@@ -237,6 +286,11 @@ def _split_launcher(words: list[str]) -> tuple[list[str], list[str]]:
     """Launcher words (torchrun and its options) and the training script's own arguments."""
     for i, word in enumerate(words):
         if word.endswith(".py"):
+            if Path(word).name in NON_GPT_ENTRY_POINTS:
+                raise InputError(
+                    f"{Path(word).name} trains a model memtune does not estimate; memtune reads "
+                    "GPT-style decoder launches (pretrain_gpt.py and scripts taking its flags)"
+                )
             return words[:i], words[i + 1 :]
     first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
     return words[:first_flag], words[first_flag:]
@@ -287,6 +341,7 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
     if "num_query_groups" in model and not facts.get("group_query_attention"):
         del model["num_query_groups"]
         ignored.append("--num-query-groups (Megatron-LM uses it only with --group-query-attention)")
+    _vocabulary(path, model, facts)
     if facts.get("recompute_activations"):
         model.setdefault("recompute_granularity", "selective")
     if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
