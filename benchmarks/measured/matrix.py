@@ -49,7 +49,9 @@ def split_of(run_id: str) -> str:
 
 def _model(preset: str, **changes) -> dict:
     model = get_model(preset)
+    # measured without the fusions Bridge's model bridges add to the presets, unless a run asks
     model.update(transformer_impl="local", attention_backend="flash", bf16=True, moe_grouped_gemm=False)
+    model.update(bias_activation_fusion=False)
     model.update(changes)
     return model
 
@@ -164,6 +166,7 @@ def run(
         model.setdefault("pipeline_dtype", "bf16" if model.get("bf16") else "fp32")
     world = tp * pp * dp
     config = {
+        "defaults": "megatron-core",  # measured with Megatron-Core's own defaults (memtune/config/stacks.py)
         "model": model,
         "train": {"micro_batch_size": mbs, "global_batch_size": microbatches * mbs * dp},
         "optimizer": {"use_distributed_optimizer": distopt},

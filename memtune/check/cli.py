@@ -18,7 +18,7 @@ from memtune.check.report import (
     render_list,
     render_report,
 )
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.errors import InputError
 from memtune.output import SCHEMA_VERSION
 
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.config:
         raise InputError("a config file is required (or use --list / --explain CODE)")
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded)
     findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)

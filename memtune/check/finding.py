@@ -30,6 +30,7 @@ class Hit:
     message: str
     fix: str
     upstream: str | None = None
+    severity: str | None = None  # overrides the rule's own where the stack forgives the setting
 
 
 # "set model.x=1 and ddp.y=true, or ..." -> the first alternative's assignments;

@@ -103,7 +103,7 @@ class Rule:
             return None
         return Finding(
             code=self.code,
-            severity=self.severity,
+            severity=hit.severity or self.severity,
             message=hit.message,
             fix=hit.fix,
             upstream=hit.upstream,

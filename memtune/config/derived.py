@@ -44,6 +44,12 @@ class Derived:
     def model(self) -> ModelConfig:
         return self.job.model
 
+    @cached_property
+    def stack(self) -> str:
+        """Which stack builds the job: megatron-core, megatron-lm or megatron-bridge. The two
+        launchers forgive some settings Megatron-Core refuses (see memtune/config/stacks.py)."""
+        return self.job.defaults
+
     # --- architecture -------------------------------------------------------------------
     @cached_property
     def ffn_hidden_size(self) -> int:
@@ -117,7 +123,7 @@ class Derived:
 
     @cached_property
     def sequence_parallel(self) -> bool:
-        """Megatron-LM silently turns SP off when TP is 1."""
+        """Megatron-LM and Megatron-Bridge turn SP off when TP is 1 (Megatron-Core refuses it)."""
         return self.model.sequence_parallel and self.tp > 1
 
     @cached_property

@@ -16,9 +16,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     for item in overrides:
         key, sep, text = item.partition("=")
         path = key.strip().split(".")
+        if path == ["defaults"] and sep:  # the one top-level scalar: the stack whose defaults apply
+            result["defaults"] = text.strip()
+            continue
         if not sep or len(path) < 2 or not all(path):
             problems.append(
-                f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8"
+                f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8 (or defaults=STACK)"
             )
             continue
         try:

@@ -221,7 +221,7 @@ class CheckSettings(Section):
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
-    defaults: Stack = "megatron-core"
+    defaults: Stack = "megatron-bridge"  # whose defaults fill unset keys; see memtune/config/stacks.py
     model: ModelConfig
     train: TrainConfig = TrainConfig()
     optimizer: OptimizerConfig = OptimizerConfig()

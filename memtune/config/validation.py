@@ -8,6 +8,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from memtune.config.schema import JobConfig
+from memtune.config.stacks import apply_stack_defaults
 from memtune.errors import InputError
 
 # Pydantic inserts the member type of a union into the error location; users never typed it.
@@ -15,14 +16,17 @@ _UNION_TAGS = ("int", "str", "bool", "float", "list", "constrained-int", "functi
 
 
 def validate(data: object) -> JobConfig:
+    """The job ``data`` describes, with its stack's defaults (:mod:`memtune.config.stacks`) for the
+    keys it leaves out."""
     if not isinstance(data, dict):
         raise InputError(
             f"config: expected a mapping of sections (model, train, ...), got {type(data).__name__}"
         )
     try:
-        return JobConfig.model_validate(data)
+        job = JobConfig.model_validate(data)
     except ValidationError as exc:
         raise InputError(_describe(exc)) from None
+    return apply_stack_defaults(job)
 
 
 def _describe(exc: ValidationError) -> list[str]:

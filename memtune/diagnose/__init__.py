@@ -55,11 +55,13 @@ def _merge_snapshot(v: Verdict, snap: SnapshotSummary) -> None:
         v.reasons.extend(reasons)
 
 
-def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot_to: str | None) -> Diagnosis:
+def _diagnose(
+    result: ScanResult, snapshot: str | None, config: str | LoadedJob | None, plot_to: str | None
+) -> Diagnosis:
     from memtune.config import load_job
     from memtune.diagnose.advice import advise
 
-    loaded = load_job(config, []) if config else None
+    loaded = load_job(config, []) if isinstance(config, str) else config
     snap_data = read_snapshot(snapshot) if snapshot else None
     snap = summarise(snap_data, snapshot) if snap_data is not None else None
     if plot_to:
@@ -75,10 +77,13 @@ def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot
 
 
 def diagnose(
-    inputs: list[str], snapshot: str | None = None, config: str | None = None, plot_to: str | None = None
+    inputs: list[str],
+    snapshot: str | None = None,
+    config: str | LoadedJob | None = None,
+    plot_to: str | None = None,
 ) -> Diagnosis:
     """Diagnose logs (files, directories or "-" for stdin), optionally with a snapshot (and a plot of
-    it) and the job config."""
+    it) and the job config (a path, or a job already loaded with its overrides)."""
     result = scan(inputs) if inputs else ScanResult()
     return _diagnose(result, snapshot, config, plot_to)
 

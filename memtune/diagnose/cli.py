@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
+from pathlib import Path
 
+from memtune.config import load_job, report_ignored
 from memtune.errors import InputError
 
 EXIT_DIAGNOSED = 0
@@ -27,9 +30,24 @@ def register(subparsers) -> None:
     p.add_argument(
         "--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)"
     )
-    p.add_argument("--config", metavar="CONFIG", help="the job config: fixes respect it and quote its keys")
+    p.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help="the job config: fixes respect it and quote its keys; dotted overrides "
+        "(model.tensor_model_parallel_size=8) among the positional words apply to it",
+    )
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.set_defaults(handler=run)
+
+
+_OVERRIDE = re.compile(r"^(defaults|[A-Za-z_]\w*(\.\w+)+)=")
+
+
+def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
+    """Logs and the dotted overrides of --config among the positional words (as estimate takes
+    them); a word naming an existing file stays a log."""
+    overrides = [w for w in words if _OVERRIDE.match(w) and not Path(w).exists()]
+    return [w for w in words if w not in overrides], overrides
 
 
 def run(args) -> int:
@@ -40,7 +58,11 @@ def run(args) -> int:
         raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
-    result = diagnose(args.logs, snapshot=args.snapshot, config=args.config, plot_to=args.plot)
+    logs, overrides = _split_overrides(args.logs) if args.config else (args.logs, [])
+    loaded = load_job(args.config, overrides) if args.config else None
+    if loaded is not None:
+        report_ignored(loaded)
+    result = diagnose(logs, snapshot=args.snapshot, config=loaded, plot_to=args.plot)
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

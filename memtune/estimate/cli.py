@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 
@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
         )
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
     if args.plot:
@@ -65,15 +66,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(render.estimate_json(est, args.rank), indent=2))
         return _status(est, args.strict)
     console = Console()
-    if loaded.ignored:
-        console.print(
-            f"[dim]{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: {', '.join(loaded.ignored[:8])}"
-            + (" ..." if len(loaded.ignored) > 8 else "")
-            + "[/dim]"
-        )
     render.print_table(est, console, only=rank)
     if args.explain:
-        render.print_explain(est, console, rank)
+        render.print_explain(est, console, rank, loaded.defaults)
     if args.plot:
         console.print(f"[dim]plot written to {args.plot}[/dim]")
     return _status(est, args.strict)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich import box
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memtune.config.stacks import ReceivedDefault
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import communicators
@@ -193,7 +195,12 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         console.print(f"  - {note}", style="dim")
 
 
-def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = None) -> None:
+def print_explain(
+    est: Estimate,
+    console: Console,
+    rank: RankEstimate | None = None,
+    defaults: Sequence[ReceivedDefault] = (),
+) -> None:
     rank = rank or est.worst
     table = Table(
         title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)",
@@ -218,6 +225,13 @@ def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = N
     console.print("How the layers were modeled:", style="dim")
     for note in flavour_notes(est):
         console.print(f"  - {note}", style="dim")
+    console.print(
+        f"Defaults the job took from its stack ({est.job.defaults}; memtune/config/stacks.py):"
+        + ("" if defaults else " none"),
+        style="dim",
+    )
+    for default in defaults:
+        console.print(f"  - {default}", style="dim", markup=False)
 
 
 def flavour_notes(est: Estimate) -> list[str]:

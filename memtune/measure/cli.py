@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.measure.plan import DEFAULT_ITERATIONS, plan_measurement
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.config:
         raise InputError("a config file is required: memtune measure CONFIG --rank R [key=value ...]")
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters)
     check_interpreter(args.python)

@@ -3,7 +3,6 @@ from pathlib import Path
 import pytest
 
 from memtune.config import load_job
-from memtune.config.loaders import read_raw
 from memtune.config.loaders._shell import evaluate, parse_script
 from memtune.errors import InputError
 
@@ -122,17 +121,62 @@ torchrun --nnodes $NODES --nproc_per_node $((GPUS / 2)) train.py "${MODEL[@]}" -
     assert job.cluster.num_gpus == 8
 
 
-def test_tokenizer_vocabulary_needs_an_override(write):
+def test_tokenizer_vocabulary_of_an_unknown_tokenizer_needs_an_override(write):
     path = write(
         "run.sh",
         "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
-        "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B\n",
+        "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model org/unknown-model\n",
     )
     with pytest.raises(InputError) as exc:
         load_job(path)
-    assert exc.value.problems == ["model.vocab_size: required, but missing"]
+    assert exc.value.problems == [
+        f"{path}: the vocabulary size of --tokenizer-type HuggingFaceTokenizer --tokenizer-model "
+        "org/unknown-model is not known without the tokenizer files; pass it as model.vocab_size=N"
+    ]
     assert load_job(path, ["model.vocab_size=128256"]).job.model.vocab_size == 128256
-    assert "--tokenizer-model meta-llama/Meta-Llama-3-8B" in read_raw(path).ignored
+
+
+@pytest.mark.parametrize(
+    "tokenizer, vocab",
+    [
+        ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B", 128256),
+        ("--tokenizer-type GPT2BPETokenizer --vocab-file v.json --merge-file m.txt", 50257),
+        ("--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt", 50257),
+        ("--tokenizer-type NullTokenizer --vocab-size 32000", 32000),
+    ],
+)
+def test_vocabulary_from_the_tokenizer_flags(write, tokenizer, vocab):
+    path = write(
+        "run.sh",
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+        f"--num-attention-heads 4 {tokenizer}\n",
+    )
+    assert load_job(path).job.model.vocab_size == vocab
+
+
+@pytest.mark.parametrize("entry", ["pretrain_bert.py", "pretrain_t5.py"])
+def test_non_gpt_entry_points_are_refused_in_one_line(write, entry):
+    path = write("run.sh", f"torchrun --nproc-per-node 8 {entry} --num-layers 2 --hidden-size 256\n")
+    with pytest.raises(InputError) as exc:
+        load_job(path)
+    assert exc.value.problems == [
+        f"{entry} trains a model memtune does not estimate; memtune reads GPT-style decoder launches "
+        "(pretrain_gpt.py and scripts taking its flags)"
+    ]
+
+
+def test_array_elements_holding_flag_value_pairs_split_when_expanded_unquoted(write):
+    # The pattern of NVIDIA's Llama 3 FP8 example: each array element is "--flag value".
+    path = write(
+        "run.sh",
+        'MODEL=(\n  "--num-layers 2"\n  "--hidden-size 256"\n  "--num-attention-heads 4"\n)\n'
+        'TRAIN=("--micro-batch-size 2" "--vocab-size 1000")\n'
+        'ALL="${MODEL[@]} --seq-length 128"\n'
+        "torchrun --nproc-per-node 8 pretrain_gpt.py ${MODEL[@]} ${TRAIN[@]} $ALL\n",
+    )
+    job = load_job(path).job
+    assert (job.model.num_layers, job.model.hidden_size, job.model.seq_length) == (2, 256, 128)
+    assert job.train.micro_batch_size == 2 and job.model.vocab_size == 1000
 
 
 def test_virtual_stage_size_that_does_not_divide_is_an_input_error(write):

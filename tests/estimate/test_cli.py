@@ -49,7 +49,7 @@ def test_overrides_after_options_change_the_layout(capsys):
 
 
 def test_invalid_config_is_refused_with_check_messages(capsys):
-    code = main(["estimate", EXAMPLE, "model.tensor_model_parallel_size=1"])
+    code = main(["estimate", EXAMPLE, "defaults=megatron-core", "model.tensor_model_parallel_size=1"])
     err = capsys.readouterr().err
     assert code == 2
     assert "SEQ001" in err and "Traceback" not in err

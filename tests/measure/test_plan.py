@@ -28,7 +28,7 @@ def job(model=None, **sections):
         attention_backend="flash",
     )
     base.update(model or {})
-    return validate({"model": base, **sections})
+    return validate({"defaults": "megatron-core", "model": base, **sections})
 
 
 def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():

@@ -185,23 +185,25 @@ def pipeline_dtype_missing(c: Context) -> Hit | None:
 
     ## Why it matters
     Pipeline stages exchange activations through pre-allocated buffers of that dtype;
-    Megatron-Core's `ModelParallelConfig` refuses PP > 1 without it. (Megatron-LM's argument
-    parser fills it from `--bf16`/`--fp16`; Megatron-Bridge and direct Megatron-Core users set it.)
+    Megatron-Core's `ModelParallelConfig` refuses PP > 1 without it. Megatron-LM's argument
+    parser and Megatron-Bridge's `finalize()` fill it from the parameter dtype, so this is an
+    error only for jobs with `defaults: megatron-core`.
 
     ## Example
     ```yaml
+    defaults: megatron-core
     model: {pipeline_model_parallel_size: 4, bf16: true, pipeline_dtype: null}
     ```
 
     ## Fix
     Set `model.pipeline_dtype` to the training dtype, e.g. `bf16`.
     """
-    if c.d.pp == 1 or c.model.pipeline_dtype is not None:
+    if c.d.pp == 1 or c.model.pipeline_dtype is not None or c.d.stack != "megatron-core":
         return None
     dtype = c.d.param_dtype
     return Hit(
         message=f"model.pipeline_model_parallel_size={c.d.pp} but model.pipeline_dtype is not set "
-        "(Megatron-Core requires it; only Megatron-LM's launcher fills it in)",
+        "(Megatron-Core requires it; Megatron-LM and Megatron-Bridge fill it in)",
         fix=f"set model.pipeline_dtype={dtype}",
         upstream="When using pipeline parallelism, pipeline_dtype must be specified",
     )

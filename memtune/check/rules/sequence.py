@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memtune.check.context import Context
-from memtune.check.finding import ERROR, INFO, Hit
+from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import rule
 from memtune.units import MiB
 
@@ -17,12 +17,14 @@ def sp_without_tp(c: Context) -> Hit | None:
 
     ## Why it matters
     Sequence parallelism shards the activations outside the TP regions over the TP group; with
-    no TP group there is nothing to shard. Megatron-Core's `ModelParallelConfig` (used by
-    Megatron-Bridge) raises at start-up; Megatron-LM's argument parser instead turns SP off
-    silently, so the memory saving you planned for never happens.
+    no TP group there is nothing to shard. Megatron-Core's `ModelParallelConfig` raises at
+    start-up (an error for `defaults: megatron-core`); Megatron-LM's argument parser and
+    Megatron-Bridge's `finalize()` turn SP off with a warning (a warning here too), so the
+    memory saving you planned for never happens.
 
     ## Example
     ```yaml
+    defaults: megatron-core
     model: {tensor_model_parallel_size: 1, sequence_parallel: true}
     ```
 
@@ -31,6 +33,14 @@ def sp_without_tp(c: Context) -> Hit | None:
     """
     if not c.model.sequence_parallel or c.d.tp > 1:
         return None
+    if c.d.stack != "megatron-core":
+        return Hit(
+            message=f"model.sequence_parallel=true with model.tensor_model_parallel_size=1: {c.d.stack} turns "
+            "sequence parallelism off",
+            fix="set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
+            upstream="Disabling sequence parallelism because tensor model parallelism is disabled",
+            severity=WARNING,
+        )
     return Hit(
         message="model.sequence_parallel=true with model.tensor_model_parallel_size=1",
         fix="set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",

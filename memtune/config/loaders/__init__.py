@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtune.config.loaders import bridge, hf, megatron_args, native
+from memtune.config.stacks import ReceivedDefault
 from memtune.errors import InputError
 
 FORMATS = ("memtune", "bridge", "megatron-args", "hf")
@@ -27,6 +28,10 @@ class RawJob:
     data: dict
     format: str  # one of FORMATS
     ignored: list[str] = field(default_factory=list)
+    # values the loader took from a stack rather than the file (Bridge's model bridges for HF)
+    received: list[ReceivedDefault] = field(default_factory=list)
+    # dotted key -> the line to report when no override supplies that required key
+    missing: dict[str, str] = field(default_factory=dict)
 
 
 def read_raw(path: Path) -> RawJob:
@@ -39,12 +44,12 @@ def read_raw(path: Path) -> RawJob:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read as text ({exc.__class__.__name__})") from None
     if megatron_args.looks_like_launch(path, text):
-        data, ignored = megatron_args.read(path, text)
-        return RawJob(data=data, format="megatron-args", ignored=ignored)
+        data, ignored, missing = megatron_args.read(path, text)
+        return RawJob(data=data, format="megatron-args", ignored=ignored, missing=missing)
     mapping = native.parse_mapping(path, text)
     if hf.is_hf_config(mapping):
-        data, ignored = hf.read(path, mapping)
-        return RawJob(data=data, format="hf", ignored=ignored)
+        data, ignored, received = hf.read(path, mapping)
+        return RawJob(data=data, format="hf", ignored=ignored, received=received)
     if bridge.is_bridge_dump(mapping):
         data, ignored = bridge.read(mapping)
         return RawJob(data=data, format="bridge", ignored=ignored)

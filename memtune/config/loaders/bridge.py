@@ -144,7 +144,8 @@ def read(data: dict) -> tuple[dict, list[str]]:
         "_target_",
     }
     ignored.extend(name for name, value in data.items() if name not in handled and value is not None)
-    return {name: section for name, section in out.items() if section != {}}, ignored
+    sections = {name: section for name, section in out.items() if section != {}}
+    return {"defaults": "megatron-bridge", **sections}, ignored
 
 
 def _section(data: dict, name: str) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from memtune.config.stacks import ReceivedDefault, architecture_values
 from memtune.errors import InputError
 
 _MISSING = object()
@@ -214,7 +215,9 @@ def is_hf_config(data: dict) -> bool:
     return "architectures" in data or "model_type" in data
 
 
-def read(path: Path, data: dict) -> tuple[dict, list[str]]:
+def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]]:
+    """The job AutoBridge would build: Bridge's defaults, the file's architecture and the model
+    bridge's own values (returned as well, for ``--explain``)."""
     model_type = _model_type(path, data)
     if model_type == "gemma3":
         text = data.get("text_config")
@@ -229,7 +232,9 @@ def read(path: Path, data: dict) -> tuple[dict, list[str]]:
         fields.used.update(("model_type", "architectures"))
         outer_ignored = []
     model = ARCHITECTURES[model_type][1](fields)
-    return {"model": model}, outer_ignored + fields.unused()
+    received = architecture_values(model_type, model)
+    model.update({d.key.removeprefix("model."): d.value for d in received})
+    return {"defaults": "megatron-bridge", "model": model}, outer_ignored + fields.unused(), received
 
 
 def _model_type(path: Path, data: dict) -> str:
