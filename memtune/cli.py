@@ -22,6 +22,7 @@ def _registrars():
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
+    from memtune.runtime import cli as runtime_cli
 
     return [
         estimate_cli.register,
@@ -30,6 +31,7 @@ def _registrars():
         diagnose_cli.register,
         bench_cli.register,
         catalog_cli.register,
+        runtime_cli.register,
     ]
 
 
