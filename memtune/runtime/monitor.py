@@ -51,6 +51,8 @@ class MemoryMonitor:
     ``config`` (a path memtune reads) or ``estimate_bytes`` (this rank's expected allocator
     peak) enable the estimate columns and the over-estimate warning. ``tensorboard_dir`` adds
     TensorBoard scalars. ``stats`` and ``device`` replace the CUDA allocator and NVML sources.
+    ``start_step`` is the step before the first one recorded (the iteration a resumed job
+    continues from).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class MemoryMonitor:
         stats: StatsSource | None = None,
         device: DeviceSource | None = None,
         group: Any = None,
+        start_step: int = 0,
     ) -> None:
         if gather_every < 1:
             raise InputError(f"gather_every: must be at least 1, got {gather_every}")
@@ -87,7 +90,7 @@ class MemoryMonitor:
         self.summaries: list[dict] = []  # rank 0: the gathered per-rank summaries, one per gather
         self._file: IO[str] | None = None
         self._tensorboard: Any = None
-        self._step = 0
+        self._step = start_step
         self._last_time = 0.0
         self._last_retries: int | None = None
         self._retries_warned = False
@@ -102,11 +105,12 @@ class MemoryMonitor:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self, step: int = 0) -> None:
-        """Open this rank's file, write the start record and reset the peaks; ``step`` is the
-        step before the first one recorded (the resumed iteration, for a resumed job)."""
+    def start(self) -> None:
+        """Open this rank's file (appending), write the start record and reset the peaks."""
         import torch
 
+        if self._file is not None:
+            raise RuntimeError("MemoryMonitor.start(): already started")
         dist = _distributed()
         if dist is not None:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -139,7 +143,6 @@ class MemoryMonitor:
         if self.rank == 0:
             for note in notes:
                 warnings.warn(f"memtune monitor: {note}", MemoryWarning, stacklevel=3)
-        self._step = step
         self._stats.reset_peaks()
         self._last_time = time.perf_counter()
 

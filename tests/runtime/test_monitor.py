@@ -136,6 +136,9 @@ def test_bad_arguments_are_input_errors(tmp_path):
         MemoryMonitor(tmp_path, config="x.yaml", estimate_bytes=1)
     with pytest.raises(RuntimeError, match="before start"):
         MemoryMonitor(tmp_path).step()
+    monitor = MemoryMonitor(tmp_path, stats=SeriesStats([{}]), device=FixedDevice(None, None))
+    with monitor, pytest.raises(RuntimeError, match="already started"):
+        monitor.start()
 
 
 def test_tensorboard_missing_is_a_clear_message(tmp_path):

@@ -43,8 +43,7 @@ def recorded_run(directory: Path) -> Path:
     with MemoryMonitor(directory, stats=SeriesStats(before), device=device) as monitor:
         for _ in before:
             monitor.step()
-    with MemoryMonitor(directory, stats=SeriesStats(after), device=device) as monitor:
-        monitor.start(8)
+    with MemoryMonitor(directory, stats=SeriesStats(after), device=device, start_step=8) as monitor:
         monitor.mark_resume()
         for _ in after:
             monitor.step()
