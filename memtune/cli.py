@@ -25,6 +25,7 @@ def _registrars():
     from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
     from memtune.regress import cli as regress_cli
+    from memtune.runtime import cli as runtime_cli
 
     return [
         estimate_cli.register,
@@ -34,6 +35,7 @@ def _registrars():
         bench_cli.register,
         catalog_cli.register,
         regress_cli.register,
+        runtime_cli.register,
     ]
 
 

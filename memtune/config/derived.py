@@ -248,6 +248,19 @@ class Derived:
     def fragmentation_margin(self) -> float:
         return self.allocator.fragmentation_margin
 
+    @cached_property
+    def device_max_connections(self) -> str | None:
+        """The ``CUDA_DEVICE_MAX_CONNECTIONS`` the job should run with: the config's own value,
+        else ``"1"`` where Megatron-LM asserts it (TP > 1 or CP > 1 before Blackwell, without
+        Megatron-FSDP, which wants it unset), else None (leave it unset)."""
+        configured = self.job.env.CUDA_DEVICE_MAX_CONNECTIONS
+        if configured is not None:
+            return configured
+        blackwell_or_newer = self.job.cluster.gpu.upper().startswith(("B", "GB"))
+        if (self.tp > 1 or self.cp > 1) and not blackwell_or_newer and not self.job.ddp.use_megatron_fsdp:
+            return "1"
+        return None
+
     # --- pipeline layout ----------------------------------------------------------------
     @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
