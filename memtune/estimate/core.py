@@ -17,7 +17,7 @@ from memtune.config.derived import Chunk, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.params import ParamCounts, chunk_params
-from memtune.estimate.peft import adapter_activations, adapter_params
+from memtune.estimate.peft import AdapterParams, adapter_activations, adapter_params
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
 from memtune.units import MiB
@@ -200,7 +200,7 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
     chunks = d.chunks[pp_rank]
     fl = flavour_of(d)
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
-    adapters = sum(adapter_params(d, c.layers) for c in chunks)
+    adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
     state = model_state(d, local, adapters, sum(len(c.layers) for c in chunks))
     flight = in_flight(d, pp_rank)
     per_chunk = [chunk_activations(d, c, options) for c in chunks]
