@@ -29,9 +29,12 @@ as the adapter's own and is a lower bound of this.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from memtune.config.derived import Derived
+if TYPE_CHECKING:
+    # Annotations only: the measurement subprocess imports this module where pydantic (which
+    # memtune.config needs) may be absent.
+    from memtune.config.derived import Derived
 
 COLUMN_TARGETS = ("linear_qkv", "linear_fc1")
 ROW_TARGETS = ("linear_proj", "linear_fc2")

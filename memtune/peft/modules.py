@@ -130,6 +130,15 @@ class LoRALinear(nn.Module):
         self.to_wrap = to_wrap
         self.adapter = adapter
 
+    def __getattr__(self, name: str) -> Any:
+        # Megatron's modules read attributes of their linears (``weight``, ``config``...): the base's.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("to_wrap", "adapter"):
+                raise
+            return getattr(self.to_wrap, name)
+
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, Any]:
         out, bias = self.to_wrap(x, *args, **kwargs)
         return out + self.adapter(x).to(out.dtype), bias
@@ -161,7 +170,7 @@ def make_adapter(
     parallel = "column" if target in COLUMN_TARGETS else "row"
     tp = comm.group_size(group)
     fan_in, fan_out = _global_features(module, parallel, tp)
-    return LoRAAdapter(
+    adapter = LoRAAdapter(
         lora,
         path,
         target,
@@ -174,3 +183,19 @@ def make_adapter(
         dtype=weight.dtype,
         device=weight.device,
     )
+    _mark_like_megatron(adapter, kind)
+    return adapter
+
+
+def _mark_like_megatron(adapter: LoRAAdapter, kind: AdapterKind) -> None:
+    """The attributes Megatron's DDP and optimizer read from a parameter: which TP dimension
+    it is split on, and (``allreduce=False``) that routed-expert parameters live in the expert
+    buffers and are sharded over expert data parallelism."""
+    split = adapter.tp > 1
+    a_dim = 0 if adapter.parallel == "column" else 1
+    for weight, dim in ((adapter.linear_in.weight, a_dim), (adapter.linear_out.weight, 0)):
+        weight.tensor_model_parallel = split  # type: ignore[attr-defined]
+        weight.partition_dim = dim  # type: ignore[attr-defined]
+        weight.partition_stride = 1  # type: ignore[attr-defined]
+        if kind == "routed_expert":
+            weight.allreduce = False  # type: ignore[attr-defined]
