@@ -17,11 +17,15 @@ from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
 
+FULL_TRAINING = "full training"
+LORA = "LoRA"
+
 
 @dataclass(frozen=True)
 class RunResult:
     id: str
     split: str
+    family: str  # FULL_TRAINING or LORA: reported separately
     pp_rank: int
     measured: int
     estimated: int
@@ -77,6 +81,7 @@ def evaluate(run: dict) -> RunResult:
     return RunResult(
         id=run["id"],
         split=run.get("split", "tune"),
+        family=LORA if job.peft is not None else FULL_TRAINING,
         pp_rank=rank.pp_rank,
         measured=int(run["measured"]["peak_allocated_bytes"]),
         estimated=rank.peak_bytes,

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from memtune.bench.accuracy import evaluate, read_runs, summarize
+from memtune.bench.accuracy import FULL_TRAINING, RunResult, Summary, evaluate, read_runs, summarize
 from memtune.units import GiB
 
 DEFAULT_SET = Path("benchmarks/measured")
@@ -42,12 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     acc.set_defaults(handler=run)
 
 
+def _by_split(results: list[RunResult]) -> dict[str, Summary | None]:
+    names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
+    by_split = {name: summarize([r for r in results if r.split == name]) for name in names}
+    by_split["all"] = summarize(results)
+    return by_split
+
+
 def run(args: argparse.Namespace) -> int:
     results = [evaluate(r) for r in read_runs(args.paths)]
     shown = [r for r in results if args.split == "all" or r.split == args.split]
-    names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
-    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
-    splits["all"] = summarize(results)
+    # Each family (full training, LoRA) is summarised on its own, split by split.
+    families = {
+        family: _by_split([r for r in results if r.family == family])
+        for family in sorted({r.family for r in results}, key=lambda f: f != FULL_TRAINING)
+    }
+    splits = families.get(FULL_TRAINING, {})
     if args.json:
         print(
             json.dumps(
@@ -57,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
                         for r in shown
                     ],
                     "summary": {k: asdict(v) if v else None for k, v in splits.items()},
+                    "families": {
+                        family: {k: asdict(v) if v else None for k, v in by_split.items()}
+                        for family, by_split in families.items()
+                    },
                 },
                 indent=2,
             )
@@ -80,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
             style=style,
         )
     console.print(table)
-    for name, s in splits.items():
-        if s:
+    for family, by_split in families.items():
+        if len(families) > 1:
+            console.print(f"[bold]{family}[/bold]")
+        for name, s in by_split.items():
+            if not s:
+                continue
             console.print(
                 f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
                 f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
