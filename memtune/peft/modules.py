@@ -26,6 +26,10 @@ class LoRAAdapter(nn.Module):
     with its output gathered, B ``[out/t, dim]``. Row-parallel base (input split, output
     reduced): A ``[dim, in/t]`` with its output all-reduced, B ``[out/t, dim]`` with its output
     gathered (and scattered to the sequence shard under SP). Megatron-Bridge's layout.
+
+    Under explicit (dispatcher-owned) communication the adapter communicates only inside
+    itself: its input gradient stays a partial sum, and a row adapter returns its output slice
+    in place within a zero tensor of full width, a partial sum like the base linear's output.
     """
 
     def __init__(
@@ -38,6 +42,7 @@ class LoRAAdapter(nn.Module):
         out_features: int,
         group: Any,
         sequence_parallel: bool,
+        explicit_comm: bool,
         config: Any,
         dtype: torch.dtype,
         device: torch.device,
@@ -45,7 +50,10 @@ class LoRAAdapter(nn.Module):
         super().__init__()
         self.path, self.target, self.kind, self.group = path, target, kind, group
         self.parallel = "column" if target in COLUMN_TARGETS else "row"
-        self.sequence_parallel = sequence_parallel
+        # Megatron's routed-expert linears leave TP communication to the token dispatcher: their
+        # input arrives whole, input gradients and row outputs leave as partial sums.
+        self.explicit_comm = explicit_comm
+        self.sequence_parallel = sequence_parallel and not explicit_comm
         self.requested = lora.sequence_parallel_input_regather
         self.fuse = bool(getattr(config, "gradient_accumulation_fusion", False))
         self.scale = lora.alpha / lora.dim
@@ -105,6 +113,9 @@ class LoRAAdapter(nn.Module):
             a = self.activation(a)
             a = comm.CopyToTensorParallel.apply(a, self.group) if self.tp > 1 else a
             out = comm.AdapterLinear.apply(a, self.linear_out.weight, self.fuse)
+            if self.explicit_comm and self.tp > 1:
+                width, rank = out.shape[-1], comm.group_rank(self.group)
+                return torch.nn.functional.pad(out, (rank * width, (self.tp - 1 - rank) * width)) * self.scale
             out = comm.GatherLastDim.apply(out, self.group) if self.tp > 1 else out
             if self.sequence_parallel and self.tp > 1:
                 out = comm.ScatterSequence.apply(out, self.group)
@@ -117,7 +128,7 @@ class LoRAAdapter(nn.Module):
         if self.sequence_parallel and self.tp > 1:
             # The default path: the gathered input is what LoRA-A keeps for its weight gradient.
             x = comm.GatherSequence.apply(x, self.group)
-        elif self.tp > 1:
+        elif self.tp > 1 and not self.explicit_comm:
             x = comm.CopyToTensorParallel.apply(x, self.group)
         return comm.AdapterLinear.apply(x, weight, self.fuse)
 
@@ -179,6 +190,7 @@ def make_adapter(
         fan_out,
         group,
         sequence_parallel=bool(getattr(module, "sequence_parallel", False)),
+        explicit_comm=bool(getattr(module, "explicit_expert_comm", False)),
         config=getattr(module, "config", None),
         dtype=weight.dtype,
         device=weight.device,

@@ -196,6 +196,64 @@ def _logging_and_weights() -> dict[str, Any]:
     }
 
 
+def _explicit_comm() -> dict[str, bool]:
+    """Routed-expert linears (``explicit_expert_comm``): whole input, partial input gradients and
+    row outputs. The adapters' contributions, summed over ranks, must equal the whole-matrix LoRA."""
+    from standins import ColumnParallelStandIn, RowParallelStandIn, StandInConfig
+
+    world, rank, t = dist.group.WORLD, dist.get_rank(), 2
+    root = torch.nn.Module()
+    root.mlp = torch.nn.Module()
+    root.mlp.experts = torch.nn.Module()
+    fc1 = ColumnParallelStandIn(H, F, world, True, StandInConfig(), torch.float64)
+    fc2 = RowParallelStandIn(F, H, world, True, StandInConfig(), torch.float64)
+    for linear in (fc1, fc2):
+        linear.explicit_expert_comm = True
+    root.mlp.experts.linear_fc1, root.mlp.experts.linear_fc2 = fc1, fc2
+    lora = LoRA(dim=DIM, alpha=8)
+    lora.apply(root)
+    torch.manual_seed(7)  # same on both ranks: the dispatcher hands every ETP rank the same tokens
+    x = torch.randn(S, H, dtype=torch.float64)
+    h = torch.randn(S, F, dtype=torch.float64)
+    adapters = {
+        n: m.adapter for n, m in (("fc1", root.mlp.experts.linear_fc1), ("fc2", root.mlp.experts.linear_fc2))
+    }
+    with torch.no_grad():
+        for a in adapters.values():
+            a.linear_out.weight.normal_()
+    whole = {}
+    for name, a in adapters.items():
+        parts = []
+        for w, axis in ((a.linear_in.weight, 0 if name == "fc1" else 1), (a.linear_out.weight, 0)):
+            gathered = [torch.empty_like(w) for _ in range(t)]
+            dist.all_gather(gathered, w.detach().contiguous())
+            parts.append(torch.cat(gathered, dim=axis))
+        whole[name] = parts
+    ok = {}
+    # Column: this rank's output slice of the whole LoRA; input gradients sum to the whole one.
+    xc = x.clone().requires_grad_(True)
+    out = adapters["fc1"](xc)
+    (a_w, b_w) = whole["fc1"]
+    ref_x = x.clone().requires_grad_(True)
+    ref = 2.0 * ref_x @ a_w.t() @ b_w.t()
+    ok["column output"] = torch.allclose(out, ref.chunk(t, dim=-1)[rank])
+    out.sum().backward()
+    ref.chunk(t, dim=-1)[rank].sum().backward()
+    grad = xc.grad.clone()
+    dist.all_reduce(grad)
+    ref_grad = ref_x.grad.clone()
+    dist.all_reduce(ref_grad)
+    ok["column input gradient"] = torch.allclose(grad, ref_grad)
+    # Row: input split along features; outputs are partial sums of the whole LoRA.
+    hr = h.chunk(t, dim=-1)[rank].clone().requires_grad_(True)
+    out = adapters["fc2"](hr)
+    total = out.detach().clone()
+    dist.all_reduce(total)
+    (a_w, b_w) = whole["fc2"]
+    ok["row output"] = torch.allclose(total, 2.0 * h @ a_w.t() @ b_w.t())
+    return ok
+
+
 def _worker(rank: int, init: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     torch.set_num_threads(1)
@@ -206,6 +264,7 @@ def _worker(rank: int, init: str, out_dir: str) -> None:
             results[key] = {"baseline": _run(False, dtype, fusion), "regather": _run(True, dtype, fusion)}
     results["eligibility"] = _eligibility()
     results["misc"] = _logging_and_weights()
+    results["explicit"] = _explicit_comm()
     with open(Path(out_dir) / f"rank{rank}.pkl", "wb") as f:
         pickle.dump(results, f)
     dist.destroy_process_group()
@@ -327,3 +386,8 @@ def test_adapter_weights_round_trip_as_shards_and_whole(runs):
     assert misc["whole_shapes"]["decoder.layers.0.mlp.linear_fc1.adapter.linear_in.weight"] == (DIM, H)
     assert misc["whole_shapes"]["decoder.layers.0.mlp.linear_fc2.adapter.linear_in.weight"] == (DIM, F)
     assert misc["whole_shapes"]["decoder.layers.0.mlp.linear_fc2.adapter.linear_out.weight"] == (H, DIM)
+
+
+def test_expert_adapters_leave_tp_communication_to_the_dispatcher(runs):
+    for r in runs:
+        assert r["explicit"] == {"column output": True, "column input gradient": True, "row output": True}
