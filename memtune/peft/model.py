@@ -20,10 +20,9 @@ Placement follows Megatron-Bridge's ``LoRA`` transform (docs/peft.md, "Layout"):
 Re-gather (docs/peft.md, "Re-gather"): under TP + SP a column-parallel adapter's default path
 gathers the sequence-sharded norm output to the full local sequence and LoRA-A keeps that
 gathered ``[s, b, h]`` tensor until backward. Re-gathering keeps the local ``[s/t, b, h]``
-shard instead; that shard is the tensor the base linear keeps for its own weight gradient, so
-the adapter then keeps nothing of its own and the saving is the whole gathered tensor,
-``2·s·b·h`` bytes (``s`` per CP rank). Megatron-Bridge's ``2·s·b·h·(1-1/t)`` counts the shard
-as the adapter's own and is a lower bound of this.
+shard instead. Megatron-Core's frozen base linears keep no input, so that shard is the
+adapter's own: the saving is ``2·s·b·h·(1-1/t)`` bytes per adapter per microbatch in flight
+(``s`` per CP rank), less one shared gather buffer of ``2·s·b·h`` bytes per rank.
 """
 
 from __future__ import annotations
@@ -245,32 +244,47 @@ def regathers(d: Derived, adapter: Adapter) -> bool:
 
 
 def gathered_input_bytes(d: Derived) -> int:
-    """The full-sequence input one column-parallel adapter gathers under SP, per microbatch:
-    ``2·(s/CP)·b·h`` bytes."""
+    """The full-sequence input of a column-parallel linear, per microbatch: ``2·(s/CP)·b·h`` bytes."""
     return ACTIVATION_BYTES * d.model.seq_length // d.cp * d.micro_batch_size * d.model.hidden_size
 
 
-def kept_gathered_input(d: Derived, adapter: Adapter) -> int:
-    """Bytes of gathered input the adapter keeps for backward beyond what its base linear keeps,
-    per microbatch, per adapter.
+def kept_input_bytes(d: Derived, adapter: Adapter) -> float:
+    """Bytes of input a dense or shared-expert column adapter keeps for LoRA-A's weight gradient,
+    per microbatch.
 
-    Only column-parallel dense and shared-expert adapters under SP keep one: without SP their
-    input is the full tensor the base linear keeps anyway; routed experts receive tokens after
-    dispatch, which the base expert linear keeps too.
+    Megatron-Core's frozen base linears keep no input (``linear_with_frozen_weight``), so this is
+    the adapter's own: the gathered full-sequence input on the default path under SP, the local
+    ``1/t`` shard when it re-gathers, the whole input without SP. Zero inside selective ``mlp``
+    recompute for ``linear_fc1`` (the checkpoint keeps its own input) and for overlapped shared
+    experts (their base linear receives the gathered input).
     """
-    if adapter.parallel != "column" or adapter.kind == "routed_expert" or not d.sequence_parallel:
-        return 0
+    if adapter.parallel != "column" or adapter.kind == "routed_expert":
+        return 0.0
+    if adapter.target == "linear_fc1" and "mlp" in d.recompute_modules:
+        return 0.0
     if adapter.kind == "shared_expert" and d.model.moe_shared_expert_overlap:
-        return 0  # the base linear receives (and keeps) the gathered input itself
-    return 0 if regathers(d, adapter) else gathered_input_bytes(d)
+        return 0.0
+    if regathers(d, adapter):
+        return gathered_input_bytes(d) / d.tp
+    return float(gathered_input_bytes(d))
 
 
-def regather_saving_bytes(d: Derived, adapter: Adapter) -> int:
-    """What turning re-gather on saves for this adapter per microbatch in flight (0 if it
-    cannot re-gather)."""
+def regather_saving_bytes(d: Derived, adapter: Adapter) -> float:
+    """What turning re-gather on saves for this adapter per microbatch in flight (0 if it cannot
+    re-gather): the gathered input less the shard it keeps instead, ``2·(s/CP)·b·h·(1-1/t)``.
+
+    Re-gathering also needs a gather buffer of ``2·(s/CP)·b·h`` bytes once per rank (Megatron's
+    global memory buffer, which frozen base linears do not otherwise allocate):
+    ``regather_buffer_bytes``.
+    """
     if adapter.regather_blocker is not None:
-        return 0
-    return gathered_input_bytes(d)
+        return 0.0
+    return gathered_input_bytes(d) * (1 - 1 / d.tp)
+
+
+def regather_buffer_bytes(d: Derived) -> int:
+    """The one gather buffer re-gathering adapters share (0 when none re-gathers)."""
+    return gathered_input_bytes(d) if any(regathers(d, a) for a in adapters(d)) else 0
 
 
 @dataclass(frozen=True)

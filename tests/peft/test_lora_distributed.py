@@ -327,8 +327,10 @@ def test_base_weights_are_frozen(runs):
 
 
 def test_regather_keeps_the_whole_gathered_input_less(runs):
-    # Per layer, the two column adapters (qkv, fc1) no longer keep their S x B x H gathered input;
-    # the shard they keep instead is the one the base linear keeps: the saving is the whole tensor.
+    # Per layer, the two column adapters (qkv, fc1) no longer keep their S x B x H gathered input.
+    # The stand-in base linears keep their shard (Megatron's trainable linears do), so here the
+    # adapters' shard adds nothing: the saving is the whole tensor. (Megatron's frozen linears
+    # keep no input; there the shard is the adapter's own: memtune/peft/model.py.)
     for r in runs:
         base, regather = r["float32-grad"]["baseline"]["saved"], r["float32-grad"]["regather"]["saved"]
         assert [b - g for b, g in zip(base, regather)] == [LAYERS * 2 * S * B * H * 4] * 2

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from check_fixtures import make_job
 
+from memtune.check import gate
 from memtune.config import derive
-from memtune.estimate.activations import dims_of
-from memtune.estimate.peft import adapter_activations
+from memtune.estimate import estimate
 from memtune.peft import model as lm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,26 +70,31 @@ def test_grouped_gemm_shares_one_adapter_with_te_and_has_none_without():
     assert [a for a in lm.adapters_in_layer(local, True) if a.is_expert] == []
 
 
-def test_saving_is_the_whole_gathered_input():
-    # 2 bytes * (8192 / CP 2) * mbs 2 * hidden 4096 = 64 MiB per eligible adapter per microbatch.
+def test_saving_is_the_gathered_input_less_the_shard():
+    # 2 bytes * (8192 / CP 2) * mbs 2 * hidden 4096 * (1 - 1/TP 2) = 32 MiB per eligible adapter per microbatch.
     d = derive(
         make_job(LORA, "model.context_parallel_size=2", "train.micro_batch_size=2", "cluster.num_gpus=16")
     )
     qkv = next(a for a in lm.adapters(d) if a.target == "linear_qkv")
-    assert lm.regather_saving_bytes(d, qkv) == 2 * 4096 * 2 * 4096
+    assert lm.regather_saving_bytes(d, qkv) == 32 * 2**20
     proj = next(a for a in lm.adapters(d) if a.target == "linear_proj")
     assert lm.regather_saving_bytes(d, proj) == 0
-
-
-def test_estimator_prices_exactly_the_models_saving():
-    off = derive(make_job(LORA))
+    assert lm.regather_buffer_bytes(d) == 0
     on = derive(make_job(LORA, "peft.sequence_parallel_input_regather=true"))
-    x = dims_of(off)
-    kept_off = sum(adapter_activations(off, x, False).values())
-    kept_on = sum(adapter_activations(on, x, False).values())
-    eligible = [a for a in lm.adapters(off) if a.regather_blocker is None]
+    assert lm.regather_buffer_bytes(on) == 2 * 8192 * 4096
+
+
+def test_estimator_prices_exactly_the_models_saving_and_buffer():
+    # Peak difference of a rank = saving per adapter x adapters x layers x microbatches in flight - buffer.
+    off_job, on_job = make_job(LORA), make_job(LORA, "peft.sequence_parallel_input_regather=true")
+    off, on = estimate(gate(off_job)), estimate(gate(on_job))
+    d = derive(off_job)
+    eligible = [a for a in lm.adapters(d) if a.regather_blocker is None]
     assert [a.target for a in eligible] == ["linear_qkv", "linear_fc1"]
-    assert kept_off - kept_on == sum(lm.regather_saving_bytes(off, a) for a in eligible)
+    r_off, r_on = off.ranks[0], on.ranks[0]
+    flight = sum(r_off.in_flight.values())
+    saving = sum(lm.regather_saving_bytes(d, a) for a in eligible) * r_off.layers * flight
+    assert r_off.peak_bytes - r_on.peak_bytes == round(saving - lm.regather_buffer_bytes(derive(on_job)))
 
 
 def test_blockers_in_order():
