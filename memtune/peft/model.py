@@ -287,6 +287,18 @@ def regather_buffer_bytes(d: Derived) -> int:
     return gathered_input_bytes(d) if any(regathers(d, a) for a in adapters(d)) else 0
 
 
+def inputs_sp_leaves_whole(d: Derived) -> list[str]:
+    """Column linears of a dense layer whose input sequence parallelism does not shard in a LoRA
+    job with SP on (``d``): frozen base linears keep no input at all, and an adapter that does
+    not re-gather keeps its input gathered to the full sequence. Only an adapter that
+    re-gathers keeps a ``1/t`` shard, as a trainable linear would."""
+    if d.job.peft is None:
+        return []
+    positions = ["linear_fc1"] if d.model.multi_latent_attention else ["linear_qkv", "linear_fc1"]
+    regathering = {a.target for a in adapters_in_layer(d, False) if a.kind == "dense" and regathers(d, a)}
+    return [p for p in positions if p not in regathering]
+
+
 @dataclass(frozen=True)
 class AdapterParams:
     """LoRA parameters one rank holds, split the way Megatron's DDP buffers split them."""

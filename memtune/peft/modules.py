@@ -166,11 +166,12 @@ class LoRALinear(nn.Module):
         return destination
 
 
-def _global_features(module: nn.Module, parallel: str, tp: int) -> tuple[int, int]:
+def _global_features(module: nn.Module, weight: torch.Tensor, parallel: str, tp: int) -> tuple[int, int]:
     """(in, out) of the whole base linear; Megatron's linears carry ``input_size``/``output_size``."""
-    if hasattr(module, "input_size") and hasattr(module, "output_size"):
-        return int(module.input_size), int(module.output_size)
-    out_local, in_local = module.weight.shape
+    sizes = getattr(module, "input_size", None), getattr(module, "output_size", None)
+    if sizes[0] is not None and sizes[1] is not None:
+        return int(sizes[0]), int(sizes[1])
+    out_local, in_local = weight.shape
     return (in_local, out_local * tp) if parallel == "column" else (in_local * tp, out_local)
 
 
@@ -178,9 +179,11 @@ def make_adapter(
     lora: LoRA, module: nn.Module, path: str, target: str, kind: AdapterKind, group: Any
 ) -> LoRAAdapter:
     weight = module.weight
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"memtune.peft: {path} has no weight tensor to adapt")
     parallel = "column" if target in COLUMN_TARGETS else "row"
     tp = comm.group_size(group)
-    fan_in, fan_out = _global_features(module, parallel, tp)
+    fan_in, fan_out = _global_features(module, weight, parallel, tp)
     adapter = LoRAAdapter(
         lora,
         path,
