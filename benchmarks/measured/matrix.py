@@ -154,6 +154,7 @@ def run(
     grad_fp32=True,
     ddp=None,
     env=None,
+    peft=None,
     solo=False,
     smoke=False,
 ) -> Entry:
@@ -174,6 +175,8 @@ def run(
         "env": env or {},
         "cluster": {"num_gpus": world, "gpu": "H200"},
     }
+    if peft is not None:
+        config["peft"] = peft
     job = validate(config)
     d = derive(job)
     pp_rank = stage % d.pp
@@ -1095,8 +1098,68 @@ def _optimizer_offload() -> list[Entry]:
     return e
 
 
+def Q8(**kw):
+    """Qwen3 8B width (qk-norm, GQA 32/8, 12288-wide SwiGLU), depth cut to 4."""
+    return _model("qwen3-8b", **{"num_layers": 4, "seq_length": 8192, **kw})
+
+
+def lora(regather=False, **kw) -> dict:
+    """A Megatron-Bridge LoRA section: rank 32, alpha 32, every linear unless ``target_modules``."""
+    return {"dim": 32, "alpha": 32, "sequence_parallel_input_regather": regather, **kw}
+
+
+COLUMN = ["linear_qkv", "linear_fc1"]
+ATTENTION = ["linear_qkv", "linear_proj"]
+
+
+def _lora() -> list[Entry]:
+    """LoRA jobs (memtune.peft): frozen base, adapters in the DDP buffers and optimizer."""
+    e = []
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    for tp in (1, 2, 4):
+        layout = dict(tensor_model_parallel_size=tp, **(SP if tp > 1 else {}))
+        name = f"tp{tp}" + ("-sp" if tp > 1 else "")
+        e.append(run(f"lora-l8w-{name}-s4k", L8W(**layout), peft=lora()))
+        e.append(run(f"lora-l8w-{name}-s4k-regather", L8W(**layout), peft=lora(True)))
+    e.append(run("lora-l8w-tp2-nosp-s4k", L8W(tensor_model_parallel_size=2), peft=lora()))
+    e.append(run("lora-l8w-tp2-sp-column-regather", L8W(**tp2), peft=lora(True, target_modules=COLUMN)))
+    e.append(run("lora-l8w-tp2-sp-attention", L8W(**tp2), peft=lora(target_modules=ATTENTION)))
+    e.append(run("lora-l8w-tp2-sp-dim128", L8W(**tp2), peft=lora(dim=128, alpha=256)))
+    mlp = dict(recompute_granularity="selective", recompute_modules=["mlp"])
+    e.append(run("lora-l8w-tp2-sp-rc-mlp-regather", L8W(**tp2, **mlp), peft=lora(True)))
+    full = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("lora-l8w-tp2-sp-rc-full-regather", L8W(**tp2, **full), peft=lora(True)))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    for regather in (False, True):
+        suffix = "-regather" if regather else ""
+        e.append(run(f"lora-l8w-pp2-m4-first{suffix}", L8W(**pp2), microbatches=4, peft=lora(regather)))
+        e.append(
+            run(f"lora-l8w-pp2-m4-last{suffix}", L8W(**pp2), microbatches=4, stage=-1, peft=lora(regather))
+        )
+    e.append(run("lora-l1b-tp2-sp-mbs2-regather", L1B(**tp2), mbs=2, peft=lora(True)))
+    e.append(run("lora-gpt-tp2-sp-unfused-regather", GPT(**tp2), peft=lora(True)))
+    e.append(run("lora-l8w-tp2-sp-do-dp2", L8W(**tp2), dp=2, distopt=True, peft=lora(True)))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    mx = dict(expert_model_parallel_size=2, **tp2, **a2a)
+    e.append(run("lora-mx-tp2-sp-ep2", MX(**mx), dp=2, peft=lora()))
+    e.append(run("lora-mx-tp2-sp-ep2-regather", MX(**mx), dp=2, peft=lora(True)))
+    e.append(
+        run("lora-qm-tp2-sp-ep4-regather", QM(expert_model_parallel_size=4, **tp2), dp=4, peft=lora(True))
+    )
+    e.append(
+        run("lora-dsl-tp2-sp-ep4-regather", DSL(expert_model_parallel_size=4, **tp2), dp=4, peft=lora(True))
+    )
+    # Re-gather on a Qwen3-8B-shaped model at sequence 8192 (README "LoRA re-gather").
+    for tp in (2, 4):
+        for regather in (False, True):
+            suffix = "-regather" if regather else ""
+            q8 = Q8(tensor_model_parallel_size=tp, **SP)
+            e.append(run(f"lora-q8-tp{tp}-sp-s8k{suffix}", q8, peft=lora(regather)))
+    return e
+
+
 def entries() -> list[Entry]:
-    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2() + _preflight()
+    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2() + _preflight() + _lora()
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "schema_version": SCHEMA_VERSION,
                     "runs": [
-                        asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error}
+                        asdict(r)
+                        | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
                         for r in shown
                     ],
                     "summary": {k: asdict(v) if v else None for k, v in splits.items()},

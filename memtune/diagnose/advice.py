@@ -24,6 +24,7 @@ from memtune.diagnose.evidence import (
 )
 from memtune.errors import InputError
 from memtune.estimate import estimate
+from memtune.peft.model import adapters
 
 EXPANDABLE = "expandable_segments:True"
 
@@ -95,14 +96,16 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
     fixes: list[Fix] = []
     model = job.model if job else None
     if job is None or (
-        job.peft and model.sequence_parallel and not job.peft.sequence_parallel_input_regather
+        job.peft
+        and not job.peft.sequence_parallel_input_regather
+        and any(a.regather_blocker is None for a in adapters(derive(job)))
     ):
         fixes.append(
             Fix(
                 "Re-gather LoRA adapter inputs under sequence parallelism"
                 + ("" if job else " (LoRA + SP only)"),
                 ("peft.sequence_parallel_input_regather=true",),
-                "the adapters stop keeping their own full-sequence copy of the input",
+                "the adapters keep their sequence shard instead of a full-sequence copy of the input",
                 "small",
             )
         )

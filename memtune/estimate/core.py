@@ -17,9 +17,10 @@ from memtune.config.derived import Chunk, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.params import ParamCounts, chunk_params
-from memtune.estimate.peft import adapter_activations, adapter_params
+from memtune.estimate.peft import AdapterParams, adapter_params, apply_lora
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
+from memtune.peft.model import regather_buffer_bytes
 from memtune.units import MiB
 
 CUBLAS_WORKSPACE = 32 * MiB  # per (thread, stream) on Hopper and Blackwell, inside the allocator
@@ -99,8 +100,7 @@ class RankEstimate:
 
 def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: EstimateOptions) -> act.Saved:
     saved = act.transformer_layer(d, x, fl, d.moe_layer_pattern[index], options.moe_routing_imbalance)
-    for name, nbytes in adapter_activations(d, x, d.moe_layer_pattern[index]).items():
-        saved.add(name, nbytes)
+    apply_lora(d, x, fl, saved, d.moe_layer_pattern[index])
     return saved
 
 
@@ -202,7 +202,8 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     receiving = sum(1 for c in chunks if not c.has_embedding) if d.pp > 1 else 0
     largest = 0.0
     if x.sp:
-        largest = act.BF16 * x.tokens * x.hidden
+        # Frozen base linears (LoRA) gather into fresh tensors; only re-gathering adapters use it.
+        largest = act.BF16 * x.tokens * x.hidden if d.job.peft is None else regather_buffer_bytes(d)
     if not fl.flash_attention:
         heads = d.model.num_attention_heads / d.tp
         largest = max(largest, act.BF16 * x.mbs * heads * x.seq * x.seq)
@@ -213,7 +214,7 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
     chunks = d.chunks[pp_rank]
     fl = flavour_of(d)
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
-    adapters = sum(adapter_params(d, c.layers) for c in chunks)
+    adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
     state = model_state(d, local, adapters, sum(len(c.layers) for c in chunks))
     flight = in_flight(d, pp_rank)
     per_chunk = [chunk_activations(d, c, options) for c in chunks]

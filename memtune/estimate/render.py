@@ -108,8 +108,8 @@ def assumptions(est: Estimate) -> list[str]:
         )
     if job.peft is not None:
         notes.append(
-            "LoRA: frozen base weights keep no gradient or optimizer state; base linears are assumed to keep their"
-            " inputs as Megatron's own linears do (TE's may skip that for frozen weights)"
+            "LoRA: frozen base weights keep no gradient or optimizer state, and frozen Megatron-Core linears keep no"
+            " inputs (the adapters keep what LoRA-A needs); TE's frozen linears are assumed alike"
         )
     optimizer = (
         "torch's foreach AdamW (what Megatron falls back to without TE or Apex)"

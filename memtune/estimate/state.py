@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.estimate.params import ParamCounts
+from memtune.peft.model import AdapterParams
 
 DEFAULT_BUCKET_PARAMS = 40_000_000
 
@@ -47,8 +48,9 @@ def _padded(numel: float, d: Derived) -> float:
     return numel + buckets * multiple / 2
 
 
-def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) -> ModelState:
-    """State of one rank holding ``local`` base parameters and ``adapters`` LoRA parameters.
+def model_state(d: Derived, local: ParamCounts, lora: AdapterParams, layers: int) -> ModelState:
+    """State of one rank holding ``local`` base parameters and ``lora`` adapter parameters
+    (routed-expert adapters live in the expert buffers, like routed experts).
 
     Megatron-FSDP shards the optimizer state (``optim``), then the gradients
     (``optim_grads``), then the weights too (``optim_grads_params``, which needs a bf16
@@ -58,6 +60,7 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
     half = d.half_precision
     weight_bytes = DTYPE_BYTES[d.param_dtype]
     frozen = job.peft is not None
+    adapters = lora.total
     base_trainable = 0.0 if frozen else local.total
     trainable = base_trainable + adapters
 
@@ -77,11 +80,11 @@ def model_state(d: Derived, local: ParamCounts, adapters: float, layers: int) ->
     if d.use_distributed_optimizer or strategy != "no_shard":
         dense_shard = max(1, d.dp * d.cp // instances)
         expert_shard = max(1, d.edp // instances)
-        expert = 0.0 if frozen else local.expert
+        expert = lora.expert + (0.0 if frozen else local.expert)
         expert_optimizer_params = expert / expert_shard
         optimizer_params = (trainable - expert) / dense_shard + expert_optimizer_params
     else:
-        expert_optimizer_params = 0.0 if frozen else local.expert
+        expert_optimizer_params = lora.expert + (0.0 if frozen else local.expert)
         optimizer_params = trainable
 
     master = (

@@ -10,6 +10,8 @@ recorded with every measurement:
   process group each rank routes only its own tokens, and with untrained router weights the
   tokens pile onto a few experts; balanced routing is what a trained model converges to.
 * The auxiliary load-balancing loss is off (Megatron-Core's default coefficient, 0).
+* LoRA jobs (``peft``) are built with ``memtune.peft.LoRA`` (docs/peft.md): base weights frozen
+  (no gradient buffer, no optimizer state), adapters in Megatron's DDP buffers and optimizer.
 * Without Transformer Engine the local layer spec is used. Its core attention is Megatron's
   ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
   (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
@@ -106,6 +108,7 @@ class MeasurePlan:
     layer_spec: str  # "local" | "transformer_engine"
     core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
     iterations: int
+    peft: dict | None = None  # memtune.peft.LoRA keyword arguments; None: full training
     env: dict = field(default_factory=dict)  # process environment for the subprocess
     config: dict = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
 
@@ -160,8 +163,6 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
             "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
             "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP"
         )
-    if job.peft is not None:
-        problems.append("peft: Megatron-Core has no LoRA; memtune measure runs full training only")
     if job.optimizer.use_precision_aware_optimizer and not job.optimizer.optimizer_cpu_offload:
         problems.append("optimizer.use_precision_aware_optimizer: needs Transformer Engine's FusedAdam")
     if job.optimizer.optimizer != "adam":
@@ -326,6 +327,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
         layer_spec="transformer_engine" if m.transformer_impl == "transformer_engine" else "local",
         core_attention=_core_attention(job),
         iterations=iterations,
+        peft=job.peft.model_dump(mode="json") if job.peft is not None else None,
         env=_process_env(job),
         config=job.model_dump(mode="json", exclude_defaults=True),
     )

@@ -2,7 +2,8 @@
 
 Run as ``python -m memtune.measure.runner PLAN.json RESULT.json`` (one process per
 measurement: the allocator's settings and statistics are per process). It needs torch with a
-GPU and megatron-core, and nothing else from memtune, so it runs where pydantic is absent.
+GPU and megatron-core, and nothing else from memtune (LoRA jobs use memtune.peft, which is torch-only),
+so it runs where pydantic is absent.
 
 PyTorch's fake process-group backend gives this process the identity of global rank R in a
 W-rank world: every collective completes at once without moving data, and every shape is the
@@ -200,11 +201,22 @@ def _build_chunks(plan: dict, config):
         assert len(model.decoder.layers) == chunk["num_layers"], (
             f"built {len(model.decoder.layers)} layers for vp_stage {vp_stage}, planned {chunk['num_layers']}"
         )
+        if plan.get("peft") is not None:
+            _apply_lora(plan["peft"], model)
         for param in model.parameters():
             tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
         model.cuda(torch.cuda.current_device())
         chunks.append(model)
     return chunks
+
+
+def _apply_lora(peft: dict, model) -> None:
+    """Freeze the chunk and add adapters as Megatron-Bridge's LoRA would (memtune.peft)."""
+    from memtune.peft.lora import LoRA
+
+    options = dict(peft)
+    options["target_modules"] = tuple(options["target_modules"])
+    LoRA(**options).apply(model)
 
 
 def _expert_mlp(chunks) -> str | None:

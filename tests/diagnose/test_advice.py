@@ -98,6 +98,17 @@ def test_lora_with_sp_gets_regather_first_and_no_change_that_does_not_help(tmp_p
     assert "model.cpu_offloading=true" in _changes(d) and "model.cpu_offloading_num_layers=2" in _changes(d)
 
 
+def test_lora_without_an_eligible_adapter_gets_no_regather_advice(tmp_path):
+    # Only row-parallel adapters: none can re-gather (memtune/peft/model.py), so it is not offered.
+    path = _config(
+        tmp_path,
+        model={"tensor_model_parallel_size": 2, "sequence_parallel": True},
+        peft={"dim": 16, "target_modules": ["linear_proj", "linear_fc2"]},
+    )
+    d = diagnose_text(MSG_211_CAPACITY, config=path)
+    assert "Re-gather LoRA adapter inputs under sequence parallelism" not in [f.title for f in d.fixes]
+
+
 def test_configuration_and_not_oom_advice_never_touch_the_allocator():
     d = diagnose_text(
         "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1048576, "

@@ -174,7 +174,6 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
             "model.recompute_modules ['layernorm']: megatron-core 0.19.2's output-discarding checkpoint "
             "calls Transformer Engine, so these fail on the local spec",
         ),
-        ({}, {"peft": {}}, 0, 3, "peft: Megatron-Core has no LoRA; memtune measure runs full training only"),
         (
             {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]},
             {},
@@ -245,3 +244,24 @@ def test_optimizer_offload_is_planned_with_the_precision_aware_optimizer():
     assert plan.optimizer["optimizer_offload_fraction"] == 0.5
     assert plan.optimizer["overlap_cpu_optimizer_d2h_h2d"] is True
     assert plan.optimizer["use_precision_aware_optimizer"] is True
+
+
+def test_lora_jobs_plan_memtune_peft_with_the_jobs_lora_settings():
+    lora = {
+        "dim": 16,
+        "alpha": 32,
+        "target_modules": ["linear_qkv", "linear_fc1"],
+        "sequence_parallel_input_regather": True,
+    }
+    plan = plan_measurement(
+        gate(job({"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft=lora)), rank=0
+    )
+    assert plan.peft == {**lora, "dropout": 0.0}
+    assert plan_measurement(gate(job()), rank=0).peft is None
+
+
+def test_the_runner_builds_lora_with_the_planned_keyword_arguments():
+    from memtune.peft.lora import LoRA
+
+    plan = plan_measurement(gate(job(peft={"dim": 8})), rank=0)
+    assert LoRA(**{**plan.peft, "target_modules": tuple(plan.peft["target_modules"])}).dim == 8

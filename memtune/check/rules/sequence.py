@@ -5,6 +5,9 @@ from __future__ import annotations
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import rule
+from memtune.config import derive
+from memtune.config.changes import Change, with_changes
+from memtune.peft.model import inputs_sp_leaves_whole
 from memtune.units import MiB
 
 
@@ -132,9 +135,18 @@ def tp_without_sp(c: Context) -> Hit | None:
     if d.tp == 1 or c.model.sequence_parallel:
         return None
     tokens = c.model.seq_length // d.cp * d.micro_batch_size
-    saved = 10 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
+    per_input = 2 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
+    saved = 5 * per_input
+    lora = ""
+    if c.job.peft is not None:
+        # Two of the five layer-input-sized tensors are the inputs of linear_qkv and linear_fc1;
+        # in a LoRA job SP shards them only where an adapter re-gathers (memtune/peft/model.py).
+        whole = inputs_sp_leaves_whole(derive(with_changes(c.job, [Change("model.sequence_parallel", True)])))
+        saved -= len(whole) * per_input
+        if whole:
+            lora = f" (LoRA: the inputs of {', '.join(whole)} stay whole or unkept either way)"
     return Hit(
         message=f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
-        "of activations per layer per microbatch are replicated on every TP rank",
+        f"of activations per layer per microbatch are replicated on every TP rank{lora}",
         fix="set model.sequence_parallel=true",
     )
