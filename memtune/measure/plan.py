@@ -10,6 +10,10 @@ recorded with every measurement:
   process group each rank routes only its own tokens, and with untrained router weights the
   tokens pile onto a few experts; balanced routing is what a trained model converges to.
 * The auxiliary load-balancing loss is off (Megatron-Core's default coefficient, 0).
+* Fusions are passed to Megatron-Core as the config sets them. ``masked_softmax_fusion`` (with
+  unfused attention) and ``gradient_accumulation_fusion`` need Megatron's CUDA extensions
+  (``benchmarks/gpu/build_megatron_kernels.py`` builds them); the runner refuses without them and
+  records which extensions were loaded.
 * Without Transformer Engine the local layer spec is used. Its core attention is Megatron's
   ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
   (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
@@ -44,6 +48,11 @@ _TRANSFORMER_KEYS = (
     "hidden_dropout",
     "attention_dropout",
     "bias_activation_fusion",
+    "masked_softmax_fusion",
+    "attention_softmax_in_fp32",
+    "cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "context_parallel_size",
@@ -123,6 +132,10 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         )
     if iterations < 2:
         problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
+    if m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te" and local:
+        problems.append(
+            "model.cross_entropy_fusion_impl te: needs transformer_impl: transformer_engine; use native"
+        )
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:
