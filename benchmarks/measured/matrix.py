@@ -1137,6 +1137,102 @@ def _defaults() -> list[Entry]:
             solo=True,
         )
     )
+    # Deferred output-layer weight gradients on the last stage (needs PP > 1 and gaf).
+    defer = dict(defer_embedding_wgrad_compute=True, **gaf)
+    e.append(
+        run(
+            "def-l8w-pp2-m4-defer-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, **defer, **tp2sp),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-pp2-m8-defer-limit2-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, wgrad_deferral_limit=2, **defer, **tp2sp),
+            microbatches=8,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-pp2-m6-defer-last",
+            L1B(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                share_embeddings_and_output_weights=False,
+                **defer,
+            ),
+            microbatches=6,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-pp4-m8-defer-v152k-ce-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=4, vocab_size=151936, **defer, **ce, **tp2sp),
+            microbatches=8,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-gpt-pp2-m4-defer-last",
+            GPT(num_layers=8, pipeline_model_parallel_size=2, attention_backend="flash", **defer),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    # Token dropping at a capacity factor, with and without padding to capacity.
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(
+        run(
+            "def-mx-ep4-cap1-pad",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.0,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap1.5-pad",
+            QM(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.5,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap0.5-drop",
+            QM(expert_model_parallel_size=4, moe_expert_capacity_factor=0.5, **a2a),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-mx-ep4-cap2-drop-position",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=2.0,
+                moe_token_drop_policy="position",
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
     return e
 
 

@@ -248,6 +248,19 @@ class Derived:
         return m.cross_entropy_fusion_impl if m.cross_entropy_loss_fusion else "unfused"
 
     @cached_property
+    def deferred_wgrad_microbatches(self) -> int:
+        """Microbatches whose output-layer weight gradient the last stage defers to the end of
+        the schedule (``defer_embedding_wgrad_compute``, megatron-core's
+        ``LinearWithGradAccumulationAndAsyncCommunication``): each keeps its logits gradient
+        and the output layer's input until then; ``wgrad_deferral_limit`` caps the count (0:
+        all). Megatron-Core accepts the flag only with PP > 1 and gradient-accumulation fusion."""
+        m = self.model
+        if not (m.defer_embedding_wgrad_compute and self.pp > 1 and m.gradient_accumulation_fusion):
+            return 0
+        limit = m.wgrad_deferral_limit
+        return min(self.num_microbatches, limit) if limit else self.num_microbatches
+
+    @cached_property
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 

@@ -59,6 +59,9 @@ class ModelConfig(Section):
     cross_entropy_loss_fusion: bool = False
     cross_entropy_fusion_impl: Literal["native", "te"] = "native"
     gradient_accumulation_fusion: bool = False
+    defer_embedding_wgrad_compute: bool = False
+    wgrad_deferral_limit: NonNegativeInt = 0
+    tp_comm_overlap: bool = False
 
     # Mixture of experts
     num_moe_experts: PositiveInt | None = None
@@ -74,6 +77,8 @@ class ModelConfig(Section):
     moe_router_force_load_balancing: bool = False
     moe_expert_capacity_factor: float | None = Field(None, gt=0.0)
     moe_pad_expert_input_to_capacity: bool = False
+    moe_token_drop_policy: Literal["probs", "position"] = "probs"
+    moe_permute_fusion: bool = False
     moe_shared_expert_overlap: bool = False
     moe_router_num_groups: PositiveInt | None = None
     moe_router_group_topk: PositiveInt | None = None
@@ -148,7 +153,8 @@ class TrainConfig(Section):
 
 
 class OptimizerConfig(Section):
-    optimizer: Literal["adam", "sgd"] = "adam"
+    # Megatron-LM's --optimizer choices; memtune estimates adam and sgd (estimate refuses the rest).
+    optimizer: Literal["adam", "sgd", "muon", "dist_muon", "adaptive_muon", "lion", "soap"] = "adam"
     use_distributed_optimizer: bool = False
     use_precision_aware_optimizer: bool = False
     main_grads_dtype: StateDtype = "fp32"

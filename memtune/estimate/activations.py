@@ -310,7 +310,13 @@ def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) 
     # Router: gating logits, fp32 scores, the dense probability map and the routing map.
     s.add("router.scores", local * experts * (BF16 + FP32 + FP32 + BOOL))
     # Tokens reach this rank's experts from every EP peer and, with ETP > 1, every expert-TP peer.
-    routed = local * k * d.etp * imbalance
+    # A capacity factor drops tokens beyond that multiple of the balanced share, and with
+    # padding every expert gets exactly that many (Megatron's router token dropping).
+    share = imbalance
+    if m.moe_expert_capacity_factor is not None:
+        capacity = m.moe_expert_capacity_factor
+        share = capacity if m.moe_pad_expert_input_to_capacity else min(imbalance, capacity)
+    routed = local * k * d.etp * share
     s.add("dispatcher.indices", INT64 * 2 * local * k)
     s.add("experts.input", BF16 * routed * x.hidden)
     expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts", gathers_sp=False)

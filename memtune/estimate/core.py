@@ -196,6 +196,21 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     return 2 * CUBLAS_WORKSPACE + largest + 2 * receiving * act.layer_input(x)
 
 
+def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
+    """With ``defer_embedding_wgrad_compute`` the last stage keeps, for every deferred
+    microbatch, the logits gradient and the output layer's input until the schedule's end. At
+    the last microbatch's backward, the buffers of all earlier ones exist beside its working
+    set (``Derived.deferred_wgrad_microbatches``)."""
+    n = d.deferred_wgrad_microbatches
+    if not n or not any(c.has_output for c in chunks):
+        return 0.0
+    x = act.dims_of(d)
+    per_microbatch = (
+        act.BF16 * x.tokens * d.padded_vocab_size / d.tp + act.BF16 * x.residual_tokens * x.hidden
+    )
+    return (n - 1) * per_microbatch
+
+
 def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
     chunks = d.chunks[pp_rank]
     fl = flavour_of(d)
@@ -215,6 +230,10 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
         for name, nbytes in acts.saved.tensors.items():
             modules[name] = modules.get(name, 0.0) + count * nbytes
         worst_transient = max(worst_transient, acts.extra)
+    deferred = deferred_wgrad_bytes(d, chunks)
+    if deferred:
+        held += deferred
+        modules["output_layer.deferred_wgrad_buffers"] = deferred
     buffers = persistent_buffers(d, fl, chunks)
     training_peak = held + worst_transient
     if state.optimizer_step_transient > training_peak:

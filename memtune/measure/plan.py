@@ -53,6 +53,8 @@ _TRANSFORMER_KEYS = (
     "cross_entropy_loss_fusion",
     "cross_entropy_fusion_impl",
     "gradient_accumulation_fusion",
+    "defer_embedding_wgrad_compute",
+    "wgrad_deferral_limit",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "context_parallel_size",
@@ -80,6 +82,7 @@ _MOE_KEYS = (
     "moe_router_load_balancing_type",
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
+    "moe_token_drop_policy",
     "moe_shared_expert_overlap",
     "moe_router_num_groups",
     "moe_router_group_topk",
@@ -136,6 +139,12 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         problems.append(
             "model.cross_entropy_fusion_impl te: needs transformer_impl: transformer_engine; use native"
         )
+    if m.tp_comm_overlap and local:
+        problems.append(
+            "model.tp_comm_overlap: needs Transformer Engine's userbuffers (transformer_engine spec)"
+        )
+    if m.moe_permute_fusion and local:
+        problems.append("model.moe_permute_fusion: needs Transformer Engine's fused permutation")
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:

@@ -102,3 +102,87 @@ def test_te_cross_entropy_keeps_only_the_bf16_logits(job_factory):
     )
     assert saved.tensors["loss.logits_grad_bf16"] == 2 * 256 * 1000
     assert "loss.softmax_fp32" not in saved.tensors
+
+
+def _estimate(job):
+    from memtune.check import gate
+    from memtune.estimate import estimate
+
+    return estimate(gate(job))
+
+
+PP2 = {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "gradient_accumulation_fusion": True}
+
+
+@pytest.mark.parametrize(("limit", "deferred"), [(0, 8), (3, 3), (20, 8)])
+def test_deferred_embedding_wgrad_keeps_earlier_microbatches_on_the_last_stage(job_factory, limit, deferred):
+    base = job_factory(model=PP2)
+    job = job_factory(model={**PP2, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit})
+    assert derive(job).deferred_wgrad_microbatches == deferred  # GBS 16 / (MBS 2 x DP 1) = 8
+    before, after = _estimate(base), _estimate(job)
+    per_microbatch = 2 * 256 * 1000 + 2 * 256 * 64  # bf16 logits gradient + output-layer input
+    assert after.ranks[1].peak_bytes - before.ranks[1].peak_bytes == (deferred - 1) * per_microbatch
+    assert after.ranks[0].peak_bytes == before.ranks[0].peak_bytes
+
+
+def test_deferred_embedding_wgrad_needs_pipeline_and_gaf(job_factory):
+    no_gaf = job_factory(
+        model={**PP2, "gradient_accumulation_fusion": False, "defer_embedding_wgrad_compute": True}
+    )
+    assert derive(no_gaf).deferred_wgrad_microbatches == 0
+    no_pp = job_factory(model={"gradient_accumulation_fusion": True, "defer_embedding_wgrad_compute": True})
+    assert derive(no_pp).deferred_wgrad_microbatches == 0
+
+
+MOE = {
+    "num_moe_experts": 4,
+    "moe_router_topk": 2,
+    "moe_token_dispatcher_type": "alltoall",
+    "attention_backend": "flash",
+}
+
+
+def _experts_input(job, imbalance=1.0):
+    d = derive(job)
+    return act.moe(d, act.dims_of(d), _flavour(d), imbalance).tensors["experts.input"]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "pad", "imbalance", "share"),
+    [
+        (None, False, 1.5, 1.5),  # dropless: whatever routing sends
+        (1.0, False, 1.5, 1.0),  # dropping caps the hottest expert at the capacity
+        (2.0, False, 1.5, 1.5),  # capacity above the load drops nothing
+        (2.0, True, 1.0, 2.0),  # padding fills every expert to capacity
+    ],
+)
+def test_capacity_factor_caps_or_pads_the_routed_tokens(job_factory, capacity, pad, imbalance, share):
+    job = job_factory(
+        model={**MOE, "moe_expert_capacity_factor": capacity, "moe_pad_expert_input_to_capacity": pad}
+    )
+    assert _experts_input(job, imbalance) == 2 * 256 * 2 * share * 64  # bf16 x tokens x top-k x share x h
+
+
+def test_optimizers_without_a_model_are_refused_by_name(job_factory):
+    from memtune.errors import InputError
+
+    with pytest.raises(
+        InputError, match="optimizer.optimizer 'dist_muon': memtune models the state of adam and sgd only"
+    ):
+        _estimate(job_factory(optimizer={"optimizer": "dist_muon"}))
+
+
+def test_unmodeled_flags_are_listed_with_their_direction(job_factory):
+    from memtune.estimate.render import assumptions
+
+    job = job_factory(
+        model={
+            "tp_comm_overlap": True,
+            "transformer_impl": "transformer_engine",
+            "fp8": "hybrid",
+            "bf16": True,
+        }
+    )
+    notes = assumptions(_estimate(job))
+    assert any(n.startswith("tp_comm_overlap:") and "expect more" in n for n in notes)
+    assert any(n.startswith("FP8:") and "expect more" in n for n in notes)
