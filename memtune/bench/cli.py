@@ -111,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
 def run_published(args: argparse.Namespace) -> int:
     results = [evaluate_published(r) for r in read_published(args.paths)]
     shown = [r for r in results if args.split == "all" or r.split == args.split]
-    splits = {
-        name: summarize_published([r for r in results if r.split == name]) for name in ("tune", "holdout")
-    }
-    splits["all"] = summarize_published(results)
+    names = ("tune", "holdout") if args.split == "all" else (args.split,)
+    splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
+    if args.split == "all":
+        splits["all"] = summarize_published(results)
     if args.json:
         print(
             json.dumps(

@@ -261,6 +261,14 @@ class Derived:
         return min(self.num_microbatches, limit) if limit else self.num_microbatches
 
     @cached_property
+    def deferred_wgrad_buffers_at_peak(self) -> int:
+        """Deferred microbatches whose buffers exist beside a later microbatch's backward: all
+        of them when a limit stops deferral before the last microbatch, else all but the last
+        (whose logits gradient is part of its own working set when it is appended)."""
+        n = self.deferred_wgrad_microbatches
+        return n if n and n < self.num_microbatches else max(n - 1, 0)
+
+    @cached_property
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 

@@ -114,14 +114,20 @@ def _estimate(job):
 PP2 = {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "gradient_accumulation_fusion": True}
 
 
-@pytest.mark.parametrize(("limit", "deferred"), [(0, 8), (3, 3), (20, 8)])
-def test_deferred_embedding_wgrad_keeps_earlier_microbatches_on_the_last_stage(job_factory, limit, deferred):
+@pytest.mark.parametrize(("limit", "deferred", "at_peak"), [(0, 8, 7), (3, 3, 3), (20, 8, 7)])
+def test_deferred_embedding_wgrad_keeps_earlier_microbatches_on_the_last_stage(
+    job_factory, limit, deferred, at_peak
+):
+    # GBS 16 / (MBS 2 x DP 1) = 8 microbatches. Without a limit (or a limit above 8) the last
+    # microbatch's own gradient is part of its working set; a limit of 3 leaves all three
+    # deferred buffers beside later microbatches' backward.
     base = job_factory(model=PP2)
     job = job_factory(model={**PP2, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": limit})
-    assert derive(job).deferred_wgrad_microbatches == deferred  # GBS 16 / (MBS 2 x DP 1) = 8
+    d = derive(job)
+    assert (d.deferred_wgrad_microbatches, d.deferred_wgrad_buffers_at_peak) == (deferred, at_peak)
     before, after = _estimate(base), _estimate(job)
     per_microbatch = 2 * 256 * 1000 + 2 * 256 * 64  # bf16 logits gradient + output-layer input
-    assert after.ranks[1].peak_bytes - before.ranks[1].peak_bytes == (deferred - 1) * per_microbatch
+    assert after.ranks[1].peak_bytes - before.ranks[1].peak_bytes == at_peak * per_microbatch
     assert after.ranks[0].peak_bytes == before.ranks[0].peak_bytes
 
 
