@@ -1158,8 +1158,285 @@ def _lora() -> list[Entry]:
     return e
 
 
+def _defaults() -> list[Entry]:
+    """The fusions Megatron-LM and Megatron-Bridge turn on by default, run with Megatron's own
+    CUDA kernels (built from apex's sources on the GPU machine): the fused scale-mask-softmax on
+    both sides of its availability rule (sequence above 4096; heads per rank times micro-batch
+    not a multiple of 4), the torch softmax in bf16, bias-activation fusion with dropout 0 (as the
+    Llama and Qwen recipes run), native cross-entropy fusion on large vocabularies and
+    gradient-accumulation fusion. Ids ``def-*``; their split follows the sha1 rule."""
+    e = []
+    msf = dict(attention_backend="unfused", masked_softmax_fusion=True)
+    do0 = dict(hidden_dropout=0.0, attention_dropout=0.0)
+    tp2sp = dict(tensor_model_parallel_size=2, **SP)
+    ce = dict(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native")
+    gaf = dict(gradient_accumulation_fusion=True)
+    baf = dict(bias_activation_fusion=True)
+    # Fused softmax kernel in effect (16 < s <= 4096, heads per rank x micro-batch % 4 == 0).
+    e.append(run("def-l1b-tp1-msf-s2k", L1B(seq_length=2048, **msf), smoke=True))
+    e.append(run("def-l1b-tp2-sp-msf-s4k", L1B(**msf, **tp2sp)))
+    e.append(run("def-l8w-tp4-sp-msf-s4k", L8W(tensor_model_parallel_size=4, **SP, **msf)))
+    e.append(run("def-l8w-tp8-sp-msf-s4k", L8W(tensor_model_parallel_size=8, **SP, **msf)))
+    e.append(run("def-gpt-tp1-msf-s2k", GPT(**msf), smoke=True))
+    e.append(run("def-gpt-tp2-sp-msf-do0", GPT(**msf, **do0, **tp2sp)))
+    e.append(run("def-gpt-tp8-msf-mbs2", GPT(tensor_model_parallel_size=8, **msf), mbs=2))
+    e.append(
+        run(
+            "def-gpt-tp2-msf-rc-coreattn",
+            GPT(tensor_model_parallel_size=2, recompute_granularity="selective", **msf),
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-pp2-m2-msf-last",
+            L1B(
+                num_layers=8, pipeline_model_parallel_size=2, share_embeddings_and_output_weights=False, **msf
+            ),
+            microbatches=2,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-g12-tp4-msf-mbs4",
+            GPT(
+                hidden_size=1536,
+                num_attention_heads=12,
+                ffn_hidden_size=6144,
+                tensor_model_parallel_size=4,
+                **msf,
+            ),
+            mbs=4,
+        )
+    )
+    # Kernel not available: the torch softmax runs although fusion is asked for.
+    e.append(run("def-gpt-tp8-msf-heads2", GPT(tensor_model_parallel_size=8, **msf), smoke=True))
+    e.append(
+        run(
+            "def-g12-tp4-msf-heads3",
+            GPT(
+                hidden_size=1536,
+                num_attention_heads=12,
+                ffn_hidden_size=6144,
+                tensor_model_parallel_size=4,
+                **msf,
+            ),
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-tp4-sp-msf-s8k",
+            L8W(seq_length=8192, tensor_model_parallel_size=4, **SP, **msf),
+            smoke=True,
+        )
+    )
+    e.append(run("def-l1b-tp4-sp-msf-s8k", L1B(seq_length=8192, tensor_model_parallel_size=4, **SP, **msf)))
+    # The torch softmax in bf16 (attention_softmax_in_fp32 off).
+    e.append(
+        run(
+            "def-gpt-tp2-softmax-bf16",
+            GPT(tensor_model_parallel_size=2, attention_backend="unfused", attention_softmax_in_fp32=False),
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-tp1-softmax-bf16-s2k",
+            L1B(seq_length=2048, attention_backend="unfused", attention_softmax_in_fp32=False),
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-tp4-msf-s8k-softmax-bf16",
+            L8W(seq_length=8192, tensor_model_parallel_size=4, attention_softmax_in_fp32=False, **msf),
+        )
+    )
+    # Bias-activation fusion with dropout 0.
+    e.append(run("def-l8w-tp2-sp-baf", L8W(**baf, **tp2sp), smoke=True))
+    e.append(run("def-l1b-tp1-baf", L1B(**baf)))
+    e.append(run("def-l8w-tp2-sp-baf-mbs2", L8W(seq_length=2048, **baf, **tp2sp), mbs=2))
+    e.append(
+        run("def-gpt-tp2-baf-do0", GPT(tensor_model_parallel_size=2, attention_backend="flash", **baf, **do0))
+    )
+    e.append(
+        run(
+            "def-mx-ep4-baf",
+            MX(expert_model_parallel_size=4, moe_token_dispatcher_type="alltoall", **baf),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-tp2-sp-ep4-baf",
+            QM(expert_model_parallel_size=4, expert_tensor_parallel_size=1, **baf, **tp2sp),
+            dp=4,
+            distopt=True,
+        )
+    )
+    # Native cross-entropy fusion on the last stage (Llama 3 and Qwen vocabularies).
+    e.append(run("def-l8w-tp1-ce", L8W(**ce), dp=4, distopt=True, smoke=True))
+    e.append(run("def-l8w-tp2-sp-ce", L8W(**ce, **tp2sp)))
+    e.append(
+        run(
+            "def-l8w-pp2-m2-ce-v152k-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, vocab_size=151936, **ce, **tp2sp),
+            microbatches=2,
+            stage=-1,
+        )
+    )
+    e.append(run("def-l1b-tp1-ce-tied", L1B(**ce)))
+    e.append(run("def-gpt-tp1-ce", GPT(attention_backend="flash", **ce)))
+    e.append(
+        run(
+            "def-l8w-tp4-sp-ce-mbs2-v152k",
+            L8W(vocab_size=151936, tensor_model_parallel_size=4, **SP, **ce),
+            mbs=2,
+        )
+    )
+    # Gradient-accumulation fusion (fp32 and bf16 gradient buffers).
+    e.append(run("def-l8w-tp2-sp-gaf", L8W(**gaf, **tp2sp), smoke=True))
+    e.append(run("def-l8w-tp2-sp-gaf-gbf16", L8W(**gaf, **tp2sp), grad_fp32=False))
+    e.append(
+        run(
+            "def-l1b-pp2-m2-gaf-first",
+            L1B(
+                num_layers=8, pipeline_model_parallel_size=2, share_embeddings_and_output_weights=False, **gaf
+            ),
+            microbatches=2,
+        )
+    )
+    # Everything a Bridge Llama recipe turns on at once.
+    e.append(run("def-l8w-tp2-sp-flash-all", L8W(**baf, **ce, **gaf, **tp2sp), dp=2, distopt=True))
+    e.append(
+        run(
+            "def-l8w-tp4-sp-unfused-all",
+            L8W(tensor_model_parallel_size=4, **SP, **msf, **baf, **ce, **gaf),
+            dp=2,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qwen3-8b-tp2-sp-pp2-all-last",
+            _model("qwen3-8b", seq_length=4096, pipeline_model_parallel_size=2, **tp2sp, **baf, **ce, **gaf),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+            stage=-1,
+            solo=True,
+        )
+    )
+    # Deferred output-layer weight gradients on the last stage (needs PP > 1 and gaf).
+    defer = dict(defer_embedding_wgrad_compute=True, **gaf)
+    e.append(
+        run(
+            "def-l8w-pp2-m4-defer-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, **defer, **tp2sp),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-pp2-m8-defer-limit2-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, wgrad_deferral_limit=2, **defer, **tp2sp),
+            microbatches=8,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-pp2-m6-defer-last",
+            L1B(
+                num_layers=8,
+                pipeline_model_parallel_size=2,
+                share_embeddings_and_output_weights=False,
+                **defer,
+            ),
+            microbatches=6,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-pp4-m8-defer-v152k-ce-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=4, vocab_size=151936, **defer, **ce, **tp2sp),
+            microbatches=8,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-gpt-pp2-m4-defer-last",
+            GPT(num_layers=8, pipeline_model_parallel_size=2, attention_backend="flash", **defer),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    # Token dropping at a capacity factor, with and without padding to capacity.
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(
+        run(
+            "def-mx-ep4-cap1-pad",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.0,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap1.5-pad",
+            QM(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.5,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap0.5-drop",
+            QM(expert_model_parallel_size=4, moe_expert_capacity_factor=0.5, **a2a),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-mx-ep4-cap2-drop-position",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=2.0,
+                moe_token_drop_policy="position",
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
-    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2() + _preflight() + _lora()
+    found = (
+        _dense()
+        + _pipeline()
+        + _moe()
+        + _full_depth()
+        + _fresh()
+        + _fresh2()
+        + _preflight()
+        + _lora()
+        + _defaults()
+    )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found

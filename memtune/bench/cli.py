@@ -11,11 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from memtune.bench.accuracy import evaluate, read_runs, summarize
+from memtune.bench.published import evaluate_published, read_published, summarize_published
 from memtune.errors import InputError
 from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
 DEFAULT_SET = Path("benchmarks/measured")
+DEFAULT_PUBLISHED = Path("benchmarks/published")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +44,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="report only runs of this split (tune, holdout, fresh, ...; default all)",
     )
     acc.set_defaults(handler=run)
+    pub = bench.add_parser(
+        "published",
+        help="estimate every published real run and report the error",
+        description="Compare memtune's estimate with peaks (max_memory_allocated) published for real "
+        "multi-GPU runs (benchmarks/published/README.md). Under-estimates are flagged: they say 'fits' "
+        "before an out-of-memory.",
+    )
+    pub.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[DEFAULT_PUBLISHED],
+        help=f"*.yaml files or folders (default {DEFAULT_PUBLISHED})",
+    )
+    pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
+    pub.set_defaults(handler=run_published)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,5 +128,48 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"  {family:18} {split:8} {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
                 f" ({s.worst_id})"
+            )
+    return 0
+
+
+def run_published(args: argparse.Namespace) -> int:
+    results = [evaluate_published(r) for r in read_published(args.paths)]
+    shown = [r for r in results if args.split == "all" or r.split == args.split]
+    names = ("tune", "holdout") if args.split == "all" else (args.split,)
+    splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
+    if args.split == "all":
+        splits["all"] = summarize_published(results)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "runs": [asdict(r) | {"error": r.error, "under": r.under} for r in shown],
+                    "summary": {k: asdict(v) if v else None for k, v in splits.items()},
+                },
+                indent=2,
+            )
+        )
+        return 0
+    console = Console()
+    table = Table(title="Estimated vs published peak (GiB = 2^30 bytes)", title_justify="left")
+    for col in ("run", "split", "published", "memtune", "error", ""):
+        table.add_column(col, justify="left" if col in ("run", "split", "") else "right")
+    for r in shown:
+        table.add_row(
+            r.id,
+            r.split,
+            f"{r.published / GiB:.2f}",
+            f"{r.estimated / GiB:.2f}",
+            f"{r.error:+.1%}",
+            "UNDER" if r.under else "",
+            style="red" if r.under and r.error < -0.05 else "",
+        )
+    console.print(table)
+    for name, s in splits.items():
+        if s:
+            console.print(
+                f"[bold]{name:8}[/bold] {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
+                f" ({s.worst_id}); under-estimates {s.under_estimates}, worst {s.worst_under:+.1%}"
             )
     return 0

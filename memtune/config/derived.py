@@ -227,6 +227,65 @@ class Derived:
         return backend in ("flash", "fused") or (backend == "auto" and self.transformer_engine)
 
     @cached_property
+    def fused_softmax_kernel(self) -> bool:
+        """Megatron's fused scale-mask-softmax kernel runs in unfused attention.
+
+        ``FusedScaleMaskSoftmax.is_kernel_available`` (megatron-core 0.19.2,
+        ``megatron/core/fusions/fused_softmax.py``): fusion asked for, half-precision scores,
+        ``16 < sk <= 4096``, ``sq`` and ``sk`` multiples of 4, and ``b * heads / TP`` a multiple of
+        4 and of the kernel's batches per block (apex's ``get_batch_per_block``; causal mask).
+        Otherwise the torch softmax runs, in fp32 unless ``attention_softmax_in_fp32`` is off.
+        """
+        m = self.model
+        if not m.masked_softmax_fusion or self.flash_attention or not self.half_precision:
+            return False
+        if m.multi_latent_attention:
+            return False
+        sq = sk = m.seq_length // self.cp
+        attn_batches = self.micro_batch_size * (m.num_attention_heads // self.tp)
+        if not (16 < sk <= 4096 and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0):
+            return False
+        return attn_batches % _softmax_batches_per_block(sk) == 0
+
+    @cached_property
+    def softmax_dtype(self) -> str:
+        """Dtype the unfused attention's softmax runs in: the kernel and the torch path with
+        ``attention_softmax_in_fp32`` off stay in the weights' half precision."""
+        if self.fused_softmax_kernel or (self.half_precision and not self.model.attention_softmax_in_fp32):
+            return self.param_dtype
+        return "fp32"
+
+    @cached_property
+    def cross_entropy(self) -> str:
+        """Which vocab-parallel cross entropy the last stage runs (``LanguageModule``'s
+        ``compute_language_model_loss``): ``unfused`` (Megatron's autograd function, in place on
+        one fp32 copy of the logits), ``native`` (the same math under ``torch.compile``) or
+        ``te`` (Transformer Engine's kernel, which writes the gradient into the bf16 logits)."""
+        m = self.model
+        return m.cross_entropy_fusion_impl if m.cross_entropy_loss_fusion else "unfused"
+
+    @cached_property
+    def deferred_wgrad_microbatches(self) -> int:
+        """Microbatches whose output-layer weight gradient the last stage defers to the end of
+        the schedule (``defer_embedding_wgrad_compute``, megatron-core's
+        ``LinearWithGradAccumulationAndAsyncCommunication``): each keeps its logits gradient
+        and the output layer's input until then; ``wgrad_deferral_limit`` caps the count (0:
+        all). Megatron-Core accepts the flag only with PP > 1 and gradient-accumulation fusion."""
+        m = self.model
+        if not (m.defer_embedding_wgrad_compute and self.pp > 1 and m.gradient_accumulation_fusion):
+            return 0
+        limit = m.wgrad_deferral_limit
+        return min(self.num_microbatches, limit) if limit else self.num_microbatches
+
+    @cached_property
+    def deferred_wgrad_buffers_at_peak(self) -> int:
+        """Deferred microbatches whose buffers exist beside a later microbatch's backward: all
+        of them when a limit stops deferral before the last microbatch, else all but the last
+        (whose logits gradient is part of its own working set when it is appended)."""
+        n = self.deferred_wgrad_microbatches
+        return n if n and n < self.num_microbatches else max(n - 1, 0)
+
+    @cached_property
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 
@@ -317,6 +376,15 @@ class Derived:
         sizes[0][0] -= emb
         sizes[-1][-1] -= loss
         return sizes
+
+
+def _softmax_batches_per_block(key_seq_len: int) -> int:
+    """Rows of attention scores one block of the fused softmax kernel handles (128 threads,
+    warps of up to 32 lanes, two rows per warp for keys up to 128)."""
+    next_power_of_two = 1 << max(0, math.ceil(math.log2(key_seq_len)))
+    warp = min(next_power_of_two, 32)
+    rows_per_warp = 2 if next_power_of_two <= 128 else 1
+    return (128 // warp) * rows_per_warp
 
 
 def derive(job: JobConfig) -> Derived:

@@ -85,6 +85,12 @@ class ModelConfig(Section):
     """Which fused cross entropy: Megatron's native one or Transformer Engine's."""
     gradient_accumulation_fusion: bool = False
     """Accumulate weight gradients straight into the fp32 main_grad buffer (fused wgrad kernel)."""
+    defer_embedding_wgrad_compute: bool = False
+    """Pipeline last stage: defer the output layer's weight-gradient GEMMs to the end of the step (keeps their inputs)."""
+    wgrad_deferral_limit: NonNegativeInt = 0
+    """With deferred embedding wgrad: microbatches deferred at most (0: all of them)."""
+    tp_comm_overlap: bool = False
+    """Overlap TP communication with GEMMs through Transformer Engine user buffers (not modeled; --explain says so)."""
 
     # Mixture of experts
     num_moe_experts: PositiveInt | None = None
@@ -111,6 +117,10 @@ class ModelConfig(Section):
     """Token capacity per expert as a multiple of the balanced share; unset: no dropping."""
     moe_pad_expert_input_to_capacity: bool = False
     """Pad every expert's input to its capacity."""
+    moe_token_drop_policy: Literal["probs", "position"] = "probs"
+    """Which tokens an over-full expert drops: lowest router probability or latest position."""
+    moe_permute_fusion: bool = False
+    """Fused token permutation in the dispatcher (not modeled; --explain says so)."""
     moe_shared_expert_overlap: bool = False
     """Overlap the shared experts with the dispatcher's communication."""
     moe_router_num_groups: PositiveInt | None = None
@@ -238,8 +248,9 @@ class TrainConfig(Section):
 
 
 class OptimizerConfig(Section):
-    optimizer: Literal["adam", "sgd"] = "adam"
-    """The optimizer: adam (two fp32 moments per parameter) or sgd."""
+    # Megatron-LM's --optimizer choices; memtune estimates adam and sgd (estimate refuses the rest).
+    optimizer: Literal["adam", "sgd", "muon", "dist_muon", "adaptive_muon", "lion", "soap"] = "adam"
+    """The optimizer: adam (two fp32 moments per parameter) or sgd; Megatron-LM's others are refused by estimate."""
     use_distributed_optimizer: bool = False
     """Shard the optimizer state and main weights over data parallelism (either section turns it on)."""
     use_precision_aware_optimizer: bool = False

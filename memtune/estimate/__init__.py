@@ -21,6 +21,10 @@ from memtune.estimate.overhead import non_pytorch_bytes
 
 __all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
 
+# Megatron-LM also offers muon (plain and distributed), adaptive_muon, lion and soap, whose state
+# and step temporaries (Muon's Newton-Schulz iterations on whole matrices) are not modeled.
+MODELED_OPTIMIZERS = ("adam", "sgd")
+
 
 @dataclass
 class Estimate:
@@ -76,6 +80,11 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
     options = options or EstimateOptions()
     d = checked.derived
     job = checked.job
+    if job.optimizer.optimizer not in MODELED_OPTIMIZERS:
+        raise InputError(
+            f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune models the state of "
+            f"{' and '.join(MODELED_OPTIMIZERS)} only; {job.optimizer.optimizer} is not modeled"
+        )
     gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster)
     ranks = [rank_estimate(d, r, options) for r in range(d.pp)]
     return Estimate(

@@ -192,7 +192,8 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     """Buffers that, once allocated, stay for the whole run.
 
     - cuBLAS workspaces: one per (thread, stream); forward GEMMs run on the main thread and
-      backward GEMMs on autograd's device thread, so two.
+      backward GEMMs on autograd's device thread, so two. Transformer Engine's GEMMs take their
+      own workspace of the same size on top (allocated once through PyTorch).
     - Megatron's global memory buffer: one bf16 tensor grown to the largest request, the
       sequence-parallel all-gather of a linear's input or the unfused attention's scores.
     - Pipeline receive buffers: a chunk that takes its input from the previous stage keeps a
@@ -207,7 +208,22 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     if not fl.flash_attention:
         heads = d.model.num_attention_heads / d.tp
         largest = max(largest, act.BF16 * x.mbs * heads * x.seq * x.seq)
-    return 2 * CUBLAS_WORKSPACE + largest + 2 * receiving * act.layer_input(x)
+    workspaces = (3 if fl.transformer_engine else 2) * CUBLAS_WORKSPACE
+    return workspaces + largest + 2 * receiving * act.layer_input(x)
+
+
+def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
+    """With ``defer_embedding_wgrad_compute`` the last stage keeps, for every deferred
+    microbatch, the logits gradient and the output layer's input until the schedule's end; at
+    the peak ``Derived.deferred_wgrad_buffers_at_peak`` of them exist beside a later
+    microbatch's working set."""
+    if not d.deferred_wgrad_microbatches or not any(c.has_output for c in chunks):
+        return 0.0
+    x = act.dims_of(d)
+    per_microbatch = (
+        act.BF16 * x.tokens * d.padded_vocab_size / d.tp + act.BF16 * x.residual_tokens * x.hidden
+    )
+    return d.deferred_wgrad_buffers_at_peak * per_microbatch
 
 
 def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
@@ -229,6 +245,10 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
         for name, nbytes in acts.saved.tensors.items():
             modules[name] = modules.get(name, 0.0) + count * nbytes
         worst_transient = max(worst_transient, acts.extra)
+    deferred = deferred_wgrad_bytes(d, chunks)
+    if deferred:
+        held += deferred
+        modules["output_layer.deferred_wgrad_buffers"] = deferred
     buffers = persistent_buffers(d, fl, chunks)
     training_peak = held + worst_transient
     if state.optimizer_step_transient > training_peak:

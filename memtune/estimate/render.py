@@ -90,10 +90,20 @@ def assumptions(est: Estimate) -> list[str]:
     impl = (
         "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
     )
+    softmax = (
+        "Megatron's fused softmax kernel"
+        if d.fused_softmax_kernel
+        else f"torch softmax in {d.softmax_dtype}"
+        + (
+            ", masked_softmax_fusion asked for but the kernel's shape rule fails"
+            if job.model.masked_softmax_fusion
+            else ""
+        )
+    )
     attn = (
         "flash/fused attention (no s x s scores kept)"
         if fl.flash_attention
-        else "unfused attention (fp32 softmax, s x s scores kept)"
+        else f"unfused attention ({softmax}, s x s scores kept)"
     )
     notes.append(f"{impl}; {attn}")
     if fl.transformer_engine:
@@ -126,9 +136,42 @@ def assumptions(est: Estimate) -> list[str]:
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
         )
+    notes.extend(not_modeled(est))
     notes.append(
         f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})"
     )
+    return notes
+
+
+def not_modeled(est: Estimate) -> list[str]:
+    """Flags the job sets whose memory effect the estimate leaves out, with its direction."""
+    m, d = est.job.model, est.derived
+    notes = []
+    if m.tp_comm_overlap:
+        notes.append(
+            "tp_comm_overlap: Transformer Engine's userbuffers (a few bf16 buffers of sequence x micro-batch x"
+            " hidden per overlapped GEMM, allocated once) are not modeled; expect more, ~0.5-2 GiB"
+        )
+    if m.fp8 is not None and d.transformer_engine:
+        notes.append(
+            "FP8: TE's cached FP8 copies of the weights and their transposes (about 2 bytes per linear weight"
+            " on this rank, kept across microbatches) are not modeled; expect more"
+        )
+    if m.moe_permute_fusion and d.is_moe:
+        notes.append(
+            "moe_permute_fusion: TE's fused permutation is modeled as the unfused one (fresh copies of the"
+            " routed tokens); it likely keeps slightly less"
+        )
+    if m.defer_embedding_wgrad_compute and not d.deferred_wgrad_microbatches:
+        notes.append(
+            "defer_embedding_wgrad_compute: without PP > 1 and gradient_accumulation_fusion Megatron-Core refuses it;"
+            " estimated as if off"
+        )
+    if m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te":
+        notes.append(
+            "cross entropy: TE's fused kernel modeled from its source (gradient written into the bf16 logits);"
+            " not measured here"
+        )
     return notes
 
 
@@ -236,7 +279,8 @@ def print_explain(
 
 def flavour_notes(est: Estimate) -> list[str]:
     """What the estimate assumes each module keeps, for the implementation in use."""
-    fl = flavour_of(est.derived)
+    d = est.derived
+    fl = flavour_of(d)
     notes = []
     if fl.transformer_engine:
         notes.append(
@@ -251,9 +295,14 @@ def flavour_notes(est: Estimate) -> list[str]:
             "flash/fused attention keeps q, k, v (k and v at query-group width), the output and the fp32 log-sum-exp; no s x s matrix"
         )
     else:
-        notes.append(
-            "unfused attention repeats K and V to all heads, keeps the fp32 softmax output and bf16 probabilities (s x s per head) and a causal mask"
+        softmax = (
+            "Megatron's fused softmax kernel keeps only its bf16 output (s x s per head)"
+            if d.fused_softmax_kernel
+            else "the torch softmax keeps its fp32 output and the bf16 probabilities (s x s per head) and a causal mask"
+            if d.softmax_dtype == "fp32"
+            else "the torch softmax in half precision keeps its output (s x s per head) and a causal mask"
         )
+        notes.append(f"unfused attention repeats K and V to all heads; {softmax}")
     if fl.fused_activation:
         notes.append(
             "bias_activation_fusion: the GLU/GeLU kernel keeps only the fc1 output; fc2 keeps its input"
@@ -264,9 +313,17 @@ def flavour_notes(est: Estimate) -> list[str]:
         )
     if fl.fp8_activations:
         notes.append("FP8: TE keeps linear inputs in FP8 (1 byte); norms and attention stay bf16")
-    notes.append(
-        "last stage: cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward"
-    )
+    ce = {
+        "unfused": "cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward",
+        "native": "native fused cross entropy (torch.compile) keeps the fp32 softmax and holds one more fp32 copy of the logits in forward",
+        "te": "TE's fused cross entropy keeps only the bf16 logits, into which it writes the gradient",
+    }[d.cross_entropy]
+    notes.append(f"last stage: {ce}")
+    if d.deferred_wgrad_microbatches:
+        notes.append(
+            f"last stage: defer_embedding_wgrad_compute keeps the logits gradient and the output layer's input of"
+            f" {d.deferred_wgrad_microbatches} microbatches until the schedule's end"
+        )
     return notes
 
 

@@ -12,6 +12,10 @@ recorded with every measurement:
 * The auxiliary load-balancing loss is off (Megatron-Core's default coefficient, 0).
 * LoRA jobs (``peft``) are built with ``memtune.peft.LoRA`` (docs/peft.md): base weights frozen
   (no gradient buffer, no optimizer state), adapters in Megatron's DDP buffers and optimizer.
+* Fusions are passed to Megatron-Core as the config sets them. ``masked_softmax_fusion`` (with
+  unfused attention) and ``gradient_accumulation_fusion`` need Megatron's CUDA extensions
+  (``benchmarks/gpu/build_megatron_kernels.py`` builds them); the runner refuses without them and
+  records which extensions were loaded.
 * Without Transformer Engine the local layer spec is used. Its core attention is Megatron's
   ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
   (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
@@ -46,6 +50,13 @@ _TRANSFORMER_KEYS = (
     "hidden_dropout",
     "attention_dropout",
     "bias_activation_fusion",
+    "masked_softmax_fusion",
+    "attention_softmax_in_fp32",
+    "cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion",
+    "defer_embedding_wgrad_compute",
+    "wgrad_deferral_limit",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "context_parallel_size",
@@ -73,6 +84,7 @@ _MOE_KEYS = (
     "moe_router_load_balancing_type",
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
+    "moe_token_drop_policy",
     "moe_shared_expert_overlap",
     "moe_router_num_groups",
     "moe_router_group_topk",
@@ -126,6 +138,16 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         )
     if iterations < 2:
         problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
+    if m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te" and local:
+        problems.append(
+            "model.cross_entropy_fusion_impl te: needs transformer_impl: transformer_engine; use native"
+        )
+    if m.tp_comm_overlap and local:
+        problems.append(
+            "model.tp_comm_overlap: needs Transformer Engine's userbuffers (transformer_engine spec)"
+        )
+    if m.moe_permute_fusion and local:
+        problems.append("model.moe_permute_fusion: needs Transformer Engine's fused permutation")
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:

@@ -34,6 +34,43 @@ class Refusal(Exception):
         self.kind = kind
 
 
+# Megatron's optional CUDA extensions (built from apex's sources, see
+# benchmarks/gpu/build_megatron_kernels.py): which ones a plan needs, and which were loaded.
+SOFTMAX_EXTENSIONS = ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda")
+WGRAD_EXTENSION = "fused_weight_gradient_mlp_cuda"
+MEGATRON_EXTENSIONS = (*SOFTMAX_EXTENSIONS, "scaled_softmax_cuda", WGRAD_EXTENSION)
+
+
+def _needed_extensions(plan: dict) -> list[str]:
+    """Extensions megatron-core will import for this plan: the softmax kernels when unfused
+    attention in half precision asks for the fused softmax, the weight-gradient GEMM for
+    gradient-accumulation fusion."""
+    tc = plan["transformer_config"]
+    needed = []
+    half = tc["bf16"] or tc["fp16"]
+    if tc.get("masked_softmax_fusion") and plan["core_attention"] == "megatron_dot_product" and half:
+        needed.extend(SOFTMAX_EXTENSIONS)
+    if tc.get("gradient_accumulation_fusion"):
+        needed.append(WGRAD_EXTENSION)
+    return needed
+
+
+def _require_extensions(plan: dict) -> None:
+    import importlib
+
+    import torch  # noqa: F401  (the extensions link against torch's libraries)
+
+    for name in _needed_extensions(plan):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise Refusal(
+                "missing",
+                f"needs Megatron's CUDA extension {name}, which is not importable; build it with "
+                "benchmarks/gpu/build_megatron_kernels.py and put its directory on PYTHONPATH",
+            ) from None
+
+
 def _require_environment(plan: dict):
     try:
         import torch
@@ -54,6 +91,7 @@ def _require_environment(plan: dict):
                 "transformer_impl: transformer_engine needs Transformer Engine, which is not installed; "
                 "set model.transformer_impl=local to measure Megatron-Core's local layer spec",
             ) from None
+    _require_extensions(plan)
 
 
 # --- model ------------------------------------------------------------------------------
@@ -486,6 +524,7 @@ def _environment(plan: dict, chunks, optimizer) -> dict:
         "layer_spec": plan["layer_spec"],
         "optimizer_class": f"{type(adam).__module__}.{type(adam).__name__}",
         "allocator_conf": {k: v for k, v in plan["env"].items() if "ALLOC_CONF" in k},
+        "megatron_extensions": sorted(name for name in MEGATRON_EXTENSIONS if name in sys.modules),
     }
 
 

@@ -265,3 +265,33 @@ def test_the_runner_builds_lora_with_the_planned_keyword_arguments():
 
     plan = plan_measurement(gate(job(peft={"dim": 8})), rank=0)
     assert LoRA(**{**plan.peft, "target_modules": tuple(plan.peft["target_modules"])}).dim == 8
+
+
+def test_fusions_reach_megatron_and_name_the_extensions_they_need():
+    from memtune.measure.runner import _needed_extensions
+
+    fused = {
+        "attention_backend": "unfused",
+        "masked_softmax_fusion": True,
+        "gradient_accumulation_fusion": True,
+        "cross_entropy_loss_fusion": True,
+    }
+    plan = plan_measurement(gate(job(fused)), rank=0).to_json()
+    tc = plan["transformer_config"]
+    assert (tc["masked_softmax_fusion"], tc["gradient_accumulation_fusion"]) == (True, True)
+    assert (tc["cross_entropy_loss_fusion"], tc["cross_entropy_fusion_impl"]) == (True, "native")
+    assert _needed_extensions(plan) == [
+        "scaled_upper_triang_masked_softmax_cuda",
+        "scaled_masked_softmax_cuda",
+        "fused_weight_gradient_mlp_cuda",
+    ]
+    # Flash attention never reaches the softmax kernel; fp32 scores fail its first test.
+    flash = plan_measurement(gate(job({**fused, "attention_backend": "flash"})), rank=0).to_json()
+    assert _needed_extensions(flash) == ["fused_weight_gradient_mlp_cuda"]
+
+
+def test_te_cross_entropy_is_refused_on_the_local_spec():
+    with pytest.raises(InputError, match="cross_entropy_fusion_impl te: needs transformer_impl"):
+        plan_measurement(
+            gate(job({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})), rank=0
+        )
