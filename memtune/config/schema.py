@@ -23,6 +23,7 @@ StateDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 TokenDispatcher = Literal["allgather", "alltoall", "flex"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
+FsdpBufferDtype = Literal["fp32", "bf16", "fp16"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 
@@ -174,6 +175,9 @@ class DDPConfig(Section):
     overlap_param_gather: bool = False
     bucket_size: PositiveInt | None = None
     num_distributed_optimizer_instances: PositiveInt = 1
+    # Megatron-FSDP's buffers (None: Megatron-LM's "auto", the model weights' dtype)
+    megatron_fsdp_main_params_dtype: FsdpBufferDtype | None = "fp32"
+    megatron_fsdp_main_grads_dtype: FsdpBufferDtype | None = None
 
 
 class LoraConfig(Section):
