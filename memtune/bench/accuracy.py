@@ -18,7 +18,13 @@ from memtune.errors import InputError
 from memtune.estimate import estimate
 
 # Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
-FAMILIES = {"mtp": "mtp", "fsdp": "fsdp", "ooff": "optimizer-offload", "lora": "LoRA", "def": "stack defaults"}
+FAMILIES = {
+    "mtp": "mtp",
+    "fsdp": "fsdp",
+    "ooff": "optimizer-offload",
+    "lora": "LoRA",
+    "def": "stack defaults",
+}
 
 
 @dataclass(frozen=True)

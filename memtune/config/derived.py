@@ -22,6 +22,7 @@ from memtune.config.versions import Version, parse_version
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+FSDP_MIN_COMMUNICATION_UNIT = 1_000_000_000  # elements
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,15 @@ class Derived:
 
     @cached_property
     def grad_dtype(self) -> str:
-        """Dtype of the gradient buffer: fp32 with ``grad_reduce_in_fp32`` or fp32 weights."""
-        return "fp32" if self.job.ddp.grad_reduce_in_fp32 or not self.half_precision else self.param_dtype
+        """Dtype of the gradient buffer: fp32 with ``grad_reduce_in_fp32`` or fp32 weights.
+
+        Megatron-FSDP ignores ``grad_reduce_in_fp32``: its main-gradient buffer takes
+        ``megatron_fsdp_main_grads_dtype``, and without one (Megatron-LM's ``auto``) the
+        weights' dtype (megatron-core 0.19.2, ``ParamAndGradBuffer._resolve_group_grad_dtype``)."""
+        ddp = self.job.ddp
+        if self.megatron_fsdp:
+            return ddp.megatron_fsdp_main_grads_dtype or self.param_dtype
+        return "fp32" if ddp.grad_reduce_in_fp32 or not self.half_precision else self.param_dtype
 
     @cached_property
     def pipeline_dtype(self) -> str:
@@ -209,10 +217,33 @@ class Derived:
         )
 
     @cached_property
+    def megatron_fsdp(self) -> bool:
+        """The model is wrapped in Megatron-FSDP rather than Megatron's DDP."""
+        return self.job.ddp.use_megatron_fsdp
+
+    @cached_property
     def fsdp_strategy(self) -> str:
         """Megatron-FSDP's sharding strategy in effect, ``no_shard`` without FSDP."""
         ddp = self.job.ddp
         return ddp.data_parallel_sharding_strategy if ddp.use_megatron_fsdp else "no_shard"
+
+    @cached_property
+    def fsdp_main_params_dtype(self) -> str | None:
+        """Dtype of Megatron-FSDP's main-weight buffer, which the optimizer steps; ``None``
+        (Megatron-LM's ``auto``) builds none and steps the model-weight buffer itself."""
+        return self.job.ddp.megatron_fsdp_main_params_dtype
+
+    def fsdp_communication_unit(self, mean_unit_params: float) -> float:
+        """Megatron-FSDP's communication unit in elements (megatron-core 0.19.2,
+        ``MegatronFSDP._init_fsdp_param_and_grad_buffer``): twice a mean FSDP unit under
+        ``optim_grads_params``, else the bucket size, else 1e9, and never below 1e9. The
+        reduce-scatter queue holds unsharded gradient buckets up to this many elements and
+        the all-gather prefetches half of it ahead."""
+        if self.fsdp_strategy == "optim_grads_params":
+            unit = 2 * mean_unit_params
+        else:
+            unit = self.job.ddp.bucket_size or FSDP_MIN_COMMUNICATION_UNIT
+        return max(FSDP_MIN_COMMUNICATION_UNIT, unit)
 
     # --- implementation flavour --------------------------------------------------------
     @cached_property

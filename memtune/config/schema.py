@@ -23,6 +23,7 @@ StateDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 TokenDispatcher = Literal["allgather", "alltoall", "flex"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
+FsdpBufferDtype = Literal["fp32", "bf16", "fp16"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 
@@ -288,6 +289,11 @@ class DDPConfig(Section):
     """Gradient bucket size in parameters; default max(40M, 1M x DP)."""
     num_distributed_optimizer_instances: PositiveInt = 1
     """Distributed-optimizer instances (each shards over DP / instances)."""
+    # Megatron-FSDP's buffers (None: Megatron-LM's "auto", the model weights' dtype)
+    megatron_fsdp_main_params_dtype: FsdpBufferDtype | None = "fp32"
+    """Megatron-FSDP: dtype of the main-weight buffer."""
+    megatron_fsdp_main_grads_dtype: FsdpBufferDtype | None = None
+    """Megatron-FSDP: dtype of the main-gradient buffer (grad_reduce_in_fp32 does not apply under Megatron-FSDP)."""
 
 
 class LoraConfig(Section):

@@ -131,17 +131,29 @@ def total_parameters(job: JobConfig, pad_vocab: bool = False) -> int:
     )
 
 
+def _tp_local(d: Derived, counts: ParamCounts) -> ParamCounts:
+    return ParamCounts(
+        dense=counts.dense / d.tp,
+        replicated=counts.replicated,
+        expert=counts.expert / (d.ep * d.etp),
+    )
+
+
+def chunk_transformer_layer_params(d: Derived, chunk: Chunk) -> ParamCounts:
+    """What one TP rank holds inside the chunk's transformer layers (each MTP layer wraps one):
+    Megatron-FSDP's units under ``optim_grads_params``."""
+    layers = [layer_params(d, d.moe_layer_pattern[i]) for i in chunk.layers]
+    layers += [layer_params(d, d.moe_layer_pattern[-1])] * chunk.mtp_layers
+    return _tp_local(d, sum(layers, ParamCounts()))
+
+
 def chunk_params(d: Derived, chunk: Chunk) -> ParamCounts:
     """What one TP rank of one model chunk holds, by bucket."""
     h = d.model.hidden_size
     counts = sum((layer_params(d, d.moe_layer_pattern[i]) for i in chunk.layers), ParamCounts())
     if chunk.mtp_layers:
         counts = counts + mtp_layer_params(d).scaled(chunk.mtp_layers)
-    local = ParamCounts(
-        dense=counts.dense / d.tp,
-        replicated=counts.replicated,
-        expert=counts.expert / (d.ep * d.etp),
-    )
+    local = _tp_local(d, counts)
     vocab_rows = d.padded_vocab_size * h / d.tp
     # Multi-token prediction embeds the shifted tokens on the last stage, so a stage that runs
     # it builds its own embedding copy even without pre_process (tied or not).

@@ -267,9 +267,15 @@ def _process_env(job: JobConfig) -> dict:
 
 def _fsdp(job: JobConfig, d: Derived) -> dict:
     """Megatron-FSDP's DDP keys, as Megatron-LM's get_megatron_ddp_config passes them."""
-    if not job.ddp.use_megatron_fsdp:
+    if not d.megatron_fsdp:
         return {}
-    return dict(use_megatron_fsdp=True, data_parallel_sharding_strategy=d.fsdp_strategy)
+    ddp = job.ddp
+    return dict(
+        use_megatron_fsdp=True,
+        data_parallel_sharding_strategy=d.fsdp_strategy,
+        megatron_fsdp_main_params_dtype=DTYPES.get(ddp.megatron_fsdp_main_params_dtype or ""),
+        megatron_fsdp_main_grads_dtype=DTYPES.get(ddp.megatron_fsdp_main_grads_dtype or ""),
+    )
 
 
 def _optimizer_offload(job: JobConfig) -> dict:

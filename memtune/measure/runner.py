@@ -422,7 +422,11 @@ def measure(plan: dict) -> dict:
 
     if config.bf16 or config.fp16:
         chunks = [Float16Module(config, chunk) for chunk in chunks]
-    ddp_config = DistributedDataParallelConfig(**plan["ddp"])
+    ddp_kwargs = dict(plan["ddp"])
+    for key in ("megatron_fsdp_main_params_dtype", "megatron_fsdp_main_grads_dtype"):
+        if key in ddp_kwargs:
+            ddp_kwargs[key] = ddp_kwargs[key] and getattr(torch, ddp_kwargs[key])
+    ddp_config = DistributedDataParallelConfig(**ddp_kwargs)
     # Megatron-LM's get_model picks the wrapper: Megatron-FSDP or Megatron DDP.
     wrapper = FullyShardedDataParallel if ddp_config.use_megatron_fsdp else DistributedDataParallel
     model = [

@@ -48,6 +48,11 @@ def _layer_freq(text: str) -> int | list | str:
     return text if value is None else value
 
 
+def _auto_dtype(text: str) -> str | None:
+    """Megatron-LM's ``auto`` dtype: take the model weights' dtype."""
+    return None if text == "auto" else text
+
+
 @dataclass(frozen=True)
 class Value:
     """A flag with an argument (``many``: one or more, like argparse ``nargs='+'``)."""
@@ -191,6 +196,8 @@ FLAGS: dict[str, Value | Switch] = {
     "ddp-bucket-size": Value("ddp.bucket_size", _number),
     "use-megatron-fsdp": _on("ddp.use_megatron_fsdp"),
     "data-parallel-sharding-strategy": Value("ddp.data_parallel_sharding_strategy"),
+    "megatron-fsdp-main-params-dtype": Value("ddp.megatron_fsdp_main_params_dtype", _auto_dtype),
+    "megatron-fsdp-main-grads-dtype": Value("ddp.megatron_fsdp_main_grads_dtype", _auto_dtype),
     "num-distributed-optimizer-instances": Value("ddp.num_distributed_optimizer_instances", _number),
     "use-nccl-ub": _on("env.use_nccl_ub"),
 }
