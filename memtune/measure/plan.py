@@ -168,6 +168,11 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
             f"model.recompute_modules {discarding}: megatron-core 0.19.2's output-discarding checkpoint "
             "calls Transformer Engine, so these fail on the local spec"
         )
+    if m.defer_embedding_wgrad_compute and local:
+        problems.append(
+            "model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local ColumnParallelLinear appends every "
+            "layer's input to the embedding buffer only the output layer has, and fails; needs Transformer Engine"
+        )
     if m.cuda_graph_impl != "none":
         problems.append("model.cuda_graph_impl: memtune measure does not capture CUDA graphs")
     if m.cpu_offloading:

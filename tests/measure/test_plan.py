@@ -295,3 +295,14 @@ def test_te_cross_entropy_is_refused_on_the_local_spec():
         plan_measurement(
             gate(job({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})), rank=0
         )
+
+
+def test_deferred_embedding_wgrad_is_refused_on_the_local_spec():
+    # Measured on the H200: all five runs failed in ColumnParallelLinear.forward (embedding buffer None).
+    model = {
+        "pipeline_model_parallel_size": 2,
+        "pipeline_dtype": "bf16",
+        "defer_embedding_wgrad_compute": True,
+    }
+    with pytest.raises(InputError, match="model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local"):
+        plan_measurement(gate(job(model, cluster={"num_gpus": 2})), rank=1)
