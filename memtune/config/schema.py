@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from memtune.config.layout import layout_problems, parse_layout
+
 AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -100,6 +102,8 @@ class ModelConfig(Section):
     num_layers_in_last_pipeline_stage: int | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
+    # Megatron's layer-by-layer stage layout (string shorthand or list of stages); memtune/config/layout.py
+    pipeline_model_parallel_layout: str | list[list[str]] | None = None
     microbatch_group_size_per_vp_stage: PositiveInt | None = None
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     deallocate_pipeline_outputs: bool = False
@@ -144,7 +148,32 @@ class ModelConfig(Section):
                 f"moe_layer_freq: a list must have num_layers ({self.num_layers}) entries, "
                 f"got {len(self.moe_layer_freq)}"
             )
+        if self.pipeline_model_parallel_layout is not None:
+            self._check_layout(self.pipeline_model_parallel_layout)
         return self
+
+    def _check_layout(self, layout: str | list[list[str]]) -> None:
+        """What Megatron-Core's TransformerConfig refuses about a layout."""
+        pp = self.pipeline_model_parallel_size
+        problems = layout_problems(layout, pp, self.num_layers, self.mtp_num_layers or 0)
+        if (
+            self.num_layers_in_first_pipeline_stage is not None
+            or self.num_layers_in_last_pipeline_stage is not None
+            or self.account_for_embedding_in_pipeline_split
+            or self.account_for_loss_in_pipeline_split
+        ):
+            problems.append(
+                "pipeline_model_parallel_layout cannot be set with num_layers_in_first/last_pipeline_stage "
+                "or account_for_embedding/loss_in_pipeline_split"
+            )
+        vpp = self.virtual_pipeline_model_parallel_size
+        if not problems and vpp is not None and vpp != len(parse_layout(layout)) // pp:
+            problems.append(
+                f"virtual_pipeline_model_parallel_size={vpp} conflicts with pipeline_model_parallel_layout "
+                f"({len(parse_layout(layout)) // pp} virtual stages per pipeline rank)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 class TrainConfig(Section):
