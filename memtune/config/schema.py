@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 from memtune.config.layout import layout_problems, parse_layout
 
@@ -140,6 +148,17 @@ class ModelConfig(Section):
     # Implementation flavour
     transformer_impl: TransformerImpl = "transformer_engine"
     attention_backend: AttentionBackend = "auto"
+
+    @field_validator("moe_layer_freq", mode="before")
+    @classmethod
+    def _megatron_list_syntax(cls, value: object) -> object:
+        """Megatron-LM's own form, ``([0]*3+[1]*58)``, as a launch script or override writes it."""
+        if not isinstance(value, str):
+            return value
+        from memtune.config.loaders._shell import evaluate  # the loaders import this module
+
+        evaluated = evaluate(value)
+        return value if evaluated is None else evaluated
 
     @model_validator(mode="after")
     def _lists_match_layers(self) -> ModelConfig:
