@@ -12,6 +12,7 @@ behaviour is what the job gets.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,6 +228,8 @@ def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
         )
     launcher, args = _split_launcher(command.words)
     data, ignored = _map_flags(args)
+    if not MODEL_FLAG_KEYS & data["model"].keys():
+        raise InputError(_why_no_model_flags(path, script, command))
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data)
@@ -280,6 +283,29 @@ def _vocabulary(path: Path, model: dict, facts: dict) -> None:
             f"{path}: the vocabulary size of {what} is not known without the tokenizer files; "
             "pass it as model.vocab_size=N"
         )
+
+
+MODEL_FLAG_KEYS = frozenset({"num_layers", "hidden_size", "num_attention_heads"})
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _why_no_model_flags(path: Path, script: Script, command: Command) -> str:
+    """One line for a launch whose model flags live outside the script."""
+    sourced = [c.words[1] for c in script.commands if len(c.words) > 1 and c.words[0] in ("source", ".")]
+    if sourced:
+        return (
+            f"{path}: the model flags come from a file the script sources ({sourced[0]}), which memtune "
+            "does not follow; give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    unset = sorted(
+        {name for name in _VARIABLE.findall(" ".join(command.words)) if name not in script.variables}
+    )
+    if unset:
+        return (
+            f"{path}: the model flags come from variables the script does not set ({', '.join(unset)}); "
+            "give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    return f"{path}: the training command sets no --num-layers, --hidden-size or --num-attention-heads"
 
 
 def _training_command(script: Script) -> Command | None:
