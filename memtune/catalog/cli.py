@@ -1,4 +1,4 @@
-"""``memtune models [NAME]`` and ``memtune gpus``: what the catalogs hold."""
+"""``memtune models [NAME]``, ``memtune recipes [NAME]`` and ``memtune gpus``: what the catalogs hold."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.table import Table
 
 from memtune.catalog.gpus import GPU, list_gpus
 from memtune.catalog.models import ModelPreset, find_model, list_models
+from memtune.catalog.recipes import Recipe, bridge_commit, find_recipe, list_recipes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     models.add_argument("name", nargs="?", help="print this preset's `model:` section")
     models.add_argument("--json", action="store_true", help="print machine-readable JSON")
     models.set_defaults(handler=run_models)
+
+    recipes = sub.add_parser(
+        "recipes",
+        help="Megatron-Bridge recipes a job can start from (`estimate --recipe NAME`)",
+        description="List the Megatron-Bridge recipes memtune knows (the function names Bridge's recipe runner "
+        "takes), or print one recipe's sections. `memtune estimate --recipe NAME [OVERRIDE.yaml] [key=value ...]` "
+        "builds the job the recipe builds; a file may name one with `recipe: NAME`.",
+    )
+    recipes.add_argument("name", nargs="?", help="print this recipe's sections")
+    recipes.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    recipes.set_defaults(handler=run_recipes)
 
     gpus = sub.add_parser(
         "gpus",
@@ -49,6 +61,28 @@ def run_models(args: argparse.Namespace) -> int:
         print(json.dumps([_preset_json(p) for p in presets], indent=2))
     else:
         Console().print(models_table(presets))
+    return 0
+
+
+def run_recipes(args: argparse.Namespace) -> int:
+    if args.name:
+        recipe = find_recipe(args.name)
+        if args.json:
+            print(json.dumps(_recipe_json(recipe), indent=2))
+        else:
+            print(f"# {recipe.name}: {recipe.mode} of {recipe.model_id}")
+            print(f"# Megatron-Bridge {bridge_commit()[:12]} {recipe.source}")
+            print(yaml.safe_dump(recipe.container(), sort_keys=False, default_flow_style=None), end="")
+        return 0
+    recipes = list_recipes()
+    if args.json:
+        print(
+            json.dumps(
+                {"bridge_commit": bridge_commit(), "recipes": [_recipe_json(r) for r in recipes]}, indent=2
+            )
+        )
+    else:
+        Console().print(recipes_table(recipes, bridge_commit()))
     return 0
 
 
@@ -101,6 +135,35 @@ def models_table(presets: list[ModelPreset]) -> Table:
     return table
 
 
+def recipes_table(recipes: list[Recipe], commit: str) -> Table:
+    table = Table(
+        title=f"Megatron-Bridge recipes (commit {commit[:12]}; `memtune recipes NAME` prints one)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("name", no_wrap=True)
+    table.add_column("model", no_wrap=True)
+    for column in ("GPUs", "TP", "PP", "VPP", "CP", "EP", "seq", "GBS"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for r in recipes:
+        m, train = r.config["model"], r.config["train"]
+        vpp = m.get("virtual_pipeline_model_parallel_size")
+        table.add_row(
+            r.name.removesuffix("_config"),
+            r.preset,
+            str(r.config["cluster"]["num_gpus"]),
+            str(m.get("tensor_model_parallel_size", 1)),
+            str(m.get("pipeline_model_parallel_size", 1)),
+            "layout" if m.get("pipeline_model_parallel_layout") else str(vpp or "-"),
+            str(m.get("context_parallel_size", 1)),
+            str(m.get("expert_model_parallel_size", 1)),
+            str(m["seq_length"]),
+            str(train["global_batch_size"]),
+        )
+    return table
+
+
 def gpus_table(gpus: list[GPU]) -> Table:
     table = Table(
         title="GPUs (per GPU; TFLOP/s dense)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
@@ -122,6 +185,17 @@ def gpus_table(gpus: list[GPU]) -> Table:
 
 def _preset_json(p: ModelPreset) -> dict:
     return {"name": p.name, "description": p.description, "hf_id": p.hf_id, "model": p.model}
+
+
+def _recipe_json(r: Recipe) -> dict[str, object]:
+    return {
+        "name": r.name,
+        "aliases": list(r.aliases),
+        "mode": r.mode,
+        "model_id": r.model_id,
+        "source": r.source,
+        "config": r.container(),
+    }
 
 
 def _gpu_json(g: GPU) -> dict:

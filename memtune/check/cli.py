@@ -18,7 +18,8 @@ from memtune.check.report import (
     render_list,
     render_report,
 )
-from memtune.config import load_job, report_ignored
+from memtune.config import report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.output import SCHEMA_VERSION
 
@@ -33,13 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Exit status: 0 clean, 1 errors found (or warnings with --strict), 2 bad input."
         ),
     )
-    parser.add_argument("config", nargs="?", help="training config (YAML/JSON)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="dotted overrides, e.g. model.tensor_model_parallel_size=8",
-    )
+    add_job_arguments(parser, "training config (any format `memtune estimate` reads)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.add_argument(
@@ -68,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         render_explain(console, _rule_or_error(args.explain))
         return 0
-    if not args.config:
-        raise InputError("a config file is required (or use --list / --explain CODE)")
-    loaded = load_job(args.config, args.overrides)
+    loaded = load_from_args(
+        args, "memtune check CONFIG|--recipe NAME [key=value ...] (or --list / --explain CODE)"
+    )
     report_ignored(loaded)
     findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
     shown = [f for f in findings if args.show_info or f.severity != INFO]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtune.config.derived import Derived, derive
-from memtune.config.loaders import RawJob, read_raw
+from memtune.config.loaders import RawJob, read_layer, read_raw, read_recipe, with_layer
+from memtune.config.loaders.native import resolve_preset
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.stacks import ReceivedDefault, received_defaults
@@ -26,7 +27,7 @@ __all__ = ["Derived", "JobConfig", "LoadedJob", "derive", "load_job", "report_ig
 class LoadedJob:
     job: JobConfig
     source: str  # the file it came from
-    format: str  # memtune | bridge | megatron-args | hf
+    format: str  # memtune | bridge | megatron-args | hf | recipe
     ignored: list[str] = field(default_factory=list)  # keys or flags the loader did not use
     received: list[ReceivedDefault] = field(default_factory=list)  # values from the stack, not the file
 
@@ -37,16 +38,36 @@ class LoadedJob:
         return [*self.received, *received_defaults(self.job)]
 
 
-def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedJob:
-    raw: RawJob = read_raw(Path(path))
+def load_job(
+    path: str | Path | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    recipe: str | None = None,
+    layers: list[str] | tuple[str, ...] = (),
+) -> LoadedJob:
+    """The job in ``path`` (or Megatron-Bridge's ``recipe``), each Bridge override file of
+    ``layers`` laid over it in turn, then the dotted ``overrides``; a model preset any of them
+    names is filled in last, under the job's own keys."""
+    if recipe is not None:
+        raw: RawJob = read_recipe(recipe)
+        source = f"recipe {recipe}"
+    elif path is not None:
+        raw = read_raw(Path(path))
+        source = str(path)
+    else:
+        raise InputError("a config file or --recipe NAME is required")
+    for layer in layers:
+        raw = with_layer(raw, read_layer(Path(layer)))
     data = apply_overrides(raw.data, overrides)
+    if isinstance(data.get("model"), dict) and "preset" in data["model"]:
+        data = resolve_preset(data)
     try:
         job = validate(data)
     except InputError as exc:
         raise InputError([_missing_line(raw, line) for line in exc.problems]) from None
     # an override may have replaced a value the loader took from the stack
     received = [d for d in raw.received if _value_at(job, d.key) == d.value]
-    return LoadedJob(job=job, source=str(path), format=raw.format, ignored=raw.ignored, received=received)
+    return LoadedJob(job=job, source=source, format=raw.format, ignored=raw.ignored, received=received)
 
 
 def _missing_line(raw: RawJob, line: str) -> str:

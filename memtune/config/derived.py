@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
+from memtune.config.layout import StageLayers, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
 
@@ -108,7 +109,16 @@ class Derived:
 
     @cached_property
     def vpp(self) -> int:
+        """Virtual stages per pipeline rank; a stage layout sets it (Megatron-LM's arguments.py)."""
+        if self.stage_layout is not None:
+            return len(self.stage_layout[0])
         return self.model.virtual_pipeline_model_parallel_size or 1
+
+    @cached_property
+    def stage_layout(self) -> list[list[StageLayers]] | None:
+        """``[pp_rank][vp_stage]`` decoder and MTP layers of ``pipeline_model_parallel_layout``."""
+        layout = self.model.pipeline_model_parallel_layout
+        return None if layout is None else stage_grid(parse_layout(layout), self.pp)
 
     @cached_property
     def cp(self) -> int:
@@ -377,13 +387,21 @@ class Derived:
                         layers=tuple(range(offset, offset + n)),
                         has_embedding=first,
                         has_output=last,
-                        mtp_layers=self.mtp_num_layers if last else 0,
+                        mtp_layers=self._mtp_layers_of(r, v, last),
                     )
                 )
                 offset += n
         return tuple(tuple(c) for c in chunks)
 
+    def _mtp_layers_of(self, pp_rank: int, vp_stage: int, last: bool) -> int:
+        """MTP layers sit with the output layer, or where a stage layout puts them."""
+        if self.stage_layout is not None:
+            return self.stage_layout[pp_rank][vp_stage].mtp
+        return self.mtp_num_layers if last else 0
+
     def _chunk_sizes(self) -> list[list[int]]:
+        if self.stage_layout is not None:
+            return [[stage.decoder for stage in rank] for rank in self.stage_layout]
         model, p, m, n = self.model, self.pp, self.vpp, self.model.num_layers
         first, last = model.num_layers_in_first_pipeline_stage, model.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:

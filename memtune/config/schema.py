@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
+
+from memtune.config.layout import layout_problems, parse_layout
 
 AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -169,6 +179,8 @@ class ModelConfig(Section):
     """Count the embedding as one layer when splitting the pipeline."""
     account_for_loss_in_pipeline_split: bool = False
     """Count the output layer and loss as one layer when splitting the pipeline."""
+    pipeline_model_parallel_layout: str | list[list[str]] | None = None
+    """Megatron's layer-by-layer stage layout (its string shorthand or a list of stages), read by memtune/config/layout.py."""
     microbatch_group_size_per_vp_stage: PositiveInt | None = None
     """Interleaved schedule: microbatches run per virtual stage before switching; default PP."""
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
@@ -231,6 +243,17 @@ class ModelConfig(Section):
     attention_backend: AttentionBackend = "auto"
     """Core attention: flash/fused kernels keep no s x s scores; unfused keeps them; auto picks a fused kernel with Transformer Engine."""
 
+    @field_validator("moe_layer_freq", mode="before")
+    @classmethod
+    def _megatron_list_syntax(cls, value: object) -> object:
+        """Megatron-LM's own form, ``([0]*3+[1]*58)``, as a launch script or override writes it."""
+        if not isinstance(value, str):
+            return value
+        from memtune.config.loaders._shell import evaluate  # the loaders import this module
+
+        evaluated = evaluate(value)
+        return value if evaluated is None else evaluated
+
     @model_validator(mode="after")
     def _lists_match_layers(self) -> ModelConfig:
         if isinstance(self.moe_layer_freq, list) and len(self.moe_layer_freq) != self.num_layers:
@@ -238,7 +261,32 @@ class ModelConfig(Section):
                 f"moe_layer_freq: a list must have num_layers ({self.num_layers}) entries, "
                 f"got {len(self.moe_layer_freq)}"
             )
+        if self.pipeline_model_parallel_layout is not None:
+            self._check_layout(self.pipeline_model_parallel_layout)
         return self
+
+    def _check_layout(self, layout: str | list[list[str]]) -> None:
+        """What Megatron-Core's TransformerConfig refuses about a layout."""
+        pp = self.pipeline_model_parallel_size
+        problems = layout_problems(layout, pp, self.num_layers, self.mtp_num_layers or 0)
+        if (
+            self.num_layers_in_first_pipeline_stage is not None
+            or self.num_layers_in_last_pipeline_stage is not None
+            or self.account_for_embedding_in_pipeline_split
+            or self.account_for_loss_in_pipeline_split
+        ):
+            problems.append(
+                "pipeline_model_parallel_layout cannot be set with num_layers_in_first/last_pipeline_stage "
+                "or account_for_embedding/loss_in_pipeline_split"
+            )
+        vpp = self.virtual_pipeline_model_parallel_size
+        if not problems and vpp is not None and vpp != len(parse_layout(layout)) // pp:
+            problems.append(
+                f"virtual_pipeline_model_parallel_size={vpp} conflicts with pipeline_model_parallel_layout "
+                f"({len(parse_layout(layout)) // pp} virtual stages per pipeline rank)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 class TrainConfig(Section):

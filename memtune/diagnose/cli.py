@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
-from pathlib import Path
 
-from memtune.config import load_job, report_ignored
+from memtune.config import report_ignored
+from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
 
 EXIT_DIAGNOSED = 0
@@ -36,17 +35,15 @@ def register(subparsers) -> None:
         help="the job config: fixes respect it and quote its keys; dotted overrides "
         "(model.tensor_model_parallel_size=8) among the positional words apply to it",
     )
+    add_recipe_argument(p)
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.set_defaults(handler=run)
-
-
-_OVERRIDE = re.compile(r"^(defaults|[A-Za-z_]\w*(\.\w+)+)=")
 
 
 def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
     """Logs and the dotted overrides of --config among the positional words (as estimate takes
     them); a word naming an existing file stays a log."""
-    overrides = [w for w in words if _OVERRIDE.match(w) and not Path(w).exists()]
+    overrides = [w for w in words if is_override(w)]
     return [w for w in words if w not in overrides], overrides
 
 
@@ -58,8 +55,14 @@ def run(args) -> int:
         raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
-    logs, overrides = _split_overrides(args.logs) if args.config else (args.logs, [])
-    loaded = load_job(args.config, overrides) if args.config else None
+    has_job = bool(args.config or args.recipe)
+    logs, overrides = _split_overrides(args.logs) if has_job else (args.logs, [])
+    words = [args.config, *overrides] if args.config else overrides
+    loaded = (
+        load_from_words(words, args.recipe, "memtune diagnose LOG... --config C|--recipe NAME")
+        if has_job
+        else None
+    )
     if loaded is not None:
         report_ignored(loaded)
     result = diagnose(logs, snapshot=args.snapshot, config=loaded, plot_to=args.plot)

@@ -1,4 +1,4 @@
-"""``memtune estimate CONFIG [overrides...]``."""
+"""``memtune estimate CONFIG|--recipe NAME [overrides...]``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job, report_ignored
+from memtune.config import report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 
@@ -20,12 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Estimate the peak GPU memory (PyTorch's max_memory_allocated) of every distinct rank of a "
         "Megatron-Core training job, and whether it fits. Sizes are GiB (2^30 bytes).",
     )
-    p.add_argument(
-        "config",
-        nargs="?",
-        help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json",
+    add_job_arguments(
+        p, "memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json"
     )
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument(
         "--rank", type=int, metavar="R", help="only global rank R (Megatron-Core order tp-cp-ep-dp-pp)"
@@ -50,13 +48,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.config:
-        raise InputError("a config file is required: memtune estimate CONFIG [key=value ...]")
     if args.moe_imbalance < 1.0:
         raise InputError(
             f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
         )
-    loaded = load_job(args.config, args.overrides)
+    loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None

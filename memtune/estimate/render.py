@@ -87,6 +87,14 @@ def assumptions(est: Estimate) -> list[str]:
     notes = []
     if d.world_size_assumed:
         notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
+    # a Hugging Face config.json, for one, gives the architecture and none of the job's sizes
+    if "seq_length" not in job.model.model_fields_set:
+        notes.append(f"model.seq_length not given: assumed {job.model.seq_length} (Megatron-Core's default)")
+    if not job.train.model_fields_set & {"micro_batch_size", "global_batch_size"}:
+        notes.append(
+            f"train.micro_batch_size/global_batch_size not given: assumed {d.micro_batch_size} and "
+            f"{d.global_batch_size} ({d.num_microbatches} microbatches)"
+        )
     impl = (
         "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
     )

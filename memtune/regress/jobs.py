@@ -143,6 +143,8 @@ def _ignored_values(loaded: LoadedJob) -> dict[str, str]:
             out[name] = value
         return out
     path = Path(loaded.source)
+    if not path.is_file():  # a recipe from the catalog: no file to quote values from
+        return {entry: "" for entry in loaded.ignored}
     mapping = native.parse_mapping(path, path.read_text(encoding="utf-8"))
     out = {}
     for entry in loaded.ignored:

@@ -117,7 +117,7 @@ def test_list_shows_every_rule(capsys):
 
 
 def test_missing_config_is_bad_input():
-    with pytest.raises(InputError, match="a config file is required"):
+    with pytest.raises(InputError, match="a config file or --recipe NAME is required"):
         check()
 
 

@@ -69,8 +69,8 @@ def test_strict_exits_1_when_a_rank_does_not_fit(capsys):
 def test_missing_config_is_one_line(capsys):
     assert main(["estimate"]) == 2
     assert (
-        capsys.readouterr().err
-        == "memtune estimate: a config file is required: memtune estimate CONFIG [key=value ...]\n"
+        capsys.readouterr().err == "memtune estimate: a config file or --recipe NAME is required: "
+        "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]\n"
     )
 
 

@@ -69,7 +69,7 @@ def layers_not_divisible_by_pp(c: Context) -> Hit | None:
     `num_layers_in_first_pipeline_stage` / `num_layers_in_last_pipeline_stage`.
     """
     layers, pp = _layers_with_accounting(c), c.d.pp
-    if pp == 1 or _uneven_layout(c) or layers % pp == 0:
+    if pp == 1 or _uneven_layout(c) or c.d.stage_layout is not None or layers % pp == 0:
         return None
     counted = "num_layers" if layers == c.model.num_layers else "num_layers plus the accounted embedding/loss"
     return Hit(
@@ -102,7 +102,7 @@ def vpp_chunks_uneven(c: Context) -> Hit | None:
     Choose a VPP that divides the layers per stage (1, 2, 4 or 8 here).
     """
     layers, pp, vpp = _layers_with_accounting(c), c.d.pp, c.d.vpp
-    if pp == 1 or vpp == 1 or _uneven_layout(c) or layers % pp:
+    if pp == 1 or vpp == 1 or _uneven_layout(c) or c.d.stage_layout is not None or layers % pp:
         return None
     per_stage = layers // pp
     if per_stage % vpp == 0:

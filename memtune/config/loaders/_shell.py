@@ -108,7 +108,12 @@ def _strip_comment(line: str) -> str:
 def _split(text: str) -> list[str]:
     try:
         return shlex.split(text, comments=True)
-    except ValueError:  # an unbalanced quote: split on blanks rather than give up
+    except ValueError:  # an unbalanced quote, as on each line of a multi-line string: close it
+        for quote in ('"', "'"):
+            try:
+                return shlex.split(text + quote, comments=True)
+            except ValueError:
+                continue
         return text.split()
 
 

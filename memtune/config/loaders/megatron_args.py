@@ -12,6 +12,7 @@ behaviour is what the job gets.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,7 @@ FLAGS: dict[str, Value | Switch] = {
     "num-layers-in-last-pipeline-stage": Value("model.num_layers_in_last_pipeline_stage", _number),
     "account-for-embedding-in-pipeline-split": _on("model.account_for_embedding_in_pipeline_split"),
     "account-for-loss-in-pipeline-split": _on("model.account_for_loss_in_pipeline_split"),
+    "pipeline-model-parallel-layout": Value("model.pipeline_model_parallel_layout"),
     "microbatch-group-size-per-virtual-pipeline-stage": Value(
         "model.microbatch_group_size_per_vp_stage", _number
     ),
@@ -147,6 +149,10 @@ FLAGS: dict[str, Value | Switch] = {
     "distribute-saved-activations": _on("model.distribute_saved_activations"),
     "cpu-offloading": _on("model.cpu_offloading"),
     "cpu-offloading-num-layers": Value("model.cpu_offloading_num_layers", _number),
+    "fine-grained-activation-offloading": _on("model.fine_grained_activation_offloading"),
+    "offload-modules": Value("model.offload_modules", many=True),
+    "min-offloaded-tensor-size": Value("model.min_offloaded_tensor_size", _number),
+    "activation-offload-fraction": Value("model.activation_offload_fraction", _real),
     # precision
     "bf16": _on("model.bf16"),
     "fp16": _on("model.fp16"),
@@ -229,6 +235,8 @@ def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
         )
     launcher, args = _split_launcher(command.words)
     data, ignored = _map_flags(args)
+    if not MODEL_FLAG_KEYS & data["model"].keys():
+        raise InputError(_why_no_model_flags(path, script, command))
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data)
@@ -238,9 +246,13 @@ def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
 
 
 # Vocabulary sizes of tokenizers a launch names without --vocab-size: GPT-2's BPE files hold
-# 50257 tokens (encoder.json); Hugging Face tokenizers by model name, len(tokenizer) with the
-# special tokens (the model cards' config.json vocab_size, which equals it for these).
+# 50257 tokens (encoder.json); Megatron's TikTokenizer (the Llama-3-style tiktoken files) caps its
+# vocabulary at 2**17 (megatron/core/tokenizers/text/libraries/tiktoken_tokenizer.py
+# DEFAULT_TIKTOKEN_MAX_VOCAB, special tokens included); Hugging Face tokenizers by model name,
+# len(tokenizer) with the special tokens (the model cards' config.json vocab_size, which equals it
+# for these).
 GPT2_BPE_VOCAB = 50257
+TIKTOKEN_VOCAB = 2**17
 HF_TOKENIZER_VOCAB = {
     "meta-llama/Meta-Llama-3-8B": 128256,
     "meta-llama/Meta-Llama-3-70B": 128256,
@@ -268,6 +280,8 @@ def _vocabulary(path: Path, model: dict, facts: dict) -> None:
     name = str(facts.get("tokenizer_model", "")).removesuffix("/")
     if kind == "GPT2BPETokenizer" or (kind is None and facts.get("vocab_file") and facts.get("merge_file")):
         model["vocab_size"] = GPT2_BPE_VOCAB
+    elif kind == "TikTokenizer":
+        model["vocab_size"] = TIKTOKEN_VOCAB
     elif kind == "HuggingFaceTokenizer" and name in HF_TOKENIZER_VOCAB:
         model["vocab_size"] = HF_TOKENIZER_VOCAB[name]
     elif kind is not None:
@@ -276,6 +290,29 @@ def _vocabulary(path: Path, model: dict, facts: dict) -> None:
             f"{path}: the vocabulary size of {what} is not known without the tokenizer files; "
             "pass it as model.vocab_size=N"
         )
+
+
+MODEL_FLAG_KEYS = frozenset({"num_layers", "hidden_size", "num_attention_heads"})
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _why_no_model_flags(path: Path, script: Script, command: Command) -> str:
+    """One line for a launch whose model flags live outside the script."""
+    sourced = [c.words[1] for c in script.commands if len(c.words) > 1 and c.words[0] in ("source", ".")]
+    if sourced:
+        return (
+            f"{path}: the model flags come from a file the script sources ({sourced[0]}), which memtune "
+            "does not follow; give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    unset = sorted(
+        {name for name in _VARIABLE.findall(" ".join(command.words)) if name not in script.variables}
+    )
+    if unset:
+        return (
+            f"{path}: the model flags come from variables the script does not set ({', '.join(unset)}); "
+            "give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    return f"{path}: the training command sets no --num-layers, --hidden-size or --num-attention-heads"
 
 
 def _training_command(script: Script) -> Command | None:
@@ -362,6 +399,13 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
         data["ddp"]["grad_reduce_in_fp32"] = True
     elif facts.get("grad_reduce_in_bf16"):
         data["ddp"]["grad_reduce_in_fp32"] = False
+    if "pipeline_model_parallel_layout" in model and (
+        "layers_per_virtual_stage" in facts or "virtual_pipeline_model_parallel_size" in model
+    ):
+        raise InputError(
+            f"{path}: --pipeline-model-parallel-layout sets the virtual stages itself; Megatron-LM refuses it "
+            "with --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank"
+        )
     if "layers_per_virtual_stage" in facts:
         model["virtual_pipeline_model_parallel_size"] = _virtual_stages(
             path, model, facts["layers_per_virtual_stage"]
