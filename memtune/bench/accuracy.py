@@ -111,3 +111,26 @@ def summarize(results: list[RunResult]) -> Summary | None:
         megatron_lm_mean_abs_error=sum(abs(r.megatron_lm_error) for r in results) / len(results),
         megatron_lm_max_abs_error=max(abs(r.megatron_lm_error) for r in results),
     )
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    shown: list[RunResult]  # the runs of the split asked for
+    splits: dict[str, Summary | None]  # per split over every family, and "all"
+    families: dict[tuple[str, str], Summary]  # (family, split) -> summary, where there are runs
+
+
+def accuracy_report(results: list[RunResult], split: str = "all") -> AccuracyReport:
+    """Summaries per split and per family; InputError when ``split`` names no run's split."""
+    known = sorted({r.split for r in results})
+    if split != "all" and split not in known:
+        raise InputError(f"--split: no run is in split {split!r}; the splits are all, {', '.join(known)}")
+    names = sorted(known, key=lambda n: (n != "tune", n != "holdout", n))
+    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
+    splits["all"] = summarize(results)
+    families = {}
+    for family in sorted({r.family for r in results}):
+        for name in names:
+            if summary := summarize([r for r in results if r.family == family and r.split == name]):
+                families[(family, name)] = summary
+    return AccuracyReport([r for r in results if split in ("all", r.split)], splits, families)

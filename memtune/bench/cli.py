@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from memtune.bench.accuracy import evaluate, read_runs, summarize
-from memtune.bench.published import evaluate_published, read_published, summarize_published
-from memtune.errors import InputError
-from memtune.output import SCHEMA_VERSION
-from memtune.units import GiB
+from memtune.bench import render
+from memtune.bench.accuracy import accuracy_report, evaluate, read_runs
+from memtune.bench.published import evaluate_published, published_report, read_published
 
 DEFAULT_SET = Path("benchmarks/measured")
 DEFAULT_PUBLISHED = Path("benchmarks/published")
@@ -64,112 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    results = [evaluate(r) for r in read_runs(args.paths)]
-    known = sorted({r.split for r in results})
-    if args.split != "all" and args.split not in known:
-        raise InputError(
-            f"--split: no run is in split {args.split!r}; the splits are all, {', '.join(known)}"
-        )
-    shown = [r for r in results if args.split == "all" or r.split == args.split]
-    names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
-    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
-    splits["all"] = summarize(results)
-    families = {
-        (family, split): summarize([r for r in results if r.family == family and r.split == split])
-        for family in sorted({r.family for r in results})
-        for split in names
-    }
+    report = accuracy_report([evaluate(r) for r in read_runs(args.paths)], args.split)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "runs": [
-                        asdict(r)
-                        | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
-                        for r in shown
-                    ],
-                    "summary": {k: asdict(v) if v else None for k, v in splits.items()},
-                    "families": {
-                        f"{family}/{split}": asdict(v) for (family, split), v in families.items() if v
-                    },
-                },
-                indent=2,
-            )
-        )
-        return 0
-    console = Console()
-    table = Table(title="Estimated vs measured steady-state peak (GiB = 2^30 bytes)", title_justify="left")
-    for col in ("run", "split", "pp", "measured", "memtune", "error", "Megatron-LM", "error"):
-        table.add_column(col, justify="left" if col in ("run", "split") else "right")
-    for r in shown:
-        style = "red" if abs(r.error) > 0.08 else ""
-        table.add_row(
-            r.id,
-            r.split,
-            str(r.pp_rank),
-            f"{r.measured / GiB:.2f}",
-            f"{r.estimated / GiB:.2f}",
-            f"{r.error:+.1%}",
-            f"{r.megatron_lm / GiB:.2f}",
-            f"{r.megatron_lm_error:+.1%}",
-            style=style,
-        )
-    console.print(table)
-    for name, s in splits.items():
-        if s:
-            console.print(
-                f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
-                f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
-            )
-    console.print("[bold]By family[/bold] (run id prefix)")
-    for (family, split), s in families.items():
-        if s:
-            console.print(
-                f"  {family:18} {split:8} {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
-                f" ({s.worst_id})"
-            )
+        print(json.dumps(render.accuracy_json(report), indent=2))
+    else:
+        render.print_accuracy(Console(), report)
     return 0
 
 
 def run_published(args: argparse.Namespace) -> int:
-    results = [evaluate_published(r) for r in read_published(args.paths)]
-    shown = [r for r in results if args.split == "all" or r.split == args.split]
-    names = ("tune", "holdout") if args.split == "all" else (args.split,)
-    splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
-    if args.split == "all":
-        splits["all"] = summarize_published(results)
+    report = published_report([evaluate_published(r) for r in read_published(args.paths)], args.split)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "schema_version": 1,
-                    "runs": [asdict(r) | {"error": r.error, "under": r.under} for r in shown],
-                    "summary": {k: asdict(v) if v else None for k, v in splits.items()},
-                },
-                indent=2,
-            )
-        )
-        return 0
-    console = Console()
-    table = Table(title="Estimated vs published peak (GiB = 2^30 bytes)", title_justify="left")
-    for col in ("run", "split", "published", "memtune", "error", ""):
-        table.add_column(col, justify="left" if col in ("run", "split", "") else "right")
-    for r in shown:
-        table.add_row(
-            r.id,
-            r.split,
-            f"{r.published / GiB:.2f}",
-            f"{r.estimated / GiB:.2f}",
-            f"{r.error:+.1%}",
-            "UNDER" if r.under else "",
-            style="red" if r.under and r.error < -0.05 else "",
-        )
-    console.print(table)
-    for name, s in splits.items():
-        if s:
-            console.print(
-                f"[bold]{name:8}[/bold] {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
-                f" ({s.worst_id}); under-estimates {s.under_estimates}, worst {s.worst_under:+.1%}"
-            )
+        print(json.dumps(render.published_json(report), indent=2))
+    else:
+        render.print_published(Console(), report)
     return 0

@@ -95,3 +95,17 @@ def summarize_published(results: list[PublishedResult]) -> PublishedSummary | No
         under_estimates=len(unders),
         worst_under=min(unders, default=0.0),
     )
+
+
+@dataclass(frozen=True)
+class PublishedReport:
+    shown: list[PublishedResult]
+    splits: dict[str, PublishedSummary | None]
+
+
+def published_report(results: list[PublishedResult], split: str = "all") -> PublishedReport:
+    names = ("tune", "holdout") if split == "all" else (split,)
+    splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
+    if split == "all":
+        splits["all"] = summarize_published(results)
+    return PublishedReport([r for r in results if split in ("all", r.split)], splits)

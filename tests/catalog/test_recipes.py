@@ -146,7 +146,7 @@ def test_every_command_that_takes_a_config_takes_recipe(capsys):
     assert main(["check", "--recipe", "llama3_8b_peft_config", "cluster.gpu=H200"]) == 0
     capsys.readouterr()
     assert main(["recipes", "llama3_8b_peft_config", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["name"] == "llama3_8b_peft_1gpu_h100_bf16_config"
+    assert json.loads(capsys.readouterr().out)["recipe"]["name"] == "llama3_8b_peft_1gpu_h100_bf16_config"
 
 
 def test_recipes_lists_every_recipe(capsys):
