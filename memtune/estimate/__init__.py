@@ -1,4 +1,4 @@
-"""Per-rank peak memory of a Megatron-Core training job: ``estimate(job) -> Estimate``.
+"""Per-rank peak memory of a Megatron-Core training job: ``estimate(checked) -> Estimate``.
 
 The estimate is a pure function of the configuration: parameters (``params``), model state
 (``state``), saved activations per module (``activations``), the pipeline schedule
