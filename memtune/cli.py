@@ -22,12 +22,14 @@ def _registrars():
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
+    from memtune.plan import cli as plan_cli
 
     return [
         estimate_cli.register,
         check_cli.register,
         measure_cli.register,
         diagnose_cli.register,
+        plan_cli.register,
         bench_cli.register,
         catalog_cli.register,
     ]
