@@ -21,6 +21,7 @@ def _registrars():
     from memtune.check import cli as check_cli
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
+    from memtune.fix import cli as fix_cli
     from memtune.measure import cli as measure_cli
     from memtune.plan import cli as plan_cli
 
@@ -30,6 +31,7 @@ def _registrars():
         measure_cli.register,
         diagnose_cli.register,
         plan_cli.register,
+        fix_cli.register,
         bench_cli.register,
         catalog_cli.register,
     ]

@@ -103,6 +103,7 @@ class Prediction:
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float
     breakdown: dict[str, float]  # seconds per step by component, on the slowest pipeline stage
+    stage_compute_s: tuple[float, ...] = ()  # per pipeline stage: its microbatches' compute and recompute
 
     @property
     def assumptions(self) -> list[str]:
@@ -416,6 +417,9 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
         tokens_per_s_per_gpu=tokens / step / world,
         model_tflops_per_gpu=flops / step / world / 1e12,
         breakdown=breakdown,
+        stage_compute_s=tuple(
+            M * (t - lay.layers_per_stage[r] * comm_layer) for r, t in enumerate(stage_times)
+        ),
     )
 
 
