@@ -14,6 +14,7 @@ from memtune.bench.accuracy import evaluate, read_runs, summarize
 from memtune.units import GiB
 
 DEFAULT_SET = Path("benchmarks/measured")
+DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +41,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="report only runs of this split (tune, holdout, fresh, ...; default all)",
     )
     acc.set_defaults(handler=run)
+    plan = bench.add_parser(
+        "plan",
+        help="the planner's search speed; with --accuracy, the throughput model against published layouts",
+        description="Time an exhaustive `memtune plan` search (default: Llama 3.1 405B on 1,024 H100s), or with "
+        "--accuracy compare predicted and measured throughput of published layout comparisons.",
+    )
+    plan.add_argument("--model", default="llama3.1-405b", help="model preset (default llama3.1-405b)")
+    plan.add_argument("--gpus", type=int, default=1024, help="GPU count (default 1024)")
+    plan.add_argument("--gpu", default="H100-80GB", help="GPU type (default H100-80GB)")
+    plan.add_argument("--seq", type=int, default=8192, help="sequence length (default 8192)")
+    plan.add_argument("--gbs", type=int, default=1536, help="global batch size (default 1536)")
+    plan.add_argument("--workers", type=int, default=0, help="search processes (default: CPU count, up to 8)")
+    plan.add_argument(
+        "--accuracy",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help=f"published comparisons to score (default {DEFAULT_LAYOUTS_TEXT})",
+    )
+    plan.set_defaults(handler=run_plan)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,4 +107,48 @@ def run(args: argparse.Namespace) -> int:
                 f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
                 f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
             )
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from memtune.bench import plan as bench_plan
+    from memtune.plan.search import default_workers
+
+    console = Console()
+    if args.accuracy is not None:
+        sets = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS])
+        table = Table(
+            title="Predicted vs measured throughput, relative to each set's first run", title_justify="left"
+        )
+        for col in ("set", "split", "run", "measured", "predicted", "meas rel", "pred rel", "error"):
+            table.add_column(col, justify="left" if col in ("set", "split", "run") else "right")
+        for runs in sets:
+            for r in runs:
+                table.add_row(
+                    r.set_id,
+                    r.split,
+                    r.label,
+                    f"{r.measured:g}",
+                    f"{r.predicted:.1f}",
+                    f"{r.measured_relative:.3f}",
+                    f"{r.predicted_relative:.3f}",
+                    f"{r.error:+.1%}",
+                )
+        console.print(table)
+        for runs in sets:
+            tau = bench_plan.kendall_tau([r.measured for r in runs], [r.predicted for r in runs])
+            errors = [abs(r.error) for r in runs[1:]]
+            console.print(
+                f"[bold]{runs[0].set_id}[/bold] ({runs[0].split}): Kendall tau {tau:+.2f}, "
+                f"relative-throughput error mean {sum(errors) / max(len(errors), 1):.1%}, max {max(errors, default=0):.1%}"
+            )
+        return 0
+    workers = args.workers or default_workers()
+    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)
+    n = result.result.counts
+    console.print(
+        f"{args.model} on {args.gpus} x {args.gpu}, seq {args.seq}, GBS {args.gbs}: {n.get('enumerated', 0):,} candidates "
+        f"({n.get('pruned', 0):,} pruned by arithmetic, {n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit) "
+        f"in {result.wall_s:.2f} s wall, {result.cpu_s:.2f} s CPU over {workers} process(es)"
+    )
     return 0

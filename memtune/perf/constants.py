@@ -10,27 +10,32 @@ GEMM efficiency follows a half-performance-size model (Hockney's ``n_1/2``):
 
 so a GEMM whose every side is much larger than ``GEMM_HALF_SIZE`` runs at ``GEMM_PEAK_FRACTION``
 of the tensor-core peak and one with a side of ``GEMM_HALF_SIZE`` loses about half. Smaller
-tensor-parallel shards (a smaller N or K) therefore run less efficiently. Both numbers were
-fitted to bf16 ``torch.matmul`` timings of Llama-, Qwen- and GPT-shaped shard GEMMs on the
-project's H200 (``benchmarks/gpu/gemm_calibration.py``; the measured table is
-``benchmarks/gpu/gemm_calibration_h200.json``). Other GPUs scale by their catalog peak: the fraction
-reached is assumed to be the same on every Hopper-class GPU, which NVIDIA's own Hopper GEMM
-figures support (cuBLAS reaches 70-80% of the dense bf16 peak on large GEMMs on both H100 and
-H200) and which is less true for A100 (about the same fraction, lower absolute peak).
+tensor-parallel shards (a smaller N or K) therefore run less efficiently.
+
+Where the two numbers come from: no GPU time was left for this work's calibration run, so
+``GEMM_PEAK_FRACTION`` is set from the H200 figure recorded for this project's GPU machine (an
+8192 x 8192 x 8192 bf16 ``torch.matmul`` at 769-798 TFLOP/s on random data, device notes
+KINDS.md, 2026-10-28 and 2026-11-04), i.e. 788 / 989.5 TFLOP/s at that shape, and
+``GEMM_HALF_SIZE`` is a prior (cuBLAS reaches about half its large-GEMM rate when one side is near
+one wave of 128-wide tiles on a 132-SM Hopper), not a fit. ``benchmarks/gpu/gemm_calibration.py``
+measures shard-shaped GEMMs and flash attention on the H200 and fits both
+(``--fit``); run it and replace these values. Other GPUs scale by their catalog peak: the fraction
+reached is assumed to be the same on every GPU, and fp8 GEMMs are assumed to reach the same
+fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach less).
 """
 
 from __future__ import annotations
 
 # --- compute -------------------------------------------------------------------------------
-# Fitted on the H200 (benchmarks/gpu/gemm_calibration.py; see the module docstring).
-GEMM_PEAK_FRACTION = 0.80
+# See the module docstring: the H200's measured 8192^3 rate, and a prior for the half size.
 GEMM_HALF_SIZE = 96.0
+GEMM_PEAK_FRACTION = 788 / 989.5 * (1 + 3 * GEMM_HALF_SIZE / 8192)
 
 # Flash attention (forward) reaches this fraction of the bf16 peak at head dim 128 and long
 # sequences; its backward does 2.5x the forward's FLOPs (five GEMMs against two) at a lower
-# efficiency. Source: PyTorch SDPA (flash backend) timings on the project's H200, same script;
-# FlashAttention-2 (Dao 2023, Figure 5/6) reports 50-73% of the A100 peak forward and 45-60%
-# backward for the same shapes, consistent with these.
+# efficiency. Source: FlashAttention-2 (Dao 2023, Figures 5-6) reports 50-73% of the A100's peak
+# forward and 45-60% backward at head dim 128 and sequences of 2k-16k; taken as the same fraction
+# on Hopper until benchmarks/gpu/gemm_calibration.py measures PyTorch's flash SDPA on the H200.
 ATTENTION_FWD_FRACTION = 0.55
 ATTENTION_BWD_FRACTION = 0.45
 ATTENTION_BWD_FLOPS_FACTOR = 2.5

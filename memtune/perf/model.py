@@ -115,7 +115,7 @@ class Prediction:
 
 
 ASSUMPTIONS = [
-    "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K), fitted on the H200; other GPUs scale by catalog peak",
+    "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K): H200 8192³ rate, n½ a prior (not yet calibrated); other GPUs scale by catalog peak",
     "flash attention, causal; backward does 2.5x the forward FLOPs",
     "balanced MoE routing; each rank's experts get tokens · top-k · ETP · EP / (TP · experts) rows",
     "TP collectives half exposed (Transformer Engine comm overlap assumed on where recipes enable it)",
@@ -164,6 +164,8 @@ class _LayerTimes:
     attn_bwd: float
     elementwise_fwd: float
     mlp_fwd: float  # part of gemm_fwd in the MLP / experts (selective recompute of mlp/moe)
+    up_proj_fwd: float  # MLA's query and key-value up projections (selective recompute of mla_up_proj)
+    shared_fwd: float  # shared experts (selective recompute of shared_experts)
     tp_comm: float  # one direction (forward); backward is the same
     ep_comm: float
     cp_comm: float
@@ -178,14 +180,18 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
     T = lay.mbs * seq / cp
     heads = m.num_attention_heads / t
     gemm = 0.0
+    up_proj = 0.0
+    shared = 0.0
     if m.multi_latent_attention:
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         if m.q_lora_rank is not None:
-            gemm += gemm_time(hw, T, m.q_lora_rank, h) + gemm_time(hw, T, heads * qk, m.q_lora_rank)
+            up_proj += gemm_time(hw, T, heads * qk, m.q_lora_rank)
+            gemm += gemm_time(hw, T, m.q_lora_rank, h)
         else:
             gemm += gemm_time(hw, T, heads * qk, h)
         gemm += gemm_time(hw, T, m.kv_lora_rank + m.qk_pos_emb_head_dim, h)
-        gemm += gemm_time(hw, T, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
+        up_proj += gemm_time(hw, T, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
+        gemm += up_proj
         gemm += gemm_time(hw, T, h, heads * m.v_head_dim)
         attn_flops = 2 * T * seq * heads * (qk + m.v_head_dim) * 0.5
     else:
@@ -208,7 +214,8 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
         mlp += gemm_time(hw, rows, gate * f, h, local) + gemm_time(hw, rows, h, f, local)
         if m.moe_shared_expert_intermediate_size:
             fs = m.moe_shared_expert_intermediate_size / t
-            mlp += gemm_time(hw, T, gate * fs, h) + gemm_time(hw, T, h, fs)
+            shared = gemm_time(hw, T, gate * fs, h) + gemm_time(hw, T, h, fs)
+            mlp += shared
         routed_bytes = BF16 * T / t * k * h * lay.etp
         if lay.ep > 1:
             inter = lay.ep * lay.etp > lay.gpus_per_node
@@ -240,21 +247,40 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
         step = BF16 * T * kv_width / bw
         # Each of cp-1 ring steps sends this rank's KV block while attention runs on the last one.
         cp_comm = max(0.0, (cp - 1) * step - attn_fwd)
-    return _LayerTimes(gemm, wgrad, attn_fwd, attn_bwd, elementwise, mlp, tp_comm, ep_comm, cp_comm, regather)
+    return _LayerTimes(
+        gemm,
+        wgrad,
+        attn_fwd,
+        attn_bwd,
+        elementwise,
+        mlp,
+        up_proj,
+        shared,
+        tp_comm,
+        ep_comm,
+        cp_comm,
+        regather,
+    )
 
 
-def _recompute_fwd(lay: Layout, lt: _LayerTimes) -> float:
-    """Forward time one layer replays under selective recompute."""
+def _recompute_fwd(lay: Layout, lt: _LayerTimes, is_moe: bool) -> float:
+    """Forward time one layer replays under selective recompute (Megatron-Core's modules: ``mlp``
+    is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation)."""
     mods = lay.recompute_modules
     extra = 0.0
     if "core_attn" in mods:
         extra += lt.attn_fwd
-    if "mlp" in mods or "moe" in mods:
+    if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
         extra += lt.mlp_fwd
-    if "layernorm" in mods or "moe_act" in mods:
+    elif "shared_experts" in mods and is_moe:
+        extra += lt.shared_fwd
+    # Norms and the activation are elementwise: a norm is about one hidden-sized pass each.
+    if "layernorm" in mods:
         extra += lt.elementwise_fwd * 2 / K.ELEMENTWISE_PASSES_FWD
-    if "mla_up_proj" in mods or "shared_experts" in mods:
-        extra += 0.1 * lt.gemm_fwd
+    if "moe_act" in mods and is_moe:
+        extra += lt.elementwise_fwd * 1 / K.ELEMENTWISE_PASSES_FWD
+    if "mla_up_proj" in mods:
+        extra += lt.up_proj_fwd
     return extra
 
 
@@ -293,7 +319,11 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
     layouts that share their tensor-parallel shape; the result is the same with or without it.
     """
     m, job = d.model, d.job
-    hw = _Hardware(gpu, m.fp8 is not None)
+    hw = memo.get("hardware") if memo is not None else None
+    if hw is None:
+        hw = _Hardware(gpu, m.fp8 is not None)
+        if memo is not None:
+            memo["hardware"] = hw
     frozen = job.peft is not None
     key = (lay.tp, lay.cp, lay.mbs, lay.ep, lay.etp, lay.sp, lay.lora_regather, lay.gpus_per_node)
     kinds = memo.get(key) if memo is not None else None
@@ -316,7 +346,7 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
     recompute_layer = 0.0
     if lay.recompute == "selective":
         recompute_layer = sum(
-            share * _recompute_fwd(lay, kinds[moe]) for moe, share in _shares(kinds, moe_share)
+            share * _recompute_fwd(lay, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
         )
     vocab = (
         math.ceil(m.vocab_size / (m.make_vocab_size_divisible_by * lay.tp)) * m.make_vocab_size_divisible_by

@@ -54,9 +54,14 @@ def job_of(base: JobConfig, c: Candidate) -> JobConfig:
 
 @dataclass
 class FastResult:
-    worst: RankEstimate
+    peak_bytes: int  # of the most-loaded rank (of the first over-full rank when the walk stopped)
     needed_bytes: int
     verdict: str
+    _pieces: tuple  # what core.combine needs to build that rank's RankEstimate
+
+    @property
+    def worst(self) -> RankEstimate:
+        return combine(*self._pieces, by_module=False)
 
 
 class FastEstimator:
@@ -200,12 +205,12 @@ class FastEstimator:
                 if stop_when_over and round(peak * margin + outside) > self.capacity:
                     break
         i, r = worst_index, reps[worst_index]
-        worst = combine(r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], by_module=False)
-        needed = round(worst.peak_bytes * margin + outside)
+        pieces = (r, chunks_all[r], flights[i], states[i], activations[i], buffers[i])
+        needed = round(worst_peak * margin + outside)
         if needed <= self.capacity:
             verdict = "fits"
-        elif worst.peak_bytes + outside <= self.capacity:
+        elif worst_peak + outside <= self.capacity:
             verdict = "tight"
         else:
             verdict = "does not fit"
-        return FastResult(worst, needed, verdict)
+        return FastResult(worst_peak, needed, verdict, pieces)

@@ -198,7 +198,9 @@ def search(
         gpu=get_gpu(base.cluster.gpu),
         groups=groups,
     )
-    block = 16
+    # Contiguous blocks share tensor-parallel sizes, and so the estimator's cached pieces: a few
+    # large blocks per worker duplicate little work between processes.
+    block = 16 if workers <= 1 else max(16, -(-len(groups) // (workers * 6)))
     blocks = [(i, min(i + block, len(groups))) for i in range(0, len(groups), block)]
     total = sum(sizes)
     counts: Counter[str] = Counter()
