@@ -132,19 +132,25 @@ def _score_block(bounds: tuple[int, int]) -> tuple[list[Scored], Counter, Counte
     scored: list[Scored] = []
     for index in range(*bounds):
         group = w["groups"][index]
-        counts["enumerated"] += len(group)
-        if keep is not None:
-            kept = [c for c in group if keep(c)]
-            counts["not matching pins"] += len(group) - len(kept)
-            group = kept
-        if not group:
+        code = pruned_layout(base_d, group.head, gbs)
+        if code and keep is None:
+            size = len(group)
+            counts["enumerated"] += size
+            pruned_by[code] += size
             continue
-        code = pruned_layout(base_d, group[0], gbs)
+        members = group.members
+        counts["enumerated"] += len(members)
+        if keep is not None:
+            kept = [c for c in members if keep(c)]
+            counts["not matching pins"] += len(members) - len(kept)
+            members = kept
+        if not members:
+            continue
         if code:
-            pruned_by[code] += len(group)
+            pruned_by[code] += len(members)
             continue
         per_stage: tuple[int, ...] | None = None
-        for position, c in enumerate(group):
+        for position, c in enumerate(members):
             code = pruned(base_d, c, gbs)
             if code:
                 pruned_by[code] += 1
@@ -187,7 +193,7 @@ def search(
     base_d = derive(base)
     space = space or default_space(base_d)
     groups = list(layouts(base_d, space))
-    sizes = [len(g) for g in groups]
+    sizes = [len(g) for g in groups]  # counted, not built
     _WORK.clear()
     _WORK.update(
         base_d=base_d,

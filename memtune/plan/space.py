@@ -68,6 +68,8 @@ class Candidate:
         parts.append(f"MBS{self.mbs}")
         if self.sp:
             parts.append("SP")
+        if self.split == "accounted":
+            parts.append("(embedding+loss as layers)")
         return " ".join(parts)
 
     def changes(self, base: JobConfig) -> list[Change]:
@@ -231,10 +233,68 @@ def pruned(d: Derived, c: Candidate, gbs: int) -> str | None:
     return None
 
 
-def layouts(d: Derived, space: Space) -> Iterator[list[Candidate]]:
-    """Candidates grouped by parallel layout and batch shape (the group shares ``pruned_layout``)."""
+class Group:
+    """The candidates that share one parallel layout and batch shape (and so ``pruned_layout``):
+    built only when asked for, counted without building them."""
+
+    def __init__(self, d: Derived, space: Space, head: Candidate, chunk_layers: int, sizes: dict) -> None:
+        self.head = head  # the group's first candidate
+        self._d, self._space, self._chunk_layers = d, space, chunk_layers
+        self._members: list[Candidate] | None = None
+        self._sizes = sizes  # shared by the groups of one enumeration: size by what the inner loops read
+
+    def _inner(self) -> Iterator[tuple[Recompute, str, float, int, bool]]:
+        d, space, h = self._d, self._space, self.head
+        lora = d.job.peft is not None
+        for rec in recompute_options(d, self._chunk_layers):
+            for sharding in space.sharding:
+                for offload in space.offload if sharding == "distopt" else (0.0,):
+                    acts = [0]
+                    if h.pp == 1 and rec.granularity is None and not offload:
+                        acts.append(max(1, d.model.num_layers // 2))
+                    for act in acts:
+                        for regather in (False, True) if lora and h.sp else (False,):
+                            yield rec, sharding, offload, act, regather
+
+    @property
+    def members(self) -> list[Candidate]:
+        if self._members is None:
+            h = self.head
+            self._members = [
+                Candidate(
+                    h.tp,
+                    h.pp,
+                    h.vpp,
+                    h.cp,
+                    h.ep,
+                    h.etp,
+                    h.mbs,
+                    h.sp,
+                    rec,
+                    sharding,
+                    offload,
+                    act,
+                    regather,
+                    h.split,
+                )
+                for rec, sharding, offload, act, regather in self._inner()
+            ]
+        return self._members
+
+    def __len__(self) -> int:
+        if self._members is not None:
+            return len(self._members)
+        key = (self.head.pp == 1, self.head.sp, self._chunk_layers)
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = sum(1 for _ in self._inner())
+        return size
+
+
+def layouts(d: Derived, space: Space) -> Iterator[Group]:
+    """Candidates grouped by parallel layout and batch shape."""
     m = d.model
-    lora = d.job.peft is not None
+    sizes: dict = {}
     splits = ["even"] + (["accounted"] if m.num_layers_in_first_pipeline_stage is None else [])
     for tp, pp, vpp, cp, ep, mbs in itertools.product(
         space.tp, space.pp, space.vpp, space.cp, space.ep, space.mbs
@@ -249,38 +309,14 @@ def layouts(d: Derived, space: Space) -> Iterator[list[Candidate]]:
             chunk_layers = max(1, layers // (pp * vpp))
             etps = sorted({tp, 1}) if d.is_moe else [tp]
             for etp, sp in itertools.product(etps, (False, True) if tp > 1 else (False,)):
-                group = []
-                for rec in recompute_options(d, chunk_layers):
-                    for sharding in space.sharding:
-                        for offload in space.offload if sharding == "distopt" else (0.0,):
-                            acts = [0]
-                            if pp == 1 and rec.granularity is None and not offload:
-                                acts.append(max(1, m.num_layers // 2))
-                            for act in acts:
-                                for regather in (False, True) if lora and sp else (False,):
-                                    group.append(
-                                        Candidate(
-                                            tp,
-                                            pp,
-                                            vpp,
-                                            cp,
-                                            ep,
-                                            etp,
-                                            mbs,
-                                            sp,
-                                            rec,
-                                            sharding,
-                                            offload,
-                                            act,
-                                            regather,
-                                            split,
-                                        )
-                                    )
-                yield group
+                head = Candidate(
+                    tp, pp, vpp, cp, ep, etp, mbs, sp, Recompute(), space.sharding[0], 0.0, 0, False, split
+                )
+                yield Group(d, space, head, chunk_layers, sizes)
 
 
 def candidates(d: Derived, space: Space) -> Iterator[Candidate]:
     """Every combination of the space's values, LoRA re-gather and activation offload included
     where they can apply."""
     for group in layouts(d, space):
-        yield from group
+        yield from group.members

@@ -1,7 +1,5 @@
 """The search's cached fast path gives exactly the estimator's numbers."""
 
-import random
-
 import pytest
 
 from memtune.catalog.gpus import capacity_bytes
@@ -13,21 +11,14 @@ from memtune.estimate import estimate
 from memtune.perf import layout_of
 from memtune.plan.fast import FastEstimator, job_of
 from memtune.plan.search import layout_of_candidate
-from memtune.plan.space import candidates, default_space, pruned
-
-
-def _sample(base, n, seed):
-    d = derive(base)
-    pool = [c for c in candidates(d, default_space(d)) if not pruned(d, c, d.global_batch_size)]
-    return random.Random(seed).sample(pool, min(n, len(pool)))
 
 
 @pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
-def test_fast_path_equals_estimate_on_random_candidates(which, request):
+def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
     fast = FastEstimator(base, capacity_bytes(base.cluster))
     compared = 0
-    for c in _sample(base, 60, seed=11):
+    for c in sample(base, 60, seed=11):
         try:
             est = estimate(gate(with_changes(base, c.changes(base))))
         except InputError:
@@ -49,13 +40,13 @@ def test_fast_path_equals_estimate_on_random_candidates(which, request):
     assert compared >= 30
 
 
-def test_unvalidated_job_equals_validated_job(dense_base):
-    for c in _sample(dense_base, 40, seed=3):
+def test_unvalidated_job_equals_validated_job(dense_base, sample):
+    for c in sample(dense_base, 40, seed=3):
         assert job_data(job_of(dense_base, c)) == job_data(with_changes(dense_base, c.changes(dense_base)))
 
 
-def test_throughput_layout_of_candidate_equals_layout_of_job(moe_lora_base):
+def test_throughput_layout_of_candidate_equals_layout_of_job(moe_lora_base, sample):
     d = derive(moe_lora_base)
-    for c in _sample(moe_lora_base, 40, seed=5):
+    for c in sample(moe_lora_base, 40, seed=5):
         job_d = derive(with_changes(moe_lora_base, c.changes(moe_lora_base)))
         assert layout_of_candidate(d, c, job_d.layers_per_stage) == layout_of(job_d)

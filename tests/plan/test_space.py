@@ -1,28 +1,24 @@
 """What arithmetic prunes is exactly what memtune check refuses, with the same code."""
 
-import random
-
 from memtune.check import run_checks
 from memtune.check.finding import ERROR
 from memtune.config.changes import with_changes
 from memtune.config.derived import derive
 from memtune.errors import InputError
 from memtune.plan.query import Query, base_job
-from memtune.plan.space import Candidate, Recompute, candidates, default_space, pruned
+from memtune.plan.space import Candidate, Recompute, pruned
 
 
 def _error_codes(job):
     return {f.code for f in run_checks(job) if f.severity == ERROR}
 
 
-def test_every_pruned_candidate_is_refused_by_that_check(dense_base, moe_lora_base):
+def test_every_pruned_candidate_is_refused_by_that_check(dense_base, moe_lora_base, sample):
     checked = 0
     for base in (dense_base, moe_lora_base):
         d = derive(base)
-        pool = [
-            (c, code) for c in candidates(d, default_space(d)) if (code := pruned(d, c, d.global_batch_size))
-        ]
-        for c, code in random.Random(7).sample(pool, min(60, len(pool))):
+        for c in sample(base, 40, seed=7, want_pruned=True):
+            code = pruned(d, c, d.global_batch_size)
             try:
                 job = with_changes(base, c.changes(base))
             except InputError:
@@ -32,7 +28,7 @@ def test_every_pruned_candidate_is_refused_by_that_check(dense_base, moe_lora_ba
     assert checked >= 60
 
 
-def test_unpruned_layouts_pass_the_layout_checks(dense_base):
+def test_unpruned_layouts_pass_the_layout_checks(dense_base, sample):
     """The converse on a sample: nothing the pruning lets through trips the rules it mirrors."""
     mirrored = {
         "PAR001",
@@ -53,9 +49,7 @@ def test_unpruned_layouts_pass_the_layout_checks(dense_base):
         "REC002",
         "OFF001",
     }
-    d = derive(dense_base)
-    pool = [c for c in candidates(d, default_space(d)) if not pruned(d, c, d.global_batch_size)]
-    for c in random.Random(9).sample(pool, 60):
+    for c in sample(dense_base, 60, seed=9):
         assert not (_error_codes(with_changes(dense_base, c.changes(dense_base))) & mirrored), c.label()
 
 
