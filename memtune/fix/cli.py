@@ -35,22 +35,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _fragmentation(args: argparse.Namespace) -> tuple[bool | None, str | None]:
-    """diagnose's verdict on the logs: (is it fragmentation, the label) or (None, None) without logs."""
+def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
+    """diagnose's verdict on the logs: is it fragmentation, its label, and the bytes the failing
+    allocation was short by ((None, None, 0) without logs)."""
     if not args.oom_log and not args.snapshot:
-        return None, None
+        return None, None, 0
     from memtune.diagnose import diagnose
     from memtune.diagnose.evidence import FRAGMENTATION
 
     result = diagnose(args.oom_log, snapshot=args.snapshot, config=args.config)
     label = result.verdict.label
-    return label == FRAGMENTATION, label
+    n = result.verdict.numbers
+    short = max(0, n.requested - n.free) if n and n.requested is not None and n.free is not None else 0
+    return label == FRAGMENTATION, label, short
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_job(args.config, args.overrides)
-    fragmentation, label = _fragmentation(args)
-    result = find_fixes(loaded.job, fragmentation)
+    fragmentation, label, short = _from_logs(args)
+    result = find_fixes(loaded.job, fragmentation, min_saving=short)
     if args.write and result.suggestions:
         Path(args.write).write_text(
             "# written by memtune fix: "

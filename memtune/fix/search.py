@@ -58,11 +58,15 @@ def _merge(remedies: tuple[Remedy, ...]) -> tuple[Change, ...] | None:
     return tuple(merged.values())
 
 
-def find_fixes(job: JobConfig, fragmentation: bool | None = None, limit: int = 3) -> FixResult:
+def find_fixes(
+    job: JobConfig, fragmentation: bool | None = None, limit: int = 3, min_saving: int = 0
+) -> FixResult:
     """Suggestions that make ``job``'s most-loaded rank fit, cheapest first.
 
     ``fragmentation``: the failure is fragmentation (from ``diagnose``); by default it is when the
-    estimate says "tight" (fits only if fragmentation stays under the margin).
+    estimate says "tight" (fits only if fragmentation stays under the margin). ``min_saving``: the
+    bytes the failing rank must lose besides fitting by the estimate (what an out-of-memory log
+    says the run was short by, when the estimate thought it fit).
     """
     before = estimate(gate(job))
     base_pred = predict(gate(job))
@@ -119,8 +123,13 @@ def find_fixes(job: JobConfig, fragmentation: bool | None = None, limit: int = 3
             saved,
             pred.tokens_per_s_per_gpu / base_pred.tokens_per_s_per_gpu - 1,
         )
-        if est.verdict() != "fits":
-            not_chosen.append((title, f"not enough: saves {saved / 2**30:.2f} GiB, still {est.verdict()}"))
+        if est.verdict() != "fits" or (saved < min_saving and s.remedies[0].family != "allocator"):
+            short = (
+                f"still {est.verdict()}"
+                if est.verdict() != "fits"
+                else f"the log was short by {min_saving / 2**30:.2f}"
+            )
+            not_chosen.append((title, f"not enough: saves {saved / 2**30:.2f} GiB, {short}"))
             return None
         return s
 

@@ -51,3 +51,11 @@ def test_fragmentation_gets_expandable_segments_except_with_nccl_user_buffers():
     assert any(r.family == "allocator" for r in options(job))
     ub = with_changes(job, [Change("env.use_nccl_ub", True)])
     assert not any(r.family == "allocator" for r in options(ub))
+
+
+def test_a_logged_shortfall_must_be_saved_too():
+    # The example fits by the estimate; a log that says the run was 12 GiB short raises the bar.
+    job = load_job(EXAMPLE).job
+    result = find_fixes(job, fragmentation=False, min_saving=12 * 2**30)
+    assert result.suggestions
+    assert all(s.saved_bytes >= 12 * 2**30 for s in result.suggestions)
