@@ -206,7 +206,7 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
     mlp = 0.0
     ep_comm = 0.0
     if is_moe:
-        experts, k = m.num_moe_experts, m.moe_router_topk
+        experts, k = m.num_moe_experts or 1, m.moe_router_topk
         f = d.moe_ffn_hidden_size / lay.etp
         rows = T * k * lay.etp * lay.ep / (t * experts)
         local = experts / lay.ep
@@ -303,7 +303,7 @@ def model_flops_per_token(d: Derived) -> float:
     total = 0.0
     for is_moe in d.moe_layer_pattern:
         if is_moe:
-            ffn = m.moe_router_topk * (gate + 1) * h * d.moe_ffn_hidden_size + h * m.num_moe_experts
+            ffn = m.moe_router_topk * (gate + 1) * h * d.moe_ffn_hidden_size + h * (m.num_moe_experts or 0)
             if m.moe_shared_expert_intermediate_size:
                 ffn += (gate + 1) * h * m.moe_shared_expert_intermediate_size
         else:

@@ -10,6 +10,7 @@ import argparse
 import json
 import time
 from dataclasses import replace
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -78,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _space(base_job_, pins: tuple[Change, ...]) -> Space:
     space = default_space(derive(base_job_))
-    narrowed = {}
+    narrowed: dict[str, Any] = {}
     for pin in pins:
         field = _DOMAIN_KEYS.get(pin.key)
         if field is None:

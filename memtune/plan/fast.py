@@ -61,7 +61,8 @@ class FastResult:
 
     @property
     def worst(self) -> RankEstimate:
-        return combine(*self._pieces, by_module=False)
+        rank, chunks, flight, state, activations, buffers = self._pieces
+        return combine(rank, chunks, flight, state, activations, buffers, by_module=False)
 
 
 class FastEstimator:

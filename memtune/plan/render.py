@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -146,9 +148,8 @@ def _schema_default(key: str) -> object:
     from memtune.config.schema import JobConfig
 
     section, name = key.split(".", 1)
-    annotation = JobConfig.model_fields[section]
-    model = annotation.annotation
-    model = next((a for a in getattr(model, "__args__", (model,)) if hasattr(a, "model_fields")), model)
+    annotation = JobConfig.model_fields[section].annotation
+    model: Any = next(a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields"))
     return model.model_fields[name].default
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from memtune.config.changes import Change
 from memtune.config.derived import Derived
@@ -127,7 +127,6 @@ class Space:
     mbs: tuple[int, ...]
     sharding: tuple[str, ...]
     offload: tuple[float, ...]
-    pinned: dict[str, object] = field(default_factory=dict)  # other candidate keys pinned by the user
 
 
 def _divisors(n: int) -> list[int]:
@@ -150,7 +149,7 @@ def default_space(d: Derived) -> Space:
     pp = [p for p in _divisors(world) if p <= m.num_layers + 2]
     vpp = [v for v in range(1, 17) if any((m.num_layers + e) % v == 0 for e in (0, 2))]
     cp = [c for c in _powers_of_two(min(world, 16)) if m.seq_length % (2 * c) == 0 or c == 1]
-    ep = [e for e in _divisors(m.num_moe_experts) if world % e == 0] if d.is_moe else [1]
+    ep = [e for e in _divisors(m.num_moe_experts or 1) if world % e == 0] if d.is_moe else [1]
     return Space(
         tp=tuple(_powers_of_two(min(2 * per_node, m.num_attention_heads, world))),
         pp=tuple(pp),
@@ -196,7 +195,7 @@ def pruned_layout(d: Derived, c: Candidate, gbs: int) -> str | None:
         return "PAR004"
     if not all(d.moe_layer_pattern) and d.ffn_hidden_size % c.tp:
         return "PAR005"
-    if d.is_moe and (m.num_moe_experts % c.ep):
+    if d.is_moe and ((m.num_moe_experts or 1) % c.ep):
         return "MOE002"
     if d.is_moe and d.moe_ffn_hidden_size % c.etp:
         return "MOE004"
