@@ -13,6 +13,7 @@ from memtune.config import load_job
 from memtune.config.changes import job_data
 from memtune.errors import InputError
 from memtune.fix.search import FixResult, Suggestion, find_fixes
+from memtune.perf import ASSUMPTIONS
 from memtune.units import GiB
 
 
@@ -100,6 +101,7 @@ def to_json(result: FixResult, label: str | None) -> dict:
         "capacity_bytes": est.capacity_bytes,
         "suggestions": [_suggestion_json(s, result) for s in result.suggestions],
         "not_chosen": [{"change": title, "why": why} for title, why in result.not_chosen],
+        "throughput_assumptions": list(ASSUMPTIONS),
     }
 
 
@@ -129,3 +131,6 @@ def render(result: FixResult, label: str | None, console: Console) -> None:
             console.print(f"  {title}: {why}")
         if len(result.not_chosen) > 12:
             console.print(f"  [dim]... {len(result.not_chosen) - 12} more (--json lists all)[/dim]")
+    console.print(
+        "[dim]throughput predicted by memtune's model (docs/plan.md): " + "; ".join(ASSUMPTIONS) + "[/dim]"
+    )
