@@ -23,7 +23,9 @@ def _registrars():
     from memtune.check import cli as check_cli
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
+    from memtune.fix import cli as fix_cli
     from memtune.measure import cli as measure_cli
+    from memtune.plan import cli as plan_cli
     from memtune.regress import cli as regress_cli
     from memtune.runtime import cli as runtime_cli
 
@@ -32,6 +34,8 @@ def _registrars():
         check_cli.register,
         measure_cli.register,
         diagnose_cli.register,
+        plan_cli.register,
+        fix_cli.register,
         bench_cli.register,
         catalog_cli.register,
         regress_cli.register,

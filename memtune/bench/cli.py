@@ -13,7 +13,8 @@ from memtune.bench.accuracy import accuracy_report, evaluate, read_runs
 from memtune.bench.published import evaluate_published, published_report, read_published
 
 DEFAULT_SET = Path("benchmarks/measured")
-DEFAULT_PUBLISHED = Path("benchmarks/published")
+DEFAULT_PUBLISHED = Path("benchmarks/published/memory")
+DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +58,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
     pub.set_defaults(handler=run_published)
+    plan = bench.add_parser(
+        "plan",
+        help="the planner's search speed; with --accuracy, the throughput model against published layouts",
+        description="Time an exhaustive `memtune plan` search (default: Llama 3.1 405B on 1,024 H100s), or with "
+        "--accuracy compare predicted and measured throughput of published layout comparisons.",
+    )
+    plan.add_argument("--model", default="llama3.1-405b", help="model preset (default llama3.1-405b)")
+    plan.add_argument("--gpus", type=int, default=1024, help="GPU count (default 1024)")
+    plan.add_argument("--gpu", default="H100-80GB", help="GPU type (default H100-80GB)")
+    plan.add_argument("--seq", type=int, default=8192, help="sequence length (default 8192)")
+    plan.add_argument("--gbs", type=int, default=1536, help="global batch size (default 1536)")
+    plan.add_argument("--workers", type=int, default=0, help="search processes (default: CPU count, up to 8)")
+    plan.add_argument(
+        "--accuracy",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help=f"published comparisons to score (default {DEFAULT_LAYOUTS_TEXT})",
+    )
+    plan.set_defaults(handler=run_plan)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,4 +95,20 @@ def run_published(args: argparse.Namespace) -> int:
         print(json.dumps(render.published_json(report), indent=2))
     else:
         render.print_published(Console(), report)
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from memtune.bench import plan as bench_plan
+    from memtune.plan.search import default_workers
+
+    console = Console()
+    if args.accuracy is not None:
+        render.print_plan_accuracy(
+            console, bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS])
+        )
+        return 0
+    workers = args.workers or default_workers()
+    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)
+    render.print_plan_speed(console, args, result, workers)
     return 0

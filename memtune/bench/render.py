@@ -88,3 +88,44 @@ def print_published(console: Console, report: PublishedReport) -> None:
                 f"max {s.max_abs_error:.1%} ({s.worst_id}); under-estimates {s.under_estimates}, "
                 f"worst {s.worst_under:+.1%}"
             )
+
+
+def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
+    """Predicted against measured throughput of published layout comparisons (bench/plan.py)."""
+    from memtune.bench.plan import kendall_tau
+
+    table = Table(
+        title="Predicted vs measured throughput, relative to each set's first run", title_justify="left"
+    )
+    for col in ("set", "split", "run", "measured", "predicted", "meas rel", "pred rel", "error"):
+        table.add_column(col, justify="left" if col in ("set", "split", "run") else "right")
+    for runs in sets:
+        for r in runs:
+            table.add_row(
+                r.set_id,
+                r.split,
+                r.label,
+                f"{r.measured:g}",
+                f"{r.predicted:.1f}",
+                f"{r.measured_relative:.3f}",
+                f"{r.predicted_relative:.3f}",
+                f"{r.error:+.1%}",
+            )
+    console.print(table)
+    for runs in sets:
+        tau = kendall_tau([r.measured for r in runs], [r.predicted for r in runs])
+        errors = [abs(r.error) for r in runs[1:]]
+        console.print(
+            f"[bold]{runs[0].set_id}[/bold] ({runs[0].split}): Kendall tau {tau:+.2f}, relative-throughput "
+            f"error mean {sum(errors) / max(len(errors), 1):.1%}, max {max(errors, default=0):.1%}"
+        )
+
+
+def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> None:
+    n = result.result.counts
+    console.print(
+        f"{args.model} on {args.gpus} x {args.gpu}, seq {args.seq}, GBS {args.gbs}: "
+        f"{n.get('enumerated', 0):,} candidates ({n.get('pruned', 0):,} pruned by arithmetic, "
+        f"{n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit) in {result.wall_s:.2f} s wall, "
+        f"{result.cpu_s:.2f} s CPU over {workers} process(es)"
+    )

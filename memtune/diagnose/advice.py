@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memtune.check import gate
 from memtune.config import LoadedJob, derive
 from memtune.config.allocator import is_true
-from memtune.config.changes import Change, with_changes
+from memtune.config.changes import Change
 from memtune.config.schema import JobConfig
 from memtune.diagnose.classify import Verdict, significant
 from memtune.diagnose.evidence import (
@@ -23,10 +22,7 @@ from memtune.diagnose.evidence import (
     OUTSIDE_PYTORCH,
 )
 from memtune.errors import InputError
-from memtune.estimate import estimate
-from memtune.peft.model import adapters
-
-EXPANDABLE = "expandable_segments:True"
+from memtune.fix.changes import EXPANDABLE, alloc_conf_change, estimate_job, ladder, peak_after
 
 
 @dataclass(frozen=True)
@@ -46,24 +42,11 @@ class Fix:
 
 
 def _alloc_conf(job: JobConfig | None, option: str) -> str:
-    """The job's allocator settings in effect with ``option`` set, under the name Megatron's guards read."""
-    current = dict(derive(job).allocator.options) if job else {}
-    key, _, value = option.partition(":")
-    current[key] = value
-    return "env.PYTORCH_CUDA_ALLOC_CONF=" + ",".join(f"{k}:{v}" for k, v in current.items())
+    return str(alloc_conf_change(job, option))
 
 
 def _graphs_on(job: JobConfig | None) -> bool:
     return bool(job and derive(job).cuda_graphs)
-
-
-def _passes_checks(job: JobConfig, changes: tuple[str, ...]) -> bool:
-    """Whether the job with these changes still passes every error-level check."""
-    try:
-        gate(with_changes(job, [Change.parse(c) for c in changes]))
-    except InputError:
-        return False
-    return True
 
 
 def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
@@ -93,95 +76,47 @@ def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
 
 
 def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
-    fixes: list[Fix] = []
-    model = job.model if job else None
-    if job is None or (
-        job.peft
-        and not job.peft.sequence_parallel_input_regather
-        and any(a.regather_blocker is None for a in adapters(derive(job)))
-    ):
-        fixes.append(
-            Fix(
-                "Re-gather LoRA adapter inputs under sequence parallelism"
-                + ("" if job else " (LoRA + SP only)"),
-                ("peft.sequence_parallel_input_regather=true",),
-                "the adapters keep their sequence shard instead of a full-sequence copy of the input",
-                "small",
-            )
-        )
-    if model is None or model.recompute_granularity is None:
-        fixes.append(
-            Fix(
-                "Selective activation recompute",
-                ("model.recompute_granularity=selective",),
-                "recomputes attention internals (core_attn) instead of storing them",
-                "a few % step time",
-            )
-        )
-    elif model.recompute_granularity == "selective":
-        fixes.append(
-            Fix(
-                "Full activation recompute",
-                (
-                    "model.recompute_granularity=full",
-                    "model.recompute_method=uniform",
-                    "model.recompute_num_layers=1",
-                ),
-                "stores only each layer's input",
-                "about a third more step time",
-            )
-        )
-    derived = derive(job) if job else None
-    distopt = bool(derived and derived.use_distributed_optimizer)
-    if not distopt and (derived is None or derived.dp > 1):
-        fixes.append(
-            Fix(
-                "Distributed optimizer",
-                ("ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"),
-                "shards optimizer state and main weights across data-parallel ranks",
-                "small (overlapped gathers)",
-            )
-        )
-    pp = 2 * derived.pp if derived else None
-    keys = (f"model.pipeline_model_parallel_size={pp or '<2 × current>'}",)
-    if derived is not None and model.pipeline_dtype is None:
-        # Megatron-Core refuses PP > 1 without it (check PAR006).
-        keys += (f"model.pipeline_dtype={derived.param_dtype}",)
-    # The checks know every layout rule (uneven and accounted stages, VPP): propose only a PP they accept.
-    if job is None or _passes_checks(job, keys):
-        cost = "pipeline bubble"
-        if derived and derived.dp >= 2:
-            cost += f"; at a fixed GPU count DP drops {derived.dp} → {derived.dp // 2}"
-        elif derived:
-            cost += "; needs twice the GPUs (DP is already 1)"
-        fixes.append(Fix("More pipeline stages", keys, "each rank holds fewer layers", cost))
-    if (derived is None or (derived.pp == 1 and model.cuda_graph_impl == "none")) and (
-        model is None or not model.cpu_offloading
-    ):
-        layers = max(1, derived.layers_per_stage[0] // 4) if derived else "<N>"
-        keys = ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}")
-        if model is not None and model.recompute_granularity is not None:
-            # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
-            keys += ("model.recompute_granularity=null",)
-        fixes.append(
-            Fix(
-                "Offload activations to the CPU" + ("" if job else " (only with PP = 1, no CUDA graphs)"),
-                keys,
-                "keeps the offloaded layers' activations in host memory",
-                "large; watch host RAM",
-            )
-        )
-    if derived is None or 2 * derived.tp <= job.cluster.gpus_per_node:
-        tp = 2 * derived.tp if derived else "<2 × current>"
-        fixes.append(
-            Fix(
-                "More tensor parallelism (last resort)",
-                (f"model.tensor_model_parallel_size={tp}",),
-                "splits every layer's weights and activations further",
-                "the highest throughput cost",
-            )
-        )
-    return fixes
+    if job is not None:
+        # The shared model of remedies (memtune/fix/changes.py), quoted with the job's keys.
+        return [Fix(r.title, tuple(str(c) for c in r.changes), r.why, r.cost) for r in ladder(job)]
+    return [
+        Fix(
+            "Re-gather LoRA adapter inputs under sequence parallelism (LoRA + SP only)",
+            ("peft.sequence_parallel_input_regather=true",),
+            "the adapters stop keeping their own full-sequence copy of the input",
+            "small",
+        ),
+        Fix(
+            "Selective activation recompute",
+            ("model.recompute_granularity=selective",),
+            "recomputes attention internals (core_attn) instead of storing them",
+            "a few % step time",
+        ),
+        Fix(
+            "Distributed optimizer",
+            ("ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"),
+            "shards optimizer state and main weights across data-parallel ranks",
+            "small (overlapped gathers)",
+        ),
+        Fix(
+            "More pipeline stages",
+            ("model.pipeline_model_parallel_size=<2 × current>",),
+            "each rank holds fewer layers",
+            "pipeline bubble",
+        ),
+        Fix(
+            "Offload activations to the CPU (only with PP = 1, no CUDA graphs)",
+            ("model.cpu_offloading=true", "model.cpu_offloading_num_layers=<N>"),
+            "keeps the offloaded layers' activations in host memory",
+            "large; watch host RAM",
+        ),
+        Fix(
+            "More tensor parallelism (last resort)",
+            ("model.tensor_model_parallel_size=<2 × current>",),
+            "splits every layer's weights and activations further",
+            "the highest throughput cost",
+        ),
+    ]
 
 
 def _outside_fixes(job: JobConfig | None, verdict: Verdict) -> list[Fix]:
@@ -356,17 +291,15 @@ def _version_fixes(job: JobConfig | None) -> list[Fix]:
 def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
     """Add the estimator's saving on the most-loaded rank to each fix that changes config keys."""
     try:
-        base = estimate(gate(loaded.job)).worst.peak_bytes
+        base = estimate_job(loaded.job).worst.peak_bytes
     except InputError:
         return fixes
     result = []
     for fix in fixes:
         if fix.saves_bytes is None and any(not key.startswith("env.") for key in fix.overrides):
             try:
-                changed = with_changes(loaded.job, [Change.parse(o) for o in fix.overrides])
-                fix = replace(
-                    fix, saves_bytes=base - estimate(gate(changed)).worst.peak_bytes, saves_note="estimated"
-                )
+                after = peak_after(loaded.job, [Change.parse(o) for o in fix.overrides])
+                fix = replace(fix, saves_bytes=base - after, saves_note="estimated")
             except InputError as exc:
                 fix = replace(fix, saves_note=f"not estimated: {exc.problems[0]}")
         if fix.saves_note == "estimated" and fix.saves_bytes is not None and fix.saves_bytes <= 0:

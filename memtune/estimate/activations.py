@@ -39,9 +39,13 @@ class Saved:
         if nbytes:
             self.tensors[name] = self.tensors.get(name, 0.0) + nbytes
 
-    def merge(self, other: Saved, prefix: str = "") -> None:
+    def merge(self, other: Saved, prefix: str = "", times: int = 1) -> None:
+        """Add ``other``'s tensors (``times`` copies of them) under ``prefix``; keep the larger transients."""
+        tensors = self.tensors
         for name, nbytes in other.tensors.items():
-            self.add(prefix + name, nbytes)
+            if nbytes:
+                key = prefix + name
+                tensors[key] = tensors.get(key, 0.0) + times * nbytes
         self.fwd_transient = max(self.fwd_transient, other.fwd_transient)
         self.bwd_transient = max(self.bwd_transient, other.bwd_transient)
 

@@ -12,7 +12,9 @@ Everything here is a pure function of the configuration; rendering lives elsewhe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
 from memtune.estimate import activations as act
@@ -42,15 +44,15 @@ class ChunkActivations:
     layers: int
     extra: float  # peak of (alive - kept) over the chunk's forward and backward
 
-    @property
+    @cached_property
     def total(self) -> float:
         return self.saved.total
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """A stretch of a chunk that autograd treats as one unit: a layer, a checkpointed group of
-    layers, the embedding or the output layer with the loss."""
+    layers, the embedding or the output layer with the loss. (A named tuple: the planner builds
+    millions of them.)"""
 
     kept: float  # bytes it keeps from its forward until its backward
     replayed: float  # bytes it holds during its backward (more than kept when recomputed)
@@ -105,11 +107,17 @@ def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: Estim
     return saved
 
 
-def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> ChunkActivations:
-    """Activations of one microbatch in one chunk, with full recompute and offload applied."""
+def chunk_activations(
+    d: Derived, chunk: Chunk, options: EstimateOptions, kinds: dict[bool, act.Saved] | None = None
+) -> ChunkActivations:
+    """Activations of one microbatch in one chunk, with full recompute and offload applied.
+
+    ``kinds`` may carry the layers already built for this job's activation shape (the planner
+    shares them across chunks); missing kinds are built into it.
+    """
     x, fl, m = act.dims_of(d), flavour_of(d), d.model
     # Layers differ only in being dense or MoE: build each kind once.
-    kinds: dict[bool, act.Saved] = {}
+    kinds = {} if kinds is None else kinds
     indices = list(chunk.layers) + [chunk.layers[-1] if chunk.layers else 0] * chunk.mtp_layers
     layers = []
     for i in indices:
@@ -135,10 +143,21 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         else 0
     )
     first_layer = 0
+    # Each layer kind's total, and how many more times each kind is kept beyond its first merge:
+    # the byte counts are whole numbers, so adding a kind n times equals adding n times it.
+    totals = {id(layer): layer.total for layer in kinds.values()}
+    repeats: dict[int, list[Any]] = {}
     for group, checkpointed in _layer_groups(d, layers):
-        full = sum(layer.total for layer in group)
-        fwd = max(layer.fwd_transient for layer in group)
-        bwd = max(layer.bwd_transient for layer in group) + residual_grad
+        if len(group) == 1:
+            full, fwd, bwd = (
+                totals[id(group[0])],
+                group[0].fwd_transient,
+                group[0].bwd_transient + residual_grad,
+            )
+        else:
+            full = sum(totals[id(layer)] for layer in group)
+            fwd = max(layer.fwd_transient for layer in group)
+            bwd = max(layer.bwd_transient for layer in group) + residual_grad
         if checkpointed:
             inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
             kept.add("recompute.checkpoint_inputs", inputs)
@@ -148,10 +167,17 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
             segments.append(Segment(0.0, full, full + fwd, bwd))
         else:
             for layer in group:
-                kept.merge(layer, "decoder.")
+                if id(layer) in repeats:
+                    repeats[id(layer)][1] += 1
+                else:
+                    kept.merge(layer, "decoder.")
+                    repeats[id(layer)] = [layer, 0]
             segments.append(Segment(full, full, fwd, bwd))
         units.append(len(group))
         first_layer += len(group)
+    for layer, extra in repeats.values():
+        if extra:
+            kept.merge(layer, "decoder.", times=extra)
     for _ in range(chunk.mtp_layers):
         mtp = act.mtp_extra(d, x)
         kept.merge(mtp)
@@ -213,7 +239,7 @@ def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units:
         return segments
     outside = max(0.0, trainable - in_units)
     segments[-1] = _first_gradient_bucket(d, chunk, segments[-1], grad_bytes * outside)
-    if not count:
+    if not count or not mean:  # no unit is really sharded: nothing to gather per layer
         return segments
     prefetched = math.ceil(communication / 2 / mean)
     queued = math.floor(communication / mean) + 1  # reduced buckets kept while the next one fills
@@ -221,8 +247,7 @@ def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units:
     for index, own in enumerate(units):
         after = count - before - own  # units whose backward ran before this segment's
         gathered_bwd = min(own + prefetched, count - after) if own else 0
-        segments[index] = replace(
-            segments[index],
+        segments[index] = segments[index]._replace(
             fwd_extra=segments[index].fwd_extra + weight_bytes * mean * (count - before),
             bwd_extra=segments[index].bwd_extra
             + weight_bytes * mean * gathered_bwd
@@ -243,7 +268,7 @@ def _first_gradient_bucket(d: Derived, chunk: Chunk, segment: Segment, bucket: f
         vocab = d.padded_vocab_size / d.tp
         wgrad = act.BF16 * vocab * x.hidden + act.BF16 * x.tokens * x.hidden - act.FP32 * x.tokens * vocab
         peak = max(peak, wgrad + bucket)
-    return replace(segment, bwd_extra=peak, bwd_residue=segment.bwd_residue + bucket)
+    return segment._replace(bwd_extra=peak, bwd_residue=segment.bwd_residue + bucket)
 
 
 def _layer_groups(d: Derived, layers: list[act.Saved]) -> list[tuple[list[act.Saved], bool]]:
@@ -299,50 +324,82 @@ def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
     return d.deferred_wgrad_buffers_at_peak * per_microbatch
 
 
-def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
-    chunks = d.chunks[pp_rank]
-    fl = flavour_of(d)
+def rank_params(d: Derived, chunks: tuple[Chunk, ...]) -> tuple[ParamCounts, AdapterParams, ParamCounts]:
+    """A rank's base parameters, LoRA adapters, and the base parameters inside transformer
+    layers (Megatron-FSDP's units): what :func:`model_state` takes."""
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
     adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
     units = sum((chunk_transformer_layer_params(d, c) for c in chunks), ParamCounts())
-    state = model_state(d, local, adapters, units)
-    flight = in_flight(d, pp_rank)
-    per_chunk = [chunk_activations(d, c, options) for c in chunks]
-    held = 0.0
-    modules: dict[str, float] = {}
-    worst_transient = 0.0
+    return local, adapters, units
+
+
+def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
+    chunks = d.chunks[pp_rank]
+    return combine(
+        pp_rank,
+        chunks,
+        in_flight(d, pp_rank),
+        model_state(d, *rank_params(d, chunks)),
+        [chunk_activations(d, c, options) for c in chunks],
+        persistent_buffers(d, flavour_of(d), chunks),
+        deferred_wgrad_bytes(d, chunks),
+    )
+
+
+def held_and_transient(
+    chunks: tuple[Chunk, ...], flight: dict[int, int], per_chunk: list[ChunkActivations], deferred: float
+) -> tuple[float, float]:
+    """Activations the in-flight microbatches hold (with deferred weight-gradient buffers), and
+    the worst working set a chunk adds."""
+    held, worst_transient = deferred, 0.0
     for chunk, acts in zip(chunks, per_chunk):
         count = flight.get(chunk.vp_stage, 0)
-        if not count:
-            continue
-        held += count * acts.total
-        for name, nbytes in acts.saved.tensors.items():
-            modules[name] = modules.get(name, 0.0) + count * nbytes
-        worst_transient = max(worst_transient, acts.extra)
-    deferred = deferred_wgrad_bytes(d, chunks)
-    if deferred:
-        held += deferred
-        modules["output_layer.deferred_wgrad_buffers"] = deferred
-    buffers = persistent_buffers(d, fl, chunks)
-    training_peak = held + worst_transient
-    if state.optimizer_step_transient > training_peak:
-        return RankEstimate(
-            pp_rank=pp_rank,
-            layers=sum(len(c.layers) for c in chunks),
-            in_flight=flight,
-            state=state,
-            activations=0.0,
-            transient=state.optimizer_step_transient + buffers,
-            peak_phase="optimizer step",
-            modules={},
-        )
+        if count:
+            held += count * acts.total
+            worst_transient = max(worst_transient, acts.extra)
+    return held, worst_transient
+
+
+def peak_parts(
+    state: ModelState, held: float, worst_transient: float, buffers: float
+) -> tuple[float, float, str]:
+    """(activations, transient, phase) at the rank's peak: forward/backward, or the optimizer
+    step when its temporaries outgrow the activations."""
+    if state.optimizer_step_transient > held + worst_transient:
+        return 0.0, state.optimizer_step_transient + buffers, "optimizer step"
+    return held, worst_transient + buffers, "forward/backward"
+
+
+def combine(
+    pp_rank: int,
+    chunks: tuple[Chunk, ...],
+    flight: dict[int, int],
+    state: ModelState,
+    per_chunk: list[ChunkActivations],
+    buffers: float,
+    deferred: float,
+    by_module: bool = True,
+) -> RankEstimate:
+    """A rank's peak from its pieces; ``memtune.plan``'s fast path calls it with cached pieces
+    and without the per-module breakdown (``by_module=False`` leaves ``modules`` empty)."""
+    held, worst_transient = held_and_transient(chunks, flight, per_chunk, deferred)
+    activations, transient, phase = peak_parts(state, held, worst_transient, buffers)
+    modules: dict[str, float] = {}
+    if by_module and phase == "forward/backward":
+        for chunk, acts in zip(chunks, per_chunk):
+            count = flight.get(chunk.vp_stage, 0)
+            if count:
+                for name, nbytes in acts.saved.tensors.items():
+                    modules[name] = modules.get(name, 0.0) + count * nbytes
+        if deferred:
+            modules["output_layer.deferred_wgrad_buffers"] = deferred
     return RankEstimate(
         pp_rank=pp_rank,
         layers=sum(len(c.layers) for c in chunks),
         in_flight=flight,
         state=state,
-        activations=held,
-        transient=worst_transient + buffers,
-        peak_phase="forward/backward",
+        activations=activations,
+        transient=transient,
+        peak_phase=phase,
         modules=modules,
     )

@@ -14,7 +14,7 @@ import pytest
 
 from memtune.bench.published import evaluate_published, read_published, split_of
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "benchmarks" / "published"
+PUBLISHED = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "memory"
 RUNS = {run["id"]: run for run in read_published([PUBLISHED])}
 
 

@@ -1,4 +1,4 @@
-"""The Megatron-LM flag translation behind benchmarks/published/megatron-lm-ci/."""
+"""The Megatron-LM flag translation behind benchmarks/published/memory/megatron-lm-ci/."""
 
 import importlib.util
 from pathlib import Path

@@ -1,0 +1,5 @@
+"""``memtune fix``: the cheapest changes that make a failing configuration fit.
+
+:mod:`memtune.fix.changes` holds the remedies (shared with ``memtune diagnose``'s advice);
+:mod:`memtune.fix.search` estimates each on the failing rank and predicts its throughput cost.
+"""

@@ -1,0 +1,89 @@
+"""Every constant of the throughput model, in one place, each with its source.
+
+Peak FLOP/s, HBM and NVLink bandwidth per GPU come from the GPU catalog
+(``memtune/catalog/data/gpus.yaml``, vendor datasheets). What is here is how much of those peaks
+real kernels and collectives reach, and the few figures the catalog has no column for.
+
+GEMM efficiency follows a half-performance-size model (Hockney's ``n_1/2``):
+
+    efficiency(M, N, K) = GEMM_PEAK_FRACTION / (1 + GEMM_HALF_SIZE / M + GEMM_HALF_SIZE / N + GEMM_HALF_SIZE / K)
+
+so a GEMM whose every side is much larger than ``GEMM_HALF_SIZE`` runs at ``GEMM_PEAK_FRACTION``
+of the tensor-core peak and one with a side of ``GEMM_HALF_SIZE`` loses about half. Smaller
+tensor-parallel shards (a smaller N or K) therefore run less efficiently.
+
+Where the two numbers come from: no GPU time was left for this work's calibration run, so
+``GEMM_PEAK_FRACTION`` is set from the H200 figure recorded for this project's GPU machine (an
+8192 x 8192 x 8192 bf16 ``torch.matmul`` at 769-798 TFLOP/s on random data, device notes
+KINDS.md, 2026-10-28 and 2026-11-04), i.e. 788 / 989.5 TFLOP/s at that shape, and
+``GEMM_HALF_SIZE`` is a prior (cuBLAS reaches about half its large-GEMM rate when one side is near
+one wave of 128-wide tiles on a 132-SM Hopper), not a fit. ``benchmarks/gpu/gemm_calibration.py``
+measures shard-shaped GEMMs and flash attention on the H200 and fits both
+(``--fit``); run it and replace these values. Other GPUs scale by their catalog peak: the fraction
+reached is assumed to be the same on every GPU, and fp8 GEMMs are assumed to reach the same
+fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach less).
+"""
+
+from __future__ import annotations
+
+# --- compute -------------------------------------------------------------------------------
+# See the module docstring: the H200's measured 8192^3 rate, and a prior for the half size.
+GEMM_HALF_SIZE = 96.0
+GEMM_PEAK_FRACTION = 788 / 989.5 * (1 + 3 * GEMM_HALF_SIZE / 8192)
+
+# Flash attention (forward) reaches this fraction of the bf16 peak at head dim 128 and long
+# sequences; its backward does 2.5x the forward's FLOPs (five GEMMs against two) at a lower
+# efficiency. Source: FlashAttention-2 (Dao 2023, Figures 5-6) reports 50-73% of the A100's peak
+# forward and 45-60% backward at head dim 128 and sequences of 2k-16k; taken as the same fraction
+# on Hopper until benchmarks/gpu/gemm_calibration.py measures PyTorch's flash SDPA on the H200.
+ATTENTION_FWD_FRACTION = 0.55
+ATTENTION_BWD_FRACTION = 0.45
+ATTENTION_BWD_FLOPS_FACTOR = 2.5
+
+# Elementwise work (norms, residual adds, RoPE, activation, dropout, bias) is bound by HBM
+# bandwidth: bytes moved per layer and token, as a multiple of the hidden size in bf16. Counted
+# from Megatron-Core's layer: two norms (read + write), two residual adds (2 reads + 1 write),
+# RoPE on q and k, the activation (GLU reads 2x ffn and writes 1x ffn, folded in as 4 h-wide
+# passes), about 14 hidden-sized bf16 passes forward; backward twice that.
+ELEMENTWISE_PASSES_FWD = 14
+HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet HBM bandwidth
+
+# --- communication -------------------------------------------------------------------------
+# NCCL's bus bandwidth for all-gather / reduce-scatter inside an NVLink domain reaches about 80%
+# of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s).
+NVLINK_BUS_FRACTION = 0.80
+# Inter-node: one 400 Gb/s NIC per GPU (DGX H100/H200 reference architecture: eight ConnectX-7
+# NDR400 ports), of which NCCL reaches about 80%.
+INTER_NODE_GBPS_PER_GPU = 50.0
+INTER_NODE_BUS_FRACTION = 0.80
+# All-to-all reaches less of the link than ring collectives (many small messages): MoE
+# dispatch/combine measurements in DeepEP's README report 150-160 GB/s intra-node on H800
+# (about 40% of NVLink) and 40-47 GB/s inter-node over 400 Gb/s RDMA (80-90% of the NIC).
+ALL_TO_ALL_NVLINK_FRACTION = 0.40
+ALL_TO_ALL_INTER_NODE_FRACTION = 0.85
+# Tensor-parallel collectives sit on the critical path unless Transformer Engine's userbuffer
+# overlap (tp_comm_overlap) is on; memtune's schema has no such key, so a fixed share of them is
+# counted as exposed. Megatron-LM's 2023 overlap work reports that about half of TP communication
+# can be hidden by the pipelined GEMM+collective kernels that Bridge recipes enable.
+TP_COMM_EXPOSED_FRACTION = 0.5
+# Pipeline send/receive of one microbatch's boundary tensor overlaps poorly in 1F1B; counted in full.
+PP_P2P_EXPOSED_FRACTION = 1.0
+# With overlap_grad_reduce / overlap_param_gather the data-parallel collectives run during the
+# last microbatch's backward / the first microbatch's forward; this share of that time hides them.
+DP_OVERLAP_WINDOW_FRACTION = 0.9
+
+# --- optimizer and offload -----------------------------------------------------------------
+# Adam with fp32 master weights touches per parameter: the fp32 gradient (4 B read), master
+# weight, first and second moment (read + write, 24 B) and the bf16 weight (2 B write): 30 B,
+# all at HBM speed (Megatron's fused Adam is memory bound).
+OPTIMIZER_BYTES_PER_PARAM = 30
+# Host side of optimizer offload: the gradient goes down (4 B) and the weight comes back (2 B)
+# over PCIe Gen5 x16 (64 GB/s per direction, about 80% reached), and the CPU runs Adam. ZeRO-Offload
+# (Ren et al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
+# parameters on a multi-core host, shared here by the node's 8 GPUs.
+PCIE_GBPS = 50.0
+CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
+# Activation offload moves each offloaded layer's saved activations down in forward and back up
+# in backward over PCIe; Megatron overlaps the copies with the next layers' compute, so only the
+# part longer than that compute shows.
+ACTIVATION_OFFLOAD_OVERLAP = True

@@ -1,0 +1,486 @@
+"""Predicted step time of a training layout: compute from FLOPs at a shape-dependent GEMM
+efficiency, communication from bytes over the link each collective uses, the pipeline bubble,
+the optimizer step and offload transfers.
+
+The model reads the architecture from :class:`~memtune.config.derived.Derived` and the layout
+from a :class:`Layout` (plain numbers), so ``memtune plan`` can predict thousands of layouts of
+one model without building a job for each; ``layout_of(derived)`` gives the layout of a job and
+``predict(checked)`` is the one-job entry point. Every constant is in
+:mod:`memtune.perf.constants`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memtune.catalog.gpus import GPU, get_gpu
+from memtune.check import CheckedJob
+from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.perf import constants as K
+
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The knobs that change speed, as plain values (what ``memtune plan`` enumerates)."""
+
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int
+    edp: int
+    mbs: int
+    num_microbatches: int
+    sp: bool
+    recompute: str  # "none", "selective" or "full"
+    recompute_modules: tuple[str, ...]
+    recomputed_layers_per_chunk: int  # full recompute: layers replayed per chunk (all for uniform)
+    layers_per_stage: tuple[int, ...]
+    distributed_optimizer: bool
+    fsdp_strategy: str
+    optimizer_offload_fraction: float  # of the optimizer state kept on the host
+    activation_offload_layers: int
+    lora_regather: bool
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    gpus_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+
+def layout_of(d: Derived) -> Layout:
+    m, job = d.model, d.job
+    granularity = m.recompute_granularity or "none"
+    chunk_layers = max(d.layers_per_stage) // d.vpp if d.layers_per_stage else 0
+    if granularity == "full":
+        replayed = (
+            chunk_layers
+            if m.recompute_method == "uniform"
+            else min(m.recompute_num_layers or 1, chunk_layers)
+        )
+    else:
+        replayed = 0
+    opt = job.optimizer
+    offloaded = m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
+    peft = job.peft
+    return Layout(
+        tp=d.tp,
+        pp=d.pp,
+        vpp=d.vpp,
+        cp=d.cp,
+        ep=d.ep,
+        etp=d.etp,
+        dp=d.dp,
+        edp=d.edp,
+        mbs=d.micro_batch_size,
+        num_microbatches=d.num_microbatches,
+        sp=d.sequence_parallel,
+        recompute=granularity,
+        recompute_modules=d.recompute_modules,
+        recomputed_layers_per_chunk=replayed,
+        layers_per_stage=d.layers_per_stage,
+        distributed_optimizer=d.use_distributed_optimizer,
+        fsdp_strategy=d.fsdp_strategy,
+        optimizer_offload_fraction=opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0,
+        activation_offload_layers=offloaded,
+        lora_regather=bool(peft and peft.sequence_parallel_input_regather and d.sequence_parallel),
+        overlap_grad_reduce=job.ddp.overlap_grad_reduce,
+        overlap_param_gather=job.ddp.overlap_param_gather,
+        gpus_per_node=job.cluster.gpus_per_node,
+    )
+
+
+@dataclass
+class Prediction:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    breakdown: dict[str, float]  # seconds per step by component, on the slowest pipeline stage
+    stage_compute_s: tuple[float, ...] = ()  # per pipeline stage: its microbatches' compute and recompute
+
+    @property
+    def assumptions(self) -> list[str]:
+        return list(ASSUMPTIONS)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(v for k, v in self.breakdown.items() if k.startswith("compute"))
+
+
+ASSUMPTIONS = [
+    "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K): H200 8192³ rate, n½ a prior (not yet calibrated); other GPUs scale by catalog peak",
+    "flash attention, causal; backward does 2.5x the forward FLOPs",
+    "balanced MoE routing; each rank's experts get tokens · top-k · ETP · EP / (TP · experts) rows",
+    "TP collectives half exposed (Transformer Engine comm overlap assumed on where recipes enable it)",
+    "pipeline send/receive exposed; interleaved 1F1B bubble (p-1)/(v·m) of the slowest stage",
+    "DP reduce-scatter / all-gather hidden behind the last/first microbatch when the overlap flags are on",
+    "one 400 Gb/s NIC per GPU between nodes; NVLink inside a node",
+    "LoRA: frozen base weights skip their weight-gradient GEMMs; adapter FLOPs neglected",
+    "model TFLOP/s counts 3x forward FLOPs without recompute (Megatron's convention)",
+]
+
+
+class _Hardware:
+    def __init__(self, gpu: GPU, fp8: bool) -> None:
+        self.peak = gpu.fp8_flops if fp8 and gpu.fp8_flops else gpu.bf16_flops
+        self.bf16_peak = gpu.bf16_flops
+        self.hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
+        self.nvlink = gpu.link_gbps / 2 * 1e9 * K.NVLINK_BUS_FRACTION
+        self.nvlink_a2a = gpu.link_gbps / 2 * 1e9 * K.ALL_TO_ALL_NVLINK_FRACTION
+        self.ib = K.INTER_NODE_GBPS_PER_GPU * 1e9 * K.INTER_NODE_BUS_FRACTION
+        self.ib_a2a = K.INTER_NODE_GBPS_PER_GPU * 1e9 * K.ALL_TO_ALL_INTER_NODE_FRACTION
+
+
+def gemm_efficiency(m: float, n: float, k: float) -> float:
+    h = K.GEMM_HALF_SIZE
+    return K.GEMM_PEAK_FRACTION / (1 + h / max(m, 1) + h / max(n, 1) + h / max(k, 1))
+
+
+def gemm_time(hw: _Hardware, m: float, n: float, k: float, count: float = 1.0) -> float:
+    if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+        return 0.0
+    return count * 2 * m * n * k / (hw.peak * gemm_efficiency(m, n, k))
+
+
+def ring_time(nbytes: float, group: int, bandwidth: float) -> float:
+    """All-gather or reduce-scatter of ``nbytes`` (the full tensor) over a ring of ``group``."""
+    if group <= 1:
+        return 0.0
+    return nbytes * (group - 1) / group / bandwidth
+
+
+@dataclass
+class _LayerTimes:
+    gemm_fwd: float  # forward GEMMs
+    gemm_wgrad: float  # weight-gradient GEMMs (dgrad equals forward)
+    attn_fwd: float
+    attn_bwd: float
+    elementwise_fwd: float
+    mlp_fwd: float  # part of gemm_fwd in the MLP / experts (selective recompute of mlp/moe)
+    up_proj_fwd: float  # MLA's query and key-value up projections (selective recompute of mla_up_proj)
+    shared_fwd: float  # shared experts (selective recompute of shared_experts)
+    tp_comm: float  # one direction (forward); backward is the same
+    ep_comm: float
+    cp_comm: float
+    regather: float
+
+
+def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes:
+    m = d.model
+    h = m.hidden_size
+    t, cp = lay.tp, lay.cp
+    seq = m.seq_length
+    T = lay.mbs * seq / cp
+    heads = m.num_attention_heads / t
+    gemm = 0.0
+    up_proj = 0.0
+    shared = 0.0
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        if m.q_lora_rank is not None:
+            up_proj += gemm_time(hw, T, heads * qk, m.q_lora_rank)
+            gemm += gemm_time(hw, T, m.q_lora_rank, h)
+        else:
+            gemm += gemm_time(hw, T, heads * qk, h)
+        gemm += gemm_time(hw, T, m.kv_lora_rank + m.qk_pos_emb_head_dim, h)
+        up_proj += gemm_time(hw, T, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
+        gemm += up_proj
+        gemm += gemm_time(hw, T, h, heads * m.v_head_dim)
+        attn_flops = 2 * T * seq * heads * (qk + m.v_head_dim) * 0.5
+    else:
+        kv = d.kv_channels
+        groups = max(d.num_query_groups / t, 1)
+        gemm += gemm_time(hw, T, (heads + 2 * groups) * kv, h)
+        gemm += gemm_time(hw, T, h, heads * kv)
+        attn_flops = 4 * T * seq * heads * kv * 0.5
+    attn_fwd = attn_flops / (hw.bf16_peak * K.ATTENTION_FWD_FRACTION)
+    attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (hw.bf16_peak * K.ATTENTION_BWD_FRACTION)
+    gate = 2 if m.gated_linear_unit else 1
+    mlp = 0.0
+    ep_comm = 0.0
+    if is_moe:
+        experts, k = m.num_moe_experts or 1, m.moe_router_topk
+        f = d.moe_ffn_hidden_size / lay.etp
+        rows = T * k * lay.etp * lay.ep / (t * experts)
+        local = experts / lay.ep
+        mlp += gemm_time(hw, T / t if lay.sp else T, experts, h)
+        mlp += gemm_time(hw, rows, gate * f, h, local) + gemm_time(hw, rows, h, f, local)
+        if m.moe_shared_expert_intermediate_size:
+            fs = m.moe_shared_expert_intermediate_size / t
+            shared = gemm_time(hw, T, gate * fs, h) + gemm_time(hw, T, h, fs)
+            mlp += shared
+        routed_bytes = BF16 * T / t * k * h * lay.etp
+        if lay.ep > 1:
+            inter = lay.ep * lay.etp > lay.gpus_per_node
+            bw = hw.ib_a2a if inter else hw.nvlink_a2a
+            ep_comm = 2 * routed_bytes * (lay.ep - 1) / lay.ep / bw
+    else:
+        f = d.ffn_hidden_size / t
+        mlp += gemm_time(hw, T, gate * f, h) + gemm_time(hw, T, h, f)
+    gemm += mlp
+    wgrad = 0.0 if frozen else gemm
+    tokens_res = T / t if lay.sp else T
+    elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / hw.hbm
+    tp_comm = 0.0
+    regather = 0.0
+    if t > 1:
+        bw = hw.ib if t > lay.gpus_per_node else hw.nvlink
+        # Two all-gathers and two reduce-scatters (or two all-reduces) of the [T, h] activation.
+        tp_comm = 4 * ring_time(BF16 * T * h, t, bw) * K.TP_COMM_EXPOSED_FRACTION
+        if lay.lora_regather:
+            regather = 2 * ring_time(BF16 * T * h, t, bw)
+    cp_comm = 0.0
+    if cp > 1:
+        kv_width = (
+            m.kv_lora_rank + m.qk_pos_emb_head_dim
+            if m.multi_latent_attention
+            else 2 * max(d.num_query_groups / t, 1) * d.kv_channels
+        )
+        bw = hw.ib if t * cp > lay.gpus_per_node else hw.nvlink
+        step = BF16 * T * kv_width / bw
+        # Each of cp-1 ring steps sends this rank's KV block while attention runs on the last one.
+        cp_comm = max(0.0, (cp - 1) * step - attn_fwd)
+    return _LayerTimes(
+        gemm,
+        wgrad,
+        attn_fwd,
+        attn_bwd,
+        elementwise,
+        mlp,
+        up_proj,
+        shared,
+        tp_comm,
+        ep_comm,
+        cp_comm,
+        regather,
+    )
+
+
+def _recompute_fwd(lay: Layout, lt: _LayerTimes, is_moe: bool) -> float:
+    """Forward time one layer replays under selective recompute (Megatron-Core's modules: ``mlp``
+    is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation)."""
+    mods = lay.recompute_modules
+    extra = 0.0
+    if "core_attn" in mods:
+        extra += lt.attn_fwd
+    if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
+        extra += lt.mlp_fwd
+    elif "shared_experts" in mods and is_moe:
+        extra += lt.shared_fwd
+    # Norms and the activation are elementwise: a norm is about one hidden-sized pass each.
+    if "layernorm" in mods:
+        extra += lt.elementwise_fwd * 2 / K.ELEMENTWISE_PASSES_FWD
+    if "moe_act" in mods and is_moe:
+        extra += lt.elementwise_fwd * 1 / K.ELEMENTWISE_PASSES_FWD
+    if "mla_up_proj" in mods:
+        extra += lt.up_proj_fwd
+    return extra
+
+
+def model_flops_per_token(d: Derived) -> float:
+    """Forward FLOPs per token of the whole model (active experts only), at TP = CP = 1."""
+    m = d.model
+    h, seq = m.hidden_size, m.seq_length
+    gate = 2 if m.gated_linear_unit else 1
+    a = m.num_attention_heads
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        q = (h * m.q_lora_rank + m.q_lora_rank * a * qk) if m.q_lora_rank else h * a * qk
+        attn = q + h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+        attn += m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+        core = seq * a * (qk + m.v_head_dim) * 0.5
+    else:
+        kv, g = d.kv_channels, d.num_query_groups
+        attn = h * (a + 2 * g) * kv + a * kv * h
+        core = 2 * seq * a * kv * 0.5
+    total = 0.0
+    for is_moe in d.moe_layer_pattern:
+        if is_moe:
+            ffn = m.moe_router_topk * (gate + 1) * h * d.moe_ffn_hidden_size + h * (m.num_moe_experts or 0)
+            if m.moe_shared_expert_intermediate_size:
+                ffn += (gate + 1) * h * m.moe_shared_expert_intermediate_size
+        else:
+            ffn = (gate + 1) * h * d.ffn_hidden_size
+        total += 2 * (attn + ffn) + 2 * core
+    return total + 2 * h * m.vocab_size
+
+
+def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) -> Prediction:
+    """Predicted step of ``lay`` for the architecture of ``d`` on ``gpu``.
+
+    ``memo`` (a dict the caller keeps for one architecture and GPU) reuses per-layer times across
+    layouts that share their tensor-parallel shape; the result is the same with or without it.
+    """
+    m, job = d.model, d.job
+    hw = memo.get("hardware") if memo is not None else None
+    if hw is None:
+        hw = _Hardware(gpu, m.fp8 is not None)
+        if memo is not None:
+            memo["hardware"] = hw
+    frozen = job.peft is not None
+    key = (lay.tp, lay.cp, lay.mbs, lay.ep, lay.etp, lay.sp, lay.lora_regather, lay.gpus_per_node)
+    kinds = memo.get(key) if memo is not None else None
+    if kinds is None:
+        kinds = {moe: _layer(d, lay, hw, moe, frozen) for moe in set(d.moe_layer_pattern)}
+        if memo is not None:
+            memo[key] = kinds
+    moe_share = sum(d.moe_layer_pattern) / len(d.moe_layer_pattern)
+    h = m.hidden_size
+    T = lay.mbs * m.seq_length / lay.cp
+
+    def avg(attr: str) -> float:
+        if len(kinds) == 1:
+            return getattr(next(iter(kinds.values())), attr)
+        return moe_share * getattr(kinds[True], attr) + (1 - moe_share) * getattr(kinds[False], attr)
+
+    fwd_layer = avg("gemm_fwd") + avg("attn_fwd") + avg("elementwise_fwd")
+    bwd_layer = avg("gemm_fwd") + avg("gemm_wgrad") + avg("attn_bwd") + 2 * avg("elementwise_fwd")
+    comm_layer = 2 * (avg("tp_comm") + avg("ep_comm")) + 3 * avg("cp_comm") + avg("regather")
+    recompute_layer = 0.0
+    if lay.recompute == "selective":
+        recompute_layer = sum(
+            share * _recompute_fwd(lay, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
+        )
+    vocab = (
+        math.ceil(m.vocab_size / (m.make_vocab_size_divisible_by * lay.tp)) * m.make_vocab_size_divisible_by
+    )
+    output_fwd = gemm_time(hw, T, vocab, h)
+    output_bwd = 2 * output_fwd if not frozen else output_fwd
+
+    # The slowest stage sets the pace; the last stage also runs the output layer and the loss.
+    stage_times, replays = [], []
+    for r, layers in enumerate(lay.layers_per_stage):
+        replay = (
+            fwd_layer * lay.recomputed_layers_per_chunk * lay.vpp
+            if lay.recompute == "full"
+            else recompute_layer * layers
+        )
+        t = layers * (fwd_layer + bwd_layer + comm_layer) + replay
+        if r == lay.pp - 1:
+            t += output_fwd + output_bwd
+        stage_times.append(t)
+        replays.append(replay)
+    slowest = max(range(lay.pp), key=lambda r: stage_times[r])
+    t_mb = stage_times[slowest]
+    layers = lay.layers_per_stage[slowest]
+
+    M, p, v = lay.num_microbatches, lay.pp, lay.vpp
+    breakdown: dict[str, float] = {}
+    compute_mb = layers * (fwd_layer + bwd_layer) + (output_fwd + output_bwd if slowest == p - 1 else 0.0)
+    breakdown["compute"] = M * compute_mb
+    breakdown["compute: recompute"] = M * replays[slowest]
+    breakdown["tensor/expert/context parallel comm"] = M * layers * comm_layer
+    if p > 1:
+        bw = hw.ib if lay.world_size // p >= lay.gpus_per_node else hw.nvlink
+        boundary = BF16 * (T / lay.tp if lay.sp else T) * h / bw
+        breakdown["pipeline send/recv"] = K.PP_P2P_EXPOSED_FRACTION * M * v * 2 * boundary
+    breakdown["pipeline bubble"] = (p - 1) / v * t_mb if p > 1 else 0.0
+
+    # Data parallel: gradients reduce over DP x CP (experts over expert-DP), weights gather back.
+    pkey = (
+        "params",
+        lay.tp,
+        lay.ep,
+        lay.etp,
+        lay.pp,
+        lay.layers_per_stage[slowest],
+        slowest == 0 or slowest == p - 1,
+    )
+    params = memo.get(pkey) if memo is not None else None
+    if params is None:
+        params = _rank_params(d, lay, slowest)
+        if memo is not None:
+            memo[pkey] = params
+    grad_bytes = DTYPE_BYTES[d.grad_dtype]
+    weight_bytes = DTYPE_BYTES[d.param_dtype]
+    trainable = 0.0 if frozen else params
+    dp_group = lay.dp * lay.cp
+    dp_bw = hw.ib if lay.tp * lay.cp * lay.dp > lay.gpus_per_node else hw.nvlink
+    if lay.fsdp_strategy == "optim_grads_params":
+        comm = M * (
+            2 * ring_time(weight_bytes * params, dp_group, dp_bw)
+            + ring_time(grad_bytes * trainable, dp_group, dp_bw)
+        )
+        dp_time = max(0.0, comm - K.DP_OVERLAP_WINDOW_FRACTION * breakdown["compute"])
+    else:
+        reduce = ring_time(grad_bytes * trainable, dp_group, dp_bw) * (1 if lay.distributed_optimizer else 2)
+        gather = ring_time(weight_bytes * trainable, dp_group, dp_bw) if lay.distributed_optimizer else 0.0
+        bwd_window = K.DP_OVERLAP_WINDOW_FRACTION * layers * bwd_layer
+        fwd_window = K.DP_OVERLAP_WINDOW_FRACTION * layers * fwd_layer
+        dp_time = max(0.0, reduce - bwd_window) if lay.overlap_grad_reduce else reduce
+        dp_time += max(0.0, gather - fwd_window) if lay.overlap_param_gather else gather
+    breakdown["data-parallel comm"] = dp_time
+
+    sharded = lay.distributed_optimizer or lay.fsdp_strategy != "no_shard"
+    opt_params = trainable / dp_group if sharded else trainable
+    on_host = lay.optimizer_offload_fraction
+    breakdown["optimizer step"] = opt_params * (1 - on_host) * K.OPTIMIZER_BYTES_PER_PARAM / hw.hbm
+    if on_host:
+        host = opt_params * on_host
+        breakdown["optimizer offload"] = (
+            host * 6 / (K.PCIE_GBPS * 1e9) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
+        )
+    if lay.activation_offload_layers:
+        per_layer = BF16 * (T / lay.tp if lay.sp else T) * h * 17
+        transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
+        exposed = max(0.0, transfer - (fwd_layer + bwd_layer))
+        breakdown["activation offload"] = M * lay.activation_offload_layers * exposed
+
+    step = sum(breakdown.values())
+    tokens = M * lay.mbs * m.seq_length * lay.dp
+    world = lay.world_size
+    per_token = memo.get("flops") if memo is not None else None
+    if per_token is None:
+        per_token = model_flops_per_token(d)
+        if memo is not None:
+            memo["flops"] = per_token
+    flops = 3 * per_token * tokens
+    return Prediction(
+        step_time_s=step,
+        tokens_per_s_per_gpu=tokens / step / world,
+        model_tflops_per_gpu=flops / step / world / 1e12,
+        breakdown=breakdown,
+        stage_compute_s=tuple(
+            M * (t - lay.layers_per_stage[r] * comm_layer) for r, t in enumerate(stage_times)
+        ),
+    )
+
+
+def _shares(kinds: dict[bool, _LayerTimes], moe_share: float) -> list[tuple[bool, float]]:
+    if len(kinds) == 1:
+        return [(next(iter(kinds)), 1.0)]
+    return [(True, moe_share), (False, 1 - moe_share)]
+
+
+def _rank_params(d: Derived, lay: Layout, stage: int) -> float:
+    """Parameters one GPU of ``stage`` holds (dense over TP, experts over EP x ETP)."""
+    from memtune.estimate.params import layer_params
+
+    layers = lay.layers_per_stage[stage]
+    moe_share = sum(d.moe_layer_pattern) / len(d.moe_layer_pattern)
+    dense = layer_params(d, False) if moe_share < 1 else None
+    moe = layer_params(d, True) if moe_share > 0 else None
+    total = 0.0
+    for counts, share in ((dense, 1 - moe_share), (moe, moe_share)):
+        if counts is not None:
+            total += (
+                share
+                * layers
+                * (counts.dense / lay.tp + counts.replicated + counts.expert / (lay.ep * lay.etp))
+            )
+    if stage in (0, lay.pp - 1):
+        total += d.model.vocab_size * d.model.hidden_size / lay.tp
+    return total
+
+
+def predict(checked: CheckedJob) -> Prediction:
+    """Predicted step time, tokens/s and model TFLOP/s per GPU of a checked job."""
+    d = checked.derived
+    return predict_layout(d, layout_of(d), get_gpu(checked.job.cluster.gpu))

@@ -1,0 +1,141 @@
+"""``memtune plan MODEL --gpus N --gbs B [...]``.
+
+Knobs are pinned with ``--pin key=value`` rather than ``--fix``: ``memtune fix`` is a command of
+its own (it repairs a config), and ``plan --fix`` would read as "plan, then fix".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from memtune.config.changes import Change
+from memtune.config.derived import derive
+from memtune.errors import InputError
+from memtune.plan import render
+from memtune.plan.query import Query, base_job, pin_filter
+from memtune.plan.search import default_workers, search
+from memtune.plan.space import MODES, Space, default_space
+
+# Pins on these keys narrow the enumerated values directly.
+_DOMAIN_KEYS = {
+    "model.tensor_model_parallel_size": "tp",
+    "model.pipeline_model_parallel_size": "pp",
+    "model.virtual_pipeline_model_parallel_size": "vpp",
+    "model.context_parallel_size": "cp",
+    "model.expert_model_parallel_size": "ep",
+    "train.micro_batch_size": "mbs",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="the fastest parallel layouts of a model on a set of GPUs that fit in memory",
+        description="Enumerate TP/PP/VPP/CP/EP/ETP, micro-batch, sequence parallelism, recompute, optimizer "
+        "sharding and offload; drop what memtune check refuses and what does not fit; rank by predicted "
+        "throughput. Sizes are GiB (2^30 bytes).",
+    )
+    p.add_argument(
+        "model", help="a model preset (`memtune models`) or a config file (memtune, Bridge, Megatron-LM, HF)"
+    )
+    p.add_argument(
+        "--gpus", type=int, metavar="N", help="number of GPUs (default: the config's cluster.num_gpus)"
+    )
+    p.add_argument(
+        "--gpu", metavar="NAME", help="GPU type from `memtune gpus` (default: the config's, else H100-80GB)"
+    )
+    p.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node (default 8)")
+    p.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
+    p.add_argument("--gbs", type=int, metavar="B", help="global batch size in sequences")
+    p.add_argument("--mode", choices=MODES, default="pretrain", help="pretrain, finetune (full) or lora")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="how many layouts to show (default 5)")
+    p.add_argument("--pareto", action="store_true", help="also show the memory / throughput frontier")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="memory against throughput of every layout that fits")
+    p.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hold a config key fixed, e.g. --pin model.tensor_model_parallel_size=4 (repeatable)",
+    )
+    p.add_argument("--explain", type=int, metavar="N", help="why layout N ranks where it does")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="W",
+        help="processes for the search (default: the CPU count, up to 8)",
+    )
+    p.set_defaults(handler=run)
+
+
+def _space(base_job_, pins: tuple[Change, ...]) -> Space:
+    space = default_space(derive(base_job_))
+    narrowed: dict[str, Any] = {}
+    for pin in pins:
+        field = _DOMAIN_KEYS.get(pin.key)
+        if field is None:
+            continue
+        value = 1 if pin.value is None and field == "vpp" else pin.value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"--pin {pin}: must be a positive integer")
+        narrowed[field] = (value,)
+    return replace(space, **narrowed)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise InputError(f"--top: must be at least 1, got {args.top}")
+    pins = tuple(Change.parse(text) for text in args.pin)
+    query = Query(args.model, args.gpus, args.gpu, args.gpus_per_node, args.seq, args.gbs, args.mode, pins)
+    base = base_job(query)
+    space = _space(base, pins)
+    console = Console(stderr=args.json)
+    started = time.perf_counter()
+    with Progress(console=console, transient=True, disable=args.json) as bar:
+        task = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal task
+            if task is None and time.perf_counter() - started > 1.0:
+                task = bar.add_task("searching layouts", total=total)
+            if task is not None:
+                bar.update(task, completed=done)
+
+        result = search(
+            base,
+            space,
+            top=max(args.top, args.explain or 0),
+            pareto=args.pareto or bool(args.plot),
+            keep=pin_filter(base, pins),
+            progress=progress,
+            workers=args.workers or default_workers(),
+        )
+    if args.plot:
+        render.plot(result, args.plot)
+    if args.json:
+        print(json.dumps(render.result_json(result), indent=2))
+        return 0
+    if not result.layouts:
+        console.print("[bold red]No layout fits.[/bold red] Try more GPUs, a smaller global batch, or LoRA.")
+        render.print_summary(result, console)
+        return 1
+    render.print_table(result, console, result.layouts[: args.top])
+    if args.pareto:
+        render.print_table(
+            result, console, result.pareto, title="Pareto frontier: less memory or more throughput"
+        )
+    render.print_summary(result, console)
+    if args.explain:
+        render.print_explain(result, args.explain, console)
+    if args.plot:
+        console.print(f"[dim]plot written to {args.plot}[/dim]")
+    return 0

@@ -1,0 +1,125 @@
+"""Turn ``memtune plan``'s question (a model, GPUs, sequence, batch, mode, pins) into the base
+job the search varies, and the pins into a candidate filter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memtune.catalog.gpus import get_gpu
+from memtune.catalog.models import find_model, get_model
+from memtune.config import load_job, validate
+from memtune.config.changes import Change, job_data, with_changes
+from memtune.config.schema import JobConfig
+from memtune.errors import InputError
+from memtune.plan.space import MODES, Candidate
+
+
+@dataclass(frozen=True)
+class Query:
+    model: str  # preset name or config file
+    gpus: int | None
+    gpu: str | None
+    gpus_per_node: int | None
+    seq_length: int | None
+    global_batch_size: int | None
+    mode: str
+    pins: tuple[Change, ...] = ()
+
+
+def base_job(q: Query) -> JobConfig:
+    """The job every candidate starts from: the model, cluster, batch and mode asked for."""
+    if q.mode not in MODES:
+        raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
+    if Path(q.model).exists():
+        data = job_data(load_job(q.model).job)
+    else:
+        try:
+            find_model(q.model)
+        except InputError as exc:
+            raise InputError(
+                f"MODEL: {q.model!r} is neither a file nor a preset; {exc.problems[0]}"
+            ) from None
+        data = {"model": {**get_model(q.model)}}
+    model, train, cluster = data["model"], data.setdefault("train", {}), data.setdefault("cluster", {})
+    if q.seq_length:
+        model["seq_length"] = q.seq_length
+    if q.global_batch_size:
+        train["global_batch_size"] = q.global_batch_size
+    if q.gpus:
+        cluster["num_gpus"] = q.gpus
+    if q.gpu:
+        get_gpu(q.gpu)
+        cluster["gpu"] = q.gpu
+    if q.gpus_per_node:
+        cluster["gpus_per_node"] = q.gpus_per_node
+    if not cluster.get("num_gpus"):
+        raise InputError("--gpus: the GPU count is needed (the config sets no cluster.num_gpus)")
+    if not train.get("global_batch_size"):
+        raise InputError(
+            "--gbs: the global batch size is needed (the config sets no train.global_batch_size)"
+        )
+    if not (model.get("bf16") or model.get("fp16")):
+        model["bf16"] = True
+    ddp = data.setdefault("ddp", {})
+    ddp.setdefault("overlap_grad_reduce", True)
+    if q.mode == "lora":
+        data.setdefault("peft", {})
+    else:
+        data.pop("peft", None)
+    job = validate(data)
+    fixed = [p for p in q.pins if p.key not in CANDIDATE_KEYS]
+    return with_changes(job, fixed) if fixed else job
+
+
+# Every key a candidate sets (Candidate.changes), so a pin on one of them filters candidates and
+# a pin on anything else changes the base job.
+CANDIDATE_KEYS = {
+    "model.tensor_model_parallel_size",
+    "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size",
+    "model.context_parallel_size",
+    "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size",
+    "model.sequence_parallel",
+    "model.pipeline_dtype",
+    "model.account_for_embedding_in_pipeline_split",
+    "model.account_for_loss_in_pipeline_split",
+    "model.recompute_granularity",
+    "model.recompute_method",
+    "model.recompute_num_layers",
+    "model.recompute_modules",
+    "model.cpu_offloading",
+    "model.cpu_offloading_num_layers",
+    "train.micro_batch_size",
+    "ddp.use_distributed_optimizer",
+    "optimizer.use_distributed_optimizer",
+    "ddp.use_megatron_fsdp",
+    "ddp.data_parallel_sharding_strategy",
+    "ddp.overlap_param_gather",
+    "optimizer.optimizer_cpu_offload",
+    "optimizer.optimizer_offload_fraction",
+    "optimizer.use_precision_aware_optimizer",
+    "peft.sequence_parallel_input_regather",
+}
+
+
+def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Candidate], bool] | None:
+    """Keep only candidates that set every pinned candidate key to the pinned value."""
+    wanted = {p.key: p.value for p in pins if p.key in CANDIDATE_KEYS}
+    if not wanted:
+        return None
+
+    def keep(c: Candidate) -> bool:
+        values = {ch.key: ch.value for ch in c.changes(base)}
+        # A key the candidate does not set (experts on a dense model) keeps the base's value.
+        return all(values.get(k, _base_value(base, k)) == v for k, v in wanted.items())
+
+    return keep
+
+
+def _base_value(base: JobConfig, key: str) -> object:
+    section, name = key.split(".", 1)
+    part = getattr(base, section)
+    return getattr(part, name) if part is not None else None

@@ -1,0 +1,239 @@
+"""Ways to show a :class:`~memtune.plan.search.PlanResult`: a table, JSON, an explanation, a plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from memtune.perf import ASSUMPTIONS
+from memtune.plan.search import Planned, PlanResult
+from memtune.units import GiB
+
+
+def optimizer_label(p: Planned) -> str:
+    c = p.candidate
+    label = {"ddp": "DDP", "distopt": "dist-opt", "fsdp": "FSDP"}[c.sharding]
+    if c.offload:
+        label += f" +{c.offload:.0%} CPU"
+    if c.act_offload:
+        label += f", act-offload {c.act_offload}L"
+    if c.regather:
+        label += ", LoRA re-gather"
+    return label
+
+
+def print_table(
+    result: PlanResult, console: Console, rows: list[Planned] | None = None, title: str = ""
+) -> None:
+    rows = result.layouts if rows is None else rows
+    base = result.base
+    c = base.cluster
+    gpu_line = f"{c.num_gpus} x {c.gpu} ({c.gpus_per_node} per node)"
+    table = Table(
+        title=title
+        or f"Fastest layouts that fit · {gpu_line} · seq {base.model.seq_length} · GBS {base.train.global_batch_size}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    for name in (
+        "#",
+        "layout",
+        "DP",
+        "recompute",
+        "optimizer",
+        "peak",
+        "headroom",
+        "tok/s/GPU",
+        "TFLOP/s",
+        "rel",
+    ):
+        table.add_column(name, justify="left" if name in ("layout", "recompute", "optimizer") else "right")
+    for p in rows:
+        d = p.checked.derived
+        table.add_row(
+            str(p.rank) if p.rank else "-",
+            p.candidate.label(),
+            str(d.dp),
+            p.candidate.recompute.label(),
+            optimizer_label(p),
+            f"{p.peak_bytes / GiB:.1f}",
+            f"{p.headroom_bytes / GiB:.1f}",
+            f"{p.prediction.tokens_per_s_per_gpu:,.0f}",
+            f"{p.prediction.model_tflops_per_gpu:.0f}",
+            f"{p.relative:.1%}",
+        )
+    console.print(table)
+
+
+def print_summary(result: PlanResult, console: Console) -> None:
+    n = result.counts
+    pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
+    refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
+    console.print(
+        f"[dim]{n.get('enumerated', 0):,} candidates in {result.seconds:.1f} s: "
+        f"{n.get('pruned', 0):,} refused by arithmetic ({pruned or 'none'}), {n.get('estimated', 0):,} estimated, "
+        f"{n.get('fit', 0):,} fit with the fragmentation margin, {n.get('checked', 0)} passed memtune check"
+        + (f" ({refused} refused)" if refused else "")
+        + (f", {n['not matching pins']:,} excluded by --pin" if n.get("not matching pins") else "")
+        + ". Peak and headroom in GiB on the most-loaded rank; throughput predicted by memtune's model "
+        "(`--explain N`, docs/plan.md).[/dim]"
+    )
+
+
+def print_explain(result: PlanResult, n: int, console: Console) -> None:
+    if not 1 <= n <= len(result.layouts):
+        console.print(f"[red]--explain {n}: only {len(result.layouts)} layouts are shown[/red]")
+        return
+    p, best = result.layouts[n - 1], result.layouts[0]
+    est = p.estimate
+    worst = est.worst
+    console.print(
+        f"[bold]#{n} {p.candidate.label()}[/bold] · {p.candidate.recompute.label()} · {optimizer_label(p)}"
+    )
+    console.print("  overrides: " + " ".join(str(ch) for ch in changed_keys(result, p)))
+    console.print(
+        f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "
+        f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
+        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch"
+    )
+    pred = p.prediction
+    console.print(
+        f"  step {pred.step_time_s:.3f} s · {pred.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
+        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1"
+    )
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("step component (slowest stage)", f"#{n} s", "share", "#1 s", "difference"):
+        table.add_column(col, justify="left" if col.startswith("step") else "right")
+    names = list(dict.fromkeys(list(pred.breakdown) + list(best.prediction.breakdown)))
+    for name in names:
+        mine = pred.breakdown.get(name, 0.0)
+        theirs = best.prediction.breakdown.get(name, 0.0)
+        if mine or theirs:
+            table.add_row(
+                name,
+                f"{mine:.3f}",
+                f"{mine / pred.step_time_s:.1%}",
+                f"{theirs:.3f}",
+                f"{mine - theirs:+.3f}",
+            )
+    console.print(table)
+    if n > 1:
+        deltas = sorted(
+            ((pred.breakdown.get(k, 0.0) - best.prediction.breakdown.get(k, 0.0), k) for k in names),
+            reverse=True,
+        )
+        worse = [f"{k} (+{v:.3f} s)" for v, k in deltas if v > 1e-4][:3]
+        if worse:
+            console.print("  ranks below #1 because of: " + ", ".join(worse))
+    console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
+
+
+def changed_keys(result: PlanResult, p: Planned) -> list:
+    """The candidate's changes that differ from the base job (what a user has to set)."""
+    from memtune.config.changes import job_data
+
+    base = job_data(result.base)
+    out = []
+    for ch in p.changes:
+        section, key = ch.key.split(".", 1)
+        if (base.get(section) or {}).get(key, _DEFAULTS.get(ch.key)) != ch.value:
+            out.append(ch)
+    return out
+
+
+def _schema_default(key: str) -> object:
+    from memtune.config.schema import JobConfig
+
+    section, name = key.split(".", 1)
+    annotation = JobConfig.model_fields[section].annotation
+    model: Any = next(a for a in getattr(annotation, "__args__", (annotation,)) if hasattr(a, "model_fields"))
+    return model.model_fields[name].default
+
+
+class _Defaults(dict):
+    def __missing__(self, key: str) -> object:
+        value = self[key] = _schema_default(key)
+        return value
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        return self[key]
+
+
+_DEFAULTS = _Defaults()
+
+
+def planned_json(p: Planned, result: PlanResult | None = None) -> dict:
+    est = p.estimate
+    return {
+        "rank": p.rank or None,
+        "layout": p.candidate.label(),
+        "recompute": p.candidate.recompute.label(),
+        "optimizer": optimizer_label(p),
+        "overrides": [str(ch) for ch in (changed_keys(result, p) if result else p.changes)],
+        "dp": p.checked.derived.dp,
+        "num_microbatches": p.checked.derived.num_microbatches,
+        "peak_bytes": p.peak_bytes,
+        "needed_bytes": est.needed_bytes(est.worst),
+        "capacity_bytes": est.capacity_bytes,
+        "headroom_bytes": p.headroom_bytes,
+        "worst_pp_rank": est.worst.pp_rank,
+        "verdict": est.verdict(),
+        "step_time_s": p.prediction.step_time_s,
+        "tokens_per_s_per_gpu": p.prediction.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": p.prediction.model_tflops_per_gpu,
+        "relative_throughput": p.relative,
+        "breakdown_s": p.prediction.breakdown,
+    }
+
+
+def result_json(result: PlanResult) -> dict:
+    return {
+        "schema_version": 1,
+        "counts": result.counts,
+        "pruned_by": result.pruned_by,
+        "refused_by_check": result.refused_by,
+        "seconds": result.seconds,
+        "layouts": [planned_json(p, result) for p in result.layouts],
+        "pareto": [planned_json(p, result) for p in result.pareto],
+        "assumptions": list(ASSUMPTIONS),
+    }
+
+
+def plot(result: PlanResult, path: str) -> None:
+    """Every layout that fits: needed memory against predicted throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [s.needed_bytes / GiB for s in result.scored]
+    ys = [s.prediction.tokens_per_s_per_gpu for s in result.scored]
+    ax.scatter(xs, ys, s=4, alpha=0.3, color="grey", label="fits (not checked)")
+    if result.pareto:
+        front = sorted(result.pareto, key=lambda p: p.estimate.needed_bytes(p.estimate.worst))
+        ax.plot(
+            [p.estimate.needed_bytes(p.estimate.worst) / GiB for p in front],
+            [p.prediction.tokens_per_s_per_gpu for p in front],
+            "-o",
+            color="tab:blue",
+            markersize=3,
+            label="Pareto frontier",
+        )
+    for p in result.layouts:
+        x = p.estimate.needed_bytes(p.estimate.worst) / GiB
+        ax.scatter([x], [p.prediction.tokens_per_s_per_gpu], color="tab:red", s=18)
+        ax.annotate(f"#{p.rank}", (x, p.prediction.tokens_per_s_per_gpu), fontsize=7)
+    capacity = result.layouts[0].estimate.capacity_bytes / GiB if result.layouts else None
+    if capacity:
+        ax.axvline(capacity, color="black", linestyle="--", label="GPU capacity")
+    ax.set_xlabel("memory needed on the most-loaded rank, GiB (2^30 bytes)")
+    ax.set_ylabel("predicted tokens/s per GPU")
+    ax.set_title("memtune plan: layouts that fit")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

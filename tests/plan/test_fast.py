@@ -1,0 +1,52 @@
+"""The search's cached fast path gives exactly the estimator's numbers."""
+
+import pytest
+
+from memtune.catalog.gpus import capacity_bytes
+from memtune.check import gate
+from memtune.config.changes import job_data, with_changes
+from memtune.config.derived import derive
+from memtune.errors import InputError
+from memtune.estimate import estimate
+from memtune.perf import layout_of
+from memtune.plan.fast import FastEstimator, job_of
+from memtune.plan.search import layout_of_candidate
+
+
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
+def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
+    base = request.getfixturevalue(which)
+    fast = FastEstimator(base, capacity_bytes(base.cluster))
+    compared = 0
+    for c in sample(base, 60, seed=11):
+        try:
+            est = estimate(gate(with_changes(base, c.changes(base))))
+        except InputError:
+            continue
+        got = fast.evaluate(c)
+        want = est.worst
+        assert (got.worst.pp_rank, got.worst.peak_bytes, got.peak_bytes) == (
+            want.pp_rank,
+            want.peak_bytes,
+            want.peak_bytes,
+        )
+        assert got.worst.state == want.state
+        assert got.worst.activations == want.activations and got.worst.transient == want.transient
+        assert got.worst.in_flight == want.in_flight and got.worst.peak_phase == want.peak_phase
+        assert got.needed_bytes == est.needed_bytes(want) and got.verdict == est.verdict()
+        # Stopping early at an over-full rank never changes whether the layout fits.
+        assert (fast.evaluate(c, stop_when_over=True).verdict == "fits") == (est.verdict() == "fits")
+        compared += 1
+    assert compared >= 30
+
+
+def test_unvalidated_job_equals_validated_job(dense_base, sample):
+    for c in sample(dense_base, 40, seed=3):
+        assert job_data(job_of(dense_base, c)) == job_data(with_changes(dense_base, c.changes(dense_base)))
+
+
+def test_throughput_layout_of_candidate_equals_layout_of_job(moe_lora_base, sample):
+    d = derive(moe_lora_base)
+    for c in sample(moe_lora_base, 40, seed=5):
+        job_d = derive(with_changes(moe_lora_base, c.changes(moe_lora_base)))
+        assert layout_of_candidate(d, c, job_d.layers_per_stage) == layout_of(job_d)

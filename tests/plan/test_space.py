@@ -1,0 +1,59 @@
+"""What arithmetic prunes is exactly what memtune check refuses, with the same code."""
+
+from memtune.check import run_checks
+from memtune.check.finding import ERROR
+from memtune.config.changes import with_changes
+from memtune.config.derived import derive
+from memtune.errors import InputError
+from memtune.plan.query import Query, base_job
+from memtune.plan.space import Candidate, Recompute, pruned
+
+
+def _error_codes(job):
+    return {f.code for f in run_checks(job) if f.severity == ERROR}
+
+
+def test_every_pruned_candidate_is_refused_by_that_check(dense_base, moe_lora_base, sample):
+    checked = 0
+    for base in (dense_base, moe_lora_base):
+        d = derive(base)
+        for c in sample(base, 40, seed=7, want_pruned=True):
+            code = pruned(d, c, d.global_batch_size)
+            try:
+                job = with_changes(base, c.changes(base))
+            except InputError:
+                continue
+            assert code in _error_codes(job), (c.label(), code)
+            checked += 1
+    assert checked >= 60
+
+
+def test_unpruned_layouts_pass_the_layout_checks(dense_base, sample):
+    """The converse on a sample: nothing the pruning lets through trips the rules it mirrors."""
+    mirrored = {
+        "PAR001",
+        "PAR002",
+        "PAR003",
+        "PAR004",
+        "PAR005",
+        "MOE002",
+        "MOE004",
+        "SEQ001",
+        "SEQ002",
+        "SEQ003",
+        "PIP001",
+        "PIP002",
+        "PIP009",
+        "BAT001",
+        "PIP010",
+        "REC002",
+        "OFF001",
+    }
+    for c in sample(dense_base, 60, seed=9):
+        assert not (_error_codes(with_changes(dense_base, c.changes(dense_base))) & mirrored), c.label()
+
+
+def test_world_size_pruning_names_par001():
+    base = base_job(Query("llama3-8b", 12, "H100-80GB", 8, 4096, 48, "pretrain"))
+    c = Candidate(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
+    assert pruned(derive(base), c, 48) == "PAR001"
