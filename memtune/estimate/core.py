@@ -17,7 +17,12 @@ from dataclasses import dataclass, field, replace
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
-from memtune.estimate.params import ParamCounts, chunk_params, chunk_transformer_layer_params
+from memtune.estimate.params import (
+    ParamCounts,
+    chunk_param_tensors,
+    chunk_params,
+    chunk_transformer_layer_params,
+)
 from memtune.estimate.peft import AdapterParams, adapter_params, apply_lora
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, fsdp_gathered, model_state
@@ -299,13 +304,19 @@ def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
     return d.deferred_wgrad_buffers_at_peak * per_microbatch
 
 
-def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
+def rank_estimate(
+    d: Derived, pp_rank: int, options: EstimateOptions, dp_ranks: tuple[int, int] | None = None
+) -> RankEstimate:
+    """One pipeline rank; ``dp_ranks`` (its place in the data-parallel x context-parallel and
+    expert data-parallel groups) matters only where the state differs between data-parallel
+    ranks (see ``state.model_state``); None takes the worst of them."""
     chunks = d.chunks[pp_rank]
     fl = flavour_of(d)
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
     adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
     units = sum((chunk_transformer_layer_params(d, c) for c in chunks), ParamCounts())
-    state = model_state(d, local, adapters, units)
+    tensors = [chunk_param_tensors(d, c) for c in chunks] if d.job.optimizer.optimizer_cpu_offload else None
+    state = model_state(d, local, adapters, units, tensors, dp_ranks)
     flight = in_flight(d, pp_rank)
     per_chunk = [chunk_activations(d, c, options) for c in chunks]
     held = 0.0
