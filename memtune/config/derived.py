@@ -165,6 +165,25 @@ class Derived:
         (pipeline outermost, so each stage holds ``world_size / pp`` consecutive ranks)."""
         return global_rank // (self.world_size // self.pp)
 
+    def dp_cp_rank_of(self, global_rank: int) -> int:
+        """A global rank's place in its data-parallel x context-parallel group, which the
+        distributed optimizer shards dense parameters over (order ``tp-cp-ep-dp-pp``)."""
+        return (global_rank // self.tp) % (self.dp * self.cp)
+
+    def expert_dp_rank_of(self, global_rank: int) -> int:
+        """A global rank's place in its expert data-parallel group (expert grid
+        ``etp-ep-edp-pp``), which shards routed experts."""
+        return (global_rank // (self.etp * self.ep)) % self.edp
+
+    def ddp_bucket_size(self, data_parallel_size: int) -> int | None:
+        """Parameters per gradient bucket (megatron-core 0.19.2, ``DistributedDataParallel``):
+        ``bucket_size`` or max(4e7, 1e6 x DP); one bucket per buffer without
+        ``overlap_grad_reduce``."""
+        ddp = self.job.ddp
+        if not ddp.overlap_grad_reduce:
+            return None
+        return ddp.bucket_size or max(40_000_000, 1_000_000 * data_parallel_size)
+
     # --- batches ------------------------------------------------------------------------
     @cached_property
     def micro_batch_size(self) -> int:

@@ -72,7 +72,14 @@ class Estimate:
         return d.pp_rank_of(global_rank)
 
     def rank(self, global_rank: int) -> RankEstimate:
-        return self.ranks[self.pp_rank_of(global_rank)]
+        """The estimate of one global rank: its pipeline rank's, or where the optimizer CPU
+        offload splits each data-parallel rank's shard differently, that rank's own."""
+        pp_rank = self.pp_rank_of(global_rank)
+        d = self.derived
+        if d.job.optimizer.optimizer_cpu_offload and 0.0 < d.job.optimizer.optimizer_offload_fraction < 1.0:
+            dp_ranks = (d.dp_cp_rank_of(global_rank), d.expert_dp_rank_of(global_rank))
+            return rank_estimate(d, pp_rank, self.options, dp_ranks)
+        return self.ranks[pp_rank]
 
 
 def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Estimate:

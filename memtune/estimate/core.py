@@ -19,7 +19,13 @@ from typing import Any, NamedTuple
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
-from memtune.estimate.params import ParamCounts, chunk_params, chunk_transformer_layer_params
+from memtune.estimate.params import (
+    ParamCounts,
+    ParamTensor,
+    chunk_param_tensors,
+    chunk_params,
+    chunk_transformer_layer_params,
+)
 from memtune.estimate.peft import AdapterParams, adapter_params, apply_lora
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, fsdp_gathered, model_state
@@ -324,22 +330,31 @@ def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
     return d.deferred_wgrad_buffers_at_peak * per_microbatch
 
 
-def rank_params(d: Derived, chunks: tuple[Chunk, ...]) -> tuple[ParamCounts, AdapterParams, ParamCounts]:
-    """A rank's base parameters, LoRA adapters, and the base parameters inside transformer
-    layers (Megatron-FSDP's units): what :func:`model_state` takes."""
+def rank_params(
+    d: Derived, chunks: tuple[Chunk, ...]
+) -> tuple[ParamCounts, AdapterParams, ParamCounts, list[list[ParamTensor]]]:
+    """A rank's base parameters, LoRA adapters, the base parameters inside transformer layers
+    (Megatron-FSDP's units) and its parameter tensors in order (the optimizer offload's walk):
+    what :func:`model_state` takes."""
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
     adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
     units = sum((chunk_transformer_layer_params(d, c) for c in chunks), ParamCounts())
-    return local, adapters, units
+    tensors = [chunk_param_tensors(d, c) for c in chunks]
+    return local, adapters, units, tensors
 
 
-def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
+def rank_estimate(
+    d: Derived, pp_rank: int, options: EstimateOptions, dp_ranks: tuple[int, int] | None = None
+) -> RankEstimate:
+    """One pipeline rank; ``dp_ranks`` (its place in the data-parallel x context-parallel and
+    expert data-parallel groups) matters only where the state differs between data-parallel
+    ranks (see ``state.model_state``); None takes the worst of them."""
     chunks = d.chunks[pp_rank]
     return combine(
         pp_rank,
         chunks,
         in_flight(d, pp_rank),
-        model_state(d, *rank_params(d, chunks)),
+        model_state(d, *rank_params(d, chunks), dp_ranks=dp_ranks),
         [chunk_activations(d, c, options) for c in chunks],
         persistent_buffers(d, flavour_of(d), chunks),
         deferred_wgrad_bytes(d, chunks),

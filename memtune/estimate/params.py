@@ -166,3 +166,108 @@ def chunk_params(d: Derived, chunk: Chunk) -> ParamCounts:
         if not d.model.share_embeddings_and_output_weights or not chunk.has_embedding:
             local = local + ParamCounts(dense=vocab_rows)
     return local
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor one TP rank holds: what the optimizer walks tensor by tensor."""
+
+    numel: float
+    decayed: bool  # in the weight-decay group (matrices); norms and biases are not
+    expert: bool  # a routed expert's, kept by the expert optimizer
+
+
+def _dense(numel: float, decayed: bool = True) -> ParamTensor:
+    return ParamTensor(numel, decayed, False)
+
+
+def _attention_tensors(d: Derived) -> list[ParamTensor]:
+    """Self-attention's tensors in registration order: the output projection before the
+    input projections (``Attention`` builds ``linear_proj`` first), then the q/k norms."""
+    m, h, t = d.model, d.model.hidden_size, d.tp
+    a = m.num_attention_heads
+    bias = m.add_bias_linear
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        tensors = [_dense(a * m.v_head_dim * h / t)] + ([_dense(h, False)] if bias else [])
+        if m.q_lora_rank is None:
+            tensors.append(_dense(h * a * qk / t))
+        else:
+            tensors += [
+                _dense(h * m.q_lora_rank),
+                _dense(m.q_lora_rank * a * qk / t),
+                _dense(_norm(d, m.q_lora_rank), False),
+            ]
+        tensors += [
+            _dense(h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)),
+            _dense(m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) / t),
+            _dense(_norm(d, m.kv_lora_rank), False),
+        ]
+        return tensors
+    kv, g = d.kv_channels, d.num_query_groups
+    tensors = [_dense(a * kv * h / t)] + ([_dense(h, False)] if bias else [])
+    tensors.append(_dense((a + 2 * g) * kv * h / t))
+    if bias or m.add_qkv_bias:
+        tensors.append(_dense((a + 2 * g) * kv / t, False))
+    if m.qk_layernorm:
+        tensors += [_dense(_norm(d, kv), False), _dense(_norm(d, kv), False)]
+    return tensors
+
+
+def _mlp_tensors(d: Derived, ffn: int, divisor: int, expert: bool) -> list[ParamTensor]:
+    h, bias = d.model.hidden_size, d.model.add_bias_linear
+    fc1 = _gate_factor(d) * ffn
+    tensors = [ParamTensor(fc1 * h / divisor, True, expert)]
+    if bias:
+        tensors.append(ParamTensor(fc1 / divisor, False, expert))
+    tensors.append(ParamTensor(ffn * h / divisor, True, expert))
+    if bias:
+        tensors.append(ParamTensor(h, False, expert))
+    return tensors
+
+
+def _layer_tensors(d: Derived, is_moe: bool) -> list[ParamTensor]:
+    h = d.model.hidden_size
+    tensors = [_dense(_norm(d, h), False), *_attention_tensors(d), _dense(_norm(d, h), False)]
+    if not is_moe:
+        return tensors + _mlp_tensors(d, d.ffn_hidden_size, d.tp, False)
+    tensors.append(_dense(h * d.num_experts))  # the router
+    local_experts = d.num_experts // d.ep
+    expert = _mlp_tensors(d, d.moe_ffn_hidden_size, d.etp, True)
+    if d.model.moe_grouped_gemm:
+        tensors += [ParamTensor(t.numel * local_experts, t.decayed, True) for t in expert]
+    else:
+        tensors += expert * local_experts
+    shared = d.model.moe_shared_expert_intermediate_size
+    if shared:
+        tensors += _mlp_tensors(d, shared, d.tp, False)
+    return tensors
+
+
+def chunk_param_tensors(d: Derived, chunk: Chunk) -> list[ParamTensor]:
+    """The tensors of :func:`chunk_params` one by one, in the order ``named_parameters`` gives
+    them (GPTModel registers the embedding, the decoder layers, the final norm, the MTP block
+    and then the output layer). The HybridDeviceOptimizer offloads whole tensors in this order."""
+    h = d.model.hidden_size
+    vocab_rows = d.padded_vocab_size * h / d.tp
+    tensors: list[ParamTensor] = []
+    if chunk.has_embedding:
+        tensors.append(_dense(vocab_rows))
+        if embedding_params(d, 0):
+            tensors.append(_dense(embedding_params(d, 0)))
+    for i in chunk.layers:
+        tensors += _layer_tensors(d, d.moe_layer_pattern[i])
+    if chunk.has_output:
+        tensors.append(_dense(_norm(d, h), False))
+    if chunk.mtp_layers and not chunk.has_embedding:
+        # Multi-token prediction's own embedding (see chunk_params).
+        tensors.append(_dense(vocab_rows))
+        if embedding_params(d, 0):
+            tensors.append(_dense(embedding_params(d, 0)))
+    for _ in range(chunk.mtp_layers):
+        tensors += [_dense(_norm(d, h), False), _dense(_norm(d, h), False), _dense(2 * h * h / d.tp)]
+        tensors += _layer_tensors(d, d.moe_layer_pattern[-1])
+        tensors.append(_dense(_norm(d, h), False))
+    if chunk.has_output and (not d.model.share_embeddings_and_output_weights or not chunk.has_embedding):
+        tensors.append(_dense(vocab_rows))
+    return tensors

@@ -155,6 +155,22 @@ def not_modeled(est: Estimate) -> list[str]:
     """Flags the job sets whose memory effect the estimate leaves out, with its direction."""
     m, d = est.job.model, est.derived
     notes = []
+    if m.cpu_offloading:
+        notes.append(
+            "cpu_offloading: the offloaded layers' activations leave the device and come back one layer at a"
+            " time in backward; modeled from source, not measured (needs Transformer Engine)"
+        )
+    if m.fine_grained_activation_offloading:
+        notes.append(
+            "fine_grained_activation_offloading: not modeled yet (the offloaded modules' inputs are counted as"
+            " kept on the device, so expect less); not measured (needs Transformer Engine)"
+        )
+    if est.job.optimizer.optimizer_cpu_offload:
+        notes.append(
+            "optimizer_cpu_offload: includes the fp32 device copies of the first HybridDeviceOptimizer that"
+            " get_megatron_optimizer replaces but a reference cycle keeps until a full garbage collection"
+            " (Megatron-LM's --manual-gc frees them before training; expect less then)"
+        )
     if m.tp_comm_overlap:
         notes.append(
             "tp_comm_overlap: Transformer Engine's userbuffers (a few bf16 buffers of sequence x micro-batch x"

@@ -10,10 +10,11 @@ dense parameters and over expert-DP for routed experts. Megatron-FSDP keeps its 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from memtune.config.derived import DTYPE_BYTES, Derived
-from memtune.estimate.params import ParamCounts
+from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.peft.model import AdapterParams
 
 DEFAULT_BUCKET_PARAMS = 40_000_000
@@ -29,6 +30,7 @@ class ModelState:
     optimizer_params: float  # parameters whose optimizer state this rank keeps
     host_pinned: float = 0.0  # page-locked host memory the optimizer keeps
     host_pageable: float = 0.0  # ordinary host memory the optimizer keeps
+    orphaned_optimizer_copies: float = 0.0  # device copies of a replaced optimizer (in ``optimizer``)
 
     @property
     def host(self) -> float:
@@ -50,11 +52,20 @@ def _padded(numel: float, d: Derived) -> float:
 
 
 def model_state(
-    d: Derived, local: ParamCounts, lora: AdapterParams, units: ParamCounts | None = None
+    d: Derived,
+    local: ParamCounts,
+    lora: AdapterParams,
+    units: ParamCounts | None = None,
+    tensors: list[list[ParamTensor]] | None = None,
+    dp_ranks: tuple[int, int] | None = None,
 ) -> ModelState:
     """State of one rank holding ``local`` base parameters and ``lora`` adapter parameters
     (routed-expert adapters live in the expert buffers, like routed experts); ``units`` are the
-    base parameters inside transformer layers (Megatron-FSDP's units)."""
+    base parameters inside transformer layers (Megatron-FSDP's units); ``tensors`` the base
+    parameters tensor by tensor, per model chunk, and ``dp_ranks`` the rank's place in its
+    data-parallel x context-parallel and expert data-parallel groups, for the optimizer CPU
+    offload, whose device share differs from one data-parallel rank to the next (None: the
+    worst of them)."""
     job, opt = d.job, d.job.optimizer
     if d.megatron_fsdp:
         return _fsdp_state(d, local, lora.total, units or ParamCounts())
@@ -70,6 +81,7 @@ def model_state(
     grads = grad_bytes * _padded(trainable, d)
 
     instances = job.ddp.num_distributed_optimizer_instances
+    dense_shard = expert_shard = 1
     if d.use_distributed_optimizer:
         dense_shard = max(1, d.dp * d.cp // instances)
         expert_shard = max(1, d.edp // instances)
@@ -87,7 +99,10 @@ def model_state(
     if opt.use_precision_aware_optimizer and not opt.optimizer_cpu_offload:
         moments = DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
     if opt.optimizer_cpu_offload:
-        return _hybrid_device_state(d, weights, grads, trainable, optimizer_params, moments)
+        shards = (dense_shard, expert_shard) if d.use_distributed_optimizer else (1, 1)
+        return _hybrid_device_state(
+            d, weights, grads, trainable, optimizer_params, moments, tensors, shards, dp_ranks
+        )
     optimizer = (master + moments) * optimizer_params
 
     # bf16 gradients are copied to fp32 for the step; torch's foreach Adam (used where neither
@@ -187,35 +202,161 @@ def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCou
     )
 
 
-def _hybrid_device_state(
-    d: Derived, weights: float, grads: float, trainable: float, optimizer_params: float, moments: float
-) -> ModelState:
-    """Megatron-Core's HybridDeviceOptimizer (``optimizer_cpu_offload``) over the distributed
-    optimizer's shard of ``optimizer_params`` parameters.
+class _PinnedHostCache:
+    """PyTorch's caching host allocator, which every ``pin_memory`` tensor goes through: it
+    rounds each request up to a power of two, hands a freed block to the next request of the
+    same size, and keeps every block until ``empty_cache``; ``torch.cuda.host_memory_stats()``
+    reports them all as allocated."""
 
-    It walks the shard in order and moves parameters to the host until ``offload_fraction`` of
-    it is there. Every parameter is updated in fp32 (``param_update_in_fp32``): one on the device
-    gets an fp32 master copy and torch Adam moments (fp32 whatever ``exp_avg_dtype`` says) on
-    the device, stepped by a fused Adam (no foreach temporaries); one on the host gets a pinned
-    copy of the weight, an unpinned fp32 master with its moments, and a pinned fp32 buffer its
-    gradient is copied into. Gradients that are not fp32 get a persistent fp32 copy on the
-    device for the device part.
+    def __init__(self) -> None:
+        self.free: Counter[int] = Counter()
+        self.total = 0
+
+    def take(self, nbytes: float) -> int:
+        size = 1 << max(0, math.ceil(math.log2(max(nbytes, 1))))
+        if self.free[size]:
+            self.free[size] -= 1
+        else:
+            self.total += size
+        return size
+
+    def transient(self, nbytes: float) -> None:
+        self.free[self.take(nbytes)] += 1
+
+
+def _offload_walk(tensors: list[ParamTensor], fraction: float) -> tuple[float, list[float]]:
+    """HybridDeviceOptimizer's split (megatron-core 0.19.2,
+    ``_get_sub_optimizer_param_groups``): the weight-decay group, then the group without,
+    tensor by tensor; a tensor goes to the host while less than ``fraction`` of all is there,
+    so the last one offloaded overshoots. Returns (numel left on the device, numel of each
+    offloaded tensor)."""
+    threshold = fraction * sum(t.numel for t in tensors)
+    device, offloaded = 0.0, []
+    for tensor in [t for t in tensors if t.decayed] + [t for t in tensors if not t.decayed]:
+        if sum(offloaded) < threshold:
+            offloaded.append(tensor.numel)
+        else:
+            device += tensor.numel
+    return device, offloaded
+
+
+def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank: int) -> list[ParamTensor]:
+    """The pieces of each tensor in one data-parallel rank's optimizer shard (megatron-core
+    0.19.2, ``_compute_per_buffer_param_layout`` and ``_build_model_gbuf_range``): each chunk's
+    gradient buffer holds its tensors in reverse order, each starting at a multiple of 64
+    elements, split into buckets (one per chunk after the first, or without
+    ``overlap_grad_reduce``) whose ends are padded to a multiple of lcm(shards, 128); the rank
+    owns the ``rank``-th of ``shards`` equal slices of every bucket."""
+    pieces: list[ParamTensor] = []
+    multiple = math.lcm(shards, 128)
+    for index, tensors in enumerate(chunks):
+        bucket_size = d.ddp_bucket_size(shards) if index == 0 else None
+        buckets: list[tuple[int, int]] = []
+        placed: list[tuple[int, int, ParamTensor]] = []
+        position = bucket_start = 0
+        for tensor in reversed(tensors):
+            start = math.ceil(position / 64) * 64
+            end = start + round(tensor.numel)
+            placed.append((start, end, tensor))
+            position = end
+            if bucket_size is not None and end - bucket_start >= bucket_size:
+                position = math.ceil(end / multiple) * multiple
+                buckets.append((bucket_start, position))
+                bucket_start = position
+        if position > bucket_start:
+            buckets.append((bucket_start, math.ceil(position / multiple) * multiple))
+        owned = [(b + (e - b) // shards * rank, b + (e - b) // shards * (rank + 1)) for b, e in buckets]
+        for start, end, tensor in placed:
+            for low, high in owned:
+                numel = min(end, high) - max(start, low)
+                if numel > 0:
+                    pieces.append(ParamTensor(numel, tensor.decayed, tensor.expert))
+    return pieces
+
+
+def _hybrid_device_state(
+    d: Derived,
+    weights: float,
+    grads: float,
+    trainable: float,
+    optimizer_params: float,
+    moments: float,
+    tensors: list[list[ParamTensor]] | None,
+    shards: tuple[int, int],
+    dp_ranks: tuple[int, int] | None,
+) -> ModelState:
+    """Megatron-Core's HybridDeviceOptimizer (``optimizer_cpu_offload``, megatron-core 0.19.2).
+
+    ``get_megatron_optimizer`` builds one optimizer for dense parameters and one for routed
+    experts, and each builds two HybridDeviceOptimizers. The first, over the whole unsharded
+    parameters, already splits them (:func:`_offload_walk`): an offloaded tensor gets a
+    transient pinned copy and a pageable fp32 copy, one left on the device an fp32 copy there.
+    ``DistributedOptimizer.__init__`` replaces it with a second over its shard, but the first
+    stays alive: its sub-optimizers' step hooks close over it, a reference cycle that only a
+    full garbage collection frees (Megatron-LM's ``--manual-gc`` runs one before training;
+    plain Megatron-Core and the automatic collector may not for a long time), so its copies are
+    counted. The second walks the shard's pieces (:func:`_shard_pieces`), and the granularity
+    is whole pieces: a rank whose shard is one piece offloads all of it for any fraction above
+    0. A piece on the device gets an fp32 master copy and fp32 torch Adam moments (whatever
+    ``exp_avg_dtype`` says) stepped by a fused Adam, and an fp32 copy of its gradient when the
+    gradient buffer is not fp32; one on the host gets a pageable fp32 master with its moments
+    and, at the first step, a pinned fp32 buffer its gradient is copied into. Without
+    ``dp_ranks`` the device share is the bound every rank stays under, (1 - fraction) of the
+    shard, and the host side is the first rank's.
     """
     opt = d.job.optimizer
-    host_share = opt.optimizer_offload_fraction
-    device_params = (1.0 - host_share) * optimizer_params
-    host_params = host_share * optimizer_params
-    optimizer = (4 + moments) * device_params
-    if DTYPE_BYTES[d.grad_dtype] < 4:
-        optimizer += 4 * device_params
-    pinned = (DTYPE_BYTES[d.param_dtype] + 4) * host_params
+    fraction = opt.optimizer_offload_fraction
+    half = d.half_precision
+    param_bytes = DTYPE_BYTES[d.param_dtype]
+    master = 4 if half else 0
+    device_bytes = master + moments + (4 if DTYPE_BYTES[d.grad_dtype] < 4 else 0)
+    if tensors is None or d.job.peft is not None:
+        # Without the tensors (or for LoRA adapters, not walked here) the split is the fraction.
+        return ModelState(
+            weights=weights,
+            grads=grads,
+            optimizer=device_bytes * (1.0 - fraction) * optimizer_params,
+            optimizer_step_transient=0.0,
+            trainable=trainable,
+            optimizer_params=optimizer_params,
+            host_pinned=(param_bytes + 4) * fraction * optimizer_params,
+            host_pageable=(4 + moments) * fraction * optimizer_params,
+        )
+    pinned = _PinnedHostCache()
+    orphaned = pageable = 0.0
+    shard_device = 0.0
+    shard_offloaded: list[float] = []
+    dense_rank, expert_rank = dp_ranks or (0, 0)
+    for expert, shard_count, rank in ((False, shards[0], dense_rank), (True, shards[1], expert_rank)):
+        chunks = [[t for t in chunk if t.expert == expert] for chunk in tensors]
+        everything = [t for chunk in chunks for t in chunk]
+        if not everything:
+            continue
+        first_device, first_offloaded = _offload_walk(everything, fraction)
+        orphaned += master * first_device
+        pieces = _shard_pieces(d, chunks, shard_count, rank)
+        device, offloaded = _offload_walk(pieces, fraction)
+        for numel in first_offloaded + offloaded:
+            if half:
+                pinned.transient(param_bytes * numel)
+            else:
+                pinned.take(4 * numel)  # an fp32 parameter's pinned copy is its host master
+        pageable += master * sum(first_offloaded) + (master + moments) * sum(offloaded)
+        if dp_ranks is None:
+            shard = sum(p.numel for p in pieces)
+            device = max(device, (1.0 - fraction) * shard)
+        shard_device += device
+        shard_offloaded += offloaded
+    for numel in shard_offloaded:
+        pinned.take(4 * numel)
     return ModelState(
         weights=weights,
         grads=grads,
-        optimizer=optimizer,
+        optimizer=orphaned + device_bytes * shard_device,
         optimizer_step_transient=0.0,
         trainable=trainable,
         optimizer_params=optimizer_params,
-        host_pinned=pinned,
-        host_pageable=(4 + moments) * host_params,
+        host_pinned=float(pinned.total),
+        host_pageable=pageable,
+        orphaned_optimizer_copies=orphaned,
     )
