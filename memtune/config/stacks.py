@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel
 
@@ -199,7 +199,7 @@ BRIDGE_ARCHITECTURE_VALUES: dict[str, tuple[dict[str, object], str]] = {
 }
 
 
-def architecture_values(model_type: str, model: dict) -> list[ReceivedDefault]:
+def architecture_values(model_type: str, model: dict[str, Any]) -> list[ReceivedDefault]:
     """Bridge's per-architecture values for ``model_type`` that ``model`` does not set; the caller
     writes them into the model section."""
     values, source = BRIDGE_ARCHITECTURE_VALUES.get(model_type, ({}, ""))

@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 
 class Refusal(Exception):
@@ -41,7 +42,7 @@ WGRAD_EXTENSION = "fused_weight_gradient_mlp_cuda"
 MEGATRON_EXTENSIONS = (*SOFTMAX_EXTENSIONS, "scaled_softmax_cuda", WGRAD_EXTENSION)
 
 
-def _needed_extensions(plan: dict) -> list[str]:
+def _needed_extensions(plan: dict[str, Any]) -> list[str]:
     """Extensions megatron-core will import for this plan: the softmax kernels when unfused
     attention in half precision asks for the fused softmax, the weight-gradient GEMM for
     gradient-accumulation fusion."""
@@ -55,7 +56,7 @@ def _needed_extensions(plan: dict) -> list[str]:
     return needed
 
 
-def _require_extensions(plan: dict) -> None:
+def _require_extensions(plan: dict[str, Any]) -> None:
     import importlib
 
     import torch  # noqa: F401  (the extensions link against torch's libraries)
@@ -71,7 +72,7 @@ def _require_extensions(plan: dict) -> None:
             ) from None
 
 
-def _require_environment(plan: dict):
+def _require_environment(plan: dict[str, Any]):
     try:
         import torch
     except ImportError:
@@ -114,7 +115,7 @@ class _SequenceParallelTorchNorm:
         return norm
 
 
-def _substitute(obj, table: dict):
+def _substitute(obj, table: dict[str, Any]):
     """A copy of a layer spec with each class in ``table`` replaced, at any depth (specs nest
     ModuleSpecs, submodule dataclasses, lists and functools.partials)."""
     from megatron.core.transformer.spec_utils import ModuleSpec
@@ -149,7 +150,7 @@ def _substitute(obj, table: dict):
     return obj
 
 
-def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
+def _block_spec(plan: dict[str, Any], config, vp_stage, pp_rank: int):
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     if plan["layer_spec"] == "transformer_engine":
@@ -178,7 +179,7 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
     return _substitute(spec, table)
 
 
-def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
+def _mtp_block_spec(plan: dict[str, Any], config, decoder_spec, vp_stage, pp_rank: int):
     """The multi-token-prediction block this chunk builds (None off the last stage), from the
     decoder's own last-layer spec, as Megatron-LM's GPT builder passes it to GPTModel."""
     if not getattr(config, "mtp_num_layers", None):
@@ -196,7 +197,7 @@ def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
     return _substitute(spec, {WrappedTorchNorm: _SequenceParallelTorchNorm})
 
 
-def _transformer_config(plan: dict):
+def _transformer_config(plan: dict[str, Any]):
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.enums import AttnBackend
@@ -218,7 +219,7 @@ def _transformer_config(plan: dict):
         raise Refusal("config", f"megatron-core rejected the configuration: {exc}") from None
 
 
-def _build_chunks(plan: dict, config):
+def _build_chunks(plan: dict[str, Any], config):
     import torch
     from megatron.core import tensor_parallel
     from megatron.core.models.gpt import GPTModel
@@ -248,7 +249,7 @@ def _build_chunks(plan: dict, config):
     return chunks
 
 
-def _apply_lora(peft: dict, model) -> None:
+def _apply_lora(peft: dict[str, Any], model) -> None:
     """Freeze the chunk and add adapters as Megatron-Bridge's LoRA would (memtune.peft)."""
     from memtune.peft.lora import LoRA
 
@@ -281,7 +282,7 @@ class _RandomBatches:
     def __iter__(self):
         return self
 
-    def __next__(self) -> dict:
+    def __next__(self) -> dict[str, Any]:
         import torch
 
         b, s = self.shape
@@ -311,7 +312,7 @@ def _forward_step(data_iterator, model):
     return output, functools.partial(_loss, batch["loss_mask"])
 
 
-def _wire_grad_sync(config, model, ddp: dict, optimizer):
+def _wire_grad_sync(config, model, ddp: dict[str, Any], optimizer):
     """The hooks Megatron-LM's train() installs: gradient sync is deferred to the last
     microbatch, gradients are finalised after the schedule, and losses are scaled."""
     from megatron.core.distributed import finalize_model_grads
@@ -357,14 +358,14 @@ class _HostMemory:
         stats = torch.cuda.host_memory_stats()
         return stats.get("allocated_bytes.current", 0), stats.get("allocated_bytes.peak", 0)
 
-    def iteration(self) -> dict:
+    def iteration(self) -> dict[str, Any]:
         pinned = self._pinned()
         record = {"host_peak_rss_bytes": _peak_rss_bytes()}
         if pinned is not None:
             record["host_pinned_bytes"], record["host_pinned_peak_bytes"] = pinned
         return record
 
-    def summary(self, steady: list[dict]) -> dict:
+    def summary(self, steady: list[dict[str, Any]]) -> dict[str, Any]:
         peak_rss = max(it["host_peak_rss_bytes"] for it in steady)
         record = {
             "host_rss_before_build_bytes": self.rss_before,
@@ -385,7 +386,7 @@ def _peak_rss_bytes() -> int:
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for the snapshot of the last iteration
 
 
-def _init_distributed(plan: dict):
+def _init_distributed(plan: dict[str, Any]):
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -402,7 +403,7 @@ def _init_distributed(plan: dict):
     model_parallel_cuda_manual_seed(1234)
 
 
-def measure(plan: dict) -> dict:
+def measure(plan: dict[str, Any]) -> dict[str, Any]:
     import torch
     from megatron.core.distributed import (
         DistributedDataParallel,
@@ -508,7 +509,7 @@ def measure(plan: dict) -> dict:
     }
 
 
-def _environment(plan: dict, chunks, optimizer) -> dict:
+def _environment(plan: dict[str, Any], chunks, optimizer) -> dict[str, Any]:
     import torch
     from megatron.core import package_info
 
