@@ -16,7 +16,7 @@ DEFAULT_SET = Path("benchmarks/measured")
 DEFAULT_PUBLISHED = Path("benchmarks/published")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks: estimator accuracy against measured runs")
     bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     acc = bench.add_parser(

@@ -10,7 +10,8 @@ import yaml
 
 def read_catalog(filename: str) -> dict[str, Any]:
     text = resources.files("memtune.catalog").joinpath("data", filename).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    catalog: dict[str, Any] = yaml.safe_load(text)
+    return catalog
 
 
 def lookup_key(name: str) -> str:

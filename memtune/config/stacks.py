@@ -46,9 +46,9 @@ what the user (or a loader) wrote, so a dumped job validates back into an equal 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -137,7 +137,10 @@ def apply_stack_defaults(job: JobConfig) -> JobConfig:
     return _unmarked_copy(job, sections)
 
 
-def _unmarked_copy(model: BaseModel, values: dict[str, object]) -> BaseModel:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _unmarked_copy(model: _Model, values: Mapping[str, object]) -> _Model:
     """A copy with ``values`` in place that still counts only the original keys as set."""
     was_set = set(model.model_fields_set)
     copy = model.model_copy(update=values)

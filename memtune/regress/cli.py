@@ -14,7 +14,7 @@ from memtune.regress import render
 EXIT_NO_ANSWER = 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser(
         "diff",
         help="what changed between two configs (per rank, per key) or two runs' memory logs",
