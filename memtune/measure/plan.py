@@ -25,7 +25,7 @@ recorded with every measurement:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from memtune.check import CheckedJob
 from memtune.config import Derived, JobConfig
@@ -103,6 +103,14 @@ class ChunkPlan:
     num_layers: int
 
 
+class Schedule(TypedDict):
+    """The pipeline schedule's shape arguments."""
+
+    num_microbatches: int
+    seq_length: int
+    micro_batch_size: int
+
+
 @dataclass(frozen=True)
 class MeasurePlan:
     """Everything the subprocess needs, as JSON-ready values (dtypes and functions by name)."""
@@ -117,7 +125,7 @@ class MeasurePlan:
     model: dict[str, Any]  # GPTModel keyword arguments beyond config and spec
     ddp: dict[str, Any]
     optimizer: dict[str, Any]
-    schedule: dict[str, Any]  # num_microbatches, seq_length, micro_batch_size
+    schedule: Schedule
     layer_spec: str  # "local" | "transformer_engine"
     core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
     iterations: int
@@ -353,7 +361,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             overlap_param_gather=job.ddp.overlap_param_gather,
             **_optimizer_offload(job),
         ),
-        schedule=dict(
+        schedule=Schedule(
             num_microbatches=d.num_microbatches,
             seq_length=m.seq_length,
             micro_batch_size=d.micro_batch_size,
