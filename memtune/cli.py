@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from memtune import __version__
 from memtune.errors import InputError
@@ -16,8 +17,11 @@ from memtune.output import SCHEMA_VERSION
 
 EXIT_BAD_INPUT = 2
 
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+Handler = Callable[[argparse.Namespace], int]
 
-def _registrars():
+
+def _registrars() -> list[Registrar]:
     from memtune.bench import cli as bench_cli
     from memtune.catalog import cli as catalog_cli
     from memtune.check import cli as check_cli
@@ -68,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    handler: Handler = args.handler
     try:
-        return args.handler(args)
+        return handler(args)
     except InputError as exc:
         for line in exc.problems:
             print(f"memtune {args.command}: {line}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from memtune.bench.megatron_formula import megatron_lm_estimate
 from memtune.check import gate
@@ -61,7 +62,7 @@ class Summary:
     megatron_lm_max_abs_error: float
 
 
-def read_runs(paths: list[Path]) -> list[dict]:
+def read_runs(paths: list[Path]) -> list[dict[str, Any]]:
     runs = []
     for path in paths:
         files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
@@ -85,7 +86,7 @@ def read_runs(paths: list[Path]) -> list[dict]:
     return runs
 
 
-def evaluate(run: dict) -> RunResult:
+def evaluate(run: dict[str, Any]) -> RunResult:
     job = validate(run["config"])
     est = estimate(gate(job))
     rank = est.rank(run["rank"])

@@ -17,7 +17,7 @@ DEFAULT_PUBLISHED = Path("benchmarks/published/memory")
 DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks: estimator accuracy against measured runs")
     bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     acc = bench.add_parser(

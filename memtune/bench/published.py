@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -55,7 +56,7 @@ class PublishedSummary:
     worst_under: float  # most negative error, 0 when none
 
 
-def read_published(paths: list[Path]) -> list[dict]:
+def read_published(paths: list[Path]) -> list[dict[str, Any]]:
     runs = []
     for path in paths:
         files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
@@ -72,7 +73,7 @@ def read_published(paths: list[Path]) -> list[dict]:
     return runs
 
 
-def evaluate_published(run: dict) -> PublishedResult:
+def evaluate_published(run: dict[str, Any]) -> PublishedResult:
     est = estimate(gate(validate(run["config"])))
     return PublishedResult(
         id=run["id"],

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import yaml
 
 
-def read_catalog(filename: str) -> dict:
+def read_catalog(filename: str) -> dict[str, Any]:
     text = resources.files("memtune.catalog").joinpath("data", filename).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    catalog: dict[str, Any] = yaml.safe_load(text)
+    return catalog
 
 
 def lookup_key(name: str) -> str:

@@ -22,7 +22,7 @@ from memtune.catalog.render import (
 from memtune.output import SCHEMA_VERSION
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models = sub.add_parser(
         "models",
         help="model presets a config can use as `model: {preset: NAME}`",

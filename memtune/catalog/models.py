@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from memtune.catalog._data import lookup_key, read_catalog
 from memtune.errors import InputError
@@ -19,7 +20,7 @@ class ModelPreset:
     name: str
     description: str
     hf_id: str  # the Hugging Face repository whose config.json the values come from
-    model: dict  # the ``model:`` section; get_model() hands out copies
+    model: dict[str, Any]  # the ``model:`` section; get_model() hands out copies
 
 
 @cache
@@ -45,6 +46,6 @@ def find_model(name: str) -> ModelPreset:
     raise InputError(f"unknown model preset {name!r}; known: {', '.join(_presets())}")
 
 
-def get_model(name: str) -> dict:
+def get_model(name: str) -> dict[str, Any]:
     """The preset's ``model:`` section, as a fresh dict the caller may change."""
     return copy.deepcopy(find_model(name).model)

@@ -46,9 +46,9 @@ what the user (or a loader) wrote, so a dumped job validates back into an equal 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -137,7 +137,10 @@ def apply_stack_defaults(job: JobConfig) -> JobConfig:
     return _unmarked_copy(job, sections)
 
 
-def _unmarked_copy(model: BaseModel, values: dict[str, object]) -> BaseModel:
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _unmarked_copy(model: _Model, values: Mapping[str, object]) -> _Model:
     """A copy with ``values`` in place that still counts only the original keys as set."""
     was_set = set(model.model_fields_set)
     copy = model.model_copy(update=values)
@@ -199,7 +202,7 @@ BRIDGE_ARCHITECTURE_VALUES: dict[str, tuple[dict[str, object], str]] = {
 }
 
 
-def architecture_values(model_type: str, model: dict) -> list[ReceivedDefault]:
+def architecture_values(model_type: str, model: dict[str, Any]) -> list[ReceivedDefault]:
     """Bridge's per-architecture values for ``model_type`` that ``model`` does not set; the caller
     writes them into the model section."""
     values, source = BRIDGE_ARCHITECTURE_VALUES.get(model_type, ({}, ""))

@@ -19,7 +19,7 @@ from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_inte
 EXIT_FAILED = 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "measure",
         help="train one rank of the job on this GPU (fake process group) and report its true peak",

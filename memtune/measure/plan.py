@@ -25,6 +25,7 @@ recorded with every measurement:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 from memtune.check import CheckedJob
 from memtune.config import Derived, JobConfig
@@ -102,6 +103,14 @@ class ChunkPlan:
     num_layers: int
 
 
+class Schedule(TypedDict):
+    """The pipeline schedule's shape arguments."""
+
+    num_microbatches: int
+    seq_length: int
+    micro_batch_size: int
+
+
 @dataclass(frozen=True)
 class MeasurePlan:
     """Everything the subprocess needs, as JSON-ready values (dtypes and functions by name)."""
@@ -110,21 +119,21 @@ class MeasurePlan:
     world_size: int
     pp_rank: int
     chunks: list[ChunkPlan]
-    parallel_state: dict
-    transformer_config: dict
+    parallel_state: dict[str, Any]
+    transformer_config: dict[str, Any]
     multi_latent_attention: bool
-    model: dict  # GPTModel keyword arguments beyond config and spec
-    ddp: dict
-    optimizer: dict
-    schedule: dict  # num_microbatches, seq_length, micro_batch_size
+    model: dict[str, Any]  # GPTModel keyword arguments beyond config and spec
+    ddp: dict[str, Any]
+    optimizer: dict[str, Any]
+    schedule: Schedule
     layer_spec: str  # "local" | "transformer_engine"
     core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
     iterations: int
-    peft: dict | None = None  # memtune.peft.LoRA keyword arguments; None: full training
-    env: dict = field(default_factory=dict)  # process environment for the subprocess
-    config: dict = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
+    peft: dict[str, Any] | None = None  # memtune.peft.LoRA keyword arguments; None: full training
+    env: dict[str, str] = field(default_factory=dict)  # process environment for the subprocess
+    config: dict[str, Any] = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -204,7 +213,7 @@ def _core_attention(job: JobConfig) -> str:
     return "sdpa" if m.attention_backend in FLASH_BACKENDS else "megatron_dot_product"
 
 
-def _transformer_config(job: JobConfig, d: Derived) -> dict:
+def _transformer_config(job: JobConfig, d: Derived) -> dict[str, Any]:
     m = job.model
     kwargs = {key: getattr(m, key) for key in _TRANSFORMER_KEYS}
     dtype = DTYPES[d.param_dtype]
@@ -258,7 +267,7 @@ def _chunks(d: Derived, pp_rank: int) -> list[ChunkPlan]:
     ]
 
 
-def _process_env(job: JobConfig) -> dict:
+def _process_env(job: JobConfig) -> dict[str, str]:
     """The allocator and CUDA settings the job runs under; unset ones stay unset."""
     env = job.env
     keys = (
@@ -270,7 +279,7 @@ def _process_env(job: JobConfig) -> dict:
     return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
 
 
-def _fsdp(job: JobConfig, d: Derived) -> dict:
+def _fsdp(job: JobConfig, d: Derived) -> dict[str, Any]:
     """Megatron-FSDP's DDP keys, as Megatron-LM's get_megatron_ddp_config passes them."""
     if not d.megatron_fsdp:
         return {}
@@ -283,7 +292,7 @@ def _fsdp(job: JobConfig, d: Derived) -> dict:
     )
 
 
-def _optimizer_offload(job: JobConfig) -> dict:
+def _optimizer_offload(job: JobConfig) -> dict[str, Any]:
     """HybridDeviceOptimizer's keys. The gate already requires the precision-aware optimizer
     with it (as Megatron-LM does); the hybrid optimizer reuses that code path, which then needs
     no Transformer Engine."""
@@ -352,7 +361,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             overlap_param_gather=job.ddp.overlap_param_gather,
             **_optimizer_offload(job),
         ),
-        schedule=dict(
+        schedule=Schedule(
             num_microbatches=d.num_microbatches,
             seq_length=m.seq_length,
             micro_batch_size=d.micro_batch_size,

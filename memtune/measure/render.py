@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -11,7 +13,7 @@ from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
 
-def report_json(plan: MeasurePlan, result: Measurement, estimate: int) -> dict:
+def report_json(plan: MeasurePlan, result: Measurement, estimate: int) -> dict[str, Any]:
     measured = result.measured["peak_allocated_bytes"]
     return {
         "schema_version": SCHEMA_VERSION,

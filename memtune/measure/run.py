@@ -12,9 +12,10 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from memtune.errors import InputError, MissingDependencyError
 
@@ -38,8 +39,8 @@ class MeasurementFailed(Exception):
 
 @dataclass(frozen=True)
 class Measurement:
-    measured: dict
-    environment: dict
+    measured: dict[str, Any]
+    environment: dict[str, Any]
     pp_rank: int
     wall_seconds: float
 
@@ -47,7 +48,7 @@ class Measurement:
 SNAPSHOT_VARIABLE = "MEMTUNE_MEASURE_SNAPSHOT"
 
 
-def subprocess_env(job_env: dict, base: dict | None = None) -> dict:
+def subprocess_env(job_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The child's environment: ``base`` (default: ours) with the job's allocator settings."""
     env = dict(os.environ if base is None else base)
     for key in _ALLOCATOR_VARIABLES:
@@ -90,7 +91,13 @@ def run_plan(
     return parse_result(run_plan_json(plan.to_json(), env, python, timeout_s))
 
 
-def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=None) -> dict:
+def run_plan_json(
+    plan: dict[str, Any],
+    job_env: Mapping[str, str],
+    python: str,
+    timeout_s: float,
+    log: IO[str] | None = None,
+) -> dict[str, Any]:
     """Run one plan (as JSON) in a subprocess; return the runner's result, or an error record
     when the process died or timed out before writing one. ``log`` receives its output."""
     with tempfile.TemporaryDirectory(prefix="memtune-measure-") as tmp:
@@ -121,10 +128,11 @@ def run_plan_json(plan: dict, job_env: dict, python: str, timeout_s: float, log=
                     "message": f"the measurement process exited with status {proc.returncode}: {tail[0]}",
                 }
             }
-        return json.loads(result_path.read_text())
+        result: dict[str, Any] = json.loads(result_path.read_text())
+        return result
 
 
-def parse_result(result: dict) -> Measurement:
+def parse_result(result: dict[str, Any]) -> Measurement:
     error = result.get("error")
     if error:
         if error["kind"] == "missing":

@@ -26,10 +26,18 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.optimizer import MegatronOptimizer
+    from megatron.core.transformer.transformer_config import TransformerConfig
 
 
 class Refusal(Exception):
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -41,12 +49,12 @@ WGRAD_EXTENSION = "fused_weight_gradient_mlp_cuda"
 MEGATRON_EXTENSIONS = (*SOFTMAX_EXTENSIONS, "scaled_softmax_cuda", WGRAD_EXTENSION)
 
 
-def _needed_extensions(plan: dict) -> list[str]:
+def _needed_extensions(plan: dict[str, Any]) -> list[str]:
     """Extensions megatron-core will import for this plan: the softmax kernels when unfused
     attention in half precision asks for the fused softmax, the weight-gradient GEMM for
     gradient-accumulation fusion."""
     tc = plan["transformer_config"]
-    needed = []
+    needed: list[str] = []
     half = tc["bf16"] or tc["fp16"]
     if tc.get("masked_softmax_fusion") and plan["core_attention"] == "megatron_dot_product" and half:
         needed.extend(SOFTMAX_EXTENSIONS)
@@ -55,7 +63,7 @@ def _needed_extensions(plan: dict) -> list[str]:
     return needed
 
 
-def _require_extensions(plan: dict) -> None:
+def _require_extensions(plan: dict[str, Any]) -> None:
     import importlib
 
     import torch  # noqa: F401  (the extensions link against torch's libraries)
@@ -71,7 +79,7 @@ def _require_extensions(plan: dict) -> None:
             ) from None
 
 
-def _require_environment(plan: dict):
+def _require_environment(plan: dict[str, Any]) -> None:
     try:
         import torch
     except ImportError:
@@ -103,7 +111,7 @@ class _SequenceParallelTorchNorm:
     from a copy of the config with SP off, and mark its weights as Megatron's own SP norms are
     marked (their gradients are all-reduced over TP)."""
 
-    def __new__(cls, config, hidden_size, eps=1e-5, **kwargs):
+    def __new__(cls, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, **kwargs: Any) -> Any:
         from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
         plain = copy.copy(config)
@@ -114,7 +122,7 @@ class _SequenceParallelTorchNorm:
         return norm
 
 
-def _substitute(obj, table: dict):
+def _substitute(obj: Any, table: Mapping[type[Any], type[Any]]) -> Any:
     """A copy of a layer spec with each class in ``table`` replaced, at any depth (specs nest
     ModuleSpecs, submodule dataclasses, lists and functools.partials)."""
     from megatron.core.transformer.spec_utils import ModuleSpec
@@ -149,7 +157,7 @@ def _substitute(obj, table: dict):
     return obj
 
 
-def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
+def _block_spec(plan: dict[str, Any], config: TransformerConfig, vp_stage: int | None, pp_rank: int) -> Any:
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     if plan["layer_spec"] == "transformer_engine":
@@ -172,13 +180,15 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
         vp_stage=vp_stage,
         pp_rank=pp_rank,
     )
-    table = {WrappedTorchNorm: _SequenceParallelTorchNorm}
+    table: dict[type[Any], type[Any]] = {WrappedTorchNorm: _SequenceParallelTorchNorm}
     if plan["core_attention"] == "sdpa":
         table[DotProductAttention] = SDPAttention
     return _substitute(spec, table)
 
 
-def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
+def _mtp_block_spec(
+    plan: dict[str, Any], config: TransformerConfig, decoder_spec: Any, vp_stage: int | None, pp_rank: int
+) -> Any:
     """The multi-token-prediction block this chunk builds (None off the last stage), from the
     decoder's own last-layer spec, as Megatron-LM's GPT builder passes it to GPTModel."""
     if not getattr(config, "mtp_num_layers", None):
@@ -196,7 +206,7 @@ def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
     return _substitute(spec, {WrappedTorchNorm: _SequenceParallelTorchNorm})
 
 
-def _transformer_config(plan: dict):
+def _transformer_config(plan: dict[str, Any]) -> TransformerConfig:
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.enums import AttnBackend
@@ -218,7 +228,7 @@ def _transformer_config(plan: dict):
         raise Refusal("config", f"megatron-core rejected the configuration: {exc}") from None
 
 
-def _build_chunks(plan: dict, config):
+def _build_chunks(plan: dict[str, Any], config: TransformerConfig) -> list[GPTModel]:
     import torch
     from megatron.core import tensor_parallel
     from megatron.core.models.gpt import GPTModel
@@ -248,7 +258,7 @@ def _build_chunks(plan: dict, config):
     return chunks
 
 
-def _apply_lora(peft: dict, model) -> None:
+def _apply_lora(peft: dict[str, Any], model: GPTModel) -> None:
     """Freeze the chunk and add adapters as Megatron-Bridge's LoRA would (memtune.peft)."""
     from memtune.peft.lora import LoRA
 
@@ -257,7 +267,7 @@ def _apply_lora(peft: dict, model) -> None:
     LoRA(**options).apply(model)
 
 
-def _expert_mlp(chunks) -> str | None:
+def _expert_mlp(chunks: list[Any]) -> str | None:
     from megatron.core.transformer.moe.moe_layer import MoELayer
 
     for chunk in chunks:
@@ -269,19 +279,22 @@ def _expert_mlp(chunks) -> str | None:
 
 # --- training step ----------------------------------------------------------------------
 
+# What the loss function gives the schedule: the loss sum, the token count, and the values logged.
+_LossResult = tuple["torch.Tensor", "torch.Tensor", dict[str, "torch.Tensor"]]
+
 
 class _RandomBatches:
     """Endless random token batches shaped like pretrain_gpt's (tokens, labels, loss mask,
     position ids; causal attention without an explicit mask)."""
 
-    def __init__(self, vocab_size: int, micro_batch_size: int, seq_length: int):
+    def __init__(self, vocab_size: int, micro_batch_size: int, seq_length: int) -> None:
         self.shape = (micro_batch_size, seq_length)
         self.vocab_size = vocab_size
 
-    def __iter__(self):
+    def __iter__(self) -> _RandomBatches:
         return self
 
-    def __next__(self) -> dict:
+    def __next__(self) -> dict[str, torch.Tensor]:
         import torch
 
         b, s = self.shape
@@ -294,7 +307,7 @@ class _RandomBatches:
         }
 
 
-def _loss(loss_mask, output_tensor):
+def _loss(loss_mask: torch.Tensor, output_tensor: torch.Tensor) -> _LossResult:
     """Sum of per-token losses and the token count, as pretrain_gpt reduces them."""
     import torch
 
@@ -305,18 +318,22 @@ def _loss(loss_mask, output_tensor):
     return loss, num_tokens, {"lm loss": torch.cat([loss.detach().view(1), num_tokens.view(1)])}
 
 
-def _forward_step(data_iterator, model):
+def _forward_step(
+    data_iterator: Iterator[dict[str, torch.Tensor]], model: Any
+) -> tuple[torch.Tensor, functools.partial[_LossResult]]:
     batch = next(data_iterator)
-    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    output: torch.Tensor = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
     return output, functools.partial(_loss, batch["loss_mask"])
 
 
-def _wire_grad_sync(config, model, ddp: dict, optimizer):
+def _wire_grad_sync(
+    config: TransformerConfig, model: list[Any], ddp: dict[str, Any], optimizer: MegatronOptimizer
+) -> None:
     """The hooks Megatron-LM's train() installs: gradient sync is deferred to the last
     microbatch, gradients are finalised after the schedule, and losses are scaled."""
     from megatron.core.distributed import finalize_model_grads
 
-    def one_or_list(fns):
+    def one_or_list(fns: list[Callable[..., Any]]) -> Callable[..., Any] | list[Callable[..., Any]]:
         return fns[0] if len(fns) == 1 else fns
 
     if ddp["overlap_grad_reduce"]:
@@ -337,7 +354,7 @@ class _HostMemory:
     the process's resident-set peak (``getrusage``, which also counts unpinned host tensors such
     as CPU optimizer state) above its level before the model was built."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         import torch
 
         self.pinned_stats = hasattr(torch.cuda, "host_memory_stats")
@@ -357,14 +374,14 @@ class _HostMemory:
         stats = torch.cuda.host_memory_stats()
         return stats.get("allocated_bytes.current", 0), stats.get("allocated_bytes.peak", 0)
 
-    def iteration(self) -> dict:
+    def iteration(self) -> dict[str, Any]:
         pinned = self._pinned()
         record = {"host_peak_rss_bytes": _peak_rss_bytes()}
         if pinned is not None:
             record["host_pinned_bytes"], record["host_pinned_peak_bytes"] = pinned
         return record
 
-    def summary(self, steady: list[dict]) -> dict:
+    def summary(self, steady: list[dict[str, Any]]) -> dict[str, Any]:
         peak_rss = max(it["host_peak_rss_bytes"] for it in steady)
         record = {
             "host_rss_before_build_bytes": self.rss_before,
@@ -385,7 +402,7 @@ def _peak_rss_bytes() -> int:
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for the snapshot of the last iteration
 
 
-def _init_distributed(plan: dict):
+def _init_distributed(plan: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -402,7 +419,7 @@ def _init_distributed(plan: dict):
     model_parallel_cuda_manual_seed(1234)
 
 
-def measure(plan: dict) -> dict:
+def measure(plan: dict[str, Any]) -> dict[str, Any]:
     import torch
     from megatron.core.distributed import (
         DistributedDataParallel,
@@ -485,7 +502,7 @@ def measure(plan: dict) -> dict:
             }
         )
         if snapshot and index == plan["iterations"]:
-            torch.cuda.memory._dump_snapshot(snapshot)
+            torch.cuda.memory._dump_snapshot(snapshot)  # type: ignore[no-untyped-call]  # private, unannotated in torch
             torch.cuda.memory._record_memory_history(enabled=None)
     steady = [it for it in iterations if it["iteration"] >= 2]
     measured = {
@@ -508,7 +525,7 @@ def measure(plan: dict) -> dict:
     }
 
 
-def _environment(plan: dict, chunks, optimizer) -> dict:
+def _environment(plan: dict[str, Any], chunks: list[Any], optimizer: MegatronOptimizer) -> dict[str, Any]:
     import torch
     from megatron.core import package_info
 

@@ -17,6 +17,7 @@ measurement subprocess.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,13 +27,17 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.utils import divide
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+if TYPE_CHECKING:
+    from megatron.core.packed_seq_params import PackedSeqParams
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
 MEMORY_EFFICIENT_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 
 
-class SDPAttention(MegatronModule):
+class SDPAttention(MegatronModule):  # type: ignore[misc]  # megatron-core has no type information
     def __init__(
         self,
-        config,
+        config: TransformerConfig,
         layer_number: int,
         attn_mask_type: AttnMaskType,
         attention_type: str,
@@ -42,7 +47,7 @@ class SDPAttention(MegatronModule):
         pg_collection: ProcessGroupCollection | None = None,
         k_channels: int | None = None,
         v_channels: int | None = None,
-    ):
+    ) -> None:
         super().__init__(config=config)
         assert config.context_parallel_size == 1, "SDPAttention has no context parallelism"
         if pg_collection is None:
@@ -65,7 +70,7 @@ class SDPAttention(MegatronModule):
         attention_mask: torch.Tensor | None,
         attn_mask_type: AttnMaskType | None = None,
         attention_bias: torch.Tensor | None = None,
-        packed_seq_params=None,
+        packed_seq_params: PackedSeqParams | None = None,
     ) -> torch.Tensor:
         assert packed_seq_params is None, "SDPAttention takes no packed sequences"
         assert attention_bias is None, "SDPAttention takes no attention bias"

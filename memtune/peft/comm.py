@@ -22,6 +22,12 @@ def group_rank(group: Group) -> int:
     return dist.get_rank(group) if dist.is_initialized() else 0
 
 
+def apply(function: type[torch.autograd.Function], *args: Any) -> torch.Tensor:
+    """``function.apply(*args)``, typed: torch leaves ``Function.apply`` unannotated."""
+    output: torch.Tensor = function.apply(*args)  # type: ignore[no-untyped-call]  # unannotated in torch
+    return output
+
+
 # One reusable gather buffer per (shape, dtype, device) for the re-gather path. On a GPU with
 # Megatron-Core's parallel state initialised, Megatron's own global buffer is used instead, so
 # the adapter shares the buffer the base linear gathers into (the estimator counts one).
@@ -34,7 +40,10 @@ def comm_buffer(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
             from megatron.core import parallel_state
 
             if parallel_state.model_parallel_is_initialized():
-                return parallel_state.get_global_memory_buffer().get_tensor(list(shape), dtype, "mpu")
+                buffer: torch.Tensor = parallel_state.get_global_memory_buffer().get_tensor(
+                    list(shape), dtype, "mpu"
+                )
+                return buffer
         except ImportError:
             pass
     key = (shape, dtype, device)

@@ -103,34 +103,34 @@ class LoRAAdapter(nn.Module):
         x = self.dropout(x)
         if self.parallel == "column":
             a = self._column_a(x)
-            a = comm.GatherLastDim.apply(a, self.group) if self.tp > 1 else a
+            a = comm.apply(comm.GatherLastDim, a, self.group) if self.tp > 1 else a
             a = self.activation(a)
-            a = comm.CopyToTensorParallel.apply(a, self.group) if self.tp > 1 else a
-            out = comm.AdapterLinear.apply(a, self.linear_out.weight, self.fuse)
+            a = comm.apply(comm.CopyToTensorParallel, a, self.group) if self.tp > 1 else a
+            out = comm.apply(comm.AdapterLinear, a, self.linear_out.weight, self.fuse)
         else:
-            a = comm.AdapterLinear.apply(x, self.linear_in.weight, self.fuse)
-            a = comm.ReduceFromTensorParallel.apply(a, self.group) if self.tp > 1 else a
+            a = comm.apply(comm.AdapterLinear, x, self.linear_in.weight, self.fuse)
+            a = comm.apply(comm.ReduceFromTensorParallel, a, self.group) if self.tp > 1 else a
             a = self.activation(a)
-            a = comm.CopyToTensorParallel.apply(a, self.group) if self.tp > 1 else a
-            out = comm.AdapterLinear.apply(a, self.linear_out.weight, self.fuse)
+            a = comm.apply(comm.CopyToTensorParallel, a, self.group) if self.tp > 1 else a
+            out = comm.apply(comm.AdapterLinear, a, self.linear_out.weight, self.fuse)
             if self.explicit_comm and self.tp > 1:
                 width, rank = out.shape[-1], comm.group_rank(self.group)
                 return torch.nn.functional.pad(out, (rank * width, (self.tp - 1 - rank) * width)) * self.scale
-            out = comm.GatherLastDim.apply(out, self.group) if self.tp > 1 else out
+            out = comm.apply(comm.GatherLastDim, out, self.group) if self.tp > 1 else out
             if self.sequence_parallel and self.tp > 1:
-                out = comm.ScatterSequence.apply(out, self.group)
+                out = comm.apply(comm.ScatterSequence, out, self.group)
         return out * self.scale
 
     def _column_a(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear_in.weight
         if self._regathers():
-            return comm.RegatherLoRAA.apply(x, weight, self.group, self.fuse)
+            return comm.apply(comm.RegatherLoRAA, x, weight, self.group, self.fuse)
         if self.sequence_parallel and self.tp > 1:
             # The default path: the gathered input is what LoRA-A keeps for its weight gradient.
-            x = comm.GatherSequence.apply(x, self.group)
+            x = comm.apply(comm.GatherSequence, x, self.group)
         elif self.tp > 1 and not self.explicit_comm:
-            x = comm.CopyToTensorParallel.apply(x, self.group)
-        return comm.AdapterLinear.apply(x, weight, self.fuse)
+            x = comm.apply(comm.CopyToTensorParallel, x, self.group)
+        return comm.apply(comm.AdapterLinear, x, weight, self.fuse)
 
 
 class LoRALinear(nn.Module):

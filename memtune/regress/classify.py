@@ -25,9 +25,9 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memtune.diagnose import expandable_state, scan_text, verdict
-from memtune.diagnose.classify import Verdict
+from memtune.diagnose.classify import Verdict, expandable_state, verdict
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION, HOST_OOM, OUTSIDE_PYTORCH
+from memtune.diagnose.logscan import scan_text
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 128
 KINDS = {

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from memtune.errors import InputError
 from memtune.regress import render
@@ -13,7 +14,7 @@ from memtune.regress import render
 EXIT_NO_ANSWER = 1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser(
         "diff",
         help="what changed between two configs (per rank, per key) or two runs' memory logs",
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(handler=run_bisect)
 
 
-def _emit(args: argparse.Namespace, data: dict, lines: list[str]) -> None:
+def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
     if args.json:
         print(json.dumps(data, indent=2))
     else:

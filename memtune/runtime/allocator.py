@@ -166,7 +166,8 @@ def allocator_settings_in_effect() -> str | None:
         return None
     # Older torch: the snapshot carries the settings string the allocator parsed.
     settings = torch.cuda.memory._snapshot().get("allocator_settings", {})
-    return settings.get(CUDA_VARIABLE)
+    in_effect: str | None = settings.get(CUDA_VARIABLE)
+    return in_effect
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 from memtune.errors import InputError
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run_parser = subparsers.add_parser(
         "run",
         help="run a training command with the job's memory environment; diagnose it if it fails",
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     report_parser.set_defaults(handler=report)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from memtune.config import derive, load_job
     from memtune.runtime.launch import launch_environment, run_command, snapshots_in
 
@@ -91,7 +91,7 @@ def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
     render(result, Console(stderr=True))
 
 
-def report(args) -> int:
+def report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from memtune.runtime.records import read_directory

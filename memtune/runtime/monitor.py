@@ -87,7 +87,7 @@ class MemoryMonitor:
         self.rank = 0
         self.world_size = 1
         self.pp_rank: int | None = None
-        self.summaries: list[dict] = []  # rank 0: the gathered per-rank summaries, one per gather
+        self.summaries: list[dict[str, Any]] = []  # rank 0: the gathered per-rank summaries, one per gather
         self._file: IO[str] | None = None
         self._tensorboard: Any = None
         self._step = start_step
@@ -156,7 +156,7 @@ class MemoryMonitor:
 
     # -- per step ---------------------------------------------------------------------------
 
-    def step(self, step: int | None = None) -> dict:
+    def step(self, step: int | None = None) -> dict[str, Any]:
         """Record the step that just ended (``step``: its number, default the previous plus one),
         reset the peaks, and gather to rank 0 when the step is a multiple of ``gather_every``.
         Every rank must call it the same number of times (the gather is a collective)."""
@@ -195,7 +195,7 @@ class MemoryMonitor:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _read_config(self) -> dict | None:
+    def _read_config(self) -> dict[str, Any] | None:
         if self.config is None:
             return None
         from memtune.check import gate
@@ -214,7 +214,7 @@ class MemoryMonitor:
         self.estimate_bytes = rank_estimate.peak_bytes
         return loaded.job.model_dump(mode="json", exclude_defaults=True)
 
-    def _write(self, kind: str, **fields: Any) -> dict:
+    def _write(self, kind: str, **fields: Any) -> dict[str, Any]:
         record = {"schema_version": SCHEMA_VERSION, "kind": kind, "rank": self.rank, "time": time.time()}
         record.update(fields)
         assert self._file is not None

@@ -30,6 +30,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memtune.errors import InputError
 
@@ -60,19 +61,19 @@ STEP_FIELDS = (
 class Segment:
     """The steps one process recorded between two resumes (or the start and the end)."""
 
-    steps: list[dict] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     resumed_at: int | None = None  # the step of the resume marker that opened this segment
 
 
 @dataclass
 class RankRecords:
     rank: int
-    starts: list[dict] = field(default_factory=list)
+    starts: list[dict[str, Any]] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=lambda: [Segment()])
-    warnings: list[dict] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def steps(self) -> list[dict]:
+    def steps(self) -> list[dict[str, Any]]:
         return [s for seg in self.segments for s in seg.steps]
 
     @property
@@ -87,7 +88,7 @@ class RankRecords:
         )
 
     @property
-    def config(self) -> dict | None:
+    def config(self) -> dict[str, Any] | None:
         return next((s["config"] for s in reversed(self.starts) if s.get("config") is not None), None)
 
 
@@ -95,7 +96,7 @@ class RankRecords:
 class MonitorRun:
     directory: Path
     ranks: dict[int, RankRecords]
-    gathers: list[dict]
+    gathers: list[dict[str, Any]]
 
 
 def read_directory(directory: str | Path) -> MonitorRun:
@@ -107,8 +108,8 @@ def read_directory(directory: str | Path) -> MonitorRun:
     if not files:
         raise InputError(f"{directory}: no {FILE_PATTERN} files (the monitor's output)")
     ranks: dict[int, RankRecords] = {}
-    gathers: list[dict] = []
-    by_rank: dict[int, list[dict]] = defaultdict(list)
+    gathers: list[dict[str, Any]] = []
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for file in files:
         for record in _read_file(file):
             by_rank[int(record["rank"])].append(record)
@@ -129,7 +130,7 @@ def read_directory(directory: str | Path) -> MonitorRun:
     return MonitorRun(path, ranks, gathers)
 
 
-def _read_file(file: Path) -> list[dict]:
+def _read_file(file: Path) -> list[dict[str, Any]]:
     records = []
     try:
         lines = file.read_text(encoding="utf-8").splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -59,7 +60,7 @@ def render(report: Report, console: Console) -> None:
         console.print(f"• {finding.message}", highlight=False)
 
 
-def to_json(report: Report) -> dict:
+def to_json(report: Report) -> dict[str, Any]:
     return {
         "schema_version": 1,
         "estimate_source": report.estimate_source,

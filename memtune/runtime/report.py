@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from memtune.runtime import detectors
 from memtune.runtime.records import MonitorRun, RankRecords, Segment
@@ -56,16 +57,16 @@ class Report:
     estimate_source: str | None = None  # "config FILE", "monitor records" or None
 
 
-def _series(steps: list[dict], key: str) -> detectors.Series:
+def _series(steps: list[dict[str, Any]], key: str) -> detectors.Series:
     return [(s["step"], s[key]) for s in steps if s.get(key) is not None]
 
 
-def _steady(segment: Segment) -> list[dict]:
+def _steady(segment: Segment) -> list[dict[str, Any]]:
     """A process's steps without its first one (optimizer state and caches are allocated then)."""
     return segment.steps[1:] if len(segment.steps) > 1 else segment.steps
 
 
-def _max(steps: list[dict], key: str) -> int | None:
+def _max(steps: list[dict[str, Any]], key: str) -> int | None:
     values = [s[key] for s in steps if s.get(key) is not None]
     return max(values) if values else None
 
@@ -179,7 +180,9 @@ def split_of(run_id: str) -> str:
     return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
 
 
-def measured_records(run: MonitorRun, config: dict, run_name: str, rows: list[RankRow]) -> list[dict]:
+def measured_records(
+    run: MonitorRun, config: dict[str, Any], run_name: str, rows: list[RankRow]
+) -> list[dict[str, Any]]:
     """One record per rank in the format ``memtune bench accuracy`` reads."""
     out = []
     for row in rows:

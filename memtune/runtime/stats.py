@@ -7,6 +7,7 @@ says why once, so a monitor on a CPU-only process still writes honest records.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 ALLOCATOR_KEYS = {
@@ -41,7 +42,7 @@ class DeviceSource(Protocol):
     def sample(self) -> dict[str, int | None]: ...
 
 
-def _none(keys) -> dict[str, int | None]:
+def _none(keys: Iterable[str]) -> dict[str, int | None]:
     return dict.fromkeys(keys)
 
 
@@ -80,7 +81,7 @@ class NvmlDevice:
             self.notes.append("no CUDA device: the NVML fields are null")
             return
         try:
-            import pynvml  # type: ignore[import-untyped]
+            import pynvml
         except ImportError:
             self.notes.append(
                 "nvidia-ml-py is not installed (pip install nvidia-ml-py): the NVML fields are null"
