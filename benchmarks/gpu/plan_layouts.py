@@ -88,7 +88,21 @@ def prepare(out: str) -> int:
     return 0
 
 
+def predicted_compute_s(config: dict) -> float:
+    """The throughput model's compute time of the measured rank's stage, with today's constants."""
+    from memtune.check import gate
+    from memtune.config import validate
+    from memtune.estimate import estimate
+    from memtune.perf import predict
+
+    checked = gate(validate(config))
+    pred = predict(checked)
+    return pred.stage_compute_s[estimate(checked).worst.pp_rank] + pred.breakdown["optimizer step"]
+
+
 def compare(plans_path: str, results_path: str) -> int:
+    """Measured against predicted; the prediction is recomputed from each plan's config so that a
+    recalibrated model is compared with the same measurements."""
     plans = {p["id"]: p for p in map(json.loads, Path(plans_path).read_text().splitlines())}
     print(
         f"{'layout':28} {'fits':>5} {'peak GiB':>9} {'est GiB':>8} {'err':>7} {'meas s':>7} {'pred s':>7} {'err':>7}"
@@ -103,7 +117,7 @@ def compare(plans_path: str, results_path: str) -> int:
         peak = m["peak_allocated_bytes"]
         fits = peak + p["non_pytorch_bytes"] <= p["capacity_bytes"]
         seconds = min(it["seconds"] for it in m["iterations"] if it["iteration"] >= 2)
-        pred = p["predicted_compute_s"]
+        pred = predicted_compute_s(p["config"])
         print(
             f"{p['layout']:28} {'yes' if fits else 'NO':>5} {peak / GiB:9.2f} {p['estimated_peak_bytes'] / GiB:8.2f} "
             f"{p['estimated_peak_bytes'] / peak - 1:+7.1%} {seconds:7.3f} {pred:7.3f} {pred / seconds - 1:+7.1%}"

@@ -12,14 +12,12 @@ so a GEMM whose every side is much larger than ``GEMM_HALF_SIZE`` runs at ``GEMM
 of the tensor-core peak and one with a side of ``GEMM_HALF_SIZE`` loses about half. Smaller
 tensor-parallel shards (a smaller N or K) therefore run less efficiently.
 
-Where the two numbers come from: no GPU time was left for this work's calibration run, so
-``GEMM_PEAK_FRACTION`` is set from the H200 figure recorded for this project's GPU machine (an
-8192 x 8192 x 8192 bf16 ``torch.matmul`` at 769-798 TFLOP/s on random data, device notes
-KINDS.md, 2026-10-28 and 2026-11-04), i.e. 788 / 989.5 TFLOP/s at that shape, and
-``GEMM_HALF_SIZE`` is a prior (cuBLAS reaches about half its large-GEMM rate when one side is near
-one wave of 128-wide tiles on a 132-SM Hopper), not a fit. ``benchmarks/gpu/gemm_calibration.py``
-measures shard-shaped GEMMs and flash attention on the H200 and fits both
-(``--fit``); run it and replace these values. Other GPUs scale by their catalog peak: the fraction
+Where the numbers come from: ``benchmarks/gpu/gemm_calibration.py`` timed the forward GEMMs of
+Llama-3 8B/70B/405B-, Qwen3-32B- and GPT-3-175B-like layers split over TP 1-8 at 4k and 8k tokens,
+routed-expert GEMMs, and causal flash attention (torch SDPA, head dim 128) on the project's H200
+(torch 2.11, 2026-12-01); ``--fit`` gives the two GEMM numbers below (mean error 6.0% over the
+shapes; the worst, an expert GEMM of 128 rows, runs 82% slower than the curve says) and the
+attention fractions. Raw timings: ``benchmarks/gpu/results/gemm-h200.json``. Other GPUs scale by their catalog peak: the fraction
 reached is assumed to be the same on every GPU, and fp8 GEMMs are assumed to reach the same
 fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach less).
 """
@@ -27,17 +25,15 @@ fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach les
 from __future__ import annotations
 
 # --- compute -------------------------------------------------------------------------------
-# See the module docstring: the H200's measured 8192^3 rate, and a prior for the half size.
-GEMM_HALF_SIZE = 96.0
-GEMM_PEAK_FRACTION = 788 / 989.5 * (1 + 3 * GEMM_HALF_SIZE / 8192)
+# Fitted to the H200's shard-shaped GEMMs (see the module docstring).
+GEMM_HALF_SIZE = 299.5
+GEMM_PEAK_FRACTION = 0.773
 
-# Flash attention (forward) reaches this fraction of the bf16 peak at head dim 128 and long
-# sequences; its backward does 2.5x the forward's FLOPs (five GEMMs against two) at a lower
-# efficiency. Source: FlashAttention-2 (Dao 2023, Figures 5-6) reports 50-73% of the A100's peak
-# forward and 45-60% backward at head dim 128 and sequences of 2k-16k; taken as the same fraction
-# on Hopper until benchmarks/gpu/gemm_calibration.py measures PyTorch's flash SDPA on the H200.
-ATTENTION_FWD_FRACTION = 0.55
-ATTENTION_BWD_FRACTION = 0.45
+# Flash attention (torch SDPA, head dim 128) reaches these fractions of the bf16 peak, measured
+# on the H200 as the mean over causal shapes at 4k and 8k tokens (module docstring); its backward
+# does 2.5x the forward's FLOPs (five GEMMs against two) at a lower rate.
+ATTENTION_FWD_FRACTION = 0.299
+ATTENTION_BWD_FRACTION = 0.238
 ATTENTION_BWD_FLOPS_FACTOR = 2.5
 
 # Elementwise work (norms, residual adds, RoPE, activation, dropout, bias) is bound by HBM
