@@ -9,9 +9,32 @@ stay ``None`` here; :mod:`memtune.config.derived` resolves them in one place.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, model_validator
+
+from memtune import limits
+
+
+# Integer fields are strict (``true`` is not 1, ``"8"`` is not 8) and bounded by plausibility
+# limits far above any real job (memtune.limits), so a typo cannot make memtune build a
+# per-layer table of 10**12 entries. Floats must be finite.
+def _bounded(low: int, high: int) -> object:
+    return Annotated[int, Strict(), Field(ge=low, le=high)]
+
+
+PositiveInt = _bounded(1, limits.MAX_COUNT)
+NonNegativeInt = _bounded(0, limits.MAX_COUNT)
+AnyInt = _bounded(-limits.MAX_COUNT, limits.MAX_COUNT)
+LayerCount = _bounded(1, limits.MAX_LAYERS)
+LayerNumber = _bounded(-limits.MAX_LAYERS, limits.MAX_LAYERS)
+Width = _bounded(1, limits.MAX_WIDTH)
+HeadCount = _bounded(1, limits.MAX_HEADS)
+VocabSize = _bounded(1, limits.MAX_VOCAB)
+SeqLength = _bounded(1, limits.MAX_SEQ_LENGTH)
+ParallelSize = _bounded(1, limits.MAX_PARALLEL)
+BatchSize = _bounded(1, limits.MAX_BATCH)
+FiniteFloat = Annotated[float, AllowInfNan(False)]
 
 AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -34,15 +57,15 @@ class ModelConfig(Section):
     """Architecture, parallel layout, recompute, offload, precision and implementation flavour."""
 
     # Architecture
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    ffn_hidden_size: PositiveInt | None = None
-    num_query_groups: PositiveInt | None = None
-    kv_channels: PositiveInt | None = None
-    vocab_size: PositiveInt
-    make_vocab_size_divisible_by: PositiveInt = 128
-    seq_length: PositiveInt = 1024
+    num_layers: LayerCount
+    hidden_size: Width
+    num_attention_heads: HeadCount
+    ffn_hidden_size: Width | None = None
+    num_query_groups: HeadCount | None = None
+    kv_channels: Width | None = None
+    vocab_size: VocabSize
+    make_vocab_size_divisible_by: VocabSize = 128
+    seq_length: SeqLength = 1024
     gated_linear_unit: bool = False
     activation_func: ActivationFunc = "gelu"
     normalization: Normalization = "LayerNorm"
@@ -56,59 +79,59 @@ class ModelConfig(Section):
     bias_activation_fusion: bool = False
 
     # Mixture of experts
-    num_moe_experts: PositiveInt | None = None
-    moe_router_topk: PositiveInt = 2
-    moe_ffn_hidden_size: PositiveInt | None = None
-    moe_shared_expert_intermediate_size: PositiveInt | None = None
-    moe_layer_freq: PositiveInt | list[int] = 1
+    num_moe_experts: HeadCount | None = None
+    moe_router_topk: HeadCount = 2
+    moe_ffn_hidden_size: Width | None = None
+    moe_shared_expert_intermediate_size: Width | None = None
+    moe_layer_freq: LayerCount | list[AnyInt] = 1
     moe_grouped_gemm: bool = False
     moe_token_dispatcher_type: TokenDispatcher = "allgather"
     moe_router_load_balancing_type: Literal[
         "aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"
     ] = "aux_loss"
     moe_router_force_load_balancing: bool = False
-    moe_expert_capacity_factor: float | None = Field(None, gt=0.0)
+    moe_expert_capacity_factor: FiniteFloat | None = Field(None, gt=0.0)
     moe_pad_expert_input_to_capacity: bool = False
     moe_shared_expert_overlap: bool = False
-    moe_router_num_groups: PositiveInt | None = None
-    moe_router_group_topk: PositiveInt | None = None
+    moe_router_num_groups: HeadCount | None = None
+    moe_router_group_topk: HeadCount | None = None
 
     # Multi-latent attention (defaults are MLATransformerConfig's)
     multi_latent_attention: bool = False
-    q_lora_rank: PositiveInt | None = 512
-    kv_lora_rank: PositiveInt = 512
-    qk_head_dim: PositiveInt = 128
-    qk_pos_emb_head_dim: PositiveInt = 64
-    v_head_dim: PositiveInt = 128
+    q_lora_rank: Width | None = 512
+    kv_lora_rank: Width = 512
+    qk_head_dim: Width = 128
+    qk_pos_emb_head_dim: Width = 64
+    v_head_dim: Width = 128
 
-    mtp_num_layers: NonNegativeInt | None = None
+    mtp_num_layers: _bounded(0, limits.MAX_LAYERS) | None = None
 
     # Parallelism
-    tensor_model_parallel_size: PositiveInt = 1
-    pipeline_model_parallel_size: PositiveInt = 1
-    virtual_pipeline_model_parallel_size: PositiveInt | None = None
-    context_parallel_size: PositiveInt = 1
-    expert_model_parallel_size: PositiveInt = 1
-    expert_tensor_parallel_size: PositiveInt | None = None
+    tensor_model_parallel_size: ParallelSize = 1
+    pipeline_model_parallel_size: ParallelSize = 1
+    virtual_pipeline_model_parallel_size: ParallelSize | None = None
+    context_parallel_size: ParallelSize = 1
+    expert_model_parallel_size: ParallelSize = 1
+    expert_tensor_parallel_size: ParallelSize | None = None
     sequence_parallel: bool = False
-    num_layers_in_first_pipeline_stage: int | None = None
-    num_layers_in_last_pipeline_stage: int | None = None
+    num_layers_in_first_pipeline_stage: LayerNumber | None = None
+    num_layers_in_last_pipeline_stage: LayerNumber | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
-    microbatch_group_size_per_vp_stage: PositiveInt | None = None
+    microbatch_group_size_per_vp_stage: ParallelSize | None = None
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     deallocate_pipeline_outputs: bool = False
 
     # Recompute
     recompute_granularity: RecomputeGranularity | None = None
     recompute_method: RecomputeMethod | None = None
-    recompute_num_layers: int | None = None
+    recompute_num_layers: LayerNumber | None = None
     recompute_modules: list[str] | None = None
     distribute_saved_activations: bool = False
 
     # Offload
     cpu_offloading: bool = False
-    cpu_offloading_num_layers: int = 0
+    cpu_offloading_num_layers: LayerNumber = 0
     cpu_offloading_activations: bool = True
     cpu_offloading_weights: bool = False
 
@@ -138,8 +161,8 @@ class ModelConfig(Section):
 
 
 class TrainConfig(Section):
-    micro_batch_size: PositiveInt = 1
-    global_batch_size: PositiveInt | None = None
+    micro_batch_size: BatchSize = 1
+    global_batch_size: BatchSize | None = None
 
 
 class OptimizerConfig(Section):
@@ -162,12 +185,12 @@ class DDPConfig(Section):
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     bucket_size: PositiveInt | None = None
-    num_distributed_optimizer_instances: PositiveInt = 1
+    num_distributed_optimizer_instances: ParallelSize = 1
 
 
 class LoraConfig(Section):
-    dim: PositiveInt = 32
-    alpha: PositiveInt = 32
+    dim: Width = 32
+    alpha: Width = 32
     dropout: float = Field(0.0, ge=0.0, le=1.0)
     target_modules: list[LoraTarget] = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
     sequence_parallel_input_regather: bool = False
@@ -190,10 +213,10 @@ class EnvConfig(Section):
 
 
 class ClusterConfig(Section):
-    num_gpus: PositiveInt | None = None
+    num_gpus: ParallelSize | None = None
     gpu: str = "H100-80GB"  # a catalog name; `memtune gpus` lists them
-    gpu_memory_gib: float | None = Field(None, gt=0.0)
-    gpus_per_node: PositiveInt = 8
+    gpu_memory_gib: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_GPU_MEMORY_GIB)
+    gpus_per_node: ParallelSize = 8
 
 
 class JobConfig(Section):
