@@ -7,10 +7,15 @@ Each capability package exposes ``register(subparsers)``, which adds its parser 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
 import sys
 
 from memtune import __version__
 from memtune.errors import InputError
+from memtune.limits import MAX_PROBLEM_LINES
+from memtune.numbers import cut
 
 EXIT_BAD_INPUT = 2
 
@@ -46,6 +51,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Whatever the input and wherever the output goes, the result is the
+    command's exit status and at most one line per problem on stderr, never a traceback."""
+    out = _Output.install()
+    try:
+        status = _run(argv)
+    except KeyboardInterrupt:
+        status = 130
+    except SystemExit as exc:  # argparse's usage errors (status 2) and --help
+        raise SystemExit(out.finish(exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT)) from None
+    return out.finish(status)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     # Dotted overrides may follow options (`estimate cfg.yaml --json model.x=1`), which argparse's
     # positional handling does not allow; collect them from what it left over.
@@ -54,17 +72,91 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
             args.overrides = list(args.overrides) + extra
         else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.error(f"unrecognized arguments: {cut(' '.join(extra))}")
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
         return args.handler(args)
     except InputError as exc:
-        for line in exc.problems:
-            print(f"memtune {args.command}: {line}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
+        _problems(args.command, exc.problems)
+    except OSError as exc:  # a file or directory that vanished, is unreadable, or has a name too long
+        _problems(args.command, [f"{cut(str(exc.filename or ''))}: {exc.strerror or exc.__class__.__name__}"])
+    except RecursionError:
+        _problems(args.command, ["input nested too deeply to process"])
+    except MemoryError:
+        _problems(args.command, ["out of memory while reading the input"])
+    return EXIT_BAD_INPUT
+
+
+def _problems(command: str, problems: list[str]) -> None:
+    shown = problems[:MAX_PROBLEM_LINES]
+    for line in shown:
+        print(f"memtune {command}: {line}", file=sys.stderr)
+    if len(problems) > len(shown):
+        print(f"memtune {command}: ... and {len(problems) - len(shown)} more problems", file=sys.stderr)
+
+
+class _Output:
+    """stdout and stderr that cannot raise: a closed reader (``| head -1``) ends the output quietly
+    and the command keeps its exit status; a full disk or a closed descriptor makes the command
+    report it on stderr and exit 2; characters the terminal's encoding lacks are escaped."""
+
+    def __init__(self) -> None:
+        self.failed: OSError | None = None
+
+    @classmethod
+    def install(cls) -> _Output:
+        out = cls()
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is None:  # started with the descriptor closed
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+                continue
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
+        sys.stdout = _GuardedStream(sys.stdout, out)
+        return out
+
+    def finish(self, status: int) -> int:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        if self.failed is not None and self.failed.errno != errno.EPIPE:
+            print(f"memtune: cannot write the output ({self.failed.strerror})", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return status
+
+
+class _GuardedStream:
+    """A text stream whose write and flush errors are recorded once, after which output is dropped."""
+
+    def __init__(self, stream, owner: _Output):  # type: ignore[no-untyped-def]
+        self._stream, self._owner = stream, owner
+
+    def write(self, text: str) -> int:
+        if self._owner.failed is None:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._fail(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._owner.failed is None:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self._owner.failed = exc
+        # What is still buffered would fail again when the interpreter flushes at exit.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._stream, name)

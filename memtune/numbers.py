@@ -23,6 +23,11 @@ def echo(value: object, limit: int = MAX_ECHO) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cut(text: str, limit: int = MAX_ECHO) -> str:
+    """``text`` cut to ``limit`` characters, for naming a user's word in an error line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _bounded_repr(value: object, limit: int) -> str:
     if isinstance(value, str):
         return repr(value[: limit + 1])

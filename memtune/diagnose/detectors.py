@@ -113,10 +113,57 @@ def _failure(
     return Failure(kind, label, strength, line.where, _excerpt(text or line.text), numbers, note, consumed)
 
 
+# --- linear-time matchers -------------------------------------------------------------------
+# Patterns of the form A.*B (or lookahead chains) rescan the rest of the line from every place A
+# matches; on a long line of repeated A's that is quadratic. These find the first A once and
+# then look for B after it, which is what A.*B means for "is there a match".
+
+
+class _InOrder:
+    """``first`` somewhere, then ``then`` somewhere after it (plain strings or patterns)."""
+
+    def __init__(self, first: str | re.Pattern[str], then: str | re.Pattern[str]):
+        self.first, self.then = first, then
+
+    def search(self, text: str) -> bool:
+        end = _end_of(self.first, text, 0)
+        return end is not None and _end_of(self.then, text, end) is not None
+
+
+def _end_of(needle: str | re.Pattern[str], text: str, start: int) -> int | None:
+    if isinstance(needle, str):
+        at = text.find(needle, start)
+        return None if at < 0 else at + len(needle)
+    m = needle.search(text, start)
+    return None if m is None else m.end()
+
+
+class _Either:
+    def __init__(self, *matchers: re.Pattern[str] | _InOrder):
+        self.matchers = matchers
+
+    def search(self, text: str) -> bool:
+        return any(m.search(text) for m in self.matchers)
+
+
+class _AllOf:
+    """Every word (or one of a tuple of words) occurs, in any order, case-insensitively."""
+
+    def __init__(self, *words: str | tuple[str, ...]):
+        self.words = [(w,) if isinstance(w, str) else w for w in words]
+
+    def search(self, text: str) -> bool:
+        lower = text.lower()
+        return all(any(w in lower for w in options) for options in self.words)
+
+
+_Matcher = re.Pattern[str] | _InOrder | _Either | _AllOf
+
+
 # --- PyTorch allocators ------------------------------------------------------------------
 
 _ALLOCATOR_OOM = re.compile(
-    r"(?:CUDA|HIP|^|\s)\s*[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me"
+    r"(?:(?<=CUDA)|(?<=HIP)|(?<!\S))[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me"
 )
 _ASYNC_OOM = re.compile(r"would exceed allowed memory")
 
@@ -181,11 +228,14 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
 
 # --- CUDA runtime, libraries, NCCL -------------------------------------------------------
 
-_SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
+_SIMPLE: list[tuple[str, _Matcher, str | None, int, str]] = [
     # (kind, pattern, label, strength, note)
     (
         "nccl_oom",
-        re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|NCCL WARN.*out of memory"),
+        _Either(
+            re.compile(r"Cuda failure (?:[0-9]{1,9} )?'out of memory'|Failed to CUDA calloc"),
+            _InOrder("NCCL WARN", "out of memory"),
+        ),
         OUTSIDE_PYTORCH,
         EXPLICIT,
         "NCCL could not allocate its buffers: memory outside PyTorch's allocator",
@@ -259,7 +309,7 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     (
         "exit_sigkill",
         re.compile(
-            r"exitcode\s*:\s*-9\b|(?i:(?:exit|exited with|return)\s*(?:exit\s*)?(?:code|status)\s*[:=]?\s*(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"
+            r"exitcode[ \t]{0,8}:[ \t]{0,8}-9\b|(?i:(?:exit|exited with|return)[ \t]{0,8}(?:exit[ \t]{0,8})?(?:code|status)[ \t]{0,8}[:=]?[ \t]{0,8}(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"
         ),
         HOST_OOM,
         DIRECT,
@@ -275,7 +325,10 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (§1.4)
     (
         "nccl_cuda_error",
-        re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"),
+        _Either(
+            _InOrder("NCCL error", "unhandled cuda error"),
+            _InOrder("NCCL error", "internal error - please report"),
+        ),
         OUTSIDE_PYTORCH,
         CIRCUMSTANTIAL,
         "NCCL failed inside a CUDA call, which is how its own out-of-memory surfaces when the NCCL WARN "
@@ -343,9 +396,9 @@ def simple_failures(line: Line) -> list[Failure | Fact]:
 # --- memory_summary() tables -------------------------------------------------------------
 
 _SUMMARY_ROW = re.compile(
-    r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)"
+    r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*([0-9]{1,20})\s*([KMG]i?B|B)\s*\|\s*([0-9]{1,20})\s*([KMG]i?B|B)"
 )
-_SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*(\d+)")
+_SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*([0-9]{1,9})")
 
 
 def memory_summary(line: Line) -> list[Failure | Fact]:
@@ -395,19 +448,19 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
 
 # --- sentences in pasted issues and post-mortems ------------------------------------------
 
-_NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
+_NARRATIVE: list[tuple[str, _Matcher, str, str]] = [
     (
         "narrative_configuration",
-        re.compile(
-            r"(?=.*NCCL_GRAPH_REGISTER)(?=.*expandable_segments)(?=.*(?:assert|without|illegal memory access))",
-            re.I,
-        ),
+        _AllOf("nccl_graph_register", "expandable_segments", ("assert", "without", "illegal memory access")),
         CONFIGURATION,
         "expandable segments with CUDA graphs but without NCCL_GRAPH_REGISTER=0 trips Megatron-Core's guard",
     ),
     (
         "narrative_fragmentation",
-        re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block|\binactive\b.*\breserved\b", re.I),
+        _Either(
+            re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block", re.I),
+            _InOrder(re.compile(r"\binactive\b", re.I), re.compile(r"\breserved\b", re.I)),
+        ),
         FRAGMENTATION,
         "the report attributes the failure to allocator fragmentation",
     ),
@@ -422,7 +475,7 @@ _NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
     ),
     (
         "narrative_nccl",
-        re.compile(r"\bNCCL\b.*\b(?:OOM|out of memory)\b", re.I),
+        _InOrder(re.compile(r"\bNCCL\b", re.I), re.compile(r"\b(?:OOM|out of memory)\b", re.I)),
         OUTSIDE_PYTORCH,
         "the report attributes the failure to NCCL's memory",
     ),
@@ -460,14 +513,45 @@ _CONF_SETTING = re.compile(
     r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)"
 )
 _TORCH_VERSION = re.compile(
-    r"\b(?:torch|PyTorch)(?:[ _]version)?(?:\s*[:=]{1,2}\s*|\s+|\s*\.{2,}\s*)v?(\d+\.\d+(?:\.\d+)?)", re.I
+    r"\b(?:torch|PyTorch)(?:[ _]version)?(?:[ \t]{0,8}[:=]{1,2}[ \t]{0,8}|[ \t]{1,8}|[ \t]{0,8}\.{2,40}[ \t]{0,8})"
+    r"v?([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)(?![0-9])",
+    re.I,
 )
 _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this platform")
-_WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}(\d+)", re.I)
-_RANK_MEMORY = re.compile(r"\[Rank (\d+)\].*memory \(MB\).*?max reserved:\s*([\d.]+)")
-_CPU_PERCENT = re.compile(r"CPU Virtual Memory:.*percent = ([\d.]+)%")
-_EXIT_CODE = re.compile(r"(?:exits with return code = |\bexitcode\s*:\s*)(-?\d+)")
+_WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}([0-9]{1,9})(?![0-9])", re.I)
+_RANK_NUMBER = re.compile(r"[0-9]{1,9}\]")
+_DECIMAL = re.compile(r"\s{0,8}([0-9]{1,20}(?:\.[0-9]{0,20})?)")
+_EXIT_CODE = re.compile(
+    r"(?:exits with return code = |\bexitcode[ \t]{0,8}:[ \t]{0,8})(-?[0-9]{1,9})(?![0-9])"
+)
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
+
+
+def rank_memory(text: str) -> tuple[int, float] | None:
+    """Megatron's ``[Rank N] (after K iterations) memory (MB) | ... | max reserved: X`` report."""
+    at = text.find("[Rank ")
+    if at < 0:
+        return None
+    rank = _RANK_NUMBER.match(text, at + 6)
+    if rank is None:
+        return None
+    table = text.find("memory (MB)", rank.end())
+    if table < 0:
+        return None
+    label = text.find("max reserved:", table)
+    value = _DECIMAL.match(text, label + 13) if label >= 0 else None
+    if value is None:
+        return None
+    return int(rank.group(0)[:-1]), float(value.group(1)) * MiB
+
+
+def _cpu_percent(text: str) -> float | None:
+    at = text.find("CPU Virtual Memory:")
+    label = text.rfind("percent = ") if at >= 0 else -1
+    if label < at:
+        return None
+    value = _DECIMAL.match(text, label + 10)
+    return float(value.group(1)) if value and text.startswith("%", value.end()) else None
 
 
 def facts(line: Line) -> list[Failure | Fact]:
@@ -491,10 +575,10 @@ def facts(line: Line) -> list[Failure | Fact]:
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
     if m := _WORLD_SIZE.search(text):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
-    if m := _RANK_MEMORY.search(text):
-        found.append(Fact("rank_memory", where, _excerpt(text), (int(m.group(1)), float(m.group(2)) * MiB)))
-    if m := _CPU_PERCENT.search(text):
-        found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
+    if (report := rank_memory(text)) is not None:
+        found.append(Fact("rank_memory", where, _excerpt(text), report))
+    if (percent := _cpu_percent(text)) is not None:
+        found.append(Fact("host_memory_percent", where, _excerpt(text), percent))
     if m := _EXIT_CODE.search(text):
         found.append(Fact("exit_code", where, _excerpt(text), int(m.group(1))))
     if m := _GRAPH_CAPTURE_FRAME.search(text):

@@ -19,7 +19,8 @@ _UNIT_BYTES = {
     "gb": GiB,
 }
 
-SIZE_PATTERN = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
+# Digits are bounded so a long digit run cannot make a search backtrack over it from every start.
+SIZE_PATTERN = r"([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(bytes|KiB|MiB|GiB|TiB)"
 
 
 def to_bytes(number: str, unit: str) -> int:

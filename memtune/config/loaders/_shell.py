@@ -14,6 +14,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from memtune.errors import InputError
+from memtune.limits import MAX_ARITHMETIC_CHARS, MAX_ARITHMETIC_VALUE, MAX_LIST, MAX_SHELL_VALUE
+
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(rf"^({_NAME})(\+?=)(.*)$", re.S)
 _ARRAY_START = re.compile(rf"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?({_NAME})(\+?=)\(")
@@ -38,18 +41,20 @@ class Script:
 
 def parse_script(text: str) -> Script:
     script = Script()
-    for line in _logical_lines(text):
+    for number, line in enumerate(_logical_lines(text), 1):
         array = _ARRAY_START.match(line)
         if array:
             name, op = array.groups()
             body = line[array.end() :].rsplit(")", 1)[0]
-            items = _split(_expand(body, script.variables))
+            items = _split(_bounded(_expand(body, script.variables), number))
             previous = script.variables.get(name, []) if op == "+=" else []
-            script.variables[name] = (previous if isinstance(previous, list) else [previous]) + items
+            value = (previous if isinstance(previous, list) else [previous]) + items
+            _bounded(" ".join(value), number)
+            script.variables[name] = value
             if line.lstrip().startswith("export"):
                 script.exported.add(name)
             continue
-        words = _split(_expand(line, script.variables))
+        words = _split(_bounded(_expand(line, script.variables), number))
         if not words:
             continue
         exporting = words[0] == "export"
@@ -58,7 +63,9 @@ def parse_script(text: str) -> Script:
         prefix: dict[str, str] = {}
         while words and _ASSIGNMENT.match(words[0]):
             name, op, value = _ASSIGNMENT.match(words.pop(0)).groups()
-            prefix[name] = (str(script.variables.get(name, "")) + value) if op == "+=" else value
+            prefix[name] = _bounded(
+                (str(script.variables.get(name, "")) + value) if op == "+=" else value, number
+            )
         if exporting:
             script.exported.update(words)  # `export NAME` of an existing variable
             words = []
@@ -71,12 +78,34 @@ def parse_script(text: str) -> Script:
     return script
 
 
+def _bounded(text: str, line: int) -> str:
+    if len(text) > MAX_SHELL_VALUE:
+        raise InputError(
+            f"logical line {line} expands to more than {MAX_SHELL_VALUE} characters "
+            "(a variable that keeps doubling itself?); memtune stops there"
+        )
+    return text
+
+
+# `cat <<EOF`, `<<-'END'`: the lines up to the delimiter are data, not commands (`<<<` is a here-string).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
 def _logical_lines(text: str) -> list[str]:
-    """Lines with backslash continuations joined and multi-line array assignments kept whole."""
+    """Lines with backslash continuations joined, multi-line array assignments kept whole, and
+    here-document bodies left out."""
     lines = re.sub(r"\\\r?\n", " ", text).splitlines()
     out: list[str] = []
     open_array: list[str] | None = None
+    heredoc: tuple[str, bool] | None = None  # (delimiter, tabs stripped)
     for line in lines:
+        if heredoc is not None:
+            delimiter, strip_tabs = heredoc
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                heredoc = None
+            continue
+        if "<<" in line and (doc := _HEREDOC.search(_strip_comment(line))):
+            heredoc = (doc.group(3), doc.group(1) == "-")
         if open_array is not None:
             open_array.append(_strip_comment(line))
             if ")" in _strip_comment(line):
@@ -135,17 +164,41 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
         result = evaluate(expression.replace("/", "//"))
         return str(result) if isinstance(result, int) else match.group(0)
 
-    text = re.sub(r"\$\(\((.*?)\)\)", arithmetic, text)
+    text = _substitute_arithmetic(text, arithmetic)
     text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
     text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", array, text)
     return re.sub(
-        rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]*))?\}}|(?P<bare>{_NAME}))",
+        rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]{{0,256}}))?\}}|(?P<bare>{_NAME}))",
         scalar,
         text,
     )
 
 
-_MAX_LIST = 100_000  # longer than any layer list; keeps `[0]*10000000000` from eating memory
+def _substitute_arithmetic(text: str, replace) -> str:  # type: ignore[no-untyped-def]
+    """Each ``$(( ... ))`` replaced, scanning the text once (a lazy regex would rescan the rest of
+    the line from every unclosed ``$((``)."""
+    out, pos = [], 0
+    while (start := text.find("$((", pos)) >= 0:
+        end = text.find("))", start + 3)
+        if end < 0:
+            break
+        out.append(text[pos:start])
+        out.append(replace(_Match(text[start : end + 2], text[start + 3 : end])))
+        pos = end + 2
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class _Match:
+    """The two groups of an arithmetic expansion, shaped like the re.Match the expander takes."""
+
+    def __init__(self, whole: str, inner: str):
+        self._groups = (whole, inner)
+
+    def group(self, index: int) -> str:
+        return self._groups[index]
+
+
 _OPERATORS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -155,10 +208,13 @@ _OPERATORS = {
 
 
 def evaluate(expression: str) -> int | list | None:
-    """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else."""
+    """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else, and for
+    expressions longer than MAX_ARITHMETIC_CHARS or with values beyond the limits."""
+    if len(expression) > MAX_ARITHMETIC_CHARS:
+        return None
     try:
         return _evaluate(ast.parse(expression.strip(), mode="eval").body)
-    except (SyntaxError, ValueError, TypeError, ZeroDivisionError):
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError, MemoryError):
         return None
 
 
@@ -172,8 +228,16 @@ def _evaluate(node: ast.AST) -> int | list:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
-            count = right if isinstance(left, list) else left
-            if count > _MAX_LIST:
+            items, count = (left, right) if isinstance(left, list) else (right, left)
+            if count * len(items) > MAX_LIST:
                 raise ValueError("list too long")
-        return _OPERATORS[type(node.op)](left, right)
+        return _checked(_OPERATORS[type(node.op)](left, right))
     raise ValueError("not a plain integer or list expression")
+
+
+def _checked(value: int | list) -> int | list:
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise ValueError("list too long")
+    if isinstance(value, int) and abs(value) > MAX_ARITHMETIC_VALUE:
+        raise ValueError("number too large")
+    return value
