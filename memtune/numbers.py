@@ -83,7 +83,7 @@ def parse_float(text: str, what: str) -> float:
     return value
 
 
-def finite_float_arg(text: str) -> float:
+def finite_number(text: str) -> float:
     """argparse ``type=`` for a finite number (argparse turns the ValueError into a usage error)."""
     value = float_or_none(text)
     if value is None:

@@ -6,6 +6,7 @@ import json
 import sys
 
 from memtune.errors import InputError
+from memtune.plotfile import check_plot_path
 
 EXIT_DIAGNOSED = 0
 EXIT_NOTHING_FOUND = 1
@@ -40,6 +41,8 @@ def run(args) -> int:
         raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
+    if args.plot:
+        check_plot_path(args.plot)
     result = diagnose(args.logs, snapshot=args.snapshot, config=args.config, plot_to=args.plot)
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)

@@ -71,6 +71,10 @@ class Line:
         self._following = following
 
     @cached_property
+    def lower(self) -> str:
+        return self.text.lower()
+
+    @cached_property
     def following(self) -> Sequence[str]:
         return self._following() if callable(self._following) else self._following
 
@@ -169,7 +173,7 @@ _ASYNC_OOM = re.compile(r"would exceed allowed memory")
 
 
 def allocator_oom(line: Line) -> list[Failure | Fact]:
-    if _ASYNC_OOM.search(line.text):
+    if _may_match("async_allocator_oom", line) and _ASYNC_OOM.search(line.text):
         block = [line.text, *line.following[:7]]
         numbers = messages.parse_async_message("\n".join(block))
         return [
@@ -184,7 +188,7 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
                 consumed=len(block) - 1,
             )
         ]
-    if not _ALLOCATOR_OOM.search(line.text):
+    if not (_may_match("allocator_oom", line) and _ALLOCATOR_OOM.search(line.text)):
         return []
     text, consumed = _joined_message(line)
     numbers = messages.parse_allocator_message(text)
@@ -386,9 +390,47 @@ _SIMPLE: list[tuple[str, _Matcher, str | None, int, str]] = [
 ]
 
 
+# Lower-case words, one of which every match of a kind's pattern contains: a cheap ``in`` test
+# skips the pattern on the many triggered lines that cannot match it (see the property test that
+# checks detection with and without this table agrees).
+NEEDLES: dict[str, tuple[str, ...]] = {
+    "nccl_oom": ("out of memory'", "cuda calloc", "nccl warn"),
+    "triton_smem": ("outofresources", "out of resource"),
+    "driver_oom": ("cuda driver error",),
+    "cuda_runtime_oom": ("error: out of memory", "cuda runtime error"),
+    "triton_launch_oom": ("triton error",),
+    "cublas_alloc": ("cublas_status_",),
+    "cudnn_alloc": ("cudnn_status_",),
+    "cudnn_internal": ("cudnn_status_",),
+    "host_oom_kill": ("oom", "out_of_memory", "out of memory", "killed"),
+    "cpu_allocator": ("defaultcpuallocator",),
+    "exit_sigkill": ("-9", "137", "sigkill", "killed"),
+    "launcher_sigkill": ("sigkill_handler",),
+    "nccl_cuda_error": ("nccl error",),
+    "pp_cpu_offload": ("cpu offloading",),
+    "graphs_cpu_offload": ("cpu offloading",),
+    "nccl_ub_expandable": ("expandable_segments",),
+    "graph_register_assert": ("nccl_graph_register",),
+    "pool_expandable": ("expandable", "cannot be shared"),
+    "allocator_conf_error": ("allocator config", "cachingallocator", "max_split_size_mb", "cudamallocasync"),
+    "narrative_configuration": ("nccl_graph_register",),
+    "narrative_fragmentation": ("fragment", "contiguous", "inactive"),
+    "narrative_host": ("memory", "ram", "oom"),
+    "narrative_nccl": ("nccl",),
+    "narrative_gpu_oom": ("oom", "out"),
+    "allocator_oom": ("out", "tried", "cuda"),
+    "async_allocator_oom": ("would exceed allowed memory",),
+}
+
+
+def _may_match(kind: str, line: Line) -> bool:
+    needles = NEEDLES.get(kind)
+    return needles is None or any(n in line.lower for n in needles)
+
+
 def simple_failures(line: Line) -> list[Failure | Fact]:
     for kind, pattern, label, strength, note in _SIMPLE:
-        if pattern.search(line.text):
+        if _may_match(kind, line) and pattern.search(line.text):
             return [_failure(line, kind, label, strength, note)]
     return []
 
@@ -495,8 +537,14 @@ _DENIED_FRAGMENTATION = re.compile(
 
 
 def narrative(line: Line) -> list[Failure | Fact]:
-    text = _HINT_PIECES.sub("", line.text)  # PyTorch's own hint mentions fragmentation in every message
+    if not any(_may_match(kind, line) for kind, *_ in _NARRATIVE):
+        return []
+    text = line.text
+    if "fragmentation" in line.lower or "if reserved" in line.lower:
+        text = _HINT_PIECES.sub("", text)  # PyTorch's own hint mentions fragmentation in every message
     for kind, pattern, label, note in _NARRATIVE:
+        if not _may_match(kind, line):
+            continue
         if kind == "narrative_fragmentation" and _DENIED_FRAGMENTATION.search(text):
             continue
         if pattern.search(text):
@@ -555,13 +603,13 @@ def _cpu_percent(text: str) -> float | None:
 
 
 def facts(line: Line) -> list[Failure | Fact]:
-    text, where = line.text, line.where
+    text, where, lower = line.text, line.where, line.lower
     found: list[Failure | Fact] = []
-    if _EXPANDABLE_UNSUPPORTED.search(text):
+    if "expandable_segments not supported" in text and _EXPANDABLE_UNSUPPORTED.search(text):
         found.append(
             Fact("expandable_off", where, _excerpt(text), "requested but not supported on this platform")
         )
-    elif (m := _CONF_SETTING.search(text)) and "try setting" not in text:
+    elif "alloc_conf" in lower and (m := _CONF_SETTING.search(text)) and "try setting" not in text:
         on = "expandable_segments:true" in m.group(2).lower()
         found.append(
             Fact(
@@ -571,17 +619,17 @@ def facts(line: Line) -> list[Failure | Fact]:
                 f"{m.group(1)}={m.group(2)}",
             )
         )
-    if m := _TORCH_VERSION.search(text):
+    if "torch" in lower and (m := _TORCH_VERSION.search(text)):
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
-    if m := _WORLD_SIZE.search(text):
+    if "world" in lower and (m := _WORLD_SIZE.search(text)):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
     if (report := rank_memory(text)) is not None:
         found.append(Fact("rank_memory", where, _excerpt(text), report))
     if (percent := _cpu_percent(text)) is not None:
         found.append(Fact("host_memory_percent", where, _excerpt(text), percent))
-    if m := _EXIT_CODE.search(text):
+    if "exit" in lower and (m := _EXIT_CODE.search(text)):
         found.append(Fact("exit_code", where, _excerpt(text), int(m.group(1))))
-    if m := _GRAPH_CAPTURE_FRAME.search(text):
+    if ("graph" in lower or "capture_end" in lower) and (m := _GRAPH_CAPTURE_FRAME.search(text)):
         found.append(Fact("phase", where, _excerpt(text), "CUDA-graph capture"))
     return found
 
@@ -591,6 +639,10 @@ FAILURE_DETECTORS: tuple[Detector, ...] = (simple_failures, allocator_oom, memor
 
 
 def detect(line: Line) -> list[Failure | Fact]:
+    if line.text.startswith("[Rank ") and (report := rank_memory(line.text)) is not None:
+        # Megatron's per-rank memory report, printed by every rank every log interval: the common
+        # triggered line in a healthy log, so it takes this short path.
+        return [Fact("rank_memory", line.where, _excerpt(line.text), report)]
     found = facts(line)
     for detector in FAILURE_DETECTORS:
         failures = detector(line)

@@ -24,6 +24,7 @@ from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
 from memtune.limits import MAX_ECHO, MAX_PICKLE_MEMO, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_OBJECTS
 from memtune.numbers import cut
+from memtune.plotfile import save_figure
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "load_plain_pickle", "plot", "read_snapshot", "summarise", "timeline"]
 MAX_SIZE = 1 << 62  # a byte count or time stamp beyond this is corrupt
@@ -462,8 +463,6 @@ def plot(snap: dict, out: str | Path, title: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise InputError(f"{out}: cannot write the plot ({exc.strerror or exc.__class__.__name__})") from None
+        save_figure(fig, str(out))
     finally:
         plt.close(fig)

@@ -11,6 +11,8 @@ from memtune.check import gate
 from memtune.config import load_job
 from memtune.errors import InputError
 from memtune.estimate import EstimateOptions, estimate, render
+from memtune.numbers import finite_number
+from memtune.plotfile import check_plot_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(
         "--moe-imbalance",
-        type=float,
+        type=finite_number,
         default=1.0,
         metavar="X",
         help="tokens the hottest expert rank receives relative to balanced routing (default 1.0)",
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(
             f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
         )
+    if args.plot:
+        check_plot_path(args.plot)
     loaded = load_job(args.config, args.overrides)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
