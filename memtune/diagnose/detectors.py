@@ -31,13 +31,14 @@ from memtune.diagnose.evidence import (
 from memtune.diagnose.sizes import to_bytes
 from memtune.units import GiB, MiB
 
+# Each trigger is one pass of bytes.find over every chunk, so the list is kept short: one
+# substring stands for several messages where it can.
 TRIGGERS: tuple[bytes, ...] = (
     b"emory",  # out of memory, Out Of Memory, allowed memory, memory summary, Virtual Memory, memory (MB)
     b"OOM",
     b"OUT_OF_MEMORY",
-    b"Tried to allocate",
-    b"_STATUS_",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_*
-    b"calloc",
+    b"lloc",  # Tried to allocate, calloc, allocator, cudaMallocAsync, CUBLAS_STATUS_ALLOC_FAILED
+    b"_STATUS_",  # CUBLAS_STATUS_NOT_INITIALIZED, CUDNN_STATUS_*
     b"code",  # exit code / exitcode / return code -9 or 137
     b"status 137",
     b"KILL",  # SIGKILL
@@ -49,13 +50,10 @@ TRIGGERS: tuple[bytes, ...] = (
     b"ALLOC_CONF",
     b"ragment",
     b"ontiguous",
-    b"cudagraphs",
-    b"graphed_callables",
+    b"graph",  # cudagraphs, make_graphed_callables
     b"capture_end",
     b"orld",  # world size, world_size
     b"offloading",
-    b"llocator",
-    b"cudaMallocAsync",
     b"ersion",  # torch version, PyTorch Version
     b"torch==",
     b"NCCL error",
@@ -65,18 +63,27 @@ TRIGGERS: tuple[bytes, ...] = (
 class Line:
     """A triggered line, and on demand the lines that follow it in the same stream (prefixes removed)."""
 
-    def __init__(self, text: str, where: Where, following: Sequence[str] | Callable[[], Sequence[str]] = ()):
+    def __init__(
+        self, text: str, where: Where, following: Sequence[str] | Callable[[int], Sequence[str]] = ()
+    ):
         self.text = text
         self.where = where
         self._following = following
+        self._read: Sequence[str] = ()
+        self._asked = 0
 
     @cached_property
     def lower(self) -> str:
         return self.text.lower()
 
-    @cached_property
-    def following(self) -> Sequence[str]:
-        return self._following() if callable(self._following) else self._following
+    def next_lines(self, count: int) -> Sequence[str]:
+        """Up to ``count`` lines that follow in the same stream, decoded only when asked for (most
+        triggered lines never need them)."""
+        if not callable(self._following):
+            return self._following[:count]
+        if count > self._asked:
+            self._read, self._asked = self._following(count), count
+        return self._read[:count]
 
 
 Detector = Callable[[Line], list[Failure | Fact]]
@@ -97,10 +104,12 @@ def _joined_message(line: Line) -> tuple[str, int]:
     """The allocator message with wrapped continuation lines joined back (no separator: see
     messages), and how many following lines it took."""
     parts = [line.text]
-    for nxt in line.following[:12]:
-        if messages.MESSAGE_END.search("".join(parts)):
-            break
+    if messages.MESSAGE_END.search(line.text):
+        return line.text, 0
+    for nxt in line.next_lines(12):
         parts.append(nxt.strip())
+        if messages.MESSAGE_END.search("".join(parts[-2:])):  # also an end phrase wrapped in two
+            break
     return "".join(parts), len(parts) - 1
 
 
@@ -174,7 +183,7 @@ _ASYNC_OOM = re.compile(r"would exceed allowed memory")
 
 def allocator_oom(line: Line) -> list[Failure | Fact]:
     if _may_match("async_allocator_oom", line) and _ASYNC_OOM.search(line.text):
-        block = [line.text, *line.following[:7]]
+        block = [line.text, *line.next_lines(7)]
         numbers = messages.parse_async_message("\n".join(block))
         return [
             _failure(
@@ -448,7 +457,8 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     if "memory summary" not in line.text:
         return []
     current, peak, ooms = {}, {}, 0
-    for row in line.following[:40]:
+    following = line.next_lines(40)
+    for row in following:
         if m := _SUMMARY_OOMS.search(row):
             ooms = int(m.group(1))
         if m := _SUMMARY_ROW.search(row):
@@ -482,9 +492,9 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     else:
         return []
     rows = 0
-    while rows < len(line.following) and line.following[rows].lstrip().startswith("|"):
+    while rows < len(following) and following[rows].lstrip().startswith("|"):
         rows += 1
-    text = "\n".join([line.text, *line.following[:12]])
+    text = "\n".join([line.text, *following[:12]])
     return [_failure(line, "memory_summary", label, strength, note, text, consumed=rows)]
 
 

@@ -153,9 +153,9 @@ class _Stream:
             return
         numbers: list[int] = []
 
-        def following() -> list[str]:
-            texts, found = self._following(buf, end + 1, lineno, prefix_rank)
-            numbers.extend(found)
+        def following(limit: int) -> list[str]:
+            texts, found = self._following(buf, end + 1, lineno, prefix_rank, limit)
+            numbers[:] = found
             return texts
 
         rank = prefix_rank if prefix_rank is not None else self.file_rank
@@ -165,12 +165,15 @@ class _Stream:
             if isinstance(item, Failure) and item.consumed:
                 self.skip.update(numbers[: item.consumed])
 
-    def _following(self, buf: bytes, pos: int, lineno: int, rank: int | None) -> tuple[list[str], list[int]]:
-        """The next lines of the same stream: same rank prefix, or no prefix (a wrapped continuation)."""
+    def _following(
+        self, buf: bytes, pos: int, lineno: int, rank: int | None, limit: int
+    ) -> tuple[list[str], list[int]]:
+        """Up to ``limit`` next lines of the same stream: same rank prefix, or no prefix (a wrapped
+        continuation), within FOLLOWING_BYTES and LOOKAHEAD_LINES lines of any stream."""
         texts, numbers = [], []
         stop = min(len(buf), pos + FOLLOWING_BYTES)
         n = lineno
-        while pos < stop and len(texts) < LOOKAHEAD_LINES:
+        while pos < stop and len(texts) < limit and n - lineno < LOOKAHEAD_LINES:
             end = buf.find(b"\n", pos, stop)
             end = stop if end < 0 else end
             n += 1
