@@ -29,6 +29,6 @@ def test_log(capsys, name):
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_snapshot(capsys, name):
-    status, out, err, seconds = run_cli(capsys, "diagnose", "--json", "--snapshot", str(CORPUS / name))
+    status, _out, err, seconds = run_cli(capsys, "diagnose", "--json", "--snapshot", str(CORPUS / name))
     assert_well_behaved(status, err)
     assert seconds < 10, seconds

@@ -81,8 +81,8 @@ def parse_script(text: str) -> Script:
 def _bounded(text: str, line: int) -> str:
     if len(text) > MAX_SHELL_VALUE:
         raise InputError(
-            f"logical line {line} expands to more than {MAX_SHELL_VALUE} characters "
-            "(a variable that keeps doubling itself?); memtune stops there"
+            f"logical line {line} is longer than {MAX_SHELL_VALUE} characters once variables are expanded "
+            "(a variable that keeps doubling itself?); memtune reads no further"
         )
     return text
 
