@@ -90,7 +90,8 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _problems(command: str, problems: list[str]) -> None:
-    shown = problems[:MAX_PROBLEM_LINES]
+    # A list already cut by its producer ends in its own "... and N more" line.
+    shown = problems if len(problems) <= MAX_PROBLEM_LINES + 1 else problems[:MAX_PROBLEM_LINES]
     for line in shown:
         print(f"memtune {command}: {line}", file=sys.stderr)
     if len(problems) > len(shown):

@@ -32,7 +32,7 @@ def _bounded_repr(value: object, limit: int) -> str:
     if isinstance(value, str):
         return repr(value[: limit + 1])
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * MAX_DIGITS:
-        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+        return f"an integer of about {digits(value)} digits"
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         return f"a {type(value).__name__} of {len(value)} entries" if len(value) > 8 else _short(value, limit)
     if isinstance(value, (bytes, bytearray)):
@@ -48,10 +48,16 @@ def _short(value: object, limit: int) -> str:
     return text
 
 
+def digits(value: int) -> int:
+    """Decimal digits of ``value`` without converting it (str() refuses beyond 4,300 digits);
+    exact for powers of two and within one otherwise."""
+    return int((abs(value).bit_length() - 1) * math.log10(2)) + 1 if value else 1
+
+
 def int_or_none(text: str) -> int | None:
     """An ASCII integer of at most MAX_DIGITS digits, else None (for text that may not be a number)."""
     text = text.strip()
-    if len(text) > MAX_DIGITS + 1 or not _INT.fullmatch(text):
+    if len(text.lstrip("+-")) > MAX_DIGITS or not _INT.fullmatch(text):
         return None
     return int(text)
 
@@ -80,14 +86,6 @@ def parse_float(text: str, what: str) -> float:
     value = float_or_none(text)
     if value is None:
         raise InputError(f"{what}: expected a finite number, got {echo(text)}")
-    return value
-
-
-def finite_number(text: str) -> float:
-    """argparse ``type=`` for a finite number (argparse turns the ValueError into a usage error)."""
-    value = float_or_none(text)
-    if value is None:
-        raise ValueError(text)
     return value
 
 

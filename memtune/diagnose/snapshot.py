@@ -23,7 +23,7 @@ from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
 from memtune.limits import MAX_ECHO, MAX_PICKLE_MEMO, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_OBJECTS
-from memtune.numbers import cut
+from memtune.numbers import cut, digits
 from memtune.plotfile import save_figure
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "load_plain_pickle", "plot", "read_snapshot", "summarise", "timeline"]
@@ -259,7 +259,7 @@ def _int(value: object) -> int:
         return 0
     if not -MAX_SIZE <= value <= MAX_SIZE:
         raise InputError(
-            f"snapshot: a size or time stamp of about {int(value.bit_length() * 0.30103)} digits; the file is corrupt"
+            f"snapshot: a size or time stamp of about {digits(value)} digits; the file is corrupt"
         )
     return value
 

@@ -11,7 +11,7 @@ from memtune.check import gate
 from memtune.config import load_job
 from memtune.errors import InputError
 from memtune.estimate import EstimateOptions, estimate, render
-from memtune.numbers import finite_number
+from memtune.limits import MAX_MOE_IMBALANCE
 from memtune.plotfile import check_plot_path
 
 
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(
         "--moe-imbalance",
-        type=finite_number,
+        type=float,
         default=1.0,
         metavar="X",
         help="tokens the hottest expert rank receives relative to balanced routing (default 1.0)",
@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.moe_imbalance < 1.0:
+    if not 1.0 <= args.moe_imbalance <= MAX_MOE_IMBALANCE:  # also refuses nan
         raise InputError(
-            f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
+            f"--moe-imbalance: must be from 1.0 (balanced routing) to {MAX_MOE_IMBALANCE:g}, got {args.moe_imbalance}"
         )
     if args.plot:
         check_plot_path(args.plot)
