@@ -41,17 +41,14 @@ TRIGGERS: tuple[bytes, ...] = (
     b"_STATUS_",  # CUBLAS_STATUS_NOT_INITIALIZED, CUDNN_STATUS_*
     b"code",  # exit code / exitcode / return code -9 or 137
     b"status 137",
-    b"KILL",  # SIGKILL
-    b"kill",  # oom-kill, oom_kill, sigkill_handler
-    b"illed",  # Killed, killed, OOMKilled
-    b"ignal 9",
+    b"KILL",  # SIGKILL, Signal 9 (SIGKILL)
+    b"ill",  # oom-kill, oom_kill, sigkill_handler, Killed, killed, OOMKilled
     b"esource",  # OutOfResources, out of resource
     b"expandable",  # also the NCCL_GRAPH_REGISTER guard and the nccl_ub error
     b"ALLOC_CONF",
     b"ragment",
     b"ontiguous",
-    b"graph",  # cudagraphs, make_graphed_callables
-    b"capture_end",
+    b"graph",  # cudagraphs, make_graphed_callables, capture_end in torch/cuda/graphs.py
     b"orld",  # world size, world_size
     b"offloading",
     b"ersion",  # torch version, PyTorch Version
