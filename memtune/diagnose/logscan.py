@@ -221,7 +221,7 @@ def _expand(inputs: Iterable[str]) -> Iterator[str]:
             yield item
 
 
-def _open(name: str) -> BinaryIO:
+def _open(name: str) -> BinaryIO | _TolerantGzip:
     if name == "-":
         if sys.stdin is None:
             raise InputError("-: standard input is closed")

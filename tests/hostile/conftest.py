@@ -8,6 +8,18 @@ import pytest
 from memtune.cli import main
 
 CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole corpus, the generated large inputs included."""
+    from tests.hostile import make_corpus
+
+    directory = tmp_path_factory.mktemp("corpus")
+    make_corpus.write(directory)
+    return directory
+
+
 MAX_ERROR_LINES = 21  # MAX_PROBLEM_LINES plus the "... and N more" line
 
 

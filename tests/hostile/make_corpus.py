@@ -1,8 +1,9 @@
-"""Write the corpus of hostile inputs under tests/hostile/corpus/ (run once; the files are committed).
+"""The corpus of hostile inputs: every file is under 1 MB and its name says what it exercises.
 
-Each file is small (under 1 MB) and names the root cause it exercises. test_corpus.py runs every
-command on every file and holds memtune to its promise: exit 0, 1 or 2, no traceback, at most a
-bounded number of error lines, within seconds.
+Files up to 64 KiB are committed under tests/hostile/corpus/ (regenerate them by running this
+script); the tests write the whole corpus, larger files included, into a temporary directory.
+test_corpus.py runs every command on every file and holds memtune to its promise: exit 0, 1 or 2,
+no traceback, a bounded number of error lines, within seconds.
 
 Run:  python tests/hostile/make_corpus.py
 """
@@ -259,14 +260,25 @@ def snapshots() -> dict[str, bytes]:
     }
 
 
-def main() -> None:
-    CORPUS.mkdir(exist_ok=True)
+COMMITTED_MAX_BYTES = 64 << 10  # larger inputs are only generated (by the tests, into a temporary directory)
+
+
+def everything() -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
     for group in (configs(), logs(), snapshots()):
         for name, content in group.items():
             data = content.encode() if isinstance(content, str) else content
             assert len(data) < 1 << 20, (name, len(data))
-            (CORPUS / name).write_bytes(data)
+            found[name] = data
+    return found
+
+
+def write(directory: Path, max_bytes: int | None = None) -> None:
+    directory.mkdir(exist_ok=True)
+    for name, data in everything().items():
+        if max_bytes is None or len(data) <= max_bytes:
+            (directory / name).write_bytes(data)
 
 
 if __name__ == "__main__":
-    main()
+    write(CORPUS, COMMITTED_MAX_BYTES)

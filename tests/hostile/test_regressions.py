@@ -18,7 +18,7 @@ from memtune.diagnose.logscan import scan, scan_text
 from memtune.diagnose.snapshot import load_plain_pickle, read_snapshot, summarise
 from memtune.errors import InputError
 from memtune.numbers import echo, float_or_none, int_or_none
-from tests.hostile.conftest import CORPUS, run_cli
+from tests.hostile.conftest import run_cli
 
 MODEL = "model:\n  num_layers: 4\n  hidden_size: 256\n  num_attention_heads: 4\n  vocab_size: 1000\n"
 OOM = (
@@ -97,8 +97,8 @@ def test_rank_heavy_log_json_finishes(capsys, write):
 # --- 3. unbounded structures from tiny inputs -------------------------------------------------
 
 
-def test_yaml_alias_bomb_is_refused(capsys):
-    path = CORPUS / "yaml-alias-bomb.yaml"
+def test_yaml_alias_bomb_is_refused(capsys, corpus):
+    path = corpus / "yaml-alias-bomb.yaml"
     assert errors_of(capsys, "check", str(path)) == (
         2,
         [f"memtune check: {path}: more than 200000 values (aliases expanded); a config is far smaller"],
@@ -156,8 +156,8 @@ def test_huge_strings_are_cut_when_echoed(capsys, write):
     assert lines[0].startswith("memtune estimate: unknown GPU 'xxxx") and "…" in lines[0]
 
 
-def test_many_unknown_keys_give_a_bounded_report(capsys):
-    status, lines = errors_of(capsys, "check", str(CORPUS / "yaml-unknown-keys.yaml"))
+def test_many_unknown_keys_give_a_bounded_report(capsys, corpus):
+    status, lines = errors_of(capsys, "check", str(corpus / "yaml-unknown-keys.yaml"))
     assert status == 2 and len(lines) == limits.MAX_PROBLEM_LINES + 1
     assert lines[-1] == "memtune check: ... and 29980 more problems"
 
@@ -210,26 +210,26 @@ def test_moe_imbalance_nan_is_one_line(capsys):
     )
 
 
-def test_numbers_beyond_the_digit_limit_in_configs_are_one_line(capsys):
+def test_numbers_beyond_the_digit_limit_in_configs_are_one_line(capsys, corpus):
     for name in ("yaml-5000-digit-int.yaml", "json-5000-digit-int.json"):
-        status, lines = errors_of(capsys, "estimate", str(CORPUS / name))
+        status, lines = errors_of(capsys, "estimate", str(corpus / name))
         assert status == 2 and len(lines) == 1 and "4300 digits" in lines[0]
 
 
-def test_unicode_digits_in_a_launch_script_are_not_numbers(capsys):
-    status, lines = errors_of(capsys, "estimate", str(CORPUS / "shell-unicode-digits.sh"))
+def test_unicode_digits_in_a_launch_script_are_not_numbers(capsys, corpus):
+    status, lines = errors_of(capsys, "estimate", str(corpus / "shell-unicode-digits.sh"))
     assert status == 2
     assert "memtune estimate: model.num_layers: must be an integer, got '٣٢'" in lines
 
 
-def test_log_numbers_are_bounded(capsys):
+def test_log_numbers_are_bounded(capsys, corpus):
     for name in (
         "log-rank-prefix-digits.log",
         "log-pid-digits.log",
         "log-world-size.log",
         "log-oom-size-400-digits.log",
     ):
-        status, _, err, _ = run_cli(capsys, "diagnose", "--json", str(CORPUS / name))
+        status, _, err, _ = run_cli(capsys, "diagnose", "--json", str(corpus / name))
         assert status in (0, 1) and err == "", (name, err)
 
 
@@ -257,13 +257,13 @@ def test_echo_describes_huge_values_instead_of_printing_them():
         ("hf-mlp-only-dicts.json", "mlp_only_layers must be a list of integers, got [{'a': 1}]"),
     ],
 )
-def test_hf_fields_of_the_wrong_type(capsys, name, message):
-    path = CORPUS / name
+def test_hf_fields_of_the_wrong_type(capsys, name, message, corpus):
+    path = corpus / name
     assert errors_of(capsys, "estimate", str(path)) == (2, [f"memtune estimate: {path}: {message}"])
 
 
-def test_bridge_keys_must_be_strings(capsys):
-    path = CORPUS / "bridge-int-keys.yaml"
+def test_bridge_keys_must_be_strings(capsys, corpus):
+    path = corpus / "bridge-int-keys.yaml"
     assert errors_of(capsys, "estimate", str(path)) == (
         2,
         [f"memtune estimate: {path}: model: keys must be strings, got int key"],
@@ -271,8 +271,8 @@ def test_bridge_keys_must_be_strings(capsys):
 
 
 @pytest.mark.parametrize("name", ["json-deep.json", "yaml-deep.yaml", "yaml-deep-mapping.yaml"])
-def test_deep_nesting_is_one_line(capsys, name):
-    status, lines = errors_of(capsys, "check", str(CORPUS / name))
+def test_deep_nesting_is_one_line(capsys, name, corpus):
+    status, lines = errors_of(capsys, "check", str(corpus / name))
     assert status == 2 and len(lines) == 1
     assert "nested deeper than 64 levels" in lines[0] or "exceeded maximum nesting depth" in lines[0]
 
@@ -288,8 +288,8 @@ def test_arithmetic_with_100000_terms_stays_literal():
     assert str(script.variables["N"]).startswith("$((1+1+")
 
 
-def test_here_document_bodies_are_not_commands(capsys):
-    status, out, err, _ = run_cli(capsys, "estimate", "--json", str(CORPUS / "shell-heredoc.sh"))
+def test_here_document_bodies_are_not_commands(capsys, corpus):
+    status, out, err, _ = run_cli(capsys, "estimate", "--json", str(corpus / "shell-heredoc.sh"))
     assert status == 0, err
     assert json.loads(out)["ranks"][0]["layers"] == 2
 
@@ -335,9 +335,9 @@ def test_absurd_snapshot_sizes_are_refused():
         summarise({"segments": [{"total_size": 2**2000, "blocks": []}]}, "huge")
 
 
-def test_json_output_is_safe_for_any_legal_value(capsys):
+def test_json_output_is_safe_for_any_legal_value(capsys, corpus):
     status, out, err, _ = run_cli(
-        capsys, "diagnose", "--json", "--snapshot", str(CORPUS / "snap-odd-values.pickle")
+        capsys, "diagnose", "--json", "--snapshot", str(corpus / "snap-odd-values.pickle")
     )
     assert status == 0, err
     settings = json.loads(out)["snapshot"]["allocator_settings"]
