@@ -307,7 +307,7 @@ def scan(inputs: Iterable[str]) -> ScanResult:
             report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
             problems.append(f"{name}: {report.note[9:]}")
         finally:
-            if fh is not sys.stdin.buffer:
+            if name != "-":  # stdin stays open (and may be None when the process started without one)
                 fh.close()
     if problems and not result.readable:
         raise InputError(problems)

@@ -418,3 +418,9 @@ def test_truncated_gzip_keeps_what_was_read(write):
     result = scan([write("cut.log.gz", data[: len(data) - 100000])])
     assert [f.kind for f in result.failures] == ["allocator_oom"]
     assert result.sources[0].note.startswith("truncated or corrupt compressed data after ")
+
+
+def test_logs_are_read_when_the_process_has_no_stdin(monkeypatch, write):
+    """Found by benchmarks/fuzz.py: closing a log file compared it with sys.stdin.buffer."""
+    monkeypatch.setattr(sys, "stdin", None)
+    assert [f.kind for f in scan([write("oom.log", OOM + "\n")]).failures] == ["allocator_oom"]
