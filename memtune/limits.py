@@ -45,3 +45,4 @@ MAX_BINARY_NUL_RATIO = 0.01  # a log whose first 64 KiB are more than 1% NUL byt
 MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and devices)
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
 MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
+MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt

@@ -22,12 +22,17 @@ from pathlib import Path
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
-from memtune.limits import MAX_ECHO, MAX_PICKLE_MEMO, MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_OBJECTS
+from memtune.limits import (
+    MAX_ECHO,
+    MAX_PICKLE_MEMO,
+    MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_NUMBER,
+    MAX_SNAPSHOT_OBJECTS,
+)
 from memtune.numbers import cut, digits
 from memtune.plotfile import save_figure
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "load_plain_pickle", "plot", "read_snapshot", "summarise", "timeline"]
-MAX_SIZE = 1 << 62  # a byte count or time stamp beyond this is corrupt
 _INTERNAL_FRAMES = ("/torch/", "\\torch\\", "<frozen", "/site-packages/torch", "c10/", ".so", "??")
 
 
@@ -230,7 +235,7 @@ def _text(value: object) -> str:
     """A frame field as text: strings and small ints as they are, anything else by its type."""
     if isinstance(value, str):
         return value[: MAX_ECHO * 2]
-    if isinstance(value, int) and abs(value) < MAX_SIZE:
+    if isinstance(value, int) and abs(value) < MAX_SNAPSHOT_NUMBER:
         return str(value)
     return f"<{type(value).__name__}>"
 
@@ -257,7 +262,7 @@ def _int(value: object) -> int:
     """A byte count or time stamp: ints only (not bools); an absurd one makes the file corrupt."""
     if not isinstance(value, int) or isinstance(value, bool):
         return 0
-    if not -MAX_SIZE <= value <= MAX_SIZE:
+    if not -MAX_SNAPSHOT_NUMBER <= value <= MAX_SNAPSHOT_NUMBER:
         raise InputError(
             f"snapshot: a size or time stamp of about {digits(value)} digits; the file is corrupt"
         )
@@ -357,7 +362,7 @@ def _plain_settings(value: object) -> dict[str, str | int | float | bool | None]
             or (isinstance(item, float) and item == item and abs(item) != float("inf"))
         ):
             kept: str | int | float | bool | None = item
-        elif isinstance(item, int) and abs(item) <= MAX_SIZE:
+        elif isinstance(item, int) and abs(item) <= MAX_SNAPSHOT_NUMBER:
             kept = item
         elif isinstance(item, str):
             kept = cut(item)

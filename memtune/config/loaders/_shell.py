@@ -12,6 +12,7 @@ import ast
 import operator
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memtune.errors import InputError
@@ -157,12 +158,10 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
             return _expand(default, variables) if default is not None else match.group(0)
         return value
 
-    def arithmetic(match: re.Match) -> str:
-        expression = re.sub(
-            rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), match.group(1)
-        )
+    def arithmetic(whole: str, inner: str) -> str:
+        expression = re.sub(rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), inner)
         result = evaluate(expression.replace("/", "//"))
-        return str(result) if isinstance(result, int) else match.group(0)
+        return str(result) if isinstance(result, int) else whole
 
     text = _substitute_arithmetic(text, arithmetic)
     text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
@@ -174,29 +173,19 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
     )
 
 
-def _substitute_arithmetic(text: str, replace) -> str:  # type: ignore[no-untyped-def]
-    """Each ``$(( ... ))`` replaced, scanning the text once (a lazy regex would rescan the rest of
-    the line from every unclosed ``$((``)."""
+def _substitute_arithmetic(text: str, replace: Callable[[str, str], str]) -> str:
+    """Each ``$(( ... ))`` replaced by ``replace(whole, inside)``, scanning the text once (a lazy
+    regex would rescan the rest of the line from every unclosed ``$((``)."""
     out, pos = [], 0
     while (start := text.find("$((", pos)) >= 0:
         end = text.find("))", start + 3)
         if end < 0:
             break
         out.append(text[pos:start])
-        out.append(replace(_Match(text[start : end + 2], text[start + 3 : end])))
+        out.append(replace(text[start : end + 2], text[start + 3 : end]))
         pos = end + 2
     out.append(text[pos:])
     return "".join(out)
-
-
-class _Match:
-    """The two groups of an arithmetic expansion, shaped like the re.Match the expander takes."""
-
-    def __init__(self, whole: str, inner: str):
-        self._groups = (whole, inner)
-
-    def group(self, index: int) -> str:
-        return self._groups[index]
 
 
 _OPERATORS = {
