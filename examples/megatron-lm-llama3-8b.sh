@@ -2,6 +2,7 @@
 # Llama3-8B pretraining with Megatron-LM on one node of 8 H100-80GB GPUs, laid out the way
 # Megatron-LM's examples/ scripts are: TP2 (with sequence parallelism) x DP4, seq 8192, MBS 1,
 # GBS 128, bf16, distributed optimizer. `memtune estimate examples/megatron-lm-llama3-8b.sh` reads it.
+# Stack: Megatron-LM; a launch script loads with `defaults: megatron-lm` (memtune/config/stacks.py).
 
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import sys
 
@@ -16,6 +17,7 @@ from memtune import __version__
 from memtune.errors import InputError
 from memtune.limits import MAX_PROBLEM_LINES
 from memtune.numbers import cut
+from memtune.output import SCHEMA_VERSION
 
 EXIT_BAD_INPUT = 2
 
@@ -27,6 +29,8 @@ def _registrars():
     from memtune.diagnose import cli as diagnose_cli
     from memtune.estimate import cli as estimate_cli
     from memtune.measure import cli as measure_cli
+    from memtune.regress import cli as regress_cli
+    from memtune.runtime import cli as runtime_cli
 
     return [
         estimate_cli.register,
@@ -35,6 +39,8 @@ def _registrars():
         diagnose_cli.register,
         bench_cli.register,
         catalog_cli.register,
+        regress_cli.register,
+        runtime_cli.register,
     ]
 
 
@@ -79,23 +85,27 @@ def _run(argv: list[str] | None) -> int:
     try:
         return args.handler(args)
     except InputError as exc:
-        _problems(args.command, exc.problems)
+        problems = exc.problems
     except OSError as exc:  # a file or directory that vanished, is unreadable, or has a name too long
-        _problems(args.command, [f"{cut(str(exc.filename or ''))}: {exc.strerror or exc.__class__.__name__}"])
+        problems = [f"{cut(str(exc.filename or ''))}: {exc.strerror or exc.__class__.__name__}"]
     except RecursionError:
-        _problems(args.command, ["input nested too deeply to process"])
+        problems = ["input nested too deeply to process"]
     except MemoryError:
-        _problems(args.command, ["out of memory while reading the input"])
+        problems = ["out of memory while reading the input"]
+    _report_problems(args, problems)
     return EXIT_BAD_INPUT
 
 
-def _problems(command: str, problems: list[str]) -> None:
+def _report_problems(args: argparse.Namespace, problems: list[str]) -> None:
     # A list already cut by its producer ends in its own "... and N more" line.
     shown = problems if len(problems) <= MAX_PROBLEM_LINES + 1 else problems[:MAX_PROBLEM_LINES]
-    for line in shown:
-        print(f"memtune {command}: {line}", file=sys.stderr)
     if len(problems) > len(shown):
-        print(f"memtune {command}: ... and {len(problems) - len(shown)} more problems", file=sys.stderr)
+        shown = [*shown, f"... and {len(problems) - len(shown)} more problems"]
+    for line in shown:
+        print(f"memtune {args.command}: {line}", file=sys.stderr)
+    if getattr(args, "json", False):
+        # A tool reading --json output gets a document on bad input too.
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "error": {"problems": shown}}))
 
 
 class _Output:

@@ -49,7 +49,9 @@ def split_of(run_id: str) -> str:
 
 def _model(preset: str, **changes) -> dict:
     model = get_model(preset)
+    # measured without the fusions Bridge's model bridges add to the presets, unless a run asks
     model.update(transformer_impl="local", attention_backend="flash", bf16=True, moe_grouped_gemm=False)
+    model.update(bias_activation_fusion=False)
     model.update(changes)
     return model
 
@@ -152,6 +154,7 @@ def run(
     grad_fp32=True,
     ddp=None,
     env=None,
+    peft=None,
     solo=False,
     smoke=False,
 ) -> Entry:
@@ -164,6 +167,7 @@ def run(
         model.setdefault("pipeline_dtype", "bf16" if model.get("bf16") else "fp32")
     world = tp * pp * dp
     config = {
+        "defaults": "megatron-core",  # measured with Megatron-Core's own defaults (memtune/config/stacks.py)
         "model": model,
         "train": {"micro_batch_size": mbs, "global_batch_size": microbatches * mbs * dp},
         "optimizer": {"use_distributed_optimizer": distopt},
@@ -171,6 +175,8 @@ def run(
         "env": env or {},
         "cluster": {"num_gpus": world, "gpu": "H200"},
     }
+    if peft is not None:
+        config["peft"] = peft
     job = validate(config)
     d = derive(job)
     pp_rank = stage % d.pp
@@ -969,8 +975,431 @@ def _fresh2() -> list[Entry]:
     return e
 
 
+def _preflight() -> list[Entry]:
+    """Multi-token prediction (``mtp-``), Megatron-FSDP (``fsdp-``) and optimizer CPU offload
+    (``ooff-``), split by the hash rule. Fine-grained activation offloading and Megatron-FSDP
+    with PP cannot run on megatron-core 0.19.2 without Transformer Engine (``memtune measure``
+    says why)."""
+    return _mtp() + _fsdp() + _optimizer_offload()
+
+
+def _mtp() -> list[Entry]:
+    e = []
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    e.append(run("mtp-l8w-tp2-sp-mtp1", L8W(mtp_num_layers=1, **tp2), microbatches=2, smoke=True))
+    e.append(run("mtp-l8w-tp2-sp-mtp2", L8W(mtp_num_layers=2, **tp2), microbatches=2))
+    e.append(run("mtp-l8w-pp2-m4-mtp1-first", L8W(mtp_num_layers=1, **pp2), microbatches=4))
+    e.append(run("mtp-l8w-pp2-m4-mtp1-last", L8W(mtp_num_layers=1, **pp2), microbatches=4, stage=-1))
+    e.append(run("mtp-l8w-pp2-m4-mtp2-last", L8W(mtp_num_layers=2, **pp2), microbatches=4, stage=-1))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(
+        run("mtp-l8w-pp2-m4-mtp1-rc-full-last", L8W(mtp_num_layers=1, **pp2, **rc), microbatches=4, stage=-1)
+    )
+    vpp = dict(pp2, virtual_pipeline_model_parallel_size=2)
+    e.append(run("mtp-l8w-pp2-vpp2-m4-mtp1-last", L8W(mtp_num_layers=1, **vpp), microbatches=4, stage=-1))
+    sel = dict(recompute_granularity="selective")
+    e.append(run("mtp-l8w-tp2-sp-mtp1-rc-sel", L8W(mtp_num_layers=1, **tp2, **sel), microbatches=2))
+    e.append(run("mtp-l1b-tp1-mtp1", L1B(mtp_num_layers=1), microbatches=2))
+    e.append(
+        run(
+            "mtp-l1b-pp2-m4-mtp1-last",
+            L1B(mtp_num_layers=1, num_layers=8, pipeline_model_parallel_size=2),
+            microbatches=4,
+            stage=-1,
+        )
+    )
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(run("mtp-qm-ep4-mtp1", QM(mtp_num_layers=1, expert_model_parallel_size=4, **a2a), dp=4))
+    e.append(run("mtp-dsl-ep4-mtp1", DSL(mtp_num_layers=1, expert_model_parallel_size=4), dp=4))
+    e.append(run("mtp-gpt-tp1-unfused-mtp1", GPT(mtp_num_layers=1), microbatches=2))
+    return e
+
+
+def _fsdp() -> list[Entry]:
+    e = []
+
+    def fsdp(strategy):
+        return dict(use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy)
+
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    for strategy, name in (("optim", "optim"), ("optim_grads", "og"), ("optim_grads_params", "ogp")):
+        e.append(
+            run(
+                f"fsdp-l8w-tp2-sp-dp4-{name}",
+                L8W(**tp2),
+                dp=4,
+                microbatches=2,
+                distopt=True,
+                ddp=fsdp(strategy),
+                smoke=name == "ogp",
+            )
+        )
+    ogp = fsdp("optim_grads_params")
+    e.append(run("fsdp-l8w-tp1-dp8-ogp", L8W(), dp=8, distopt=True, ddp=ogp))
+    e.append(run("fsdp-l1b-dp4-og", L1B(), dp=4, distopt=True, ddp=fsdp("optim_grads")))
+    e.append(run("fsdp-l1b-dp4-ogp", L1B(), dp=4, microbatches=2, distopt=True, ddp=ogp))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("fsdp-l8w-tp2-sp-dp4-ogp-rc-full", L8W(**tp2, **rc), dp=4, distopt=True, ddp=ogp))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(run("fsdp-mx-ep2-dp2-ogp", MX(expert_model_parallel_size=2, **a2a), dp=2, distopt=True, ddp=ogp))
+    e.append(
+        run(
+            "fsdp-qm-ep4-dp4-og",
+            QM(expert_model_parallel_size=4, **a2a),
+            dp=4,
+            distopt=True,
+            ddp=fsdp("optim_grads"),
+        )
+    )
+    e.append(run("fsdp-gpt-dp4-ogp", GPT(), dp=4, distopt=True, ddp=ogp))
+    tp4 = dict(tensor_model_parallel_size=4, **SP)
+    e.append(run("fsdp-l8w-tp4-sp-dp2-og", L8W(**tp4), dp=2, distopt=True, ddp=fsdp("optim_grads")))
+    e.append(run("fsdp-l8w-tp2-sp-dp8-optim", L8W(**tp2), dp=8, distopt=True, ddp=fsdp("optim")))
+    return e
+
+
+def _optimizer_offload() -> list[Entry]:
+    e = []
+
+    def offload(fraction, overlap=False):
+        return dict(
+            use_distributed_optimizer=True,
+            use_precision_aware_optimizer=True,
+            optimizer_cpu_offload=True,
+            optimizer_offload_fraction=fraction,
+            overlap_cpu_optimizer_d2h_h2d=overlap,
+        )
+
+    def ooff(run_id, model, fraction, overlap=False, **kw):
+        entry = run(run_id, model, distopt=True, **kw)
+        config = copy.deepcopy(entry.config)
+        config["optimizer"].update(offload(fraction, overlap))
+        job = validate(config)
+        return Entry(
+            run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank, entry.solo, entry.smoke
+        )
+
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f1", L8W(**tp2), 1.0, dp=4, microbatches=2, smoke=True))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05", L8W(**tp2), 0.5, dp=4, microbatches=2))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05-overlap", L8W(**tp2), 0.5, overlap=True, dp=4, microbatches=2))
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f0", L8W(**tp2), 0.0, dp=4))
+    e.append(ooff("ooff-l1b-dp4-f1", L1B(), 1.0, dp=4))
+    e.append(ooff("ooff-l1b-dp4-f07-gbf16", L1B(), 0.7, dp=4, grad_fp32=False))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    e.append(ooff("ooff-l8w-pp2-m4-dp2-f05-first", L8W(**pp2), 0.5, dp=2, microbatches=4))
+    e.append(ooff("ooff-l8w-pp2-m4-dp2-f1-last", L8W(**pp2), 1.0, dp=2, microbatches=4, stage=-1))
+    rc = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(ooff("ooff-l8w-tp2-sp-dp4-f05-rc-full", L8W(**tp2, **rc), 0.5, dp=4))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(ooff("ooff-mx-ep2-dp2-f05", MX(expert_model_parallel_size=2, **a2a), 0.5, dp=2))
+    e.append(ooff("ooff-qm-ep4-dp4-f1", QM(expert_model_parallel_size=4, **a2a), 1.0, dp=4))
+    return e
+
+
+def Q8(**kw):
+    """Qwen3 8B width (qk-norm, GQA 32/8, 12288-wide SwiGLU), depth cut to 4."""
+    return _model("qwen3-8b", **{"num_layers": 4, "seq_length": 8192, **kw})
+
+
+def lora(regather=False, **kw) -> dict:
+    """A Megatron-Bridge LoRA section: rank 32, alpha 32, every linear unless ``target_modules``."""
+    return {"dim": 32, "alpha": 32, "sequence_parallel_input_regather": regather, **kw}
+
+
+COLUMN = ["linear_qkv", "linear_fc1"]
+ATTENTION = ["linear_qkv", "linear_proj"]
+
+
+def _lora() -> list[Entry]:
+    """LoRA jobs (memtune.peft): frozen base, adapters in the DDP buffers and optimizer."""
+    e = []
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    for tp in (1, 2, 4):
+        layout = dict(tensor_model_parallel_size=tp, **(SP if tp > 1 else {}))
+        name = f"tp{tp}" + ("-sp" if tp > 1 else "")
+        e.append(run(f"lora-l8w-{name}-s4k", L8W(**layout), peft=lora()))
+        e.append(run(f"lora-l8w-{name}-s4k-regather", L8W(**layout), peft=lora(True)))
+    e.append(run("lora-l8w-tp2-nosp-s4k", L8W(tensor_model_parallel_size=2), peft=lora()))
+    e.append(run("lora-l8w-tp2-sp-column-regather", L8W(**tp2), peft=lora(True, target_modules=COLUMN)))
+    e.append(run("lora-l8w-tp2-sp-attention", L8W(**tp2), peft=lora(target_modules=ATTENTION)))
+    e.append(run("lora-l8w-tp2-sp-dim128", L8W(**tp2), peft=lora(dim=128, alpha=256)))
+    mlp = dict(recompute_granularity="selective", recompute_modules=["mlp"])
+    e.append(run("lora-l8w-tp2-sp-rc-mlp-regather", L8W(**tp2, **mlp), peft=lora(True)))
+    full = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("lora-l8w-tp2-sp-rc-full-regather", L8W(**tp2, **full), peft=lora(True)))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    for regather in (False, True):
+        suffix = "-regather" if regather else ""
+        e.append(run(f"lora-l8w-pp2-m4-first{suffix}", L8W(**pp2), microbatches=4, peft=lora(regather)))
+        e.append(
+            run(f"lora-l8w-pp2-m4-last{suffix}", L8W(**pp2), microbatches=4, stage=-1, peft=lora(regather))
+        )
+    e.append(run("lora-l1b-tp2-sp-mbs2-regather", L1B(**tp2), mbs=2, peft=lora(True)))
+    e.append(run("lora-gpt-tp2-sp-unfused-regather", GPT(**tp2), peft=lora(True)))
+    e.append(run("lora-l8w-tp2-sp-do-dp2", L8W(**tp2), dp=2, distopt=True, peft=lora(True)))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    mx = dict(expert_model_parallel_size=2, **tp2, **a2a)
+    e.append(run("lora-mx-tp2-sp-ep2", MX(**mx), dp=2, peft=lora()))
+    e.append(run("lora-mx-tp2-sp-ep2-regather", MX(**mx), dp=2, peft=lora(True)))
+    e.append(
+        run("lora-qm-tp2-sp-ep4-regather", QM(expert_model_parallel_size=4, **tp2), dp=4, peft=lora(True))
+    )
+    e.append(
+        run("lora-dsl-tp2-sp-ep4-regather", DSL(expert_model_parallel_size=4, **tp2), dp=4, peft=lora(True))
+    )
+    # Re-gather on a Qwen3-8B-shaped model at sequence 8192 (README "LoRA re-gather").
+    for tp in (2, 4):
+        for regather in (False, True):
+            suffix = "-regather" if regather else ""
+            q8 = Q8(tensor_model_parallel_size=tp, **SP)
+            e.append(run(f"lora-q8-tp{tp}-sp-s8k{suffix}", q8, peft=lora(regather)))
+    # The same at Qwen3-8B's full depth (36 layers), where the one gather buffer re-gather
+    # allocates per rank weighs little against 36 layers of savings.
+    for tp in (2, 4):
+        for regather in (False, True):
+            suffix = "-regather" if regather else ""
+            q8 = Q8(num_layers=36, tensor_model_parallel_size=tp, **SP)
+            e.append(run(f"lora-q8d36-tp{tp}-sp-s8k{suffix}", q8, peft=lora(regather), solo=tp == 2))
+    return e
+
+
+def _defaults() -> list[Entry]:
+    """The fusions Megatron-LM and Megatron-Bridge turn on by default, run with Megatron's own
+    CUDA kernels (built from apex's sources on the GPU machine): the fused scale-mask-softmax on
+    both sides of its availability rule (sequence above 4096; heads per rank times micro-batch
+    not a multiple of 4), the torch softmax in bf16, bias-activation fusion with dropout 0 (as the
+    Llama and Qwen recipes run), native cross-entropy fusion on large vocabularies and
+    gradient-accumulation fusion. Ids ``def-*``; their split follows the sha1 rule."""
+    e = []
+    msf = dict(attention_backend="unfused", masked_softmax_fusion=True)
+    do0 = dict(hidden_dropout=0.0, attention_dropout=0.0)
+    tp2sp = dict(tensor_model_parallel_size=2, **SP)
+    ce = dict(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="native")
+    gaf = dict(gradient_accumulation_fusion=True)
+    baf = dict(bias_activation_fusion=True)
+    # Fused softmax kernel in effect (16 < s <= 4096, heads per rank x micro-batch % 4 == 0).
+    e.append(run("def-l1b-tp1-msf-s2k", L1B(seq_length=2048, **msf), smoke=True))
+    e.append(run("def-l1b-tp2-sp-msf-s4k", L1B(**msf, **tp2sp)))
+    e.append(run("def-l8w-tp4-sp-msf-s4k", L8W(tensor_model_parallel_size=4, **SP, **msf)))
+    e.append(run("def-l8w-tp8-sp-msf-s4k", L8W(tensor_model_parallel_size=8, **SP, **msf)))
+    e.append(run("def-gpt-tp1-msf-s2k", GPT(**msf), smoke=True))
+    e.append(run("def-gpt-tp2-sp-msf-do0", GPT(**msf, **do0, **tp2sp)))
+    e.append(run("def-gpt-tp8-msf-mbs2", GPT(tensor_model_parallel_size=8, **msf), mbs=2))
+    e.append(
+        run(
+            "def-gpt-tp2-msf-rc-coreattn",
+            GPT(tensor_model_parallel_size=2, recompute_granularity="selective", **msf),
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-pp2-m2-msf-last",
+            L1B(
+                num_layers=8, pipeline_model_parallel_size=2, share_embeddings_and_output_weights=False, **msf
+            ),
+            microbatches=2,
+            stage=-1,
+        )
+    )
+    e.append(
+        run(
+            "def-g12-tp4-msf-mbs4",
+            GPT(
+                hidden_size=1536,
+                num_attention_heads=12,
+                ffn_hidden_size=6144,
+                tensor_model_parallel_size=4,
+                **msf,
+            ),
+            mbs=4,
+        )
+    )
+    # Kernel not available: the torch softmax runs although fusion is asked for.
+    e.append(run("def-gpt-tp8-msf-heads2", GPT(tensor_model_parallel_size=8, **msf), smoke=True))
+    e.append(
+        run(
+            "def-g12-tp4-msf-heads3",
+            GPT(
+                hidden_size=1536,
+                num_attention_heads=12,
+                ffn_hidden_size=6144,
+                tensor_model_parallel_size=4,
+                **msf,
+            ),
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-tp4-sp-msf-s8k",
+            L8W(seq_length=8192, tensor_model_parallel_size=4, **SP, **msf),
+            smoke=True,
+        )
+    )
+    e.append(run("def-l1b-tp4-sp-msf-s8k", L1B(seq_length=8192, tensor_model_parallel_size=4, **SP, **msf)))
+    # The torch softmax in bf16 (attention_softmax_in_fp32 off).
+    e.append(
+        run(
+            "def-gpt-tp2-softmax-bf16",
+            GPT(tensor_model_parallel_size=2, attention_backend="unfused", attention_softmax_in_fp32=False),
+        )
+    )
+    e.append(
+        run(
+            "def-l1b-tp1-softmax-bf16-s2k",
+            L1B(seq_length=2048, attention_backend="unfused", attention_softmax_in_fp32=False),
+        )
+    )
+    e.append(
+        run(
+            "def-l8w-tp4-msf-s8k-softmax-bf16",
+            L8W(seq_length=8192, tensor_model_parallel_size=4, attention_softmax_in_fp32=False, **msf),
+        )
+    )
+    # Bias-activation fusion with dropout 0.
+    e.append(run("def-l8w-tp2-sp-baf", L8W(**baf, **tp2sp), smoke=True))
+    e.append(run("def-l1b-tp1-baf", L1B(**baf)))
+    e.append(run("def-l8w-tp2-sp-baf-mbs2", L8W(seq_length=2048, **baf, **tp2sp), mbs=2))
+    e.append(
+        run("def-gpt-tp2-baf-do0", GPT(tensor_model_parallel_size=2, attention_backend="flash", **baf, **do0))
+    )
+    e.append(
+        run(
+            "def-mx-ep4-baf",
+            MX(expert_model_parallel_size=4, moe_token_dispatcher_type="alltoall", **baf),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-tp2-sp-ep4-baf",
+            QM(expert_model_parallel_size=4, expert_tensor_parallel_size=1, **baf, **tp2sp),
+            dp=4,
+            distopt=True,
+        )
+    )
+    # Native cross-entropy fusion on the last stage (Llama 3 and Qwen vocabularies).
+    e.append(run("def-l8w-tp1-ce", L8W(**ce), dp=4, distopt=True, smoke=True))
+    e.append(run("def-l8w-tp2-sp-ce", L8W(**ce, **tp2sp)))
+    e.append(
+        run(
+            "def-l8w-pp2-m2-ce-v152k-last",
+            L8W(num_layers=8, pipeline_model_parallel_size=2, vocab_size=151936, **ce, **tp2sp),
+            microbatches=2,
+            stage=-1,
+        )
+    )
+    e.append(run("def-l1b-tp1-ce-tied", L1B(**ce)))
+    e.append(run("def-gpt-tp1-ce", GPT(attention_backend="flash", **ce)))
+    e.append(
+        run(
+            "def-l8w-tp4-sp-ce-mbs2-v152k",
+            L8W(vocab_size=151936, tensor_model_parallel_size=4, **SP, **ce),
+            mbs=2,
+        )
+    )
+    # Gradient-accumulation fusion (fp32 and bf16 gradient buffers).
+    e.append(run("def-l8w-tp2-sp-gaf", L8W(**gaf, **tp2sp), smoke=True))
+    e.append(run("def-l8w-tp2-sp-gaf-gbf16", L8W(**gaf, **tp2sp), grad_fp32=False))
+    e.append(
+        run(
+            "def-l1b-pp2-m2-gaf-first",
+            L1B(
+                num_layers=8, pipeline_model_parallel_size=2, share_embeddings_and_output_weights=False, **gaf
+            ),
+            microbatches=2,
+        )
+    )
+    # Everything a Bridge Llama recipe turns on at once.
+    e.append(run("def-l8w-tp2-sp-flash-all", L8W(**baf, **ce, **gaf, **tp2sp), dp=2, distopt=True))
+    e.append(
+        run(
+            "def-l8w-tp4-sp-unfused-all",
+            L8W(tensor_model_parallel_size=4, **SP, **msf, **baf, **ce, **gaf),
+            dp=2,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qwen3-8b-tp2-sp-pp2-all-last",
+            _model("qwen3-8b", seq_length=4096, pipeline_model_parallel_size=2, **tp2sp, **baf, **ce, **gaf),
+            dp=4,
+            microbatches=4,
+            distopt=True,
+            stage=-1,
+            solo=True,
+        )
+    )
+    # Deferred output-layer weight gradients cannot run on the local spec: megatron-core 0.19.2's
+    # ColumnParallelLinear appends every layer's input to an embedding buffer only the output
+    # layer has (memtune measure refuses it); the estimate models it from the source.
+    # Token dropping at a capacity factor, with and without padding to capacity.
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(
+        run(
+            "def-mx-ep4-cap1-pad",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.0,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap1.5-pad",
+            QM(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=1.5,
+                moe_pad_expert_input_to_capacity=True,
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-qm-ep4-cap0.5-drop",
+            QM(expert_model_parallel_size=4, moe_expert_capacity_factor=0.5, **a2a),
+            dp=4,
+            distopt=True,
+        )
+    )
+    e.append(
+        run(
+            "def-mx-ep4-cap2-drop-position",
+            MX(
+                expert_model_parallel_size=4,
+                moe_expert_capacity_factor=2.0,
+                moe_token_drop_policy="position",
+                **a2a,
+            ),
+            dp=4,
+            distopt=True,
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
-    found = _dense() + _pipeline() + _moe() + _full_depth() + _fresh() + _fresh2()
+    found = (
+        _dense()
+        + _pipeline()
+        + _moe()
+        + _full_depth()
+        + _fresh()
+        + _fresh2()
+        + _preflight()
+        + _lora()
+        + _defaults()
+    )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found

@@ -17,6 +17,15 @@ from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
 
+# Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
+FAMILIES = {
+    "mtp": "mtp",
+    "fsdp": "fsdp",
+    "ooff": "optimizer-offload",
+    "lora": "LoRA",
+    "def": "stack defaults",
+}
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -30,6 +39,12 @@ class RunResult:
     @property
     def error(self) -> float:
         return (self.estimated - self.measured) / self.measured
+
+    @property
+    def family(self) -> str:
+        """The feature family a run was added for, by its id prefix; ``core`` for the rest."""
+        prefix = self.id.split("-", 1)[0]
+        return FAMILIES.get(prefix, "core")
 
     @property
     def megatron_lm_error(self) -> float:
@@ -96,3 +111,26 @@ def summarize(results: list[RunResult]) -> Summary | None:
         megatron_lm_mean_abs_error=sum(abs(r.megatron_lm_error) for r in results) / len(results),
         megatron_lm_max_abs_error=max(abs(r.megatron_lm_error) for r in results),
     )
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    shown: list[RunResult]  # the runs of the split asked for
+    splits: dict[str, Summary | None]  # per split over every family, and "all"
+    families: dict[tuple[str, str], Summary]  # (family, split) -> summary, where there are runs
+
+
+def accuracy_report(results: list[RunResult], split: str = "all") -> AccuracyReport:
+    """Summaries per split and per family; InputError when ``split`` names no run's split."""
+    known = sorted({r.split for r in results})
+    if split != "all" and split not in known:
+        raise InputError(f"--split: no run is in split {split!r}; the splits are all, {', '.join(known)}")
+    names = sorted(known, key=lambda n: (n != "tune", n != "holdout", n))
+    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
+    splits["all"] = summarize(results)
+    families = {}
+    for family in sorted({r.family for r in results}):
+        for name in names:
+            if summary := summarize([r for r in results if r.family == family and r.split == name]):
+                families[(family, name)] = summary
+    return AccuracyReport([r for r in results if split in ("all", r.split)], splits, families)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
-from memtune.bench.accuracy import evaluate, read_runs, summarize
-from memtune.units import GiB
+from memtune.bench import render
+from memtune.bench.accuracy import accuracy_report, evaluate, read_runs
+from memtune.bench.published import evaluate_published, published_report, read_published
 
 DEFAULT_SET = Path("benchmarks/measured")
+DEFAULT_PUBLISHED = Path("benchmarks/published")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,50 +40,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="report only runs of this split (tune, holdout, fresh, ...; default all)",
     )
     acc.set_defaults(handler=run)
+    pub = bench.add_parser(
+        "published",
+        help="estimate every published real run and report the error",
+        description="Compare memtune's estimate with peaks (max_memory_allocated) published for real "
+        "multi-GPU runs (benchmarks/published/README.md). Under-estimates are flagged: they say 'fits' "
+        "before an out-of-memory.",
+    )
+    pub.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[DEFAULT_PUBLISHED],
+        help=f"*.yaml files or folders (default {DEFAULT_PUBLISHED})",
+    )
+    pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
+    pub.set_defaults(handler=run_published)
 
 
 def run(args: argparse.Namespace) -> int:
-    results = [evaluate(r) for r in read_runs(args.paths)]
-    shown = [r for r in results if args.split == "all" or r.split == args.split]
-    names = sorted({r.split for r in results}, key=lambda n: (n != "tune", n != "holdout", n))
-    splits = {name: summarize([r for r in results if r.split == name]) for name in names}
-    splits["all"] = summarize(results)
+    report = accuracy_report([evaluate(r) for r in read_runs(args.paths)], args.split)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "runs": [
-                        asdict(r) | {"error": r.error, "megatron_lm_error": r.megatron_lm_error}
-                        for r in shown
-                    ],
-                    "summary": {k: asdict(v) if v else None for k, v in splits.items()},
-                },
-                indent=2,
-            )
-        )
-        return 0
-    console = Console()
-    table = Table(title="Estimated vs measured steady-state peak (GiB = 2^30 bytes)", title_justify="left")
-    for col in ("run", "split", "pp", "measured", "memtune", "error", "Megatron-LM", "error"):
-        table.add_column(col, justify="left" if col in ("run", "split") else "right")
-    for r in shown:
-        style = "red" if abs(r.error) > 0.08 else ""
-        table.add_row(
-            r.id,
-            r.split,
-            str(r.pp_rank),
-            f"{r.measured / GiB:.2f}",
-            f"{r.estimated / GiB:.2f}",
-            f"{r.error:+.1%}",
-            f"{r.megatron_lm / GiB:.2f}",
-            f"{r.megatron_lm_error:+.1%}",
-            style=style,
-        )
-    console.print(table)
-    for name, s in splits.items():
-        if s:
-            console.print(
-                f"[bold]{name:8}[/bold] {s.runs:3} runs  memtune: mean |error| {s.mean_abs_error:.1%}, max {s.max_abs_error:.1%}"
-                f" ({s.worst_id})   Megatron-LM formula: mean {s.megatron_lm_mean_abs_error:.1%}, max {s.megatron_lm_max_abs_error:.1%}"
-            )
+        print(json.dumps(render.accuracy_json(report), indent=2))
+    else:
+        render.print_accuracy(Console(), report)
+    return 0
+
+
+def run_published(args: argparse.Namespace) -> int:
+    report = published_report([evaluate_published(r) for r in read_published(args.paths)], args.split)
+    if args.json:
+        print(json.dumps(render.published_json(report), indent=2))
+    else:
+        render.print_published(Console(), report)
     return 0

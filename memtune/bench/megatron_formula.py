@@ -29,7 +29,7 @@ def weight_and_optimizer_bytes(d: Derived) -> float:
         tp_sharded += embedding / d.tp
     replicated = (blocks.replicated + final_norm) / d.pp + mtp.replicated
     experts = (blocks.expert / d.pp + mtp.expert) / (d.etp * d.ep)
-    distributed = d.job.optimizer.use_distributed_optimizer
+    distributed = d.use_distributed_optimizer
     return (tp_sharded + replicated) * _bytes_per_param(distributed, d.dp) + experts * _bytes_per_param(
         distributed, d.edp
     )

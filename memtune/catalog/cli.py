@@ -1,4 +1,4 @@
-"""``memtune models [NAME]`` and ``memtune gpus``: what the catalogs hold."""
+"""``memtune models [NAME]``, ``memtune recipes [NAME]`` and ``memtune gpus``: what the catalogs hold."""
 
 from __future__ import annotations
 
@@ -6,12 +6,20 @@ import argparse
 import json
 
 import yaml
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
-from memtune.catalog.gpus import GPU, list_gpus
-from memtune.catalog.models import ModelPreset, find_model, list_models
+from memtune.catalog.gpus import list_gpus
+from memtune.catalog.models import find_model, list_models
+from memtune.catalog.recipes import bridge_commit, find_recipe, list_recipes
+from memtune.catalog.render import (
+    gpu_json,
+    gpus_table,
+    models_table,
+    preset_json,
+    recipe_json,
+    recipes_table,
+)
+from memtune.output import SCHEMA_VERSION
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     models.add_argument("name", nargs="?", help="print this preset's `model:` section")
     models.add_argument("--json", action="store_true", help="print machine-readable JSON")
     models.set_defaults(handler=run_models)
+
+    recipes = sub.add_parser(
+        "recipes",
+        help="Megatron-Bridge recipes a job can start from (`estimate --recipe NAME`)",
+        description="List the Megatron-Bridge recipes memtune knows (the function names Bridge's recipe runner "
+        "takes), or print one recipe's sections. `memtune estimate --recipe NAME [OVERRIDE.yaml] [key=value ...]` "
+        "builds the job the recipe builds; a file may name one with `recipe: NAME`.",
+    )
+    recipes.add_argument("name", nargs="?", help="print this recipe's sections")
+    recipes.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    recipes.set_defaults(handler=run_recipes)
 
     gpus = sub.add_parser(
         "gpus",
@@ -39,23 +58,54 @@ def run_models(args: argparse.Namespace) -> int:
     if args.name:
         preset = find_model(args.name)
         if args.json:
-            print(json.dumps(_preset_json(preset), indent=2))
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "model": preset_json(preset)}, indent=2))
         else:
             print(f"# {preset.description} ({preset.hf_id})")
             print(yaml.safe_dump({"model": preset.model}, sort_keys=False, default_flow_style=None), end="")
         return 0
     presets = list_models()
     if args.json:
-        print(json.dumps([_preset_json(p) for p in presets], indent=2))
+        print(
+            json.dumps(
+                {"schema_version": SCHEMA_VERSION, "models": [preset_json(p) for p in presets]}, indent=2
+            )
+        )
     else:
         Console().print(models_table(presets))
+    return 0
+
+
+def run_recipes(args: argparse.Namespace) -> int:
+    if args.name:
+        recipe = find_recipe(args.name)
+        if args.json:
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "recipe": recipe_json(recipe)}, indent=2))
+        else:
+            print(f"# {recipe.name}: {recipe.mode} of {recipe.model_id}")
+            print(f"# Megatron-Bridge {bridge_commit()[:12]} {recipe.source}")
+            print(yaml.safe_dump(recipe.container(), sort_keys=False, default_flow_style=None), end="")
+        return 0
+    recipes = list_recipes()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "bridge_commit": bridge_commit(),
+                    "recipes": [recipe_json(r) for r in recipes],
+                },
+                indent=2,
+            )
+        )
+    else:
+        Console().print(recipes_table(recipes, bridge_commit()))
     return 0
 
 
 def run_gpus(args: argparse.Namespace) -> int:
     gpus = list_gpus()
     if args.json:
-        print(json.dumps([_gpu_json(g) for g in gpus], indent=2))
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "gpus": [gpu_json(g) for g in gpus]}, indent=2))
     else:
         console = Console()
         console.print(gpus_table(gpus))
@@ -65,77 +115,3 @@ def run_gpus(args: argparse.Namespace) -> int:
             "case-insensitive; aliases and torch.cuda.get_device_name() strings work too (--json lists them).[/dim]"
         )
     return 0
-
-
-def models_table(presets: list[ModelPreset]) -> Table:
-    table = Table(
-        title="Model presets (bf16; `memtune models NAME` prints one)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("name", no_wrap=True)
-    for column in ("layers", "hidden", "heads/kv", "ffn", "experts", "vocab"):
-        table.add_column(column, justify="right", no_wrap=True)
-    for p in presets:
-        m = p.model
-        kv = (
-            "MLA"
-            if m.get("multi_latent_attention")
-            else str(m.get("num_query_groups", m["num_attention_heads"]))
-        )
-        experts = (
-            f"{m['num_moe_experts']}x{m['moe_ffn_hidden_size']} top-{m['moe_router_topk']}"
-            if m.get("num_moe_experts")
-            else "-"
-        )
-        table.add_row(
-            p.name,
-            str(m["num_layers"]),
-            str(m["hidden_size"]),
-            f"{m['num_attention_heads']}/{kv}",
-            str(m["ffn_hidden_size"]),
-            experts,
-            str(m["vocab_size"]),
-        )
-    return table
-
-
-def gpus_table(gpus: list[GPU]) -> Table:
-    table = Table(
-        title="GPUs (per GPU; TFLOP/s dense)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-    )
-    table.add_column("name", no_wrap=True)
-    for column in ("memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM TB/s", "link GB/s"):
-        table.add_column(column, justify="right")
-    for g in gpus:
-        table.add_row(
-            g.name,
-            f"{g.memory_gib:.2f}" + ("" if g.memory_measured else "*"),
-            f"{g.bf16_tflops:g}",
-            "-" if g.fp8_tflops is None else f"{g.fp8_tflops:g}",
-            f"{g.hbm_tbps:g}",
-            f"{g.link_gbps:g}",
-        )
-    return table
-
-
-def _preset_json(p: ModelPreset) -> dict:
-    return {"name": p.name, "description": p.description, "hf_id": p.hf_id, "model": p.model}
-
-
-def _gpu_json(g: GPU) -> dict:
-    return {
-        "name": g.name,
-        "aliases": list(g.aliases),
-        "memory_bytes": g.memory_bytes,
-        "memory_gib": round(g.memory_gib, 2),
-        "memory_measured": g.memory_measured,
-        "memory_note": g.memory_note,
-        "datasheet_memory_gb": g.datasheet_memory_gb,
-        "bf16_tflops": g.bf16_tflops,
-        "fp8_tflops": g.fp8_tflops,
-        "hbm_tbps": g.hbm_tbps,
-        "link_gbps": g.link_gbps,
-        "source": g.source,
-    }

@@ -8,7 +8,7 @@ import json
 
 from rich.console import Console
 
-from memtune.check import run_checks
+from memtune.check import INFO, run_checks
 from memtune.check.registry import Rule, catalogue, find_rule
 from memtune.check.report import (
     catalogue_json,
@@ -18,11 +18,13 @@ from memtune.check.report import (
     render_list,
     render_report,
 )
-from memtune.config import load_job
+from memtune.config import report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
+from memtune.output import SCHEMA_VERSION
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "check",
         help="find configuration problems before launch",
@@ -32,15 +34,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Exit status: 0 clean, 1 errors found (or warnings with --strict), 2 bad input."
         ),
     )
-    parser.add_argument("config", nargs="?", help="training config (YAML/JSON)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="dotted overrides, e.g. model.tensor_model_parallel_size=8",
-    )
+    add_job_arguments(parser, "training config (any format `memtune estimate` reads)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    parser.add_argument(
+        "--select",
+        metavar="CODES",
+        help="run only these rules: comma-separated codes, prefixes (ENV, PAR00) or names",
+    )
+    parser.add_argument("--ignore", metavar="CODES", help="skip these rules (same forms as --select)")
+    parser.add_argument(
+        "--show-info", action="store_true", help="also show informational findings (hidden by default)"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--explain", metavar="CODE", help="print a rule's documentation, e.g. --explain OFF001")
     mode.add_argument("--list", action="store_true", help="print the rule catalogue")
@@ -51,22 +56,29 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.list:
         if args.json:
-            print(json.dumps(catalogue_json(), indent=2))
+            print(json.dumps({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()}, indent=2))
         else:
             render_list(console)
         return 0
     if args.explain:
         render_explain(console, _rule_or_error(args.explain))
         return 0
-    if not args.config:
-        raise InputError("a config file is required (or use --list / --explain CODE)")
-    loaded = load_job(args.config, args.overrides)
-    findings = run_checks(loaded.job)
+    loaded = load_from_args(
+        args, "memtune check CONFIG|--recipe NAME [key=value ...] (or --list / --explain CODE)"
+    )
+    report_ignored(loaded)
+    findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
+    shown = [f for f in findings if args.show_info or f.severity != INFO]
+    hidden = len(findings) - len(shown)
     if args.json:
-        print(json.dumps(findings_json(loaded.source, findings, loaded.ignored), indent=2))
+        print(json.dumps(findings_json(loaded.source, shown, loaded.ignored, hidden), indent=2))
     else:
-        render_report(console, loaded.source, findings, loaded.ignored)
+        render_report(console, loaded.source, shown, loaded.ignored, hidden)
     return exit_status(findings, args.strict)
+
+
+def _codes(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
 
 def _rule_or_error(code_or_name: str) -> Rule:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, Finding
-from memtune.check.registry import catalogue
+from memtune.check.registry import catalogue, selected
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
@@ -34,10 +34,15 @@ class CheckedJob:
             raise TypeError("a CheckedJob comes only from memtune.check.gate(job)")
 
 
-def run_checks(job: JobConfig) -> list[Finding]:
-    """All findings for ``job``, in catalogue order."""
+def run_checks(
+    job: JobConfig, select: list[str] | None = None, ignore: list[str] | tuple[str, ...] = ()
+) -> list[Finding]:
+    """The findings of the selected rules for ``job``, in catalogue order. The job's own
+    ``check.select``/``check.ignore`` apply first; ``select`` narrows and ``ignore`` widens them."""
     ctx = Context.of(job)
-    return [finding for rule in catalogue() if (finding := rule.run(ctx)) is not None]
+    rules = selected(catalogue(), job.check.select, job.check.ignore)
+    rules = selected(rules, select, list(ignore)) if select or ignore else rules
+    return [finding for rule in rules if (finding := rule.run(ctx)) is not None]
 
 
 def gate(job: JobConfig) -> CheckedJob:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from memtune.check.context import Context
-from memtune.check.finding import SEVERITIES, Finding, Hit
+from memtune.check.finding import SEVERITIES, Finding, Hit, changes_in
+from memtune.config.versions import Version, format_version
+from memtune.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,28 @@ _RULE_MODULES = (
 
 
 @dataclass(frozen=True)
+class Applies:
+    """The releases of one package a version-dependent rule applies to: ``since`` inclusive,
+    ``until`` exclusive (the release that changed the behaviour)."""
+
+    package: str  # "torch" | "megatron-core"
+    since: Version | None = None
+    until: Version | None = None
+
+    def holds(self, ctx: Context) -> bool:
+        version = ctx.torch if self.package == "torch" else ctx.mcore
+        return (self.since is None or version >= self.since) and (self.until is None or version < self.until)
+
+    def __str__(self) -> str:
+        if self.since and self.until:
+            return f"{self.package} {format_version(self.since)} up to {format_version(self.until)}"
+        if self.since:
+            return f"{self.package} {format_version(self.since)} and newer"
+        assert self.until is not None
+        return f"{self.package} before {format_version(self.until)}"
+
+
+@dataclass(frozen=True)
 class Rule:
     code: str
     name: str
@@ -59,6 +84,7 @@ class Rule:
     family: Family
     check: Callable[[Context], Hit | None]
     doc: str
+    applies: Applies | None = None  # None: every release memtune knows
 
     @property
     def summary(self) -> str:
@@ -70,27 +96,41 @@ class Rule:
         return self.doc.partition("\n")[2].strip()
 
     def run(self, ctx: Context) -> Finding | None:
+        if self.applies is not None and not self.applies.holds(ctx):
+            return None
         hit = self.check(ctx)
         if hit is None:
             return None
-        return Finding(self.code, self.severity, hit.message, hit.fix, hit.upstream)
+        return Finding(
+            code=self.code,
+            severity=hit.severity or self.severity,
+            message=hit.message,
+            fix=hit.fix,
+            upstream=hit.upstream,
+            changes=changes_in(hit.fix),
+        )
 
 
 _RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, name: str, severity: str):
+RuleCheck = Callable[[Context], Hit | None]
+
+
+def rule(
+    code: str, name: str, severity: str, *, applies: Applies | None = None
+) -> Callable[[RuleCheck], RuleCheck]:
     """Register the decorated function as rule ``code``; its family is the code's prefix."""
     family = FAMILY_BY_PREFIX[code[:3]]
     if severity not in SEVERITIES:
         raise ValueError(f"{code}: unknown severity {severity!r}")
 
-    def register(check: Callable[[Context], Hit | None]):
+    def register(check: RuleCheck) -> RuleCheck:
         if code in _RULES:
             raise ValueError(f"rule code {code} registered twice")
         if not check.__doc__:
             raise ValueError(f"rule {code} has no documentation")
-        _RULES[code] = Rule(code, name, severity, family, check, inspect.cleandoc(check.__doc__))
+        _RULES[code] = Rule(code, name, severity, family, check, inspect.cleandoc(check.__doc__), applies)
         return check
 
     return register
@@ -102,6 +142,31 @@ def catalogue() -> list[Rule]:
         importlib.import_module(f"memtune.check.rules.{module}")
     order = {f.prefix: i for i, f in enumerate(FAMILIES)}
     return sorted(_RULES.values(), key=lambda r: (order[r.family.prefix], r.code))
+
+
+def selected(rules: list[Rule], select: list[str] | None, ignore: list[str]) -> list[Rule]:
+    """The rules ``select`` names (all when None) minus those ``ignore`` names, as ruff does:
+    each entry is a code, a code prefix (``ENV``, ``ENV00``) or a rule name."""
+    known = catalogue()
+    problems = [
+        f"check: unknown rule or prefix {entry!r} (memtune check --list shows them)"
+        for entry in [*(select or []), *ignore]
+        if not any(_matches(r, entry) for r in known)
+    ]
+    if problems:
+        raise InputError(problems)
+    chosen = [r for r in rules if select is None or any(_matches(r, e) for e in select)]
+    return [r for r in chosen if not any(_matches(r, e) for e in ignore)]
+
+
+_CODE_PREFIX = re.compile(r"[A-Za-z]{1,3}\d{0,3}")
+
+
+def _matches(rule: Rule, entry: str) -> bool:
+    entry = entry.strip()
+    if _CODE_PREFIX.fullmatch(entry):
+        return rule.code.startswith(entry.upper())
+    return rule.name == entry
 
 
 def find_rule(code_or_name: str) -> Rule | None:

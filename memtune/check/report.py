@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from rich.console import Console, Group
 from rich.markdown import Markdown
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from memtune.check.finding import ERROR, INFO, SEVERITIES, WARNING, Finding
 from memtune.check.registry import FAMILIES, Rule, catalogue
+from memtune.output import SCHEMA_VERSION
 
 SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 
@@ -28,12 +30,11 @@ def summary_line(findings: list[Finding]) -> str:
 
 
 # --- report -----------------------------------------------------------------------------
-def render_report(console: Console, source: str, findings: list[Finding], ignored: list[str]) -> None:
+def render_report(
+    console: Console, source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0
+) -> None:
     console.print(Text.assemble(("memtune check ", "bold"), source))
-    if ignored:
-        console.print(
-            Text(f"{len(ignored)} keys in the file were not read by memtune (--json lists them)", style="dim")
-        )
+    del ignored  # listed on stderr by memtune.config.report_ignored, like every command does
     by_family: dict[str, list[Finding]] = {}
     for finding in findings:
         by_family.setdefault(finding.code[:3], []).append(finding)
@@ -47,6 +48,8 @@ def render_report(console: Console, source: str, findings: list[Finding], ignore
     console.print()
     style = "bold red" if any(f.severity == ERROR for f in findings) else "bold green"
     verdict = "no problems found" if not findings else summary_line(findings)
+    if hidden_info:
+        verdict += f" ({hidden_info} info hidden; --show-info shows them)"
     console.print(Text(verdict, style=style))
 
 
@@ -65,11 +68,15 @@ def _family_table(findings: list[Finding]) -> Table:
     return table
 
 
-def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> dict:
+def findings_json(
+    source: str, findings: list[Finding], ignored: list[str], hidden_info: int = 0
+) -> dict[str, Any]:
     counts = Counter(f.severity for f in findings)
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": source,
         "summary": {s: counts[s] for s in SEVERITIES},
+        "hidden_info": hidden_info,
         "findings": [
             {
                 "code": f.code,
@@ -77,6 +84,7 @@ def findings_json(source: str, findings: list[Finding], ignored: list[str]) -> d
                 "message": f.message,
                 "fix": f.fix,
                 "upstream": f.upstream,
+                "changes": [{"key": c.key, "value": c.value} for c in f.changes],
             }
             for f in findings
         ],
@@ -92,6 +100,7 @@ def render_explain(console: Console, rule: Rule) -> None:
             (f"({rule.name}) ", "bold"),
             (rule.severity, SEVERITY_STYLE[rule.severity]),
             f" · {rule.family.title}",
+            f" · applies to {rule.applies}" if rule.applies else "",
         )
     )
     console.print(Text(rule.summary))
@@ -120,7 +129,7 @@ def render_list(console: Console) -> None:
         console.print()
 
 
-def catalogue_json() -> list[dict]:
+def catalogue_json() -> list[dict[str, Any]]:
     return [
         {
             "code": r.code,
@@ -128,6 +137,7 @@ def catalogue_json() -> list[dict]:
             "severity": r.severity,
             "family": r.family.title,
             "summary": r.summary,
+            "applies": str(r.applies) if r.applies else None,
         }
         for r in catalogue()
     ]
@@ -158,5 +168,6 @@ def catalogue_markdown() -> str:
         lines.append("")
         for r in members:
             body = r.explain.replace("## ", "#### ")
-            lines += [f"### {r.code}", "", f"`{r.name}` · {r.severity} · {r.summary}", "", body, ""]
+            applies = f" · applies to {r.applies}" if r.applies else ""
+            lines += [f"### {r.code}", "", f"`{r.name}` · {r.severity}{applies} · {r.summary}", "", body, ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -7,27 +7,85 @@ validates it into a :class:`JobConfig`.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtune.config.derived import Derived, derive
-from memtune.config.loaders import RawJob, read_raw
+from memtune.config.loaders import RawJob, read_layer, read_raw, read_recipe, with_layer
+from memtune.config.loaders.native import resolve_preset
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
+from memtune.config.stacks import ReceivedDefault, received_defaults
 from memtune.config.validation import validate
+from memtune.errors import InputError
 
-__all__ = ["Derived", "JobConfig", "LoadedJob", "derive", "load_job", "validate"]
+__all__ = ["Derived", "JobConfig", "LoadedJob", "derive", "load_job", "report_ignored", "validate"]
 
 
 @dataclass(frozen=True)
 class LoadedJob:
     job: JobConfig
     source: str  # the file it came from
-    format: str  # memtune | bridge | megatron-args | hf
+    format: str  # memtune | bridge | megatron-args | hf | recipe
     ignored: list[str] = field(default_factory=list)  # keys or flags the loader did not use
+    received: list[ReceivedDefault] = field(default_factory=list)  # values from the stack, not the file
+
+    @property
+    def defaults(self) -> list[ReceivedDefault]:
+        """Every value the job took from its stack (and, for HF configs, Bridge's model bridge)
+        rather than from what the user wrote: what ``--explain`` lists."""
+        return [*self.received, *received_defaults(self.job)]
 
 
-def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedJob:
-    raw: RawJob = read_raw(Path(path))
+def load_job(
+    path: str | Path | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    recipe: str | None = None,
+    layers: list[str] | tuple[str, ...] = (),
+) -> LoadedJob:
+    """The job in ``path`` (or Megatron-Bridge's ``recipe``), each Bridge override file of
+    ``layers`` laid over it in turn, then the dotted ``overrides``; a model preset any of them
+    names is filled in last, under the job's own keys."""
+    if recipe is not None:
+        raw: RawJob = read_recipe(recipe)
+        source = f"recipe {recipe}"
+    elif path is not None:
+        raw = read_raw(Path(path))
+        source = str(path)
+    else:
+        raise InputError("a config file or --recipe NAME is required")
+    for layer in layers:
+        raw = with_layer(raw, read_layer(Path(layer)))
     data = apply_overrides(raw.data, overrides)
-    return LoadedJob(job=validate(data), source=str(path), format=raw.format, ignored=raw.ignored)
+    if isinstance(data.get("model"), dict) and "preset" in data["model"]:
+        data = resolve_preset(data)
+    try:
+        job = validate(data)
+    except InputError as exc:
+        raise InputError([_missing_line(raw, line) for line in exc.problems]) from None
+    # an override may have replaced a value the loader took from the stack
+    received = [d for d in raw.received if _value_at(job, d.key) == d.value]
+    return LoadedJob(job=job, source=source, format=raw.format, ignored=raw.ignored, received=received)
+
+
+def _missing_line(raw: RawJob, line: str) -> str:
+    """The loader's own line for a required key the file could not give, else ``line``."""
+    key, _, problem = line.partition(": ")
+    return raw.missing.get(key, line) if problem == "required, but missing" else line
+
+
+def _value_at(job: JobConfig, key: str) -> object:
+    section, name = key.split(".")
+    return getattr(getattr(job, section), name)
+
+
+def report_ignored(loaded: LoadedJob) -> None:
+    """Every command that loads a config says on stderr, in one line, what it did not use."""
+    if loaded.ignored:
+        print(
+            f"{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: "
+            + ", ".join(loaded.ignored),
+            file=sys.stderr,
+        )

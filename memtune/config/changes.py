@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
@@ -50,9 +51,25 @@ def _yaml_text(value: Any) -> str:
     return str(value)
 
 
-def job_data(job: JobConfig) -> dict:
-    """The job as plain data that validates back into an equal job."""
-    return job.model_dump(mode="json", exclude_defaults=True)
+def default_of(key: str) -> Any:
+    """The schema's default for a dotted key (what "unset" means); InputError if there is none."""
+    model: Any = JobConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        field = model.model_fields.get(section)
+        model = field.annotation if field is not None else None
+        if not isinstance(model, type) or not issubclass(model, BaseModel):
+            raise InputError(f"{key}: no such section {section!r}")
+    field = model.model_fields.get(name)
+    if field is None or field.is_required():
+        raise InputError(f"{key}: no default to return to")
+    return field.get_default(call_default_factory=True)
+
+
+def job_data(job: JobConfig) -> dict[str, Any]:
+    """The job as plain data that validates back into an equal job: every key that was set (by
+    the user, a loader or a stack's defaults) and nothing else."""
+    return job.model_dump(mode="json", exclude_unset=True)
 
 
 def with_changes(job: JobConfig, changes: list[Change] | tuple[Change, ...]) -> JobConfig:

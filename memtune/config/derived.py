@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
+from memtune.config.layout import StageLayers, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+FSDP_MIN_COMMUNICATION_UNIT = 1_000_000_000  # elements
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class Derived:
     def model(self) -> ModelConfig:
         return self.job.model
 
+    @cached_property
+    def stack(self) -> str:
+        """Which stack builds the job: megatron-core, megatron-lm or megatron-bridge. The two
+        launchers forgive some settings Megatron-Core refuses (see memtune/config/stacks.py)."""
+        return self.job.defaults
+
     # --- architecture -------------------------------------------------------------------
     @cached_property
     def ffn_hidden_size(self) -> int:
@@ -62,8 +70,13 @@ class Derived:
         return self.model.moe_ffn_hidden_size or self.ffn_hidden_size
 
     @cached_property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer; 0 for a dense model."""
+        return self.model.num_moe_experts or 0
+
+    @cached_property
     def is_moe(self) -> bool:
-        return bool(self.model.num_moe_experts)
+        return self.num_experts > 0
 
     @cached_property
     def moe_layer_pattern(self) -> tuple[bool, ...]:
@@ -96,7 +109,16 @@ class Derived:
 
     @cached_property
     def vpp(self) -> int:
+        """Virtual stages per pipeline rank; a stage layout sets it (Megatron-LM's arguments.py)."""
+        if self.stage_layout is not None:
+            return len(self.stage_layout[0])
         return self.model.virtual_pipeline_model_parallel_size or 1
+
+    @cached_property
+    def stage_layout(self) -> list[list[StageLayers]] | None:
+        """``[pp_rank][vp_stage]`` decoder and MTP layers of ``pipeline_model_parallel_layout``."""
+        layout = self.model.pipeline_model_parallel_layout
+        return None if layout is None else stage_grid(parse_layout(layout), self.pp)
 
     @cached_property
     def cp(self) -> int:
@@ -112,7 +134,7 @@ class Derived:
 
     @cached_property
     def sequence_parallel(self) -> bool:
-        """Megatron-LM silently turns SP off when TP is 1."""
+        """Megatron-LM and Megatron-Bridge turn SP off when TP is 1 (Megatron-Core refuses it)."""
         return self.model.sequence_parallel and self.tp > 1
 
     @cached_property
@@ -177,8 +199,15 @@ class Derived:
 
     @cached_property
     def grad_dtype(self) -> str:
-        """Dtype of the gradient buffer: fp32 with ``grad_reduce_in_fp32`` or fp32 weights."""
-        return "fp32" if self.job.ddp.grad_reduce_in_fp32 or not self.half_precision else self.param_dtype
+        """Dtype of the gradient buffer: fp32 with ``grad_reduce_in_fp32`` or fp32 weights.
+
+        Megatron-FSDP ignores ``grad_reduce_in_fp32``: its main-gradient buffer takes
+        ``megatron_fsdp_main_grads_dtype``, and without one (Megatron-LM's ``auto``) the
+        weights' dtype (megatron-core 0.19.2, ``ParamAndGradBuffer._resolve_group_grad_dtype``)."""
+        ddp = self.job.ddp
+        if self.megatron_fsdp:
+            return ddp.megatron_fsdp_main_grads_dtype or self.param_dtype
+        return "fp32" if ddp.grad_reduce_in_fp32 or not self.half_precision else self.param_dtype
 
     @cached_property
     def pipeline_dtype(self) -> str:
@@ -188,14 +217,43 @@ class Derived:
     @cached_property
     def use_distributed_optimizer(self) -> bool:
         """Megatron-Bridge turns both flags on when either is on, and Megatron-LM has one flag
-        for both, so the optimizer is distributed when either section asks for it."""
-        return self.job.ddp.use_distributed_optimizer or self.job.optimizer.use_distributed_optimizer
+        for both, so the optimizer is distributed when either section asks for it. Megatron-LM
+        also turns it on for Megatron-FSDP (version 1), which shards through it."""
+        ddp = self.job.ddp
+        return (
+            ddp.use_distributed_optimizer
+            or self.job.optimizer.use_distributed_optimizer
+            or ddp.use_megatron_fsdp
+        )
+
+    @cached_property
+    def megatron_fsdp(self) -> bool:
+        """The model is wrapped in Megatron-FSDP rather than Megatron's DDP."""
+        return self.job.ddp.use_megatron_fsdp
 
     @cached_property
     def fsdp_strategy(self) -> str:
         """Megatron-FSDP's sharding strategy in effect, ``no_shard`` without FSDP."""
         ddp = self.job.ddp
         return ddp.data_parallel_sharding_strategy if ddp.use_megatron_fsdp else "no_shard"
+
+    @cached_property
+    def fsdp_main_params_dtype(self) -> str | None:
+        """Dtype of Megatron-FSDP's main-weight buffer, which the optimizer steps; ``None``
+        (Megatron-LM's ``auto``) builds none and steps the model-weight buffer itself."""
+        return self.job.ddp.megatron_fsdp_main_params_dtype
+
+    def fsdp_communication_unit(self, mean_unit_params: float) -> float:
+        """Megatron-FSDP's communication unit in elements (megatron-core 0.19.2,
+        ``MegatronFSDP._init_fsdp_param_and_grad_buffer``): twice a mean FSDP unit under
+        ``optim_grads_params``, else the bucket size, else 1e9, and never below 1e9. The
+        reduce-scatter queue holds unsharded gradient buckets up to this many elements and
+        the all-gather prefetches half of it ahead."""
+        if self.fsdp_strategy == "optim_grads_params":
+            unit = 2 * mean_unit_params
+        else:
+            unit = self.job.ddp.bucket_size or FSDP_MIN_COMMUNICATION_UNIT
+        return max(FSDP_MIN_COMMUNICATION_UNIT, unit)
 
     # --- implementation flavour --------------------------------------------------------
     @cached_property
@@ -208,6 +266,65 @@ class Derived:
         fused kernel only on the Transformer Engine spec."""
         backend = self.model.attention_backend
         return backend in ("flash", "fused") or (backend == "auto" and self.transformer_engine)
+
+    @cached_property
+    def fused_softmax_kernel(self) -> bool:
+        """Megatron's fused scale-mask-softmax kernel runs in unfused attention.
+
+        ``FusedScaleMaskSoftmax.is_kernel_available`` (megatron-core 0.19.2,
+        ``megatron/core/fusions/fused_softmax.py``): fusion asked for, half-precision scores,
+        ``16 < sk <= 4096``, ``sq`` and ``sk`` multiples of 4, and ``b * heads / TP`` a multiple of
+        4 and of the kernel's batches per block (apex's ``get_batch_per_block``; causal mask).
+        Otherwise the torch softmax runs, in fp32 unless ``attention_softmax_in_fp32`` is off.
+        """
+        m = self.model
+        if not m.masked_softmax_fusion or self.flash_attention or not self.half_precision:
+            return False
+        if m.multi_latent_attention:
+            return False
+        sq = sk = m.seq_length // self.cp
+        attn_batches = self.micro_batch_size * (m.num_attention_heads // self.tp)
+        if not (16 < sk <= 4096 and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0):
+            return False
+        return attn_batches % _softmax_batches_per_block(sk) == 0
+
+    @cached_property
+    def softmax_dtype(self) -> str:
+        """Dtype the unfused attention's softmax runs in: the kernel and the torch path with
+        ``attention_softmax_in_fp32`` off stay in the weights' half precision."""
+        if self.fused_softmax_kernel or (self.half_precision and not self.model.attention_softmax_in_fp32):
+            return self.param_dtype
+        return "fp32"
+
+    @cached_property
+    def cross_entropy(self) -> str:
+        """Which vocab-parallel cross entropy the last stage runs (``LanguageModule``'s
+        ``compute_language_model_loss``): ``unfused`` (Megatron's autograd function, in place on
+        one fp32 copy of the logits), ``native`` (the same math under ``torch.compile``) or
+        ``te`` (Transformer Engine's kernel, which writes the gradient into the bf16 logits)."""
+        m = self.model
+        return m.cross_entropy_fusion_impl if m.cross_entropy_loss_fusion else "unfused"
+
+    @cached_property
+    def deferred_wgrad_microbatches(self) -> int:
+        """Microbatches whose output-layer weight gradient the last stage defers to the end of
+        the schedule (``defer_embedding_wgrad_compute``, megatron-core's
+        ``LinearWithGradAccumulationAndAsyncCommunication``): each keeps its logits gradient
+        and the output layer's input until then; ``wgrad_deferral_limit`` caps the count (0:
+        all). Megatron-Core accepts the flag only with PP > 1 and gradient-accumulation fusion."""
+        m = self.model
+        if not (m.defer_embedding_wgrad_compute and self.pp > 1 and m.gradient_accumulation_fusion):
+            return 0
+        limit = m.wgrad_deferral_limit
+        return min(self.num_microbatches, limit) if limit else self.num_microbatches
+
+    @cached_property
+    def deferred_wgrad_buffers_at_peak(self) -> int:
+        """Deferred microbatches whose buffers exist beside a later microbatch's backward: all
+        of them when a limit stops deferral before the last microbatch, else all but the last
+        (whose logits gradient is part of its own working set when it is appended)."""
+        n = self.deferred_wgrad_microbatches
+        return n if n and n < self.num_microbatches else max(n - 1, 0)
 
     @cached_property
     def cuda_graphs(self) -> bool:
@@ -230,6 +347,19 @@ class Derived:
     @cached_property
     def fragmentation_margin(self) -> float:
         return self.allocator.fragmentation_margin
+
+    @cached_property
+    def device_max_connections(self) -> str | None:
+        """The ``CUDA_DEVICE_MAX_CONNECTIONS`` the job should run with: the config's own value,
+        else ``"1"`` where Megatron-LM asserts it (TP > 1 or CP > 1 before Blackwell, without
+        Megatron-FSDP, which wants it unset), else None (leave it unset)."""
+        configured = self.job.env.CUDA_DEVICE_MAX_CONNECTIONS
+        if configured is not None:
+            return configured
+        blackwell_or_newer = self.job.cluster.gpu.upper().startswith(("B", "GB"))
+        if (self.tp > 1 or self.cp > 1) and not blackwell_or_newer and not self.job.ddp.use_megatron_fsdp:
+            return "1"
+        return None
 
     # --- pipeline layout ----------------------------------------------------------------
     @cached_property
@@ -257,13 +387,21 @@ class Derived:
                         layers=tuple(range(offset, offset + n)),
                         has_embedding=first,
                         has_output=last,
-                        mtp_layers=self.mtp_num_layers if last else 0,
+                        mtp_layers=self._mtp_layers_of(r, v, last),
                     )
                 )
                 offset += n
         return tuple(tuple(c) for c in chunks)
 
+    def _mtp_layers_of(self, pp_rank: int, vp_stage: int, last: bool) -> int:
+        """MTP layers sit with the output layer, or where a stage layout puts them."""
+        if self.stage_layout is not None:
+            return self.stage_layout[pp_rank][vp_stage].mtp
+        return self.mtp_num_layers if last else 0
+
     def _chunk_sizes(self) -> list[list[int]]:
+        if self.stage_layout is not None:
+            return [[stage.decoder for stage in rank] for rank in self.stage_layout]
         model, p, m, n = self.model, self.pp, self.vpp, self.model.num_layers
         first, last = model.num_layers_in_first_pipeline_stage, model.num_layers_in_last_pipeline_stage
         if first is not None or last is not None:
@@ -287,6 +425,15 @@ class Derived:
         sizes[0][0] -= emb
         sizes[-1][-1] -= loss
         return sizes
+
+
+def _softmax_batches_per_block(key_seq_len: int) -> int:
+    """Rows of attention scores one block of the fused softmax kernel handles (128 threads,
+    warps of up to 32 lanes, two rows per warp for keys up to 128)."""
+    next_power_of_two = 1 << max(0, math.ceil(math.log2(key_seq_len)))
+    warp = min(next_power_of_two, 32)
+    rows_per_warp = 2 if next_power_of_two <= 128 else 1
+    return (128 // warp) * rows_per_warp
 
 
 def derive(job: JobConfig) -> Derived:

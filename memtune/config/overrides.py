@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from memtune.config.loaders._guards import load_yaml
 from memtune.errors import InputError
 from memtune.numbers import echo
 
 
-def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     result = copy.deepcopy(data)
     problems = []
     for item in overrides:
         key, sep, text = item.partition("=")
         path = key.strip().split(".")
+        if path == ["defaults"] and sep:  # the one top-level scalar: the stack whose defaults apply
+            result["defaults"] = text.strip()
+            continue
         if not sep or len(path) < 2 or not all(path):
             problems.append(
-                f"override {echo(item)}: expected section.key=value, e.g. model.tensor_model_parallel_size=8"
+                f"override {echo(item)}: expected section.key=value, e.g. model.tensor_model_parallel_size=8 (or defaults=STACK)"
             )
             continue
         try:

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from memtune import limits
+from memtune.config.layout import layout_problems, parse_layout
 
 
 # Integer fields are strict (``true`` is not 1, ``"8"`` is not 8) and bounded by plausibility
@@ -46,11 +55,13 @@ StateDtype = Literal["fp32", "fp16", "bf16", "fp8"]
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 TokenDispatcher = Literal["allgather", "alltoall", "flex"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
+FsdpBufferDtype = Literal["fp32", "bf16", "fp16"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring is its description: docs/config.md is generated from them.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ModelConfig(Section):
@@ -58,97 +69,212 @@ class ModelConfig(Section):
 
     # Architecture
     num_layers: LayerCount
+    """Transformer decoder layers in the whole model (MTP layers not included)."""
     hidden_size: Width
+    """Width of the residual stream."""
     num_attention_heads: HeadCount
+    """Query heads per layer."""
     ffn_hidden_size: Width | None = None
+    """Width of the MLP's intermediate layer; Megatron's default is 4 x hidden_size."""
     num_query_groups: HeadCount | None = None
+    """Key/value heads (grouped-query attention); default: one per query head."""
     kv_channels: Width | None = None
+    """Width of one attention head; default hidden_size / num_attention_heads."""
     vocab_size: VocabSize
+    """Tokenizer vocabulary before Megatron pads it to make_vocab_size_divisible_by x TP."""
     make_vocab_size_divisible_by: VocabSize = 128
+    """The padded vocabulary is a multiple of this times TP."""
     seq_length: SeqLength = 1024
+    """Tokens per sample."""
     gated_linear_unit: bool = False
+    """Gated MLP (SwiGLU with silu): linear_fc1 produces two halves."""
     activation_func: ActivationFunc = "gelu"
+    """The MLP's activation."""
     normalization: Normalization = "LayerNorm"
+    """LayerNorm or RMSNorm."""
     share_embeddings_and_output_weights: bool = True
+    """Tie the output layer to the input embedding (with PP > 1 the last stage keeps a copy)."""
     qk_layernorm: bool = False
+    """Normalise queries and keys per head."""
     add_bias_linear: bool = True
+    """Biases on the linear layers."""
     add_qkv_bias: bool = False
+    """Bias on linear_qkv only (Qwen2-style)."""
     hidden_dropout: float = Field(0.1, ge=0.0, le=1.0)
+    """Dropout after attention and MLP; its mask is kept for backward when > 0."""
     attention_dropout: float = Field(0.1, ge=0.0, le=1.0)
+    """Dropout on the attention probabilities; its mask is kept for backward when > 0."""
     position_embedding_type: Literal["rope", "learned_absolute", "yarn", "none"] = "rope"
+    """rope, learned absolute positions (a trainable table), yarn or none."""
     bias_activation_fusion: bool = False
+    """Fused bias + GeLU/SwiGLU kernel: keeps only the fc1 output for backward."""
+    masked_softmax_fusion: bool = False
+    """Megatron's fused scale-mask-softmax kernel for unfused attention (keeps only the half-precision probabilities where the kernel applies)."""
+    attention_softmax_in_fp32: bool = True
+    """Unfused attention computes its softmax in fp32 on the torch path."""
+    cross_entropy_loss_fusion: bool = False
+    """Fused vocabulary-parallel cross entropy."""
+    cross_entropy_fusion_impl: Literal["native", "te"] = "native"
+    """Which fused cross entropy: Megatron's native one or Transformer Engine's."""
+    gradient_accumulation_fusion: bool = False
+    """Accumulate weight gradients straight into the fp32 main_grad buffer (fused wgrad kernel)."""
+    defer_embedding_wgrad_compute: bool = False
+    """Pipeline last stage: defer the output layer's weight-gradient GEMMs to the end of the step (keeps their inputs)."""
+    wgrad_deferral_limit: NonNegativeInt = 0
+    """With deferred embedding wgrad: microbatches deferred at most (0: all of them)."""
+    tp_comm_overlap: bool = False
+    """Overlap TP communication with GEMMs through Transformer Engine user buffers (not modeled; --explain says so)."""
 
     # Mixture of experts
     num_moe_experts: HeadCount | None = None
+    """Routed experts per MoE layer; unset for a dense model."""
     moe_router_topk: HeadCount = 2
+    """Experts each token is routed to."""
     moe_ffn_hidden_size: Width | None = None
+    """Width of one expert's intermediate layer; default ffn_hidden_size."""
     moe_shared_expert_intermediate_size: Width | None = None
+    """Width of the shared experts (all of them together); unset for none."""
     moe_layer_freq: LayerCount | list[AnyInt] = 1
+    """Which layers are MoE: every N-th layer, or a 0/1 list with one entry per layer."""
     moe_grouped_gemm: bool = False
+    """Grouped GEMM experts (TEGroupedMLP) instead of a loop over SequentialMLP experts."""
     moe_token_dispatcher_type: TokenDispatcher = "allgather"
+    """How tokens reach their experts: allgather, alltoall or flex (DeepEP/HybridEP)."""
     moe_router_load_balancing_type: Literal[
         "aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"
     ] = "aux_loss"
+    """The router's balancing loss."""
     moe_router_force_load_balancing: bool = False
+    """Route tokens round-robin (benchmarking); memtune measure always sets it."""
     moe_expert_capacity_factor: FiniteFloat | None = Field(None, gt=0.0)
+    """Token capacity per expert as a multiple of the balanced share; unset: no dropping."""
     moe_pad_expert_input_to_capacity: bool = False
+    """Pad every expert's input to its capacity."""
+    moe_token_drop_policy: Literal["probs", "position"] = "probs"
+    """Which tokens an over-full expert drops: lowest router probability or latest position."""
+    moe_permute_fusion: bool = False
+    """Fused token permutation in the dispatcher (not modeled; --explain says so)."""
     moe_shared_expert_overlap: bool = False
+    """Overlap the shared experts with the dispatcher's communication."""
     moe_router_num_groups: HeadCount | None = None
+    """Device-limited routing: groups the experts are split into."""
     moe_router_group_topk: HeadCount | None = None
+    """Device-limited routing: groups a token may use."""
 
     # Multi-latent attention (defaults are MLATransformerConfig's)
     multi_latent_attention: bool = False
+    """DeepSeek's multi-latent attention (low-rank compressed queries and keys/values)."""
     q_lora_rank: Width | None = 512
+    """Rank of the query compression; unset: no query compression."""
     kv_lora_rank: Width = 512
+    """Rank of the key/value compression."""
     qk_head_dim: Width = 128
+    """Query/key head width without the positional part."""
     qk_pos_emb_head_dim: Width = 64
+    """The rotary part of the query/key head width."""
     v_head_dim: Width = 128
+    """Value head width."""
 
     mtp_num_layers: _bounded(0, limits.MAX_LAYERS) | None = None
+    """Multi-token-prediction layers on the last stage (DeepSeek-V3-style); unset or 0: none."""
 
     # Parallelism
     tensor_model_parallel_size: ParallelSize = 1
+    """TP: every layer's weights and most activations split over this many GPUs."""
     pipeline_model_parallel_size: ParallelSize = 1
+    """PP: the layers split into this many consecutive stages."""
     virtual_pipeline_model_parallel_size: ParallelSize | None = None
+    """VPP: model chunks per pipeline rank (interleaved 1F1B); shortens the bubble, not the peak."""
     context_parallel_size: ParallelSize = 1
+    """CP: the sequence split over this many GPUs inside attention."""
     expert_model_parallel_size: ParallelSize = 1
+    """EP: the experts split over this many GPUs."""
     expert_tensor_parallel_size: ParallelSize | None = None
+    """ETP: each expert's weights split over this many GPUs; default TP."""
     sequence_parallel: bool = False
+    """SP: with TP > 1, norms and dropout run on a sequence shard and activations outside the TP region are split."""
     num_layers_in_first_pipeline_stage: LayerNumber | None = None
+    """Uneven pipeline: layers of the first stage."""
     num_layers_in_last_pipeline_stage: LayerNumber | None = None
+    """Uneven pipeline: layers of the last stage."""
     account_for_embedding_in_pipeline_split: bool = False
+    """Count the embedding as one layer when splitting the pipeline."""
     account_for_loss_in_pipeline_split: bool = False
+    """Count the output layer and loss as one layer when splitting the pipeline."""
+    pipeline_model_parallel_layout: str | list[list[str]] | None = None
+    """Megatron's layer-by-layer stage layout (its string shorthand or a list of stages), read by memtune/config/layout.py."""
     microbatch_group_size_per_vp_stage: ParallelSize | None = None
+    """Interleaved schedule: microbatches run per virtual stage before switching; default PP."""
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
+    """Dtype of tensors sent between stages; Megatron-Core requires it with PP > 1 (Megatron-LM and Bridge fill it in)."""
     deallocate_pipeline_outputs: bool = False
+    """Free each sent stage output's data once it is sent (keeps only its shape)."""
 
     # Recompute
     recompute_granularity: RecomputeGranularity | None = None
+    """selective (chosen modules) or full (whole layers); unset: no recompute."""
     recompute_method: RecomputeMethod | None = None
+    """Full recompute: uniform (every N layers one checkpoint) or block (the first N layers of each stage)."""
     recompute_num_layers: LayerNumber | None = None
+    """Full recompute: layers per checkpoint (uniform) or checkpointed layers per stage (block)."""
     recompute_modules: list[str] | None = None
+    """Selective recompute: modules to recompute; default core_attn."""
     distribute_saved_activations: bool = False
+    """Full recompute with TP: split each checkpoint's input over the TP ranks."""
 
     # Offload
     cpu_offloading: bool = False
+    """Megatron-Core's layer-wise activation (and weight) offload to the host; PP 1 only, no recompute."""
     cpu_offloading_num_layers: LayerNumber = 0
+    """Layers whose activations are offloaded."""
     cpu_offloading_activations: bool = True
+    """Offload activations (with cpu_offloading)."""
     cpu_offloading_weights: bool = False
+    """Offload weights (with cpu_offloading)."""
+    # Fine-grained activation offloading (Megatron-Core's TransformerConfig names and defaults)
+    fine_grained_activation_offloading: bool = False
+    """Fine-grained activation offloading of chosen modules' inputs (needs Transformer Engine in megatron-core 0.19)."""
+    offload_modules: list[str] | None = None
+    """Fine-grained offloading: the modules whose activations move to the host."""
+    min_offloaded_tensor_size: NonNegativeInt = 1024 * 1024
+    """Fine-grained offloading: tensors smaller than this stay on the device."""
+    activation_offload_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    """Fine-grained offloading: share of the eligible activations moved to the host."""
 
     # Precision
     bf16: bool = False
+    """Train in bf16 (weights, activations); fp32 main weights in the optimizer."""
     fp16: bool = False
+    """Train in fp16 with loss scaling."""
     fp8: Literal["e4m3", "hybrid"] | None = None
+    """FP8 GEMMs through Transformer Engine: e4m3 or hybrid."""
     fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] = "delayed"
+    """FP8 scaling recipe."""
     fp8_param_gather: bool = False
+    """Keep FP8 weight copies and gather them in FP8 (needs the distributed optimizer)."""
 
     # CUDA graphs
     cuda_graph_impl: CudaGraphImpl = "none"
+    """CUDA graphs: none, local (Megatron's), transformer_engine, or full_iteration."""
     cuda_graph_scope: list[str] | None = None
+    """Which parts of a layer are captured."""
 
     # Implementation flavour
     transformer_impl: TransformerImpl = "transformer_engine"
+    """Layer spec: Transformer Engine modules or plain local PyTorch modules."""
     attention_backend: AttentionBackend = "auto"
+    """Core attention: flash/fused kernels keep no s x s scores; unfused keeps them; auto picks a fused kernel with Transformer Engine."""
+
+    @field_validator("moe_layer_freq", mode="before")
+    @classmethod
+    def _megatron_list_syntax(cls, value: object) -> object:
+        """Megatron-LM's own form, ``([0]*3+[1]*58)``, as a launch script or override writes it."""
+        if not isinstance(value, str):
+            return value
+        from memtune.config.loaders._shell import evaluate  # the loaders import this module
+
+        evaluated = evaluate(value)
+        return value if evaluated is None else evaluated
 
     @model_validator(mode="after")
     def _lists_match_layers(self) -> ModelConfig:
@@ -157,43 +283,100 @@ class ModelConfig(Section):
                 f"moe_layer_freq: a list must have num_layers ({self.num_layers}) entries, "
                 f"got {len(self.moe_layer_freq)}"
             )
+        if self.pipeline_model_parallel_layout is not None:
+            self._check_layout(self.pipeline_model_parallel_layout)
         return self
+
+    def _check_layout(self, layout: str | list[list[str]]) -> None:
+        """What Megatron-Core's TransformerConfig refuses about a layout."""
+        pp = self.pipeline_model_parallel_size
+        problems = layout_problems(layout, pp, self.num_layers, self.mtp_num_layers or 0)
+        if (
+            self.num_layers_in_first_pipeline_stage is not None
+            or self.num_layers_in_last_pipeline_stage is not None
+            or self.account_for_embedding_in_pipeline_split
+            or self.account_for_loss_in_pipeline_split
+        ):
+            problems.append(
+                "pipeline_model_parallel_layout cannot be set with num_layers_in_first/last_pipeline_stage "
+                "or account_for_embedding/loss_in_pipeline_split"
+            )
+        vpp = self.virtual_pipeline_model_parallel_size
+        if not problems and vpp is not None and vpp != len(parse_layout(layout)) // pp:
+            problems.append(
+                f"virtual_pipeline_model_parallel_size={vpp} conflicts with pipeline_model_parallel_layout "
+                f"({len(parse_layout(layout)) // pp} virtual stages per pipeline rank)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 class TrainConfig(Section):
     micro_batch_size: BatchSize = 1
+    """Samples per microbatch on one data-parallel rank."""
     global_batch_size: BatchSize | None = None
+    """Samples per optimizer step over all data-parallel ranks; default micro_batch_size x DP."""
 
 
 class OptimizerConfig(Section):
-    optimizer: Literal["adam", "sgd"] = "adam"
+    # Megatron-LM's --optimizer choices; memtune estimates adam and sgd (estimate refuses the rest).
+    optimizer: Literal["adam", "sgd", "muon", "dist_muon", "adaptive_muon", "lion", "soap"] = "adam"
+    """The optimizer: adam (two fp32 moments per parameter) or sgd; Megatron-LM's others are refused by estimate."""
     use_distributed_optimizer: bool = False
+    """Shard the optimizer state and main weights over data parallelism (either section turns it on)."""
     use_precision_aware_optimizer: bool = False
+    """Keep main weights and moments in the dtypes below (Transformer Engine's FusedAdam)."""
     main_grads_dtype: StateDtype = "fp32"
+    """Precision-aware optimizer: dtype of the main gradients."""
     main_params_dtype: StateDtype = "fp32"
+    """Precision-aware optimizer: dtype of the main weights."""
     exp_avg_dtype: StateDtype = "fp32"
+    """Precision-aware optimizer: dtype of Adam's first moment."""
     exp_avg_sq_dtype: StateDtype = "fp32"
+    """Precision-aware optimizer: dtype of Adam's second moment."""
     optimizer_cpu_offload: bool = False
+    """Run part of the optimizer on the host (HybridDeviceOptimizer)."""
     optimizer_offload_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of the optimizer state kept on the host with optimizer_cpu_offload."""
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    """Overlap the host optimizer's device-to-host and host-to-device copies."""
 
 
 class DDPConfig(Section):
     grad_reduce_in_fp32: bool = False
+    """Keep the gradient buffer in fp32 (else in the weights' dtype)."""
     use_distributed_optimizer: bool = False
+    """Shard the optimizer state and main weights over data parallelism (either section turns it on)."""
     use_megatron_fsdp: bool = False
+    """Wrap with Megatron-FSDP instead of Megatron's DDP."""
     data_parallel_sharding_strategy: ShardingStrategy = "no_shard"
+    """Megatron-FSDP: shard the optimizer state (optim), also gradients (optim_grads), also weights (optim_grads_params)."""
     overlap_grad_reduce: bool = False
+    """Overlap the gradient reduce-scatter with backward."""
     overlap_param_gather: bool = False
+    """Overlap the parameter all-gather with forward (distributed optimizer)."""
     bucket_size: PositiveInt | None = None
+    """Gradient bucket size in parameters; default max(40M, 1M x DP)."""
     num_distributed_optimizer_instances: ParallelSize = 1
+    """Distributed-optimizer instances (each shards over DP / instances)."""
+    # Megatron-FSDP's buffers (None: Megatron-LM's "auto", the model weights' dtype)
+    megatron_fsdp_main_params_dtype: FsdpBufferDtype | None = "fp32"
+    """Megatron-FSDP: dtype of the main-weight buffer."""
+    megatron_fsdp_main_grads_dtype: FsdpBufferDtype | None = None
+    """Megatron-FSDP: dtype of the main-gradient buffer (grad_reduce_in_fp32 does not apply under Megatron-FSDP)."""
 
 
 class LoraConfig(Section):
     dim: Width = 32
+    """LoRA rank."""
     alpha: Width = 32
+    """LoRA scaling numerator (the scale is alpha / dim)."""
     dropout: float = Field(0.0, ge=0.0, le=1.0)
+    """Dropout on the adapter's input."""
     target_modules: list[LoraTarget] = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    """The linear layers that get adapters."""
     sequence_parallel_input_regather: bool = False
+    """Under SP, re-gather an adapter's input in backward instead of keeping the gathered copy."""
 
 
 class EnvConfig(Section):
@@ -201,31 +384,68 @@ class EnvConfig(Section):
     version-dependent rules need."""
 
     # YAML reads `NCCL_GRAPH_REGISTER: 0` as a number; the environment only has strings.
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, coerce_numbers_to_str=True, use_attribute_docstrings=True
+    )
 
     PYTORCH_CUDA_ALLOC_CONF: str | None = None
+    """Allocator settings; read first by torch, and the only name Megatron's guards read."""
     PYTORCH_ALLOC_CONF: str | None = None
+    """Allocator settings under the newer name; used when PYTORCH_CUDA_ALLOC_CONF is unset, from torch 2.11."""
     NCCL_GRAPH_REGISTER: str | None = None
+    """0 turns NCCL's registration of CUDA-graph buffers off (needed with expandable segments)."""
     CUDA_DEVICE_MAX_CONNECTIONS: str | None = None
+    """Hardware work queues; Megatron wants 1 for TP/SP communication overlap ordering."""
     use_nccl_ub: bool = False
+    """NCCL user-buffer registration (a MemPool with NCCL's allocator)."""
     megatron_core_version: str = "0.19.2"
+    """The megatron-core release the job runs, for version-dependent rules."""
     torch_version: str = "2.11.0"
+    """The torch release the job runs, for version-dependent rules."""
 
 
 class ClusterConfig(Section):
     num_gpus: ParallelSize | None = None
+    """GPUs in the job; default: the smallest count the layout allows (DP 1)."""
     gpu: str = "H100-80GB"  # a catalog name; `memtune gpus` lists them
+    """GPU model, a name from `memtune gpus`."""
     gpu_memory_gib: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_GPU_MEMORY_GIB)
+    """Usable device memory in GiB, overriding the GPU's catalog capacity."""
     gpus_per_node: ParallelSize = 8
+    """GPUs per node (intra-node links, host memory per node)."""
+
+
+Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
+
+
+class CheckSettings(Section):
+    """Which ``memtune check`` rules run for this job, as ruff's ``select``/``ignore``: codes,
+    code prefixes (``ENV``, ``ENV00``) or rule names."""
+
+    select: list[str] | None = None
+    """Rules to run: codes, code prefixes or names; default all."""
+    ignore: list[str] = []
+    """Rules to skip: codes, code prefixes or names."""
 
 
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
+    defaults: Stack = "megatron-bridge"  # whose defaults fill unset keys; see memtune/config/stacks.py
+    """The stack whose defaults fill keys the job leaves out: megatron-core, megatron-lm or megatron-bridge."""
     model: ModelConfig
+    """Architecture, parallel layout, recompute, offload, precision and implementation."""
     train: TrainConfig = TrainConfig()
+    """Batch sizes."""
     optimizer: OptimizerConfig = OptimizerConfig()
+    """Optimizer: kind, sharding, precision, offload."""
     ddp: DDPConfig = DDPConfig()
+    """Data-parallel wrapper: gradient buffers, FSDP, overlap."""
     peft: LoraConfig | None = None
+    """LoRA fine-tuning; unset for full training."""
     env: EnvConfig = EnvConfig()
+    """Process environment and software versions."""
     cluster: ClusterConfig = ClusterConfig()
+    """GPUs: count, model, capacity."""
+    check: CheckSettings = CheckSettings()
+    """Which memtune check rules run."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import difflib
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from memtune.config.schema import JobConfig
+from memtune.config.stacks import apply_stack_defaults
 from memtune.errors import InputError
 from memtune.limits import MAX_ECHO, MAX_PROBLEM_LINES
 from memtune.numbers import echo
@@ -16,14 +18,17 @@ _UNION_TAGS = ("int", "str", "bool", "float", "list", "constrained-int", "functi
 
 
 def validate(data: object) -> JobConfig:
+    """The job ``data`` describes, with its stack's defaults (:mod:`memtune.config.stacks`) for the
+    keys it leaves out."""
     if not isinstance(data, dict):
         raise InputError(
             f"config: expected a mapping of sections (model, train, ...), got {type(data).__name__}"
         )
     try:
-        return JobConfig.model_validate(data)
+        job = JobConfig.model_validate(data)
     except ValidationError as exc:
         raise InputError(_describe(exc)) from None
+    return apply_stack_defaults(job)
 
 
 def _describe(exc: ValidationError) -> list[str]:
@@ -42,6 +47,13 @@ def _describe(exc: ValidationError) -> list[str]:
     return lines
 
 
+def _some(keys: list[str], shown: int = 40) -> str:
+    """The allowed keys, at most ``shown`` of them (docs/config.md lists every key)."""
+    if len(keys) <= shown:
+        return ", ".join(keys)
+    return ", ".join(keys[:shown]) + f", ... ({len(keys) - shown} more; docs/config.md lists them all)"
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_ECHO else text[: MAX_ECHO - 1] + "…"
 
@@ -52,14 +64,14 @@ def _is_union_tag(part: object) -> bool:
     )
 
 
-def _explain(err: dict, loc: list[str]) -> str:
+def _explain(err: ErrorDetails, loc: list[str]) -> str:
     kind, raw = err["type"], err.get("input")
     value = _Echo(raw)
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(loc[-1], allowed, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
+        hint = f"did you mean {close[0]!r}?" if close else f"allowed: {_some(allowed)}"
         return f"unknown key; {hint}"
     if kind == "missing":
         return "required, but missing"

@@ -8,15 +8,21 @@ executing anything (:mod:`snapshot`), and fixes are ordered cheapest first (:mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from memtune.config import LoadedJob, derive, load_job
-from memtune.diagnose.advice import Fix, advise
 from memtune.diagnose.classify import Verdict, expandable_state, verdict
 from memtune.diagnose.evidence import EXPLICIT, LABELS
 from memtune.diagnose.logscan import ScanResult, scan, scan_text
 from memtune.diagnose.snapshot import SnapshotSummary, plot, read_snapshot, summarise
 
+if TYPE_CHECKING:
+    from memtune.config import LoadedJob
+    from memtune.diagnose.advice import Fix
+
 __all__ = ["LABELS", "Diagnosis", "diagnose", "diagnose_text"]
+
+# The config stack (pydantic, the checks, the estimator) is imported only where a diagnosis needs
+# it: reading logs does not, and `memtune bisect` starts a process per commit that only reads logs.
 
 
 @dataclass
@@ -30,6 +36,8 @@ class Diagnosis:
 def _config_expandable(loaded: LoadedJob | None) -> bool | None:
     if loaded is None:
         return None
+    from memtune.config import derive
+
     return derive(loaded.job).allocator.expandable_segments
 
 
@@ -47,8 +55,13 @@ def _merge_snapshot(v: Verdict, snap: SnapshotSummary) -> None:
         v.reasons.extend(reasons)
 
 
-def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot_to: str | None) -> Diagnosis:
-    loaded = load_job(config, []) if config else None
+def _diagnose(
+    result: ScanResult, snapshot: str | None, config: str | LoadedJob | None, plot_to: str | None
+) -> Diagnosis:
+    from memtune.config import load_job
+    from memtune.diagnose.advice import advise
+
+    loaded = load_job(config, []) if isinstance(config, str) else config
     snap_data = read_snapshot(snapshot) if snapshot else None
     snap = summarise(snap_data, snapshot) if snap_data is not None else None
     if plot_to:
@@ -64,10 +77,13 @@ def _diagnose(result: ScanResult, snapshot: str | None, config: str | None, plot
 
 
 def diagnose(
-    inputs: list[str], snapshot: str | None = None, config: str | None = None, plot_to: str | None = None
+    inputs: list[str],
+    snapshot: str | None = None,
+    config: str | LoadedJob | None = None,
+    plot_to: str | None = None,
 ) -> Diagnosis:
     """Diagnose logs (files, directories or "-" for stdin), optionally with a snapshot (and a plot of
-    it) and the job config."""
+    it) and the job config (a path, or a job already loaded with its overrides)."""
     result = scan(inputs) if inputs else ScanResult()
     return _diagnose(result, snapshot, config, plot_to)
 

@@ -1,4 +1,4 @@
-"""Ordered fixes, cheapest first, in the field's decision order (megatron-bridge-notes.md §3.1):
+"""Ordered fixes, cheapest first, in the field's decision order (docs/fix-order.md):
 allocator setting → LoRA+SP input re-gather → selective recompute → distributed optimizer / more
 PP → CPU offload (PP = 1 only) → more TP. With a job config the fixes respect its constraints
 and quote the exact key; with the estimator they say what each saves on the most-loaded rank.
@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from memtune.check import gate
 from memtune.config import LoadedJob, derive
+from memtune.config.allocator import is_true
 from memtune.config.changes import Change, with_changes
 from memtune.config.schema import JobConfig
 from memtune.diagnose.classify import Verdict, significant
@@ -23,6 +24,7 @@ from memtune.diagnose.evidence import (
 )
 from memtune.errors import InputError
 from memtune.estimate import estimate
+from memtune.peft.model import adapters
 
 EXPANDABLE = "expandable_segments:True"
 
@@ -44,13 +46,24 @@ class Fix:
 
 
 def _alloc_conf(job: JobConfig | None, option: str) -> str:
-    current = (job.env.PYTORCH_CUDA_ALLOC_CONF if job else None) or ""
-    kept = [part for part in current.split(",") if part and not part.startswith(option.split(":")[0])]
-    return "env.PYTORCH_CUDA_ALLOC_CONF=" + ",".join(kept + [option])
+    """The job's allocator settings in effect with ``option`` set, under the name Megatron's guards read."""
+    current = dict(derive(job).allocator.options) if job else {}
+    key, _, value = option.partition(":")
+    current[key] = value
+    return "env.PYTORCH_CUDA_ALLOC_CONF=" + ",".join(f"{k}:{v}" for k, v in current.items())
 
 
 def _graphs_on(job: JobConfig | None) -> bool:
-    return bool(job and job.model.cuda_graph_impl != "none")
+    return bool(job and derive(job).cuda_graphs)
+
+
+def _passes_checks(job: JobConfig, changes: tuple[str, ...]) -> bool:
+    """Whether the job with these changes still passes every error-level check."""
+    try:
+        gate(with_changes(job, [Change.parse(c) for c in changes]))
+    except InputError:
+        return False
+    return True
 
 
 def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
@@ -83,14 +96,16 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
     fixes: list[Fix] = []
     model = job.model if job else None
     if job is None or (
-        job.peft and model.sequence_parallel and not job.peft.sequence_parallel_input_regather
+        job.peft
+        and not job.peft.sequence_parallel_input_regather
+        and any(a.regather_blocker is None for a in adapters(derive(job)))
     ):
         fixes.append(
             Fix(
                 "Re-gather LoRA adapter inputs under sequence parallelism"
                 + ("" if job else " (LoRA + SP only)"),
                 ("peft.sequence_parallel_input_regather=true",),
-                "the adapters stop keeping their own full-sequence copy of the input",
+                "the adapters keep their sequence shard instead of a full-sequence copy of the input",
                 "small",
             )
         )
@@ -117,7 +132,7 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
             )
         )
     derived = derive(job) if job else None
-    distopt = bool(job and (job.ddp.use_distributed_optimizer or job.optimizer.use_distributed_optimizer))
+    distopt = bool(derived and derived.use_distributed_optimizer)
     if not distopt and (derived is None or derived.dp > 1):
         fixes.append(
             Fix(
@@ -127,22 +142,23 @@ def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
                 "small (overlapped gathers)",
             )
         )
-    if derived is None or model.num_layers % (2 * derived.pp) == 0:
-        pp = 2 * derived.pp if derived else None
+    pp = 2 * derived.pp if derived else None
+    keys = (f"model.pipeline_model_parallel_size={pp or '<2 × current>'}",)
+    if derived is not None and model.pipeline_dtype is None:
+        # Megatron-Core refuses PP > 1 without it (check PAR006).
+        keys += (f"model.pipeline_dtype={derived.param_dtype}",)
+    # The checks know every layout rule (uneven and accounted stages, VPP): propose only a PP they accept.
+    if job is None or _passes_checks(job, keys):
         cost = "pipeline bubble"
         if derived and derived.dp >= 2:
             cost += f"; at a fixed GPU count DP drops {derived.dp} → {derived.dp // 2}"
         elif derived:
             cost += "; needs twice the GPUs (DP is already 1)"
-        keys = (f"model.pipeline_model_parallel_size={pp or '<2 × current>'}",)
-        if model is not None and model.pipeline_dtype is None:
-            # Megatron-Core refuses PP > 1 without it (check PAR006).
-            keys += ("model.pipeline_dtype=" + ("bf16" if model.bf16 else "fp16" if model.fp16 else "fp32"),)
         fixes.append(Fix("More pipeline stages", keys, "each rank holds fewer layers", cost))
     if (derived is None or (derived.pp == 1 and model.cuda_graph_impl == "none")) and (
         model is None or not model.cpu_offloading
     ):
-        layers = max(1, model.num_layers // 4) if model else "<N>"
+        layers = max(1, derived.layers_per_stage[0] // 4) if derived else "<N>"
         keys = ("model.cpu_offloading=true", f"model.cpu_offloading_num_layers={layers}")
         if model is not None and model.recompute_granularity is not None:
             # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
@@ -304,7 +320,9 @@ def advise(verdict: Verdict, loaded: LoadedJob | None = None) -> list[Fix]:
     elif label == HOST_OOM:
         fixes = list(_HOST_FIXES)
     else:
-        fixes = [f for f in [allocator_fix(job, verdict)] if f]
+        # The allocator setting recovers stranded memory only: it leads for fragmentation and
+        # cannot help a real shortage, so it is not offered there.
+        fixes = [f for f in [allocator_fix(job, verdict)] if f] if label == FRAGMENTATION else []
         if label in (OUTSIDE_PYTORCH, CAPACITY):  # a shortage: first free what graphs or other holders keep
             fixes = _outside_fixes(job, verdict) + fixes
         fixes += _capacity_ladder(job)
@@ -315,17 +333,18 @@ def advise(verdict: Verdict, loaded: LoadedJob | None = None) -> list[Fix]:
 
 
 def _version_fixes(job: JobConfig | None) -> list[Fix]:
+    allocator = derive(job).allocator if job else None
     if (
-        job
-        and job.env.PYTORCH_ALLOC_CONF
-        and EXPANDABLE.lower() in job.env.PYTORCH_ALLOC_CONF.lower()
-        and job.env.torch_version.startswith("2.9")
-        and not job.env.PYTORCH_CUDA_ALLOC_CONF
+        allocator
+        and allocator.source is None
+        and allocator.alloc_conf_ignored
+        and is_true(allocator.alloc_conf.get("expandable_segments"))
     ):
+        conf = ",".join(f"{k}:{v}" for k, v in allocator.alloc_conf.items())
         return [
             Fix(
-                "Use the old variable name on torch 2.9",
-                (f"env.PYTORCH_CUDA_ALLOC_CONF={job.env.PYTORCH_ALLOC_CONF}",),
+                "Use the old variable name before torch 2.11",
+                (f"env.PYTORCH_CUDA_ALLOC_CONF={conf}",),
                 "torch 2.9.1 ignores PYTORCH_ALLOC_CONF=expandable_segments:True for CUDA, and Megatron's "
                 "guards read only PYTORCH_CUDA_ALLOC_CONF",
                 "none",
@@ -350,5 +369,7 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
                 )
             except InputError as exc:
                 fix = replace(fix, saves_note=f"not estimated: {exc.problems[0]}")
+        if fix.saves_note == "estimated" and fix.saves_bytes is not None and fix.saves_bytes <= 0:
+            continue  # the estimator says this change does not lower this job's peak
         result.append(fix)
     return result

@@ -1,6 +1,6 @@
 """From findings to a verdict: per failure, per rank, overall, with the reasoning spelled out.
 
-The allocator-message rules are those of pytorch-allocator-notes.md §5 (R = requested, U = reserved
+The allocator-message rules are docs/allocator.md C1-C9 (R = requested, U = reserved
 but unallocated, F = free, A = allocated by PyTorch, T = total capacity). Every rule is about the
 numbers, never about where a message came from.
 """
@@ -26,11 +26,11 @@ from memtune.diagnose.evidence import (
 from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import GiB, MiB, gib
 
-# Below this, reserved-but-unallocated memory is allocator noise, not a cause (§5 rule 7).
+# Below this, reserved-but-unallocated memory is allocator noise, not a cause (docs/allocator.md C7).
 FRAGMENTATION_FLOOR_BYTES = 512 * MiB
 FRAGMENTATION_FLOOR_SHARE = 0.02
 # Memory held by CUDA-graph pools, other processes or this process outside its allocator is named as
-# the reason for a shortage from here on (beyond CUDA context + NCCL basics, ≈1 GiB; §5 rule 3, §6).
+# the reason for a shortage from here on (beyond CUDA context + NCCL basics, ≈1 GiB; docs/allocator.md C3, O1-O4).
 ATTRIBUTION_FLOOR_BYTES = 2 * GiB
 ATTRIBUTION_FLOOR_SHARE = 0.1
 # Fewer failing ranks than this share of the job points at imbalance, not global capacity.
@@ -109,7 +109,7 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
         ]
     held = held_elsewhere(n)
     if held:
-        # §5 rule 3: R > U + F is a shortage whoever holds the memory; the holder decides the fix.
+        # docs/allocator.md C3: R > U + F is a shortage whoever holds the memory; the holder decides the fix.
         return CAPACITY, reasons + held
     if R is not None and 20 * MiB >= R and (F or 0) < 64 * MiB and (U or 0) < floor:
         return CAPACITY, reasons + [
@@ -146,8 +146,8 @@ def significant(n: AllocatorNumbers, held: int) -> bool:
 
 def held_elsewhere(n: AllocatorNumbers) -> list[str]:
     """Who holds the memory a shortage is short of, when it is not only the model's live tensors:
-    CUDA-graph / MemPool private pools (inside "allocated", §5 rule 5) and device memory outside
-    this process's allocator (other processes, NCCL, context, workspaces; §6)."""
+    CUDA-graph / MemPool private pools (inside "allocated", docs/allocator.md C5) and device memory outside
+    this process's allocator (other processes, NCCL, context, workspaces; docs/allocator.md O)."""
     T, F, A, U = n.total, n.free, n.allocated, n.unallocated
     if not T:
         return []
@@ -228,7 +228,7 @@ def expandable_state(
         ):
             before, evidence = _torch_before_211(facts, formats)
             if before:
-                # §4.2: torch 2.9.1 ignores the new name for CUDA (pytorch#183387), older ones never read it
+                # docs/allocator.md S1: torch 2.9.1 ignores the new name for CUDA, older ones never read it
                 return ExpandableState(
                     False,
                     f"log {last.where}: PYTORCH_ALLOC_CONF is not applied before torch "
@@ -347,7 +347,7 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact]) -> None:
     if result.label != CAPACITY:
         result.reasons.append(sentence)
     elif headroom:
-        # §5 rule 8: a shortage on few ranks is an uneven load on those ranks, not the job's capacity.
+        # docs/allocator.md C8: a shortage on few ranks is an uneven load on those ranks, not the job's capacity.
         result.reasons.append(
             f"{sentence} and the others had headroom (max reserved {gib(max(others.values()))} of "
             f"{gib(total)}): the load is uneven (first/last pipeline stage, MoE routing), so fix "
@@ -356,5 +356,5 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact]) -> None:
     else:
         result.reasons.append(
             f"{sentence}: unless the launcher stopped the others first, the load is uneven "
-            "(first/last pipeline stage, MoE routing; §5 rule 8)"
+            "(first/last pipeline stage, MoE routing)"
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from memtune.config import report_ignored
+from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
 from memtune.plotfile import check_plot_path
 
@@ -28,9 +30,22 @@ def register(subparsers) -> None:
     p.add_argument(
         "--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)"
     )
-    p.add_argument("--config", metavar="CONFIG", help="the job config: fixes respect it and quote its keys")
+    p.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help="the job config: fixes respect it and quote its keys; dotted overrides "
+        "(model.tensor_model_parallel_size=8) among the positional words apply to it",
+    )
+    add_recipe_argument(p)
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.set_defaults(handler=run)
+
+
+def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
+    """Logs and the dotted overrides of --config among the positional words (as estimate takes
+    them); a word naming an existing file stays a log."""
+    overrides = [w for w in words if is_override(w)]
+    return [w for w in words if w not in overrides], overrides
 
 
 def run(args) -> int:
@@ -43,7 +58,17 @@ def run(args) -> int:
         raise InputError("--plot needs --snapshot FILE.pickle")
     if args.plot:
         check_plot_path(args.plot)
-    result = diagnose(args.logs, snapshot=args.snapshot, config=args.config, plot_to=args.plot)
+    has_job = bool(args.config or args.recipe)
+    logs, overrides = _split_overrides(args.logs) if has_job else (args.logs, [])
+    words = [args.config, *overrides] if args.config else overrides
+    loaded = (
+        load_from_words(words, args.recipe, "memtune diagnose LOG... --config C|--recipe NAME")
+        if has_job
+        else None
+    )
+    if loaded is not None:
+        report_ignored(loaded)
+    result = diagnose(logs, snapshot=args.snapshot, config=loaded, plot_to=args.plot)
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 from memtune.diagnose import messages
@@ -29,6 +30,7 @@ from memtune.diagnose.evidence import (
     Where,
 )
 from memtune.diagnose.sizes import to_bytes
+from memtune.numbers import float_or_none
 from memtune.units import GiB, MiB
 
 # Each trigger is one pass of bytes.find over every chunk, so the list is kept short: one
@@ -332,7 +334,7 @@ _SIMPLE: list[tuple[str, _Matcher, str | None, int, str]] = [
         NARRATIVE,
         "the launcher killed its workers after one died without a Python error, the mark of the host OOM killer",
     ),
-    # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (§1.4)
+    # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (docs/allocator.md M7)
     (
         "nccl_cuda_error",
         _Either(
@@ -563,7 +565,7 @@ def narrative(line: Line) -> list[Failure | Fact]:
 # --- context facts -----------------------------------------------------------------------
 
 # A setting in an env dump or launch script; not PyTorch's own hint, "...=expandable_segments:True to avoid
-# fragmentation", which it prints whatever is set (§1.2), also when a wrapped line starts with it.
+# fragmentation", which it prints whatever is set (docs/allocator.md M5), also when a wrapped line starts with it.
 _CONF_SETTING = re.compile(
     r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)"
 )
@@ -576,28 +578,58 @@ _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this
 _WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}([0-9]{1,9})(?![0-9])", re.I)
 _RANK_NUMBER = re.compile(r"[0-9]{1,9}\]")
 _DECIMAL = re.compile(r"\s{0,8}([0-9]{1,20}(?:\.[0-9]{0,20})?)")
+# Megatron-LM's report_memory(): "[Rank 3] (after 10 iterations) memory (MB) | allocated: ... |
+# max allocated: ... | reserved: ... | max reserved: ..." (MB there are MiB). Read after the
+# "memory (MB)" found by a plain search, anchored there, so the line is scanned once.
+_RANK_MEMORY_TABLE = re.compile(
+    r"\s{0,8}\|\s{0,8}allocated:\s{0,8}([0-9.]{1,30})\s{0,8}\|\s{0,8}max allocated:\s{0,8}([0-9.]{1,30})"
+    r"\s{0,8}\|\s{0,8}reserved:\s{0,8}([0-9.]{1,30})\s{0,8}\|\s{0,8}max reserved:\s{0,8}([0-9.]{1,30})"
+)
+_ITERATION = re.compile(r"(?:after|iteration)\s+([0-9]{1,12})")
 _EXIT_CODE = re.compile(
     r"(?:exits with return code = |\bexitcode[ \t]{0,8}:[ \t]{0,8})(-?[0-9]{1,9})(?![0-9])"
 )
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
 
 
-def rank_memory(text: str) -> tuple[int, float] | None:
-    """Megatron's ``[Rank N] (after K iterations) memory (MB) | ... | max reserved: X`` report."""
+@dataclass(frozen=True)
+class RankMemoryReport:
+    """One of Megatron-LM's per-rank memory report lines, in bytes."""
+
+    rank: int
+    label: str  # what the line says it follows, e.g. "(after 10 iterations)"
+    iteration: int | None  # the iteration the label names, if any
+    allocated: int
+    max_allocated: int
+    reserved: int
+    max_reserved: int
+
+
+def rank_memory_report(text: str) -> RankMemoryReport | None:
+    """Parse a ``[Rank N] (...) memory (MB) | allocated: ...`` line, or None if ``text`` is not one."""
     at = text.find("[Rank ")
-    if at < 0:
-        return None
-    rank = _RANK_NUMBER.match(text, at + 6)
+    rank = _RANK_NUMBER.match(text, at + 6) if at >= 0 else None
     if rank is None:
         return None
     table = text.find("memory (MB)", rank.end())
-    if table < 0:
+    m = _RANK_MEMORY_TABLE.match(text, table + 11) if table >= 0 else None
+    if m is None:
         return None
-    label = text.find("max reserved:", table)
-    value = _DECIMAL.match(text, label + 13) if label >= 0 else None
-    if value is None:
+    numbers = [float_or_none(m.group(i)) for i in range(1, 5)]
+    if None in numbers:
         return None
-    return int(rank.group(0)[:-1]), float(value.group(1)) * MiB
+    label = text[rank.end() : table].strip()
+    iteration = _ITERATION.search(label[:200])
+    allocated, max_allocated, reserved, max_reserved = (round(n * MiB) for n in numbers)  # type: ignore[operator]
+    return RankMemoryReport(
+        int(rank.group(0)[:-1]),
+        label,
+        int(iteration.group(1)) if iteration else None,
+        allocated,
+        max_allocated,
+        reserved,
+        max_reserved,
+    )
 
 
 def _cpu_percent(text: str) -> float | None:
@@ -630,8 +662,8 @@ def facts(line: Line) -> list[Failure | Fact]:
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
     if "world" in lower and (m := _WORLD_SIZE.search(text)):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
-    if (report := rank_memory(text)) is not None:
-        found.append(Fact("rank_memory", where, _excerpt(text), report))
+    if (report := rank_memory_report(text)) is not None:
+        found.append(Fact("rank_memory", where, _excerpt(text), (report.rank, report.max_reserved)))
     if (percent := _cpu_percent(text)) is not None:
         found.append(Fact("host_memory_percent", where, _excerpt(text), percent))
     if "exit" in lower and (m := _EXIT_CODE.search(text)):
@@ -646,10 +678,10 @@ FAILURE_DETECTORS: tuple[Detector, ...] = (simple_failures, allocator_oom, memor
 
 
 def detect(line: Line) -> list[Failure | Fact]:
-    if line.text.startswith("[Rank ") and (report := rank_memory(line.text)) is not None:
+    if line.text.startswith("[Rank ") and (report := rank_memory_report(line.text)) is not None:
         # Megatron's per-rank memory report, printed by every rank every log interval: the common
         # triggered line in a healthy log, so it takes this short path.
-        return [Fact("rank_memory", line.where, _excerpt(line.text), report)]
+        return [Fact("rank_memory", line.where, _excerpt(line.text), (report.rank, report.max_reserved))]
     found = facts(line)
     for detector in FAILURE_DETECTORS:
         failures = detector(line)

@@ -87,13 +87,24 @@ def _decode(raw: bytes, limit: int = MAX_LINE_BYTES) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
+def _rank_from_path(path: Path) -> int | None:
+    """``rank3.log``, ``rank_3.txt``; or torchrun's ``--log-dir`` tree,
+    ``<dir>/<run>/attempt_<n>/<local rank>/stderr.log``, whose lines carry no rank prefix."""
+    if m := _RANK_IN_NAME.search(path.name):
+        return int(m.group(1))
+    parent = path.parent
+    if parent.name.isascii() and parent.name.isdigit() and parent.parent.name.startswith("attempt_"):
+        return int(parent.name)
+    return None
+
+
 class _Stream:
     """Scans one byte stream; collects findings into a ScanResult."""
 
     def __init__(self, name: str, result: ScanResult):
         self.name = name
         self.result = result
-        self.file_rank = int(m.group(1)) if (m := _RANK_IN_NAME.search(Path(name).name)) else None
+        self.file_rank = _rank_from_path(Path(name))
         self.kept: Counter = Counter()
         self.skip: set[int] = set()  # line numbers already read as part of an earlier message
 

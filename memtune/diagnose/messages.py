@@ -2,7 +2,7 @@
 
 Fields are searched one by one with whitespace-tolerant patterns rather than one template, so a
 message that a terminal or Slurm wrapped (joined back without separators) or that lost its tail
-still yields what it has. Field meanings are those of pytorch-allocator-notes.md §1.2.
+still yields what it has. Field meanings are docs/allocator.md M1-M6.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from rich.text import Text
 from memtune.diagnose import Diagnosis
 from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
+from memtune.output import SCHEMA_VERSION
 from memtune.units import MiB
 
 MAX_RANK_ROWS = 16
@@ -44,6 +45,7 @@ def _numbers_line(n: AllocatorNumbers | None) -> str:
 def to_json(d: Diagnosis) -> dict:
     v = d.verdict
     return {
+        "schema_version": SCHEMA_VERSION,
         "label": v.label,
         "confidence": v.confidence,
         "reasons": v.reasons,

@@ -1,4 +1,4 @@
-"""Per-rank peak memory of a Megatron-Core training job: ``estimate(job) -> Estimate``.
+"""Per-rank peak memory of a Megatron-Core training job: ``estimate(checked) -> Estimate``.
 
 The estimate is a pure function of the configuration: parameters (``params``), model state
 (``state``), saved activations per module (``activations``), the pipeline schedule
@@ -21,6 +21,10 @@ from memtune.estimate.overhead import non_pytorch_bytes
 
 __all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
 
+# Megatron-LM also offers muon (plain and distributed), adaptive_muon, lion and soap, whose state
+# and step temporaries (Muon's Newton-Schulz iterations on whole matrices) are not modeled.
+MODELED_OPTIMIZERS = ("adam", "sgd")
+
 
 @dataclass
 class Estimate:
@@ -36,6 +40,13 @@ class Estimate:
     @property
     def worst(self) -> RankEstimate:
         return max(self.ranks, key=lambda r: r.peak_bytes)
+
+    @property
+    def host_bytes_per_node(self) -> int:
+        """Host memory the ranks of one node take beside the device: ``gpus_per_node`` ranks of
+        the worst pipeline rank (ranks of a stage are consecutive, so a node holds one stage's)."""
+        per_node = min(self.job.cluster.gpus_per_node, self.derived.world_size)
+        return max(r.host_bytes for r in self.ranks) * per_node
 
     def needed_bytes(self, rank: RankEstimate) -> int:
         """Device memory the rank needs: its allocator peak, the margin and memory outside PyTorch."""
@@ -69,6 +80,11 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
     options = options or EstimateOptions()
     d = checked.derived
     job = checked.job
+    if job.optimizer.optimizer not in MODELED_OPTIMIZERS:
+        raise InputError(
+            f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune models the state of "
+            f"{' and '.join(MODELED_OPTIMIZERS)} only; {job.optimizer.optimizer} is not modeled"
+        )
     gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster)
     ranks = [rank_estimate(d, r, options) for r in range(d.pp)]
     return Estimate(

@@ -132,15 +132,15 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
                 s.add("core_attention.output", BF16 * T * heads * kv)
     else:
         scores = x.mbs * heads * x.seq * x.seq
+        path = unfused_softmax(d)
         if recompute_core:
             s.add("core_attention.checkpoint.q", q)
             s.add("core_attention.checkpoint.k", BF16 * T * groups * kv)
             s.add("core_attention.checkpoint.qkv", BF16 * T * qkv_width)
             # The replay rebuilds the scores with grad (what the unfused path keeps) and then
             # runs their backward, so the working set is the kept set plus its backward buffers.
-            kept = (FP32 + BOOL + BF16) if m.attention_dropout > 0 else (FP32 + BF16)
-            s.fwd_transient = (BF16 + FP32 + FP32 + BF16) * scores
-            s.bwd_transient = (kept + _unfused_backward_working_set(m.attention_dropout)) * scores
+            s.fwd_transient = (sum(path.kept.values()) + path.fwd_extra) * scores
+            s.bwd_transient = (sum(path.kept.values()) + path.bwd_extra) * scores
         else:
             expanded = heads / groups > 1
             # Megatron's DotProductAttention repeats K and V up to the query heads for GQA; for
@@ -151,37 +151,54 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
                 "core_attention.v" if expanded else "core_attention.qkv",
                 q if expanded else BF16 * T * qkv_width,
             )
-            # Softmax runs in fp32: its fp32 output and the bf16 probabilities both stay alive.
-            s.add("core_attention.softmax_fp32", FP32 * scores)
-            if m.attention_dropout > 0:
-                s.add("core_attention.dropout_mask", BOOL * scores)
-                s.add("core_attention.dropout_output", BF16 * scores)
-            else:
-                s.add("core_attention.probs_bf16", BF16 * scores)
-            s.add("core_attention.causal_mask", BOOL * x.seq * x.seq)
-            s.fwd_transient = _unfused_forward_working_set(m.attention_dropout) * scores
-            s.bwd_transient = _unfused_backward_working_set(m.attention_dropout) * scores
+            for name, per_score in path.kept.items():
+                s.add(f"core_attention.{name}", per_score * scores)
+            if path.builds_causal_mask:
+                s.add("core_attention.causal_mask", BOOL * x.seq * x.seq)
+            s.fwd_transient = path.fwd_extra * scores
+            s.bwd_transient = path.bwd_extra * scores
     s.add("linear_proj.input", _linear_input_bytes(fl) * T * heads * kv)
     return s
 
 
-def _unfused_forward_working_set(dropout: float) -> int:
-    """Bytes per score element the unfused attention's forward needs beyond what it keeps: the
-    bf16 scores and their fp32 copy live until the module returns, beside the fp32 softmax and
-    the bf16 probabilities (which dropout, when on, replaces by its output and mask)."""
-    return 5 if dropout > 0 else 6
+@dataclass(frozen=True)
+class SoftmaxPath:
+    """Bytes per attention-score element of the unfused attention's softmax: what it keeps for
+    backward (by name) and the working set beyond that in forward and in backward."""
+
+    kept: dict[str, int]
+    fwd_extra: int
+    bwd_extra: int
+    builds_causal_mask: bool
 
 
-def _unfused_backward_working_set(dropout: float) -> int:
-    """Bytes per score element its backward needs beyond what it keeps.
+def unfused_softmax(d: Derived) -> SoftmaxPath:
+    """The three ways Megatron's ``FusedScaleMaskSoftmax`` runs (``Derived.fused_softmax_kernel``,
+    ``Derived.softmax_dtype``), each followed by attention dropout when it is on.
 
-    Allocator traces of Megatron's DotProductAttention (H200, torch 2.11) show the peak in the
-    softmax backward: three fp32 score-sized buffers (the incoming gradient, the softmax
-    gradient and the masked gradient) beside the kept fp32 softmax, after the bf16
-    probabilities (or dropout's output and mask) were released: 16 bytes alive against the 6
-    (7 with dropout) kept.
+    - Fused kernel: one half-precision output, kept (its backward works in place on the incoming
+      gradient). Forward holds the bf16 scores beside it; backward the probabilities' gradient.
+    - Torch softmax in fp32: the fp32 copy of the scores, the masked copy, the fp32 softmax
+      (kept) and its bf16 cast (kept as the probabilities). Allocator traces of Megatron's
+      DotProductAttention (H200, torch 2.11) show the backward peak in the softmax backward:
+      three fp32 score-sized buffers beside the kept fp32 softmax.
+    - Torch softmax in half precision: the masked copy and the softmax output (kept), no cast.
+      Its working sets are fitted on the tune runs ``def-l8w-tp4-msf-s8k-softmax-bf16`` and
+      ``def-gpt-tp2-softmax-bf16`` (benchmarks/measured/).
     """
-    return 9 if dropout > 0 else 10
+    dropout = d.model.attention_dropout > 0
+    if d.fused_softmax_kernel:
+        kept, (fwd, bwd) = {"softmax_output": BF16}, ((1, 1) if dropout else (2, 2))
+    elif d.softmax_dtype == "fp32":
+        kept, (fwd, bwd) = {"softmax_fp32": FP32, "probs_bf16": BF16}, ((5, 9) if dropout else (6, 10))
+    else:
+        kept, (fwd, bwd) = {"softmax_output": BF16}, ((3, 3) if dropout else (4, 6))
+    if dropout:
+        # Dropout keeps its mask and output; the bf16 probabilities of the fp32 path are then
+        # only its input and are freed once the output exists.
+        kept.pop("probs_bf16", None)
+        kept.update({"dropout_mask": BOOL, "dropout_output": BF16})
+    return SoftmaxPath(kept, fwd, bwd, builds_causal_mask=not d.fused_softmax_kernel)
 
 
 def _linear_input_bytes(fl: Flavour) -> int:
@@ -215,11 +232,12 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
         s.add("core_attention.softmax_lse", FP32 * T * heads)
     else:
         scores = x.mbs * heads * x.seq * x.seq
+        path = unfused_softmax(d)
         s.add("core_attention.qkv", core)
-        s.add("core_attention.softmax_fp32", FP32 * scores)
-        s.add("core_attention.probs_bf16", BF16 * scores)
-        s.fwd_transient = _unfused_forward_working_set(m.attention_dropout) * scores
-        s.bwd_transient = _unfused_backward_working_set(m.attention_dropout) * scores
+        for name, per_score in path.kept.items():
+            s.add(f"core_attention.{name}", per_score * scores)
+        s.fwd_transient = path.fwd_extra * scores
+        s.bwd_transient = path.bwd_extra * scores
     s.add("linear_proj.input", BF16 * T * heads * m.v_head_dim)
     return s
 
@@ -248,6 +266,8 @@ def mlp(
     s.add(f"{name}linear_fc2.input", _linear_input_bytes(fl) * tokens * f)
     # Backward peaks in fc2's backward, before it frees anything: the gradient of fc2's input,
     # fc2's weight gradient and, under SP, the output gradient gathered to the full sequence.
+    # Gradient-accumulation fusion writes the weight gradient straight into the main gradient,
+    # yet the runs ``def-*-gaf*`` peak exactly as their unfused twins, so it changes nothing here.
     gathered = BF16 * x.tokens * x.hidden if gathers_sp else 0.0
     s.bwd_transient = BF16 * tokens * f + BF16 * x.hidden * f + gathered
     return s
@@ -285,12 +305,18 @@ def moe(d: Derived, x: Dims, fl: Flavour, imbalance: float) -> Saved:
 def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) -> None:
     m = d.model
     local = x.residual_tokens
-    experts = m.num_moe_experts
+    experts = d.num_experts
     k = m.moe_router_topk
     # Router: gating logits, fp32 scores, the dense probability map and the routing map.
     s.add("router.scores", local * experts * (BF16 + FP32 + FP32 + BOOL))
     # Tokens reach this rank's experts from every EP peer and, with ETP > 1, every expert-TP peer.
-    routed = local * k * d.etp * imbalance
+    # A capacity factor drops tokens beyond that multiple of the balanced share, and with
+    # padding every expert gets exactly that many (Megatron's router token dropping).
+    share = imbalance
+    if m.moe_expert_capacity_factor is not None:
+        capacity = m.moe_expert_capacity_factor
+        share = capacity if m.moe_pad_expert_input_to_capacity else min(imbalance, capacity)
+    routed = local * k * d.etp * share
     s.add("dispatcher.indices", INT64 * 2 * local * k)
     s.add("experts.input", BF16 * routed * x.hidden)
     expert = mlp(d, x, fl, d.moe_ffn_hidden_size, routed, d.etp, "experts", gathers_sp=False)
@@ -357,24 +383,50 @@ def embedding(d: Derived, x: Dims) -> Saved:
 def output_and_loss(d: Derived, x: Dims) -> Saved:
     """Final norm, output projection and vocab-parallel cross entropy on the last stage.
 
-    Cross entropy turns the bf16 logits into one fp32 tensor, works on it in place and keeps
-    it (as the softmax) for backward. In forward the bf16 logits coexist with it; in backward
-    the bf16 gradient of the logits, the output weight's gradient and the input's gradient do.
+    ``Derived.cross_entropy`` picks the implementation:
+
+    - ``unfused``: turns the bf16 logits into one fp32 tensor, works on it in place and keeps it
+      (as the softmax) for backward. In forward the bf16 logits coexist with it; in backward
+      the bf16 gradient of the logits, the output weight's gradient and the input's gradient do.
+    - ``native``: the same steps compiled by ``torch.compile``, which turns the in-place updates
+      of its inputs into fresh outputs, so forward holds one more fp32 copy of the logits
+      (measured: 4 bytes per logit more than ``unfused`` on four tune runs ``def-*-ce*``).
+    - ``te``: Transformer Engine's kernel computes the loss and writes the gradient into the
+      bf16 logits in forward, and keeps only them (from its source; not measurable here).
     """
     s = Saved()
     vocab = d.padded_vocab_size / d.tp
+    logits = x.tokens * vocab
     s.merge(norm(d, x, "final_layernorm"))
     s.add("output_layer.input", BF16 * x.residual_tokens * x.hidden)
-    s.add("loss.softmax_fp32", FP32 * x.tokens * vocab)
-    s.fwd_transient = BF16 * x.tokens * vocab
+    weight_grad = BF16 * vocab * x.hidden
+    input_grad = BF16 * x.tokens * x.hidden
+    if d.cross_entropy == "te":
+        s.add("loss.logits_grad_bf16", BF16 * logits)
+        s.bwd_transient = weight_grad + input_grad
+        return s
+    s.add("loss.softmax_fp32", FP32 * logits)
+    s.fwd_transient = BF16 * logits + (FP32 * logits if d.cross_entropy == "native" else 0.0)
     # Backward turns the kept softmax into the gradient in place, casts it to bf16 (both exist
     # for a moment), then frees the fp32 one before the output layer's weight gradient appears.
-    cast = BF16 * x.tokens * vocab
-    output_layer = (
-        BF16 * x.tokens * vocab
-        + BF16 * vocab * x.hidden
-        + BF16 * x.tokens * x.hidden
-        - FP32 * x.tokens * vocab
-    )
+    cast = BF16 * logits
+    output_layer = BF16 * logits + weight_grad + input_grad - FP32 * logits
     s.bwd_transient = max(cast, output_layer)
+    return s
+
+
+def mtp_extra(d: Derived, x: Dims) -> Saved:
+    """What one multi-token-prediction layer keeps beyond its decoder layer.
+
+    It embeds the tokens shifted by one (its own lookup, on the last stage too), normalises that
+    embedding and the incoming hidden states, projects their concatenation (2h) back to h, and
+    ends in its own final norm, a second pass through the shared output layer and a second fp32
+    cross entropy over the whole vocabulary shard, kept for backward like the main loss.
+    """
+    s = Saved()
+    s.merge(embedding(d, x), "mtp.")
+    s.merge(norm(d, x, "mtp.enorm"))
+    s.merge(norm(d, x, "mtp.hnorm"))
+    s.add("mtp.eh_proj.input", 2 * BF16 * x.residual_tokens * x.hidden)
+    s.merge(output_and_loss(d, x), "mtp.")
     return s

@@ -1,4 +1,4 @@
-"""``memtune estimate CONFIG [overrides...]``."""
+"""``memtune estimate CONFIG|--recipe NAME [overrides...]``."""
 
 from __future__ import annotations
 
@@ -8,31 +8,35 @@ import json
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
-from memtune.estimate import EstimateOptions, estimate, render
+from memtune.estimate import Estimate, EstimateOptions, estimate, render
 from memtune.limits import MAX_MOE_IMBALANCE
 from memtune.plotfile import check_plot_path
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "estimate",
         help="peak memory of every pipeline rank, per component, with a fits / does-not-fit verdict",
         description="Estimate the peak GPU memory (PyTorch's max_memory_allocated) of every distinct rank of a "
         "Megatron-Core training job, and whether it fits. Sizes are GiB (2^30 bytes).",
     )
-    p.add_argument(
-        "config",
-        help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json",
+    add_job_arguments(
+        p, "memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script, or HF config.json"
     )
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument(
         "--rank", type=int, metavar="R", help="only global rank R (Megatron-Core order tp-cp-ep-dp-pp)"
     )
     p.add_argument(
         "--explain", action="store_true", help="per-tensor breakdown of the most-loaded rank's activations"
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 unless every rank fits with the fragmentation margin (verdict 'fits')",
     )
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(
@@ -52,24 +56,24 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.plot:
         check_plot_path(args.plot)
-    loaded = load_job(args.config, args.overrides)
+    loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
+    report_ignored(loaded)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
         print(json.dumps(render.estimate_json(est, args.rank), indent=2))
-        return 0
+        return _status(est, args.strict)
     console = Console()
-    if loaded.ignored:
-        console.print(
-            f"[dim]{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: {', '.join(loaded.ignored[:8])}"
-            + (" ..." if len(loaded.ignored) > 8 else "")
-            + "[/dim]"
-        )
     render.print_table(est, console, only=rank)
     if args.explain:
-        render.print_explain(est, console, rank)
+        render.print_explain(est, console, rank, loaded.defaults)
     if args.plot:
         console.print(f"[dim]plot written to {args.plot}[/dim]")
-    return 0
+    return _status(est, args.strict)
+
+
+def _status(est: Estimate, strict: bool) -> int:
+    """0, or with ``strict`` 1 when any rank is 'tight' or 'does not fit' (as check --strict)."""
+    return int(strict and any(est.verdict(rank) != "fits" for rank in est.ranks))

@@ -11,15 +11,17 @@ Everything here is a pure function of the configuration; rendering lives elsewhe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
-from memtune.config.derived import Chunk, Derived
+from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
-from memtune.estimate.params import ParamCounts, chunk_params
-from memtune.estimate.peft import adapter_activations, adapter_params
+from memtune.estimate.params import ParamCounts, chunk_params, chunk_transformer_layer_params
+from memtune.estimate.peft import AdapterParams, adapter_params, apply_lora
 from memtune.estimate.schedule import in_flight
-from memtune.estimate.state import ModelState, model_state
+from memtune.estimate.state import ModelState, fsdp_gathered, model_state
+from memtune.peft.model import regather_buffer_bytes
 from memtune.units import MiB
 
 CUBLAS_WORKSPACE = 32 * MiB  # per (thread, stream) on Hopper and Blackwell, inside the allocator
@@ -87,11 +89,19 @@ class RankEstimate:
     def peak_bytes(self) -> int:
         return round(self.state.total + self.activations + self.transient)
 
+    @property
+    def host_bytes(self) -> int:
+        """Host memory this rank's training state takes (optimizer CPU offload)."""
+        return round(self.state.host)
+
+    @property
+    def host_pinned_bytes(self) -> int:
+        return round(self.state.host_pinned)
+
 
 def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: EstimateOptions) -> act.Saved:
     saved = act.transformer_layer(d, x, fl, d.moe_layer_pattern[index], options.moe_routing_imbalance)
-    for name, nbytes in adapter_activations(d, x, d.moe_layer_pattern[index]).items():
-        saved.add(name, nbytes)
+    apply_lora(d, x, fl, saved, d.moe_layer_pattern[index])
     return saved
 
 
@@ -109,6 +119,7 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         layers.append(kinds[moe])
     kept = act.Saved()
     segments: list[Segment] = []
+    units: list[int] = []  # transformer layers in each segment, Megatron-FSDP's units
     # The gradient of the residual stream lives through each layer's backward.
     residual_grad = act.layer_input(x)
     if chunk.has_embedding:
@@ -117,6 +128,7 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         # Its backward builds a dense gradient of this rank's embedding rows.
         wgrad = act.BF16 * d.padded_vocab_size / d.tp * x.hidden
         segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
+        units.append(0)
     offloaded = (
         min(m.cpu_offloading_num_layers, len(layers))
         if m.cpu_offloading and m.cpu_offloading_activations
@@ -138,7 +150,13 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
             for layer in group:
                 kept.merge(layer, "decoder.")
             segments.append(Segment(full, full, fwd, bwd))
+        units.append(len(group))
         first_layer += len(group)
+    for _ in range(chunk.mtp_layers):
+        mtp = act.mtp_extra(d, x)
+        kept.merge(mtp)
+        segments.append(Segment(mtp.total, mtp.total, mtp.fwd_transient, mtp.bwd_transient))
+        units.append(0)
     if chunk.has_output:
         out = act.output_and_loss(d, x)
         kept.merge(out)
@@ -147,10 +165,14 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         tied = chunk.has_embedding and m.share_embeddings_and_output_weights
         residue = act.BF16 * d.padded_vocab_size / d.tp * x.hidden if tied else 0.0
         segments.append(Segment(out.total, out.total, out.fwd_transient, out.bwd_transient, residue))
+        units.append(0)
     elif d.pp > 1 and fl.pipeline_outputs_kept:
         # The schedule keeps each sent output for backward unless it deallocates it.
         kept.add("pipeline.output_tensor", act.layer_input(x))
         segments.append(Segment(act.layer_input(x), act.layer_input(x), 0.0, 0.0))
+        units.append(0)
+    if d.fsdp_strategy in ("optim_grads", "optim_grads_params"):
+        segments = _with_fsdp_buckets(d, chunk, segments, units)
     extra = worst_extra(segments)
     if d.pp > 1:
         # In backward the gradient received from the next stage and the one being sent to the
@@ -158,6 +180,70 @@ def chunk_activations(d: Derived, chunk: Chunk, options: EstimateOptions) -> Chu
         p2p = (0 if chunk.has_output else 1) + (0 if chunk.has_embedding else 1)
         extra += p2p * act.layer_input(x)
     return ChunkActivations(saved=kept, layers=len(chunk.layers), extra=extra)
+
+
+def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units: list[int]) -> list[Segment]:
+    """Megatron-FSDP's unsharded temporary buckets while a chunk runs (megatron-core 0.19.2,
+    ``MegatronFSDP`` hooks, ``AllGatherPipeline``, ``GradReducePipeline``).
+
+    A sharded gradient buffer takes each parameter's gradient into an unsharded bucket of its
+    group, allocated at the group's first gradient of the backward. A bucket is reduce-scattered
+    once all its parameters have gradients and then queued; the queue frees the oldest buckets
+    only once it holds more than the communication unit (:meth:`Derived.fsdp_communication_unit`),
+    and the rest at the end of the backward. ``optim_grads`` has one group for dense parameters
+    and one for routed experts unless ``bucket_size`` splits them, so its buckets stay from the
+    output layer's backward to the end. ``optim_grads_params`` makes each transformer layer its
+    own group (a unit): a unit is gathered before it runs and released after, the gather
+    prefetches further units up to half the communication unit ahead, and after the optimizer
+    step every unit is gathered for the next iteration, so the first microbatch's forward finds
+    all later layers gathered. The group outside the units reduces at the end of the backward.
+    """
+    weight_bytes, grad_bytes = DTYPE_BYTES[d.param_dtype], DTYPE_BYTES[d.grad_dtype]
+    trainable = 0.0 if d.job.peft is not None else fsdp_gathered(d, chunk_params(d, chunk))
+    in_units = fsdp_gathered(d, chunk_transformer_layer_params(d, chunk))
+    count = sum(units)
+    mean = in_units / count if count else 0.0
+    communication = d.fsdp_communication_unit(mean)
+    segments = list(segments)
+    if d.fsdp_strategy == "optim_grads":
+        bucket = d.job.ddp.bucket_size or trainable
+        segments[-1] = _first_gradient_bucket(
+            d, chunk, segments[-1], grad_bytes * min(trainable, communication + bucket)
+        )
+        return segments
+    outside = max(0.0, trainable - in_units)
+    segments[-1] = _first_gradient_bucket(d, chunk, segments[-1], grad_bytes * outside)
+    if not count:
+        return segments
+    prefetched = math.ceil(communication / 2 / mean)
+    queued = math.floor(communication / mean) + 1  # reduced buckets kept while the next one fills
+    before = 0
+    for index, own in enumerate(units):
+        after = count - before - own  # units whose backward ran before this segment's
+        gathered_bwd = min(own + prefetched, count - after) if own else 0
+        segments[index] = replace(
+            segments[index],
+            fwd_extra=segments[index].fwd_extra + weight_bytes * mean * (count - before),
+            bwd_extra=segments[index].bwd_extra
+            + weight_bytes * mean * gathered_bwd
+            + grad_bytes * mean * (min(after, queued) + own),
+        )
+        before += own
+    return segments
+
+
+def _first_gradient_bucket(d: Derived, chunk: Chunk, segment: Segment, bucket: float) -> Segment:
+    """The last segment's backward allocates a gradient bucket that stays to the end of the
+    chunk's backward. On the last stage the output layer's weight gradient is the first: its
+    accumulation hook allocates the bucket while that gradient and the input's gradient exist
+    and the fp32 softmax is already freed."""
+    peak = segment.bwd_extra
+    if chunk.has_output:
+        x = act.dims_of(d)
+        vocab = d.padded_vocab_size / d.tp
+        wgrad = act.BF16 * vocab * x.hidden + act.BF16 * x.tokens * x.hidden - act.FP32 * x.tokens * vocab
+        peak = max(peak, wgrad + bucket)
+    return replace(segment, bwd_extra=peak, bwd_residue=segment.bwd_residue + bucket)
 
 
 def _layer_groups(d: Derived, layers: list[act.Saved]) -> list[tuple[list[act.Saved], bool]]:
@@ -179,7 +265,8 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     """Buffers that, once allocated, stay for the whole run.
 
     - cuBLAS workspaces: one per (thread, stream); forward GEMMs run on the main thread and
-      backward GEMMs on autograd's device thread, so two.
+      backward GEMMs on autograd's device thread, so two. Transformer Engine's GEMMs take their
+      own workspace of the same size on top (allocated once through PyTorch).
     - Megatron's global memory buffer: one bf16 tensor grown to the largest request, the
       sequence-parallel all-gather of a linear's input or the unfused attention's scores.
     - Pipeline receive buffers: a chunk that takes its input from the previous stage keeps a
@@ -189,19 +276,36 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     receiving = sum(1 for c in chunks if not c.has_embedding) if d.pp > 1 else 0
     largest = 0.0
     if x.sp:
-        largest = act.BF16 * x.tokens * x.hidden
+        # Frozen base linears (LoRA) gather into fresh tensors; only re-gathering adapters use it.
+        largest = act.BF16 * x.tokens * x.hidden if d.job.peft is None else regather_buffer_bytes(d)
     if not fl.flash_attention:
         heads = d.model.num_attention_heads / d.tp
         largest = max(largest, act.BF16 * x.mbs * heads * x.seq * x.seq)
-    return 2 * CUBLAS_WORKSPACE + largest + 2 * receiving * act.layer_input(x)
+    workspaces = (3 if fl.transformer_engine else 2) * CUBLAS_WORKSPACE
+    return workspaces + largest + 2 * receiving * act.layer_input(x)
+
+
+def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
+    """With ``defer_embedding_wgrad_compute`` the last stage keeps, for every deferred
+    microbatch, the logits gradient and the output layer's input until the schedule's end; at
+    the peak ``Derived.deferred_wgrad_buffers_at_peak`` of them exist beside a later
+    microbatch's working set."""
+    if not d.deferred_wgrad_microbatches or not any(c.has_output for c in chunks):
+        return 0.0
+    x = act.dims_of(d)
+    per_microbatch = (
+        act.BF16 * x.tokens * d.padded_vocab_size / d.tp + act.BF16 * x.residual_tokens * x.hidden
+    )
+    return d.deferred_wgrad_buffers_at_peak * per_microbatch
 
 
 def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEstimate:
     chunks = d.chunks[pp_rank]
     fl = flavour_of(d)
     local = sum((chunk_params(d, c) for c in chunks), ParamCounts())
-    adapters = sum(adapter_params(d, c.layers) for c in chunks)
-    state = model_state(d, local, adapters, sum(len(c.layers) for c in chunks))
+    adapters = sum((adapter_params(d, c.layers) for c in chunks), AdapterParams())
+    units = sum((chunk_transformer_layer_params(d, c) for c in chunks), ParamCounts())
+    state = model_state(d, local, adapters, units)
     flight = in_flight(d, pp_rank)
     per_chunk = [chunk_activations(d, c, options) for c in chunks]
     held = 0.0
@@ -215,6 +319,10 @@ def rank_estimate(d: Derived, pp_rank: int, options: EstimateOptions) -> RankEst
         for name, nbytes in acts.saved.tensors.items():
             modules[name] = modules.get(name, 0.0) + count * nbytes
         worst_transient = max(worst_transient, acts.extra)
+    deferred = deferred_wgrad_bytes(d, chunks)
+    if deferred:
+        held += deferred
+        modules["output_layer.deferred_wgrad_buffers"] = deferred
     buffers = persistent_buffers(d, fl, chunks)
     training_peak = held + worst_transient
     if state.optimizer_step_transient > training_peak:

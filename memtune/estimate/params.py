@@ -82,13 +82,13 @@ def moe_params(d: Derived) -> ParamCounts:
     """An MoE layer: router, routed experts, shared experts."""
     m, h = d.model, d.model.hidden_size
     experts = mlp_params(d, d.moe_ffn_hidden_size)
-    routed = experts.total * m.num_moe_experts
+    routed = experts.total * d.num_experts
     shared = (
         mlp_params(d, m.moe_shared_expert_intermediate_size)
         if m.moe_shared_expert_intermediate_size
         else ParamCounts()
     )
-    router = h * m.num_moe_experts
+    router = h * d.num_experts
     return ParamCounts(dense=shared.dense, replicated=shared.replicated + router, expert=routed)
 
 
@@ -131,19 +131,33 @@ def total_parameters(job: JobConfig, pad_vocab: bool = False) -> int:
     )
 
 
+def _tp_local(d: Derived, counts: ParamCounts) -> ParamCounts:
+    return ParamCounts(
+        dense=counts.dense / d.tp,
+        replicated=counts.replicated,
+        expert=counts.expert / (d.ep * d.etp),
+    )
+
+
+def chunk_transformer_layer_params(d: Derived, chunk: Chunk) -> ParamCounts:
+    """What one TP rank holds inside the chunk's transformer layers (each MTP layer wraps one):
+    Megatron-FSDP's units under ``optim_grads_params``."""
+    layers = [layer_params(d, d.moe_layer_pattern[i]) for i in chunk.layers]
+    layers += [layer_params(d, d.moe_layer_pattern[-1])] * chunk.mtp_layers
+    return _tp_local(d, sum(layers, ParamCounts()))
+
+
 def chunk_params(d: Derived, chunk: Chunk) -> ParamCounts:
     """What one TP rank of one model chunk holds, by bucket."""
     h = d.model.hidden_size
     counts = sum((layer_params(d, d.moe_layer_pattern[i]) for i in chunk.layers), ParamCounts())
     if chunk.mtp_layers:
         counts = counts + mtp_layer_params(d).scaled(chunk.mtp_layers)
-    local = ParamCounts(
-        dense=counts.dense / d.tp,
-        replicated=counts.replicated,
-        expert=counts.expert / (d.ep * d.etp),
-    )
+    local = _tp_local(d, counts)
     vocab_rows = d.padded_vocab_size * h / d.tp
-    if chunk.has_embedding:
+    # Multi-token prediction embeds the shifted tokens on the last stage, so a stage that runs
+    # it builds its own embedding copy even without pre_process (tied or not).
+    if chunk.has_embedding or chunk.mtp_layers:
         positions = embedding_params(d, 0)
         local = local + ParamCounts(dense=vocab_rows, replicated=positions)
     if chunk.has_output:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from memtune.config.stacks import ReceivedDefault
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import communicators
+from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
 
@@ -26,7 +31,7 @@ def components(rank: RankEstimate) -> dict[str, int]:
     }
 
 
-def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None) -> dict:
+def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None) -> dict[str, Any]:
     data = {
         "pp_rank": rank.pp_rank,
         "layers": rank.layers,
@@ -35,6 +40,8 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
         "peak_bytes": rank.peak_bytes,
         "components": components(rank),
         "non_pytorch_bytes": est.non_pytorch_bytes,
+        "host_bytes": rank.host_bytes,
+        "host_pinned_bytes": rank.host_pinned_bytes,
         "needed_bytes": est.needed_bytes(rank),
         "fits": est.fits(rank),
         "verdict": est.verdict(rank),
@@ -44,11 +51,16 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
     return data
 
 
-def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
-    if global_rank is not None:
-        return rank_json(est, est.rank(global_rank), global_rank)
+def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
+    """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
+    rank's pipeline stage, tagged with the global rank."""
     d = est.derived
+    if global_rank is None:
+        ranks = [rank_json(est, r) for r in est.ranks]
+    else:
+        ranks = [rank_json(est, est.rank(global_rank), global_rank)]
     return {
+        "schema_version": SCHEMA_VERSION,
         "gpu": est.gpu.name,
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
@@ -65,7 +77,8 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict:
         "num_microbatches": d.num_microbatches,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
-        "ranks": [rank_json(est, r) for r in est.ranks],
+        "host_bytes_per_node": est.host_bytes_per_node,
+        "ranks": ranks,
         "assumptions": assumptions(est),
     }
 
@@ -75,13 +88,31 @@ def assumptions(est: Estimate) -> list[str]:
     notes = []
     if d.world_size_assumed:
         notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
+    # a Hugging Face config.json, for one, gives the architecture and none of the job's sizes
+    if "seq_length" not in job.model.model_fields_set:
+        notes.append(f"model.seq_length not given: assumed {job.model.seq_length} (Megatron-Core's default)")
+    if not job.train.model_fields_set & {"micro_batch_size", "global_batch_size"}:
+        notes.append(
+            f"train.micro_batch_size/global_batch_size not given: assumed {d.micro_batch_size} and "
+            f"{d.global_batch_size} ({d.num_microbatches} microbatches)"
+        )
     impl = (
         "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
+    )
+    softmax = (
+        "Megatron's fused softmax kernel"
+        if d.fused_softmax_kernel
+        else f"torch softmax in {d.softmax_dtype}"
+        + (
+            ", masked_softmax_fusion asked for but the kernel's shape rule fails"
+            if job.model.masked_softmax_fusion
+            else ""
+        )
     )
     attn = (
         "flash/fused attention (no s x s scores kept)"
         if fl.flash_attention
-        else "unfused attention (fp32 softmax, s x s scores kept)"
+        else f"unfused attention ({softmax}, s x s scores kept)"
     )
     notes.append(f"{impl}; {attn}")
     if fl.transformer_engine:
@@ -96,8 +127,8 @@ def assumptions(est: Estimate) -> list[str]:
         )
     if job.peft is not None:
         notes.append(
-            "LoRA: frozen base weights keep no gradient or optimizer state; base linears are assumed to keep their"
-            " inputs as Megatron's own linears do (TE's may skip that for frozen weights)"
+            "LoRA: frozen base weights keep no gradient or optimizer state, and frozen Megatron-Core linears keep no"
+            " inputs (the adapters keep what LoRA-A needs); TE's frozen linears are assumed alike"
         )
     optimizer = (
         "torch's foreach AdamW (what Megatron falls back to without TE or Apex)"
@@ -114,9 +145,42 @@ def assumptions(est: Estimate) -> list[str]:
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
         )
+    notes.extend(not_modeled(est))
     notes.append(
         f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})"
     )
+    return notes
+
+
+def not_modeled(est: Estimate) -> list[str]:
+    """Flags the job sets whose memory effect the estimate leaves out, with its direction."""
+    m, d = est.job.model, est.derived
+    notes = []
+    if m.tp_comm_overlap:
+        notes.append(
+            "tp_comm_overlap: Transformer Engine's userbuffers (a few bf16 buffers of sequence x micro-batch x"
+            " hidden per overlapped GEMM, allocated once) are not modeled; expect more, ~0.5-2 GiB"
+        )
+    if m.fp8 is not None and d.transformer_engine:
+        notes.append(
+            "FP8: TE's cached FP8 copies of the weights and their transposes (about 2 bytes per linear weight"
+            " on this rank, kept across microbatches) are not modeled; expect more"
+        )
+    if m.moe_permute_fusion and d.is_moe:
+        notes.append(
+            "moe_permute_fusion: TE's fused permutation is modeled as the unfused one (fresh copies of the"
+            " routed tokens); it likely keeps slightly less"
+        )
+    if m.defer_embedding_wgrad_compute and not d.deferred_wgrad_microbatches:
+        notes.append(
+            "defer_embedding_wgrad_compute: without PP > 1 and gradient_accumulation_fusion Megatron-Core refuses it;"
+            " estimated as if off"
+        )
+    if m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te":
+        notes.append(
+            "cross entropy: TE's fused kernel modeled from its source (gradient written into the bf16 logits);"
+            " not measured here"
+        )
     return notes
 
 
@@ -147,7 +211,8 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         headroom = est.capacity_bytes - rank.peak_bytes - est.non_pytorch_bytes
         label = f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else "")
         flight = str(sum(rank.in_flight.values()))
-        row = [label, str(rank.layers), flight] + [gib(v) for v in components(rank).values()]
+        row: list[str | Text] = [label, str(rank.layers), flight]
+        row += [gib(v) for v in components(rank).values()]
         row += [
             gib(rank.peak_bytes),
             gib(est.non_pytorch_bytes),
@@ -171,12 +236,23 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
         )
     )
+    if est.host_bytes_per_node:
+        console.print(
+            f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
+            f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
+            "pageable per rank, optimizer state offloaded to the host)"
+        )
     console.print("Assumptions:", style="dim")
     for note in assumptions(est):
         console.print(f"  - {note}", style="dim")
 
 
-def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = None) -> None:
+def print_explain(
+    est: Estimate,
+    console: Console,
+    rank: RankEstimate | None = None,
+    defaults: Sequence[ReceivedDefault] = (),
+) -> None:
     rank = rank or est.worst
     table = Table(
         title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)",
@@ -201,11 +277,19 @@ def print_explain(est: Estimate, console: Console, rank: RankEstimate | None = N
     console.print("How the layers were modeled:", style="dim")
     for note in flavour_notes(est):
         console.print(f"  - {note}", style="dim")
+    console.print(
+        f"Defaults the job took from its stack ({est.job.defaults}; memtune/config/stacks.py):"
+        + ("" if defaults else " none"),
+        style="dim",
+    )
+    for default in defaults:
+        console.print(f"  - {default}", style="dim", markup=False)
 
 
 def flavour_notes(est: Estimate) -> list[str]:
     """What the estimate assumes each module keeps, for the implementation in use."""
-    fl = flavour_of(est.derived)
+    d = est.derived
+    fl = flavour_of(d)
     notes = []
     if fl.transformer_engine:
         notes.append(
@@ -220,9 +304,14 @@ def flavour_notes(est: Estimate) -> list[str]:
             "flash/fused attention keeps q, k, v (k and v at query-group width), the output and the fp32 log-sum-exp; no s x s matrix"
         )
     else:
-        notes.append(
-            "unfused attention repeats K and V to all heads, keeps the fp32 softmax output and bf16 probabilities (s x s per head) and a causal mask"
+        softmax = (
+            "Megatron's fused softmax kernel keeps only its bf16 output (s x s per head)"
+            if d.fused_softmax_kernel
+            else "the torch softmax keeps its fp32 output and the bf16 probabilities (s x s per head) and a causal mask"
+            if d.softmax_dtype == "fp32"
+            else "the torch softmax in half precision keeps its output (s x s per head) and a causal mask"
         )
+        notes.append(f"unfused attention repeats K and V to all heads; {softmax}")
     if fl.fused_activation:
         notes.append(
             "bias_activation_fusion: the GLU/GeLU kernel keeps only the fc1 output; fc2 keeps its input"
@@ -233,9 +322,17 @@ def flavour_notes(est: Estimate) -> list[str]:
         )
     if fl.fp8_activations:
         notes.append("FP8: TE keeps linear inputs in FP8 (1 byte); norms and attention stay bf16")
-    notes.append(
-        "last stage: cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward"
-    )
+    ce = {
+        "unfused": "cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward",
+        "native": "native fused cross entropy (torch.compile) keeps the fp32 softmax and holds one more fp32 copy of the logits in forward",
+        "te": "TE's fused cross entropy keeps only the bf16 logits, into which it writes the gradient",
+    }[d.cross_entropy]
+    notes.append(f"last stage: {ce}")
+    if d.deferred_wgrad_microbatches:
+        notes.append(
+            f"last stage: defer_embedding_wgrad_compute keeps the logits gradient and the output layer's input of"
+            f" {d.deferred_wgrad_microbatches} microbatches until the schedule's end"
+        )
     return notes
 
 

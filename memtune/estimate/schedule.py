@@ -13,7 +13,7 @@ from memtune.config.derived import Derived
 
 def forward_order(num_microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
     """(microbatch, chunk) pairs in the order the interleaved schedule runs their forwards."""
-    order = []
+    order: list[tuple[int, int]] = []
     for start in range(0, num_microbatches, group):
         members = range(start, min(start + group, num_microbatches))
         order.extend((mb, chunk) for chunk in range(chunks) for mb in members)

@@ -9,7 +9,8 @@ import sys
 from rich.console import Console
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.estimate import estimate
 from memtune.measure.plan import DEFAULT_ITERATIONS, plan_measurement
 from memtune.measure.render import print_report, report_json
@@ -27,8 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "group, and report the allocator's peaks beside memtune's estimate. Needs a CUDA GPU and "
         "megatron-core. Sizes are GiB (2^30 bytes); steady state starts at iteration 2.",
     )
-    p.add_argument("config", help="memtune YAML/JSON config (the same files `memtune estimate` reads)")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
+    add_job_arguments(p, "training config (the same files `memtune estimate` reads)")
     p.add_argument(
         "--rank", type=int, required=True, metavar="R", help="global rank to measure (order tp-cp-ep-dp-pp)"
     )
@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_job(args.config, args.overrides)
+    loaded = load_from_args(args, "memtune measure CONFIG|--recipe NAME --rank R [key=value ...]")
+    report_ignored(loaded)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters)
     check_interpreter(args.python)

@@ -10,6 +10,12 @@ recorded with every measurement:
   process group each rank routes only its own tokens, and with untrained router weights the
   tokens pile onto a few experts; balanced routing is what a trained model converges to.
 * The auxiliary load-balancing loss is off (Megatron-Core's default coefficient, 0).
+* LoRA jobs (``peft``) are built with ``memtune.peft.LoRA`` (docs/peft.md): base weights frozen
+  (no gradient buffer, no optimizer state), adapters in Megatron's DDP buffers and optimizer.
+* Fusions are passed to Megatron-Core as the config sets them. ``masked_softmax_fusion`` (with
+  unfused attention) and ``gradient_accumulation_fusion`` need Megatron's CUDA extensions
+  (``benchmarks/gpu/build_megatron_kernels.py`` builds them); the runner refuses without them and
+  records which extensions were loaded.
 * Without Transformer Engine the local layer spec is used. Its core attention is Megatron's
   ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
   (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
@@ -44,6 +50,13 @@ _TRANSFORMER_KEYS = (
     "hidden_dropout",
     "attention_dropout",
     "bias_activation_fusion",
+    "masked_softmax_fusion",
+    "attention_softmax_in_fp32",
+    "cross_entropy_loss_fusion",
+    "cross_entropy_fusion_impl",
+    "gradient_accumulation_fusion",
+    "defer_embedding_wgrad_compute",
+    "wgrad_deferral_limit",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "context_parallel_size",
@@ -71,6 +84,7 @@ _MOE_KEYS = (
     "moe_router_load_balancing_type",
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
+    "moe_token_drop_policy",
     "moe_shared_expert_overlap",
     "moe_router_num_groups",
     "moe_router_group_topk",
@@ -106,6 +120,7 @@ class MeasurePlan:
     layer_spec: str  # "local" | "transformer_engine"
     core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
     iterations: int
+    peft: dict | None = None  # memtune.peft.LoRA keyword arguments; None: full training
     env: dict = field(default_factory=dict)  # process environment for the subprocess
     config: dict = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
 
@@ -123,6 +138,16 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         )
     if iterations < 2:
         problems.append(f"--iters {iterations}: needs at least 2 (Adam creates its state at the first step)")
+    if m.cross_entropy_loss_fusion and m.cross_entropy_fusion_impl == "te" and local:
+        problems.append(
+            "model.cross_entropy_fusion_impl te: needs transformer_impl: transformer_engine; use native"
+        )
+    if m.tp_comm_overlap and local:
+        problems.append(
+            "model.tp_comm_overlap: needs Transformer Engine's userbuffers (transformer_engine spec)"
+        )
+    if m.moe_permute_fusion and local:
+        problems.append("model.moe_permute_fusion: needs Transformer Engine's fused permutation")
     if m.fp8 is not None and local:
         problems.append("model.fp8: needs transformer_impl: transformer_engine")
     if d.cp > 1 and local:
@@ -133,7 +158,7 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         problems.append(
             "model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash"
         )
-    if local and m.attention_backend in FLASH_BACKENDS and not (m.bf16 or m.fp16):
+    if local and m.attention_backend in FLASH_BACKENDS and not d.half_precision:
         problems.append(
             "model.attention_backend flash: PyTorch's flash kernels need bf16 or fp16; use unfused for fp32"
         )
@@ -143,17 +168,29 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
             f"model.recompute_modules {discarding}: megatron-core 0.19.2's output-discarding checkpoint "
             "calls Transformer Engine, so these fail on the local spec"
         )
+    if m.defer_embedding_wgrad_compute and local:
+        problems.append(
+            "model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local ColumnParallelLinear appends every "
+            "layer's input to the embedding buffer only the output layer has, and fails; needs Transformer Engine"
+        )
     if m.cuda_graph_impl != "none":
         problems.append("model.cuda_graph_impl: memtune measure does not capture CUDA graphs")
-    if m.cpu_offloading or job.optimizer.optimizer_cpu_offload:
-        problems.append("CPU offloading: memtune measure does not offload to the host")
-    if d.mtp_num_layers:
-        problems.append("model.mtp_num_layers: memtune measure does not build multi-token-prediction layers")
-    if job.ddp.use_megatron_fsdp:
-        problems.append("ddp.use_megatron_fsdp: memtune measure wraps with Megatron DDP only")
-    if job.peft is not None:
-        problems.append("peft: Megatron-Core has no LoRA; memtune measure runs full training only")
-    if job.optimizer.use_precision_aware_optimizer:
+    if m.cpu_offloading:
+        problems.append(
+            "model.cpu_offloading: megatron-core 0.19.2's layer-wise offload context needs Transformer Engine; "
+            "use fine_grained_activation_offloading"
+        )
+    if m.fine_grained_activation_offloading:
+        problems.append(
+            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
+            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)"
+        )
+    if job.ddp.use_megatron_fsdp and d.pp > 1:
+        problems.append(
+            "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
+            "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP"
+        )
+    if job.optimizer.use_precision_aware_optimizer and not job.optimizer.optimizer_cpu_offload:
         problems.append("optimizer.use_precision_aware_optimizer: needs Transformer Engine's FusedAdam")
     if job.optimizer.optimizer != "adam":
         problems.append(f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune measure runs Adam")
@@ -199,6 +236,8 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict:
             moe_router_force_load_balancing=True,
             moe_aux_loss_coeff=0.0,
         )
+    if d.mtp_num_layers:
+        kwargs["mtp_num_layers"] = d.mtp_num_layers
     if m.multi_latent_attention:
         kwargs.update({key: getattr(m, key) for key in _MLA_KEYS})
         kwargs["multi_latent_attention"] = True
@@ -229,6 +268,34 @@ def _process_env(job: JobConfig) -> dict:
         "CUDA_DEVICE_MAX_CONNECTIONS",
     )
     return {key: getattr(env, key) for key in keys if getattr(env, key) is not None}
+
+
+def _fsdp(job: JobConfig, d: Derived) -> dict:
+    """Megatron-FSDP's DDP keys, as Megatron-LM's get_megatron_ddp_config passes them."""
+    if not d.megatron_fsdp:
+        return {}
+    ddp = job.ddp
+    return dict(
+        use_megatron_fsdp=True,
+        data_parallel_sharding_strategy=d.fsdp_strategy,
+        megatron_fsdp_main_params_dtype=DTYPES.get(ddp.megatron_fsdp_main_params_dtype or ""),
+        megatron_fsdp_main_grads_dtype=DTYPES.get(ddp.megatron_fsdp_main_grads_dtype or ""),
+    )
+
+
+def _optimizer_offload(job: JobConfig) -> dict:
+    """HybridDeviceOptimizer's keys. The gate already requires the precision-aware optimizer
+    with it (as Megatron-LM does); the hybrid optimizer reuses that code path, which then needs
+    no Transformer Engine."""
+    opt = job.optimizer
+    if not opt.optimizer_cpu_offload:
+        return {}
+    return dict(
+        optimizer_cpu_offload=True,
+        optimizer_offload_fraction=opt.optimizer_offload_fraction,
+        overlap_cpu_optimizer_d2h_h2d=opt.overlap_cpu_optimizer_d2h_h2d,
+        use_precision_aware_optimizer=True,
+    )
 
 
 def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
@@ -273,6 +340,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             use_distributed_optimizer=distributed,
             bucket_size=job.ddp.bucket_size,
             num_distributed_optimizer_instances=job.ddp.num_distributed_optimizer_instances,
+            **_fsdp(job, d),
         ),
         optimizer=dict(
             optimizer="adam",
@@ -282,6 +350,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
             params_dtype=DTYPES[dtype],
             use_distributed_optimizer=distributed,
             overlap_param_gather=job.ddp.overlap_param_gather,
+            **_optimizer_offload(job),
         ),
         schedule=dict(
             num_microbatches=d.num_microbatches,
@@ -291,6 +360,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
         layer_spec="transformer_engine" if m.transformer_impl == "transformer_engine" else "local",
         core_attention=_core_attention(job),
         iterations=iterations,
+        peft=job.peft.model_dump(mode="json") if job.peft is not None else None,
         env=_process_env(job),
         config=job.model_dump(mode="json", exclude_defaults=True),
     )

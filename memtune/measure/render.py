@@ -7,12 +7,14 @@ from rich.table import Table
 
 from memtune.measure.plan import MeasurePlan
 from memtune.measure.run import Measurement
+from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
 
 def report_json(plan: MeasurePlan, result: Measurement, estimate: int) -> dict:
     measured = result.measured["peak_allocated_bytes"]
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": plan.config,
         "rank": plan.rank,
         "pp_rank": result.pp_rank,

@@ -2,7 +2,8 @@
 
 Run as ``python -m memtune.measure.runner PLAN.json RESULT.json`` (one process per
 measurement: the allocator's settings and statistics are per process). It needs torch with a
-GPU and megatron-core, and nothing else from memtune, so it runs where pydantic is absent.
+GPU and megatron-core, and nothing else from memtune (LoRA jobs use memtune.peft, which is torch-only),
+so it runs where pydantic is absent.
 
 PyTorch's fake process-group backend gives this process the identity of global rank R in a
 W-rank world: every collective completes at once without moving data, and every shape is the
@@ -33,6 +34,43 @@ class Refusal(Exception):
         self.kind = kind
 
 
+# Megatron's optional CUDA extensions (built from apex's sources, see
+# benchmarks/gpu/build_megatron_kernels.py): which ones a plan needs, and which were loaded.
+SOFTMAX_EXTENSIONS = ("scaled_upper_triang_masked_softmax_cuda", "scaled_masked_softmax_cuda")
+WGRAD_EXTENSION = "fused_weight_gradient_mlp_cuda"
+MEGATRON_EXTENSIONS = (*SOFTMAX_EXTENSIONS, "scaled_softmax_cuda", WGRAD_EXTENSION)
+
+
+def _needed_extensions(plan: dict) -> list[str]:
+    """Extensions megatron-core will import for this plan: the softmax kernels when unfused
+    attention in half precision asks for the fused softmax, the weight-gradient GEMM for
+    gradient-accumulation fusion."""
+    tc = plan["transformer_config"]
+    needed = []
+    half = tc["bf16"] or tc["fp16"]
+    if tc.get("masked_softmax_fusion") and plan["core_attention"] == "megatron_dot_product" and half:
+        needed.extend(SOFTMAX_EXTENSIONS)
+    if tc.get("gradient_accumulation_fusion"):
+        needed.append(WGRAD_EXTENSION)
+    return needed
+
+
+def _require_extensions(plan: dict) -> None:
+    import importlib
+
+    import torch  # noqa: F401  (the extensions link against torch's libraries)
+
+    for name in _needed_extensions(plan):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise Refusal(
+                "missing",
+                f"needs Megatron's CUDA extension {name}, which is not importable; build it with "
+                "benchmarks/gpu/build_megatron_kernels.py and put its directory on PYTHONPATH",
+            ) from None
+
+
 def _require_environment(plan: dict):
     try:
         import torch
@@ -53,6 +91,7 @@ def _require_environment(plan: dict):
                 "transformer_impl: transformer_engine needs Transformer Engine, which is not installed; "
                 "set model.transformer_impl=local to measure Megatron-Core's local layer spec",
             ) from None
+    _require_extensions(plan)
 
 
 # --- model ------------------------------------------------------------------------------
@@ -139,6 +178,24 @@ def _block_spec(plan: dict, config, vp_stage, pp_rank: int):
     return _substitute(spec, table)
 
 
+def _mtp_block_spec(plan: dict, config, decoder_spec, vp_stage, pp_rank: int):
+    """The multi-token-prediction block this chunk builds (None off the last stage), from the
+    decoder's own last-layer spec, as Megatron-LM's GPT builder passes it to GPTModel."""
+    if not getattr(config, "mtp_num_layers", None):
+        return None
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+    use_te = plan["layer_spec"] == "transformer_engine"
+    spec = get_gpt_mtp_block_spec(
+        config, decoder_spec, use_transformer_engine=use_te, vp_stage=vp_stage, pp_rank=pp_rank
+    )
+    if spec is None or use_te:
+        return spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    return _substitute(spec, {WrappedTorchNorm: _SequenceParallelTorchNorm})
+
+
 def _transformer_config(plan: dict):
     import torch
     import torch.nn.functional as F
@@ -169,9 +226,11 @@ def _build_chunks(plan: dict, config):
     chunks = []
     for chunk in plan["chunks"]:
         vp_stage = chunk["vp_stage"]
+        decoder_spec = _block_spec(plan, config, vp_stage, plan["pp_rank"])
         model = GPTModel(
             config=config,
-            transformer_layer_spec=_block_spec(plan, config, vp_stage, plan["pp_rank"]),
+            transformer_layer_spec=decoder_spec,
+            mtp_block_spec=_mtp_block_spec(plan, config, decoder_spec, vp_stage, plan["pp_rank"]),
             pre_process=chunk["pre_process"],
             post_process=chunk["post_process"],
             vp_stage=vp_stage,
@@ -180,11 +239,22 @@ def _build_chunks(plan: dict, config):
         assert len(model.decoder.layers) == chunk["num_layers"], (
             f"built {len(model.decoder.layers)} layers for vp_stage {vp_stage}, planned {chunk['num_layers']}"
         )
+        if plan.get("peft") is not None:
+            _apply_lora(plan["peft"], model)
         for param in model.parameters():
             tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
         model.cuda(torch.cuda.current_device())
         chunks.append(model)
     return chunks
+
+
+def _apply_lora(peft: dict, model) -> None:
+    """Freeze the chunk and add adapters as Megatron-Bridge's LoRA would (memtune.peft)."""
+    from memtune.peft.lora import LoRA
+
+    options = dict(peft)
+    options["target_modules"] = tuple(options["target_modules"])
+    LoRA(**options).apply(model)
 
 
 def _expert_mlp(chunks) -> str | None:
@@ -260,6 +330,58 @@ def _wire_grad_sync(config, model, ddp: dict, optimizer):
 
 # --- measurement ------------------------------------------------------------------------
 
+
+class _HostMemory:
+    """Host memory the job takes: pinned bytes from PyTorch's caching host allocator (where
+    ``torch.cuda.host_memory_stats`` exists; every ``pin_memory`` tensor goes through it) and
+    the process's resident-set peak (``getrusage``, which also counts unpinned host tensors such
+    as CPU optimizer state) above its level before the model was built."""
+
+    def __init__(self):
+        import torch
+
+        self.pinned_stats = hasattr(torch.cuda, "host_memory_stats")
+        self.rss_before = _peak_rss_bytes()
+
+    def reset_peak(self) -> None:
+        import torch
+
+        if self.pinned_stats and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
+            torch.cuda.reset_peak_host_memory_stats()
+
+    def _pinned(self) -> tuple[int, int] | None:
+        import torch
+
+        if not self.pinned_stats:
+            return None
+        stats = torch.cuda.host_memory_stats()
+        return stats.get("allocated_bytes.current", 0), stats.get("allocated_bytes.peak", 0)
+
+    def iteration(self) -> dict:
+        pinned = self._pinned()
+        record = {"host_peak_rss_bytes": _peak_rss_bytes()}
+        if pinned is not None:
+            record["host_pinned_bytes"], record["host_pinned_peak_bytes"] = pinned
+        return record
+
+    def summary(self, steady: list[dict]) -> dict:
+        peak_rss = max(it["host_peak_rss_bytes"] for it in steady)
+        record = {
+            "host_rss_before_build_bytes": self.rss_before,
+            "host_rss_growth_bytes": peak_rss - self.rss_before,
+            "host_pinned_source": "torch.cuda.host_memory_stats" if self.pinned_stats else None,
+        }
+        if self.pinned_stats:
+            record["host_pinned_peak_bytes"] = max(it["host_pinned_peak_bytes"] for it in steady)
+        return record
+
+
+def _peak_rss_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
 SNAPSHOT_ENTRIES = 200_000  # allocator events kept for the snapshot of the last iteration
 
 
@@ -282,12 +404,17 @@ def _init_distributed(plan: dict):
 
 def measure(plan: dict) -> dict:
     import torch
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        FullyShardedDataParallel,
+    )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.module import Float16Module
 
     started = time.monotonic()
+    host = _HostMemory()
     _init_distributed(plan)
     config = _transformer_config(plan)
     chunks = _build_chunks(plan, config)
@@ -295,11 +422,15 @@ def measure(plan: dict) -> dict:
 
     if config.bf16 or config.fp16:
         chunks = [Float16Module(config, chunk) for chunk in chunks]
-    ddp_config = DistributedDataParallelConfig(**plan["ddp"])
+    ddp_kwargs = dict(plan["ddp"])
+    for key in ("megatron_fsdp_main_params_dtype", "megatron_fsdp_main_grads_dtype"):
+        if key in ddp_kwargs:
+            ddp_kwargs[key] = ddp_kwargs[key] and getattr(torch, ddp_kwargs[key])
+    ddp_config = DistributedDataParallelConfig(**ddp_kwargs)
+    # Megatron-LM's get_model picks the wrapper: Megatron-FSDP or Megatron DDP.
+    wrapper = FullyShardedDataParallel if ddp_config.use_megatron_fsdp else DistributedDataParallel
     model = [
-        DistributedDataParallel(
-            config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0
-        )
+        wrapper(config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0)
         for index, chunk in enumerate(chunks)
     ]
     after_ddp = torch.cuda.memory_allocated()
@@ -321,6 +452,7 @@ def measure(plan: dict) -> dict:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_ENTRIES, stacks="python")
         torch.cuda.reset_peak_memory_stats()
+        host.reset_peak()
         tick = time.monotonic()
         for chunk in model:
             chunk.zero_grad_buffer()
@@ -349,6 +481,7 @@ def measure(plan: dict) -> dict:
                 "reserved_after_step": torch.cuda.memory_reserved(),
                 "num_alloc_retries": torch.cuda.memory_stats()["num_alloc_retries"],
                 "seconds": round(time.monotonic() - tick, 3),
+                **host.iteration(),
             }
         )
         if snapshot and index == plan["iterations"]:
@@ -364,6 +497,7 @@ def measure(plan: dict) -> dict:
         "allocated_after_optimizer": after_optimizer,
         "state_bytes": iterations[-1]["allocated_after_step"],
         "num_alloc_retries": iterations[-1]["num_alloc_retries"],
+        **host.summary(steady),
         "iterations": iterations,
     }
     return {
@@ -394,6 +528,7 @@ def _environment(plan: dict, chunks, optimizer) -> dict:
         "layer_spec": plan["layer_spec"],
         "optimizer_class": f"{type(adam).__module__}.{type(adam).__name__}",
         "allocator_conf": {k: v for k, v in plan["env"].items() if "ALLOC_CONF" in k},
+        "megatron_extensions": sorted(name for name in MEGATRON_EXTENSIONS if name in sys.modules),
     }
 
 

@@ -8,7 +8,7 @@ from memtune.cli import main
 
 def test_gpus_json_lists_every_gpu_with_its_capacity(capsys):
     assert main(["gpus", "--json"]) == 0
-    gpus = json.loads(capsys.readouterr().out)
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
     assert [g["name"] for g in gpus] == [
         "A100-40GB",
         "A100-80GB",
@@ -33,7 +33,7 @@ def test_models_table_and_json_list_every_preset(capsys):
     assert main(["models"]) == 0
     table = capsys.readouterr().out
     assert main(["models", "--json"]) == 0
-    names = [m["name"] for m in json.loads(capsys.readouterr().out)]
+    names = [m["name"] for m in json.loads(capsys.readouterr().out)["models"]]
     assert names == [p.name for p in list_models()]
     assert all(name in table for name in names)
     assert "256x2048 top-8" in table  # DeepSeek-V3's routed experts

@@ -17,6 +17,9 @@ PUBLISHED = {
     "mixtral-8x7b": 46.7e9,
     "mixtral-8x22b": 140.6e9,
     "deepseek-v3": 671e9,  # main model; the 685B on Hugging Face adds the 14B MTP module
+    "deepseek-v2-lite": 15.7e9,
+    "deepseek-v2": 236e9,
+    "moonlight-16b": 16.0e9,  # model card: 16B total, 3B activated
     "gpt-oss-20b": 20.9e9,
     "gpt-oss-120b": 116.8e9,
     "nemotron-4-340b": 341e9,

@@ -7,6 +7,7 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.validation import validate
 
 BASE = {
+    "defaults": "megatron-core",  # the rules as Megatron-Core applies them
     "model": {
         "num_layers": 32,
         "hidden_size": 4096,

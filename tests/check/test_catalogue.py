@@ -13,6 +13,7 @@ from check_fixtures import BASE
 from memtune.check import run_checks
 from memtune.check.registry import FAMILIES, catalogue, find_rule
 from memtune.check.report import catalogue_markdown
+from memtune.config.changes import with_changes
 from memtune.config.validation import validate
 
 RULES = catalogue()
@@ -67,3 +68,15 @@ def test_docs_rules_md_is_current():
     """docs/rules.md is generated; regenerate with
     python -c "from memtune.check.report import catalogue_markdown as m; open('docs/rules.md','w').write(m())"."""
     assert DOCS.read_text(encoding="utf-8") == catalogue_markdown()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_a_findings_changes_clear_it(rule):
+    """Where a fix is spelled out as dotted changes, applying them makes the finding go away."""
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", rule.explain, re.S).group(1))
+    job = validate(_merge(BASE, example))
+    finding = next(f for f in run_checks(job) if f.code == rule.code)
+    if not finding.changes:
+        pytest.skip(f"{rule.code}'s fix is not a plain set of key changes: {finding.fix}")
+    fixed = with_changes(job, finding.changes)
+    assert rule.code not in {f.code for f in run_checks(fixed)}

@@ -56,6 +56,7 @@ def test_json_output(base_yaml, capsys):
     status = check(str(base_yaml), "train.global_batch_size=62", "--json")
     data = json.loads(capsys.readouterr().out)
     assert status == 1
+    assert data["schema_version"] == 1
     assert data["summary"] == {"error": 1, "warning": 0, "info": 0}
     assert data["findings"] == [
         {
@@ -64,8 +65,29 @@ def test_json_output(base_yaml, capsys):
             "message": "train.global_batch_size=62 is not divisible by train.micro_batch_size=1 × DP=4",
             "fix": "set train.global_batch_size to a multiple of 4, e.g. 60 or 64",
             "upstream": "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)",
+            "changes": [],
         }
     ]
+
+
+def test_select_ignore_and_hidden_infos(base_yaml, capsys):
+    overrides = ("model.sequence_parallel=false", "model.recompute_method=uniform")
+    check(str(base_yaml), *overrides, "--json")
+    assert [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["REC004"]
+    check(str(base_yaml), *overrides, "--json", "--show-info")
+    data = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in data["findings"]] == ["SEQ004", "REC004"] and data["hidden_info"] == 0
+    check(str(base_yaml), *overrides, "--json", "--show-info", "--select", "SEQ")
+    assert [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["SEQ004"]
+    check(str(base_yaml), *overrides, "--json", "--show-info", "--ignore", "REC004,SEQ00")
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+    check(str(base_yaml), *overrides, "check.ignore=[REC]", "--json")
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+
+
+def test_unknown_rule_in_select_is_bad_input(base_yaml):
+    with pytest.raises(InputError, match="check: unknown rule or prefix 'XYZ001'"):
+        check(str(base_yaml), "--select", "XYZ001")
 
 
 def test_explain_prints_the_rule_page(capsys):
@@ -84,14 +106,18 @@ def test_explain_unknown_code_suggests_a_close_one():
 def test_list_shows_every_rule(capsys):
     assert check("--list", "--json") == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [r["code"] for r in listed] == [r.code for r in catalogue()]
+    assert listed["schema_version"] == 1
+    assert [r["code"] for r in listed["rules"]] == [r.code for r in catalogue()]
+    by_code = {r["code"]: r for r in listed["rules"]}
+    assert by_code["ENV006"]["applies"] == "torch before 2.11.0"
+    assert by_code["ENV004"]["applies"] == "megatron-core 0.14.0 up to 0.16.0"
     assert check("--list") == 0
     out = capsys.readouterr().out
     assert all(r.code in out for r in catalogue())
 
 
 def test_missing_config_is_bad_input():
-    with pytest.raises(InputError, match="a config file is required"):
+    with pytest.raises(InputError, match="a config file or --recipe NAME is required"):
         check()
 
 

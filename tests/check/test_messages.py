@@ -271,3 +271,17 @@ def test_megatron_default_recompute_list_is_not_flagged():
 @pytest.mark.parametrize("fraction, fires", [(0.0, False), (1.0, False), (0.25, True)])
 def test_offload_fraction_defaults_are_not_flagged(fraction, fires):
     assert (finding("OFF008", f"optimizer.optimizer_offload_fraction={fraction}") is not None) == fires
+
+
+def test_tp_without_sp_in_a_lora_job_counts_only_what_sp_shards():
+    # 10·s·b·h·(1-1/t) = 10 * 8192 * 4096 / 2 bytes = 160 MiB; LoRA without re-gather keeps the
+    # inputs of linear_qkv and linear_fc1 whole under SP too: 2 * 32 MiB less = 96 MiB.
+    plain = finding("SEQ004", "model.sequence_parallel=false")
+    assert "about 160 MiB" in plain.message
+    lora = finding("SEQ004", "model.sequence_parallel=false", "peft.dim=16")
+    assert "about 96 MiB" in lora.message
+    assert lora.message.endswith(
+        "(LoRA: the inputs of linear_qkv, linear_fc1 stay whole or unkept either way)"
+    )
+    regather = finding("SEQ004", "model.sequence_parallel=false", "peft.dim=16", REGATHER)
+    assert "about 160 MiB" in regather.message and "LoRA" not in regather.message

@@ -2,8 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from memtune.config import load_job
-from memtune.config.loaders import read_raw
+from memtune.config import derive, load_job
 from memtune.config.loaders._shell import evaluate, parse_script
 from memtune.errors import InputError
 
@@ -122,17 +121,62 @@ torchrun --nnodes $NODES --nproc_per_node $((GPUS / 2)) train.py "${MODEL[@]}" -
     assert job.cluster.num_gpus == 8
 
 
-def test_tokenizer_vocabulary_needs_an_override(write):
+def test_tokenizer_vocabulary_of_an_unknown_tokenizer_needs_an_override(write):
     path = write(
         "run.sh",
         "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
-        "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B\n",
+        "--num-attention-heads 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model org/unknown-model\n",
     )
     with pytest.raises(InputError) as exc:
         load_job(path)
-    assert exc.value.problems == ["model.vocab_size: required, but missing"]
+    assert exc.value.problems == [
+        f"{path}: the vocabulary size of --tokenizer-type HuggingFaceTokenizer --tokenizer-model "
+        "org/unknown-model is not known without the tokenizer files; pass it as model.vocab_size=N"
+    ]
     assert load_job(path, ["model.vocab_size=128256"]).job.model.vocab_size == 128256
-    assert "--tokenizer-model meta-llama/Meta-Llama-3-8B" in read_raw(path).ignored
+
+
+@pytest.mark.parametrize(
+    "tokenizer, vocab",
+    [
+        ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B", 128256),
+        ("--tokenizer-type GPT2BPETokenizer --vocab-file v.json --merge-file m.txt", 50257),
+        ("--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt", 50257),
+        ("--tokenizer-type NullTokenizer --vocab-size 32000", 32000),
+    ],
+)
+def test_vocabulary_from_the_tokenizer_flags(write, tokenizer, vocab):
+    path = write(
+        "run.sh",
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+        f"--num-attention-heads 4 {tokenizer}\n",
+    )
+    assert load_job(path).job.model.vocab_size == vocab
+
+
+@pytest.mark.parametrize("entry", ["pretrain_bert.py", "pretrain_t5.py"])
+def test_non_gpt_entry_points_are_refused_in_one_line(write, entry):
+    path = write("run.sh", f"torchrun --nproc-per-node 8 {entry} --num-layers 2 --hidden-size 256\n")
+    with pytest.raises(InputError) as exc:
+        load_job(path)
+    assert exc.value.problems == [
+        f"{entry} trains a model memtune does not estimate; memtune reads GPT-style decoder launches "
+        "(pretrain_gpt.py and scripts taking its flags)"
+    ]
+
+
+def test_array_elements_holding_flag_value_pairs_split_when_expanded_unquoted(write):
+    # The pattern of NVIDIA's Llama 3 FP8 example: each array element is "--flag value".
+    path = write(
+        "run.sh",
+        'MODEL=(\n  "--num-layers 2"\n  "--hidden-size 256"\n  "--num-attention-heads 4"\n)\n'
+        'TRAIN=("--micro-batch-size 2" "--vocab-size 1000")\n'
+        'ALL="${MODEL[@]} --seq-length 128"\n'
+        "torchrun --nproc-per-node 8 pretrain_gpt.py ${MODEL[@]} ${TRAIN[@]} $ALL\n",
+    )
+    job = load_job(path).job
+    assert (job.model.num_layers, job.model.hidden_size, job.model.seq_length) == (2, 256, 128)
+    assert job.train.micro_batch_size == 2 and job.model.vocab_size == 1000
 
 
 def test_virtual_stage_size_that_does_not_divide_is_an_input_error(write):
@@ -164,3 +208,83 @@ def test_restricted_evaluator_refuses_anything_but_integer_lists():
 def test_unset_variable_stays_literal_and_default_applies():
     script = parse_script('A=${UNSET:-7}\nB="$A-$UNSET"\n')
     assert script.variables == {"A": "7", "B": "7-$UNSET"}
+
+
+def test_pipeline_layout_places_uneven_stages_embedding_and_loss(write):
+    # Megatron's shorthand: E embedding, t decoder layer, L loss, | between stages, x*n repeats;
+    # stage i runs on pipeline rank i % PP, virtual stage i // PP
+    script = write(
+        "layout.sh",
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 14 --hidden-size 256 "
+        "--num-attention-heads 4 --seq-length 512 --micro-batch-size 1 --vocab-size 1000 --bf16 "
+        "--pipeline-model-parallel-size 4 --pipeline-model-parallel-layout 'Et|t*2|(tt|)*4,t*3|L'\n",
+    )
+    d = derive(load_job(script).job)
+    assert d.vpp == 2
+    # stages: [E t] [t t] [t t] [t t] | [t t] [t t] [t t t] [L]
+    assert [[len(c.layers) for c in rank] for rank in d.chunks] == [[1, 2], [2, 2], [2, 3], [2, 0]]
+    assert d.layers_per_stage == (3, 4, 5, 2)
+    assert d.chunks[3][1].layers == () and d.chunks[3][1].has_output
+    assert d.chunks[1][1].layers == (9, 10)  # layer order runs over ranks within a virtual stage
+    assert d.chunks[0][0].has_embedding and d.chunks[0][0].layers == (0,)
+
+
+def test_pipeline_layout_with_virtual_stage_flags_is_refused(write):
+    script = write(
+        "layout.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+        "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Ett|ttL' "
+        "--num-virtual-stages-per-pipeline-rank 2\n",
+    )
+    with pytest.raises(InputError, match="--pipeline-model-parallel-layout sets the virtual stages itself"):
+        load_job(script)
+
+
+def test_pipeline_layout_that_miscounts_layers_is_one_line(write):
+    script = write(
+        "layout.sh",
+        "pretrain_gpt.py --num-layers 5 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+        "--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout 'Ett|ttL'\n",
+    )
+    with pytest.raises(InputError) as exc:
+        load_job(script)
+    assert exc.value.problems == [
+        "model: pipeline_model_parallel_layout places 4 decoder layers, num_layers is 5"
+    ]
+
+
+def test_fine_grained_activation_offloading_flags(write):
+    script = write(
+        "offload.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+        "--fine-grained-activation-offloading --offload-modules core_attn attn_proj "
+        "--min-offloaded-tensor-size 4096 --activation-offload-fraction 0.5\n",
+    )
+    loaded = load_job(script)
+    m = loaded.job.model
+    assert m.fine_grained_activation_offloading and m.offload_modules == ["core_attn", "attn_proj"]
+    assert (m.min_offloaded_tensor_size, m.activation_offload_fraction) == (4096, 0.5)
+    assert loaded.ignored == []
+
+
+def test_tiktoken_vocabulary_is_megatrons_cap(write):
+    # Megatron's TikTokenizer without --vocab-size keeps 2**17 tokens, special tokens included
+    script = write(
+        "tik.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+        "--tokenizer-type TikTokenizer --tokenizer-model /data/llama3.json --tiktoken-pattern v2\n",
+    )
+    loaded = load_job(script)
+    assert loaded.job.model.vocab_size == 131072
+    assert loaded.ignored == ["--tiktoken-pattern v2"]
+
+
+def test_moe_layer_freq_in_megatron_list_syntax_as_a_dotted_override(write):
+    script = write(
+        "moe.sh",
+        "pretrain_gpt.py --num-layers 8 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+        "--num-experts 4 --moe-layer-freq 1\n",
+    )
+    job = load_job(script, ["model.moe_layer_freq=([0]*3+[1]*5)"]).job
+    assert job.model.moe_layer_freq == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert derive(job).moe_layer_pattern == (False,) * 3 + (True,) * 5

@@ -1,4 +1,4 @@
-"""Verbatim failure texts (pytorch-allocator-notes.md §1, the corpus, Megatron sources) for the tests."""
+"""Verbatim failure texts (docs/allocator.md M1-M7, the labelled corpus, Megatron sources) for the tests."""
 
 MSG_211_FRAGMENTATION = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB "

@@ -62,7 +62,7 @@ def test_cuda_graphs_get_nccl_graph_register_next_to_expandable(tmp_path):
 
 def test_existing_alloc_conf_is_kept(tmp_path):
     d = diagnose_text(
-        MSG_211_CAPACITY,
+        MSG_211_FRAGMENTATION,
         config=_config(tmp_path, env={"PYTORCH_CUDA_ALLOC_CONF": "garbage_collection_threshold:0.8"}),
     )
     assert d.fixes[0].changes == (
@@ -85,19 +85,28 @@ def test_no_cpu_offload_with_pp_and_no_allocator_fix_when_already_expandable(tmp
     assert next(f.cost for f in d.fixes if f.title == "More pipeline stages").endswith("DP drops 4 → 2")
 
 
-def test_lora_with_sp_gets_regather_before_recompute(tmp_path):
+def test_lora_with_sp_gets_regather_first_and_no_change_that_does_not_help(tmp_path):
     path = _config(
         tmp_path, model={"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft={"dim": 16}
     )
     d = diagnose_text(MSG_211_CAPACITY, config=path)
     titles = [f.title for f in d.fixes]
-    assert titles[:3] == [
-        "Turn on expandable segments",
-        "Re-gather LoRA adapter inputs under sequence parallelism",
-        "Selective activation recompute",
-    ]
-    assert d.fixes[1].changes == ("peft.sequence_parallel_input_regather=true",)
+    assert titles[0] == "Re-gather LoRA adapter inputs under sequence parallelism"
+    assert d.fixes[0].changes == ("peft.sequence_parallel_input_regather=true",)
+    # With these small activations selective recompute does not lower the estimated peak.
+    assert "Selective activation recompute" not in titles
     assert "model.cpu_offloading=true" in _changes(d) and "model.cpu_offloading_num_layers=2" in _changes(d)
+
+
+def test_lora_without_an_eligible_adapter_gets_no_regather_advice(tmp_path):
+    # Only row-parallel adapters: none can re-gather (memtune/peft/model.py), so it is not offered.
+    path = _config(
+        tmp_path,
+        model={"tensor_model_parallel_size": 2, "sequence_parallel": True},
+        peft={"dim": 16, "target_modules": ["linear_proj", "linear_fc2"]},
+    )
+    d = diagnose_text(MSG_211_CAPACITY, config=path)
+    assert "Re-gather LoRA adapter inputs under sequence parallelism" not in [f.title for f in d.fixes]
 
 
 def test_configuration_and_not_oom_advice_never_touch_the_allocator():
@@ -124,4 +133,12 @@ def test_savings_come_from_the_estimator(tmp_path):
     changed = estimate(gate(load_job(path, list(distopt.changes)).job)).worst.peak_bytes
     assert distopt.saves_bytes == base - changed > 0  # optimizer state sharded over DP = 8
     assert distopt.saves_note == "estimated"
-    assert d.fixes[0].saves_bytes is None  # the estimator does not model the allocator
+    # A capacity OOM is a real shortage: no allocator setting, and only changes that lower the peak.
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in c for c in _changes(d))
+    assert all(f.saves_bytes > 0 for f in d.fixes if f.saves_note == "estimated")
+
+
+def test_capacity_oom_does_not_lead_with_the_allocator():
+    d = diagnose_text(MSG_211_CAPACITY)
+    assert not any("expandable_segments" in c for c in _changes(d))
+    assert d.fixes[0].title == "Re-gather LoRA adapter inputs under sequence parallelism (LoRA + SP only)"

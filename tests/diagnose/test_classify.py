@@ -28,7 +28,7 @@ GiB, MiB = 1 << 30, 1 << 20
         (
             MSG_211_OTHER_PROCESS,
             "capacity",
-        ),  # R > U + F (§5 rule 3); the 61 GiB co-tenant is named as the holder
+        ),  # R > U + F (docs/allocator.md C3); the 61 GiB co-tenant is named as the holder
         (
             MSG_24_PRIVATE_POOLS,
             "capacity",
@@ -135,7 +135,7 @@ def test_one_rank_of_32_with_headroom_elsewhere():
     ]
     lines.append("[rank5]: torch.OutOfMemoryError: CUDA out of memory.")  # no numbers
     d = diagnose_text("\n".join(lines))
-    # one failing rank among 32 is an uneven load on that rank (§5 rule 8): still a shortage, said so
+    # one failing rank among 32 is an uneven load on that rank (docs/allocator.md C8): still a shortage, said so
     assert d.verdict.label == "capacity"
     assert d.verdict.failed_ranks == [5] and d.verdict.known_ranks == 32
     assert d.verdict.confidence == "low"  # the label is the default for a message without numbers

@@ -1,8 +1,8 @@
-"""Realistic log variants of the patterns real issue trackers contain (pytorch-allocator-notes.md §1, §7).
+"""Realistic log variants of the patterns real issue trackers contain (docs/allocator.md M1-M7).
 
 Each case is a whole log excerpt composed the way the tools print it (torchrun/DeepSpeed/Slurm/NCCL
 prefixes, wrapped or interleaved lines, prose around a pasted message). The expected label follows
-the notes' §5 decision rules, not the classifier's output; the comment on each case gives the rule
+the decision rules of docs/allocator.md C1-C9, not the classifier's output; the comment on each case gives the rule
 (R = requested, U = reserved but unallocated, F = free, T = total).
 """
 
@@ -179,7 +179,7 @@ RL_COLOCATED_VLLM = "\n".join(
     ]
 )
 
-# cuBLAS handle creation on a full GPU (older stacks: NOT_INITIALIZED for the same cause, §1.4) → capacity.
+# cuBLAS handle creation on a full GPU (older stacks: NOT_INITIALIZED for the same cause, docs/allocator.md M7) → capacity.
 CUBLAS_NOT_INITIALIZED = "\n".join(
     [
         "{'loss': 1.9312, 'learning_rate': 1.98e-05, 'epoch': 0.02}",
@@ -347,7 +347,7 @@ ROCM_UNSUPPORTED_EXPANDABLE = "\n".join(
     ]
 )
 
-# 1.5–1.9 format: U = 30.11 − 21.87 = 8.24 GiB ≫ R 3.13 GiB → rule 1 (old-format arithmetic of §5).
+# 1.5–1.9 format: U = 30.11 − 21.87 = 8.24 GiB ≫ R 3.13 GiB → C1 (old-format arithmetic, docs/allocator.md C1).
 OLD_RESERVED_FRAGMENTATION = (
     "RuntimeError: CUDA out of memory. Tried to allocate 3.13 GiB (GPU 3; 31.75 GiB total capacity; 21.87 GiB already "
     "allocated; 611.50 MiB free; 30.11 GiB reserved in total by PyTorch)\n"
@@ -405,7 +405,7 @@ MEMORY_SUMMARY_TABLE = """\
 # ---------------------------------------------------------------------------------------------
 
 # The Python error says "internal error"; only the NCCL WARN lines show the OOM. Peers only see the socket
-# closing and the watchdog (§1.4: scan NCCL WARN lines).
+# closing and the watchdog (docs/allocator.md M7: scan NCCL WARN lines).
 NCCL_INTERNAL_ERROR_PEERS = "\n".join(
     [
         "gpu-node-07:88121:88342 [2] NCCL INFO Channel 12/0 : 2[2] -> 3[3] via P2P/CUMEM",
@@ -707,7 +707,7 @@ def test_memory_summary_reads_non_releasable_against_gpu_reserved():
 
 
 def test_minority_rank_failure_is_uneven_load_not_a_label_change():
-    # §5 rule 8: one rank of 32 failing is imbalance on that rank, still a shortage there, not fragmentation
+    # docs/allocator.md C8: one rank of 32 failing is imbalance on that rank, still a shortage there, not fragmentation
     lines = [
         "using world size: 32, data-parallel size: 4",
         "[rank31]: torch.OutOfMemoryError: CUDA out of memory.",

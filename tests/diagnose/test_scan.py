@@ -49,6 +49,16 @@ def test_rank_from_file_name_and_directory_input(tmp_path):
     assert [s.name.rsplit("/", 1)[1] for s in d.scan.sources] == ["rank_7.log", "rank_8.log"]
 
 
+def test_rank_from_a_torchrun_log_dir_tree(tmp_path):
+    # torchrun --log-dir writes <dir>/<run>/attempt_<n>/<local rank>/stderr.log without rank prefixes.
+    for rank, message in ((0, MSG_211_CAPACITY), (3, MSG_211_FRAGMENTATION)):
+        folder = tmp_path / "run1" / "attempt_0" / str(rank)
+        folder.mkdir(parents=True)
+        (folder / "stderr.log").write_text(message + "\n")
+    d = diagnose([str(tmp_path)])
+    assert d.verdict.failed_ranks == [0, 3]
+
+
 def test_gzip_and_stdin(tmp_path, monkeypatch):
     path = tmp_path / "job.log.gz"
     with gzip.open(path, "wt") as fh:

@@ -12,7 +12,7 @@ GiB = 1 << 30
 
 def test_real_snapshot_summary():
     s = summarise(read_snapshot(REAL), str(REAL))
-    # §5 repro: a 100 GiB segment carved into 1 GiB tensors, every other one freed, 2 GiB requested
+    # docs/allocator.md C1 repro: a 100 GiB segment carved into 1 GiB tensors, every other one freed, 2 GiB requested
     assert s.reserved == 149554200576  # 139.28 GiB
     assert s.allocated == 95867109376  # 89.28 GiB, as the OOM message says
     assert s.inactive == s.fragmented == 50 * GiB

@@ -2,7 +2,9 @@ import pytest
 
 from memtune.config import validate
 
+# Hand-computed expectations use Megatron-Core's own defaults (memtune/config/stacks.py).
 TINY = {
+    "defaults": "megatron-core",
     "model": {
         "num_layers": 4,
         "hidden_size": 64,
@@ -29,7 +31,7 @@ TINY = {
 
 
 def make_job(**sections):
-    data = {k: dict(v) for k, v in TINY.items()}
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in TINY.items()}
     for section, values in sections.items():
         data.setdefault(section, {}).update(values)
     return validate(data)

@@ -9,11 +9,16 @@ EXAMPLE = str(ROOT / "examples" / "llama3-70b-sft.yaml")
 
 def test_json_for_one_global_rank(capsys):
     assert main(["estimate", EXAMPLE, "--json", "--rank", "31"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    full = json.loads(capsys.readouterr().out)
+    assert full["schema_version"] == 1 and len(full["ranks"]) == 1
+    data = full["ranks"][0]
     assert data["rank"] == 31 and data["pp_rank"] == 3  # 32 GPUs, PP 4: ranks 24-31 are the last stage
     assert set(data["components"]) == {"weights", "grads", "optimizer", "activations", "transient"}
     assert data["peak_bytes"] == sum(data["components"].values())
     assert isinstance(data["fits"], bool) and data["non_pytorch_bytes"] > 0
+    assert main(["estimate", EXAMPLE, "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert every.keys() == full.keys() and every["ranks"][3] == {k: v for k, v in data.items() if k != "rank"}
 
 
 def test_table_explain_and_plot(capsys, tmp_path):
@@ -44,7 +49,7 @@ def test_overrides_after_options_change_the_layout(capsys):
 
 
 def test_invalid_config_is_refused_with_check_messages(capsys):
-    code = main(["estimate", EXAMPLE, "model.tensor_model_parallel_size=1"])
+    code = main(["estimate", EXAMPLE, "defaults=megatron-core", "model.tensor_model_parallel_size=1"])
     err = capsys.readouterr().err
     assert code == 2
     assert "SEQ001" in err and "Traceback" not in err
@@ -53,3 +58,27 @@ def test_invalid_config_is_refused_with_check_messages(capsys):
 def test_rank_out_of_range(capsys):
     assert main(["estimate", EXAMPLE, "--rank", "32"]) == 2
     assert "--rank: must be between 0 and 31 (world size 32), got 32" in capsys.readouterr().err
+
+
+def test_strict_exits_1_when_a_rank_does_not_fit(capsys):
+    assert main(["estimate", EXAMPLE, "--strict"]) == 0
+    assert main(["estimate", EXAMPLE, "--strict", "cluster.gpu_memory_gib=40"]) == 1
+    assert main(["estimate", EXAMPLE, "cluster.gpu_memory_gib=40"]) == 0
+
+
+def test_missing_config_is_one_line(capsys):
+    assert main(["estimate"]) == 2
+    assert (
+        capsys.readouterr().err == "memtune estimate: a config file or --recipe NAME is required: "
+        "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]\n"
+    )
+
+
+def test_json_mode_reports_bad_input_as_json(capsys):
+    assert main(["estimate", "/no/such/file.yaml", "--json"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {
+        "schema_version": 1,
+        "error": {"problems": ["/no/such/file.yaml: no such file"]},
+    }
+    assert out.err == "memtune estimate: /no/such/file.yaml: no such file\n"

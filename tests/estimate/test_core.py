@@ -6,6 +6,7 @@ from memtune.estimate.core import CUBLAS_WORKSPACE, Segment, persistent_buffers,
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.params import ParamCounts
 from memtune.estimate.state import model_state
+from memtune.peft.model import AdapterParams
 
 MiB = 2**20
 
@@ -48,7 +49,7 @@ def test_adam_step_temporaries_follow_megatrons_param_groups(job_factory):
             model={"num_moe_experts": 8, "moe_ffn_hidden_size": 32}, ddp={"grad_reduce_in_fp32": False}
         )
     )
-    state = model_state(d, ParamCounts(dense=600.0, replicated=0.0, expert=1000.0), adapters=0.0, layers=4)
+    state = model_state(d, ParamCounts(dense=600.0, replicated=0.0, expert=1000.0), lora=AdapterParams())
     assert state.optimizer_step_transient == 4 * 1600 + 4 * max(600, 1000)
     assert state.weights == 2 * 1600 and state.grads == 2 * 1600
     assert state.optimizer == 12 * 1600

@@ -169,14 +169,23 @@ def test_in_order_matches_what_a_dot_star_pattern_matched(text):
 @SETTINGS
 @given(
     rank=st.integers(0, 10**6),
-    before=st.text(alphabet="ab |", max_size=10),
-    between=st.text(alphabet="ab |:", max_size=10),
-    value=st.floats(0, 1e6, allow_nan=False),
+    label=st.text(alphabet="ab ()|0123456789", max_size=12),
+    values=st.lists(st.floats(0, 1e6, allow_nan=False), min_size=4, max_size=4),
 )
-def test_rank_memory_reads_what_the_old_pattern_read(rank, before, between, value):
-    text = f"[Rank {rank}]{before}memory (MB){between}max reserved: {value:.1f}"
-    old = re.search(r"\[Rank (\d+)\].*memory \(MB\).*?max reserved:\s*([\d.]+)", text)
-    assert detectors.rank_memory(text) == (int(old.group(1)), float(old.group(2)) * (1 << 20))
+def test_rank_memory_reads_what_the_backtracking_pattern_read(rank, label, values):
+    a, b, c, d = (f"{v:.1f}" for v in values)
+    text = f"[Rank {rank}] {label} memory (MB) | allocated: {a} | max allocated: {b} | reserved: {c} | max reserved: {d}"
+    old = re.search(
+        r"\[Rank (\d+)\]\s*(.*?)\s*memory \(MB\)\s*\|\s*allocated:\s*([\d.]+)\s*\|\s*max allocated:\s*([\d.]+)"
+        r"\s*\|\s*reserved:\s*([\d.]+)\s*\|\s*max reserved:\s*([\d.]+)",
+        text,
+    )
+    report = detectors.rank_memory_report(text)
+    assert (report.rank, report.label, report.max_reserved) == (
+        int(old.group(1)),
+        old.group(2),
+        round(float(old.group(6)) * (1 << 20)),
+    )
 
 
 # --- shell scripts ----------------------------------------------------------------------------

@@ -49,8 +49,12 @@ def write(tmp_path):
 def test_dot_star_patterns_became_first_match_searches():
     """The per-rank memory, CPU-percent, NCCL narrative and lookahead-chain patterns now find their
     first anchor once; these are the lines that used to take minutes at 64 KiB."""
-    line = "[Rank 1] " + "memory (MB) | " * 4000 + "max reserved: 12.5"
-    assert detectors.rank_memory(line) == (1, 12.5 * (1 << 20))
+    assert detectors.rank_memory_report("[Rank 1] " + "memory (MB) | " * 4000 + "max reserved: 12.5") is None
+    report = detectors.rank_memory_report(
+        "[Rank 1] (after 5 iterations) memory (MB) | allocated: 1.5 | max allocated: 2.0 | reserved: 3.0 | "
+        "max reserved: 12.5"
+    )
+    assert (report.rank, report.iteration, report.max_reserved) == (1, 5, round(12.5 * (1 << 20)))
     assert detectors._cpu_percent("CPU Virtual Memory: " + "percent = 1" * 5000 + "percent = 93.5%") == 93.5
     assert detectors._InOrder("NCCL WARN", "out of memory").search("NCCL WARN " * 6000) is False
     assert (
@@ -74,7 +78,8 @@ def test_sizes_are_not_read_from_inside_a_digit_run():
 def test_findings_per_kind_are_capped_overall_and_counted(monkeypatch):
     monkeypatch.setattr(logscan, "MAX_FINDINGS_PER_KIND", 50)
     text = "".join(
-        f"[Rank {r}] (after 10 iterations) memory (MB) | allocated: 1.0 | max reserved: 4.0\n"
+        f"[Rank {r}] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2.0 | reserved: 3.0 | "
+        f"max reserved: 4.0\n"
         for r in range(5000)
     )
     result = scan_text(text)

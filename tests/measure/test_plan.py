@@ -28,7 +28,7 @@ def job(model=None, **sections):
         attention_backend="flash",
     )
     base.update(model or {})
-    return validate({"model": base, **sections})
+    return validate({"defaults": "megatron-core", "model": base, **sections})
 
 
 def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():
@@ -174,13 +174,32 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
             "model.recompute_modules ['layernorm']: megatron-core 0.19.2's output-discarding checkpoint "
             "calls Transformer Engine, so these fail on the local spec",
         ),
-        ({}, {"peft": {}}, 0, 3, "peft: Megatron-Core has no LoRA; memtune measure runs full training only"),
         (
-            {"mtp_num_layers": 1},
+            {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]},
             {},
             0,
             3,
-            "model.mtp_num_layers: memtune measure does not build multi-token-prediction layers",
+            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
+            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)",
+        ),
+        (
+            {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "num_layers": 4},
+            {
+                "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads"},
+                "cluster": {"num_gpus": 4},
+            },
+            0,
+            3,
+            "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
+            "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP",
+        ),
+        (
+            {"cpu_offloading": True, "cpu_offloading_num_layers": 1},
+            {},
+            0,
+            3,
+            "model.cpu_offloading: megatron-core 0.19.2's layer-wise offload context needs Transformer Engine; "
+            "use fine_grained_activation_offloading",
         ),
         (
             {"tensor_model_parallel_size": 2},
@@ -195,3 +214,95 @@ def test_refusals_are_one_line_each(model, sections, rank, iterations, message):
     with pytest.raises(InputError) as exc:
         plan_measurement(gate(job(model, **sections)), rank=rank, iterations=iterations)
     assert message in exc.value.problems
+
+
+def test_mtp_layers_reach_the_transformer_config():
+    plan = plan_measurement(gate(job({"mtp_num_layers": 2})), rank=0)
+    assert plan.transformer_config["mtp_num_layers"] == 2
+    assert "mtp_num_layers" not in plan_measurement(gate(job()), rank=0).transformer_config
+
+
+def test_megatron_fsdp_is_planned_with_its_strategy_and_the_distributed_optimizer():
+    ddp = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+    plan = plan_measurement(gate(job(ddp=ddp, cluster={"num_gpus": 4})), rank=0)
+    assert plan.ddp["use_megatron_fsdp"] is True
+    assert plan.ddp["data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert plan.ddp["use_distributed_optimizer"] is True
+    assert plan.optimizer["use_distributed_optimizer"] is True
+
+
+def test_optimizer_offload_is_planned_with_the_precision_aware_optimizer():
+    optimizer = {
+        "use_distributed_optimizer": True,
+        "use_precision_aware_optimizer": True,
+        "optimizer_cpu_offload": True,
+        "optimizer_offload_fraction": 0.5,
+        "overlap_cpu_optimizer_d2h_h2d": True,
+    }
+    plan = plan_measurement(gate(job(optimizer=optimizer)), rank=0)
+    assert plan.optimizer["optimizer_cpu_offload"] is True
+    assert plan.optimizer["optimizer_offload_fraction"] == 0.5
+    assert plan.optimizer["overlap_cpu_optimizer_d2h_h2d"] is True
+    assert plan.optimizer["use_precision_aware_optimizer"] is True
+
+
+def test_lora_jobs_plan_memtune_peft_with_the_jobs_lora_settings():
+    lora = {
+        "dim": 16,
+        "alpha": 32,
+        "target_modules": ["linear_qkv", "linear_fc1"],
+        "sequence_parallel_input_regather": True,
+    }
+    plan = plan_measurement(
+        gate(job({"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft=lora)), rank=0
+    )
+    assert plan.peft == {**lora, "dropout": 0.0}
+    assert plan_measurement(gate(job()), rank=0).peft is None
+
+
+def test_the_runner_builds_lora_with_the_planned_keyword_arguments():
+    from memtune.peft.lora import LoRA
+
+    plan = plan_measurement(gate(job(peft={"dim": 8})), rank=0)
+    assert LoRA(**{**plan.peft, "target_modules": tuple(plan.peft["target_modules"])}).dim == 8
+
+
+def test_fusions_reach_megatron_and_name_the_extensions_they_need():
+    from memtune.measure.runner import _needed_extensions
+
+    fused = {
+        "attention_backend": "unfused",
+        "masked_softmax_fusion": True,
+        "gradient_accumulation_fusion": True,
+        "cross_entropy_loss_fusion": True,
+    }
+    plan = plan_measurement(gate(job(fused)), rank=0).to_json()
+    tc = plan["transformer_config"]
+    assert (tc["masked_softmax_fusion"], tc["gradient_accumulation_fusion"]) == (True, True)
+    assert (tc["cross_entropy_loss_fusion"], tc["cross_entropy_fusion_impl"]) == (True, "native")
+    assert _needed_extensions(plan) == [
+        "scaled_upper_triang_masked_softmax_cuda",
+        "scaled_masked_softmax_cuda",
+        "fused_weight_gradient_mlp_cuda",
+    ]
+    # Flash attention never reaches the softmax kernel; fp32 scores fail its first test.
+    flash = plan_measurement(gate(job({**fused, "attention_backend": "flash"})), rank=0).to_json()
+    assert _needed_extensions(flash) == ["fused_weight_gradient_mlp_cuda"]
+
+
+def test_te_cross_entropy_is_refused_on_the_local_spec():
+    with pytest.raises(InputError, match="cross_entropy_fusion_impl te: needs transformer_impl"):
+        plan_measurement(
+            gate(job({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})), rank=0
+        )
+
+
+def test_deferred_embedding_wgrad_is_refused_on_the_local_spec():
+    # Measured on the H200: all five runs failed in ColumnParallelLinear.forward (embedding buffer None).
+    model = {
+        "pipeline_model_parallel_size": 2,
+        "pipeline_dtype": "bf16",
+        "defer_embedding_wgrad_compute": True,
+    }
+    with pytest.raises(InputError, match="model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local"):
+        plan_measurement(gate(job(model, cluster={"num_gpus": 2})), rank=1)

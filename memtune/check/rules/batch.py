@@ -35,10 +35,10 @@ def gbs_not_divisible(c: Context) -> Hit | None:
     assumed = " (DP assumed: cluster.num_gpus not set)" if d.world_size_assumed else ""
     suggestion = f"{lower} or {upper}" if lower else str(upper)
     return Hit(
-        f"train.global_batch_size={gbs} is not divisible by train.micro_batch_size={d.micro_batch_size} × DP={d.dp}"
+        message=f"train.global_batch_size={gbs} is not divisible by train.micro_batch_size={d.micro_batch_size} × DP={d.dp}"
         f"{assumed}",
-        f"set train.global_batch_size to a multiple of {unit}, e.g. {suggestion}",
-        f"global batch size ({gbs}) is not divisible by micro batch size ({d.micro_batch_size}) times data "
+        fix=f"set train.global_batch_size to a multiple of {unit}, e.g. {suggestion}",
+        upstream=f"global batch size ({gbs}) is not divisible by micro batch size ({d.micro_batch_size}) times data "
         f"parallel size ({d.dp})",
     )
 
@@ -67,6 +67,6 @@ def world_size_assumed(c: Context) -> Hit | None:
     if not d.world_size_assumed:
         return None
     return Hit(
-        f"cluster.num_gpus is not set: checks assume {d.world_size} GPUs (DP={d.dp})",
-        "set cluster.num_gpus to the job's GPU count",
+        message=f"cluster.num_gpus is not set: checks assume {d.world_size} GPUs (DP={d.dp})",
+        fix="set cluster.num_gpus to the job's GPU count",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, WARNING, Hit
-from memtune.check.registry import rule
+from memtune.check.registry import Applies, rule
 from memtune.config.allocator import TORCH_READS_PYTORCH_ALLOC_CONF
 from memtune.config.versions import format_version
 
@@ -77,7 +77,7 @@ def _graph_register_on(c: Context) -> bool:
     return c.job.env.NCCL_GRAPH_REGISTER != "0"
 
 
-@rule("ENV001", "expandable-with-nccl-ub", ERROR)
+@rule("ENV001", "expandable-with-nccl-ub", ERROR, applies=Applies("torch", until=TORCH_MEMPOOL_FALLBACK))
 def expandable_with_nccl_ub(c: Context) -> Hit | None:
     """Expandable segments with NCCL user-buffer registration on torch before 2.11.
 
@@ -99,17 +99,22 @@ def expandable_with_nccl_ub(c: Context) -> Hit | None:
     Drop `use_nccl_ub` (keep expandable segments, the better memory fix), or drop
     `expandable_segments:True`.
     """
-    if not c.job.env.use_nccl_ub or not c.expandable_in_cuda_alloc_conf or c.torch >= TORCH_MEMPOOL_FALLBACK:
+    if not c.job.env.use_nccl_ub or not c.expandable_in_cuda_alloc_conf:
         return None
     return Hit(
-        f"env.use_nccl_ub=true with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on torch {format_version(c.torch)}",
-        "set env.use_nccl_ub=false, or remove expandable_segments:True",
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with nccl_ub due to "
+        message=f"env.use_nccl_ub=true with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on torch {format_version(c.torch)}",
+        fix="set env.use_nccl_ub=false, or remove expandable_segments:True",
+        upstream="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is currently not supported with nccl_ub due to "
         "compatibility issue with torch.cuda.MemPool API.",
     )
 
 
-@rule("ENV002", "expandable-ignored-by-nccl-ub-pool", WARNING)
+@rule(
+    "ENV002",
+    "expandable-ignored-by-nccl-ub-pool",
+    WARNING,
+    applies=Applies("torch", since=TORCH_MEMPOOL_FALLBACK),
+)
 def expandable_ignored_by_nccl_ub_pool(c: Context) -> Hit | None:
     """Expandable segments with NCCL user buffers on torch 2.11+: the buffer pool does not expand.
 
@@ -130,12 +135,12 @@ def expandable_ignored_by_nccl_ub_pool(c: Context) -> Hit | None:
     ## Fix
     Decide per job: NCCL user buffers for communication speed, or expandable segments for memory.
     """
-    if not c.job.env.use_nccl_ub or not c.expandable_segments or c.torch < TORCH_MEMPOOL_FALLBACK:
+    if not c.job.env.use_nccl_ub or not c.expandable_segments:
         return None
     return Hit(
-        f"env.use_nccl_ub=true with expandable_segments:True on torch {format_version(c.torch)}: "
+        message=f"env.use_nccl_ub=true with expandable_segments:True on torch {format_version(c.torch)}: "
         "the NCCL user-buffer pool silently runs without expandable segments",
-        "drop env.use_nccl_ub if memory is the constraint, or accept the non-expandable pool",
+        fix="drop env.use_nccl_ub if memory is the constraint, or accept the non-expandable pool",
     )
 
 
@@ -164,14 +169,19 @@ def graphs_expandable_need_graph_register_off(c: Context) -> Hit | None:
     if _graph_guard(c) != "register" or not c.expandable_in_cuda_alloc_conf or not _graph_register_on(c):
         return None
     return Hit(
-        f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        message=f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
         f"and NCCL_GRAPH_REGISTER={c.job.env.NCCL_GRAPH_REGISTER or 'unset'}",
-        "set env.NCCL_GRAPH_REGISTER=0",
-        NCCL_GRAPH_REGISTER_MESSAGE,
+        fix="set env.NCCL_GRAPH_REGISTER=0",
+        upstream=NCCL_GRAPH_REGISTER_MESSAGE,
     )
 
 
-@rule("ENV004", "graphs-forbid-expandable", ERROR)
+@rule(
+    "ENV004",
+    "graphs-forbid-expandable",
+    ERROR,
+    applies=Applies("megatron-core", since=(0, 14, 0), until=(0, 16, 0)),
+)
 def graphs_forbid_expandable(c: Context) -> Hit | None:
     """CUDA graphs with expandable segments on megatron-core 0.14–0.15.
 
@@ -196,10 +206,10 @@ def graphs_forbid_expandable(c: Context) -> Hit | None:
     if _graph_guard(c) != "forbid" or not c.expandable_in_cuda_alloc_conf:
         return None
     return Hit(
-        f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        message=f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
         f"on megatron-core {format_version(c.mcore)}",
-        "remove expandable_segments:True or set model.cuda_graph_impl=none (or upgrade to megatron-core >= 0.16)",
-        GRAPHS_FORBID_EXPANDABLE_MESSAGE,
+        fix="remove expandable_segments:True or set model.cuda_graph_impl=none (or upgrade to megatron-core >= 0.16)",
+        upstream=GRAPHS_FORBID_EXPANDABLE_MESSAGE,
     )
 
 
@@ -231,15 +241,20 @@ def graph_guard_bypassed(c: Context) -> Hit | None:
     if guard == "register" and not _graph_register_on(c):
         return None
     return Hit(
-        f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_ALLOC_CONF=expandable_segments:True: "
+        message=f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_ALLOC_CONF=expandable_segments:True: "
         "Megatron reads only PYTORCH_CUDA_ALLOC_CONF, so its CUDA-graph guard is bypassed",
-        "set env.NCCL_GRAPH_REGISTER=0"
+        fix="set env.NCCL_GRAPH_REGISTER=0"
         if guard == "register"
         else "remove expandable_segments:True or the CUDA graphs",
     )
 
 
-@rule("ENV006", "pytorch-alloc-conf-ignored", WARNING)
+@rule(
+    "ENV006",
+    "pytorch-alloc-conf-ignored",
+    WARNING,
+    applies=Applies("torch", until=TORCH_READS_PYTORCH_ALLOC_CONF),
+)
 def pytorch_alloc_conf_ignored(c: Context) -> Hit | None:
     """`PYTORCH_ALLOC_CONF` on a torch that does not apply it to the CUDA allocator.
 
@@ -259,12 +274,12 @@ def pytorch_alloc_conf_ignored(c: Context) -> Hit | None:
     ## Fix
     Use `PYTORCH_CUDA_ALLOC_CONF` (read by every torch release and by Megatron's guards).
     """
-    if not c.job.env.PYTORCH_ALLOC_CONF or c.torch_reads_new_alloc_conf:
+    if not c.job.env.PYTORCH_ALLOC_CONF:
         return None
     return Hit(
-        f"env.PYTORCH_ALLOC_CONF={c.job.env.PYTORCH_ALLOC_CONF!r} is not applied by torch {format_version(c.torch)} "
+        message=f"env.PYTORCH_ALLOC_CONF={c.job.env.PYTORCH_ALLOC_CONF!r} is not applied by torch {format_version(c.torch)} "
         f"(needs >= {format_version(TORCH_READS_PYTORCH_ALLOC_CONF)})",
-        f"set PYTORCH_CUDA_ALLOC_CONF={c.job.env.PYTORCH_ALLOC_CONF} instead",
+        fix=f"set PYTORCH_CUDA_ALLOC_CONF={c.job.env.PYTORCH_ALLOC_CONF} instead",
     )
 
 
@@ -293,8 +308,8 @@ def async_backend_ignores_options(c: Context) -> Hit | None:
     if options.get("backend") != "cudaMallocAsync" or not ignored:
         return None
     return Hit(
-        f"backend:cudaMallocAsync ignores {', '.join(ignored)}",
-        "remove backend:cudaMallocAsync, or remove the native-allocator options",
+        message=f"backend:cudaMallocAsync ignores {', '.join(ignored)}",
+        fix="remove backend:cudaMallocAsync, or remove the native-allocator options",
     )
 
 
@@ -323,8 +338,8 @@ def allocator_config_read_once(c: Context) -> Hit | None:
         return None
     names = " and ".join(c.read_alloc_confs)
     return Hit(
-        f"{names} is read once, when the CUDA allocator initialises",
-        "export it in the job's launch environment, not from Python after torch has touched the GPU",
+        message=f"{names} is read once, when the CUDA allocator initialises",
+        fix="export it in the job's launch environment, not from Python after torch has touched the GPU",
     )
 
 
@@ -359,11 +374,11 @@ def full_recompute_with_cuda_graphs(c: Context) -> Hit | None:
     else:
         upstream = "recompute_granularity must not be full when CUDA Graphs are enabled."
     return Hit(
-        f"model.recompute_granularity=full with model.cuda_graph_impl={impl} "
+        message=f"model.recompute_granularity=full with model.cuda_graph_impl={impl} "
         f"(megatron-core {format_version(c.mcore)})",
-        "use model.recompute_granularity=selective"
+        fix="use model.recompute_granularity=selective"
         + (", or model.cuda_graph_impl=full_iteration" if c.mcore >= (0, 16, 0) else ""),
-        upstream,
+        upstream=upstream,
     )
 
 
@@ -389,8 +404,8 @@ def graph_scope_without_graphs(c: Context) -> Hit | None:
     if c.cuda_graphs or not c.model.cuda_graph_scope:
         return None
     return Hit(
-        f"model.cuda_graph_scope={c.model.cuda_graph_scope} with model.cuda_graph_impl=none captures nothing",
-        "set model.cuda_graph_impl=transformer_engine, or remove model.cuda_graph_scope",
+        message=f"model.cuda_graph_scope={c.model.cuda_graph_scope} with model.cuda_graph_impl=none captures nothing",
+        fix="set model.cuda_graph_impl=transformer_engine, or remove model.cuda_graph_scope",
     )
 
 
@@ -418,9 +433,9 @@ def cuda_graphs_with_pp_memory(c: Context) -> Hit | None:
     if not c.cuda_graphs or c.d.pp == 1:
         return None
     return Hit(
-        f"model.cuda_graph_impl={c.model.cuda_graph_impl} with model.pipeline_model_parallel_size={c.d.pp}: "
+        message=f"model.cuda_graph_impl={c.model.cuda_graph_impl} with model.pipeline_model_parallel_size={c.d.pp}: "
         "graph memory pools can take more than 10 GB per GPU",
-        "leave that headroom, or narrow model.cuda_graph_scope",
+        fix="leave that headroom, or narrow model.cuda_graph_scope",
     )
 
 
@@ -448,8 +463,10 @@ def unknown_allocator_option(c: Context) -> Hit | None:
         for key in conf:
             if key not in KNOWN_ALLOCATOR_OPTIONS:
                 return Hit(
-                    f"env.{name} has unknown option {key!r}",
-                    f"correct or remove {key!r} (e.g. expandable_segments:True)",
-                    f"Unrecognized key '{key}' in CUDA allocator config." if c.torch >= (2, 11, 0) else None,
+                    message=f"env.{name} has unknown option {key!r}",
+                    fix=f"correct or remove {key!r} (e.g. expandable_segments:True)",
+                    upstream=f"Unrecognized key '{key}' in CUDA allocator config."
+                    if c.torch >= (2, 11, 0)
+                    else None,
                 )
     return None

@@ -28,9 +28,9 @@ def ep_without_experts(c: Context) -> Hit | None:
     if c.d.ep == 1 or c.d.is_moe:
         return None
     return Hit(
-        f"model.expert_model_parallel_size={c.d.ep} but model.num_moe_experts is not set",
-        "set model.expert_model_parallel_size=1, or set model.num_moe_experts",
-        "num_moe_experts must be non None to use expert-parallel.",
+        message=f"model.expert_model_parallel_size={c.d.ep} but model.num_moe_experts is not set",
+        fix="set model.expert_model_parallel_size=1, or set model.num_moe_experts",
+        upstream="num_moe_experts must be non None to use expert-parallel.",
     )
 
 
@@ -56,9 +56,9 @@ def experts_not_divisible_by_ep(c: Context) -> Hit | None:
     if not experts or experts % ep == 0:
         return None
     return Hit(
-        f"model.num_moe_experts={experts} is not a multiple of model.expert_model_parallel_size={ep}",
-        f"use an expert_model_parallel_size that divides {experts}",
-        "Number of experts should be a multiple of expert model parallel_size.",
+        message=f"model.num_moe_experts={experts} is not a multiple of model.expert_model_parallel_size={ep}",
+        fix=f"use an expert_model_parallel_size that divides {experts}",
+        upstream="Number of experts should be a multiple of expert model parallel_size.",
     )
 
 
@@ -87,10 +87,10 @@ def ep_tp_without_sp(c: Context) -> Hit | None:
     if c.d.ep == 1 or c.d.tp == 1 or c.model.sequence_parallel:
         return None
     return Hit(
-        f"model.expert_model_parallel_size={c.d.ep} and model.tensor_model_parallel_size={c.d.tp} "
+        message=f"model.expert_model_parallel_size={c.d.ep} and model.tensor_model_parallel_size={c.d.tp} "
         "with model.sequence_parallel=false",
-        "set model.sequence_parallel=true",
-        "When using expert parallelism and tensor parallelism for training, sequence parallelism must be used",
+        fix="set model.sequence_parallel=true",
+        upstream="When using expert parallelism and tensor parallelism for training, sequence parallelism must be used",
     )
 
 
@@ -118,9 +118,9 @@ def expert_ffn_not_divisible_by_etp(c: Context) -> Hit | None:
     if not d.is_moe or d.moe_ffn_hidden_size % d.etp == 0:
         return None
     return Hit(
-        f"moe_ffn_hidden_size={d.moe_ffn_hidden_size} is not divisible by expert tensor-parallel size {d.etp}",
-        f"set model.expert_tensor_parallel_size to a divisor of {d.moe_ffn_hidden_size}",
-        f"{d.moe_ffn_hidden_size} is not divisible by {d.etp}",
+        message=f"moe_ffn_hidden_size={d.moe_ffn_hidden_size} is not divisible by expert tensor-parallel size {d.etp}",
+        fix=f"set model.expert_tensor_parallel_size to a divisor of {d.moe_ffn_hidden_size}",
+        upstream=f"{d.moe_ffn_hidden_size} is not divisible by {d.etp}",
     )
 
 
@@ -151,9 +151,9 @@ def shared_expert_overlap_dispatcher(c: Context) -> Hit | None:
     if m.moe_token_dispatcher_type in ("alltoall", "flex"):
         return None
     return Hit(
-        f"model.moe_shared_expert_overlap=true with model.moe_token_dispatcher_type={m.moe_token_dispatcher_type}",
-        "set model.moe_token_dispatcher_type=alltoall, or model.moe_shared_expert_overlap=false",
-        "moe_shared_expert_overlap only works with alltoall or flex token dispatcher.",
+        message=f"model.moe_shared_expert_overlap=true with model.moe_token_dispatcher_type={m.moe_token_dispatcher_type}",
+        fix="set model.moe_token_dispatcher_type=alltoall, or model.moe_shared_expert_overlap=false",
+        upstream="moe_shared_expert_overlap only works with alltoall or flex token dispatcher.",
     )
 
 
@@ -197,8 +197,8 @@ def moe_settings_without_experts(c: Context) -> Hit | None:
         return None
     shown = ", ".join(f"model.{k}={getattr(c.model, k)}" for k in changed)
     return Hit(
-        f"{shown} set but model.num_moe_experts is not set, so they do nothing",
-        "set model.num_moe_experts, or remove the MoE keys",
+        message=f"{shown} set but model.num_moe_experts is not set, so they do nothing",
+        fix="set model.num_moe_experts, or remove the MoE keys",
     )
 
 
@@ -225,7 +225,7 @@ def expert_bias_with_etp(c: Context) -> Hit | None:
     if not c.d.is_moe or c.d.etp == 1 or not c.model.add_bias_linear:
         return None
     return Hit(
-        f"model.add_bias_linear=true with expert tensor-parallel size {c.d.etp}",
-        "set model.expert_tensor_parallel_size=1, or model.add_bias_linear=false",
-        "Bias in Moe is only supported when ETP==1",
+        message=f"model.add_bias_linear=true with expert tensor-parallel size {c.d.etp}",
+        fix="set model.expert_tensor_parallel_size=1, or model.add_bias_linear=false",
+        upstream="Bias in Moe is only supported when ETP==1",
     )

@@ -29,9 +29,9 @@ def cpu_offload_with_pp(c: Context) -> Hit | None:
     if not c.model.cpu_offloading or c.d.pp == 1:
         return None
     return Hit(
-        f"model.cpu_offloading=true with model.pipeline_model_parallel_size={c.d.pp}",
-        "set model.cpu_offloading=false, or model.pipeline_model_parallel_size=1",
-        "Currently there is no support for Pipeline parallelism with CPU offloading",
+        message=f"model.cpu_offloading=true with model.pipeline_model_parallel_size={c.d.pp}",
+        fix="set model.cpu_offloading=false, or model.pipeline_model_parallel_size=1",
+        upstream="Currently there is no support for Pipeline parallelism with CPU offloading",
     )
 
 
@@ -56,9 +56,9 @@ def cpu_offload_with_recompute(c: Context) -> Hit | None:
     if not c.model.cpu_offloading or c.model.recompute_granularity is None:
         return None
     return Hit(
-        f"model.cpu_offloading=true with model.recompute_granularity={c.model.recompute_granularity}",
-        "unset model.recompute_granularity, or set model.cpu_offloading=false",
-        "CPU offloading does not work when activation recomputation is enabled",
+        message=f"model.cpu_offloading=true with model.recompute_granularity={c.model.recompute_granularity}",
+        fix="unset model.recompute_granularity, or set model.cpu_offloading=false",
+        upstream="CPU offloading does not work when activation recomputation is enabled",
     )
 
 
@@ -86,9 +86,9 @@ def cpu_offload_with_cuda_graphs(c: Context) -> Hit | None:
     if not c.model.cpu_offloading or impl not in ("local", "transformer_engine"):
         return None
     return Hit(
-        f"model.cpu_offloading=true with model.cuda_graph_impl={impl}",
-        "set model.cuda_graph_impl=none, or model.cpu_offloading=false",
-        "CUDA graphs not supported with CPU offloading.",
+        message=f"model.cpu_offloading=true with model.cuda_graph_impl={impl}",
+        fix="set model.cuda_graph_impl=none, or model.cpu_offloading=false",
+        upstream="CUDA graphs not supported with CPU offloading.",
     )
 
 
@@ -115,9 +115,9 @@ def cpu_offload_layer_count(c: Context) -> Hit | None:
     if not m.cpu_offloading or 0 <= m.cpu_offloading_num_layers < m.num_layers:
         return None
     return Hit(
-        f"model.cpu_offloading_num_layers={m.cpu_offloading_num_layers} must be in 0..{m.num_layers - 1}",
-        f"set model.cpu_offloading_num_layers to at most {m.num_layers - 1}",
-        f"CPU offloading can be done only for layers less than {m.num_layers}",
+        message=f"model.cpu_offloading_num_layers={m.cpu_offloading_num_layers} must be in 0..{m.num_layers - 1}",
+        fix=f"set model.cpu_offloading_num_layers to at most {m.num_layers - 1}",
+        upstream=f"CPU offloading can be done only for layers less than {m.num_layers}",
     )
 
 
@@ -143,8 +143,8 @@ def cpu_offload_zero_layers(c: Context) -> Hit | None:
     if not c.model.cpu_offloading or c.model.cpu_offloading_num_layers != 0:
         return None
     return Hit(
-        "model.cpu_offloading=true with model.cpu_offloading_num_layers=0 offloads nothing",
-        "set model.cpu_offloading_num_layers to the number of layers to offload",
+        message="model.cpu_offloading=true with model.cpu_offloading_num_layers=0 offloads nothing",
+        fix="set model.cpu_offloading_num_layers to the number of layers to offload",
     )
 
 
@@ -170,8 +170,8 @@ def optimizer_offload_without_distopt(c: Context) -> Hit | None:
     if not c.job.optimizer.optimizer_cpu_offload or c.distributed_optimizer:
         return None
     return Hit(
-        "optimizer.optimizer_cpu_offload=true without the distributed optimizer",
-        "set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
+        message="optimizer.optimizer_cpu_offload=true without the distributed optimizer",
+        fix="set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
     )
 
 
@@ -198,9 +198,9 @@ def optimizer_offload_without_precision_aware(c: Context) -> Hit | None:
     if not opt.optimizer_cpu_offload or opt.use_precision_aware_optimizer:
         return None
     return Hit(
-        "optimizer.optimizer_cpu_offload=true with optimizer.use_precision_aware_optimizer=false",
-        "set optimizer.use_precision_aware_optimizer=true",
-        "The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, "
+        message="optimizer.optimizer_cpu_offload=true with optimizer.use_precision_aware_optimizer=false",
+        fix="set optimizer.use_precision_aware_optimizer=true",
+        upstream="The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, "
         "as the hybrid device optimizer reuses the code path of this flag.",
     )
 
@@ -230,7 +230,7 @@ def offload_fraction_without_offload(c: Context) -> Hit | None:
     if opt.optimizer_cpu_offload or opt.optimizer_offload_fraction in (0.0, 1.0):
         return None
     return Hit(
-        f"optimizer.optimizer_offload_fraction={opt.optimizer_offload_fraction} with "
+        message=f"optimizer.optimizer_offload_fraction={opt.optimizer_offload_fraction} with "
         "optimizer.optimizer_cpu_offload=false offloads nothing",
-        "set optimizer.optimizer_cpu_offload=true, or remove optimizer.optimizer_offload_fraction",
+        fix="set optimizer.optimizer_cpu_offload=true, or remove optimizer.optimizer_offload_fraction",
     )

@@ -33,8 +33,8 @@ def distopt_flags_disagree(c: Context) -> Hit | None:
     if ddp == opt:
         return None
     return Hit(
-        f"ddp.use_distributed_optimizer={str(ddp).lower()} but optimizer.use_distributed_optimizer={str(opt).lower()}",
-        "set both to true (Megatron-Bridge forces both on when either is)",
+        message=f"ddp.use_distributed_optimizer={str(ddp).lower()} but optimizer.use_distributed_optimizer={str(opt).lower()}",
+        fix="set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true (Megatron-Bridge forces both on when either is)",
     )
 
 
@@ -60,8 +60,8 @@ def fsdp_no_shard(c: Context) -> Hit | None:
     if not c.megatron_fsdp or c.job.ddp.data_parallel_sharding_strategy != "no_shard":
         return None
     return Hit(
-        "ddp.use_megatron_fsdp=true with ddp.data_parallel_sharding_strategy=no_shard shards nothing",
-        "set ddp.data_parallel_sharding_strategy=optim_grads_params",
+        message="ddp.use_megatron_fsdp=true with ddp.data_parallel_sharding_strategy=no_shard shards nothing",
+        fix="set ddp.data_parallel_sharding_strategy=optim_grads_params",
     )
 
 
@@ -89,8 +89,8 @@ def sharding_strategy_without_fsdp(c: Context) -> Hit | None:
     if c.megatron_fsdp or strategy == "no_shard":
         return None
     return Hit(
-        f"ddp.data_parallel_sharding_strategy={strategy} is ignored without ddp.use_megatron_fsdp=true",
-        "set ddp.use_megatron_fsdp=true, or remove the strategy",
+        message=f"ddp.data_parallel_sharding_strategy={strategy} is ignored without ddp.use_megatron_fsdp=true",
+        fix="set ddp.use_megatron_fsdp=true, or remove the strategy",
     )
 
 
@@ -116,9 +116,9 @@ def overlap_param_gather_without_sharding(c: Context) -> Hit | None:
     if not c.job.ddp.overlap_param_gather or c.distributed_optimizer or c.megatron_fsdp:
         return None
     return Hit(
-        "ddp.overlap_param_gather=true without the distributed optimizer or Megatron-FSDP",
-        "set optimizer/ddp.use_distributed_optimizer=true, or ddp.overlap_param_gather=false",
-        "--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon",
+        message="ddp.overlap_param_gather=true without the distributed optimizer or Megatron-FSDP",
+        fix="set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true, or ddp.overlap_param_gather=false",
+        upstream="--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon",
     )
 
 
@@ -144,9 +144,9 @@ def fp8_param_gather_without_sharding(c: Context) -> Hit | None:
     if not c.model.fp8_param_gather or c.distributed_optimizer or c.megatron_fsdp:
         return None
     return Hit(
-        "model.fp8_param_gather=true without the distributed optimizer or Megatron-FSDP",
-        "set optimizer/ddp.use_distributed_optimizer=true, or model.fp8_param_gather=false",
-        "--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode",
+        message="model.fp8_param_gather=true without the distributed optimizer or Megatron-FSDP",
+        fix="set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true, or model.fp8_param_gather=false",
+        upstream="--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or inference mode",
     )
 
 
@@ -171,9 +171,9 @@ def fp8_param_gather_without_fp8(c: Context) -> Hit | None:
     if not c.model.fp8_param_gather or c.model.fp8:
         return None
     return Hit(
-        "model.fp8_param_gather=true but model.fp8 is not set",
-        "set model.fp8=hybrid (or e4m3), or model.fp8_param_gather=false",
-        "fp8_param must be used together with fp8 mode.",
+        message="model.fp8_param_gather=true but model.fp8 is not set",
+        fix="set model.fp8=hybrid (or e4m3), or model.fp8_param_gather=false",
+        upstream="fp8_param must be used together with fp8 mode.",
     )
 
 
@@ -198,9 +198,9 @@ def precision_aware_without_distopt(c: Context) -> Hit | None:
     if not c.job.optimizer.use_precision_aware_optimizer or c.distributed_optimizer:
         return None
     return Hit(
-        "optimizer.use_precision_aware_optimizer=true without the distributed optimizer",
-        "set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
-        "--use-precision-aware-optimizer only supported with distributed optimizer",
+        message="optimizer.use_precision_aware_optimizer=true without the distributed optimizer",
+        fix="set optimizer.use_distributed_optimizer=true and ddp.use_distributed_optimizer=true",
+        upstream="--use-precision-aware-optimizer only supported with distributed optimizer",
     )
 
 
@@ -226,9 +226,9 @@ def precision_aware_needs_adam(c: Context) -> Hit | None:
     if not opt.use_precision_aware_optimizer or opt.optimizer == "adam":
         return None
     return Hit(
-        f"optimizer.use_precision_aware_optimizer=true with optimizer.optimizer={opt.optimizer}",
-        "set optimizer.optimizer=adam, or optimizer.use_precision_aware_optimizer=false",
-        "--use-precision-aware-optimizer only supported with adam",
+        message=f"optimizer.use_precision_aware_optimizer=true with optimizer.optimizer={opt.optimizer}",
+        fix="set optimizer.optimizer=adam, or optimizer.use_precision_aware_optimizer=false",
+        upstream="--use-precision-aware-optimizer only supported with adam",
     )
 
 
@@ -262,9 +262,9 @@ def low_precision_states_without_precision_aware(c: Context) -> Hit | None:
         return None
     shown = ", ".join(f"optimizer.{k}={getattr(opt, k)}" for k in reduced)
     return Hit(
-        f"{shown} without optimizer.use_precision_aware_optimizer=true",
-        "set optimizer.use_precision_aware_optimizer=true, or keep the dtypes at fp32",
-        f"{reduced[0]} can only be fp32 when not using precision-aware optimizer",
+        message=f"{shown} without optimizer.use_precision_aware_optimizer=true",
+        fix="set optimizer.use_precision_aware_optimizer=true, or keep the dtypes at fp32",
+        upstream=f"{reduced[0]} can only be fp32 when not using precision-aware optimizer",
     )
 
 
@@ -289,9 +289,9 @@ def fp16_and_bf16(c: Context) -> Hit | None:
     if not (c.model.fp16 and c.model.bf16):
         return None
     return Hit(
-        "model.fp16=true and model.bf16=true",
-        "set model.fp16=false (or model.bf16=false)",
-        "Only one of self.fp16: True and self.bf16 True should be True.",
+        message="model.fp16=true and model.bf16=true",
+        fix="set model.fp16=false (or model.bf16=false)",
+        upstream="Only one of self.fp16: True and self.bf16 True should be True.",
     )
 
 
@@ -318,6 +318,6 @@ def fp32_training(c: Context) -> Hit | None:
     if c.model.bf16 or c.model.fp16:
         return None
     return Hit(
-        "model.bf16 and model.fp16 are both false: weights and activations are fp32",
-        "set model.bf16=true unless fp32 training is intended",
+        message="model.bf16 and model.fp16 are both false: weights and activations are fp32",
+        fix="set model.bf16=true unless fp32 training is intended",
     )

@@ -38,9 +38,9 @@ def world_size_not_divisible(c: Context) -> Hit | None:
     if d.world_size_assumed or d.world_size % size == 0:
         return None
     return Hit(
-        f"cluster.num_gpus={d.world_size} is not divisible by TP×PP×CP = {d.tp}×{d.pp}×{d.cp} = {size}",
-        f"use a multiple of {size} GPUs, or parallel sizes whose product divides {d.world_size}",
-        f"world size ({d.world_size}) is not divisible by total_model_size (total_model_size={size})",
+        message=f"cluster.num_gpus={d.world_size} is not divisible by TP×PP×CP = {d.tp}×{d.pp}×{d.cp} = {size}",
+        fix=f"use a multiple of {size} GPUs, or parallel sizes whose product divides {d.world_size}",
+        upstream=f"world size ({d.world_size}) is not divisible by total_model_size (total_model_size={size})",
     )
 
 
@@ -70,9 +70,9 @@ def expert_world_size_not_divisible(c: Context) -> Hit | None:
     if not d.is_moe or d.world_size_assumed or d.world_size % size == 0:
         return None
     return Hit(
-        f"cluster.num_gpus={d.world_size} is not divisible by ETP×EP×PP = {d.etp}×{d.ep}×{d.pp} = {size}",
-        f"choose expert_model_parallel_size / expert_tensor_parallel_size so that ETP×EP×PP divides {d.world_size}",
-        f"world_size ({d.world_size}) is not divisible by expert_tensor_model_pipeline_parallel size ({size})",
+        message=f"cluster.num_gpus={d.world_size} is not divisible by ETP×EP×PP = {d.etp}×{d.ep}×{d.pp} = {size}",
+        fix=f"choose expert_model_parallel_size / expert_tensor_parallel_size so that ETP×EP×PP divides {d.world_size}",
+        upstream=f"world_size ({d.world_size}) is not divisible by expert_tensor_model_pipeline_parallel size ({size})",
     )
 
 
@@ -99,10 +99,10 @@ def heads_not_divisible_by_tp(c: Context) -> Hit | None:
     if m.num_attention_heads % c.d.tp == 0:
         return None
     return Hit(
-        f"model.num_attention_heads={m.num_attention_heads} is not a multiple of "
+        message=f"model.num_attention_heads={m.num_attention_heads} is not a multiple of "
         f"model.tensor_model_parallel_size={c.d.tp}",
-        f"use a tensor_model_parallel_size that divides {m.num_attention_heads}",
-        f"num_attention_heads ({m.num_attention_heads}) must be a multiple of tensor_model_parallel_size ({c.d.tp}).",
+        fix=f"use a tensor_model_parallel_size that divides {m.num_attention_heads}",
+        upstream=f"num_attention_heads ({m.num_attention_heads}) must be a multiple of tensor_model_parallel_size ({c.d.tp}).",
     )
 
 
@@ -138,11 +138,11 @@ def query_groups_vs_tp(c: Context) -> Hit | None:
     else:
         relation = "a multiple of"
     return Hit(
-        f"model.num_query_groups={groups} is not {relation} model.tensor_model_parallel_size={tp} "
+        message=f"model.num_query_groups={groups} is not {relation} model.tensor_model_parallel_size={tp} "
         f"(megatron-core {format_version(c.mcore)})",
-        f"use a tensor_model_parallel_size that divides {groups}"
+        fix=f"use a tensor_model_parallel_size that divides {groups}"
         + (", or megatron-core >= 0.16, which accepts a divisor" if tp % groups == 0 else ""),
-        f"num_query_groups ({groups}) must be {relation} tensor_model_parallel_size ({tp}).",
+        upstream=f"num_query_groups ({groups}) must be {relation} tensor_model_parallel_size ({tp}).",
     )
 
 
@@ -170,9 +170,9 @@ def ffn_not_divisible_by_tp(c: Context) -> Hit | None:
     if not c.any_dense_layer or ffn % tp == 0:
         return None
     return Hit(
-        f"model.ffn_hidden_size={ffn} is not divisible by model.tensor_model_parallel_size={tp}",
-        f"use a tensor_model_parallel_size that divides {ffn}",
-        f"{ffn} is not divisible by {tp}",
+        message=f"model.ffn_hidden_size={ffn} is not divisible by model.tensor_model_parallel_size={tp}",
+        fix=f"use a tensor_model_parallel_size that divides {ffn}",
+        upstream=f"{ffn} is not divisible by {tp}",
     )
 
 
@@ -185,23 +185,25 @@ def pipeline_dtype_missing(c: Context) -> Hit | None:
 
     ## Why it matters
     Pipeline stages exchange activations through pre-allocated buffers of that dtype;
-    Megatron-Core's `ModelParallelConfig` refuses PP > 1 without it. (Megatron-LM's argument
-    parser fills it from `--bf16`/`--fp16`; Megatron-Bridge and direct Megatron-Core users set it.)
+    Megatron-Core's `ModelParallelConfig` refuses PP > 1 without it. Megatron-LM's argument
+    parser and Megatron-Bridge's `finalize()` fill it from the parameter dtype, so this is an
+    error only for jobs with `defaults: megatron-core`.
 
     ## Example
     ```yaml
+    defaults: megatron-core
     model: {pipeline_model_parallel_size: 4, bf16: true, pipeline_dtype: null}
     ```
 
     ## Fix
     Set `model.pipeline_dtype` to the training dtype, e.g. `bf16`.
     """
-    if c.d.pp == 1 or c.model.pipeline_dtype is not None:
+    if c.d.pp == 1 or c.model.pipeline_dtype is not None or c.d.stack != "megatron-core":
         return None
-    dtype = "bf16" if c.model.bf16 else "fp16" if c.model.fp16 else "fp32"
+    dtype = c.d.param_dtype
     return Hit(
-        f"model.pipeline_model_parallel_size={c.d.pp} but model.pipeline_dtype is not set "
-        "(Megatron-Core requires it; only Megatron-LM's launcher fills it in)",
-        f"set model.pipeline_dtype={dtype}",
-        "When using pipeline parallelism, pipeline_dtype must be specified",
+        message=f"model.pipeline_model_parallel_size={c.d.pp} but model.pipeline_dtype is not set "
+        "(Megatron-Core requires it; Megatron-LM and Megatron-Bridge fill it in)",
+        fix=f"set model.pipeline_dtype={dtype}",
+        upstream="When using pipeline parallelism, pipeline_dtype must be specified",
     )

@@ -2,66 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from memtune.check.context import Context
 from memtune.check.finding import INFO, WARNING, Hit
 from memtune.check.registry import rule
+from memtune.peft.model import ROW_PARALLEL, Adapter, adapters, regather_saving_bytes
 from memtune.units import MiB
 
-ROW_PARALLEL = "the adapter is row-parallel"
 
-
-@dataclass(frozen=True)
-class Surface:
-    """One kind of LoRA adapter and whether the input re-gather would engage for it."""
-
-    name: str
-    fallback: str | None  # Megatron-Bridge's reason for using the existing path; None: it engages
-
-
-def _column_fallback(c: Context, target: str) -> str | None:
-    """Megatron-Bridge's eligibility checks for a non-expert column-parallel adapter, in its order."""
-    m, d = c.model, c.d
-    if not d.sequence_parallel:
-        return "sequence-parallel communication is disabled" + (
-            ": tensor parallel size is one" if d.tp == 1 else ""
-        )
-    if m.cpu_offloading and m.cpu_offloading_activations:
-        return "CPU activation offload is enabled"
-    if c.cuda_graphs:
-        return "CUDA graphs are enabled"
-    if m.recompute_granularity == "full":
-        return "full-layer activation recompute already covers the adapter"
-    if target == "linear_fc1" and "mlp" in d.recompute_modules:
-        return "selective MLP recompute already covers linear_fc1"
-    return None
-
-
-def regather_surfaces(c: Context) -> list[Surface]:
+def regather_surfaces(c: Context) -> list[Adapter]:
     """Every targeted adapter kind with its re-gather outcome (config-visible reasons only)."""
-    surfaces = []
-    for target in c.job.peft.target_modules:
-        if target in ("linear_proj", "linear_fc2"):
-            surfaces.append(Surface(target, ROW_PARALLEL))
-        elif target == "linear_qkv" or not c.d.is_moe:
-            surfaces.append(Surface(target, _column_fallback(c, target)))
-        else:
-            if c.any_dense_layer:
-                surfaces.append(Surface("linear_fc1 (dense layers)", _column_fallback(c, target)))
-            surfaces.append(Surface("linear_fc1 (routed experts)", "expert adapters never receive the flag"))
-            if c.model.moe_shared_expert_intermediate_size:
-                shared = (
-                    "sequence-parallel communication is disabled"
-                    if c.model.moe_shared_expert_overlap
-                    else _column_fallback(c, target)
-                )
-                surfaces.append(Surface("linear_fc1 (shared experts)", shared))
-    return surfaces
+    return list(adapters(c.d))
 
 
-def _describe(surfaces: list[Surface]) -> str:
-    return "; ".join(f"{s.name} ({s.fallback})" for s in surfaces)
+def _describe(surfaces: list[Adapter]) -> str:
+    described = dict.fromkeys(f"{s.label} ({s.regather_blocker})" for s in surfaces)
+    return "; ".join(described)
+
+
+def _labels(surfaces: Iterable[Adapter]) -> list[str]:
+    """Adapter labels in order, once each (dense and MoE layers both carry ``linear_qkv``)."""
+    return list(dict.fromkeys(s.label for s in surfaces))
 
 
 def _regather_requested(c: Context) -> bool:
@@ -96,11 +58,11 @@ def regather_cannot_engage(c: Context) -> Hit | None:
     if not _regather_requested(c):
         return None
     surfaces = regather_surfaces(c)
-    if any(s.fallback is None for s in surfaces):
+    if any(s.regather_blocker is None for s in surfaces):
         return None
     return Hit(
-        f"peft.sequence_parallel_input_regather=true engages for no adapter: {_describe(surfaces)}",
-        "remove the blockers named above, or drop peft.sequence_parallel_input_regather",
+        message=f"peft.sequence_parallel_input_regather=true engages for no adapter: {_describe(surfaces)}",
+        fix="remove the blockers named above, or drop peft.sequence_parallel_input_regather",
     )
 
 
@@ -131,13 +93,13 @@ def regather_partly_engages(c: Context) -> Hit | None:
     if not _regather_requested(c):
         return None
     surfaces = regather_surfaces(c)
-    engaged = [s.name for s in surfaces if s.fallback is None]
-    missed = [s for s in surfaces if s.fallback not in (None, ROW_PARALLEL)]
+    engaged = _labels(s for s in surfaces if s.regather_blocker is None)
+    missed = [s for s in surfaces if s.regather_blocker not in (None, ROW_PARALLEL)]
     if not engaged or not missed:
         return None
     return Hit(
-        f"peft.sequence_parallel_input_regather engages for {', '.join(engaged)} but falls back for {_describe(missed)}",
-        "remove the blockers named above if those adapters should re-gather too",
+        message=f"peft.sequence_parallel_input_regather engages for {', '.join(engaged)} but falls back for {_describe(missed)}",
+        fix="remove the blockers named above if those adapters should re-gather too",
     )
 
 
@@ -166,13 +128,12 @@ def regather_available(c: Context) -> Hit | None:
     """
     if c.job.peft is None or c.job.peft.sequence_parallel_input_regather:
         return None
-    engaged = [s.name for s in regather_surfaces(c) if s.fallback is None]
+    engaged = [s for s in regather_surfaces(c) if s.regather_blocker is None]
     if not engaged:
         return None
-    d = c.d
-    saved = c.model.seq_length // d.cp * d.micro_batch_size * c.model.hidden_size * 2 * (1 - 1 / d.tp)
+    saved = regather_saving_bytes(c.d, engaged[0])
     return Hit(
-        f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
-        f"per layer per in-flight microbatch for {', '.join(engaged)}",
-        "set peft.sequence_parallel_input_regather=true",
+        message=f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
+        f"per layer per in-flight microbatch for {', '.join(_labels(engaged))}",
+        fix="set peft.sequence_parallel_input_regather=true",
     )

@@ -69,13 +69,15 @@ def layers_not_divisible_by_pp(c: Context) -> Hit | None:
     `num_layers_in_first_pipeline_stage` / `num_layers_in_last_pipeline_stage`.
     """
     layers, pp = _layers_with_accounting(c), c.d.pp
-    if pp == 1 or _uneven_layout(c) or layers % pp == 0:
+    if pp == 1 or _uneven_layout(c) or c.d.stage_layout is not None or layers % pp == 0:
         return None
     counted = "num_layers" if layers == c.model.num_layers else "num_layers plus the accounted embedding/loss"
     return Hit(
-        f"{counted} = {layers} is not divisible by model.pipeline_model_parallel_size={pp}",
-        f"use a pipeline_model_parallel_size that divides {layers}, or set num_layers_in_first/last_pipeline_stage",
-        "Number of layers should be divisible by the pipeline-model-parallel size" if c.d.vpp == 1 else None,
+        message=f"{counted} = {layers} is not divisible by model.pipeline_model_parallel_size={pp}",
+        fix=f"use a pipeline_model_parallel_size that divides {layers}, or set num_layers_in_first/last_pipeline_stage",
+        upstream="Number of layers should be divisible by the pipeline-model-parallel size"
+        if c.d.vpp == 1
+        else None,
     )
 
 
@@ -100,17 +102,19 @@ def vpp_chunks_uneven(c: Context) -> Hit | None:
     Choose a VPP that divides the layers per stage (1, 2, 4 or 8 here).
     """
     layers, pp, vpp = _layers_with_accounting(c), c.d.pp, c.d.vpp
-    if pp == 1 or vpp == 1 or _uneven_layout(c) or layers % pp:
+    if pp == 1 or vpp == 1 or _uneven_layout(c) or c.d.stage_layout is not None or layers % pp:
         return None
     per_stage = layers // pp
     if per_stage % vpp == 0:
         return None
     accounted = layers != c.model.num_layers
     return Hit(
-        f"{per_stage} layers per pipeline stage do not divide into "
+        message=f"{per_stage} layers per pipeline stage do not divide into "
         f"model.virtual_pipeline_model_parallel_size={vpp} chunks",
-        f"use a virtual_pipeline_model_parallel_size that divides {per_stage}",
-        None if accounted else "Make sure the number of model chunks is the same across all pipeline stages.",
+        fix=f"use a virtual_pipeline_model_parallel_size that divides {per_stage}",
+        upstream=None
+        if accounted
+        else "Make sure the number of model chunks is the same across all pipeline stages.",
     )
 
 
@@ -139,9 +143,9 @@ def edge_stage_not_positive(c: Context) -> Hit | None:
         n = getattr(c.model, f"num_layers_in_{edge}_pipeline_stage")
         if n is not None and n <= 0:
             return Hit(
-                f"model.num_layers_in_{edge}_pipeline_stage={n} must be at least 1",
-                f"set model.num_layers_in_{edge}_pipeline_stage to 1 or more, or unset it",
-                f"num_layers_in_{edge}_pipeline_stage must be larger than 0",
+                message=f"model.num_layers_in_{edge}_pipeline_stage={n} must be at least 1",
+                fix=f"set model.num_layers_in_{edge}_pipeline_stage to 1 or more, or unset it",
+                upstream=f"num_layers_in_{edge}_pipeline_stage must be larger than 0",
             )
     return None
 
@@ -180,9 +184,9 @@ def uneven_with_accounting(c: Context) -> Hit | None:
     if not explicit or not accounting:
         return None
     return Hit(
-        f"model.{explicit[0]} is set together with model.{accounting[0]}=true",
-        "use either num_layers_in_first/last_pipeline_stage or account_for_*_in_pipeline_split, not both",
-        "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at the same time "
+        message=f"model.{explicit[0]} is set together with model.{accounting[0]}=true",
+        fix="use either num_layers_in_first/last_pipeline_stage or account_for_*_in_pipeline_split, not both",
+        upstream="num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage cannot beset at the same time "
         "with account_for_embedding_in_pipeline_splitand account_for_loss_in_pipeline_split",
     )
 
@@ -213,10 +217,10 @@ def edge_stage_not_divisible_by_vpp(c: Context) -> Hit | None:
         n = getattr(c.model, f"num_layers_in_{edge}_pipeline_stage")
         if n is not None and n > 0 and n % vpp:
             return Hit(
-                f"model.num_layers_in_{edge}_pipeline_stage={n} is not divisible by "
+                message=f"model.num_layers_in_{edge}_pipeline_stage={n} is not divisible by "
                 f"model.virtual_pipeline_model_parallel_size={vpp}",
-                f"make num_layers_in_{edge}_pipeline_stage a multiple of {vpp}",
-                f"number of layers at {edge} stage: {n}must be divisible by virtual pipelineparallel degree {vpp}",
+                fix=f"make num_layers_in_{edge}_pipeline_stage a multiple of {vpp}",
+                upstream=f"number of layers at {edge} stage: {n}must be divisible by virtual pipelineparallel degree {vpp}",
             )
     return None
 
@@ -246,10 +250,10 @@ def middle_stages_mismatch(c: Context) -> Hit | None:
     if mid is None or (mid.layers == 0 if mid.stages == 0 else mid.layers >= 0):
         return None
     return Hit(
-        f"num_layers_in_first/last_pipeline_stage leave {mid.layers} layers for {mid.stages} middle stages "
+        message=f"num_layers_in_first/last_pipeline_stage leave {mid.layers} layers for {mid.stages} middle stages "
         f"(model.num_layers={c.model.num_layers}, model.pipeline_model_parallel_size={c.d.pp})",
-        "make the first and last stage sizes add up to num_layers minus the middle stages' layers",
-        f"Mismatch: {mid.layers} middle layers remaining but {mid.stages} middle PP stages available."
+        fix="make the first and last stage sizes add up to num_layers minus the middle stages' layers",
+        upstream=f"Mismatch: {mid.layers} middle layers remaining but {mid.stages} middle PP stages available."
         if mid.stages == 0
         else None,
     )
@@ -278,9 +282,9 @@ def middle_layers_not_divisible(c: Context) -> Hit | None:
     if mid is None or mid.stages == 0 or mid.layers < 0 or mid.layers % mid.stages == 0:
         return None
     return Hit(
-        f"{mid.layers} middle layers do not divide over {mid.stages} middle pipeline stages",
-        f"change num_layers_in_first/last_pipeline_stage so the rest divides by {mid.stages}",
-        f"number of layers at middle stage: {mid.layers} must be divisible bythe middle pipeline model "
+        message=f"{mid.layers} middle layers do not divide over {mid.stages} middle pipeline stages",
+        fix=f"change num_layers_in_first/last_pipeline_stage so the rest divides by {mid.stages}",
+        upstream=f"number of layers at middle stage: {mid.layers} must be divisible bythe middle pipeline model "
         f"parallel size {mid.stages}",
     )
 
@@ -312,10 +316,10 @@ def middle_rank_not_divisible_by_vpp(c: Context) -> Hit | None:
     if per_rank % vpp == 0:
         return None
     return Hit(
-        f"{per_rank} layers on each middle pipeline stage are not divisible by "
+        message=f"{per_rank} layers on each middle pipeline stage are not divisible by "
         f"model.virtual_pipeline_model_parallel_size={vpp}",
-        f"change the edge stage sizes so each middle stage holds a multiple of {vpp} layers",
-        f"number of layers on each middle pipeline rank:{per_rank} must be divisible by virtualpipeline "
+        fix=f"change the edge stage sizes so each middle stage holds a multiple of {vpp} layers",
+        upstream=f"number of layers on each middle pipeline rank:{per_rank} must be divisible by virtualpipeline "
         f"parallel degree {vpp}",
     )
 
@@ -341,9 +345,9 @@ def vpp_without_pp(c: Context) -> Hit | None:
     if c.d.vpp == 1 or c.d.pp > 1:
         return None
     return Hit(
-        f"model.virtual_pipeline_model_parallel_size={c.d.vpp} with model.pipeline_model_parallel_size=1",
-        "unset model.virtual_pipeline_model_parallel_size",
-        "pipeline-model-parallel size should be greater than 1 with interleaved schedule",
+        message=f"model.virtual_pipeline_model_parallel_size={c.d.vpp} with model.pipeline_model_parallel_size=1",
+        fix="unset model.virtual_pipeline_model_parallel_size",
+        upstream="pipeline-model-parallel size should be greater than 1 with interleaved schedule",
     )
 
 
@@ -376,10 +380,10 @@ def vpp_microbatch_group(c: Context) -> Hit | None:
     if d.pp <= group <= d.num_microbatches:
         return None
     return Hit(
-        f"microbatch_group_size_per_vp_stage={group} is outside [PP={d.pp}, microbatches={d.num_microbatches}] "
+        message=f"microbatch_group_size_per_vp_stage={group} is outside [PP={d.pp}, microbatches={d.num_microbatches}] "
         f"(GBS {d.global_batch_size} / (MBS {d.micro_batch_size} × DP {d.dp}))",
-        f"give at least {max(group, d.pp)} microbatches per step (raise train.global_batch_size), or drop VPP",
-        f"The number of contiguous micro-batches in a virtual pipeline stageshould range in "
+        fix=f"give at least {max(group, d.pp)} microbatches per step (raise train.global_batch_size), or drop VPP",
+        upstream=f"The number of contiguous micro-batches in a virtual pipeline stageshould range in "
         f"[PP={d.pp} , M={d.num_microbatches}]",
     )
 
@@ -409,7 +413,7 @@ def vpp_not_a_memory_fix(c: Context) -> Hit | None:
     if c.d.vpp == 1 or c.d.pp == 1:
         return None
     return Hit(
-        f"model.virtual_pipeline_model_parallel_size={c.d.vpp} shortens the pipeline bubble but does not lower "
+        message=f"model.virtual_pipeline_model_parallel_size={c.d.vpp} shortens the pipeline bubble but does not lower "
         "peak memory (the first stage may hold slightly more activations)",
-        "do not raise VPP to fix an OOM; use recompute, the distributed optimizer or more model parallelism",
+        fix="do not raise VPP to fix an OOM; use recompute, the distributed optimizer or more model parallelism",
     )

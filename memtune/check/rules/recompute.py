@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, WARNING, Hit
 from memtune.check.registry import rule
@@ -22,7 +24,7 @@ def allowed_recompute_modules(mcore: Version) -> frozenset[str]:
     return next(modules for since, modules in _MODULES_BY_VERSION if mcore >= since)
 
 
-def _set_repr(names) -> str:
+def _set_repr(names: Iterable[str]) -> str:
     return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
 
 
@@ -52,9 +54,9 @@ def full_without_method(c: Context) -> Hit | None:
     if c.model.recompute_granularity != "full" or c.model.recompute_method is not None:
         return None
     return Hit(
-        "model.recompute_granularity=full but model.recompute_method is not set",
-        "set model.recompute_method=uniform (or block)",
-        'Using recompute_granularity: full so recompute_method must be "block" or "uniform"',
+        message="model.recompute_granularity=full but model.recompute_method is not set",
+        fix="set model.recompute_method=uniform (or block)",
+        upstream='Using recompute_granularity: full so recompute_method must be "block" or "uniform"',
     )
 
 
@@ -87,10 +89,10 @@ def full_num_layers_range(c: Context) -> Hit | None:
     if n is not None and 1 <= n <= per_rank:
         return None
     return Hit(
-        f"model.recompute_num_layers={n} with model.recompute_granularity=full; "
+        message=f"model.recompute_num_layers={n} with model.recompute_granularity=full; "
         f"it must be between 1 and {per_rank} (layers per pipeline stage)",
-        f"set model.recompute_num_layers to a value in 1..{per_rank}",
-        "When using recompute_granularity: full recompute_num_layers must be between 1 and "
+        fix=f"set model.recompute_num_layers to a value in 1..{per_rank}",
+        upstream="When using recompute_granularity: full recompute_num_layers must be between 1 and "
         f"num_layers_per_pipeline_rank: {per_rank}",
     )
 
@@ -117,9 +119,9 @@ def selective_with_num_layers(c: Context) -> Hit | None:
     if m.recompute_granularity != "selective" or m.recompute_num_layers is None:
         return None
     return Hit(
-        f"model.recompute_num_layers={m.recompute_num_layers} with model.recompute_granularity=selective",
-        "remove model.recompute_num_layers",
-        "When using recompute_granularity: selective recompute_num_layers must be None.",
+        message=f"model.recompute_num_layers={m.recompute_num_layers} with model.recompute_granularity=selective",
+        fix="remove model.recompute_num_layers",
+        upstream="When using recompute_granularity: selective recompute_num_layers must be None.",
     )
 
 
@@ -151,8 +153,8 @@ def recompute_options_without_granularity(c: Context) -> Hit | None:
     if m.recompute_granularity is not None or not stray:
         return None
     return Hit(
-        f"{', '.join(stray)} but model.recompute_granularity is not set, so nothing is recomputed",
-        "set model.recompute_granularity=full, or remove the recompute keys",
+        message=f"{', '.join(stray)} but model.recompute_granularity is not set, so nothing is recomputed",
+        fix="set model.recompute_granularity=full, or remove the recompute keys",
     )
 
 
@@ -183,9 +185,9 @@ def modules_without_selective(c: Context) -> Hit | None:
     if tuple(m.recompute_modules) == DEFAULT_RECOMPUTE_MODULES:
         return None
     return Hit(
-        f"model.recompute_modules={m.recompute_modules} is ignored with model.recompute_granularity="
+        message=f"model.recompute_modules={m.recompute_modules} is ignored with model.recompute_granularity="
         f"{m.recompute_granularity or 'unset'}",
-        "set model.recompute_granularity=selective, or remove model.recompute_modules",
+        fix="set model.recompute_granularity=selective, or remove model.recompute_modules",
     )
 
 
@@ -219,9 +221,9 @@ def unknown_recompute_module(c: Context) -> Hit | None:
     if not unknown:
         return None
     return Hit(
-        f"model.recompute_modules has {', '.join(unknown)}, unknown to megatron-core {format_version(c.mcore)}",
-        f"use only {', '.join(sorted(allowed))}",
-        f"Invalid choices for recompute_modules: {_set_repr(unknown)}. Allowed modules are: {_set_repr(allowed)}",
+        message=f"model.recompute_modules has {', '.join(unknown)}, unknown to megatron-core {format_version(c.mcore)}",
+        fix=f"use only {', '.join(sorted(allowed))}",
+        upstream=f"Invalid choices for recompute_modules: {_set_repr(unknown)}. Allowed modules are: {_set_repr(allowed)}",
     )
 
 
@@ -246,9 +248,9 @@ def moe_act_without_grouped_gemm(c: Context) -> Hit | None:
     if "moe_act" not in _selective_modules(c) or c.model.moe_grouped_gemm:
         return None
     return Hit(
-        "model.recompute_modules includes moe_act but model.moe_grouped_gemm=false",
-        "set model.moe_grouped_gemm=true, or remove moe_act from model.recompute_modules",
-        "moe_act in recompute_modules is only supported with moe_grouped_gemm.",
+        message="model.recompute_modules includes moe_act but model.moe_grouped_gemm=false",
+        fix="set model.moe_grouped_gemm=true, or remove moe_act from model.recompute_modules",
+        upstream="moe_act in recompute_modules is only supported with moe_grouped_gemm.",
     )
 
 
@@ -273,9 +275,9 @@ def mla_up_proj_without_mla(c: Context) -> Hit | None:
     if "mla_up_proj" not in _selective_modules(c) or c.model.multi_latent_attention:
         return None
     return Hit(
-        "model.recompute_modules includes mla_up_proj but model.multi_latent_attention=false",
-        "remove mla_up_proj from model.recompute_modules",
-        "mla_up_proj in recompute_modules is only supported with multi_latent_attention.",
+        message="model.recompute_modules includes mla_up_proj but model.multi_latent_attention=false",
+        fix="remove mla_up_proj from model.recompute_modules",
+        upstream="mla_up_proj in recompute_modules is only supported with multi_latent_attention.",
     )
 
 
@@ -306,9 +308,9 @@ def shared_experts_recompute_with_overlap(c: Context) -> Hit | None:
     ):
         return None
     return Hit(
-        "model.recompute_modules includes shared_experts with model.moe_shared_expert_overlap=true",
-        "remove shared_experts from model.recompute_modules, or set model.moe_shared_expert_overlap=false",
-        "shared_experts recompute cannot work with --moe-shared-expert-overlap.",
+        message="model.recompute_modules includes shared_experts with model.moe_shared_expert_overlap=true",
+        fix="remove shared_experts from model.recompute_modules, or set model.moe_shared_expert_overlap=false",
+        upstream="shared_experts recompute cannot work with --moe-shared-expert-overlap.",
     )
 
 
@@ -335,17 +337,9 @@ def fp8_delayed_recompute_modules(c: Context) -> Hit | None:
     if not m.fp8 or m.fp8_recipe != "delayed" or not clash:
         return None
     return Hit(
-        f"model.recompute_modules includes {', '.join(clash)} with model.fp8={m.fp8} and model.fp8_recipe=delayed",
-        "remove those labels, or use fp8_recipe tensorwise/blockwise/mxfp8",
-        "Delayed scaling does not support moe_act and layernorm recompute for fp8.",
-    )
-
-
-def _fused_attention(c: Context) -> bool:
-    """Whether attention runs in a flash/fused kernel that keeps no s×s scores."""
-    backend = c.model.attention_backend
-    return backend in ("flash", "fused") or (
-        backend == "auto" and c.model.transformer_impl == "transformer_engine"
+        message=f"model.recompute_modules includes {', '.join(clash)} with model.fp8={m.fp8} and model.fp8_recipe=delayed",
+        fix="remove those labels, or use fp8_recipe tensorwise/blockwise/mxfp8",
+        upstream="Delayed scaling does not support moe_act and layernorm recompute for fp8.",
     )
 
 
@@ -373,13 +367,13 @@ def core_attn_with_fused_attention(c: Context) -> Hit | None:
     Recompute what is actually stored: `mla_up_proj` (MLA), `moe_act` (grouped MoE), `layernorm`
     (MoE), `mlp` or `moe`; or use `recompute_modules: []` as a no-recompute control.
     """
-    if "core_attn" not in _selective_modules(c) or not _fused_attention(c):
+    if "core_attn" not in _selective_modules(c) or not c.d.flash_attention:
         return None
     default = " (the default)" if c.model.recompute_modules is None else ""
     return Hit(
-        f"model.recompute_modules includes core_attn{default} with model.attention_backend={c.model.attention_backend}: "
+        message=f"model.recompute_modules includes core_attn{default} with model.attention_backend={c.model.attention_backend}: "
         "flash/fused attention keeps no s×s scores, so this recomputes for almost no saving",
-        "set model.recompute_modules to the labels that matter (mla_up_proj, moe_act, layernorm, mlp, moe) or []",
+        fix="set model.recompute_modules to the labels that matter (mla_up_proj, moe_act, layernorm, mlp, moe) or []",
     )
 
 
@@ -428,8 +422,8 @@ def recompute_module_without_target(c: Context) -> Hit | None:
     if not untargeted:
         return None
     return Hit(
-        f"model.recompute_modules: {'; '.join(untargeted)} recompute nothing in this model",
-        "remove those labels from model.recompute_modules",
+        message=f"model.recompute_modules: {'; '.join(untargeted)} recompute nothing in this model",
+        fix="remove those labels from model.recompute_modules",
     )
 
 
@@ -456,9 +450,9 @@ def distribute_saved_with_sp(c: Context) -> Hit | None:
     if not (c.model.distribute_saved_activations and c.model.sequence_parallel):
         return None
     return Hit(
-        "model.distribute_saved_activations=true with model.sequence_parallel=true",
-        "set model.distribute_saved_activations=false",
-        "distribute_saved_activations: True must be false when sequence parallel is enabled: True",
+        message="model.distribute_saved_activations=true with model.sequence_parallel=true",
+        fix="set model.distribute_saved_activations=false",
+        upstream="distribute_saved_activations: True must be false when sequence parallel is enabled: True",
     )
 
 
@@ -493,6 +487,6 @@ def distribute_saved_without_effect(c: Context) -> Hit | None:
     if not reasons:
         return None
     return Hit(
-        f"model.distribute_saved_activations=true does nothing: {'; '.join(reasons)}",
-        "remove model.distribute_saved_activations, or use full recompute with TP > 1",
+        message=f"model.distribute_saved_activations=true does nothing: {'; '.join(reasons)}",
+        fix="remove model.distribute_saved_activations, or use full recompute with TP > 1",
     )

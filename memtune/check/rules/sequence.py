@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from memtune.check.context import Context
-from memtune.check.finding import ERROR, INFO, Hit
+from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import rule
+from memtune.config import derive
+from memtune.config.changes import Change, with_changes
+from memtune.peft.model import inputs_sp_leaves_whole
 from memtune.units import MiB
 
 
@@ -17,12 +20,14 @@ def sp_without_tp(c: Context) -> Hit | None:
 
     ## Why it matters
     Sequence parallelism shards the activations outside the TP regions over the TP group; with
-    no TP group there is nothing to shard. Megatron-Core's `ModelParallelConfig` (used by
-    Megatron-Bridge) raises at start-up; Megatron-LM's argument parser instead turns SP off
-    silently, so the memory saving you planned for never happens.
+    no TP group there is nothing to shard. Megatron-Core's `ModelParallelConfig` raises at
+    start-up (an error for `defaults: megatron-core`); Megatron-LM's argument parser and
+    Megatron-Bridge's `finalize()` turn SP off with a warning (a warning here too), so the
+    memory saving you planned for never happens.
 
     ## Example
     ```yaml
+    defaults: megatron-core
     model: {tensor_model_parallel_size: 1, sequence_parallel: true}
     ```
 
@@ -31,10 +36,18 @@ def sp_without_tp(c: Context) -> Hit | None:
     """
     if not c.model.sequence_parallel or c.d.tp > 1:
         return None
+    if c.d.stack != "megatron-core":
+        return Hit(
+            message=f"model.sequence_parallel=true with model.tensor_model_parallel_size=1: {c.d.stack} turns "
+            "sequence parallelism off",
+            fix="set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
+            upstream="Disabling sequence parallelism because tensor model parallelism is disabled",
+            severity=WARNING,
+        )
     return Hit(
-        "model.sequence_parallel=true with model.tensor_model_parallel_size=1",
-        "set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
-        "Cannot use sequence parallelism without tensor parallelism",
+        message="model.sequence_parallel=true with model.tensor_model_parallel_size=1",
+        fix="set model.sequence_parallel=false, or raise model.tensor_model_parallel_size",
+        upstream="Cannot use sequence parallelism without tensor parallelism",
     )
 
 
@@ -61,9 +74,9 @@ def seq_not_divisible_by_2cp(c: Context) -> Hit | None:
     if cp == 1 or seq % (2 * cp) == 0:
         return None
     return Hit(
-        f"model.seq_length={seq} is not a multiple of 2×model.context_parallel_size = {2 * cp}",
-        f"use a seq_length that is a multiple of {2 * cp}",
-        "Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
+        message=f"model.seq_length={seq} is not a multiple of 2×model.context_parallel_size = {2 * cp}",
+        fix=f"use a seq_length that is a multiple of {2 * cp}",
+        upstream="Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
     )
 
 
@@ -91,9 +104,9 @@ def seq_not_divisible_by_tp_with_sp(c: Context) -> Hit | None:
     if not d.sequence_parallel or seq % d.cp or (seq // d.cp) % d.tp == 0:
         return None
     return Hit(
-        f"model.seq_length={seq} is not divisible by TP×CP = {d.tp}×{d.cp} with model.sequence_parallel=true",
-        f"use a seq_length that is a multiple of {d.tp * d.cp}",
-        "First dimension of the tensor should be divisible by tensor parallel size",
+        message=f"model.seq_length={seq} is not divisible by TP×CP = {d.tp}×{d.cp} with model.sequence_parallel=true",
+        fix=f"use a seq_length that is a multiple of {d.tp * d.cp}",
+        upstream="First dimension of the tensor should be divisible by tensor parallel size",
     )
 
 
@@ -122,9 +135,18 @@ def tp_without_sp(c: Context) -> Hit | None:
     if d.tp == 1 or c.model.sequence_parallel:
         return None
     tokens = c.model.seq_length // d.cp * d.micro_batch_size
-    saved = 10 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
+    per_input = 2 * tokens * c.model.hidden_size * (1 - 1 / d.tp)
+    saved = 5 * per_input
+    lora = ""
+    if c.job.peft is not None:
+        # Two of the five layer-input-sized tensors are the inputs of linear_qkv and linear_fc1;
+        # in a LoRA job SP shards them only where an adapter re-gathers (memtune/peft/model.py).
+        whole = inputs_sp_leaves_whole(derive(with_changes(c.job, [Change("model.sequence_parallel", True)])))
+        saved -= len(whole) * per_input
+        if whole:
+            lora = f" (LoRA: the inputs of {', '.join(whole)} stay whole or unkept either way)"
     return Hit(
-        f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
-        "of activations per layer per microbatch are replicated on every TP rank",
-        "set model.sequence_parallel=true",
+        message=f"model.tensor_model_parallel_size={d.tp} with model.sequence_parallel=false: about {saved / MiB:.0f} MiB "
+        f"of activations per layer per microbatch are replicated on every TP rank{lora}",
+        fix="set model.sequence_parallel=true",
     )

@@ -8,20 +8,27 @@ values, that is the schema's job. :func:`read_raw` picks the reader from the fil
 - a mapping with ``architectures`` or ``model_type``: a Hugging Face ``config.json``;
 - a mapping with ``_target_`` anywhere or a section only Megatron-Bridge has (``dataset``,
   ``logger``, ``checkpoint``, ...): a Bridge ``ConfigContainer`` dump;
+- a mapping with ``recipe:`` names a Megatron-Bridge recipe (``memtune recipes``); the rest of
+  the file is a Bridge override applied on top of it;
 - any other mapping: memtune's own format, checked strictly by the schema.
+
+:func:`read_recipe` builds a recipe's job without a file, :func:`read_layer` reads a Bridge
+override file to lay over another job, and :func:`merge` lays one over the other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memtune.config.loaders import bridge, hf, megatron_args, native
 from memtune.config.loaders._guards import read_config_text
+from memtune.config.stacks import ReceivedDefault
 from memtune.errors import InputError
 from memtune.numbers import echo
 
-FORMATS = ("memtune", "bridge", "megatron-args", "hf")
+FORMATS = ("memtune", "bridge", "megatron-args", "hf", "recipe")
 
 
 @dataclass
@@ -29,6 +36,10 @@ class RawJob:
     data: dict
     format: str  # one of FORMATS
     ignored: list[str] = field(default_factory=list)
+    # values the loader took from a stack rather than the file (Bridge's model bridges for HF)
+    received: list[ReceivedDefault] = field(default_factory=list)
+    # dotted key -> the line to report when no override supplies that required key
+    missing: dict[str, str] = field(default_factory=dict)
 
 
 def read_raw(path: Path) -> RawJob:
@@ -42,13 +53,70 @@ def read_raw(path: Path) -> RawJob:
         raise InputError(f"{shown}: cannot open ({exc.strerror or exc.__class__.__name__})") from None
     text = read_config_text(path)
     if megatron_args.looks_like_launch(path, text):
-        data, ignored = megatron_args.read(path, text)
-        return RawJob(data=data, format="megatron-args", ignored=ignored)
+        data, ignored, missing = megatron_args.read(path, text)
+        return RawJob(data=data, format="megatron-args", ignored=ignored, missing=missing)
     mapping = native.parse_mapping(path, text)
+    if "recipe" in mapping:
+        rest = {k: v for k, v in mapping.items() if k != "recipe"}
+        return with_layer(read_recipe(mapping["recipe"]), _bridge_layer(rest))
     if hf.is_hf_config(mapping):
-        data, ignored = hf.read(path, mapping)
-        return RawJob(data=data, format="hf", ignored=ignored)
+        data, ignored, received = hf.read(path, mapping)
+        return RawJob(data=data, format="hf", ignored=ignored, received=received)
     if bridge.is_bridge_dump(mapping):
         data, ignored = bridge.read(mapping)
         return RawJob(data=data, format="bridge", ignored=ignored)
     return RawJob(data=native.read(mapping), format="memtune")
+
+
+def read_recipe(name: object) -> RawJob:
+    """The job a Megatron-Bridge recipe function builds (memtune/catalog/data/recipes.yaml)."""
+    from memtune.catalog.recipes import find_recipe  # the catalog reads the config layer too
+
+    if not isinstance(name, str):
+        raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {name!r}")
+    data, ignored = bridge.read(find_recipe(name).container())
+    return RawJob(data=data, format="recipe", ignored=ignored)
+
+
+def read_layer(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """A Megatron-Bridge override file (ConfigContainer sections, any subset) in memtune's layout,
+    with the keys it did not use."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (an override file is YAML or JSON in Bridge's layout)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read as text ({exc.__class__.__name__})") from None
+    mapping = native.parse_mapping(path, text)
+    if "recipe" in mapping:
+        raise InputError(
+            f"{path}: `recipe:` belongs in the first config (or --recipe), not in an override file"
+        )
+    return _bridge_layer(mapping)
+
+
+def _bridge_layer(mapping: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    data, ignored = bridge.read(mapping)
+    if "defaults" not in mapping:
+        del data["defaults"]  # an override keeps the stack of the job below it
+    return data, ignored
+
+
+def with_layer(raw: RawJob, layer: tuple[dict[str, Any], list[str]]) -> RawJob:
+    data, ignored = layer
+    return RawJob(
+        data=merge(raw.data, data),
+        format=raw.format,
+        ignored=[*raw.ignored, *ignored],
+        received=raw.received,
+        missing=raw.missing,
+    )
+
+
+def merge(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``layer`` on top: mappings merge key by key, anything else is replaced."""
+    out = dict(base)
+    for key, value in layer.items():
+        below = out.get(key)
+        out[key] = merge(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return out

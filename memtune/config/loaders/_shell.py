@@ -138,16 +138,29 @@ def _strip_comment(line: str) -> str:
 def _split(text: str) -> list[str]:
     try:
         return shlex.split(text, comments=True)
-    except ValueError:  # an unbalanced quote: split on blanks rather than give up
+    except ValueError:  # an unbalanced quote, as on each line of a multi-line string: close it
+        for quote in ('"', "'"):
+            try:
+                return shlex.split(text + quote, comments=True)
+            except ValueError:
+                continue
         return text.split()
 
 
 def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
     def array(match: re.Match) -> str:
+        """``"${A[@]}"``: one word per element, as they are."""
         value = variables.get(match.group(1))
         if value is None:
             return match.group(0)
         return " ".join(shlex.quote(v) for v in (value if isinstance(value, list) else _split(value)))
+
+    def unquoted_array(match: re.Match) -> str:
+        """``${A[@]}``: the elements split again on blanks (``A=("--num-layers 32")`` gives two words)."""
+        value = variables.get(match.group(1))
+        if value is None:
+            return match.group(0)
+        return " ".join(value) if isinstance(value, list) else value
 
     def scalar(match: re.Match) -> str:
         name, default = match.group("name") or match.group("bare"), match.group("default")
@@ -165,7 +178,7 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
 
     text = _substitute_arithmetic(text, arithmetic)
     text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
-    text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", array, text)
+    text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", unquoted_array, text)
     return re.sub(
         rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]{{0,256}}))?\}}|(?P<bare>{_NAME}))",
         scalar,

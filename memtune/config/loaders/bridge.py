@@ -45,6 +45,8 @@ SCHEMA_SECTIONS: dict[str, type[BaseModel]] = {
     "ddp": DDPConfig,
 }
 MEMTUNE_ONLY_SECTIONS = ("env", "cluster")
+# memtune's own top-level keys, taken as they are: the stack and the check selection
+MEMTUNE_ONLY_KEYS = ("defaults", "check")
 # Switches Bridge keeps under another section or name than memtune does.
 MOVED_KEYS = {
     "model.fp8_param": "model.fp8_param_gather",
@@ -120,6 +122,8 @@ def read(data: dict) -> tuple[dict, list[str]]:
     out: dict = {name: {} for name in (*SCHEMA_SECTIONS, "env")}
     for name, schema in SCHEMA_SECTIONS.items():
         _take_known_keys(_section(data, name), schema, name, out, ignored)
+    if "preset" in _section(data, "model"):  # resolved with the other layers: native.resolve_preset
+        out["model"]["preset"] = data["model"]["preset"]
     if "seq_length" not in out["model"] and _section(data, "dataset").get("seq_length"):
         out["model"]["seq_length"] = data["dataset"]["seq_length"]
     if "vocab_size" not in out["model"] and _section(data, "tokenizer").get("vocab_size"):
@@ -136,8 +140,13 @@ def read(data: dict) -> tuple[dict, list[str]]:
         elif name in data:
             out[name] = data[name]  # not a mapping: the schema says so
 
+    for name in MEMTUNE_ONLY_KEYS:
+        if name in data:
+            out[name] = data[name]
+
     handled = {
         *SCHEMA_SECTIONS,
+        *MEMTUNE_ONLY_KEYS,
         "peft",
         "mixed_precision",
         "comm_overlap",
@@ -145,7 +154,8 @@ def read(data: dict) -> tuple[dict, list[str]]:
         "_target_",
     }
     ignored.extend(name for name, value in data.items() if name not in handled and value is not None)
-    return {name: section for name, section in out.items() if section != {}}, ignored
+    sections = {name: section for name, section in out.items() if section != {}}
+    return {"defaults": data.get("defaults", "megatron-bridge"), **sections}, ignored
 
 
 def _section(data: dict, name: str) -> dict:
@@ -162,8 +172,8 @@ def _take_known_keys(
 ) -> None:
     """Copy the keys ``schema`` knows into ``out[prefix]``; note the others in ``ignored``."""
     for key, value in section.items():
-        if key.startswith("_"):  # _target_, _call_: how Bridge rebuilds the object
-            continue
+        if key.startswith("_") or (prefix, key) == ("model", "preset"):
+            continue  # _target_, _call_: how Bridge rebuilds the object; a preset is read by read()
         moved = MOVED_KEYS.get(f"{prefix}.{key}")
         if moved and value is not None:
             dest_section, dest_key = moved.split(".")

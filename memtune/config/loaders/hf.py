@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from memtune.config.stacks import ReceivedDefault, architecture_values
 from memtune.errors import InputError
 from memtune.limits import MAX_COUNT, MAX_LAYERS
 from memtune.numbers import echo, plain_int
@@ -23,6 +24,11 @@ HF_ACTIVATIONS = {
     "gelu": "gelu",
     "gelu_new": "gelu",
     "gelu_pytorch_tanh": "gelu",
+}
+# Architectures memtune does not estimate, each with the line to say why.
+REFUSED = {
+    "nemotron_h": "hybrid Mamba models (Nemotron-H) are not estimated: memtune models attention and MLP "
+    "decoder layers, not Megatron-Core's Mamba layers",
 }
 
 
@@ -108,8 +114,8 @@ def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
     return model
 
 
-def _activation(f: _Fields) -> str:
-    name = f.get("hidden_act") or f.get("hidden_activation") or "silu"
+def _activation(f: _Fields, key: str = "hidden_act") -> str:
+    name = f.get(key) or f.get("hidden_activation") or "silu"
     if not isinstance(name, str) or name not in HF_ACTIVATIONS:
         raise InputError(
             f"{f.where}: activation {echo(name)} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
@@ -195,6 +201,66 @@ def _deepseek_v3(f: _Fields) -> dict:
     return model
 
 
+def _phi3(f: _Fields) -> dict:
+    # Phi-3 fuses q/k/v and gate/up into single weights; the shapes, and so the memory, are Llama's.
+    return _common(f, tied_default=False)
+
+
+def _olmoe(f: _Fields) -> dict:
+    model = _common(f, tied_default=False)
+    # every layer is an MoE layer; intermediate_size is the experts' width
+    model.update(
+        num_moe_experts=f.require("num_experts"),
+        moe_router_topk=f.require("num_experts_per_tok"),
+        moe_ffn_hidden_size=model["ffn_hidden_size"],
+        qk_layernorm=True,  # OLMoE normalises queries and keys
+    )
+    return model
+
+
+def _glm4_moe(f: _Fields) -> dict:
+    model = _common(f, tied_default=False)
+    first_dense = f.get("first_k_dense_replace", 0)
+    expert_width = f.require("moe_intermediate_size")
+    model.update(
+        num_moe_experts=f.require("n_routed_experts"),
+        moe_router_topk=f.require("num_experts_per_tok"),
+        moe_ffn_hidden_size=expert_width,
+        moe_layer_freq=_moe_layer_freq([i >= first_dense for i in range(model["num_layers"])]),
+        qk_layernorm=bool(f.get("use_qk_norm", False)),
+    )
+    if f.get("n_shared_experts"):
+        model["moe_shared_expert_intermediate_size"] = f.get("n_shared_experts") * expert_width
+    if f.get("n_group", 1) > 1:
+        model.update(moe_router_num_groups=f.get("n_group"), moe_router_group_topk=f.require("topk_group"))
+    if f.get("num_nextn_predict_layers"):
+        model["mtp_num_layers"] = f.get("num_nextn_predict_layers")
+    return model
+
+
+def _gpt2(f: _Fields) -> dict:
+    f.check_present("n_layer", "n_embd", "n_head", "vocab_size")
+    hidden = f.require("n_embd")
+    model = {
+        "num_layers": f.require("n_layer"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": f.get("n_inner") or 4 * hidden,
+        "num_attention_heads": f.require("n_head"),
+        "vocab_size": f.require("vocab_size"),
+        "gated_linear_unit": False,
+        "activation_func": _activation(f, key="activation_function"),
+        "normalization": "LayerNorm",
+        "share_embeddings_and_output_weights": f.get("tie_word_embeddings", True),
+        "add_bias_linear": True,
+        "position_embedding_type": "learned_absolute",
+        "hidden_dropout": f.get("resid_pdrop", 0.1),
+        "attention_dropout": f.get("attn_pdrop", 0.1),
+    }
+    if isinstance(f.get("n_positions"), int):
+        model["seq_length"] = f.get("n_positions")  # learned positions: the table is this long
+    return model
+
+
 def _gpt_oss(f: _Fields) -> dict:
     model = _common(f, tied_default=False)
     # The experts' clamped SwiGLU (alpha 1.702) is what Megatron calls quick_gelu in a GLU.
@@ -228,6 +294,12 @@ ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict]]] = {
     "qwen2_moe": ("Qwen2MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=False)),
     "qwen3_moe": ("Qwen3MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=True)),
     "mixtral": ("MixtralForCausalLM", _mixtral),
+    "mistral": ("MistralForCausalLM", _llama),
+    "phi3": ("Phi3ForCausalLM", _phi3),
+    "olmoe": ("OlmoeForCausalLM", _olmoe),
+    "glm4_moe": ("Glm4MoeForCausalLM", _glm4_moe),
+    "gpt2": ("GPT2LMHeadModel", _gpt2),
+    "deepseek_v2": ("DeepseekV2ForCausalLM", _deepseek_v3),  # the same fields; V3 adds MTP
     "deepseek_v3": ("DeepseekV3ForCausalLM", _deepseek_v3),
     "gpt_oss": ("GptOssForCausalLM", _gpt_oss),
     "gemma2": ("Gemma2ForCausalLM", _gemma2),
@@ -240,7 +312,9 @@ def is_hf_config(data: dict) -> bool:
     return "architectures" in data or "model_type" in data
 
 
-def read(path: Path, data: dict) -> tuple[dict, list[str]]:
+def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]]:
+    """The job AutoBridge would build: Bridge's defaults, the file's architecture and the model
+    bridge's own values (returned as well, for ``--explain``)."""
     model_type = _model_type(path, data)
     if model_type == "gemma3":
         text = data.get("text_config")
@@ -255,13 +329,17 @@ def read(path: Path, data: dict) -> tuple[dict, list[str]]:
         fields.used.update(("model_type", "architectures"))
         outer_ignored = []
     model = ARCHITECTURES[model_type][1](fields)
-    return {"model": model}, outer_ignored + fields.unused()
+    received = architecture_values(model_type, model)
+    model.update({d.key.removeprefix("model."): d.value for d in received})
+    return {"defaults": "megatron-bridge", "model": model}, outer_ignored + fields.unused(), received
 
 
 def _model_type(path: Path, data: dict) -> str:
     model_type = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise InputError(f"{path}: model_type must be a string, got {echo(model_type)}")
+    if model_type in REFUSED:
+        raise InputError(f"{path}: {REFUSED[model_type]}")
     if model_type in ARCHITECTURES:
         return model_type
     architectures = data.get("architectures") or []

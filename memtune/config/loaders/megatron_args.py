@@ -4,13 +4,15 @@ The script's variables and arrays are expanded (see :mod:`._shell`), the trainin
 one that runs a ``.py`` file with Megatron flags, and each flag memtune knows is mapped to its
 Megatron-Core key. Other flags land in the ignored list. Exported memory-related environment
 variables go to ``env``; torchrun's ``--nnodes`` x ``--nproc-per-node`` (or ``WORLD_SIZE``)
-gives ``cluster.num_gpus``. Where Megatron-LM's argument defaults differ from Megatron-Core's
-(learned absolute position embeddings; fp32 gradient reduction with ``--bf16``) the
-Megatron-LM behaviour is what the job gets, so that is what is loaded.
+gives ``cluster.num_gpus``. The job states ``defaults: megatron-lm``, so where Megatron-LM's
+argument defaults differ from Megatron-Core's (learned absolute position embeddings, the
+fusions, fp32 gradient reduction with ``--bf16``; :mod:`memtune.config.stacks`) the Megatron-LM
+behaviour is what the job gets.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,11 @@ def _real(text: str) -> float | str:
 def _layer_freq(text: str) -> int | list | str:
     value = evaluate(text)
     return text if value is None else value
+
+
+def _auto_dtype(text: str) -> str | None:
+    """Megatron-LM's ``auto`` dtype: take the model weights' dtype."""
+    return None if text == "auto" else text
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ FLAGS: dict[str, Value | Switch] = {
     "num-layers-in-last-pipeline-stage": Value("model.num_layers_in_last_pipeline_stage", _number),
     "account-for-embedding-in-pipeline-split": _on("model.account_for_embedding_in_pipeline_split"),
     "account-for-loss-in-pipeline-split": _on("model.account_for_loss_in_pipeline_split"),
+    "pipeline-model-parallel-layout": Value("model.pipeline_model_parallel_layout"),
     "microbatch-group-size-per-virtual-pipeline-stage": Value(
         "model.microbatch_group_size_per_vp_stage", _number
     ),
@@ -138,6 +146,10 @@ FLAGS: dict[str, Value | Switch] = {
     "distribute-saved-activations": _on("model.distribute_saved_activations"),
     "cpu-offloading": _on("model.cpu_offloading"),
     "cpu-offloading-num-layers": Value("model.cpu_offloading_num_layers", _number),
+    "fine-grained-activation-offloading": _on("model.fine_grained_activation_offloading"),
+    "offload-modules": Value("model.offload_modules", many=True),
+    "min-offloaded-tensor-size": Value("model.min_offloaded_tensor_size", _number),
+    "activation-offload-fraction": Value("model.activation_offload_fraction", _real),
     # precision
     "bf16": _on("model.bf16"),
     "fp16": _on("model.fp16"),
@@ -146,6 +158,15 @@ FLAGS: dict[str, Value | Switch] = {
     "fp8-param-gather": _on("model.fp8_param_gather"),
     "grad-reduce-in-bf16": _on("_.grad_reduce_in_bf16"),
     "accumulate-allreduce-grads-in-fp32": _on("_.accumulate_allreduce_grads_in_fp32"),
+    # fusions (Megatron-LM turns the first four on by default: memtune/config/stacks.py)
+    "no-masked-softmax-fusion": Switch({"model.masked_softmax_fusion": False}),
+    "no-bias-swiglu-fusion": Switch({"_.no_bias_swiglu_fusion": True}),
+    "no-bias-gelu-fusion": Switch({"_.no_bias_gelu_fusion": True}),
+    "no-gradient-accumulation-fusion": Switch({"model.gradient_accumulation_fusion": False}),
+    "attention-softmax-in-fp32": _on("model.attention_softmax_in_fp32"),
+    "apply-query-key-layer-scaling": _on("model.attention_softmax_in_fp32"),
+    "cross-entropy-loss-fusion": _on("model.cross_entropy_loss_fusion"),
+    "cross-entropy-fusion-impl": Value("model.cross_entropy_fusion_impl"),
     # implementation, CUDA graphs
     "transformer-impl": Value("model.transformer_impl"),
     "attention-backend": Value("model.attention_backend"),
@@ -153,6 +174,11 @@ FLAGS: dict[str, Value | Switch] = {
     "cuda-graph-scope": Value("model.cuda_graph_scope", many=True),
     "enable-cuda-graph": Switch({"model.cuda_graph_impl": "local"}),
     "external-cuda-graph": Switch({"model.cuda_graph_impl": "transformer_engine"}),
+    # tokenizer: gives the vocabulary when --vocab-size is absent
+    "tokenizer-type": Value("_.tokenizer_type"),
+    "tokenizer-model": Value("_.tokenizer_model"),
+    "vocab-file": Value("_.vocab_file"),
+    "merge-file": Value("_.merge_file"),
     # batch
     "micro-batch-size": Value("train.micro_batch_size", _number),
     "global-batch-size": Value("train.global_batch_size", _number),
@@ -173,6 +199,8 @@ FLAGS: dict[str, Value | Switch] = {
     "ddp-bucket-size": Value("ddp.bucket_size", _number),
     "use-megatron-fsdp": _on("ddp.use_megatron_fsdp"),
     "data-parallel-sharding-strategy": Value("ddp.data_parallel_sharding_strategy"),
+    "megatron-fsdp-main-params-dtype": Value("ddp.megatron_fsdp_main_params_dtype", _auto_dtype),
+    "megatron-fsdp-main-grads-dtype": Value("ddp.megatron_fsdp_main_grads_dtype", _auto_dtype),
     "num-distributed-optimizer-instances": Value("ddp.num_distributed_optimizer_instances", _number),
     "use-nccl-ub": _on("env.use_nccl_ub"),
 }
@@ -193,7 +221,9 @@ def looks_like_launch(path: Path, text: str) -> bool:
     )
 
 
-def read(path: Path, text: str) -> tuple[dict, list[str]]:
+def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
+    """The job, the flags not used, and for keys the launch cannot give, the line to say if no
+    override supplies them."""
     script = parse_script(text)
     command = _training_command(script)
     if command is None:
@@ -202,10 +232,84 @@ def read(path: Path, text: str) -> tuple[dict, list[str]]:
         )
     launcher, args = _split_launcher(command.words)
     data, ignored = _map_flags(args)
+    if not MODEL_FLAG_KEYS & data["model"].keys():
+        raise InputError(_why_no_model_flags(path, script, command))
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data)
-    return {section: values for section, values in data.items() if values and section != "_"}, ignored
+    sections = {section: values for section, values in data.items() if values and section != "_"}
+    missing = {"model.vocab_size": data["_"]["missing_vocab"]} if "missing_vocab" in data["_"] else {}
+    return {"defaults": "megatron-lm", **sections}, ignored, missing
+
+
+# Vocabulary sizes of tokenizers a launch names without --vocab-size: GPT-2's BPE files hold
+# 50257 tokens (encoder.json); Megatron's TikTokenizer (the Llama-3-style tiktoken files) caps its
+# vocabulary at 2**17 (megatron/core/tokenizers/text/libraries/tiktoken_tokenizer.py
+# DEFAULT_TIKTOKEN_MAX_VOCAB, special tokens included); Hugging Face tokenizers by model name,
+# len(tokenizer) with the special tokens (the model cards' config.json vocab_size, which equals it
+# for these).
+GPT2_BPE_VOCAB = 50257
+TIKTOKEN_VOCAB = 2**17
+HF_TOKENIZER_VOCAB = {
+    "meta-llama/Meta-Llama-3-8B": 128256,
+    "meta-llama/Meta-Llama-3-70B": 128256,
+    "meta-llama/Llama-3.1-8B": 128256,
+    "meta-llama/Llama-3.1-70B": 128256,
+    "meta-llama/Llama-3.1-405B": 128256,
+    "mistralai/Mixtral-8x7B-v0.1": 32000,
+    "mistralai/Mixtral-8x22B-v0.1": 32768,
+}
+# Entry points that train something other than a GPT-style decoder.
+NON_GPT_ENTRY_POINTS = (
+    "pretrain_bert.py",
+    "pretrain_t5.py",
+    "pretrain_mamba.py",
+    "pretrain_vlm.py",
+    "pretrain_ict.py",
+)
+
+
+def _vocabulary(path: Path, model: dict, facts: dict) -> None:
+    """Megatron-LM's vocabulary when the launch gives no --vocab-size, from its tokenizer flags."""
+    kind = facts.get("tokenizer_type")
+    if "vocab_size" in model:  # NullTokenizer's vocabulary is --vocab-size itself
+        return
+    name = str(facts.get("tokenizer_model", "")).removesuffix("/")
+    if kind == "GPT2BPETokenizer" or (kind is None and facts.get("vocab_file") and facts.get("merge_file")):
+        model["vocab_size"] = GPT2_BPE_VOCAB
+    elif kind == "TikTokenizer":
+        model["vocab_size"] = TIKTOKEN_VOCAB
+    elif kind == "HuggingFaceTokenizer" and name in HF_TOKENIZER_VOCAB:
+        model["vocab_size"] = HF_TOKENIZER_VOCAB[name]
+    elif kind is not None:
+        what = f"--tokenizer-type {kind}" + (f" --tokenizer-model {name}" if name else "")
+        facts["missing_vocab"] = (
+            f"{path}: the vocabulary size of {what} is not known without the tokenizer files; "
+            "pass it as model.vocab_size=N"
+        )
+
+
+MODEL_FLAG_KEYS = frozenset({"num_layers", "hidden_size", "num_attention_heads"})
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _why_no_model_flags(path: Path, script: Script, command: Command) -> str:
+    """One line for a launch whose model flags live outside the script."""
+    sourced = [c.words[1] for c in script.commands if len(c.words) > 1 and c.words[0] in ("source", ".")]
+    if sourced:
+        return (
+            f"{path}: the model flags come from a file the script sources ({sourced[0]}), which memtune "
+            "does not follow; give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    unset = sorted(
+        {name for name in _VARIABLE.findall(" ".join(command.words)) if name not in script.variables}
+    )
+    if unset:
+        return (
+            f"{path}: the model flags come from variables the script does not set ({', '.join(unset)}); "
+            "give the expanded command line instead (what `bash -x` prints for it)"
+        )
+    return f"{path}: the training command sets no --num-layers, --hidden-size or --num-attention-heads"
 
 
 def _training_command(script: Script) -> Command | None:
@@ -223,6 +327,11 @@ def _split_launcher(words: list[str]) -> tuple[list[str], list[str]]:
     """Launcher words (torchrun and its options) and the training script's own arguments."""
     for i, word in enumerate(words):
         if word.endswith(".py"):
+            if Path(word).name in NON_GPT_ENTRY_POINTS:
+                raise InputError(
+                    f"{Path(word).name} trains a model memtune does not estimate; memtune reads "
+                    "GPT-style decoder launches (pretrain_gpt.py and scripts taking its flags)"
+                )
             return words[:i], words[i + 1 :]
     first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
     return words[:first_flag], words[first_flag:]
@@ -273,21 +382,27 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
     if "num_query_groups" in model and not facts.get("group_query_attention"):
         del model["num_query_groups"]
         ignored.append("--num-query-groups (Megatron-LM uses it only with --group-query-attention)")
+    _vocabulary(path, model, facts)
     if facts.get("recompute_activations"):
         model.setdefault("recompute_granularity", "selective")
     if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
         model["cpu_offloading"] = True
-    model.setdefault("position_embedding_type", "learned_absolute")
-    # Megatron-LM passes its params dtype as pipeline_dtype and always frees sent stage outputs.
-    model.setdefault(
-        "pipeline_dtype", "bf16" if model.get("bf16") else "fp16" if model.get("fp16") else "fp32"
-    )
-    model.setdefault("deallocate_pipeline_outputs", True)
-    # With --bf16, Megatron-LM reduces gradients in fp32 unless told --grad-reduce-in-bf16.
-    fp32_grads = facts.get("accumulate_allreduce_grads_in_fp32") or (
-        model.get("bf16") and not facts.get("grad_reduce_in_bf16")
-    )
-    data["ddp"]["grad_reduce_in_fp32"] = bool(fp32_grads)
+    # Megatron-LM's own defaults (learned positions, the fusions, pipeline_dtype, fp32 gradient
+    # reduction with bf16) come from the stack: memtune/config/stacks.py, `defaults: megatron-lm`.
+    swiglu = model.get("activation_func") == "silu" and model.get("gated_linear_unit")
+    if facts.get("no_bias_swiglu_fusion" if swiglu else "no_bias_gelu_fusion"):
+        model["bias_activation_fusion"] = False
+    if facts.get("accumulate_allreduce_grads_in_fp32"):
+        data["ddp"]["grad_reduce_in_fp32"] = True
+    elif facts.get("grad_reduce_in_bf16"):
+        data["ddp"]["grad_reduce_in_fp32"] = False
+    if "pipeline_model_parallel_layout" in model and (
+        "layers_per_virtual_stage" in facts or "virtual_pipeline_model_parallel_size" in model
+    ):
+        raise InputError(
+            f"{path}: --pipeline-model-parallel-layout sets the virtual stages itself; Megatron-LM refuses it "
+            "with --num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank"
+        )
     if "layers_per_virtual_stage" in facts:
         model["virtual_pipeline_model_parallel_size"] = _virtual_stages(
             path, model, facts["layers_per_virtual_stage"]

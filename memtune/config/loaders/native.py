@@ -1,7 +1,8 @@
 """memtune's own YAML or JSON: the schema's sections, as they are.
 
 ``model.preset`` names a catalog model (``memtune models``); the preset's keys are laid down
-first and the file's own ``model`` keys override them.
+first and the job's own ``model`` keys override them. Every format may carry it (and a dotted
+override may set it), so :func:`resolve_preset` runs once all layers and overrides are in.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ def parse_mapping(path: Path, text: str) -> dict:
 
 
 def read(data: dict) -> dict:
-    """memtune's format needs no translation: only a model preset is filled in."""
+    """memtune's format needs no translation."""
+    return data
+
+
+def resolve_preset(data: dict) -> dict:
+    """``data`` with its ``model.preset`` replaced by the preset's keys, its own keys on top."""
     model = data.get("model")
     if not isinstance(model, dict) or "preset" not in model:
         return data

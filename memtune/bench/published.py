@@ -1,0 +1,111 @@
+"""The estimator against published peaks of real multi-GPU runs (``benchmarks/published/``).
+
+Each run is one YAML file: ``id``, ``rank`` (the global rank whose peak was published),
+``published.bytes`` (its ``max_memory_allocated``) and ``config`` (memtune's format), plus its
+source. The split follows the measured set's rule (holdout iff sha1 of the id mod 10 < 3),
+fixed before any comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from memtune.check import gate
+from memtune.config import validate
+from memtune.errors import InputError
+from memtune.estimate import estimate
+
+HOLDOUT_SHARE = 3  # of 10
+
+
+def split_of(run_id: str) -> str:
+    return (
+        "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < HOLDOUT_SHARE else "tune"
+    )
+
+
+@dataclass(frozen=True)
+class PublishedResult:
+    id: str
+    split: str
+    published: int
+    estimated: int
+
+    @property
+    def error(self) -> float:
+        return (self.estimated - self.published) / self.published
+
+    @property
+    def under(self) -> bool:
+        """An under-estimate says "fits" before an out-of-memory."""
+        return self.estimated < self.published
+
+
+@dataclass(frozen=True)
+class PublishedSummary:
+    runs: int
+    mean_abs_error: float
+    max_abs_error: float
+    worst_id: str
+    under_estimates: int
+    worst_under: float  # most negative error, 0 when none
+
+
+def read_published(paths: list[Path]) -> list[dict]:
+    runs = []
+    for path in paths:
+        files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
+        if not files:
+            raise InputError(f"{path}: no *.yaml files of published runs")
+        for file in files:
+            try:
+                run = yaml.safe_load(file.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                raise InputError(f"{file}: cannot read a published run ({exc})") from None
+            if not isinstance(run, dict) or not {"id", "rank", "published", "config"} <= run.keys():
+                raise InputError(f"{file}: a published run needs id, rank, published.bytes and config")
+            runs.append(run)
+    return runs
+
+
+def evaluate_published(run: dict) -> PublishedResult:
+    est = estimate(gate(validate(run["config"])))
+    return PublishedResult(
+        id=run["id"],
+        split=split_of(run["id"]),
+        published=int(run["published"]["bytes"]),
+        estimated=est.rank(int(run["rank"])).peak_bytes,
+    )
+
+
+def summarize_published(results: list[PublishedResult]) -> PublishedSummary | None:
+    if not results:
+        return None
+    worst = max(results, key=lambda r: abs(r.error))
+    unders = [r.error for r in results if r.under]
+    return PublishedSummary(
+        runs=len(results),
+        mean_abs_error=sum(abs(r.error) for r in results) / len(results),
+        max_abs_error=abs(worst.error),
+        worst_id=worst.id,
+        under_estimates=len(unders),
+        worst_under=min(unders, default=0.0),
+    )
+
+
+@dataclass(frozen=True)
+class PublishedReport:
+    shown: list[PublishedResult]
+    splits: dict[str, PublishedSummary | None]
+
+
+def published_report(results: list[PublishedResult], split: str = "all") -> PublishedReport:
+    names = ("tune", "holdout") if split == "all" else (split,)
+    splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
+    if split == "all":
+        splits["all"] = summarize_published(results)
+    return PublishedReport([r for r in results if split in ("all", r.split)], splits)

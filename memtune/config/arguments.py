@@ -1,0 +1,57 @@
+"""The command-line words that name a job, shared by every command that takes one.
+
+``CONFIG [OVERRIDE.yaml ...] [key=value ...]`` or ``--recipe NAME [OVERRIDE.yaml ...]
+[key=value ...]``: the first file (or the recipe) is the job, each further file a Megatron-Bridge
+override laid over it in turn, each ``section.key=value`` a dotted override applied last.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from memtune.config import LoadedJob, load_job
+from memtune.errors import InputError
+
+RECIPE_HELP = (
+    "start from this Megatron-Bridge recipe (`memtune recipes` lists them); files given are then "
+    "Bridge override files laid over it"
+)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, config_help: str) -> None:
+    """``config``, ``overrides`` and ``--recipe`` on ``parser``."""
+    parser.add_argument("config", nargs="?", help=config_help)
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="more Bridge override files, then dotted overrides, e.g. model.tensor_model_parallel_size=8",
+    )
+    add_recipe_argument(parser)
+
+
+def add_recipe_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", metavar="NAME", help=RECIPE_HELP)
+
+
+def is_override(word: str) -> bool:
+    """A ``key=value`` word that is not the name of a file (a malformed one is still an override:
+    the override parser says what is wrong with it)."""
+    return "=" in word and not Path(word).exists()
+
+
+def load_from_words(words: list[str], recipe: str | None, usage: str) -> LoadedJob:
+    """The job ``words`` (files then dotted overrides) and ``recipe`` describe."""
+    files = [w for w in words if not is_override(w)]
+    overrides = [w for w in words if is_override(w)]
+    if recipe is None and not files:
+        raise InputError(f"a config file or --recipe NAME is required: {usage}")
+    base, layers = (None, files) if recipe is not None else (files[0], files[1:])
+    return load_job(base, overrides, recipe=recipe, layers=layers)
+
+
+def load_from_args(args: argparse.Namespace, usage: str) -> LoadedJob:
+    """The job of a command registered with :func:`add_job_arguments`."""
+    words = [w for w in (args.config, *args.overrides) if w is not None]
+    return load_from_words(words, args.recipe, usage)

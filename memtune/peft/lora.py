@@ -1,0 +1,232 @@
+"""LoRA on a Megatron-Core GPT model, with sequence-parallel input re-gather (docs/peft.md).
+
+Torch is imported lazily: ``memtune.peft`` imports this module on first use of ``LoRA``, and a
+machine without torch gets one ``MissingDependencyError`` line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memtune.errors import InputError, MissingDependencyError
+from memtune.peft.model import (
+    A_FROZEN,
+    COLUMN_TARGETS,
+    NO_GRAD,
+    NOT_IDENTITY,
+    ROW_TARGETS,
+    AdapterKind,
+    RegatherFacts,
+    first_blocker,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("memtune.peft")
+
+DEFAULT_TARGETS = COLUMN_TARGETS[:1] + ROW_TARGETS[:1] + COLUMN_TARGETS[1:] + ROW_TARGETS[1:]
+_ROUTED_EXPERT = re.compile(r".*mlp\..*experts.*\.linear_fc[12]$")
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingDependencyError("memtune.peft needs torch: pip install 'memtune[measure]'") from e
+    return torch
+
+
+def adapter_kind(path: str) -> AdapterKind:
+    """Routed-expert linears sit under ``mlp.experts`` (shared experts do not count)."""
+    if ".shared_experts." in path:
+        return "shared_expert"
+    return "routed_expert" if _ROUTED_EXPERT.match(path) else "dense"
+
+
+@dataclass(frozen=True)
+class AdapterReport:
+    """One adapter of a model: where it is and whether it re-gathers (``reason`` says why not)."""
+
+    path: str
+    target: str
+    parallel: str
+    regathers: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """LoRA adapters for the ``target_modules`` linears of a Megatron-Core GPT model.
+
+    ``apply(model)`` freezes every base parameter and wraps each matching linear; the adapters
+    are placed and sharded as Megatron-Bridge's LoRA places them (memtune/peft/model.py).
+    """
+
+    dim: int = 32
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = DEFAULT_TARGETS
+    sequence_parallel_input_regather: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.target_modules if t not in DEFAULT_TARGETS]
+        if unknown:
+            raise InputError(f"LoRA target_modules: unknown {unknown}; allowed: {', '.join(DEFAULT_TARGETS)}")
+        if self.dim <= 0 or self.alpha <= 0:
+            raise InputError(f"LoRA: dim and alpha must be positive, got dim={self.dim}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise InputError(f"LoRA: dropout must be in [0, 1), got {self.dropout}")
+
+    def apply(self, model: Any, tp_group: Any = None) -> Any:
+        """Freeze ``model``'s parameters and wrap its target linears in place; returns ``model``.
+
+        ``tp_group`` is the tensor-parallel group when the linears do not carry one
+        (Megatron-Core's carry ``tp_group``; without either, Megatron's parallel state is asked).
+        """
+        _torch()
+        from memtune.peft.modules import LoRALinear, make_adapter
+
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for path, module in list(model.named_modules()):
+            target = path.rsplit(".", 1)[-1]
+            if target not in self.target_modules or isinstance(module, LoRALinear):
+                continue
+            group = getattr(module, "tp_group", None) or tp_group or _megatron_tp_group(adapter_kind(path))
+            adapter = make_adapter(self, module, path, target, adapter_kind(path), group)
+            _replace(model, path, LoRALinear(module, adapter))
+        return model
+
+    def report(self, model: Any) -> list[AdapterReport]:
+        """Every adapter of ``model`` with its path and, if it does not re-gather, why."""
+        from memtune.peft.modules import LoRALinear
+
+        out = []
+        for path, module in model.named_modules():
+            if isinstance(module, LoRALinear):
+                reason = module.adapter.regather_reason(training=True)
+                out.append(
+                    AdapterReport(
+                        path, module.adapter.target, module.adapter.parallel, reason is None, reason
+                    )
+                )
+        return out
+
+    def adapter_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
+        """This rank's adapter weights under Megatron-Bridge's names (``<linear>.adapter.linear_in.weight``,
+        ``<linear>.adapter.linear_out.weight``), without base weights."""
+        return {k: v for k, v in _strip(model.state_dict()).items() if ".adapter." in k}
+
+    def load_adapter_state_dict(self, model: Any, state: Mapping[str, torch.Tensor]) -> None:
+        """Load adapter weights saved by ``adapter_state_dict`` (this rank's shards) or whole,
+        unsharded tensors (sliced to this rank's shard). Every adapter must be present."""
+        torch = _torch()
+        own = {k: v for k, v in _strip(model.state_dict(keep_vars=True)).items() if ".adapter." in k}
+        missing = sorted(set(own) - set(state))
+        extra = sorted(set(state) - set(own))
+        if missing or extra:
+            raise InputError(
+                f"LoRA adapter weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}"
+            )
+        shards = _shard_specs(model)
+        with torch.no_grad():
+            for name, param in own.items():
+                value = state[name]
+                if tuple(value.shape) != tuple(param.shape):
+                    value = _local_shard(name, value, param, shards[name])
+                param.copy_(value)
+
+
+def _strip(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron wraps models in DDP and Float16Module (``module.`` prefixes); Bridge's names have none."""
+    return {re.sub(r"^(module\.)+", "", k): v for k, v in state.items()}
+
+
+def _shard_specs(model: Any) -> dict[str, tuple[int, int, int]]:
+    """For each adapter weight name: (split axis, TP size, TP rank)."""
+    from memtune.peft.comm import group_rank, group_size
+    from memtune.peft.modules import LoRALinear
+
+    specs = {}
+    for path, module in model.named_modules():
+        if isinstance(module, LoRALinear):
+            a = module.adapter
+            name = re.sub(r"^(module\.)+", "", path)
+            size, rank = group_size(a.group), group_rank(a.group)
+            specs[f"{name}.adapter.linear_in.weight"] = (0 if a.parallel == "column" else 1, size, rank)
+            specs[f"{name}.adapter.linear_out.weight"] = (0, size, rank)
+    return specs
+
+
+def _local_shard(name: str, value: Any, param: Any, spec: tuple[int, int, int]) -> Any:
+    axis, size, rank = spec
+    expected = list(param.shape)
+    expected[axis] *= size
+    if list(value.shape) != expected:
+        raise InputError(
+            f"LoRA adapter weight {name}: shape {list(value.shape)}, expected {list(param.shape)} or {expected}"
+        )
+    return value.chunk(size, dim=axis)[rank]
+
+
+def _replace(model: Any, path: str, new: Any) -> None:
+    parent_path, _, child = path.rpartition(".")
+    parent = model.get_submodule(parent_path) if parent_path else model
+    setattr(parent, child, new)
+
+
+def _megatron_tp_group(kind: AdapterKind) -> Any:
+    try:
+        from megatron.core import parallel_state
+    except ImportError as e:
+        raise MissingDependencyError(
+            "memtune.peft: the linear carries no tp_group and megatron-core is not installed to ask for one"
+        ) from e
+    if kind == "routed_expert":
+        return parallel_state.get_expert_tensor_parallel_group()
+    return parallel_state.get_tensor_model_parallel_group()
+
+
+def regather_facts(
+    target: str, kind: AdapterKind, tp: int, sequence_parallel: bool, config: Any
+) -> RegatherFacts:
+    """The facts ``first_blocker`` needs, read from a running linear and its Megatron config."""
+    granularity = getattr(config, "recompute_granularity", None)
+    modules: Iterable[str] = getattr(config, "recompute_modules", None) or ()
+    graphs = getattr(config, "cuda_graph_impl", "none") not in (None, "none") or getattr(
+        config, "enable_cuda_graph", False
+    )
+    return RegatherFacts(
+        target=target,
+        kind=kind,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        shared_expert_overlap=bool(getattr(config, "moe_shared_expert_overlap", False)),
+        cpu_activation_offload=bool(
+            getattr(config, "cpu_offloading", False) and getattr(config, "cpu_offloading_activations", False)
+        ),
+        cuda_graphs=bool(graphs),
+        full_recompute=granularity == "full",
+        mlp_recompute=granularity == "selective" and "mlp" in modules,
+    )
+
+
+def runtime_blocker(facts: RegatherFacts, a_trainable: bool, identity: bool, grad_mode: bool) -> str | None:
+    """Config-level reasons first (memtune/peft/model.py), then what only the running model tells."""
+    if facts.target in ROW_TARGETS:
+        return first_blocker(facts)
+    if not a_trainable:
+        return A_FROZEN
+    reason = first_blocker(facts)
+    if reason is not None:
+        return reason
+    if not identity:
+        return NOT_IDENTITY
+    if not grad_mode:
+        return NO_GRAD
+    return None

@@ -1,0 +1,132 @@
+"""``memtune diff A B``: where the memory between two configs went, key by key.
+
+For every differing key the estimate of A with that one change applied gives the key's effect
+alone; what the total change leaves over once those are added up is the interactions' part (two
+changes that multiply, such as a longer sequence and more in-flight microbatches). All of it is
+per pipeline rank and per component, in bytes, so singles plus interactions equal the total
+exactly. When A and B have different pipeline sizes the ranks do not correspond, and each
+estimate is represented by its most-loaded rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memtune.config import LoadedJob
+from memtune.estimate import Estimate, RankEstimate
+from memtune.estimate.render import components
+from memtune.regress.jobs import (
+    KeyChange,
+    UnreadDifference,
+    apply,
+    differing_keys,
+    estimate_named,
+    estimate_or_refusal,
+    unread_differences,
+)
+
+# What a rank needs, as the verdict counts it: the components of its allocator peak (as memtune
+# estimate shows them), memory outside PyTorch and the fragmentation margin; then the peak itself.
+COMPONENTS = (
+    "weights",
+    "grads",
+    "optimizer",
+    "activations",
+    "transient",
+    "outside PyTorch",
+    "fragmentation margin",
+)
+PEAK = "peak"
+MOST_LOADED = "most-loaded rank"
+
+Breakdown = dict[str, int]  # component (and "peak") -> bytes
+
+
+def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
+    margin = est.needed_bytes(rank) - rank.peak_bytes - est.non_pytorch_bytes
+    return {
+        **components(rank),
+        "outside PyTorch": est.non_pytorch_bytes,
+        "fragmentation margin": margin,
+        PEAK: rank.peak_bytes,
+    }
+
+
+def minus(after: Breakdown, before: Breakdown) -> Breakdown:
+    return {name: after[name] - before[name] for name in before}
+
+
+@dataclass
+class KeyEffect:
+    """One differing key and what it does alone, per compared rank."""
+
+    change: KeyChange
+    alone: list[Breakdown] | None  # None: A with only this change is refused by memtune check
+    refused: str | None = None  # the first reason, when refused
+
+
+@dataclass
+class ConfigDiff:
+    a: LoadedJob
+    b: LoadedJob
+    before: Estimate
+    after: Estimate
+    labels: list[str]  # the compared ranks: "pp_rank N" each, or the most-loaded rank of each side
+    total: list[Breakdown]
+    keys: list[KeyEffect]
+    interactions: list[Breakdown]
+    unread: list[UnreadDifference] = field(default_factory=list)
+
+    @property
+    def per_rank(self) -> bool:
+        return self.labels[0] != MOST_LOADED
+
+
+def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
+    return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
+
+
+def diff_configs(a: LoadedJob, b: LoadedJob) -> ConfigDiff:
+    before, after = estimate_named(a, "A"), estimate_named(b, "B")
+    per_rank = len(before.ranks) == len(after.ranks)
+    labels = [f"pp_rank {r.pp_rank}" for r in before.ranks] if per_rank else [MOST_LOADED]
+    start, end = compared(before, per_rank), compared(after, per_rank)
+    total = [minus(e, s) for s, e in zip(start, end)]
+    keys = []
+    for change in differing_keys(a.job, b.job):
+        alone = estimate_or_refusal(apply(a.job, [change.change]))
+        if isinstance(alone, str):
+            keys.append(KeyEffect(change, None, alone))
+            continue
+        # One key alone changes the number of ranks only if it is the pipeline size, and then
+        # A and B differ in it too, so each side is already its most-loaded rank.
+        keys.append(KeyEffect(change, [minus(e, s) for s, e in zip(start, compared(alone, per_rank))]))
+    interactions = []
+    for i, whole in enumerate(total):
+        singles = [k.alone[i] for k in keys if k.alone is not None]
+        interactions.append({name: whole[name] - sum(s[name] for s in singles) for name in whole})
+    return ConfigDiff(a, b, before, after, labels, total, keys, interactions, unread_differences(a, b))
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """One line of the answer: a change (or the interactions) moved one component of one rank."""
+
+    what: str  # "model.seq_length 4096 -> 8192" or "interactions"
+    rank: str  # a label of ConfigDiff.labels
+    component: str
+    delta: int
+
+
+INTERACTIONS = "interactions between the changes"
+
+
+def attributions(diff: ConfigDiff) -> list[Attribution]:
+    """Every non-zero component change of every key alone and of the interactions, largest first."""
+    found = []
+    for effect in diff.keys:
+        for label, part in zip(diff.labels, effect.alone or []):
+            found += [Attribution(str(effect.change), label, c, part[c]) for c in COMPONENTS if part[c]]
+    for label, part in zip(diff.labels, diff.interactions):
+        found += [Attribution(INTERACTIONS, label, c, part[c]) for c in COMPONENTS if part[c]]
+    return sorted(found, key=lambda a: -abs(a.delta))

@@ -1,0 +1,137 @@
+"""``memtune diff`` and ``memtune bisect``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from memtune.errors import InputError
+from memtune.regress import render
+
+EXIT_NO_ANSWER = 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser(
+        "diff",
+        help="what changed between two configs (per rank, per key) or two runs' memory logs",
+        description="Compare two configs (any formats memtune reads): the peak of every pipeline rank before "
+        "and after, and each component's change attributed to each differing key alone and to their "
+        "interactions. With --logs, compare two runs' memory reports per rank and step instead. "
+        "Sizes are GiB (2^30 bytes).",
+    )
+    d.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="A B [key=value ...]",
+        help="two configs, then dotted overrides applied to both; with --logs two runs (log files, "
+        "monitor JSONL or directories of them)",
+    )
+    d.add_argument("--logs", action="store_true", help="A and B are runs' logs, not configs")
+    d.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    d.set_defaults(handler=run_diff, overrides=[])
+
+    b = sub.add_parser(
+        "bisect",
+        help="find the commit or the config change that made a job run out of memory",
+        description="With --good/--bad: run `git bisect` with a classifier built on `memtune diagnose` "
+        "(the command exits 0: good; it fails with an out-of-memory of --kind: bad; any other failure: "
+        "skipped) and print the first bad commit with its diagnosis; the repository is restored. "
+        "With --configs A B: walk from config A to config B one key at a time and name the first change "
+        "after which the most-loaded rank no longer fits. Exit 0: found; 1: no culprit (A does not fit, "
+        "B fits, or only skipped commits were left); 2: bad input.",
+    )
+    b.add_argument("--good", metavar="REV", help="a revision where the command works")
+    b.add_argument("--bad", metavar="REV", help="a revision where it runs out of memory")
+    b.add_argument("--repo", default=".", metavar="DIR", help="the git work tree (default: here)")
+    b.add_argument(
+        "--kind",
+        choices=("fragmentation", "capacity", "any"),
+        default="any",
+        help="which out-of-memory counts as bad (any: also outside PyTorch and host memory)",
+    )
+    b.add_argument("--configs", nargs=2, metavar=("A", "B"), help="walk from config A to config B")
+    b.add_argument(
+        "--measure", action="store_true", help="with --configs: measure each step on this GPU (needs --rank)"
+    )
+    b.add_argument(
+        "--rank", type=int, metavar="R", help="global rank to watch (default: the most-loaded pipeline rank)"
+    )
+    b.add_argument(
+        "--python", default=sys.executable, metavar="PATH", help="with --measure: interpreter with torch"
+    )
+    b.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    b.add_argument("to_run", nargs="*", metavar="COMMAND", help="after --: the command to run at each commit")
+    b.set_defaults(handler=run_bisect)
+
+
+def _emit(args: argparse.Namespace, data: dict, lines: list[str]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        for line in lines:
+            print(line)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    overrides = [*args.overrides, *(i for i in args.inputs if _is_override(i))]
+    paths = [i for i in args.inputs if not _is_override(i)]
+    if len(paths) != 2:
+        what = "runs" if args.logs else "configs"
+        raise InputError(f"expected two {what} A B, got {len(paths)}: {' '.join(paths) or 'none'}")
+    if args.logs:
+        if overrides:
+            raise InputError(f"--logs compares runs; overrides apply to configs only: {' '.join(overrides)}")
+        from memtune.regress.logs import diff_runs
+
+        logs = diff_runs(*paths)
+        _emit(args, render.logs_json(logs), render.logs_lines(logs))
+        return 0
+    from memtune.regress.attribution import diff_configs
+    from memtune.regress.jobs import load_pair
+
+    diff = diff_configs(*load_pair(paths[0], paths[1], overrides))
+    _emit(args, render.diff_json(diff), render.diff_lines(diff))
+    return 0
+
+
+def _is_override(text: str) -> bool:
+    key, sep, _ = text.partition("=")
+    return bool(sep) and "." in key and "/" not in key and not Path(text).exists()
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    if args.configs:
+        if args.good or args.bad or args.to_run:
+            raise InputError("--configs walks between two configs; it takes no --good/--bad or command")
+        return _bisect_configs(args)
+    if args.measure:
+        raise InputError("--measure goes with --configs A B")
+    if not (args.good and args.bad):
+        raise InputError("give --good REV and --bad REV (and the command after --), or --configs A B")
+    if not args.to_run:
+        raise InputError("give the command to run at each commit after --, e.g. -- python train.py")
+    from memtune.regress.gitbisect import bisect
+
+    result = bisect(args.repo, args.good, args.bad, args.to_run, args.kind)
+    _emit(args, render.bisect_json(result, args.kind), render.bisect_lines(result, args.kind))
+    return 0 if result.first_bad else EXIT_NO_ANSWER
+
+
+def _bisect_configs(args: argparse.Namespace) -> int:
+    from memtune.regress.jobs import load_pair
+    from memtune.regress.walk import estimator, measurer, walk
+
+    a, b = load_pair(*args.configs)
+    if args.measure:
+        if args.rank is None:
+            raise InputError("--measure needs --rank R: the global rank to measure at each step")
+        evaluate = measurer(args.rank, args.python)
+    else:
+        evaluate = estimator(args.rank)
+    result = walk(a, b, args.rank, evaluate)
+    result.measured = args.measure
+    _emit(args, render.walk_json(result, a.source, b.source), render.walk_lines(result, a.source, b.source))
+    return 0 if result.culprits else EXIT_NO_ANSWER

@@ -1,0 +1,273 @@
+"""Text and JSON for ``memtune diff`` and ``memtune bisect``; formatting only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memtune.regress.attribution import COMPONENTS, PEAK, ConfigDiff, attributions
+from memtune.regress.gitbisect import BisectResult
+from memtune.regress.logs import ALLOCATED, RESERVED_ONLY, LogDiff
+from memtune.regress.walk import Probe, Walk
+from memtune.units import MiB, human
+
+SCHEMA_VERSION = 1
+UNREAD_SHOWN = 12
+SHOWN_FROM = MiB  # smaller differences are the rounding of components to whole bytes
+
+
+def signed(nbytes: int) -> str:
+    return ("+" if nbytes >= 0 else "-") + human(abs(nbytes))
+
+
+# --- memtune diff A B -----------------------------------------------------------------------
+
+
+def diff_lines(diff: ConfigDiff) -> list[str]:
+    a, b = diff.a, diff.b
+    lines = [f"A: {a.source} ({a.format})", f"B: {b.source} ({b.format})"]
+    if not diff.per_rank:
+        wa, wb = diff.before.worst, diff.after.worst
+        lines.append(
+            f"A has {len(diff.before.ranks)} pipeline ranks and B {len(diff.after.ranks)}: comparing the "
+            f"most-loaded rank of each (A pp_rank {wa.pp_rank}, B pp_rank {wb.pp_rank})"
+        )
+    lines.append("Peak per rank (before -> after):")
+    starts = [r.peak_bytes for r in diff.before.ranks] if diff.per_rank else [diff.before.worst.peak_bytes]
+    for label, start, total in zip(diff.labels, starts, diff.total):
+        lines.append(f"  {label}: {human(start)} -> {human(start + total[PEAK])} ({signed(total[PEAK])})")
+    lines.append(
+        f"Verdict: {diff.before.verdict()} -> {diff.after.verdict()} "
+        f"(most-loaded rank, {diff.after.gpu.name} {human(diff.after.capacity_bytes)})"
+    )
+    phases = {r.peak_phase for r in diff.before.ranks} | {r.peak_phase for r in diff.after.ranks}
+    if len(phases) > 1:
+        lines.append(
+            "Some peaks fall in the optimizer step, others in forward/backward: there activations are "
+            "freed and the step's temporaries count as transient, so memory moves between the two."
+        )
+    found = [x for x in attributions(diff) if abs(x.delta) >= SHOWN_FROM]
+    if found:
+        lines.append(
+            "Attributed (each change alone on A; interactions = total minus the singles; under 1 MiB not shown):"
+        )
+        lines += [f"  {x.what}: {signed(x.delta)} {x.component} on {x.rank}" for x in found]
+    quiet = [k for k in diff.keys if k.alone is not None and not any(any(p.values()) for p in k.alone)]
+    if quiet:
+        lines.append("No effect on the estimate:")
+        lines += [f"  {k.change}" for k in quiet]
+    refused = [k for k in diff.keys if k.alone is None]
+    if refused:
+        lines.append("Refused alone by memtune check (their effect is inside the interactions):")
+        lines += [f"  {k.change}: {k.refused}" for k in refused]
+    if diff.unread:
+        lines.append(f"Not read by memtune ({len(diff.unread)}; no effect on the estimate):")
+        for u in diff.unread[:UNREAD_SHOWN]:
+            lines.append(f"  {u.name} {_maybe(u.before)} -> {_maybe(u.after)}")
+        if len(diff.unread) > UNREAD_SHOWN:
+            lines.append(f"  ... {len(diff.unread) - UNREAD_SHOWN} more (--json lists all)")
+    if not diff.keys and not diff.unread:
+        lines.append("The two configs describe the same job.")
+    return lines
+
+
+def _maybe(value: str | None) -> str:
+    return "(absent)" if value is None else value
+
+
+def diff_json(diff: ConfigDiff) -> dict[str, Any]:
+    def ranks(values: list[dict[str, int]]) -> list[dict[str, Any]]:
+        return [{"rank": label, **v} for label, v in zip(diff.labels, values)]
+
+    def side(est: Any) -> dict[str, Any]:
+        return {
+            "pp_ranks": len(est.ranks),
+            "worst_pp_rank": est.worst.pp_rank,
+            "verdict": est.verdict(),
+            "peak_bytes": [r.peak_bytes for r in est.ranks],
+        }
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": {"source": diff.a.source, "format": diff.a.format, **side(diff.before)},
+        "b": {"source": diff.b.source, "format": diff.b.format, **side(diff.after)},
+        "compared": "per_pp_rank" if diff.per_rank else "most_loaded_rank",
+        "components": [*COMPONENTS, PEAK],
+        "total": ranks(diff.total),
+        "changes": [
+            {
+                "key": k.change.key,
+                "before": k.change.before,
+                "after": k.change.change.value,
+                "alone": ranks(k.alone) if k.alone is not None else None,
+                "refused_alone": k.refused,
+            }
+            for k in diff.keys
+        ],
+        "interactions": ranks(diff.interactions),
+        "not_read": [{"name": u.name, "before": u.before, "after": u.after} for u in diff.unread],
+    }
+
+
+# --- memtune diff --logs --------------------------------------------------------------------
+
+
+def logs_lines(diff: LogDiff) -> list[str]:
+    lines = [
+        f"A: {diff.a}",
+        f"B: {diff.b}",
+        "Peak allocated / reserved per rank and step (A -> B):",
+        f"  {'rank':>4} {'step':>6}  {'allocated':>23}  {'reserved':>23}  change",
+    ]
+    for s in diff.steps:
+        lines.append(
+            f"  {s.rank:>4} {s.step:>6}  {_pair(s.before.allocated, s.after.allocated):>23}"
+            f"  {_pair(s.before.reserved, s.after.reserved):>23}  {s.kind}"
+        )
+    grown = diff.grown
+    if not grown:
+        lines.append("No rank and step grew beyond noise (64 MiB or 1%).")
+    for s in grown:
+        if s.kind == ALLOCATED:
+            why = "allocated grew: the job's tensors need more (config, model or library change)"
+        else:
+            why = "reserved grew with allocated unchanged: the allocator caches more (fragmentation or its settings)"
+        lines.append(
+            f"rank {s.rank} step {s.step}: allocated {signed(s.allocated_delta)}, reserved "
+            f"{signed(s.reserved_delta)}: {why}"
+        )
+    for name, only in (("A", diff.only_a), ("B", diff.only_b)):
+        if only:
+            shown = ", ".join(f"{r}/{s}" for r, s in only[:10]) + (" ..." if len(only) > 10 else "")
+            lines.append(f"only in {name} (rank/step): {shown}")
+    return lines
+
+
+def _pair(before: int, after: int) -> str:
+    return f"{human(before)} -> {human(after)}"
+
+
+def logs_json(diff: LogDiff) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": diff.a,
+        "b": diff.b,
+        "steps": [
+            {
+                "rank": s.rank,
+                "step": s.step,
+                "peak_allocated_bytes": [s.before.allocated, s.after.allocated],
+                "peak_reserved_bytes": [s.before.reserved, s.after.reserved],
+                "change": s.kind,
+            }
+            for s in diff.steps
+        ],
+        "grown": [{"rank": s.rank, "step": s.step, "change": s.kind} for s in diff.grown],
+        "only_a": [list(p) for p in diff.only_a],
+        "only_b": [list(p) for p in diff.only_b],
+        "kinds": {ALLOCATED: "the allocated peak grew", RESERVED_ONLY: "only the reserved peak grew"},
+    }
+
+
+# --- memtune bisect --configs ---------------------------------------------------------------
+
+
+def _probe(p: Probe) -> str:
+    return f"peak {human(p.peak_bytes)} on pp_rank {p.pp_rank}, {p.verdict}"
+
+
+def walk_lines(w: Walk, a: str, b: str) -> list[str]:
+    how = "measured" if w.measured else "estimated"
+    lines = [f"A: {a}: {_probe(w.start)}", f"B: {b}: {_probe(w.end)}"]
+    if not w.start.fits:
+        lines.append(f"A already does not fit ({how}): there is no change to blame between A and B.")
+        return lines
+    if w.end.fits:
+        lines.append(f"B fits ({how}): no change between A and B makes it stop fitting.")
+        return lines
+    lines.append(
+        f"Order tried ({len(w.order)} changes; savings first, then growth smallest first; "
+        f"{len(w.probes)} {how} prefixes):"
+    )
+    for i, (change, effect) in enumerate(zip(w.order, w.single_effects), 1):
+        alone = {None: "refused alone", 0: "no effect alone"}.get(effect) or f"{signed(effect or 0)} alone"
+        lines.append(f"  {i:>2}. {change} ({alone})")
+    assert w.before is not None and w.after is not None
+    if len(w.culprits) == 1:
+        lines.append(f"First change that stops it fitting: {w.culprits[0]}")
+    else:
+        lines.append("First changes that stop it fitting (memtune check refuses each without the others):")
+        lines += [f"  {c}" for c in w.culprits]
+    lines.append(f"  with {w.before.applied} changes applied: {_probe(w.before)}")
+    lines.append(f"  with {w.after.applied} changes applied: {_probe(w.after)}")
+    return lines
+
+
+def walk_json(w: Walk, a: str, b: str) -> dict[str, Any]:
+    def probe(p: Probe | None) -> dict[str, Any] | None:
+        return (
+            None
+            if p is None
+            else {
+                "changes_applied": p.applied,
+                "peak_bytes": p.peak_bytes,
+                "pp_rank": p.pp_rank,
+                "verdict": p.verdict,
+            }
+        )
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "a": {"source": a, **(probe(w.start) or {})},
+        "b": {"source": b, **(probe(w.end) or {})},
+        "evaluated_by": "measure" if w.measured else "estimate",
+        "order": [
+            {"key": c.key, "before": c.before, "after": c.change.value, "peak_delta_alone_bytes": e}
+            for c, e in zip(w.order, w.single_effects)
+        ],
+        "culprits": [{"key": c.key, "before": c.before, "after": c.change.value} for c in w.culprits],
+        "last_fitting": probe(w.before),
+        "first_not_fitting": probe(w.after),
+        "probes": [probe(p) for p in w.probes],
+        "refused_prefixes": [{"changes_applied": n, "reason": r} for n, r in w.refused],
+    }
+
+
+# --- memtune bisect --good --bad ------------------------------------------------------------
+
+
+def bisect_lines(result: BisectResult, kind: str) -> list[str]:
+    from memtune.regress.classify import describe
+
+    lines = [f"tested {len(result.tested)} commits:"]
+    lines += [f"  {commit[:12]} {describe(outcome)}" for commit, outcome in result.tested]
+    if result.first_bad is None:
+        lines.append(
+            "Only skipped commits were left: the first bad commit is one of "
+            + ", ".join(c[:12] for c in result.candidates)
+        )
+        return lines
+    lines.append(f"First bad commit ({kind} OOM): {result.first_bad} {result.subject.partition(' ')[2]}")
+    if result.outcome is not None:
+        lines.append(f"  {describe(result.outcome)}")
+        lines += [f"  {reason}" for reason in result.outcome.reasons]
+        if result.outcome.outcome != "bad":
+            lines.append(f"  the command does not fail with a {kind} OOM here: is --bad really bad?")
+    return lines
+
+
+def bisect_json(result: BisectResult, kind: str) -> dict[str, Any]:
+    outcome = result.outcome
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "first_bad": result.first_bad,
+        "subject": result.subject.partition(" ")[2],
+        "candidates": result.candidates,
+        "diagnosis": None
+        if outcome is None
+        else {"exit_status": outcome.exit_status, "label": outcome.label, "reasons": list(outcome.reasons)},
+        "tested": [
+            {"commit": c, "outcome": o.outcome, "exit_status": o.exit_status, "label": o.label}
+            for c, o in result.tested
+        ],
+    }
