@@ -69,7 +69,7 @@ def worst_lines(n: int = MAX_LINE_BYTES) -> dict[str, str]:
 
 
 def time_line(text: str) -> float:
-    line = detectors.Line(text, Where("<worst>", 1, None), lambda: [text[:4096]] * 12)
+    line = detectors.Line(text, Where("<worst>", 1, None), lambda n: [text[:4096]] * n)
     start = time.perf_counter()
     detectors.detect(line)
     messages.parse_allocator_message(text)
