@@ -7,12 +7,17 @@ Each capability package exposes ``register(subparsers)``, which adds its parser 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable
 
 from memtune import __version__
 from memtune.errors import InputError
+from memtune.limits import MAX_PROBLEM_LINES
+from memtune.numbers import cut
 from memtune.output import SCHEMA_VERSION
 
 EXIT_BAD_INPUT = 2
@@ -60,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Whatever the input and wherever the output goes, the result is the
+    command's exit status and at most one line per problem on stderr, never a traceback."""
+    out = _Output.install()
+    try:
+        status = _run(argv)
+    except KeyboardInterrupt:
+        status = 130
+    except SystemExit as exc:  # argparse's usage errors (status 2) and --help
+        raise SystemExit(out.finish(exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT)) from None
+    return out.finish(status)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     # Dotted overrides may follow options (`estimate cfg.yaml --json model.x=1`), which argparse's
     # positional handling does not allow; collect them from what it left over.
@@ -68,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
             args.overrides = list(args.overrides) + extra
         else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.error(f"unrecognized arguments: {cut(' '.join(extra))}")
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -76,13 +94,89 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except InputError as exc:
-        for line in exc.problems:
-            print(f"memtune {args.command}: {line}", file=sys.stderr)
-        if getattr(args, "json", False):
-            # A tool reading --json output gets a document on bad input too.
-            print(json.dumps({"schema_version": SCHEMA_VERSION, "error": {"problems": exc.problems}}))
-        return EXIT_BAD_INPUT
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        return 130
+        problems = exc.problems
+    except OSError as exc:  # a file or directory that vanished, is unreadable, or has a name too long
+        problems = [f"{cut(str(exc.filename or ''))}: {exc.strerror or exc.__class__.__name__}"]
+    except RecursionError:
+        problems = ["input nested too deeply to process"]
+    except MemoryError:
+        problems = ["out of memory while reading the input"]
+    _report_problems(args, problems)
+    return EXIT_BAD_INPUT
+
+
+def _report_problems(args: argparse.Namespace, problems: list[str]) -> None:
+    # A list already cut by its producer ends in its own "... and N more" line.
+    shown = problems if len(problems) <= MAX_PROBLEM_LINES + 1 else problems[:MAX_PROBLEM_LINES]
+    if len(problems) > len(shown):
+        shown = [*shown, f"... and {len(problems) - len(shown)} more problems"]
+    for line in shown:
+        print(f"memtune {args.command}: {line}", file=sys.stderr)
+    if getattr(args, "json", False):
+        # A tool reading --json output gets a document on bad input too.
+        print(json.dumps({"schema_version": SCHEMA_VERSION, "error": {"problems": shown}}))
+
+
+class _Output:
+    """stdout and stderr that cannot raise: a closed reader (``| head -1``) ends the output quietly
+    and the command keeps its exit status; a full disk or a closed descriptor makes the command
+    report it on stderr and exit 2; characters the terminal's encoding lacks are escaped."""
+
+    def __init__(self) -> None:
+        self.failed: OSError | None = None
+
+    @classmethod
+    def install(cls) -> _Output:
+        out = cls()
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is None:  # started with the descriptor closed
+                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+                continue
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
+        sys.stdout = _GuardedStream(sys.stdout, out)
+        return out
+
+    def finish(self, status: int) -> int:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        if self.failed is not None and self.failed.errno != errno.EPIPE:
+            print(f"memtune: cannot write the output ({self.failed.strerror})", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return status
+
+
+class _GuardedStream:
+    """A text stream whose write and flush errors are recorded once, after which output is dropped."""
+
+    def __init__(self, stream, owner: _Output):  # type: ignore[no-untyped-def]
+        self._stream, self._owner = stream, owner
+
+    def write(self, text: str) -> int:
+        if self._owner.failed is None:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._fail(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._owner.failed is None:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self._owner.failed = exc
+        # What is still buffered would fail again when the interpreter flushes at exit.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._stream, name)

@@ -14,6 +14,7 @@ from functools import cache
 from memtune.catalog._data import lookup_key, read_catalog
 from memtune.config.schema import ClusterConfig
 from memtune.errors import InputError
+from memtune.numbers import echo
 from memtune.units import GiB
 
 REFERENCE_GPU = "H200"  # newest GPU with a reading; its reading/datasheet ratio derives the rest
@@ -84,7 +85,7 @@ def get_gpu(name: str) -> GPU:
         if wanted in {lookup_key(n) for n in (gpu.name, *gpu.aliases)}:
             return gpu
     raise InputError(
-        f"unknown GPU {name!r}; known: {', '.join(g.name for g in _gpus())} (`memtune gpus` lists aliases)"
+        f"unknown GPU {echo(name)}; known: {', '.join(g.name for g in _gpus())} (`memtune gpus` lists aliases)"
     )
 
 

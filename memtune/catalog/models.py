@@ -13,6 +13,7 @@ from typing import Any
 
 from memtune.catalog._data import lookup_key, read_catalog
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def find_model(name: str) -> ModelPreset:
     for preset in _presets().values():
         if lookup_key(preset.name) == wanted:
             return preset
-    raise InputError(f"unknown model preset {name!r}; known: {', '.join(_presets())}")
+    raise InputError(f"unknown model preset {echo(name)}; known: {', '.join(_presets())}")
 
 
 def get_model(name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.validation import validate
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Change:
         """``"model.x=8"`` -> Change("model.x", 8); raises InputError on anything else."""
         key, sep, value = text.partition("=")
         if not sep or "." not in key:
-            raise InputError(f"change {text!r}: expected section.key=value")
+            raise InputError(f"change {echo(text)}: expected section.key=value")
         try:
             parsed = yaml.safe_load(value) if value.strip() else None
         except yaml.YAMLError:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import yaml
-
+from memtune.config.loaders._guards import load_yaml
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -21,18 +21,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
             continue
         if not sep or len(path) < 2 or not all(path):
             problems.append(
-                f"override {item!r}: expected section.key=value, e.g. model.tensor_model_parallel_size=8 (or defaults=STACK)"
+                f"override {echo(item)}: expected section.key=value, e.g. model.tensor_model_parallel_size=8 (or defaults=STACK)"
             )
             continue
         try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError:
+            value = load_yaml(text, f"override {echo(item)}") if text.strip() else None
+        except InputError as exc:
+            if "invalid YAML" not in exc.problems[0]:
+                raise  # too deep, too many values: not something to read as a plain string
             value = text
         node = result
         for part in path[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                problems.append(f"override {item!r}: {part} is not a section")
+                problems.append(f"override {echo(item)}: {echo(part)[1:-1]} is not a section")
                 break
             node = child
         else:

@@ -9,6 +9,7 @@ or through a :class:`~memtune.config.derived.Derived` fact that reads it.
 from __future__ import annotations
 
 import ast
+import re
 import types
 import typing
 from pathlib import Path
@@ -67,7 +68,16 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
 
 def _type_text(annotation: Any) -> str:
     text = repr(annotation).replace("typing.", "")
+    # The schema's strict bounded integers and finite floats (memtune/config/schema.py), said plainly.
+    text = _BOUNDED_INT.sub(lambda m: f"int {m.group(1)}..{m.group(2)}", text)
+    text = text.replace("Annotated[float, AllowInfNan(allow_inf_nan=False)]", "finite float")
     return text.removeprefix("<class '").removesuffix("'>")
+
+
+_BOUNDED_INT = re.compile(
+    r"Annotated\[int, Strict\(strict=True\), FieldInfo\(annotation=NoneType, required=True, "
+    r"metadata=\[Ge\(ge=(-?\d+)\), Le\(le=(-?\d+)\)\]\)\]"
+)
 
 
 def config_markdown() -> str:

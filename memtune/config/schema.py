@@ -9,19 +9,41 @@ stay ``None`` here; :mod:`memtune.config.derived` resolves them in one place.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
+    AllowInfNan,
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveInt,
+    Strict,
     field_validator,
     model_validator,
 )
 
+from memtune import limits
 from memtune.config.layout import layout_problems, parse_layout
+
+
+# Integer fields are strict (``true`` is not 1, ``"8"`` is not 8) and bounded by plausibility
+# limits far above any real job (memtune.limits), so a typo cannot make memtune build a
+# per-layer table of 10**12 entries. Floats must be finite.
+def _bounded(low: int, high: int) -> object:
+    return Annotated[int, Strict(), Field(ge=low, le=high)]
+
+
+PositiveInt = _bounded(1, limits.MAX_COUNT)
+NonNegativeInt = _bounded(0, limits.MAX_COUNT)
+AnyInt = _bounded(-limits.MAX_COUNT, limits.MAX_COUNT)
+LayerCount = _bounded(1, limits.MAX_LAYERS)
+LayerNumber = _bounded(-limits.MAX_LAYERS, limits.MAX_LAYERS)
+Width = _bounded(1, limits.MAX_WIDTH)
+HeadCount = _bounded(1, limits.MAX_HEADS)
+VocabSize = _bounded(1, limits.MAX_VOCAB)
+SeqLength = _bounded(1, limits.MAX_SEQ_LENGTH)
+ParallelSize = _bounded(1, limits.MAX_PARALLEL)
+BatchSize = _bounded(1, limits.MAX_BATCH)
+FiniteFloat = Annotated[float, AllowInfNan(False)]
 
 AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
 TransformerImpl = Literal["transformer_engine", "local"]
@@ -46,23 +68,23 @@ class ModelConfig(Section):
     """Architecture, parallel layout, recompute, offload, precision and implementation flavour."""
 
     # Architecture
-    num_layers: PositiveInt
+    num_layers: LayerCount
     """Transformer decoder layers in the whole model (MTP layers not included)."""
-    hidden_size: PositiveInt
+    hidden_size: Width
     """Width of the residual stream."""
-    num_attention_heads: PositiveInt
+    num_attention_heads: HeadCount
     """Query heads per layer."""
-    ffn_hidden_size: PositiveInt | None = None
+    ffn_hidden_size: Width | None = None
     """Width of the MLP's intermediate layer; Megatron's default is 4 x hidden_size."""
-    num_query_groups: PositiveInt | None = None
+    num_query_groups: HeadCount | None = None
     """Key/value heads (grouped-query attention); default: one per query head."""
-    kv_channels: PositiveInt | None = None
+    kv_channels: Width | None = None
     """Width of one attention head; default hidden_size / num_attention_heads."""
-    vocab_size: PositiveInt
+    vocab_size: VocabSize
     """Tokenizer vocabulary before Megatron pads it to make_vocab_size_divisible_by x TP."""
-    make_vocab_size_divisible_by: PositiveInt = 128
+    make_vocab_size_divisible_by: VocabSize = 128
     """The padded vocabulary is a multiple of this times TP."""
-    seq_length: PositiveInt = 1024
+    seq_length: SeqLength = 1024
     """Tokens per sample."""
     gated_linear_unit: bool = False
     """Gated MLP (SwiGLU with silu): linear_fc1 produces two halves."""
@@ -104,15 +126,15 @@ class ModelConfig(Section):
     """Overlap TP communication with GEMMs through Transformer Engine user buffers (not modeled; --explain says so)."""
 
     # Mixture of experts
-    num_moe_experts: PositiveInt | None = None
+    num_moe_experts: HeadCount | None = None
     """Routed experts per MoE layer; unset for a dense model."""
-    moe_router_topk: PositiveInt = 2
+    moe_router_topk: HeadCount = 2
     """Experts each token is routed to."""
-    moe_ffn_hidden_size: PositiveInt | None = None
+    moe_ffn_hidden_size: Width | None = None
     """Width of one expert's intermediate layer; default ffn_hidden_size."""
-    moe_shared_expert_intermediate_size: PositiveInt | None = None
+    moe_shared_expert_intermediate_size: Width | None = None
     """Width of the shared experts (all of them together); unset for none."""
-    moe_layer_freq: PositiveInt | list[int] = 1
+    moe_layer_freq: LayerCount | list[AnyInt] = 1
     """Which layers are MoE: every N-th layer, or a 0/1 list with one entry per layer."""
     moe_grouped_gemm: bool = False
     """Grouped GEMM experts (TEGroupedMLP) instead of a loop over SequentialMLP experts."""
@@ -124,7 +146,7 @@ class ModelConfig(Section):
     """The router's balancing loss."""
     moe_router_force_load_balancing: bool = False
     """Route tokens round-robin (benchmarking); memtune measure always sets it."""
-    moe_expert_capacity_factor: float | None = Field(None, gt=0.0)
+    moe_expert_capacity_factor: FiniteFloat | None = Field(None, gt=0.0)
     """Token capacity per expert as a multiple of the balanced share; unset: no dropping."""
     moe_pad_expert_input_to_capacity: bool = False
     """Pad every expert's input to its capacity."""
@@ -134,46 +156,46 @@ class ModelConfig(Section):
     """Fused token permutation in the dispatcher (not modeled; --explain says so)."""
     moe_shared_expert_overlap: bool = False
     """Overlap the shared experts with the dispatcher's communication."""
-    moe_router_num_groups: PositiveInt | None = None
+    moe_router_num_groups: HeadCount | None = None
     """Device-limited routing: groups the experts are split into."""
-    moe_router_group_topk: PositiveInt | None = None
+    moe_router_group_topk: HeadCount | None = None
     """Device-limited routing: groups a token may use."""
 
     # Multi-latent attention (defaults are MLATransformerConfig's)
     multi_latent_attention: bool = False
     """DeepSeek's multi-latent attention (low-rank compressed queries and keys/values)."""
-    q_lora_rank: PositiveInt | None = 512
+    q_lora_rank: Width | None = 512
     """Rank of the query compression; unset: no query compression."""
-    kv_lora_rank: PositiveInt = 512
+    kv_lora_rank: Width = 512
     """Rank of the key/value compression."""
-    qk_head_dim: PositiveInt = 128
+    qk_head_dim: Width = 128
     """Query/key head width without the positional part."""
-    qk_pos_emb_head_dim: PositiveInt = 64
+    qk_pos_emb_head_dim: Width = 64
     """The rotary part of the query/key head width."""
-    v_head_dim: PositiveInt = 128
+    v_head_dim: Width = 128
     """Value head width."""
 
-    mtp_num_layers: NonNegativeInt | None = None
+    mtp_num_layers: _bounded(0, limits.MAX_LAYERS) | None = None
     """Multi-token-prediction layers on the last stage (DeepSeek-V3-style); unset or 0: none."""
 
     # Parallelism
-    tensor_model_parallel_size: PositiveInt = 1
+    tensor_model_parallel_size: ParallelSize = 1
     """TP: every layer's weights and most activations split over this many GPUs."""
-    pipeline_model_parallel_size: PositiveInt = 1
+    pipeline_model_parallel_size: ParallelSize = 1
     """PP: the layers split into this many consecutive stages."""
-    virtual_pipeline_model_parallel_size: PositiveInt | None = None
+    virtual_pipeline_model_parallel_size: ParallelSize | None = None
     """VPP: model chunks per pipeline rank (interleaved 1F1B); shortens the bubble, not the peak."""
-    context_parallel_size: PositiveInt = 1
+    context_parallel_size: ParallelSize = 1
     """CP: the sequence split over this many GPUs inside attention."""
-    expert_model_parallel_size: PositiveInt = 1
+    expert_model_parallel_size: ParallelSize = 1
     """EP: the experts split over this many GPUs."""
-    expert_tensor_parallel_size: PositiveInt | None = None
+    expert_tensor_parallel_size: ParallelSize | None = None
     """ETP: each expert's weights split over this many GPUs; default TP."""
     sequence_parallel: bool = False
     """SP: with TP > 1, norms and dropout run on a sequence shard and activations outside the TP region are split."""
-    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_first_pipeline_stage: LayerNumber | None = None
     """Uneven pipeline: layers of the first stage."""
-    num_layers_in_last_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: LayerNumber | None = None
     """Uneven pipeline: layers of the last stage."""
     account_for_embedding_in_pipeline_split: bool = False
     """Count the embedding as one layer when splitting the pipeline."""
@@ -181,7 +203,7 @@ class ModelConfig(Section):
     """Count the output layer and loss as one layer when splitting the pipeline."""
     pipeline_model_parallel_layout: str | list[list[str]] | None = None
     """Megatron's layer-by-layer stage layout (its string shorthand or a list of stages), read by memtune/config/layout.py."""
-    microbatch_group_size_per_vp_stage: PositiveInt | None = None
+    microbatch_group_size_per_vp_stage: ParallelSize | None = None
     """Interleaved schedule: microbatches run per virtual stage before switching; default PP."""
     pipeline_dtype: Literal["fp32", "fp16", "bf16"] | None = None
     """Dtype of tensors sent between stages; Megatron-Core requires it with PP > 1 (Megatron-LM and Bridge fill it in)."""
@@ -193,7 +215,7 @@ class ModelConfig(Section):
     """selective (chosen modules) or full (whole layers); unset: no recompute."""
     recompute_method: RecomputeMethod | None = None
     """Full recompute: uniform (every N layers one checkpoint) or block (the first N layers of each stage)."""
-    recompute_num_layers: int | None = None
+    recompute_num_layers: LayerNumber | None = None
     """Full recompute: layers per checkpoint (uniform) or checkpointed layers per stage (block)."""
     recompute_modules: list[str] | None = None
     """Selective recompute: modules to recompute; default core_attn."""
@@ -203,7 +225,7 @@ class ModelConfig(Section):
     # Offload
     cpu_offloading: bool = False
     """Megatron-Core's layer-wise activation (and weight) offload to the host; PP 1 only, no recompute."""
-    cpu_offloading_num_layers: int = 0
+    cpu_offloading_num_layers: LayerNumber = 0
     """Layers whose activations are offloaded."""
     cpu_offloading_activations: bool = True
     """Offload activations (with cpu_offloading)."""
@@ -290,9 +312,9 @@ class ModelConfig(Section):
 
 
 class TrainConfig(Section):
-    micro_batch_size: PositiveInt = 1
+    micro_batch_size: BatchSize = 1
     """Samples per microbatch on one data-parallel rank."""
-    global_batch_size: PositiveInt | None = None
+    global_batch_size: BatchSize | None = None
     """Samples per optimizer step over all data-parallel ranks; default micro_batch_size x DP."""
 
 
@@ -335,7 +357,7 @@ class DDPConfig(Section):
     """Overlap the parameter all-gather with forward (distributed optimizer)."""
     bucket_size: PositiveInt | None = None
     """Gradient bucket size in parameters; default max(40M, 1M x DP)."""
-    num_distributed_optimizer_instances: PositiveInt = 1
+    num_distributed_optimizer_instances: ParallelSize = 1
     """Distributed-optimizer instances (each shards over DP / instances)."""
     # Megatron-FSDP's buffers (None: Megatron-LM's "auto", the model weights' dtype)
     megatron_fsdp_main_params_dtype: FsdpBufferDtype | None = "fp32"
@@ -345,9 +367,9 @@ class DDPConfig(Section):
 
 
 class LoraConfig(Section):
-    dim: PositiveInt = 32
+    dim: Width = 32
     """LoRA rank."""
-    alpha: PositiveInt = 32
+    alpha: Width = 32
     """LoRA scaling numerator (the scale is alpha / dim)."""
     dropout: float = Field(0.0, ge=0.0, le=1.0)
     """Dropout on the adapter's input."""
@@ -383,13 +405,13 @@ class EnvConfig(Section):
 
 
 class ClusterConfig(Section):
-    num_gpus: PositiveInt | None = None
+    num_gpus: ParallelSize | None = None
     """GPUs in the job; default: the smallest count the layout allows (DP 1)."""
     gpu: str = "H100-80GB"  # a catalog name; `memtune gpus` lists them
     """GPU model, a name from `memtune gpus`."""
-    gpu_memory_gib: float | None = Field(None, gt=0.0)
+    gpu_memory_gib: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_GPU_MEMORY_GIB)
     """Usable device memory in GiB, overriding the GPU's catalog capacity."""
-    gpus_per_node: PositiveInt = 8
+    gpus_per_node: ParallelSize = 8
     """GPUs per node (intra-node links, host memory per node)."""
 
 

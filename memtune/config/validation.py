@@ -10,6 +10,8 @@ from pydantic_core import ErrorDetails
 from memtune.config.schema import JobConfig
 from memtune.config.stacks import apply_stack_defaults
 from memtune.errors import InputError
+from memtune.limits import MAX_ECHO, MAX_PROBLEM_LINES
+from memtune.numbers import echo
 
 # Pydantic inserts the member type of a union into the error location; users never typed it.
 _UNION_TAGS = ("int", "str", "bool", "float", "list", "constrained-int", "function-after", "literal")
@@ -32,14 +34,28 @@ def validate(data: object) -> JobConfig:
 def _describe(exc: ValidationError) -> list[str]:
     lines: list[str] = []
     seen: set[str] = set()
-    for err in exc.errors():
+    for err in exc.errors(include_url=False):
         loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
         where = ".".join(loc) or "config"
         if where in seen:
             continue
         seen.add(where)
-        lines.append(f"{where}: {_explain(err, loc)}")
+        if len(lines) < MAX_PROBLEM_LINES:
+            lines.append(f"{_cut(where)}: {_explain(err, loc)}")
+    if len(seen) > MAX_PROBLEM_LINES:
+        lines.append(f"... and {len(seen) - MAX_PROBLEM_LINES} more problems")
     return lines
+
+
+def _some(keys: list[str], shown: int = 40) -> str:
+    """The allowed keys, at most ``shown`` of them (docs/config.md lists every key)."""
+    if len(keys) <= shown:
+        return ", ".join(keys)
+    return ", ".join(keys[:shown]) + f", ... ({len(keys) - shown} more; docs/config.md lists them all)"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_ECHO else text[: MAX_ECHO - 1] + "…"
 
 
 def _is_union_tag(part: object) -> bool:
@@ -49,16 +65,27 @@ def _is_union_tag(part: object) -> bool:
 
 
 def _explain(err: ErrorDetails, loc: list[str]) -> str:
-    kind, value = err["type"], err.get("input")
+    kind, raw = err["type"], err.get("input")
+    value = _Echo(raw)
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
         close = difflib.get_close_matches(loc[-1], allowed, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
+        hint = f"did you mean {close[0]!r}?" if close else f"allowed: {_some(allowed)}"
         return f"unknown key; {hint}"
     if kind == "missing":
         return "required, but missing"
-    if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(value, int):
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')} (memtune's plausibility limit), got {value!r}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {value!r}"
+    if (
+        kind in ("greater_than", "greater_than_equal")
+        and isinstance(raw, int)
+        and ctx.get("gt", ctx.get("ge")) == 1
+    ):
+        return f"must be a positive integer, got {value!r}"
+    if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(raw, int):
         return f"must be a positive integer, got {value!r}"
     if kind == "greater_than_equal" and ctx.get("ge") == 0:
         return f"must be zero or more, got {value!r}"
@@ -77,6 +104,16 @@ def _explain(err: ErrorDetails, loc: list[str]) -> str:
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
     return f"{err['msg'][0].lower()}{err['msg'][1:]}, got {value!r}"
+
+
+class _Echo:
+    """A user's value as error lines quote it: its repr, cut short."""
+
+    def __init__(self, value: object):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return echo(self.value)
 
 
 def _allowed_keys(section_path: list[str]) -> list[str]:

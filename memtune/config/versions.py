@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 Version = tuple[int, int, int]
 
-_LEADING_RELEASE = re.compile(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?")
+_LEADING_RELEASE = re.compile(r"\s*v?([0-9]{1,9})\.([0-9]{1,9})(?:\.([0-9]{1,9}))?(?![0-9])")
 
 
 def parse_version(text: str, key: str) -> Version:
@@ -19,7 +20,7 @@ def parse_version(text: str, key: str) -> Version:
     """
     match = _LEADING_RELEASE.match(text)
     if not match:
-        raise InputError(f"{key}: expected a version like 2.11.0, got {text!r}")
+        raise InputError(f"{key}: expected a version like 2.11.0, got {echo(text)}")
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
 

@@ -8,6 +8,7 @@ import sys
 from memtune.config import report_ignored
 from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
+from memtune.plotfile import check_plot_path
 
 EXIT_DIAGNOSED = 0
 EXIT_NOTHING_FOUND = 1
@@ -55,6 +56,8 @@ def run(args) -> int:
         raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
+    if args.plot:
+        check_plot_path(args.plot)
     has_job = bool(args.config or args.recipe)
     logs, overrides = _split_overrides(args.logs) if has_job else (args.logs, [])
     words = [args.config, *overrides] if args.config else overrides

@@ -30,33 +30,29 @@ from memtune.diagnose.evidence import (
     Where,
 )
 from memtune.diagnose.sizes import to_bytes
+from memtune.numbers import float_or_none
 from memtune.units import GiB, MiB
 
+# Each trigger is one pass of bytes.find over every chunk, so the list is kept short: one
+# substring stands for several messages where it can.
 TRIGGERS: tuple[bytes, ...] = (
     b"emory",  # out of memory, Out Of Memory, allowed memory, memory summary, Virtual Memory, memory (MB)
     b"OOM",
     b"OUT_OF_MEMORY",
-    b"Tried to allocate",
-    b"_STATUS_",  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_*
-    b"calloc",
+    b"lloc",  # Tried to allocate, calloc, allocator, cudaMallocAsync, CUBLAS_STATUS_ALLOC_FAILED
+    b"_STATUS_",  # CUBLAS_STATUS_NOT_INITIALIZED, CUDNN_STATUS_*
     b"code",  # exit code / exitcode / return code -9 or 137
     b"status 137",
-    b"KILL",  # SIGKILL
-    b"kill",  # oom-kill, oom_kill, sigkill_handler
-    b"illed",  # Killed, killed, OOMKilled
-    b"ignal 9",
+    b"KILL",  # SIGKILL, Signal 9 (SIGKILL)
+    b"ill",  # oom-kill, oom_kill, sigkill_handler, Killed, killed, OOMKilled
     b"esource",  # OutOfResources, out of resource
     b"expandable",  # also the NCCL_GRAPH_REGISTER guard and the nccl_ub error
     b"ALLOC_CONF",
     b"ragment",
     b"ontiguous",
-    b"cudagraphs",
-    b"graphed_callables",
-    b"capture_end",
+    b"graph",  # cudagraphs, make_graphed_callables, capture_end in torch/cuda/graphs.py
     b"orld",  # world size, world_size
     b"offloading",
-    b"llocator",
-    b"cudaMallocAsync",
     b"ersion",  # torch version, PyTorch Version
     b"torch==",
     b"NCCL error",
@@ -66,14 +62,27 @@ TRIGGERS: tuple[bytes, ...] = (
 class Line:
     """A triggered line, and on demand the lines that follow it in the same stream (prefixes removed)."""
 
-    def __init__(self, text: str, where: Where, following: Sequence[str] | Callable[[], Sequence[str]] = ()):
+    def __init__(
+        self, text: str, where: Where, following: Sequence[str] | Callable[[int], Sequence[str]] = ()
+    ):
         self.text = text
         self.where = where
         self._following = following
+        self._read: Sequence[str] = ()
+        self._asked = 0
 
     @cached_property
-    def following(self) -> Sequence[str]:
-        return self._following() if callable(self._following) else self._following
+    def lower(self) -> str:
+        return self.text.lower()
+
+    def next_lines(self, count: int) -> Sequence[str]:
+        """Up to ``count`` lines that follow in the same stream, decoded only when asked for (most
+        triggered lines never need them)."""
+        if not callable(self._following):
+            return self._following[:count]
+        if count > self._asked:
+            self._read, self._asked = self._following(count), count
+        return self._read[:count]
 
 
 Detector = Callable[[Line], list[Failure | Fact]]
@@ -94,10 +103,12 @@ def _joined_message(line: Line) -> tuple[str, int]:
     """The allocator message with wrapped continuation lines joined back (no separator: see
     messages), and how many following lines it took."""
     parts = [line.text]
-    for nxt in line.following[:12]:
-        if messages.MESSAGE_END.search("".join(parts)):
-            break
+    if messages.MESSAGE_END.search(line.text):
+        return line.text, 0
+    for nxt in line.next_lines(12):
         parts.append(nxt.strip())
+        if messages.MESSAGE_END.search("".join(parts[-2:])):  # also an end phrase wrapped in two
+            break
     return "".join(parts), len(parts) - 1
 
 
@@ -114,17 +125,64 @@ def _failure(
     return Failure(kind, label, strength, line.where, _excerpt(text or line.text), numbers, note, consumed)
 
 
+# --- linear-time matchers -------------------------------------------------------------------
+# Patterns of the form A.*B (or lookahead chains) rescan the rest of the line from every place A
+# matches; on a long line of repeated A's that is quadratic. These find the first A once and
+# then look for B after it, which is what A.*B means for "is there a match".
+
+
+class _InOrder:
+    """``first`` somewhere, then ``then`` somewhere after it (plain strings or patterns)."""
+
+    def __init__(self, first: str | re.Pattern[str], then: str | re.Pattern[str]):
+        self.first, self.then = first, then
+
+    def search(self, text: str) -> bool:
+        end = _end_of(self.first, text, 0)
+        return end is not None and _end_of(self.then, text, end) is not None
+
+
+def _end_of(needle: str | re.Pattern[str], text: str, start: int) -> int | None:
+    if isinstance(needle, str):
+        at = text.find(needle, start)
+        return None if at < 0 else at + len(needle)
+    m = needle.search(text, start)
+    return None if m is None else m.end()
+
+
+class _Either:
+    def __init__(self, *matchers: re.Pattern[str] | _InOrder):
+        self.matchers = matchers
+
+    def search(self, text: str) -> bool:
+        return any(m.search(text) for m in self.matchers)
+
+
+class _AllOf:
+    """Every word (or one of a tuple of words) occurs, in any order, case-insensitively."""
+
+    def __init__(self, *words: str | tuple[str, ...]):
+        self.words = [(w,) if isinstance(w, str) else w for w in words]
+
+    def search(self, text: str) -> bool:
+        lower = text.lower()
+        return all(any(w in lower for w in options) for options in self.words)
+
+
+_Matcher = re.Pattern[str] | _InOrder | _Either | _AllOf
+
+
 # --- PyTorch allocators ------------------------------------------------------------------
 
 _ALLOCATOR_OOM = re.compile(
-    r"(?:CUDA|HIP|^|\s)\s*[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me"
+    r"(?:(?<=CUDA)|(?<=HIP)|(?<!\S))[Oo]ut\s*of\s*memory\.\s*Tried|Tried\s*to\s*allocate|OutOfMemoryError|CUDA\s*out\s*of\s*me"
 )
 _ASYNC_OOM = re.compile(r"would exceed allowed memory")
 
 
 def allocator_oom(line: Line) -> list[Failure | Fact]:
-    if _ASYNC_OOM.search(line.text):
-        block = [line.text, *line.following[:7]]
+    if _may_match("async_allocator_oom", line) and _ASYNC_OOM.search(line.text):
+        block = [line.text, *line.next_lines(7)]
         numbers = messages.parse_async_message("\n".join(block))
         return [
             _failure(
@@ -138,7 +196,7 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
                 consumed=len(block) - 1,
             )
         ]
-    if not _ALLOCATOR_OOM.search(line.text):
+    if not (_may_match("allocator_oom", line) and _ALLOCATOR_OOM.search(line.text)):
         return []
     text, consumed = _joined_message(line)
     numbers = messages.parse_allocator_message(text)
@@ -182,11 +240,14 @@ def allocator_oom(line: Line) -> list[Failure | Fact]:
 
 # --- CUDA runtime, libraries, NCCL -------------------------------------------------------
 
-_SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
+_SIMPLE: list[tuple[str, _Matcher, str | None, int, str]] = [
     # (kind, pattern, label, strength, note)
     (
         "nccl_oom",
-        re.compile(r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|NCCL WARN.*out of memory"),
+        _Either(
+            re.compile(r"Cuda failure (?:[0-9]{1,9} )?'out of memory'|Failed to CUDA calloc"),
+            _InOrder("NCCL WARN", "out of memory"),
+        ),
         OUTSIDE_PYTORCH,
         EXPLICIT,
         "NCCL could not allocate its buffers: memory outside PyTorch's allocator",
@@ -260,7 +321,7 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     (
         "exit_sigkill",
         re.compile(
-            r"exitcode\s*:\s*-9\b|(?i:(?:exit|exited with|return)\s*(?:exit\s*)?(?:code|status)\s*[:=]?\s*(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"
+            r"exitcode[ \t]{0,8}:[ \t]{0,8}-9\b|(?i:(?:exit|exited with|return)[ \t]{0,8}(?:exit[ \t]{0,8})?(?:code|status)[ \t]{0,8}[:=]?[ \t]{0,8}(?:-9|137)\b)|Signal 9 \(SIGKILL\)|<Signals\.SIGKILL: 9>|^Killed$"
         ),
         HOST_OOM,
         DIRECT,
@@ -276,7 +337,10 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
     # NCCL's Python-level errors hide the cause; on their own they are weak evidence of NCCL's allocation (docs/allocator.md M7)
     (
         "nccl_cuda_error",
-        re.compile(r"NCCL error.*(?:unhandled cuda error|internal error - please report)"),
+        _Either(
+            _InOrder("NCCL error", "unhandled cuda error"),
+            _InOrder("NCCL error", "internal error - please report"),
+        ),
         OUTSIDE_PYTORCH,
         CIRCUMSTANTIAL,
         "NCCL failed inside a CUDA call, which is how its own out-of-memory surfaces when the NCCL WARN "
@@ -334,9 +398,47 @@ _SIMPLE: list[tuple[str, re.Pattern[str], str | None, int, str]] = [
 ]
 
 
+# Lower-case words, one of which every match of a kind's pattern contains: a cheap ``in`` test
+# skips the pattern on the many triggered lines that cannot match it (see the property test that
+# checks detection with and without this table agrees).
+NEEDLES: dict[str, tuple[str, ...]] = {
+    "nccl_oom": ("out of memory'", "cuda calloc", "nccl warn"),
+    "triton_smem": ("outofresources", "out of resource"),
+    "driver_oom": ("cuda driver error",),
+    "cuda_runtime_oom": ("error: out of memory", "cuda runtime error"),
+    "triton_launch_oom": ("triton error",),
+    "cublas_alloc": ("cublas_status_",),
+    "cudnn_alloc": ("cudnn_status_",),
+    "cudnn_internal": ("cudnn_status_",),
+    "host_oom_kill": ("oom", "out_of_memory", "out of memory", "killed"),
+    "cpu_allocator": ("defaultcpuallocator",),
+    "exit_sigkill": ("-9", "137", "sigkill", "killed"),
+    "launcher_sigkill": ("sigkill_handler",),
+    "nccl_cuda_error": ("nccl error",),
+    "pp_cpu_offload": ("cpu offloading",),
+    "graphs_cpu_offload": ("cpu offloading",),
+    "nccl_ub_expandable": ("expandable_segments",),
+    "graph_register_assert": ("nccl_graph_register",),
+    "pool_expandable": ("expandable", "cannot be shared"),
+    "allocator_conf_error": ("allocator config", "cachingallocator", "max_split_size_mb", "cudamallocasync"),
+    "narrative_configuration": ("nccl_graph_register",),
+    "narrative_fragmentation": ("fragment", "contiguous", "inactive"),
+    "narrative_host": ("memory", "ram", "oom"),
+    "narrative_nccl": ("nccl",),
+    "narrative_gpu_oom": ("oom", "out"),
+    "allocator_oom": ("out", "tried", "cuda"),
+    "async_allocator_oom": ("would exceed allowed memory",),
+}
+
+
+def _may_match(kind: str, line: Line) -> bool:
+    needles = NEEDLES.get(kind)
+    return needles is None or any(n in line.lower for n in needles)
+
+
 def simple_failures(line: Line) -> list[Failure | Fact]:
     for kind, pattern, label, strength, note in _SIMPLE:
-        if pattern.search(line.text):
+        if _may_match(kind, line) and pattern.search(line.text):
             return [_failure(line, kind, label, strength, note)]
     return []
 
@@ -344,9 +446,9 @@ def simple_failures(line: Line) -> list[Failure | Fact]:
 # --- memory_summary() tables -------------------------------------------------------------
 
 _SUMMARY_ROW = re.compile(
-    r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*(\d+)\s*([KMG]i?B|B)\s*\|\s*(\d+)\s*([KMG]i?B|B)"
+    r"^\|?\s*(Allocated memory|(?:GPU )?[Rr]eserved memory|Non-releasable memory)\s*\|\s*([0-9]{1,20})\s*([KMG]i?B|B)\s*\|\s*([0-9]{1,20})\s*([KMG]i?B|B)"
 )
-_SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*(\d+)")
+_SUMMARY_OOMS = re.compile(r"CUDA OOMs:\s*([0-9]{1,9})")
 
 
 def memory_summary(line: Line) -> list[Failure | Fact]:
@@ -354,7 +456,8 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     if "memory summary" not in line.text:
         return []
     current, peak, ooms = {}, {}, 0
-    for row in line.following[:40]:
+    following = line.next_lines(40)
+    for row in following:
         if m := _SUMMARY_OOMS.search(row):
             ooms = int(m.group(1))
         if m := _SUMMARY_ROW.search(row):
@@ -388,27 +491,27 @@ def memory_summary(line: Line) -> list[Failure | Fact]:
     else:
         return []
     rows = 0
-    while rows < len(line.following) and line.following[rows].lstrip().startswith("|"):
+    while rows < len(following) and following[rows].lstrip().startswith("|"):
         rows += 1
-    text = "\n".join([line.text, *line.following[:12]])
+    text = "\n".join([line.text, *following[:12]])
     return [_failure(line, "memory_summary", label, strength, note, text, consumed=rows)]
 
 
 # --- sentences in pasted issues and post-mortems ------------------------------------------
 
-_NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
+_NARRATIVE: list[tuple[str, _Matcher, str, str]] = [
     (
         "narrative_configuration",
-        re.compile(
-            r"(?=.*NCCL_GRAPH_REGISTER)(?=.*expandable_segments)(?=.*(?:assert|without|illegal memory access))",
-            re.I,
-        ),
+        _AllOf("nccl_graph_register", "expandable_segments", ("assert", "without", "illegal memory access")),
         CONFIGURATION,
         "expandable segments with CUDA graphs but without NCCL_GRAPH_REGISTER=0 trips Megatron-Core's guard",
     ),
     (
         "narrative_fragmentation",
-        re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block|\binactive\b.*\breserved\b", re.I),
+        _Either(
+            re.compile(r"\bfragment(?:ed|ation)\b|\bcontiguous\s+block", re.I),
+            _InOrder(re.compile(r"\binactive\b", re.I), re.compile(r"\breserved\b", re.I)),
+        ),
         FRAGMENTATION,
         "the report attributes the failure to allocator fragmentation",
     ),
@@ -423,7 +526,7 @@ _NARRATIVE: list[tuple[str, re.Pattern[str], str, str]] = [
     ),
     (
         "narrative_nccl",
-        re.compile(r"\bNCCL\b.*\b(?:OOM|out of memory)\b", re.I),
+        _InOrder(re.compile(r"\bNCCL\b", re.I), re.compile(r"\b(?:OOM|out of memory)\b", re.I)),
         OUTSIDE_PYTORCH,
         "the report attributes the failure to NCCL's memory",
     ),
@@ -443,8 +546,14 @@ _DENIED_FRAGMENTATION = re.compile(
 
 
 def narrative(line: Line) -> list[Failure | Fact]:
-    text = _HINT_PIECES.sub("", line.text)  # PyTorch's own hint mentions fragmentation in every message
+    if not any(_may_match(kind, line) for kind, *_ in _NARRATIVE):
+        return []
+    text = line.text
+    if "fragmentation" in line.lower or "if reserved" in line.lower:
+        text = _HINT_PIECES.sub("", text)  # PyTorch's own hint mentions fragmentation in every message
     for kind, pattern, label, note in _NARRATIVE:
+        if not _may_match(kind, line):
+            continue
         if kind == "narrative_fragmentation" and _DENIED_FRAGMENTATION.search(text):
             continue
         if pattern.search(text):
@@ -461,19 +570,25 @@ _CONF_SETTING = re.compile(
     r"(PYTORCH_(?:CUDA_|HIP_)?ALLOC_CONF)['\"\]]*\s*[=:]\s*['\"]?([\w:.,\[\]>-]*+)(?!\s*to\s*avoid)"
 )
 _TORCH_VERSION = re.compile(
-    r"\b(?:torch|PyTorch)(?:[ _]version)?(?:\s*[:=]{1,2}\s*|\s+|\s*\.{2,}\s*)v?(\d+\.\d+(?:\.\d+)?)", re.I
+    r"\b(?:torch|PyTorch)(?:[ _]version)?(?:[ \t]{0,8}[:=]{1,2}[ \t]{0,8}|[ \t]{1,8}|[ \t]{0,8}\.{2,40}[ \t]{0,8})"
+    r"v?([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)(?![0-9])",
+    re.I,
 )
 _EXPANDABLE_UNSUPPORTED = re.compile(r"expandable_segments not supported on this platform")
-_WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}(\d+)", re.I)
+_WORLD_SIZE = re.compile(r"world[ _]size\W{0,12}([0-9]{1,9})(?![0-9])", re.I)
+_RANK_NUMBER = re.compile(r"[0-9]{1,9}\]")
+_DECIMAL = re.compile(r"\s{0,8}([0-9]{1,20}(?:\.[0-9]{0,20})?)")
 # Megatron-LM's report_memory(): "[Rank 3] (after 10 iterations) memory (MB) | allocated: ... |
-# max allocated: ... | reserved: ... | max reserved: ..." (MB there are MiB)
-_RANK_MEMORY = re.compile(
-    r"\[Rank (\d+)\]\s*(.*?)\s*memory \(MB\)\s*\|\s*allocated:\s*([\d.]+)\s*\|\s*max allocated:\s*([\d.]+)"
-    r"\s*\|\s*reserved:\s*([\d.]+)\s*\|\s*max reserved:\s*([\d.]+)"
+# max allocated: ... | reserved: ... | max reserved: ..." (MB there are MiB). Read after the
+# "memory (MB)" found by a plain search, anchored there, so the line is scanned once.
+_RANK_MEMORY_TABLE = re.compile(
+    r"\s{0,8}\|\s{0,8}allocated:\s{0,8}([0-9.]{1,30})\s{0,8}\|\s{0,8}max allocated:\s{0,8}([0-9.]{1,30})"
+    r"\s{0,8}\|\s{0,8}reserved:\s{0,8}([0-9.]{1,30})\s{0,8}\|\s{0,8}max reserved:\s{0,8}([0-9.]{1,30})"
 )
-_ITERATION = re.compile(r"(?:after|iteration)\s+(\d+)")
-_CPU_PERCENT = re.compile(r"CPU Virtual Memory:.*percent = ([\d.]+)%")
-_EXIT_CODE = re.compile(r"(?:exits with return code = |\bexitcode\s*:\s*)(-?\d+)")
+_ITERATION = re.compile(r"(?:after|iteration)\s+([0-9]{1,12})")
+_EXIT_CODE = re.compile(
+    r"(?:exits with return code = |\bexitcode[ \t]{0,8}:[ \t]{0,8})(-?[0-9]{1,9})(?![0-9])"
+)
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
 
 
@@ -492,14 +607,23 @@ class RankMemoryReport:
 
 def rank_memory_report(text: str) -> RankMemoryReport | None:
     """Parse a ``[Rank N] (...) memory (MB) | allocated: ...`` line, or None if ``text`` is not one."""
-    m = _RANK_MEMORY.search(text)
+    at = text.find("[Rank ")
+    rank = _RANK_NUMBER.match(text, at + 6) if at >= 0 else None
+    if rank is None:
+        return None
+    table = text.find("memory (MB)", rank.end())
+    m = _RANK_MEMORY_TABLE.match(text, table + 11) if table >= 0 else None
     if m is None:
         return None
-    iteration = _ITERATION.search(m.group(2))
-    allocated, max_allocated, reserved, max_reserved = (round(float(m.group(i)) * MiB) for i in range(3, 7))
+    numbers = [float_or_none(m.group(i)) for i in range(1, 5)]
+    if None in numbers:
+        return None
+    label = text[rank.end() : table].strip()
+    iteration = _ITERATION.search(label[:200])
+    allocated, max_allocated, reserved, max_reserved = (round(n * MiB) for n in numbers)  # type: ignore[operator]
     return RankMemoryReport(
-        int(m.group(1)),
-        m.group(2),
+        int(rank.group(0)[:-1]),
+        label,
         int(iteration.group(1)) if iteration else None,
         allocated,
         max_allocated,
@@ -508,14 +632,23 @@ def rank_memory_report(text: str) -> RankMemoryReport | None:
     )
 
 
+def _cpu_percent(text: str) -> float | None:
+    at = text.find("CPU Virtual Memory:")
+    label = text.rfind("percent = ") if at >= 0 else -1
+    if label < at:
+        return None
+    value = _DECIMAL.match(text, label + 10)
+    return float(value.group(1)) if value and text.startswith("%", value.end()) else None
+
+
 def facts(line: Line) -> list[Failure | Fact]:
-    text, where = line.text, line.where
+    text, where, lower = line.text, line.where, line.lower
     found: list[Failure | Fact] = []
-    if _EXPANDABLE_UNSUPPORTED.search(text):
+    if "expandable_segments not supported" in text and _EXPANDABLE_UNSUPPORTED.search(text):
         found.append(
             Fact("expandable_off", where, _excerpt(text), "requested but not supported on this platform")
         )
-    elif (m := _CONF_SETTING.search(text)) and "try setting" not in text:
+    elif "alloc_conf" in lower and (m := _CONF_SETTING.search(text)) and "try setting" not in text:
         on = "expandable_segments:true" in m.group(2).lower()
         found.append(
             Fact(
@@ -525,17 +658,17 @@ def facts(line: Line) -> list[Failure | Fact]:
                 f"{m.group(1)}={m.group(2)}",
             )
         )
-    if m := _TORCH_VERSION.search(text):
+    if "torch" in lower and (m := _TORCH_VERSION.search(text)):
         found.append(Fact("torch_version", where, _excerpt(text), m.group(1)))
-    if m := _WORLD_SIZE.search(text):
+    if "world" in lower and (m := _WORLD_SIZE.search(text)):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
-    if report := rank_memory_report(text):
+    if (report := rank_memory_report(text)) is not None:
         found.append(Fact("rank_memory", where, _excerpt(text), (report.rank, report.max_reserved)))
-    if m := _CPU_PERCENT.search(text):
-        found.append(Fact("host_memory_percent", where, _excerpt(text), float(m.group(1))))
-    if m := _EXIT_CODE.search(text):
+    if (percent := _cpu_percent(text)) is not None:
+        found.append(Fact("host_memory_percent", where, _excerpt(text), percent))
+    if "exit" in lower and (m := _EXIT_CODE.search(text)):
         found.append(Fact("exit_code", where, _excerpt(text), int(m.group(1))))
-    if m := _GRAPH_CAPTURE_FRAME.search(text):
+    if ("graph" in lower or "capture_end" in lower) and (m := _GRAPH_CAPTURE_FRAME.search(text)):
         found.append(Fact("phase", where, _excerpt(text), "CUDA-graph capture"))
     return found
 
@@ -545,6 +678,10 @@ FAILURE_DETECTORS: tuple[Detector, ...] = (simple_failures, allocator_oom, memor
 
 
 def detect(line: Line) -> list[Failure | Fact]:
+    if line.text.startswith("[Rank ") and (report := rank_memory_report(line.text)) is not None:
+        # Megatron's per-rank memory report, printed by every rank every log interval: the common
+        # triggered line in a healthy log, so it takes this short path.
+        return [Fact("rank_memory", line.where, _excerpt(line.text), (report.rank, report.max_reserved))]
     found = facts(line)
     for detector in FAILURE_DETECTORS:
         failures = detector(line)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import re
 import sys
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,11 +21,14 @@ from typing import BinaryIO
 from memtune.diagnose import detectors
 from memtune.diagnose.evidence import Fact, Failure, Where
 from memtune.errors import InputError
+from memtune.limits import MAX_BINARY_NUL_RATIO, MAX_FINDINGS_PER_KIND, MAX_LINE_BYTES
+from memtune.numbers import cut
 
 CHUNK_BYTES = 16 << 20
-LOOKAHEAD_BYTES = 64 << 10
+LOOKAHEAD_BYTES = 64 << 10  # bytes kept after a chunk's last scanned line, so a message is seen whole
 LOOKAHEAD_LINES = 48
-MAX_LINE_BYTES = 64 << 10  # longer lines are cut: nothing we parse is that long
+FOLLOWING_BYTES = 16 << 10  # continuation lines a detector may read after a triggered line
+FOLLOWING_LINE_BYTES = 4 << 10  # of which each is cut to this (continuations are short)
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
 
 # Files in a log directory that are not logs.
@@ -42,9 +46,9 @@ _NOT_LOGS = {
     ".jpg",
     ".so",
 }
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+_RANK_IN_NAME = re.compile(r"rank[_-]?([0-9]{1,9})", re.I)
 _PREFIX = re.compile(
-    r"^\s*(?:\[rank(\d+)\]:|\[default(\d+)\]:|\[1,(\d+)\]<std(?:out|err)>:|(\d{1,5}):(?=\s))\s?"
+    r"^\s*(?:\[rank([0-9]{1,9})\]:|\[default([0-9]{1,9})\]:|\[1,([0-9]{1,9})\]<std(?:out|err)>:|([0-9]{1,5}):(?=\s))\s?"
 )
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -62,7 +66,8 @@ class ScanResult:
     failures: list[Failure] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     sources: list[SourceReport] = field(default_factory=list)
-    suppressed: Counter = field(default_factory=Counter)  # (kind) -> findings beyond the cap
+    suppressed: Counter = field(default_factory=Counter)  # (kind) -> findings beyond the caps
+    kept: Counter = field(default_factory=Counter)  # (kind) -> findings kept, over all sources
 
     @property
     def readable(self) -> list[SourceReport]:
@@ -77,8 +82,8 @@ def _split_prefix(text: str) -> tuple[int | None, str]:
     return int(rank), text[m.end() :]
 
 
-def _decode(raw: bytes) -> str:
-    text = raw[:MAX_LINE_BYTES].decode("utf-8", "replace").replace("\x00", "").rstrip("\r\n")
+def _decode(raw: bytes, limit: int = MAX_LINE_BYTES) -> str:
+    text = raw[:limit].decode("utf-8", "replace").replace("\x00", "").rstrip("\r\n")
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
@@ -159,9 +164,9 @@ class _Stream:
             return
         numbers: list[int] = []
 
-        def following() -> list[str]:
-            texts, found = self._following(buf, end + 1, lineno, prefix_rank)
-            numbers.extend(found)
+        def following(limit: int) -> list[str]:
+            texts, found = self._following(buf, end + 1, lineno, prefix_rank, limit)
+            numbers[:] = found
             return texts
 
         rank = prefix_rank if prefix_rank is not None else self.file_rank
@@ -171,16 +176,19 @@ class _Stream:
             if isinstance(item, Failure) and item.consumed:
                 self.skip.update(numbers[: item.consumed])
 
-    def _following(self, buf: bytes, pos: int, lineno: int, rank: int | None) -> tuple[list[str], list[int]]:
-        """The next lines of the same stream: same rank prefix, or no prefix (a wrapped continuation)."""
+    def _following(
+        self, buf: bytes, pos: int, lineno: int, rank: int | None, limit: int
+    ) -> tuple[list[str], list[int]]:
+        """Up to ``limit`` next lines of the same stream: same rank prefix, or no prefix (a wrapped
+        continuation), within FOLLOWING_BYTES and LOOKAHEAD_LINES lines of any stream."""
         texts, numbers = [], []
-        stop = min(len(buf), pos + LOOKAHEAD_BYTES)
+        stop = min(len(buf), pos + FOLLOWING_BYTES)
         n = lineno
-        while pos < stop and len(texts) < LOOKAHEAD_LINES:
+        while pos < stop and len(texts) < limit and n - lineno < LOOKAHEAD_LINES:
             end = buf.find(b"\n", pos, stop)
             end = stop if end < 0 else end
             n += 1
-            other_rank, text = _split_prefix(_decode(buf[pos:end]))
+            other_rank, text = _split_prefix(_decode(buf[pos : min(end, pos + FOLLOWING_LINE_BYTES)]))
             if other_rank is None or other_rank == rank:
                 texts.append(text)
                 numbers.append(n)
@@ -188,16 +196,28 @@ class _Stream:
         return texts, numbers
 
     def _keep(self, item: Failure | Fact) -> None:
+        # Overall first, so a log of 200,000 ranks does not grow a counter per rank either.
+        if self.result.kept[item.kind] >= MAX_FINDINGS_PER_KIND:
+            self.result.suppressed[item.kind] += 1
+            return
         key = (item.where.rank, item.kind)
         self.kept[key] += 1
         if self.kept[key] > KEEP_PER_KIND:
             self.result.suppressed[item.kind] += 1
             return
+        self.result.kept[item.kind] += 1
         (self.result.failures if isinstance(item, Failure) else self.result.facts).append(item)
 
 
 def _looks_binary(head: bytes) -> bool:
-    return head.count(b"\x00") > max(1, len(head) // 1000)
+    """Mostly NUL bytes or undecodable: a few NULs (a crashed writer, a padded file) are not enough."""
+    if not head:
+        return False
+    if head.count(b"\x00") > MAX_BINARY_NUL_RATIO * len(head) + 8:
+        return True
+    sample = head[:4096].replace(b"\x00", b"")
+    undecodable = sample.decode("utf-8", "replace").count("\ufffd")
+    return undecodable > 0.3 * max(1, len(sample))
 
 
 def _expand(inputs: Iterable[str]) -> Iterator[str]:
@@ -212,12 +232,43 @@ def _expand(inputs: Iterable[str]) -> Iterator[str]:
             yield item
 
 
-def _open(name: str) -> BinaryIO:
+def _open(name: str) -> BinaryIO | _TolerantGzip:
     if name == "-":
+        if sys.stdin is None:
+            raise InputError("-: standard input is closed")
         return sys.stdin.buffer
     if name.endswith(".gz"):
-        return gzip.open(name, "rb")
+        return _TolerantGzip(name)
     return open(name, "rb", buffering=0)
+
+
+class _TolerantGzip:
+    """A gzip stream that ends, rather than fails, at a cut or corrupt member, keeping what it
+    decompressed before; ``error`` then says what happened."""
+
+    PIECE = 1 << 16
+
+    def __init__(self, name: str):
+        self.file = gzip.open(name, "rb")  # noqa: SIM115 - closed by close(), like the other streams
+        self.error: Exception | None = None
+
+    def read(self, n: int) -> bytes:
+        pieces: list[bytes] = []
+        wanted = n
+        while wanted > 0 and self.error is None:
+            try:
+                piece = self.file.read(min(wanted, self.PIECE))
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                self.error = exc
+                break
+            if not piece:
+                break
+            pieces.append(piece)
+            wanted -= len(piece)
+        return b"".join(pieces)
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class _Peeked:
@@ -254,11 +305,20 @@ def scan(inputs: Iterable[str]) -> ScanResult:
             _Stream(report.name, result).run(_Peeked(head, fh), report)
             if report.bytes_read == 0:
                 report.note = "empty"
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            report.note = f"skipped: read error ({exc.__class__.__name__}: {exc})"
+            if isinstance(fh, _TolerantGzip) and fh.error is not None:
+                # What was read before the cut is kept: a log copied while the job died is still evidence.
+                report.note = (
+                    f"truncated or corrupt compressed data after {report.bytes_read} bytes "
+                    f"({fh.error.__class__.__name__}); findings before that point are kept"
+                )
+                if report.bytes_read == 0:
+                    report.note = "skipped: " + report.note
+                    problems.append(f"{name}: {report.note[9:]}")
+        except OSError as exc:
+            report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
             problems.append(f"{name}: {report.note[9:]}")
         finally:
-            if fh is not sys.stdin.buffer:
+            if name != "-":  # stdin stays open (and may be None when the process started without one)
                 fh.close()
     if problems and not result.readable:
         raise InputError(problems)

@@ -21,11 +21,11 @@ def _tolerant(template: str) -> re.Pattern[str]:
 S = SIZE_PATTERN
 _REQUESTED = _tolerant(rf"Tried to allocate {S}")
 _REQUESTED_HUGE = _tolerant(r"Tried to allocate more than 1EB memory")
-_DEVICE_TOTAL_NEW = _tolerant(rf"GPU (\d+) has a total capac(?:i)?ty of {S}")
-_DEVICE_TOTAL_OLD = _tolerant(rf"\(GPU (\d+); {S} total capacity")
+_DEVICE_TOTAL_NEW = _tolerant(rf"GPU ([0-9]{{1,9}}) has a total capac(?:i)?ty of {S}")
+_DEVICE_TOTAL_OLD = _tolerant(rf"\(GPU ([0-9]{{1,9}}); {S} total capacity")
 _FREE_NEW = _tolerant(rf"of which {S} is free")
 _FREE_OLD = _tolerant(rf"; {S} free;")
-_OTHER_PROCESS = _tolerant(rf"Process (\d+) has {S} memory in use")
+_OTHER_PROCESS = _tolerant(rf"Process ([0-9]{{1,9}}) has {S} memory in use")
 _THIS_PROCESS = _tolerant(rf"this process has {S} memory in use")
 _ALLOWED = _tolerant(rf"{S} allowed;")
 _ALLOCATED_NEW = _tolerant(rf"{S} is allocated by PyTorch")
@@ -42,9 +42,9 @@ _ASYNC_FIELDS = {
     "requested": _tolerant(rf"Requested : {S}"),
     "total": _tolerant(rf"Device limit : {S}"),
     "free": _tolerant(rf"Free \(according to CUDA\): {S}"),
-    "allowed": re.compile(rf"PyTorch\s*limit[^:]*:\s*{S}"),
+    "allowed": re.compile(rf"PyTorch\s*limit[^:]{{0,200}}:\s*{S}"),
 }
-_ASYNC_DEVICE = _tolerant(r"Allocation on device (\d+) would exceed allowed memory")
+_ASYNC_DEVICE = _tolerant(r"Allocation on device ([0-9]{1,9}) would exceed allowed memory")
 _NO_FRACTION_SET = 17179869184 * (1 << 30)  # what cudaMallocAsync prints when no fraction is set
 
 

@@ -19,7 +19,9 @@ _UNIT_BYTES = {
     "gb": GiB,
 }
 
-SIZE_PATTERN = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
+# A number starts after a non-digit and has bounded digits, so a long digit run cannot make a
+# search backtrack over it from every position inside it.
+SIZE_PATTERN = r"(?<![0-9.])([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*(bytes|KiB|MiB|GiB|TiB)"
 
 
 def to_bytes(number: str, unit: str) -> int:

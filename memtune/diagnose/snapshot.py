@@ -2,14 +2,19 @@
 
 A pickle can name any importable callable and have it run while loading. Snapshots are plain
 dicts, lists, tuples, strings and numbers, which pickle builds with opcodes that never import
-anything; so the unpickler refuses every import (``find_class``) and every persistent id, and
-the file size is capped before loading.
+anything; so the unpickler refuses every import (``find_class``) and every persistent id. Before
+the C unpickler sees the bytes, one pass over the opcodes refuses every opcode that imports or
+calls anything and every memo index beyond a bound (the C unpickler sizes its memo table by the
+largest index, so an 11-byte pickle could otherwise ask for gigabytes). Bytes read are capped
+whatever the file claims to be (pipes and devices report size 0), and the summary visits each
+object once, so shared references cannot multiply its work.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +22,17 @@ from pathlib import Path
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
+from memtune.limits import (
+    MAX_ECHO,
+    MAX_PICKLE_MEMO,
+    MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_NUMBER,
+    MAX_SNAPSHOT_OBJECTS,
+)
+from memtune.numbers import cut, digits
+from memtune.plotfile import save_figure
 
-MAX_SNAPSHOT_BYTES = 2 * GiB
+__all__ = ["MAX_SNAPSHOT_BYTES", "load_plain_pickle", "plot", "read_snapshot", "summarise", "timeline"]
 _INTERNAL_FRAMES = ("/torch/", "\\torch\\", "<frozen", "/site-packages/torch", "c10/", ".so", "??")
 
 
@@ -39,8 +53,80 @@ class _PlainDataUnpickler(pickle.Unpickler):
         )
 
 
+# Opcodes that import or call something (or hand objects to an outside resolver): a snapshot never
+# has them. find_class refuses them too; refusing them here keeps that promise before any loading.
+_CODE_OPCODES = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BUILD",
+                 "PERSID", "BINPERSID", "EXT1", "EXT2", "EXT4"}  # fmt: skip
+_OPCODES = {op.code.encode("latin-1")[0]: op for op in pickletools.opcodes}
+# Per opcode byte, how to skip its argument: a fixed size >= 0, or one of the codes below.
+_INVALID, _REFUSED, _NEWLINE, _CHECKED = -10, -11, -12, -13
+_PREFIXED = {pickletools.TAKEN_FROM_ARGUMENT1: -1, pickletools.TAKEN_FROM_ARGUMENT4: -4,
+             pickletools.TAKEN_FROM_ARGUMENT4U: -4, pickletools.TAKEN_FROM_ARGUMENT8U: -8}  # fmt: skip
+_SKIP = [_INVALID] * 256
+for _code, _op in _OPCODES.items():
+    _n = _op.arg.n if _op.arg else 0
+    if _op.name in _CODE_OPCODES:
+        _SKIP[_code] = _REFUSED
+    elif _op.name in ("PUT", "LONG_BINPUT"):  # BINPUT's one-byte index cannot grow the memo far
+        _SKIP[_code] = _CHECKED
+    elif _n == pickletools.UP_TO_NEWLINE:
+        _SKIP[_code] = _NEWLINE
+    else:
+        _SKIP[_code] = _PREFIXED.get(_n, _n)
+_STOP = pickle.STOP[0]
+
+
+def _check_opcodes(data: bytes) -> None:
+    """Walk the opcodes once without building anything; refuse code-running opcodes and memo
+    indices above MAX_PICKLE_MEMO. (The C unpickler sizes its memo table by the largest index.)"""
+    skip, pos, end = _SKIP, 0, len(data)
+    while pos < end:
+        code = data[pos]
+        size = skip[code]
+        pos += 1
+        if size >= 0:
+            if code == _STOP:
+                return
+            pos += size
+        elif size >= -8:  # a length prefix of -size bytes, then that many bytes
+            length = int.from_bytes(data[pos : pos - size], "little", signed=size == -4 and code in _SIGNED)
+            if length < 0:
+                raise pickle.UnpicklingError(f"negative length at byte {pos}")
+            pos += -size + length
+        elif size == _NEWLINE:
+            line_end = data.find(b"\n", pos)
+            pos = end if line_end < 0 else line_end + 1
+        elif size == _CHECKED:
+            if code == _LONG_BINPUT:
+                index, pos = int.from_bytes(data[pos : pos + 4], "little"), pos + 4
+            else:
+                line_end = data.find(b"\n", pos)
+                text = data[pos : end if line_end < 0 else line_end]
+                index = int(text) if text.isdigit() and len(text) <= 12 else MAX_PICKLE_MEMO + 1
+                pos = end if line_end < 0 else line_end + 1
+            if index > MAX_PICKLE_MEMO:
+                raise pickle.UnpicklingError(f"memo index beyond {MAX_PICKLE_MEMO}")
+        elif size == _REFUSED:
+            name = _OPCODES[code].name
+            what = f"uses the {name} opcode (imports or calls)"
+            if name in ("GLOBAL", "INST"):
+                module, _, attribute = data[pos : pos + 2 * MAX_ECHO].decode("latin-1").partition("\n")
+                what = f"references {module}.{attribute.partition(chr(10))[0]}"
+            raise _Refused(
+                f"it {cut(what)}; a memory snapshot holds only plain data, so this file is refused "
+                "(loading it could run code)"
+            )
+        else:
+            raise pickle.UnpicklingError(f"invalid opcode {code:#x} at byte {pos - 1}")
+
+
+_LONG_BINPUT = pickle.LONG_BINPUT[0]
+_SIGNED = {pickle.BINSTRING[0], pickle.LONG4[0]}
+
+
 def load_plain_pickle(data: bytes, name: str) -> object:
     try:
+        _check_opcodes(data)
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
         raise InputError(f"{name}: not loaded: {exc}") from None
@@ -100,43 +186,72 @@ class SnapshotSummary:
         return self.fragmented / self.reserved if self.reserved else 0.0
 
 
+def _read_capped(path: Path) -> bytes:
+    """At most MAX_SNAPSHOT_BYTES, refusing more (never trusting st_size); the first byte must be a
+    pickle opcode before the rest is read, so /dev/zero or a pipe of text is refused at once."""
+    shown = cut(str(path))
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            if not head:
+                raise InputError(f"{shown}: empty file, not a memory snapshot")
+            if head[0] not in _OPCODES or head[0] == pickle.STOP[0]:
+                raise InputError(f"{shown}: not a pickle, so not a memory snapshot")
+            pieces, total = [head], len(head)
+            while total <= MAX_SNAPSHOT_BYTES:
+                piece = fh.read(min(1 << 24, MAX_SNAPSHOT_BYTES + 1 - total))
+                if not piece:
+                    break
+                pieces.append(piece)
+                total += len(piece)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+    if total > MAX_SNAPSHOT_BYTES:
+        raise InputError(f"{shown}: larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit")
+    return b"".join(pieces)
+
+
 def read_snapshot(path: str | Path) -> dict:
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_SNAPSHOT_BYTES:
-            raise InputError(
-                f"{path}: {gib(size)} is larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit"
-            )
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
-    if not data:
-        raise InputError(f"{path}: empty file, not a memory snapshot")
-    snap = load_plain_pickle(data, str(path))
+    data = _read_capped(path)
+    snap = load_plain_pickle(data, cut(str(path)))
+    del data
     if isinstance(snap, list):  # torch.cuda.memory_snapshot() returns the segments alone
         snap = {"segments": snap}
     segments = snap.get("segments") if isinstance(snap, dict) else None
     if not isinstance(segments, list) or (segments and not any(isinstance(s, dict) for s in segments)):
-        raise InputError(f"{path}: a pickle, but not a memory snapshot (no 'segments' list)")
+        raise InputError(f"{cut(str(path))}: a pickle, but not a memory snapshot (no 'segments' list)")
     return snap
 
 
 def _frame_text(frame: dict) -> str:
-    return f"{frame.get('filename', '?')}:{frame.get('line', '?')} in {frame.get('name', '?')}"
+    return cut(
+        f"{_text(frame.get('filename', '?'))}:{_text(frame.get('line', '?'))} in {_text(frame.get('name', '?'))}",
+        200,
+    )
+
+
+def _text(value: object) -> str:
+    """A frame field as text: strings and small ints as they are, anything else by its type."""
+    if isinstance(value, str):
+        return value[: MAX_ECHO * 2]
+    if isinstance(value, int) and abs(value) < MAX_SNAPSHOT_NUMBER:
+        return str(value)
+    return f"<{type(value).__name__}>"
 
 
 def _site(frames: object) -> str:
     """The first frame outside PyTorch itself: the user code that asked for the memory."""
     if not isinstance(frames, list) or not frames:
         return "(no stack recorded)"
+    frames = frames[:64]  # the user's frame is near the top; a stack of millions is not a stack
     outside = [
         f
         for f in frames
-        if isinstance(f, dict) and not any(mark in str(f.get("filename", "")) for mark in _INTERNAL_FRAMES)
+        if isinstance(f, dict) and not any(mark in _text(f.get("filename", "")) for mark in _INTERNAL_FRAMES)
     ]
     # With stacks="all" the C++ frames of the allocator come first; the user's code is Python.
-    python = [f for f in outside if str(f.get("filename", "")).endswith(".py")]
+    python = [f for f in outside if _text(f.get("filename", "")).endswith(".py")]
     for candidates in (python, outside):
         if candidates:
             return _frame_text(candidates[0])
@@ -144,11 +259,42 @@ def _site(frames: object) -> str:
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A byte count or time stamp: ints only (not bools); an absurd one makes the file corrupt."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return 0
+    if not -MAX_SNAPSHOT_NUMBER <= value <= MAX_SNAPSHOT_NUMBER:
+        raise InputError(
+            f"snapshot: a size or time stamp of about {digits(value)} digits; the file is corrupt"
+        )
+    return value
+
+
+class _Budget:
+    """Visits each object once (by identity) and stops a summary that would visit too many."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def first_visit(self, obj: object) -> bool:
+        key = id(obj)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        if len(self.seen) > MAX_SNAPSHOT_OBJECTS:
+            raise InputError(f"snapshot: more than {MAX_SNAPSHOT_OBJECTS} objects to summarise")
+        return True
+
+
+def _dicts(items: object, budget: _Budget) -> list[dict]:
+    """The dicts of a list, each object once."""
+    if not isinstance(items, list) or not budget.first_visit(items):
+        return []
+    return [x for x in items if isinstance(x, dict) and budget.first_visit(x)]
 
 
 def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
-    segments = [s for s in snap["segments"] if isinstance(s, dict)]
+    budget = _Budget()
+    segments = _dicts(snap["segments"], budget)
     reserved = allocated = pending = inactive = fragmented = largest = private = 0
     sizes: Counter = Counter()
     sites: dict[str, list[int]] = {}
@@ -159,12 +305,11 @@ def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
         sizes[total] += 1
         if "is_expandable" in seg:
             expandable_flags.add(bool(seg["is_expandable"]))
-        if tuple(seg.get("segment_pool_id") or (0, 0)) != (0, 0):
+        pool = seg.get("segment_pool_id")
+        if isinstance(pool, (tuple, list)) and len(pool) == 2 and tuple(pool) != (0, 0):
             private += total
         live = free = 0
-        for block in seg.get("blocks") or []:
-            if not isinstance(block, dict):
-                continue
+        for block in _dicts(seg.get("blocks"), budget):
             size, state = _int(block.get("size")), block.get("state")
             if state == "active_allocated":
                 live += size
@@ -180,7 +325,7 @@ def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
         inactive += free
         if live:
             fragmented += free
-    settings = snap.get("allocator_settings") if isinstance(snap.get("allocator_settings"), dict) else {}
+    settings = _plain_settings(snap.get("allocator_settings"))
     expandable = settings.get("expandable_segments")
     if not isinstance(expandable, bool):
         expandable = True if expandable_flags == {True} else (False if expandable_flags else None)
@@ -205,15 +350,41 @@ def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
     return summary
 
 
+def _plain_settings(value: object) -> dict[str, str | int | float | bool | None]:
+    """allocator_settings reduced to text keys and scalar values (they are printed and put in JSON)."""
+    if not isinstance(value, dict):
+        return {}
+    plain: dict[str, str | int | float | bool | None] = {}
+    for key, item in list(value.items())[:64]:
+        if (
+            isinstance(item, bool)
+            or item is None
+            or (isinstance(item, float) and item == item and abs(item) != float("inf"))
+        ):
+            kept: str | int | float | bool | None = item
+        elif isinstance(item, int) and abs(item) <= MAX_SNAPSHOT_NUMBER:
+            kept = item
+        elif isinstance(item, str):
+            kept = cut(item)
+        else:
+            kept = f"<{type(item).__name__}>"
+        plain[key if isinstance(key, str) else f"<{type(key).__name__} key>"] = kept
+    return plain
+
+
 def _last_oom(snap: dict) -> FailedRequest | None:
     traces = snap.get("device_traces")
     if not isinstance(traces, list):
         return None
+    budget = _Budget()
     last = None
-    for device, entries in enumerate(traces):
-        for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and entry.get("action") == "oom":
-                last = FailedRequest(device, _int(entry.get("size")), entry.get("device_free"))
+    for device, entries in enumerate(traces[:1024]):
+        for entry in _dicts(entries, budget):
+            if entry.get("action") == "oom":
+                free = entry.get("device_free")
+                last = FailedRequest(
+                    device, _int(entry.get("size")), _int(free) if free is not None else None
+                )
     return last
 
 
@@ -247,7 +418,7 @@ def timeline(snap: dict, device: int = 0) -> tuple[list[float], list[int], list[
         if isinstance(traces, list) and len(traces) > device and isinstance(traces[device], list)
         else []
     )
-    entries = [e for e in entries if isinstance(e, dict)]
+    entries = _dicts(entries, _Budget())
     alloc_delta = {"alloc": 1, "free_completed": -1}
     seg_delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
     steps = [
@@ -297,8 +468,6 @@ def plot(snap: dict, out: str | Path, title: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise InputError(f"{out}: cannot write the plot ({exc.strerror or exc.__class__.__name__})") from None
+        save_figure(fig, str(out))
     finally:
         plt.close(fig)

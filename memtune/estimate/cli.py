@@ -12,6 +12,8 @@ from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
+from memtune.limits import MAX_MOE_IMBALANCE
+from memtune.plotfile import check_plot_path
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,10 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.moe_imbalance < 1.0:
+    if not 1.0 <= args.moe_imbalance <= MAX_MOE_IMBALANCE:  # also refuses nan
         raise InputError(
-            f"--moe-imbalance: must be 1.0 or more (1.0 = balanced routing), got {args.moe_imbalance}"
+            f"--moe-imbalance: must be from 1.0 (balanced routing) to {MAX_MOE_IMBALANCE:g}, got {args.moe_imbalance}"
         )
+    if args.plot:
+        check_plot_path(args.plot)
     loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))

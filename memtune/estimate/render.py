@@ -15,6 +15,7 @@ from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import communicators
 from memtune.output import SCHEMA_VERSION
+from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
@@ -370,5 +371,5 @@ def plot(est: Estimate, path: str) -> None:
     ax.set_title("memtune estimate: peak memory per pipeline rank")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

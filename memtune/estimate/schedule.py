@@ -8,8 +8,6 @@ default ``p``), chunk by chunk, and warms up ``2 (p - r - 1) + (m - 1) N`` of th
 
 from __future__ import annotations
 
-from collections import Counter
-
 from memtune.config.derived import Derived
 
 
@@ -36,5 +34,14 @@ def in_flight(d: Derived, pp_rank: int) -> dict[int, int]:
     if d.vpp == 1:
         return {0: held}
     group = d.model.microbatch_group_size_per_vp_stage or d.pp
-    counts = Counter(chunk for _, chunk in forward_order(d.num_microbatches, d.vpp, group)[:held])
-    return {chunk: counts.get(chunk, 0) for chunk in range(d.vpp)}
+    return dict(enumerate(chunk_counts(d.num_microbatches, d.vpp, group, held)))
+
+
+def chunk_counts(num_microbatches: int, chunks: int, group: int, held: int) -> list[int]:
+    """How many of the first ``held`` entries of :func:`forward_order` belong to each chunk,
+    computed without building the order (it has num_microbatches x chunks entries)."""
+    full_groups = num_microbatches // group
+    done = min(held // (group * chunks), full_groups)
+    left = held - done * group * chunks
+    width = group if done < full_groups else num_microbatches - full_groups * group
+    return [done * group + max(0, min(left - c * width, width)) for c in range(chunks)]

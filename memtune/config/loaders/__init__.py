@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from memtune.config.loaders import bridge, hf, megatron_args, native
+from memtune.config.loaders._guards import read_config_text
 from memtune.config.stacks import ReceivedDefault
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 FORMATS = ("memtune", "bridge", "megatron-args", "hf", "recipe")
 
@@ -41,14 +43,15 @@ class RawJob:
 
 
 def read_raw(path: Path) -> RawJob:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, expected a config file (.yaml, .json, .sh)")
+    shown = echo(str(path))[1:-1]
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read as text ({exc.__class__.__name__})") from None
+        if not path.exists():
+            raise InputError(f"{shown}: no such file")
+        if path.is_dir():
+            raise InputError(f"{shown}: is a directory, expected a config file (.yaml, .json, .sh)")
+    except OSError as exc:  # a name too long for the file system, a directory we may not search
+        raise InputError(f"{shown}: cannot open ({exc.strerror or exc.__class__.__name__})") from None
+    text = read_config_text(path)
     if megatron_args.looks_like_launch(path, text):
         data, ignored, missing = megatron_args.read(path, text)
         return RawJob(data=data, format="megatron-args", ignored=ignored, missing=missing)

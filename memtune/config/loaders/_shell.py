@@ -12,7 +12,11 @@ import ast
 import operator
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from memtune.errors import InputError
+from memtune.limits import MAX_ARITHMETIC_CHARS, MAX_ARITHMETIC_VALUE, MAX_LIST, MAX_SHELL_VALUE
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(rf"^({_NAME})(\+?=)(.*)$", re.S)
@@ -38,18 +42,20 @@ class Script:
 
 def parse_script(text: str) -> Script:
     script = Script()
-    for line in _logical_lines(text):
+    for number, line in enumerate(_logical_lines(text), 1):
         array = _ARRAY_START.match(line)
         if array:
             name, op = array.groups()
             body = line[array.end() :].rsplit(")", 1)[0]
-            items = _split(_expand(body, script.variables))
+            items = _split(_bounded(_expand(body, script.variables), number))
             previous = script.variables.get(name, []) if op == "+=" else []
-            script.variables[name] = (previous if isinstance(previous, list) else [previous]) + items
+            value = (previous if isinstance(previous, list) else [previous]) + items
+            _bounded(" ".join(value), number)
+            script.variables[name] = value
             if line.lstrip().startswith("export"):
                 script.exported.add(name)
             continue
-        words = _split(_expand(line, script.variables))
+        words = _split(_bounded(_expand(line, script.variables), number))
         if not words:
             continue
         exporting = words[0] == "export"
@@ -58,7 +64,9 @@ def parse_script(text: str) -> Script:
         prefix: dict[str, str] = {}
         while words and _ASSIGNMENT.match(words[0]):
             name, op, value = _ASSIGNMENT.match(words.pop(0)).groups()
-            prefix[name] = (str(script.variables.get(name, "")) + value) if op == "+=" else value
+            prefix[name] = _bounded(
+                (str(script.variables.get(name, "")) + value) if op == "+=" else value, number
+            )
         if exporting:
             script.exported.update(words)  # `export NAME` of an existing variable
             words = []
@@ -71,12 +79,34 @@ def parse_script(text: str) -> Script:
     return script
 
 
+def _bounded(text: str, line: int) -> str:
+    if len(text) > MAX_SHELL_VALUE:
+        raise InputError(
+            f"logical line {line} is longer than {MAX_SHELL_VALUE} characters once variables are expanded "
+            "(a variable that keeps doubling itself?); memtune reads no further"
+        )
+    return text
+
+
+# `cat <<EOF`, `<<-'END'`: the lines up to the delimiter are data, not commands (`<<<` is a here-string).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
 def _logical_lines(text: str) -> list[str]:
-    """Lines with backslash continuations joined and multi-line array assignments kept whole."""
+    """Lines with backslash continuations joined, multi-line array assignments kept whole, and
+    here-document bodies left out."""
     lines = re.sub(r"\\\r?\n", " ", text).splitlines()
     out: list[str] = []
     open_array: list[str] | None = None
+    heredoc: tuple[str, bool] | None = None  # (delimiter, tabs stripped)
     for line in lines:
+        if heredoc is not None:
+            delimiter, strip_tabs = heredoc
+            if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+                heredoc = None
+            continue
+        if "<<" in line and (doc := _HEREDOC.search(_strip_comment(line))):
+            heredoc = (doc.group(3), doc.group(1) == "-")
         if open_array is not None:
             open_array.append(_strip_comment(line))
             if ")" in _strip_comment(line):
@@ -141,24 +171,36 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
             return _expand(default, variables) if default is not None else match.group(0)
         return value
 
-    def arithmetic(match: re.Match) -> str:
-        expression = re.sub(
-            rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), match.group(1)
-        )
+    def arithmetic(whole: str, inner: str) -> str:
+        expression = re.sub(rf"\$?({_NAME})", lambda m: str(variables.get(m.group(1), m.group(0))), inner)
         result = evaluate(expression.replace("/", "//"))
-        return str(result) if isinstance(result, int) else match.group(0)
+        return str(result) if isinstance(result, int) else whole
 
-    text = re.sub(r"\$\(\((.*?)\)\)", arithmetic, text)
+    text = _substitute_arithmetic(text, arithmetic)
     text = re.sub(rf'"\$\{{({_NAME})\[[@*]\]\}}"', array, text)
     text = re.sub(rf"\$\{{({_NAME})\[[@*]\]\}}", unquoted_array, text)
     return re.sub(
-        rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]*))?\}}|(?P<bare>{_NAME}))",
+        rf"\$(?:\{{(?P<name>{_NAME}|[0-9]+)(?:(?P<colon>:?)-(?P<default>[^}}]{{0,256}}))?\}}|(?P<bare>{_NAME}))",
         scalar,
         text,
     )
 
 
-_MAX_LIST = 100_000  # longer than any layer list; keeps `[0]*10000000000` from eating memory
+def _substitute_arithmetic(text: str, replace: Callable[[str, str], str]) -> str:
+    """Each ``$(( ... ))`` replaced by ``replace(whole, inside)``, scanning the text once (a lazy
+    regex would rescan the rest of the line from every unclosed ``$((``)."""
+    out, pos = [], 0
+    while (start := text.find("$((", pos)) >= 0:
+        end = text.find("))", start + 3)
+        if end < 0:
+            break
+        out.append(text[pos:start])
+        out.append(replace(text[start : end + 2], text[start + 3 : end]))
+        pos = end + 2
+    out.append(text[pos:])
+    return "".join(out)
+
+
 _OPERATORS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -168,10 +210,13 @@ _OPERATORS = {
 
 
 def evaluate(expression: str) -> int | list | None:
-    """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else."""
+    """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else, and for
+    expressions longer than MAX_ARITHMETIC_CHARS or with values beyond the limits."""
+    if len(expression) > MAX_ARITHMETIC_CHARS:
+        return None
     try:
         return _evaluate(ast.parse(expression.strip(), mode="eval").body)
-    except (SyntaxError, ValueError, TypeError, ZeroDivisionError):
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, RecursionError, MemoryError):
         return None
 
 
@@ -185,8 +230,16 @@ def _evaluate(node: ast.AST) -> int | list:
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         left, right = _evaluate(node.left), _evaluate(node.right)
         if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
-            count = right if isinstance(left, list) else left
-            if count > _MAX_LIST:
+            items, count = (left, right) if isinstance(left, list) else (right, left)
+            if count * len(items) > MAX_LIST:
                 raise ValueError("list too long")
-        return _OPERATORS[type(node.op)](left, right)
+        return _checked(_OPERATORS[type(node.op)](left, right))
     raise ValueError("not a plain integer or list expression")
+
+
+def _checked(value: int | list) -> int | list:
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise ValueError("list too long")
+    if isinstance(value, int) and abs(value) > MAX_ARITHMETIC_VALUE:
+        raise ValueError("number too large")
+    return value

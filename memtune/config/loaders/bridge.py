@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from memtune.config.loaders._targets import plain
 from memtune.config.schema import DDPConfig, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
 from memtune.errors import InputError
+from memtune.numbers import cut, echo
 
 # Top-level sections only a ConfigContainer has; any of them marks a file as a Bridge dump.
 BRIDGE_ONLY_SECTIONS = frozenset(
@@ -162,7 +163,7 @@ def _section(data: dict, name: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise InputError(f"{name}: expected a mapping of keys, got {value!r}")
+        raise InputError(f"{name}: expected a mapping of keys, got {echo(value)}")
     return value
 
 
@@ -198,7 +199,7 @@ def _apply_mixed_precision(value: object, out: dict, ignored: list[str]) -> None
         recipe = MIXED_PRECISION_RECIPES.get(value.replace("-", "_"))
         if recipe is None:
             known = ", ".join(MIXED_PRECISION_RECIPES)
-            raise InputError(f"mixed_precision: unknown recipe {value!r}; known: {known}")
+            raise InputError(f"mixed_precision: unknown recipe {echo(value)}; known: {known}")
         settings = dict(recipe)
     elif isinstance(value, dict):
         settings = {k: plain(v) for k, v in value.items() if not k.startswith("_")}
@@ -209,7 +210,7 @@ def _apply_mixed_precision(value: object, out: dict, ignored: list[str]) -> None
         used = {*_MIXED_PRECISION_MODEL_KEYS, "grad_reduce_in_fp32", "fp8_param", "fp32"}
         ignored.extend(f"mixed_precision.{k}" for k, v in settings.items() if k not in used and v is not None)
     else:
-        raise InputError(f"mixed_precision: expected a recipe name or a mapping, got {value!r}")
+        raise InputError(f"mixed_precision: expected a recipe name or a mapping, got {echo(value)}")
     for key in _MIXED_PRECISION_MODEL_KEYS:
         if settings.get(key) is not None:
             out["model"][key] = settings[key]
@@ -229,10 +230,10 @@ def _apply_comm_overlap(section: dict, out: dict, ignored: list[str]) -> None:
 
 def _lora(value: object, ignored: list[str]) -> dict:
     if not isinstance(value, dict):
-        raise InputError(f"peft: expected a LoRA mapping ({LORA_TARGET}), got {value!r}")
+        raise InputError(f"peft: expected a LoRA mapping ({LORA_TARGET}), got {echo(value)}")
     target = value.get("_target_", LORA_TARGET)
     if target != LORA_TARGET:
-        raise InputError(f"peft: only LoRA ({LORA_TARGET}) is supported, got {target}")
+        raise InputError(f"peft: only LoRA ({LORA_TARGET}) is supported, got {cut(str(target))}")
     out: dict = {"peft": {}}
     _take_known_keys(value, LoraConfig, "peft", out, ignored)
     return out["peft"]

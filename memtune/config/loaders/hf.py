@@ -12,6 +12,8 @@ from pathlib import Path
 
 from memtune.config.stacks import ReceivedDefault, architecture_values
 from memtune.errors import InputError
+from memtune.limits import MAX_COUNT, MAX_LAYERS
+from memtune.numbers import echo, plain_int
 
 _MISSING = object()
 
@@ -61,6 +63,23 @@ class _Fields:
                 ]
             )
 
+    def integer(self, key: str, default: int | None = None, *, low: int = 0, high: int = MAX_COUNT) -> int:
+        """A field the reader computes with: an integer (not a bool) in [low, high]."""
+        value = self.require(key) if default is None else self.get(key, default)
+        if plain_int(value) is None or not low <= value <= high:  # type: ignore[operator]
+            raise InputError(
+                f"{self.where}: {self.prefix}{key} must be an integer from {low} to {high}, got {echo(value)}"
+            )
+        return value  # type: ignore[return-value]
+
+    def integers(self, key: str) -> list[int]:
+        value = self.get(key, [])
+        if not isinstance(value, list) or any(plain_int(v) is None for v in value):
+            raise InputError(
+                f"{self.where}: {self.prefix}{key} must be a list of integers, got {echo(value)}"
+            )
+        return value
+
     def unused(self) -> list[str]:
         return [f"{self.prefix}{k}" for k in self.data if k not in self.used]
 
@@ -97,11 +116,16 @@ def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
 
 def _activation(f: _Fields, key: str = "hidden_act") -> str:
     name = f.get(key) or f.get("hidden_activation") or "silu"
-    if name not in HF_ACTIVATIONS:
+    if not isinstance(name, str) or name not in HF_ACTIVATIONS:
         raise InputError(
-            f"{f.where}: activation {name!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
+            f"{f.where}: activation {echo(name)} is not supported; supported: {', '.join(HF_ACTIVATIONS)}"
         )
     return HF_ACTIVATIONS[name]
+
+
+def _layers(f: _Fields) -> int:
+    """num_hidden_layers, checked before a per-layer list is built from it."""
+    return f.integer("num_hidden_layers", low=1, high=MAX_LAYERS)
 
 
 def _moe_layer_freq(flags: list[bool]) -> int | list[int]:
@@ -122,9 +146,9 @@ def _qwen3(f: _Fields) -> dict:
 
 def _qwen_moe(f: _Fields, *, qwen3: bool) -> dict:
     model = _common(f, tied_default=False, qkv_bias=not qwen3)
-    experts, step = f.require("num_experts"), f.get("decoder_sparse_step", 1)
-    dense_only = set(f.get("mlp_only_layers", []))
-    moe = [i not in dense_only and (i + 1) % step == 0 for i in range(model["num_layers"])]
+    experts, step = f.require("num_experts"), f.integer("decoder_sparse_step", 1, low=1)
+    dense_only = set(f.integers("mlp_only_layers"))
+    moe = [i not in dense_only and (i + 1) % step == 0 for i in range(_layers(f))]
     model.update(
         num_moe_experts=experts,
         moe_router_topk=f.require("num_experts_per_tok"),
@@ -151,8 +175,9 @@ def _mixtral(f: _Fields) -> dict:
 def _deepseek_v3(f: _Fields) -> dict:
     model = _common(f, tied_default=False)
     del model["num_query_groups"]  # MLA has no key/value groups
-    first_dense, freq = f.get("first_k_dense_replace", 0), f.get("moe_layer_freq", 1)
-    moe = [i >= first_dense and i % freq == 0 for i in range(model["num_layers"])]
+    first_dense = f.integer("first_k_dense_replace", 0)
+    freq = f.integer("moe_layer_freq", 1, low=1)
+    moe = [i >= first_dense and i % freq == 0 for i in range(_layers(f))]
     expert_width = f.require("moe_intermediate_size")
     model.update(
         multi_latent_attention=True,
@@ -167,7 +192,8 @@ def _deepseek_v3(f: _Fields) -> dict:
         moe_layer_freq=_moe_layer_freq(moe),
     )
     if f.get("n_shared_experts"):
-        model["moe_shared_expert_intermediate_size"] = f.get("n_shared_experts") * expert_width
+        shared = f.integer("n_shared_experts", 0)
+        model["moe_shared_expert_intermediate_size"] = shared * f.integer("moe_intermediate_size")
     if f.get("n_group"):
         model.update(moe_router_num_groups=f.get("n_group"), moe_router_group_topk=f.require("topk_group"))
     if f.get("num_nextn_predict_layers"):
@@ -310,16 +336,20 @@ def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]
 
 def _model_type(path: Path, data: dict) -> str:
     model_type = data.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise InputError(f"{path}: model_type must be a string, got {echo(model_type)}")
     if model_type in REFUSED:
         raise InputError(f"{path}: {REFUSED[model_type]}")
     if model_type in ARCHITECTURES:
         return model_type
     architectures = data.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise InputError(f"{path}: architectures must be a list of class names, got {echo(architectures)}")
     for name, (arch, _) in ARCHITECTURES.items():
         if model_type is None and arch in architectures:
             return name
-    given = ", ".join(str(a) for a in architectures) or "none"
+    given = echo(", ".join(architectures))[1:-1] if architectures else "none"
     supported = ", ".join(arch for arch, _ in ARCHITECTURES.values())
     raise InputError(
-        f"{path}: unsupported Hugging Face architecture {given} (model_type {model_type!r}); supported: {supported}"
+        f"{path}: unsupported Hugging Face architecture {given} (model_type {echo(model_type)}); supported: {supported}"
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from memtune.config.loaders._shell import Command, Script, evaluate, parse_script
 from memtune.config.schema import EnvConfig
 from memtune.errors import InputError
+from memtune.numbers import echo, float_or_none, int_or_none
 
 LAUNCHER_GPU_FLAGS = {
     "nproc-per-node": "gpus_per_node",
@@ -31,17 +32,13 @@ ENV_VARIABLES = tuple(name for name in EnvConfig.model_fields if name.isupper())
 
 
 def _number(text: str) -> int | str:
-    try:
-        return int(text)
-    except ValueError:
-        return text  # the schema says what is wrong with it
+    value = int_or_none(text)
+    return text if value is None else value  # the schema says what is wrong with the text
 
 
 def _real(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    value = float_or_none(text)
+    return text if value is None else value
 
 
 def _layer_freq(text: str) -> int | list | str:
@@ -366,7 +363,7 @@ def _map_flags(args: list[str]) -> tuple[dict, list[str]]:
             for dest, value in spec.sets.items():
                 _store(data, dest, value)
         elif not values:
-            raise InputError(f"--{name}: expects a value")
+            raise InputError(f"--{echo(name)[1:-1]}: expects a value")
         else:
             _store(
                 data, spec.dest, [spec.convert(v) for v in values] if spec.many else spec.convert(values[0])
@@ -444,13 +441,13 @@ def _cluster(script: Script, launcher: list[str], data: dict) -> None:
         name, has_inline, inline = word.lstrip("-").partition("=")
         key = LAUNCHER_GPU_FLAGS.get(name.replace("_", "-")) if word.startswith("--") else None
         text = inline if has_inline else (launcher[i + 1] if i + 1 < len(launcher) else "")
-        if key and text.isdigit():
-            found[key] = int(text)
+        if key and (number := int_or_none(text)) is not None:
+            found[key] = number
     cluster: dict[str, int] = {}
     if "gpus_per_node" in found:
         cluster["gpus_per_node"] = found["gpus_per_node"]
         cluster["num_gpus"] = found["gpus_per_node"] * found.get("nodes", 1)
-    elif str(script.variables.get("WORLD_SIZE", "")).isdigit():
-        cluster["num_gpus"] = int(script.variables["WORLD_SIZE"])
+    elif (world := int_or_none(str(script.variables.get("WORLD_SIZE", "")))) is not None:
+        cluster["num_gpus"] = world
     if cluster:
         data["cluster"] = cluster

@@ -7,28 +7,17 @@ override may set it), so :func:`resolve_preset` runs once all layers and overrid
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
 from memtune.catalog.models import get_model
+from memtune.config.loaders._guards import load_json, load_yaml
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 
 def parse_mapping(path: Path, text: str) -> dict:
     """Parse YAML (JSON is YAML too, but its own parser gives better messages)."""
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "cannot parse"
-        raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
+    data = load_json(text, str(path)) if path.suffix == ".json" else load_yaml(text, str(path))
     if not isinstance(data, dict):
         raise InputError(
             f"{path}: expected a mapping of sections (model, train, ...), got {type(data).__name__}"
@@ -49,7 +38,9 @@ def resolve_preset(data: dict) -> dict:
     own = dict(model)
     name = own.pop("preset")
     if not isinstance(name, str):
-        raise InputError(f"model.preset: must be a preset name (`memtune models` lists them), got {name!r}")
+        raise InputError(
+            f"model.preset: must be a preset name (`memtune models` lists them), got {echo(name)}"
+        )
     try:
         preset = get_model(name)
     except InputError as exc:

@@ -1,0 +1,48 @@
+"""Every limit memtune puts on its input, in one place (docs/limits.md explains them).
+
+Each limit is far above anything a real training job or log has, and low enough that a small
+hostile input cannot make memtune run for minutes or take gigabytes. Hitting one gives a single
+line naming the limit, never a traceback.
+"""
+
+from __future__ import annotations
+
+# --- configuration sizes (schema plausibility limits) ---------------------------------------
+MAX_LAYERS = 10_000  # num_layers and every other per-layer count
+MAX_WIDTH = 1_000_000  # hidden_size, ffn_hidden_size, kv_channels, head dims, LoRA rank
+MAX_HEADS = 100_000  # attention heads, query groups, experts, router top-k
+MAX_VOCAB = 100_000_000
+MAX_SEQ_LENGTH = 100_000_000
+MAX_PARALLEL = 1_000_000  # each parallel size, num_gpus, gpus_per_node
+MAX_BATCH = 100_000_000  # micro and global batch sizes
+MAX_COUNT = 1 << 40  # any other count (bucket sizes, ...)
+MAX_GPU_MEMORY_GIB = 1 << 20  # 1 PiB per GPU
+MAX_MOE_IMBALANCE = 1e6  # --moe-imbalance: the hottest expert rank's share relative to balanced
+
+# --- configuration files ---------------------------------------------------------------------
+MAX_CONFIG_BYTES = 16 << 20  # a config or launch script larger than this is not one
+MAX_NESTING = 64  # mapping/list depth in YAML, JSON and override values
+MAX_NODES = 200_000  # values in one config document, aliases expanded
+MAX_ALIASES = 1_000  # YAML alias uses in one document
+MAX_SHELL_VALUE = 64 << 10  # characters in one expanded shell variable or line
+MAX_ARITHMETIC_CHARS = 10_000  # characters of one $(( )) or moe_layer_freq expression
+MAX_ARITHMETIC_VALUE = 1 << 63  # magnitude of any integer an expression computes
+MAX_LIST = 100_000  # entries of a list an expression builds
+
+# --- numbers read from text ------------------------------------------------------------------
+MAX_DIGITS = 30  # digits of an integer read from a log, a flag or a version (2**64 has 20)
+
+# --- error output ----------------------------------------------------------------------------
+MAX_ECHO = 80  # characters of a user's value quoted back in an error line
+MAX_PROBLEM_LINES = 20  # error lines printed; the rest are counted ("... and N more")
+
+# --- logs --------------------------------------------------------------------------------------
+MAX_LINE_BYTES = 64 << 10  # longer log lines are cut (nothing memtune parses is that long)
+MAX_FINDINGS_PER_KIND = 1_000  # findings kept per kind over all sources; the rest are counted
+MAX_BINARY_NUL_RATIO = 0.01  # a log whose first 64 KiB are more than 1% NUL bytes is binary
+
+# --- memory snapshots ------------------------------------------------------------------------
+MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and devices)
+MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
+MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
+MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt

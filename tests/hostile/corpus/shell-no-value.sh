@@ -1,0 +1,1 @@
+torchrun pretrain_gpt.py --num-layers
