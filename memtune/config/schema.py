@@ -24,25 +24,21 @@ from pydantic import (
 from memtune import limits
 from memtune.config.layout import layout_problems, parse_layout
 
-
 # Integer fields are strict (``true`` is not 1, ``"8"`` is not 8) and bounded by plausibility
 # limits far above any real job (memtune.limits), so a typo cannot make memtune build a
 # per-layer table of 10**12 entries. Floats must be finite.
-def _bounded(low: int, high: int) -> object:
-    return Annotated[int, Strict(), Field(ge=low, le=high)]
-
-
-PositiveInt = _bounded(1, limits.MAX_COUNT)
-NonNegativeInt = _bounded(0, limits.MAX_COUNT)
-AnyInt = _bounded(-limits.MAX_COUNT, limits.MAX_COUNT)
-LayerCount = _bounded(1, limits.MAX_LAYERS)
-LayerNumber = _bounded(-limits.MAX_LAYERS, limits.MAX_LAYERS)
-Width = _bounded(1, limits.MAX_WIDTH)
-HeadCount = _bounded(1, limits.MAX_HEADS)
-VocabSize = _bounded(1, limits.MAX_VOCAB)
-SeqLength = _bounded(1, limits.MAX_SEQ_LENGTH)
-ParallelSize = _bounded(1, limits.MAX_PARALLEL)
-BatchSize = _bounded(1, limits.MAX_BATCH)
+PositiveInt = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_COUNT)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0, le=limits.MAX_COUNT)]
+AnyInt = Annotated[int, Strict(), Field(ge=-limits.MAX_COUNT, le=limits.MAX_COUNT)]
+LayerCount = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_LAYERS)]
+LayerCountOrZero = Annotated[int, Strict(), Field(ge=0, le=limits.MAX_LAYERS)]
+LayerNumber = Annotated[int, Strict(), Field(ge=-limits.MAX_LAYERS, le=limits.MAX_LAYERS)]
+Width = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_WIDTH)]
+HeadCount = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_HEADS)]
+VocabSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_VOCAB)]
+SeqLength = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_SEQ_LENGTH)]
+ParallelSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_PARALLEL)]
+BatchSize = Annotated[int, Strict(), Field(ge=1, le=limits.MAX_BATCH)]
 FiniteFloat = Annotated[float, AllowInfNan(False)]
 
 AttentionBackend = Literal["auto", "flash", "fused", "unfused", "local"]
@@ -175,7 +171,7 @@ class ModelConfig(Section):
     v_head_dim: Width = 128
     """Value head width."""
 
-    mtp_num_layers: _bounded(0, limits.MAX_LAYERS) | None = None
+    mtp_num_layers: LayerCountOrZero | None = None
     """Multi-token-prediction layers on the last stage (DeepSeek-V3-style); unset or 0: none."""
 
     # Parallelism
