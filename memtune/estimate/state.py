@@ -231,10 +231,11 @@ def _offload_walk(tensors: list[ParamTensor], fraction: float) -> tuple[float, l
     so the last one offloaded overshoots. Returns (numel left on the device, numel of each
     offloaded tensor)."""
     threshold = fraction * sum(t.numel for t in tensors)
-    device, offloaded = 0.0, []
+    device, offloaded, on_host = 0.0, [], 0.0
     for tensor in [t for t in tensors if t.decayed] + [t for t in tensors if not t.decayed]:
-        if sum(offloaded) < threshold:
+        if on_host < threshold:
             offloaded.append(tensor.numel)
+            on_host += tensor.numel
         else:
             device += tensor.numel
     return device, offloaded
@@ -266,8 +267,14 @@ def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank
         if position > bucket_start:
             buckets.append((bucket_start, math.ceil(position / multiple) * multiple))
         owned = [(b + (e - b) // shards * rank, b + (e - b) // shards * (rank + 1)) for b, e in buckets]
+        # Tensors and owned ranges both run in buffer order: sweep them together.
+        first = 0
         for start, end, tensor in placed:
-            for low, high in owned:
+            while first < len(owned) and owned[first][1] <= start:
+                first += 1
+            for low, high in owned[first:]:
+                if low >= end:
+                    break
                 numel = min(end, high) - max(start, low)
                 if numel > 0:
                     pieces.append(ParamTensor(numel, tensor.decayed, tensor.expert))
