@@ -162,7 +162,7 @@ def _score_block(bounds: tuple[int, int]) -> tuple[list[Scored], Counter, Counte
                 continue
             counts["fit"] += 1
             if per_stage is None:
-                per_stage = tuple(sum(len(ch.layers) for ch in chunks) for chunks in fast.layout(c)[0])
+                per_stage = tuple(sum(len(ch.layers) for ch in chunks) for chunks in fast.layout(c).chunks)
             prediction = predict_layout(
                 base_d, layout_of_candidate(base_d, c, per_stage), w["gpu"], w["memo"]
             )
