@@ -8,6 +8,7 @@ import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -72,7 +73,7 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float:
     return score / len(pairs) if pairs else 1.0
 
 
-def score_set(entry: dict) -> list[RunScore]:
+def score_set(entry: dict[str, Any]) -> list[RunScore]:
     model = entry["model"]
     if isinstance(model, dict):
         base = base_job(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
@@ -17,7 +18,7 @@ from memtune.perf import ASSUMPTIONS
 from memtune.units import GiB
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "fix",
         help="the cheapest config changes that make a failing job fit",
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.suggestions else 1
 
 
-def _suggestion_json(s: Suggestion, result: FixResult) -> dict:
+def _suggestion_json(s: Suggestion, result: FixResult) -> dict[str, Any]:
     failing = result.before.ranks[result.failing_rank]
     return {
         "title": s.title,
@@ -89,7 +90,7 @@ def _suggestion_json(s: Suggestion, result: FixResult) -> dict:
     }
 
 
-def to_json(result: FixResult, label: str | None) -> dict:
+def to_json(result: FixResult, label: str | None) -> dict[str, Any]:
     est = result.before
     return {
         "schema_version": 1,

@@ -4,6 +4,14 @@
 which predicts many layouts of one architecture. Constants: :mod:`memtune.perf.constants`.
 """
 
-from memtune.perf.model import ASSUMPTIONS, Layout, Prediction, layout_of, predict, predict_layout
+from memtune.perf.model import (
+    ASSUMPTIONS,
+    Layout,
+    Prediction,
+    PredictionMemo,
+    layout_of,
+    predict,
+    predict_layout,
+)
 
-__all__ = ["ASSUMPTIONS", "Layout", "Prediction", "layout_of", "predict", "predict_layout"]
+__all__ = ["ASSUMPTIONS", "Layout", "Prediction", "PredictionMemo", "layout_of", "predict", "predict_layout"]

@@ -12,7 +12,7 @@ one model without building a job for each; ``layout_of(derived)`` gives the layo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.check import CheckedJob
@@ -172,6 +172,24 @@ class _LayerTimes:
     regather: float
 
 
+# Keys of PredictionMemo's caches: the layout's values each piece depends on.
+LayerKey = tuple[
+    int, int, int, int, int, bool, bool, int
+]  # tp, cp, mbs, ep, etp, sp, lora_regather, gpus_per_node
+# tp, ep, etp, pp, layers of the slowest stage, whether that stage is the first or the last
+StageParamsKey = tuple[int, int, int, int, int, bool]
+
+
+@dataclass
+class PredictionMemo:
+    """What :func:`predict_layout` reuses across the layouts of one architecture on one GPU."""
+
+    hardware: _Hardware | None = None
+    flops_per_token: float | None = None
+    layers: dict[LayerKey, dict[bool, _LayerTimes]] = field(default_factory=dict)  # by is_moe
+    stage_params: dict[StageParamsKey, float] = field(default_factory=dict)
+
+
 def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes:
     m = d.model
     h = m.hidden_size
@@ -312,37 +330,30 @@ def model_flops_per_token(d: Derived) -> float:
     return total + 2 * h * m.vocab_size
 
 
-def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) -> Prediction:
+def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: PredictionMemo | None = None) -> Prediction:
     """Predicted step of ``lay`` for the architecture of ``d`` on ``gpu``.
 
-    ``memo`` (a dict the caller keeps for one architecture and GPU) reuses per-layer times across
+    ``memo`` (one the caller keeps for one architecture and GPU) reuses per-layer times across
     layouts that share their tensor-parallel shape; the result is the same with or without it.
     """
     m, job = d.model, d.job
-    hw = memo.get("hardware") if memo is not None else None
-    if hw is None:
-        hw = _Hardware(gpu, m.fp8 is not None)
-        if memo is not None:
-            memo["hardware"] = hw
+    memo = memo if memo is not None else PredictionMemo()
+    if memo.hardware is None:
+        memo.hardware = _Hardware(gpu, m.fp8 is not None)
+    hw = memo.hardware
     frozen = job.peft is not None
-    key = (lay.tp, lay.cp, lay.mbs, lay.ep, lay.etp, lay.sp, lay.lora_regather, lay.gpus_per_node)
-    kinds = memo.get(key) if memo is not None else None
+    key: LayerKey = (lay.tp, lay.cp, lay.mbs, lay.ep, lay.etp, lay.sp, lay.lora_regather, lay.gpus_per_node)
+    kinds = memo.layers.get(key)
     if kinds is None:
-        kinds = {moe: _layer(d, lay, hw, moe, frozen) for moe in set(d.moe_layer_pattern)}
-        if memo is not None:
-            memo[key] = kinds
+        kinds = memo.layers[key] = {moe: _layer(d, lay, hw, moe, frozen) for moe in set(d.moe_layer_pattern)}
     moe_share = sum(d.moe_layer_pattern) / len(d.moe_layer_pattern)
     h = m.hidden_size
     T = lay.mbs * m.seq_length / lay.cp
 
-    def avg(attr: str) -> float:
-        if len(kinds) == 1:
-            return getattr(next(iter(kinds.values())), attr)
-        return moe_share * getattr(kinds[True], attr) + (1 - moe_share) * getattr(kinds[False], attr)
-
-    fwd_layer = avg("gemm_fwd") + avg("attn_fwd") + avg("elementwise_fwd")
-    bwd_layer = avg("gemm_fwd") + avg("gemm_wgrad") + avg("attn_bwd") + 2 * avg("elementwise_fwd")
-    comm_layer = 2 * (avg("tp_comm") + avg("ep_comm")) + 3 * avg("cp_comm") + avg("regather")
+    avg = _average_layer(kinds, moe_share)
+    fwd_layer = avg.gemm_fwd + avg.attn_fwd + avg.elementwise_fwd
+    bwd_layer = avg.gemm_fwd + avg.gemm_wgrad + avg.attn_bwd + 2 * avg.elementwise_fwd
+    comm_layer = 2 * (avg.tp_comm + avg.ep_comm) + 3 * avg.cp_comm + avg.regather
     recompute_layer = 0.0
     if lay.recompute == "selective":
         recompute_layer = sum(
@@ -384,8 +395,7 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
     breakdown["pipeline bubble"] = (p - 1) / v * t_mb if p > 1 else 0.0
 
     # Data parallel: gradients reduce over DP x CP (experts over expert-DP), weights gather back.
-    pkey = (
-        "params",
+    pkey: StageParamsKey = (
         lay.tp,
         lay.ep,
         lay.etp,
@@ -393,11 +403,9 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
         lay.layers_per_stage[slowest],
         slowest == 0 or slowest == p - 1,
     )
-    params = memo.get(pkey) if memo is not None else None
+    params = memo.stage_params.get(pkey)
     if params is None:
-        params = _rank_params(d, lay, slowest)
-        if memo is not None:
-            memo[pkey] = params
+        params = memo.stage_params[pkey] = _rank_params(d, lay, slowest)
     grad_bytes = DTYPE_BYTES[d.grad_dtype]
     weight_bytes = DTYPE_BYTES[d.param_dtype]
     trainable = 0.0 if frozen else params
@@ -436,11 +444,9 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
     step = sum(breakdown.values())
     tokens = M * lay.mbs * m.seq_length * lay.dp
     world = lay.world_size
-    per_token = memo.get("flops") if memo is not None else None
-    if per_token is None:
-        per_token = model_flops_per_token(d)
-        if memo is not None:
-            memo["flops"] = per_token
+    if memo.flops_per_token is None:
+        memo.flops_per_token = model_flops_per_token(d)
+    per_token = memo.flops_per_token
     flops = 3 * per_token * tokens
     return Prediction(
         step_time_s=step,
@@ -450,6 +456,19 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: dict | None = None) 
         stage_compute_s=tuple(
             M * (t - lay.layers_per_stage[r] * comm_layer) for r, t in enumerate(stage_times)
         ),
+    )
+
+
+def _average_layer(kinds: dict[bool, _LayerTimes], moe_share: float) -> _LayerTimes:
+    """The times of the model's mean layer: MoE and dense layers weighted by their shares."""
+    if len(kinds) == 1:
+        return next(iter(kinds.values()))
+    moe, dense = kinds[True], kinds[False]
+    return _LayerTimes(
+        **{
+            f.name: moe_share * getattr(moe, f.name) + (1 - moe_share) * getattr(dense, f.name)
+            for f in fields(_LayerTimes)
+        }
     )
 
 

@@ -17,6 +17,7 @@ from rich.progress import Progress
 
 from memtune.config.changes import Change
 from memtune.config.derived import derive
+from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.plan import render
 from memtune.plan.query import Query, base_job, pin_filter
@@ -34,7 +35,7 @@ _DOMAIN_KEYS = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="the fastest parallel layouts of a model on a set of GPUs that fit in memory",
@@ -77,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _space(base_job_, pins: tuple[Change, ...]) -> Space:
+def _space(base_job_: JobConfig, pins: tuple[Change, ...]) -> Space:
     space = default_space(derive(base_job_))
     narrowed: dict[str, Any] = {}
     for pin in pins:

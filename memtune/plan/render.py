@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from memtune.config.changes import Change
 from memtune.perf import ASSUMPTIONS
 from memtune.plan.search import Planned, PlanResult
 from memtune.units import GiB
@@ -131,7 +132,7 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
     console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
 
 
-def changed_keys(result: PlanResult, p: Planned) -> list:
+def changed_keys(result: PlanResult, p: Planned) -> list[Change]:
     """The candidate's changes that differ from the base job (what a user has to set)."""
     from memtune.config.changes import job_data
 
@@ -139,7 +140,7 @@ def changed_keys(result: PlanResult, p: Planned) -> list:
     out = []
     for ch in p.changes:
         section, key = ch.key.split(".", 1)
-        if (base.get(section) or {}).get(key, _DEFAULTS.get(ch.key)) != ch.value:
+        if (base.get(section) or {}).get(key, _DEFAULTS[ch.key]) != ch.value:
             out.append(ch)
     return out
 
@@ -153,19 +154,18 @@ def _schema_default(key: str) -> object:
     return model.model_fields[name].default
 
 
-class _Defaults(dict):
+class _Defaults(dict[str, object]):
+    """The schema's default of a dotted key, looked up once."""
+
     def __missing__(self, key: str) -> object:
         value = self[key] = _schema_default(key)
         return value
-
-    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
-        return self[key]
 
 
 _DEFAULTS = _Defaults()
 
 
-def planned_json(p: Planned, result: PlanResult | None = None) -> dict:
+def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]:
     est = p.estimate
     return {
         "rank": p.rank or None,
@@ -189,7 +189,7 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict:
     }
 
 
-def result_json(result: PlanResult) -> dict:
+def result_json(result: PlanResult) -> dict[str, Any]:
     return {
         "schema_version": 1,
         "counts": result.counts,

@@ -20,16 +20,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from memtune.catalog.gpus import capacity_bytes, get_gpu
+from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
 from memtune.check import CheckedJob, gate
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
-from memtune.perf import Layout, Prediction, predict_layout
+from memtune.perf import Layout, Prediction, PredictionMemo, predict_layout
 from memtune.plan.fast import FastEstimator
-from memtune.plan.space import Candidate, Space, default_space, layouts, pruned, pruned_layout
+from memtune.plan.space import Candidate, Group, Space, default_space, layouts, pruned, pruned_layout
 
 
 @dataclass
@@ -120,19 +120,36 @@ def pareto_front(items: list[Scored]) -> list[Scored]:
     return front
 
 
+@dataclass
+class _Work:
+    """What every block of the search reads."""
+
+    base_d: Derived
+    gbs: int
+    fast: FastEstimator
+    keep: Callable[[Candidate], bool] | None
+    memo: PredictionMemo
+    gpu: GPU
+    groups: list[Group]
+
+
 # What forked workers inherit (set by ``search`` just before it forks).
-_WORK: dict = {}
+_WORK: _Work | None = None
+
+# A block's scored layouts, candidates counted by stage, and pruned candidates by check code.
+BlockResult = tuple[list[Scored], Counter[str], Counter[str]]
 
 
-def _score_block(bounds: tuple[int, int]) -> tuple[list[Scored], Counter, Counter]:
+def _score_block(bounds: tuple[int, int]) -> BlockResult:
     """Prune, estimate and predict the layout groups ``bounds`` of the enumeration."""
     w = _WORK
-    base_d, gbs, fast, keep = w["base_d"], w["gbs"], w["fast"], w["keep"]
+    assert w is not None, "search sets _WORK before scoring blocks"
+    base_d, gbs, fast, keep = w.base_d, w.gbs, w.fast, w.keep
     counts: Counter[str] = Counter()
     pruned_by: Counter[str] = Counter()
     scored: list[Scored] = []
     for index in range(*bounds):
-        group = w["groups"][index]
+        group = w.groups[index]
         code = pruned_layout(base_d, group.head, gbs)
         if code and keep is None:
             size = len(group)
@@ -162,10 +179,8 @@ def _score_block(bounds: tuple[int, int]) -> tuple[list[Scored], Counter, Counte
                 continue
             counts["fit"] += 1
             if per_stage is None:
-                per_stage = tuple(sum(len(ch.layers) for ch in chunks) for chunks in fast.layout(c)[0])
-            prediction = predict_layout(
-                base_d, layout_of_candidate(base_d, c, per_stage), w["gpu"], w["memo"]
-            )
+                per_stage = tuple(sum(len(ch.layers) for ch in chunks) for chunks in fast.layout(c).chunks)
+            prediction = predict_layout(base_d, layout_of_candidate(base_d, c, per_stage), w.gpu, w.memo)
             scored.append(
                 Scored(c, result.worst.peak_bytes, result.needed_bytes, prediction, (index, position))
             )
@@ -195,13 +210,14 @@ def search(
     space = space or default_space(base_d)
     groups = list(layouts(base_d, space))
     sizes = [len(g) for g in groups]  # counted, not built
-    _WORK.clear()
-    _WORK.update(
+    # A module global, not an argument: forked workers inherit it instead of unpickling it per block.
+    global _WORK  # noqa: PLW0603
+    _WORK = _Work(
         base_d=base_d,
         gbs=base_d.global_batch_size,
         fast=FastEstimator(base, capacity_bytes(base.cluster)),
         keep=keep,
-        memo={},
+        memo=PredictionMemo(),
         gpu=get_gpu(base.cluster.gpu),
         groups=groups,
     )
@@ -215,7 +231,7 @@ def search(
     scored: list[Scored] = []
     done = 0
 
-    def gather(result: tuple[list[Scored], Counter, Counter], bounds: tuple[int, int]) -> None:
+    def gather(result: BlockResult, bounds: tuple[int, int]) -> None:
         nonlocal done
         scored.extend(result[0])
         counts.update(result[1])
@@ -231,7 +247,7 @@ def search(
     else:
         for bounds in blocks:
             gather(_score_block(bounds), bounds)
-    _WORK.clear()
+    _WORK = None
     scored.sort(key=lambda s: (-s.prediction.tokens_per_s_per_gpu, s.order))
     refused_by: Counter[str] = Counter()
     shown: list[Planned] = []

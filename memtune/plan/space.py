@@ -232,11 +232,17 @@ def pruned(d: Derived, c: Candidate, gbs: int) -> str | None:
     return None
 
 
+# What the size of a group depends on: one pipeline stage, sequence parallelism, layers per chunk.
+GroupSizeKey = tuple[bool, bool, int]
+
+
 class Group:
     """The candidates that share one parallel layout and batch shape (and so ``pruned_layout``):
     built only when asked for, counted without building them."""
 
-    def __init__(self, d: Derived, space: Space, head: Candidate, chunk_layers: int, sizes: dict) -> None:
+    def __init__(
+        self, d: Derived, space: Space, head: Candidate, chunk_layers: int, sizes: dict[GroupSizeKey, int]
+    ) -> None:
         self.head = head  # the group's first candidate
         self._d, self._space, self._chunk_layers = d, space, chunk_layers
         self._members: list[Candidate] | None = None
@@ -283,7 +289,7 @@ class Group:
     def __len__(self) -> int:
         if self._members is not None:
             return len(self._members)
-        key = (self.head.pp == 1, self.head.sp, self._chunk_layers)
+        key: GroupSizeKey = (self.head.pp == 1, self.head.sp, self._chunk_layers)
         size = self._sizes.get(key)
         if size is None:
             size = self._sizes[key] = sum(1 for _ in self._inner())
@@ -293,7 +299,7 @@ class Group:
 def layouts(d: Derived, space: Space) -> Iterator[Group]:
     """Candidates grouped by parallel layout and batch shape."""
     m = d.model
-    sizes: dict = {}
+    sizes: dict[GroupSizeKey, int] = {}
     splits = ["even"] + (["accounted"] if m.num_layers_in_first_pipeline_stage is None else [])
     for tp, pp, vpp, cp, ep, mbs in itertools.product(
         space.tp, space.pp, space.vpp, space.cp, space.ep, space.mbs
