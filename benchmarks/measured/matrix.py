@@ -1013,6 +1013,11 @@ def _mtp() -> list[Entry]:
     e.append(run("mtp-qm-ep4-mtp1", QM(mtp_num_layers=1, expert_model_parallel_size=4, **a2a), dp=4))
     e.append(run("mtp-dsl-ep4-mtp1", DSL(mtp_num_layers=1, expert_model_parallel_size=4), dp=4))
     e.append(run("mtp-gpt-tp1-unfused-mtp1", GPT(mtp_num_layers=1), microbatches=2))
+    # Added after the first pass (defined before any comparison; split by the hash rule).
+    pp2_moe = dict(num_layers=4, pipeline_model_parallel_size=2, expert_model_parallel_size=2, **a2a)
+    e.append(run("mtp-qm-pp2-m4-mtp1-last", QM(mtp_num_layers=1, **pp2_moe), dp=2, microbatches=4, stage=-1))
+    tp4 = dict(tensor_model_parallel_size=4, **SP)
+    e.append(run("mtp-l8w-tp4-sp-mtp1", L8W(mtp_num_layers=1, **tp4), microbatches=2))
     return e
 
 
@@ -1056,6 +1061,20 @@ def _fsdp() -> list[Entry]:
     tp4 = dict(tensor_model_parallel_size=4, **SP)
     e.append(run("fsdp-l8w-tp4-sp-dp2-og", L8W(**tp4), dp=2, distopt=True, ddp=fsdp("optim_grads")))
     e.append(run("fsdp-l8w-tp2-sp-dp8-optim", L8W(**tp2), dp=8, distopt=True, ddp=fsdp("optim")))
+    # Added after the first pass (defined before any comparison; split by the hash rule).
+    e.append(run("fsdp-l1b-dp8-optim", L1B(), dp=8, distopt=True, ddp=fsdp("optim")))
+    sel = dict(recompute_granularity="selective")
+    e.append(run("fsdp-l8w-tp2-sp-dp4-ogp-rc-sel", L8W(**tp2, **sel), dp=4, distopt=True, ddp=ogp))
+    e.append(
+        run(
+            "fsdp-qm-ep2-dp4-optim",
+            QM(expert_model_parallel_size=2, **a2a),
+            dp=4,
+            distopt=True,
+            ddp=fsdp("optim"),
+        )
+    )
+    e.append(run("fsdp-gpt-dp2-og", GPT(), dp=2, distopt=True, ddp=fsdp("optim_grads")))
     return e
 
 
@@ -1095,6 +1114,9 @@ def _optimizer_offload() -> list[Entry]:
     a2a = dict(moe_token_dispatcher_type="alltoall")
     e.append(ooff("ooff-mx-ep2-dp2-f05", MX(expert_model_parallel_size=2, **a2a), 0.5, dp=2))
     e.append(ooff("ooff-qm-ep4-dp4-f1", QM(expert_model_parallel_size=4, **a2a), 1.0, dp=4))
+    # Added after the first pass (defined before any comparison; split by the hash rule).
+    e.append(ooff("ooff-l1b-dp2-f03", L1B(), 0.3, dp=2))
+    e.append(ooff("ooff-qm-ep2-dp2-f0", QM(expert_model_parallel_size=2, **a2a), 0.0, dp=2))
     return e
 
 
