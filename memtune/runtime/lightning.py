@@ -26,7 +26,7 @@ def lightning_callback(monitor: MemoryMonitor) -> Any:
                 "lightning_callback needs PyTorch Lightning (pip install lightning)"
             ) from None
 
-    class MemoryMonitorCallback(Callback):  # type: ignore[misc]  # Lightning is untyped here
+    class MemoryMonitorCallback(Callback):
         def __init__(self) -> None:
             super().__init__()
             self.monitor = monitor
