@@ -19,12 +19,9 @@ def lightning_callback(monitor: MemoryMonitor) -> Any:
     try:
         from lightning.pytorch import Callback
     except ImportError:
-        try:
-            from pytorch_lightning import Callback
-        except ImportError:
-            raise MissingDependencyError(
-                "lightning_callback needs PyTorch Lightning (pip install lightning)"
-            ) from None
+        raise MissingDependencyError(
+            "lightning_callback needs PyTorch Lightning (pip install lightning)"
+        ) from None
 
     class MemoryMonitorCallback(Callback):
         def __init__(self) -> None:
