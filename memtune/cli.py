@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from typing import Any, TextIO
 
 from memtune import __version__
 from memtune.errors import InputError
@@ -150,7 +151,7 @@ class _Output:
 class _GuardedStream:
     """A text stream whose write and flush errors are recorded once, after which output is dropped."""
 
-    def __init__(self, stream, owner: _Output):  # type: ignore[no-untyped-def]
+    def __init__(self, stream: TextIO, owner: _Output) -> None:
         self._stream, self._owner = stream, owner
 
     def write(self, text: str) -> int:
@@ -178,5 +179,5 @@ class _GuardedStream:
         except (OSError, ValueError):
             pass
 
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -62,10 +62,12 @@ def _diagnose(
     from memtune.diagnose.advice import advise
 
     loaded = load_job(config, []) if isinstance(config, str) else config
-    snap_data = read_snapshot(snapshot) if snapshot else None
-    snap = summarise(snap_data, snapshot) if snap_data is not None else None
-    if plot_to:
-        plot(snap_data, plot_to, f"memory over the trace: {snapshot}")
+    snap = None
+    if snapshot:
+        snap_data = read_snapshot(snapshot)
+        snap = summarise(snap_data, snapshot)
+        if plot_to:
+            plot(snap_data, plot_to, f"memory over the trace: {snapshot}")
     formats = [f.numbers.format for f in result.failures if f.numbers is not None]
     state = expandable_state(
         result.facts, _config_expandable(loaded), snap.expandable_segments if snap else None, formats

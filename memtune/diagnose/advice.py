@@ -62,7 +62,7 @@ def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
             "small; more cudaMalloc calls",
         )
     changes = [_alloc_conf(job, EXPANDABLE)]
-    if _graphs_on(job) and job.env.NCCL_GRAPH_REGISTER != "0":
+    if job is not None and _graphs_on(job) and job.env.NCCL_GRAPH_REGISTER != "0":
         changes.append("env.NCCL_GRAPH_REGISTER=0")
     why = "the allocator grows segments in place instead of stranding free pieces"
     if job is None:
@@ -146,10 +146,13 @@ def _outside_fixes(job: JobConfig | None, verdict: Verdict) -> list[Fix]:
                 "the graphs' speed-up",
             )
         )
-    held_outside = bool(n and n.outside_allocator is not None and significant(n, n.outside_allocator))
-    if (held_outside and (sum(n.other_processes.values()) or n.nvml_unreliable)) or kinds & {
-        "cuda_runtime_oom"
-    }:
+    others_hold = (
+        n is not None
+        and (outside := n.outside_allocator) is not None
+        and significant(n, outside)
+        and (bool(sum(n.other_processes.values())) or n.nvml_unreliable)
+    )
+    if others_hold or kinds & {"cuda_runtime_oom"}:
         fixes.append(
             Fix(
                 "Free the GPU from other processes",

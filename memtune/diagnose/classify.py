@@ -141,7 +141,9 @@ def read_allocator(n: AllocatorNumbers, expandable_on: bool | None) -> tuple[str
 
 def significant(n: AllocatorNumbers, held: int) -> bool:
     """Whether memory held by graphs or outside the allocator is large enough to name as a cause."""
-    return bool(n.total) and held >= max(ATTRIBUTION_FLOOR_BYTES, ATTRIBUTION_FLOOR_SHARE * n.total)
+    if not n.total:
+        return False
+    return held >= max(ATTRIBUTION_FLOOR_BYTES, ATTRIBUTION_FLOOR_SHARE * n.total)
 
 
 def held_elsewhere(n: AllocatorNumbers) -> list[str]:
@@ -151,14 +153,14 @@ def held_elsewhere(n: AllocatorNumbers) -> list[str]:
     T, F, A, U = n.total, n.free, n.allocated, n.unallocated
     if not T:
         return []
-    found = []
+    found: list[str] = []
     if n.private_pools and A and significant(n, n.private_pools):
         found.append(
             f"{gib(n.private_pools)} of the {gib(A)} allocated sit in private pools (CUDA graphs / MemPool), "
             "held for the graphs' lifetime"
         )
-    outside = n.outside_allocator
-    if outside is not None and significant(n, outside):
+    outside = n.outside_allocator  # not None only when total, free and allocated are known
+    if outside is not None and F is not None and A is not None and significant(n, outside):
         found.append(
             f"total {gib(T)} − free {gib(F)} − allocated {gib(A)} − unallocated {gib(U or 0)} = {gib(outside)} "
             f"held outside PyTorch's allocator{_outside_detail(n, outside)}"
@@ -258,7 +260,7 @@ def _known_ranks(scan_failures: list[Failure], facts: list[Fact]) -> int | None:
     ]
     seen = {f.where.rank for f in scan_failures if f.where.rank is not None}
     seen |= {f.where.rank for f in facts if f.where.rank is not None}
-    seen |= {f.value[0] for f in facts if f.kind == "rank_memory"}
+    seen |= {f.value[0] for f in facts if f.kind == "rank_memory" and isinstance(f.value, tuple)}
     return max(sizes + [len(seen)]) if (sizes or seen) else None
 
 
@@ -317,8 +319,8 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     result.failed_ranks = sorted(v.rank for v in ranks if v.rank is not None)
     result.known_ranks = _known_ranks(failures, facts)
     result.numbers = lead.root.failure.numbers
-    phases = [f.value for f in facts if f.kind == "phase"]
-    result.phase = phases[-1] if phases else None
+    phase_names = [f.value for f in facts if f.kind == "phase" and isinstance(f.value, str)]
+    result.phase = phase_names[-1] if phase_names else None
     result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
     if len(counts) > 1:
         result.reasons.append(
@@ -326,7 +328,9 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
         )
     _reason_about_rank_spread(result, facts)
     if label == HOST_OOM:
-        peaks = [f.value for f in facts if f.kind == "host_memory_percent"]
+        peaks = [
+            f.value for f in facts if f.kind == "host_memory_percent" and isinstance(f.value, (int, float))
+        ]
         if peaks:
             result.reasons.append(f"host memory reached {max(peaks):.1f}% before the kill")
     if expandable.on is not None:
@@ -340,8 +344,12 @@ def _reason_about_rank_spread(result: Verdict, facts: list[Fact]) -> None:
         if failed and known and known > 1:
             result.reasons.append(f"{len(failed)} of {known} ranks failed")
         return
-    total = result.numbers.total if result.numbers else None
-    others = {f.value[0]: f.value[1] for f in facts if f.kind == "rank_memory" and f.value[0] not in failed}
+    total = (result.numbers.total if result.numbers else None) or 0
+    others = {
+        f.value[0]: f.value[1]
+        for f in facts
+        if f.kind == "rank_memory" and isinstance(f.value, tuple) and f.value[0] not in failed
+    }
     headroom = bool(others and total and max(others.values()) <= HEADROOM_SHARE * total)
     sentence = f"only {len(failed)} of {known} ranks failed"
     if result.label != CAPACITY:

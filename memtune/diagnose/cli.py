@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -14,7 +15,7 @@ EXIT_DIAGNOSED = 0
 EXIT_NOTHING_FOUND = 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "diagnose",
         help="explain an out-of-memory failure from logs and a memory snapshot",
@@ -48,7 +49,7 @@ def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
     return [w for w in words if w not in overrides], overrides
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from memtune.diagnose import diagnose
     from memtune.diagnose.report import render, to_json
 

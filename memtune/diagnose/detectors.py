@@ -119,9 +119,9 @@ def _failure(
     strength: int,
     note: str,
     text: str | None = None,
-    numbers=None,
+    numbers: messages.AllocatorNumbers | None = None,
     consumed: int = 0,
-):
+) -> Failure:
     return Failure(kind, label, strength, line.where, _excerpt(text or line.text), numbers, note, consumed)
 
 

@@ -55,4 +55,6 @@ class Fact:
     kind: str  # expandable_on | expandable_off | torch_version | exit_code | world_size | rank_memory | host_memory_percent | phase
     where: Where
     text: str
-    value: object = None
+    # text (settings, torch version, phase), an int (world size, exit code), a percentage
+    # (host memory) or (rank, max reserved bytes) (rank memory)
+    value: str | int | float | tuple[int, int] | None = None

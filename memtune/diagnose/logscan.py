@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from memtune.diagnose import detectors
 from memtune.diagnose.evidence import Fact, Failure, Where
@@ -66,8 +66,8 @@ class ScanResult:
     failures: list[Failure] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     sources: list[SourceReport] = field(default_factory=list)
-    suppressed: Counter = field(default_factory=Counter)  # (kind) -> findings beyond the caps
-    kept: Counter = field(default_factory=Counter)  # (kind) -> findings kept, over all sources
+    suppressed: Counter[str] = field(default_factory=Counter)  # (kind) -> findings beyond the caps
+    kept: Counter[str] = field(default_factory=Counter)  # (kind) -> findings kept, over all sources
 
     @property
     def readable(self) -> list[SourceReport]:
@@ -98,17 +98,23 @@ def _rank_from_path(path: Path) -> int | None:
     return None
 
 
+class _Readable(Protocol):
+    """What the scanner reads from: a binary file, stdin's buffer, a tolerant gzip stream."""
+
+    def read(self, n: int, /) -> bytes: ...
+
+
 class _Stream:
     """Scans one byte stream; collects findings into a ScanResult."""
 
-    def __init__(self, name: str, result: ScanResult):
+    def __init__(self, name: str, result: ScanResult) -> None:
         self.name = name
         self.result = result
         self.file_rank = _rank_from_path(Path(name))
-        self.kept: Counter = Counter()
+        self.kept: Counter[tuple[int | None, str]] = Counter()  # (rank, kind) -> findings kept
         self.skip: set[int] = set()  # line numbers already read as part of an earlier message
 
-    def run(self, fh: BinaryIO, report: SourceReport) -> None:
+    def run(self, fh: _Readable, report: SourceReport) -> None:
         carry = b""
         line_base = 1  # line number of the first line in `buf`
         eof = False
@@ -181,7 +187,8 @@ class _Stream:
     ) -> tuple[list[str], list[int]]:
         """Up to ``limit`` next lines of the same stream: same rank prefix, or no prefix (a wrapped
         continuation), within FOLLOWING_BYTES and LOOKAHEAD_LINES lines of any stream."""
-        texts, numbers = [], []
+        texts: list[str] = []
+        numbers: list[int] = []
         stop = min(len(buf), pos + FOLLOWING_BYTES)
         n = lineno
         while pos < stop and len(texts) < limit and n - lineno < LOOKAHEAD_LINES:
@@ -206,7 +213,10 @@ class _Stream:
             self.result.suppressed[item.kind] += 1
             return
         self.result.kept[item.kind] += 1
-        (self.result.failures if isinstance(item, Failure) else self.result.facts).append(item)
+        if isinstance(item, Failure):
+            self.result.failures.append(item)
+        else:
+            self.result.facts.append(item)
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -248,7 +258,7 @@ class _TolerantGzip:
 
     PIECE = 1 << 16
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.file = gzip.open(name, "rb")  # noqa: SIM115 - closed by close(), like the other streams
         self.error: Exception | None = None
 
@@ -274,7 +284,7 @@ class _TolerantGzip:
 class _Peeked:
     """A binary stream whose first bytes were already read to sniff for binary content."""
 
-    def __init__(self, head: bytes, rest: BinaryIO):
+    def __init__(self, head: bytes, rest: _Readable) -> None:
         self.head, self.rest = head, rest
 
     def read(self, n: int) -> bytes:

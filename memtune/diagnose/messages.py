@@ -69,9 +69,10 @@ class AllocatorNumbers:
     @property
     def outside_allocator(self) -> int | None:
         """Device memory in use that this process's PyTorch allocator does not hold."""
-        if None in (self.total, self.free, self.allocated):
+        total, free, allocated = self.total, self.free, self.allocated
+        if total is None or free is None or allocated is None:
             return None
-        return max(0, self.total - self.free - self.allocated - (self.unallocated or 0))
+        return max(0, total - free - allocated - (self.unallocated or 0))
 
     @property
     def nvml_unreliable(self) -> bool:
@@ -139,12 +140,15 @@ def parse_allocator_message(text: str) -> AllocatorNumbers:
 def parse_async_message(text: str) -> AllocatorNumbers:
     """Parse the multi-line report of ``backend:cudaMallocAsync``."""
     values = {name: _size(pattern, text) for name, pattern in _ASYNC_FIELDS.items()}
-    if values["allowed"] is not None and values["allowed"] >= _NO_FRACTION_SET:
-        values["allowed"] = None
+    allowed = values["allowed"]
     device = _ASYNC_DEVICE.search(text)
     return AllocatorNumbers(
+        requested=values["requested"],
         device=int(device.group(1)) if device else None,
+        total=values["total"],
+        free=values["free"],
+        allocated=values["allocated"],
+        allowed=None if allowed is not None and allowed >= _NO_FRACTION_SET else allowed,
         backend="cudaMallocAsync",
         format="cudaMallocAsync",
-        **values,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -10,6 +12,7 @@ from rich.text import Text
 from memtune.diagnose import Diagnosis
 from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
+from memtune.diagnose.snapshot import SnapshotSummary
 from memtune.output import SCHEMA_VERSION
 from memtune.units import MiB
 
@@ -42,7 +45,7 @@ def _numbers_line(n: AllocatorNumbers | None) -> str:
     return "  ".join(f"{label} {gib(value)}" for label, value in parts)
 
 
-def to_json(d: Diagnosis) -> dict:
+def to_json(d: Diagnosis) -> dict[str, Any]:
     v = d.verdict
     return {
         "schema_version": SCHEMA_VERSION,
@@ -89,7 +92,7 @@ def to_json(d: Diagnosis) -> dict:
     }
 
 
-def _numbers_json(n: AllocatorNumbers | None) -> dict | None:
+def _numbers_json(n: AllocatorNumbers | None) -> dict[str, Any] | None:
     if n is None:
         return None
     return {
@@ -109,7 +112,7 @@ def _numbers_json(n: AllocatorNumbers | None) -> dict | None:
     }
 
 
-def _snapshot_json(d: Diagnosis) -> dict | None:
+def _snapshot_json(d: Diagnosis) -> dict[str, Any] | None:
     s = d.snapshot
     if s is None:
         return None
@@ -154,7 +157,7 @@ def render(d: Diagnosis, console: Console) -> None:
     if v.ranks:
         console.print(_ranks_table(d))
     if d.snapshot:
-        console.print(_snapshot_table(d))
+        console.print(_snapshot_table(d.snapshot))
     if d.fixes:
         console.print(_fixes_list(d))
     skipped = [s for s in d.scan.sources if s.note]
@@ -192,8 +195,7 @@ def _ranks_table(d: Diagnosis) -> Table:
     return table
 
 
-def _snapshot_table(d: Diagnosis) -> Group:
-    s = d.snapshot
+def _snapshot_table(s: SnapshotSummary) -> Group:
     table = Table(title=f"snapshot {s.source}", title_justify="left", show_header=False, show_edge=False)
     table.add_column(style="dim")
     table.add_column()

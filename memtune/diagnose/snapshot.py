@@ -18,6 +18,7 @@ import pickletools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn, TypeAlias
 
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
@@ -33,6 +34,8 @@ from memtune.numbers import cut, digits
 from memtune.plotfile import save_figure
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "load_plain_pickle", "plot", "read_snapshot", "summarise", "timeline"]
+# An allocator setting as a summary keeps it: printed, and put in JSON.
+Setting: TypeAlias = str | int | float | bool | None
 _INTERNAL_FRAMES = ("/torch/", "\\torch\\", "<frozen", "/site-packages/torch", "c10/", ".so", "??")
 
 
@@ -41,13 +44,13 @@ class _Refused(pickle.UnpicklingError):
 
 
 class _PlainDataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         raise _Refused(
             f"it references {module}.{name}; a memory snapshot holds only plain data, so this file is "
             "refused (loading it could run code)"
         )
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise _Refused(
             "it uses persistent ids; a memory snapshot holds only plain data, so this file is refused"
         )
@@ -175,7 +178,7 @@ class SnapshotSummary:
     segment_sizes: list[tuple[int, int]]  # (size, count), most common first
     private_pool_reserved: int
     expandable_segments: bool | None
-    allocator_settings: dict
+    allocator_settings: dict[str, Setting]
     top_sites: list[Site]
     failed_request: FailedRequest | None
     label: str | None = None
@@ -211,20 +214,24 @@ def _read_capped(path: Path) -> bytes:
     return b"".join(pieces)
 
 
-def read_snapshot(path: str | Path) -> dict:
+def read_snapshot(path: str | Path) -> dict[str, Any]:
+    """The snapshot as it was pickled: untrusted plain data, which the summary checks as it reads."""
     path = Path(path)
     data = _read_capped(path)
     snap = load_plain_pickle(data, cut(str(path)))
     del data
     if isinstance(snap, list):  # torch.cuda.memory_snapshot() returns the segments alone
         snap = {"segments": snap}
-    segments = snap.get("segments") if isinstance(snap, dict) else None
-    if not isinstance(segments, list) or (segments and not any(isinstance(s, dict) for s in segments)):
+    if not (isinstance(snap, dict) and _is_segment_list(snap.get("segments"))):
         raise InputError(f"{cut(str(path))}: a pickle, but not a memory snapshot (no 'segments' list)")
     return snap
 
 
-def _frame_text(frame: dict) -> str:
+def _is_segment_list(segments: object) -> bool:
+    return isinstance(segments, list) and (not segments or any(isinstance(s, dict) for s in segments))
+
+
+def _frame_text(frame: dict[str, Any]) -> str:
     return cut(
         f"{_text(frame.get('filename', '?'))}:{_text(frame.get('line', '?'))} in {_text(frame.get('name', '?'))}",
         200,
@@ -285,20 +292,20 @@ class _Budget:
         return True
 
 
-def _dicts(items: object, budget: _Budget) -> list[dict]:
+def _dicts(items: object, budget: _Budget) -> list[dict[str, Any]]:
     """The dicts of a list, each object once."""
     if not isinstance(items, list) or not budget.first_visit(items):
         return []
     return [x for x in items if isinstance(x, dict) and budget.first_visit(x)]
 
 
-def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
+def summarise(snap: dict[str, Any], source: str, top: int = 10) -> SnapshotSummary:
     budget = _Budget()
     segments = _dicts(snap["segments"], budget)
     reserved = allocated = pending = inactive = fragmented = largest = private = 0
-    sizes: Counter = Counter()
+    sizes: Counter[int] = Counter()
     sites: dict[str, list[int]] = {}
-    expandable_flags = set()
+    expandable_flags: set[bool] = set()
     for seg in segments:
         total = _int(seg.get("total_size"))
         reserved += total
@@ -350,18 +357,18 @@ def summarise(snap: dict, source: str, top: int = 10) -> SnapshotSummary:
     return summary
 
 
-def _plain_settings(value: object) -> dict[str, str | int | float | bool | None]:
+def _plain_settings(value: object) -> dict[str, Setting]:
     """allocator_settings reduced to text keys and scalar values (they are printed and put in JSON)."""
     if not isinstance(value, dict):
         return {}
-    plain: dict[str, str | int | float | bool | None] = {}
+    plain: dict[str, Setting] = {}
     for key, item in list(value.items())[:64]:
         if (
             isinstance(item, bool)
             or item is None
             or (isinstance(item, float) and item == item and abs(item) != float("inf"))
         ):
-            kept: str | int | float | bool | None = item
+            kept: Setting = item
         elif isinstance(item, int) and abs(item) <= MAX_SNAPSHOT_NUMBER:
             kept = item
         elif isinstance(item, str):
@@ -372,7 +379,7 @@ def _plain_settings(value: object) -> dict[str, str | int | float | bool | None]
     return plain
 
 
-def _last_oom(snap: dict) -> FailedRequest | None:
+def _last_oom(snap: dict[str, Any]) -> FailedRequest | None:
     traces = snap.get("device_traces")
     if not isinstance(traces, list):
         return None
@@ -407,7 +414,7 @@ def _judge(s: SnapshotSummary) -> tuple[str | None, list[str]]:
     return CAPACITY, [f"request {gib(r)} > cached free {gib(s.inactive)} + device free {gib(free_device)}"]
 
 
-def timeline(snap: dict, device: int = 0) -> tuple[list[float], list[int], list[int], list[float]]:
+def timeline(snap: dict[str, Any], device: int = 0) -> tuple[list[float], list[int], list[int], list[float]]:
     """Allocated and reserved bytes after each trace event (seconds from the first), plus OOM times.
 
     The trace is a ring buffer, so the curves are anchored at the snapshot's final totals and
@@ -423,8 +430,8 @@ def timeline(snap: dict, device: int = 0) -> tuple[list[float], list[int], list[
     seg_delta = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
     steps = [
         (
-            alloc_delta.get(e.get("action"), 0) * _int(e.get("size")),
-            seg_delta.get(e.get("action"), 0) * _int(e.get("size")),
+            alloc_delta.get(_action(e), 0) * _int(e.get("size")),
+            seg_delta.get(_action(e), 0) * _int(e.get("size")),
         )
         for e in entries
     ]
@@ -445,7 +452,13 @@ def timeline(snap: dict, device: int = 0) -> tuple[list[float], list[int], list[
     return times, alloc_curve, reserved_curve, ooms
 
 
-def plot(snap: dict, out: str | Path, title: str) -> None:
+def _action(entry: dict[str, Any]) -> str:
+    """A trace entry's action (``alloc``, ``segment_free``, ``oom``, ...); "" when it is not text."""
+    action = entry.get("action")
+    return action if isinstance(action, str) else ""
+
+
+def plot(snap: dict[str, Any], out: str | Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -231,7 +231,8 @@ def _offload_walk(tensors: list[ParamTensor], fraction: float) -> tuple[float, l
     so the last one offloaded overshoots. Returns (numel left on the device, numel of each
     offloaded tensor)."""
     threshold = fraction * sum(t.numel for t in tensors)
-    device, offloaded, on_host = 0.0, [], 0.0
+    device, on_host = 0.0, 0.0
+    offloaded: list[float] = []
     for tensor in [t for t in tensors if t.decayed] + [t for t in tensors if not t.decayed]:
         if on_host < threshold:
             offloaded.append(tensor.numel)

@@ -6,6 +6,7 @@ import pytest
 from memtune.catalog.models import get_model
 from memtune.config import derive, load_job, validate
 from memtune.config.loaders import read_raw
+from memtune.errors import InputError
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 
@@ -104,6 +105,31 @@ def test_qwen2_moe_sparse_step_dense_layers_and_shared_expert(write):
     assert job.model.moe_layer_freq == [int(i not in (0, 27) and (i + 1) % 2 == 0) for i in range(28)]
     assert job.model.moe_shared_expert_intermediate_size == 20480
     assert job.model.add_qkv_bias  # Qwen2 always has q/k/v biases
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "first_k_dense_replace",
+            "3",
+            "first_k_dense_replace must be an integer from 0 to 1099511627776, got '3'",
+        ),
+        (
+            "num_hidden_layers",
+            10**12,
+            "num_hidden_layers must be an integer from 1 to 10000, got 1000000000000",
+        ),
+        ("n_group", [1], "n_group must be an integer from 0 to 1099511627776, got [1]"),
+    ],
+)
+def test_glm4_moe_checks_the_integers_it_computes_with(write, field, value, message):
+    config = json.loads((HF / "glm-4.5-air.json").read_text())
+    config[field] = value
+    path = write("config.json", json.dumps(config))
+    with pytest.raises(InputError) as caught:
+        load_job(path)
+    assert caught.value.problems == [f"{path}: {message}"]
 
 
 def test_qwen2_dense_has_qkv_bias_and_no_qk_norm():

@@ -40,6 +40,21 @@ def test_timeline_is_anchored_at_the_final_totals():
     assert len(ooms) == 5 and times == sorted(times)
 
 
+def test_timeline_skips_trace_entries_whose_action_is_not_text():
+    snap = {
+        "segments": [{"total_size": 4096, "blocks": [{"size": 1024, "state": "active_allocated"}]}],
+        "device_traces": [
+            [
+                {"action": ["alloc"], "size": 512, "time_us": 10},
+                {"action": "alloc", "size": 1024, "time_us": 20},
+            ]
+        ],
+    }
+    times, allocated, reserved, ooms = timeline(snap)
+    # the listed action counts as nothing; the alloc brings the curve to the final 1024 bytes
+    assert times == [0.0, 1e-05] and allocated == [0, 1024] and reserved == [4096, 4096] and ooms == []
+
+
 def test_plot_writes_a_png(tmp_path):
     out = tmp_path / "mem.png"
     plot(read_snapshot(REAL), out, "test")

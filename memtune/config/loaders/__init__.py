@@ -33,7 +33,7 @@ FORMATS = ("memtune", "bridge", "megatron-args", "hf", "recipe")
 
 @dataclass
 class RawJob:
-    data: dict
+    data: dict[str, Any]
     format: str  # one of FORMATS
     ignored: list[str] = field(default_factory=list)
     # values the loader took from a stack rather than the file (Bridge's model bridges for HF)

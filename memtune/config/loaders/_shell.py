@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from memtune.errors import InputError
 from memtune.limits import MAX_ARITHMETIC_CHARS, MAX_ARITHMETIC_VALUE, MAX_LIST, MAX_SHELL_VALUE
@@ -21,6 +22,9 @@ from memtune.limits import MAX_ARITHMETIC_CHARS, MAX_ARITHMETIC_VALUE, MAX_LIST,
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(rf"^({_NAME})(\+?=)(.*)$", re.S)
 _ARRAY_START = re.compile(rf"^\s*(?:export\s+|declare\s+-a\s+|local\s+)?({_NAME})(\+?=)\(")
+
+# What `evaluate` gives: an integer or a (nested) list of them.
+Arithmetic: TypeAlias = int | list["Arithmetic"]
 
 
 @dataclass
@@ -49,9 +53,9 @@ def parse_script(text: str) -> Script:
             body = line[array.end() :].rsplit(")", 1)[0]
             items = _split(_bounded(_expand(body, script.variables), number))
             previous = script.variables.get(name, []) if op == "+=" else []
-            value = (previous if isinstance(previous, list) else [previous]) + items
-            _bounded(" ".join(value), number)
-            script.variables[name] = value
+            elements = (previous if isinstance(previous, list) else [previous]) + items
+            _bounded(" ".join(elements), number)
+            script.variables[name] = elements
             if line.lstrip().startswith("export"):
                 script.exported.add(name)
             continue
@@ -62,8 +66,9 @@ def parse_script(text: str) -> Script:
         if exporting:
             words = words[1:]
         prefix: dict[str, str] = {}
-        while words and _ASSIGNMENT.match(words[0]):
-            name, op, value = _ASSIGNMENT.match(words.pop(0)).groups()
+        while words and (assignment := _ASSIGNMENT.match(words[0])):
+            words.pop(0)
+            name, op, value = assignment.groups()
             prefix[name] = _bounded(
                 (str(script.variables.get(name, "")) + value) if op == "+=" else value, number
             )
@@ -113,7 +118,7 @@ def _logical_lines(text: str) -> list[str]:
                 out.append(" ".join(open_array))
                 open_array = None
             continue
-        if _ARRAY_START.match(line) and ")" not in _strip_comment(line[_ARRAY_START.match(line).end() :]):
+        if (array := _ARRAY_START.match(line)) and ")" not in _strip_comment(line[array.end() :]):
             open_array = [line]
             continue
         out.append(line)
@@ -148,25 +153,24 @@ def _split(text: str) -> list[str]:
 
 
 def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
-    def array(match: re.Match) -> str:
+    def array(match: re.Match[str]) -> str:
         """``"${A[@]}"``: one word per element, as they are."""
         value = variables.get(match.group(1))
         if value is None:
             return match.group(0)
         return " ".join(shlex.quote(v) for v in (value if isinstance(value, list) else _split(value)))
 
-    def unquoted_array(match: re.Match) -> str:
+    def unquoted_array(match: re.Match[str]) -> str:
         """``${A[@]}``: the elements split again on blanks (``A=("--num-layers 32")`` gives two words)."""
         value = variables.get(match.group(1))
         if value is None:
             return match.group(0)
         return " ".join(value) if isinstance(value, list) else value
 
-    def scalar(match: re.Match) -> str:
+    def scalar(match: re.Match[str]) -> str:
         name, default = match.group("name") or match.group("bare"), match.group("default")
-        value = variables.get(name)
-        if isinstance(value, list):
-            value = " ".join(value)
+        found = variables.get(name)
+        value = " ".join(found) if isinstance(found, list) else found
         if value is None or (value == "" and default is not None and match.group("colon")):
             return _expand(default, variables) if default is not None else match.group(0)
         return value
@@ -189,7 +193,8 @@ def _expand(text: str, variables: dict[str, str | list[str]]) -> str:
 def _substitute_arithmetic(text: str, replace: Callable[[str, str], str]) -> str:
     """Each ``$(( ... ))`` replaced by ``replace(whole, inside)``, scanning the text once (a lazy
     regex would rescan the rest of the line from every unclosed ``$((``)."""
-    out, pos = [], 0
+    out: list[str] = []
+    pos = 0
     while (start := text.find("$((", pos)) >= 0:
         end = text.find("))", start + 3)
         if end < 0:
@@ -209,7 +214,7 @@ _OPERATORS = {
 }
 
 
-def evaluate(expression: str) -> int | list | None:
+def evaluate(expression: str) -> Arithmetic | None:
     """Integer arithmetic and list literals (``[0]*3+[1]*58``); None for anything else, and for
     expressions longer than MAX_ARITHMETIC_CHARS or with values beyond the limits."""
     if len(expression) > MAX_ARITHMETIC_CHARS:
@@ -220,24 +225,27 @@ def evaluate(expression: str) -> int | list | None:
         return None
 
 
-def _evaluate(node: ast.AST) -> int | list:
+def _evaluate(node: ast.AST) -> Arithmetic:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_evaluate(e) for e in node.elts]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_evaluate(node.operand)
+        operand = _evaluate(node.operand)
+        if isinstance(operand, list):
+            raise TypeError("a list cannot be negated")
+        return -operand
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
         left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Mult) and isinstance(left, list) != isinstance(right, list):
+        if isinstance(node.op, ast.Mult):
             items, count = (left, right) if isinstance(left, list) else (right, left)
-            if count * len(items) > MAX_LIST:
+            if isinstance(items, list) and isinstance(count, int) and count * len(items) > MAX_LIST:
                 raise ValueError("list too long")
         return _checked(_OPERATORS[type(node.op)](left, right))
     raise ValueError("not a plain integer or list expression")
 
 
-def _checked(value: int | list) -> int | list:
+def _checked(value: Arithmetic) -> Arithmetic:
     if isinstance(value, list) and len(value) > MAX_LIST:
         raise ValueError("list too long")
     if isinstance(value, int) and abs(value) > MAX_ARITHMETIC_VALUE:

@@ -10,6 +10,8 @@ which Bridge does not have, may be appended in memtune's own layout.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from memtune.config.loaders._targets import plain
@@ -105,7 +107,7 @@ _MIXED_PRECISION_MODEL_KEYS = ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_g
 _COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket_size")
 
 
-def is_bridge_dump(data: dict) -> bool:
+def is_bridge_dump(data: dict[str, Any]) -> bool:
     return bool(BRIDGE_ONLY_SECTIONS & data.keys()) or _has_target(data)
 
 
@@ -117,9 +119,9 @@ def _has_target(value: object) -> bool:
     return False
 
 
-def read(data: dict) -> tuple[dict, list[str]]:
+def read(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     ignored: list[str] = []
-    out: dict = {name: {} for name in (*SCHEMA_SECTIONS, "env")}
+    out: dict[str, Any] = {name: {} for name in (*SCHEMA_SECTIONS, "env")}
     for name, schema in SCHEMA_SECTIONS.items():
         _take_known_keys(_section(data, name), schema, name, out, ignored)
     if "preset" in _section(data, "model"):  # resolved with the other layers: native.resolve_preset
@@ -158,7 +160,7 @@ def read(data: dict) -> tuple[dict, list[str]]:
     return {"defaults": data.get("defaults", "megatron-bridge"), **sections}, ignored
 
 
-def _section(data: dict, name: str) -> dict:
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
     value = data.get(name)
     if value is None:
         return {}
@@ -168,7 +170,7 @@ def _section(data: dict, name: str) -> dict:
 
 
 def _take_known_keys(
-    section: dict, schema: type[BaseModel], prefix: str, out: dict, ignored: list[str]
+    section: dict[str, Any], schema: type[BaseModel], prefix: str, out: dict[str, Any], ignored: list[str]
 ) -> None:
     """Copy the keys ``schema`` knows into ``out[prefix]``; note the others in ``ignored``."""
     for key, value in section.items():
@@ -194,7 +196,7 @@ def _accepts_none(annotation: object) -> bool:
     return annotation is type(None) or type(None) in getattr(annotation, "__args__", ())
 
 
-def _apply_mixed_precision(value: object, out: dict, ignored: list[str]) -> None:
+def _apply_mixed_precision(value: object, out: dict[str, Any], ignored: list[str]) -> None:
     if isinstance(value, str):
         recipe = MIXED_PRECISION_RECIPES.get(value.replace("-", "_"))
         if recipe is None:
@@ -218,7 +220,7 @@ def _apply_mixed_precision(value: object, out: dict, ignored: list[str]) -> None
         out["ddp"]["grad_reduce_in_fp32"] = settings["grad_reduce_in_fp32"]
 
 
-def _apply_comm_overlap(section: dict, out: dict, ignored: list[str]) -> None:
+def _apply_comm_overlap(section: dict[str, Any], out: dict[str, Any], ignored: list[str]) -> None:
     for key, value in section.items():
         if key.startswith("_") or value is None:
             continue
@@ -228,12 +230,12 @@ def _apply_comm_overlap(section: dict, out: dict, ignored: list[str]) -> None:
             ignored.append(f"comm_overlap.{key}")
 
 
-def _lora(value: object, ignored: list[str]) -> dict:
+def _lora(value: object, ignored: list[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"peft: expected a LoRA mapping ({LORA_TARGET}), got {echo(value)}")
     target = value.get("_target_", LORA_TARGET)
     if target != LORA_TARGET:
         raise InputError(f"peft: only LoRA ({LORA_TARGET}) is supported, got {cut(str(target))}")
-    out: dict = {"peft": {}}
+    out: dict[str, dict[str, Any]] = {"peft": {}}
     _take_known_keys(value, LoraConfig, "peft", out, ignored)
     return out["peft"]

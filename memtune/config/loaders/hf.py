@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from memtune.config.stacks import ReceivedDefault, architecture_values
 from memtune.errors import InputError
@@ -35,7 +36,7 @@ REFUSED = {
 class _Fields:
     """The config's keys, remembering which ones were used so the rest can be reported."""
 
-    def __init__(self, data: dict, where: str, model_type: str, prefix: str = ""):
+    def __init__(self, data: dict[str, Any], where: str, model_type: str, prefix: str = "") -> None:
         self.data, self.where, self.model_type, self.prefix = data, where, model_type, prefix
         self.used: set[str] = set()
 
@@ -66,11 +67,12 @@ class _Fields:
     def integer(self, key: str, default: int | None = None, *, low: int = 0, high: int = MAX_COUNT) -> int:
         """A field the reader computes with: an integer (not a bool) in [low, high]."""
         value = self.require(key) if default is None else self.get(key, default)
-        if plain_int(value) is None or not low <= value <= high:  # type: ignore[operator]
+        number = plain_int(value)
+        if number is None or not low <= number <= high:
             raise InputError(
                 f"{self.where}: {self.prefix}{key} must be an integer from {low} to {high}, got {echo(value)}"
             )
-        return value  # type: ignore[return-value]
+        return number
 
     def integers(self, key: str) -> list[int]:
         value = self.get(key, [])
@@ -84,12 +86,12 @@ class _Fields:
         return [f"{self.prefix}{k}" for k in self.data if k not in self.used]
 
 
-def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict:
+def _common(f: _Fields, *, tied_default: bool, qkv_bias: bool = False) -> dict[str, Any]:
     f.check_present(
         "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"
     )
     heads = f.require("num_attention_heads")
-    model = {
+    model: dict[str, Any] = {
         "num_layers": f.require("num_hidden_layers"),
         "hidden_size": f.require("hidden_size"),
         "ffn_hidden_size": f.require("intermediate_size"),
@@ -132,19 +134,19 @@ def _moe_layer_freq(flags: list[bool]) -> int | list[int]:
     return 1 if all(flags) else [int(x) for x in flags]
 
 
-def _llama(f: _Fields) -> dict:
+def _llama(f: _Fields) -> dict[str, Any]:
     return _common(f, tied_default=False)
 
 
-def _qwen2(f: _Fields) -> dict:
+def _qwen2(f: _Fields) -> dict[str, Any]:
     return _common(f, tied_default=False, qkv_bias=True)
 
 
-def _qwen3(f: _Fields) -> dict:
+def _qwen3(f: _Fields) -> dict[str, Any]:
     return {**_common(f, tied_default=False), "qk_layernorm": True}
 
 
-def _qwen_moe(f: _Fields, *, qwen3: bool) -> dict:
+def _qwen_moe(f: _Fields, *, qwen3: bool) -> dict[str, Any]:
     model = _common(f, tied_default=False, qkv_bias=not qwen3)
     experts, step = f.require("num_experts"), f.integer("decoder_sparse_step", 1, low=1)
     dense_only = set(f.integers("mlp_only_layers"))
@@ -162,7 +164,7 @@ def _qwen_moe(f: _Fields, *, qwen3: bool) -> dict:
     return model
 
 
-def _mixtral(f: _Fields) -> dict:
+def _mixtral(f: _Fields) -> dict[str, Any]:
     model = _common(f, tied_default=False)
     model.update(
         num_moe_experts=f.require("num_local_experts"),
@@ -172,7 +174,7 @@ def _mixtral(f: _Fields) -> dict:
     return model
 
 
-def _deepseek_v3(f: _Fields) -> dict:
+def _deepseek_v3(f: _Fields) -> dict[str, Any]:
     model = _common(f, tied_default=False)
     del model["num_query_groups"]  # MLA has no key/value groups
     first_dense = f.integer("first_k_dense_replace", 0)
@@ -201,12 +203,12 @@ def _deepseek_v3(f: _Fields) -> dict:
     return model
 
 
-def _phi3(f: _Fields) -> dict:
+def _phi3(f: _Fields) -> dict[str, Any]:
     # Phi-3 fuses q/k/v and gate/up into single weights; the shapes, and so the memory, are Llama's.
     return _common(f, tied_default=False)
 
 
-def _olmoe(f: _Fields) -> dict:
+def _olmoe(f: _Fields) -> dict[str, Any]:
     model = _common(f, tied_default=False)
     # every layer is an MoE layer; intermediate_size is the experts' width
     model.update(
@@ -218,30 +220,32 @@ def _olmoe(f: _Fields) -> dict:
     return model
 
 
-def _glm4_moe(f: _Fields) -> dict:
+def _glm4_moe(f: _Fields) -> dict[str, Any]:
     model = _common(f, tied_default=False)
-    first_dense = f.get("first_k_dense_replace", 0)
+    first_dense = f.integer("first_k_dense_replace", 0)
+    moe = [i >= first_dense for i in range(_layers(f))]
     expert_width = f.require("moe_intermediate_size")
     model.update(
         num_moe_experts=f.require("n_routed_experts"),
         moe_router_topk=f.require("num_experts_per_tok"),
         moe_ffn_hidden_size=expert_width,
-        moe_layer_freq=_moe_layer_freq([i >= first_dense for i in range(model["num_layers"])]),
+        moe_layer_freq=_moe_layer_freq(moe),
         qk_layernorm=bool(f.get("use_qk_norm", False)),
     )
     if f.get("n_shared_experts"):
-        model["moe_shared_expert_intermediate_size"] = f.get("n_shared_experts") * expert_width
-    if f.get("n_group", 1) > 1:
+        shared = f.integer("n_shared_experts", 0)
+        model["moe_shared_expert_intermediate_size"] = shared * f.integer("moe_intermediate_size")
+    if f.integer("n_group", 1) > 1:
         model.update(moe_router_num_groups=f.get("n_group"), moe_router_group_topk=f.require("topk_group"))
     if f.get("num_nextn_predict_layers"):
         model["mtp_num_layers"] = f.get("num_nextn_predict_layers")
     return model
 
 
-def _gpt2(f: _Fields) -> dict:
+def _gpt2(f: _Fields) -> dict[str, Any]:
     f.check_present("n_layer", "n_embd", "n_head", "vocab_size")
-    hidden = f.require("n_embd")
-    model = {
+    hidden = f.integer("n_embd")
+    model: dict[str, Any] = {
         "num_layers": f.require("n_layer"),
         "hidden_size": hidden,
         "ffn_hidden_size": f.get("n_inner") or 4 * hidden,
@@ -261,7 +265,7 @@ def _gpt2(f: _Fields) -> dict:
     return model
 
 
-def _gpt_oss(f: _Fields) -> dict:
+def _gpt_oss(f: _Fields) -> dict[str, Any]:
     model = _common(f, tied_default=False)
     # The experts' clamped SwiGLU (alpha 1.702) is what Megatron calls quick_gelu in a GLU.
     model.update(
@@ -276,18 +280,18 @@ def _gpt_oss(f: _Fields) -> dict:
     return model
 
 
-def _gemma2(f: _Fields) -> dict:
+def _gemma2(f: _Fields) -> dict[str, Any]:
     return _common(f, tied_default=True)
 
 
-def _gemma3_text(f: _Fields) -> dict:
+def _gemma3_text(f: _Fields) -> dict[str, Any]:
     # Gemma3's config.json leaves out keys equal to Gemma3TextConfig's defaults.
     f.data = {"vocab_size": 262208, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", **f.data}
     return {**_common(f, tied_default=True), "qk_layernorm": True}
 
 
 # model_type -> (architecture class, reader)
-ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict]]] = {
+ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict[str, Any]]]] = {
     "llama": ("LlamaForCausalLM", _llama),
     "qwen2": ("Qwen2ForCausalLM", _qwen2),
     "qwen3": ("Qwen3ForCausalLM", _qwen3),
@@ -308,11 +312,11 @@ ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict]]] = {
 }
 
 
-def is_hf_config(data: dict) -> bool:
+def is_hf_config(data: dict[str, Any]) -> bool:
     return "architectures" in data or "model_type" in data
 
 
-def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]]:
+def read(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[ReceivedDefault]]:
     """The job AutoBridge would build: Bridge's defaults, the file's architecture and the model
     bridge's own values (returned as well, for ``--explain``)."""
     model_type = _model_type(path, data)
@@ -321,7 +325,7 @@ def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]
         if not isinstance(text, dict):
             raise InputError(f"{path}: a gemma3 config needs a 'text_config' mapping, which is missing")
         # The checkpoint dtype sits outside text_config.
-        dtype = {k: data[k] for k in ("torch_dtype", "dtype") if k in data and k not in text}
+        dtype: dict[str, Any] = {k: data[k] for k in ("torch_dtype", "dtype") if k in data and k not in text}
         fields = _Fields({**dtype, **text}, str(path), model_type, prefix="text_config.")
         outer_ignored = [k for k in data if k not in ("text_config", "model_type", "architectures", *dtype)]
     else:
@@ -334,7 +338,7 @@ def read(path: Path, data: dict) -> tuple[dict, list[str], list[ReceivedDefault]
     return {"defaults": "megatron-bridge", "model": model}, outer_ignored + fields.unused(), received
 
 
-def _model_type(path: Path, data: dict) -> str:
+def _model_type(path: Path, data: dict[str, Any]) -> str:
     model_type = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise InputError(f"{path}: model_type must be a string, got {echo(model_type)}")

@@ -16,8 +16,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from memtune.config.loaders._shell import Command, Script, evaluate, parse_script
+from memtune.config.loaders._shell import Arithmetic, Command, Script, evaluate, parse_script
 from memtune.config.schema import EnvConfig
 from memtune.errors import InputError
 from memtune.numbers import echo, float_or_none, int_or_none
@@ -41,7 +42,7 @@ def _real(text: str) -> float | str:
     return text if value is None else value
 
 
-def _layer_freq(text: str) -> int | list | str:
+def _layer_freq(text: str) -> Arithmetic | str:
     value = evaluate(text)
     return text if value is None else value
 
@@ -221,7 +222,7 @@ def looks_like_launch(path: Path, text: str) -> bool:
     )
 
 
-def read(path: Path, text: str) -> tuple[dict, list[str], dict[str, str]]:
+def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """The job, the flags not used, and for keys the launch cannot give, the line to say if no
     override supplies them."""
     script = parse_script(text)
@@ -269,7 +270,7 @@ NON_GPT_ENTRY_POINTS = (
 )
 
 
-def _vocabulary(path: Path, model: dict, facts: dict) -> None:
+def _vocabulary(path: Path, model: dict[str, Any], facts: dict[str, Any]) -> None:
     """Megatron-LM's vocabulary when the launch gives no --vocab-size, from its tokenizer flags."""
     kind = facts.get("tokenizer_type")
     if "vocab_size" in model:  # NullTokenizer's vocabulary is --vocab-size itself
@@ -337,8 +338,15 @@ def _split_launcher(words: list[str]) -> tuple[list[str], list[str]]:
     return words[:first_flag], words[first_flag:]
 
 
-def _map_flags(args: list[str]) -> tuple[dict, list[str]]:
-    data: dict[str, dict] = {"model": {}, "train": {}, "optimizer": {}, "ddp": {}, "env": {}, "_": {}}
+def _map_flags(args: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    data: dict[str, dict[str, Any]] = {
+        "model": {},
+        "train": {},
+        "optimizer": {},
+        "ddp": {},
+        "env": {},
+        "_": {},
+    }
     ignored: list[str] = []
     i = 0
     while i < len(args):
@@ -371,12 +379,12 @@ def _map_flags(args: list[str]) -> tuple[dict, list[str]]:
     return data, ignored
 
 
-def _store(data: dict, dest: str, value: object) -> None:
+def _store(data: dict[str, dict[str, Any]], dest: str, value: object) -> None:
     section, key = dest.split(".")
     data[section][key] = value
 
 
-def _combine(path: Path, data: dict, ignored: list[str]) -> None:
+def _combine(path: Path, data: dict[str, dict[str, Any]], ignored: list[str]) -> None:
     """Flags whose meaning depends on other flags, resolved the way Megatron-LM's validate_args does."""
     model, facts = data["model"], data["_"]
     if "num_query_groups" in model and not facts.get("group_query_attention"):
@@ -409,9 +417,14 @@ def _combine(path: Path, data: dict, ignored: list[str]) -> None:
         )
 
 
-def _virtual_stages(path: Path, model: dict, layers_per_stage_chunk: object) -> object:
+def _virtual_stages(path: Path, model: dict[str, Any], layers_per_stage_chunk: object) -> int | None:
     layers, pp = model.get("num_layers"), model.get("pipeline_model_parallel_size", 1)
-    if not all(isinstance(v, int) and v > 0 for v in (layers, pp, layers_per_stage_chunk)):
+    if not (
+        isinstance(layers, int)
+        and isinstance(pp, int)
+        and isinstance(layers_per_stage_chunk, int)
+        and min(layers, pp, layers_per_stage_chunk) > 0
+    ):
         return None  # the schema reports the bad or missing numbers themselves
     layers += int(bool(model.get("account_for_embedding_in_pipeline_split")))
     layers += int(bool(model.get("account_for_loss_in_pipeline_split")))
@@ -424,7 +437,9 @@ def _virtual_stages(path: Path, model: dict, layers_per_stage_chunk: object) -> 
     return per_stage // layers_per_stage_chunk
 
 
-def _environment(script: Script, command: Command, data: dict, ignored: list[str]) -> None:
+def _environment(
+    script: Script, command: Command, data: dict[str, dict[str, Any]], ignored: list[str]
+) -> None:
     for name in ENV_VARIABLES:
         value = command.env.get(name, script.exported_value(name))
         if value is not None:
@@ -435,7 +450,7 @@ def _environment(script: Script, command: Command, data: dict, ignored: list[str
             )
 
 
-def _cluster(script: Script, launcher: list[str], data: dict) -> None:
+def _cluster(script: Script, launcher: list[str], data: dict[str, dict[str, Any]]) -> None:
     found: dict[str, int] = {}
     for i, word in enumerate(launcher):
         name, has_inline, inline = word.lstrip("-").partition("=")

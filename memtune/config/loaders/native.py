@@ -8,6 +8,7 @@ override may set it), so :func:`resolve_preset` runs once all layers and overrid
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from memtune.catalog.models import get_model
 from memtune.config.loaders._guards import load_json, load_yaml
@@ -15,7 +16,7 @@ from memtune.errors import InputError
 from memtune.numbers import echo
 
 
-def parse_mapping(path: Path, text: str) -> dict:
+def parse_mapping(path: Path, text: str) -> dict[str, Any]:
     """Parse YAML (JSON is YAML too, but its own parser gives better messages)."""
     data = load_json(text, str(path)) if path.suffix == ".json" else load_yaml(text, str(path))
     if not isinstance(data, dict):
@@ -25,12 +26,12 @@ def parse_mapping(path: Path, text: str) -> dict:
     return data
 
 
-def read(data: dict) -> dict:
+def read(data: dict[str, Any]) -> dict[str, Any]:
     """memtune's format needs no translation."""
     return data
 
 
-def resolve_preset(data: dict) -> dict:
+def resolve_preset(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with its ``model.preset`` replaced by the preset's keys, its own keys on top."""
     model = data.get("model")
     if not isinstance(model, dict) or "preset" not in model:
