@@ -44,6 +44,16 @@ def models_table(presets: list[ModelPreset]) -> Table:
     return table
 
 
+# Bridge's mixed-precision recipe names, as short as the perf recipes' names write them
+_PRECISION_LABELS = {
+    "bf16_mixed": "bf16",
+    "bf16_with_fp8_current_scaling_mixed": "fp8cs",
+    "bf16_with_fp8_delayed_scaling_mixed": "fp8ds",
+    "bf16_with_fp8_subchannel_scaling_mixed": "fp8sc",
+    "bf16_with_mxfp8_mixed": "fp8mx",
+}
+
+
 def recipes_table(recipes: list[Recipe], commit: str) -> Table:
     table = Table(
         title=f"Megatron-Bridge recipes (commit {commit[:12]}; `memtune recipes NAME` prints one)",
@@ -64,7 +74,7 @@ def recipes_table(recipes: list[Recipe], commit: str) -> Table:
             r.label.removesuffix("_config"),
             r.preset,
             r.gpu,
-            r.precision.removesuffix("_mixed"),
+            _PRECISION_LABELS.get(r.precision, r.precision),
             str(r.config["cluster"]["num_gpus"]),
             str(m.get("tensor_model_parallel_size", 1)),
             str(m.get("pipeline_model_parallel_size", 1)),
