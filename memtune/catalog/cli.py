@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "recipes",
         help="Megatron-Bridge recipes a job can start from (`estimate --recipe NAME`)",
         description="List the Megatron-Bridge recipes memtune knows (the function names Bridge's recipe runner "
-        "takes), or print one recipe's sections. `memtune estimate --recipe NAME [OVERRIDE.yaml] [key=value ...]` "
+        "takes; Bridge's performance recipes as perf:NAME), or print one recipe's sections. `memtune estimate --recipe NAME [OVERRIDE.yaml] [key=value ...]` "
         "builds the job the recipe builds; a file may name one with `recipe: NAME`.",
     )
     recipes.add_argument("name", nargs="?", help="print this recipe's sections")
@@ -81,8 +81,14 @@ def run_recipes(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "recipe": recipe_json(recipe)}, indent=2))
         else:
-            print(f"# {recipe.name}: {recipe.mode} of {recipe.model_id}")
+            print(f"# {recipe.label}: {recipe.mode} of {recipe.model_id} on {recipe.gpu}, {recipe.precision}")
             print(f"# Megatron-Bridge {bridge_commit()[:12]} {recipe.source}")
+            if recipe.base:
+                print(f"# starts from {recipe.base}")
+            if recipe.not_modeled:
+                print(f"# not modeled: {', '.join(recipe.not_modeled)}")
+            if recipe.refused:
+                print(f"# memtune check refuses it as written: {recipe.refused}")
             print(yaml.safe_dump(recipe.container(), sort_keys=False, default_flow_style=None), end="")
         return 0
     recipes = list_recipes()

@@ -44,6 +44,16 @@ def models_table(presets: list[ModelPreset]) -> Table:
     return table
 
 
+# Bridge's mixed-precision recipe names, as short as the perf recipes' names write them
+_PRECISION_LABELS = {
+    "bf16_mixed": "bf16",
+    "bf16_with_fp8_current_scaling_mixed": "fp8cs",
+    "bf16_with_fp8_delayed_scaling_mixed": "fp8ds",
+    "bf16_with_fp8_subchannel_scaling_mixed": "fp8sc",
+    "bf16_with_mxfp8_mixed": "fp8mx",
+}
+
+
 def recipes_table(recipes: list[Recipe], commit: str) -> Table:
     table = Table(
         title=f"Megatron-Bridge recipes (commit {commit[:12]}; `memtune recipes NAME` prints one)",
@@ -53,14 +63,18 @@ def recipes_table(recipes: list[Recipe], commit: str) -> Table:
     )
     table.add_column("name", no_wrap=True)
     table.add_column("model", no_wrap=True)
+    table.add_column("GPU", no_wrap=True)
+    table.add_column("precision", no_wrap=True)
     for column in ("GPUs", "TP", "PP", "VPP", "CP", "EP", "seq", "GBS"):
         table.add_column(column, justify="right", no_wrap=True)
     for r in recipes:
         m, train = r.config["model"], r.config["train"]
         vpp = m.get("virtual_pipeline_model_parallel_size")
         table.add_row(
-            r.name.removesuffix("_config"),
+            r.label.removesuffix("_config"),
             r.preset,
+            r.gpu,
+            _PRECISION_LABELS.get(r.precision, r.precision),
             str(r.config["cluster"]["num_gpus"]),
             str(m.get("tensor_model_parallel_size", 1)),
             str(m.get("pipeline_model_parallel_size", 1)),
@@ -98,10 +112,16 @@ def preset_json(p: ModelPreset) -> dict[str, object]:
 
 def recipe_json(r: Recipe) -> dict[str, object]:
     return {
-        "name": r.name,
+        "name": r.label,
+        "kind": r.kind,
         "aliases": list(r.aliases),
         "mode": r.mode,
         "model_id": r.model_id,
+        "gpu": r.gpu,
+        "precision": r.precision,
+        "base": r.base,
+        "not_modeled": list(r.not_modeled),
+        "refused": r.refused,
         "source": r.source,
         "config": r.container(),
     }
