@@ -58,7 +58,6 @@ _LAYER_EVENTS = (
     ("commit", "fused_group_mlp"),
     ("commit", "mlp_norm"),
 )
-MODULES = tuple(dict.fromkeys(name for _, name in _LAYER_EVENTS))
 
 _MLA_QKV = (
     "linear_q_down_proj.input",
