@@ -166,7 +166,13 @@ def not_modeled(est: Estimate) -> list[str]:
             " (needs Transformer Engine); saved tensors of at least"
             f" {m.min_offloaded_tensor_size} elements move to pinned host memory at each module's end, except the"
             " last group of each module in the first microbatch to run backward (every microbatch on the last"
-            f" stage) and the later {1 - m.activation_offload_fraction:.0%} of the rest; backward reloads them"
+            " stage)"
+            + (
+                f" and the later {1 - m.activation_offload_fraction:.0%} of the rest"
+                if m.activation_offload_fraction < 1
+                else ""
+            )
+            + "; backward reloads them"
             " ahead by the number of groups kept; layers inside full-recompute checkpoints are not offloaded;"
             " the first (warm-up) iteration offloads everything"
         )
