@@ -24,6 +24,17 @@ from memtune.config.versions import Version, parse_version
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 FSDP_MIN_COMMUNICATION_UNIT = 1_000_000_000  # elements
+# The modules fine-grained activation offloading accepts (megatron-core 0.19.2, TransformerConfig).
+OFFLOAD_MODULES = (
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+    "expert_fc1",
+    "moe_act",
+    "fused_group_mlp",
+)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
+from memtune.estimate import activation_offload
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.params import (
@@ -49,6 +50,12 @@ class ChunkActivations:
     saved: act.Saved
     layers: int
     extra: float  # peak of (alive - kept) over the chunk's forward and backward
+    # Fine-grained activation offloading (``activation_offload``): what the first microbatch to
+    # run backward keeps beyond ``saved``, the worst working set while a later microbatch waits
+    # for its backward (None: as ``extra``), and pinned host bytes per microbatch.
+    offload_margin: float = 0.0
+    extra_pipelined: float | None = None
+    host_pinned: float = 0.0
 
     @cached_property
     def total(self) -> float:
@@ -92,6 +99,7 @@ class RankEstimate:
     transient: float
     peak_phase: str  # "forward/backward" or "optimizer step"
     modules: dict[str, float] = field(default_factory=dict)  # activation bytes by tensor, all in-flight
+    activation_host_pinned: float = 0.0  # pinned host bytes of fine-grained activation offloading
 
     @property
     def peak_bytes(self) -> int:
@@ -99,12 +107,12 @@ class RankEstimate:
 
     @property
     def host_bytes(self) -> int:
-        """Host memory this rank's training state takes (optimizer CPU offload)."""
-        return round(self.state.host)
+        """Host memory this rank takes for training: offloaded optimizer state and activations."""
+        return round(self.state.host + self.activation_host_pinned)
 
     @property
     def host_pinned_bytes(self) -> int:
-        return round(self.state.host_pinned)
+        return round(self.state.host_pinned + self.activation_host_pinned)
 
 
 def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: EstimateOptions) -> act.Saved:
@@ -131,6 +139,57 @@ def chunk_activations(
         if moe not in kinds:
             kinds[moe] = layer_saved(d, x, fl, i, options)
         layers.append(kinds[moe])
+    offloaded = (
+        min(m.cpu_offloading_num_layers, len(layers))
+        if m.cpu_offloading and m.cpu_offloading_activations
+        else 0
+    )
+    groups = _layer_groups(d, layers)
+    if not (m.fine_grained_activation_offloading and m.offload_modules) or m.cpu_offloading:
+        kept, segments = _assemble(d, chunk, layers, groups, offloaded, None)
+        return ChunkActivations(saved=kept, layers=len(chunk.layers), extra=_chunk_extra(d, chunk, segments))
+    # Fine-grained offloading: the layers outside full-recompute checkpoints open offload groups.
+    position, eligible = 0, []
+    for group, checkpointed in groups:
+        if not checkpointed:
+            eligible += [
+                (position + k, d.moe_layer_pattern[indices[position + k]]) for k in range(len(group))
+            ]
+        position += len(group)
+    plan = activation_offload.chunk_offload(
+        d, fl, [(layers[p], moe) for p, moe in eligible], last_stage=chunk.has_output
+    )
+    slots = {p: k for k, (p, _) in enumerate(eligible)}
+
+    def assembled(variant: activation_offload.Variant) -> tuple[act.Saved, float]:
+        kept, segments = _assemble(d, chunk, layers, groups, offloaded, (slots, variant))
+        return kept, _chunk_extra(d, chunk, segments)
+
+    kept_first, extra_first = assembled(plan.first)
+    kept_other, extra_other = assembled(plan.other)
+    pipelined = max(assembled(plan.first_pipelined)[1], assembled(plan.other_pipelined)[1])
+    return ChunkActivations(
+        saved=kept_other,
+        layers=len(chunk.layers),
+        extra=max(extra_first, extra_other),
+        offload_margin=kept_first.total - kept_other.total,
+        extra_pipelined=pipelined,
+        host_pinned=plan.host_pinned,
+    )
+
+
+def _assemble(
+    d: Derived,
+    chunk: Chunk,
+    layers: list[act.Saved],
+    groups: list[tuple[list[act.Saved], bool]],
+    offloaded: int,
+    fine: tuple[dict[int, int], activation_offload.Variant] | None,
+) -> tuple[act.Saved, list[Segment]]:
+    """What one microbatch of a chunk keeps, and its autograd units in order. ``fine`` maps
+    layer positions to their slot in a fine-grained offload variant, which moves part of those
+    layers' tensors to the host."""
+    x, fl, m = act.dims_of(d), flavour_of(d), d.model
     kept = act.Saved()
     segments: list[Segment] = []
     units: list[int] = []  # transformer layers in each segment, Megatron-FSDP's units
@@ -141,19 +200,31 @@ def chunk_activations(
         kept.merge(emb)
         # Its backward builds a dense gradient of this rank's embedding rows.
         wgrad = act.BF16 * d.padded_vocab_size / d.tp * x.hidden
+        if fine is not None:
+            wgrad += fine[1].after_backward  # the next microbatch's groups, already reloaded
         segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
         units.append(0)
-    offloaded = (
-        min(m.cpu_offloading_num_layers, len(layers))
-        if m.cpu_offloading and m.cpu_offloading_activations
-        else 0
-    )
     first_layer = 0
     # Each layer kind's total, and how many more times each kind is kept beyond its first merge:
     # the byte counts are whole numbers, so adding a kind n times equals adding n times it.
-    totals = {id(layer): layer.total for layer in kinds.values()}
+    totals = {id(layer): layer.total for layer in layers}
     repeats: dict[int, list[Any]] = {}
-    for group, checkpointed in _layer_groups(d, layers):
+    adjusted: dict[
+        tuple[int, tuple[tuple[str, float], ...]], act.Saved
+    ] = {}  # layers with the same tensors offloaded share one
+    for group, checkpointed in groups:
+        if fine is not None and not checkpointed and first_layer >= offloaded:
+            slot = fine[0][first_layer]
+            variant = fine[1]
+            moved = variant.offloaded[slot]
+            key = (id(group[0]), tuple(sorted(moved.items())))
+            if key not in adjusted:
+                adjusted[key] = activation_offload.kept_on_device(group[0], moved)
+                totals[id(adjusted[key])] = adjusted[key].total
+            group = [adjusted[key]]
+            fwd_offload, bwd_offload = variant.fwd_extra[slot], variant.bwd_extra[slot]
+        else:
+            fwd_offload = bwd_offload = 0.0
         if len(group) == 1:
             full, fwd, bwd = (
                 totals[id(group[0])],
@@ -164,6 +235,10 @@ def chunk_activations(
             full = sum(totals[id(layer)] for layer in group)
             fwd = max(layer.fwd_transient for layer in group)
             bwd = max(layer.bwd_transient for layer in group) + residual_grad
+        if fwd_offload or bwd_offload:
+            # Offloaded tensors exist on the device until their group's commit, and reloaded
+            # ones (this layer's and those fetched ahead) beside the layer's backward.
+            fwd, bwd = fwd + fwd_offload, bwd + bwd_offload
         if checkpointed:
             inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
             kept.add("recompute.checkpoint_inputs", inputs)
@@ -205,13 +280,17 @@ def chunk_activations(
         units.append(0)
     if d.fsdp_strategy in ("optim_grads", "optim_grads_params"):
         segments = _with_fsdp_buckets(d, chunk, segments, units)
+    return kept, segments
+
+
+def _chunk_extra(d: Derived, chunk: Chunk, segments: list[Segment]) -> float:
     extra = worst_extra(segments)
     if d.pp > 1:
         # In backward the gradient received from the next stage and the one being sent to the
         # previous stage exist beside the chunk's activations.
         p2p = (0 if chunk.has_output else 1) + (0 if chunk.has_embedding else 1)
-        extra += p2p * act.layer_input(x)
-    return ChunkActivations(saved=kept, layers=len(chunk.layers), extra=extra)
+        extra += p2p * act.layer_input(act.dims_of(d))
+    return extra
 
 
 def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units: list[int]) -> list[Segment]:
@@ -366,13 +445,16 @@ def held_and_transient(
 ) -> tuple[float, float]:
     """Activations the in-flight microbatches hold (with deferred weight-gradient buffers), and
     the worst working set a chunk adds."""
-    held, worst_transient = deferred, 0.0
+    held, worst_transient, margin = deferred, 0.0, 0.0
     for chunk, acts in zip(chunks, per_chunk):
         count = flight.get(chunk.vp_stage, 0)
         if count:
             held += count * acts.total
-            worst_transient = max(worst_transient, acts.extra)
-    return held, worst_transient
+            extra = acts.extra if count == 1 or acts.extra_pipelined is None else acts.extra_pipelined
+            worst_transient = max(worst_transient, extra)
+            margin = max(margin, acts.offload_margin)
+    # Only one microbatch per rank runs backward first and keeps its offload margin.
+    return held + margin, worst_transient
 
 
 def peak_parts(
@@ -408,6 +490,12 @@ def combine(
                     modules[name] = modules.get(name, 0.0) + count * nbytes
         if deferred:
             modules["output_layer.deferred_wgrad_buffers"] = deferred
+        margin = max(
+            (acts.offload_margin for c, acts in zip(chunks, per_chunk) if flight.get(c.vp_stage)), default=0.0
+        )
+        if margin:
+            modules["fine_grained_offload.kept_by_first_backward"] = margin
+    host = sum(flight.get(c.vp_stage, 0) * acts.host_pinned for c, acts in zip(chunks, per_chunk))
     return RankEstimate(
         pp_rank=pp_rank,
         layers=sum(len(c.layers) for c in chunks),
@@ -417,4 +505,5 @@ def combine(
         transient=transient,
         peak_phase=phase,
         modules=modules,
+        activation_host_pinned=host,
     )

@@ -161,16 +161,30 @@ def not_modeled(est: Estimate) -> list[str]:
             "cpu_offloading: the offloaded layers' activations leave the device and come back one layer at a"
             " time in backward; modeled from source, not measured (needs Transformer Engine)"
         )
-    if m.fine_grained_activation_offloading:
+    if m.fine_grained_activation_offloading and m.offload_modules and not m.cpu_offloading:
         notes.append(
-            "fine_grained_activation_offloading: not modeled yet (the offloaded modules' inputs are counted as"
-            " kept on the device, so expect less); not measured (needs Transformer Engine)"
+            f"fine_grained_activation_offloading ({', '.join(m.offload_modules)}): modeled from source, not measured"
+            " (needs Transformer Engine); saved tensors of at least"
+            f" {m.min_offloaded_tensor_size} elements move to pinned host memory at each module's end, except the"
+            " last group of each module in the first microbatch to run backward (every microbatch on the last"
+            " stage)"
+            + (
+                f" and the later {1 - m.activation_offload_fraction:.0%} of the rest"
+                if m.activation_offload_fraction < 1
+                else ""
+            )
+            + "; backward reloads them"
+            " ahead by the number of groups kept; layers inside full-recompute checkpoints are not offloaded;"
+            " the first (warm-up) iteration offloads everything"
         )
-    if est.job.optimizer.optimizer_cpu_offload:
+    orphaned = max(r.state.orphaned_optimizer_copies for r in est.ranks)
+    if est.job.optimizer.optimizer_cpu_offload and orphaned:
         notes.append(
-            "optimizer_cpu_offload: includes the fp32 device copies of the first HybridDeviceOptimizer that"
-            " get_megatron_optimizer replaces but a reference cycle keeps until a full garbage collection"
-            " (Megatron-LM's --manual-gc frees them before training; expect less then)"
+            f"optimizer_cpu_offload: includes {orphaned / GiB:.2f} GiB of fp32 device copies of the first"
+            " HybridDeviceOptimizer, which get_megatron_optimizer replaces but a reference cycle keeps until a"
+            " full garbage collection: Megatron-LM's --manual-gc frees them before training, and so can the"
+            " collections of the process's first torch.compile (the MoE router's, in the first forward, when"
+            " nothing was compiled before); expect up to that much less then"
         )
     if m.tp_comm_overlap:
         notes.append(
@@ -256,11 +270,20 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         console.print(
             f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
             f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
-            "pageable per rank, optimizer state offloaded to the host)"
+            f"pageable per rank, {_host_contents(rank)} offloaded to the host)"
         )
     console.print("Assumptions:", style="dim")
     for note in assumptions(est):
         console.print(f"  - {note}", style="dim")
+
+
+def _host_contents(rank: RankEstimate) -> str:
+    parts = []
+    if rank.state.host:
+        parts.append("optimizer state")
+    if rank.activation_host_pinned:
+        parts.append("activations")
+    return " and ".join(parts)
 
 
 def print_explain(

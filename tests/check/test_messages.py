@@ -285,3 +285,17 @@ def test_tp_without_sp_in_a_lora_job_counts_only_what_sp_shards():
     )
     regather = finding("SEQ004", "model.sequence_parallel=false", "peft.dim=16", REGATHER)
     assert "about 160 MiB" in regather.message and "LoRA" not in regather.message
+
+
+def test_fine_grained_offload_names_the_unknown_module_and_the_missing_core_attn():
+    on = "model.fine_grained_activation_offloading=true"
+    unknown = finding("OFF009", on, "model.offload_modules=[core_attn,mlp]")
+    assert unknown.message == (
+        "model.offload_modules=['core_attn', 'mlp'] with model.fine_grained_activation_offloading=true: unknown mlp"
+    )
+    assert unknown.upstream == "Invalid choices for offload_modules: {'mlp'}."
+    assert finding("OFF009", on).message.endswith(": no module named")
+    alone = finding("OFF009", on, "model.offload_modules=[attn_proj]")
+    assert alone.message == "model.offload_modules has attn_proj without core_attn"
+    both = finding("OFF009", on, "model.offload_modules=[core_attn]", "model.cpu_offloading=true")
+    assert both.upstream == "fine_grained_activation_offloading cannot be enabled with cpu_offloading."

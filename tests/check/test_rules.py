@@ -189,6 +189,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("optimizer.optimizer_offload_fraction=0.5",),
         ("optimizer.optimizer_offload_fraction=0.5", "optimizer.optimizer_cpu_offload=true"),
     ),
+    "OFF009": (
+        ("model.fine_grained_activation_offloading=true", "model.offload_modules=[attn_proj]"),
+        ("model.fine_grained_activation_offloading=true", "model.offload_modules=[attn_proj,core_attn]"),
+    ),
     "ENV001": (
         (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.10.0"),
         (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.11.0"),

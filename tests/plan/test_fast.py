@@ -4,16 +4,30 @@ import pytest
 
 from memtune.catalog.gpus import capacity_bytes
 from memtune.check import gate
-from memtune.config.changes import job_data, with_changes
+from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.derived import derive
 from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.perf import layout_of
 from memtune.plan.fast import FastEstimator, job_of
+from memtune.plan.query import Query, base_job
 from memtune.plan.search import layout_of_candidate
 
 
-@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
+@pytest.fixture(scope="module")
+def moe_offload_base():
+    """Qwen3-30B-A3B pretraining with fine-grained activation offloading of the experts and
+    attention (a per-rank margin and pipelined reloads the fast path must reproduce)."""
+    base = base_job(Query("qwen3-30b-a3b", 16, "H100-80GB", 8, 4096, 32, "pretrain"))
+    changes = [
+        Change("model.fine_grained_activation_offloading", True),
+        Change("model.offload_modules", ["core_attn", "attn_proj", "mlp_norm", "expert_fc1"]),
+        Change("model.activation_offload_fraction", 0.7),
+    ]
+    return with_changes(base, changes)
+
+
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base"])
 def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
     fast = FastEstimator(base, capacity_bytes(base.cluster))

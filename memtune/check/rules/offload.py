@@ -5,6 +5,7 @@ from __future__ import annotations
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, WARNING, Hit
 from memtune.check.registry import rule
+from memtune.config.derived import OFFLOAD_MODULES
 
 
 @rule("OFF001", "cpu-offload-with-pp", ERROR)
@@ -234,3 +235,57 @@ def offload_fraction_without_offload(c: Context) -> Hit | None:
         "optimizer.optimizer_cpu_offload=false offloads nothing",
         fix="set optimizer.optimizer_cpu_offload=true, or remove optimizer.optimizer_offload_fraction",
     )
+
+
+@rule("OFF009", "fine-grained-offload-settings", ERROR)
+def fine_grained_offload_settings(c: Context) -> Hit | None:
+    """Fine-grained activation offloading with settings Megatron-Core refuses.
+
+    ## What it does
+    With `fine_grained_activation_offloading: true`, checks that `cpu_offloading` is off and
+    that `offload_modules` names at least one module, only modules Megatron-Core knows
+    (`attn_norm`, `qkv_linear`, `core_attn`, `attn_proj`, `mlp_norm`, `expert_fc1`, `moe_act`,
+    `fused_group_mlp`), and `core_attn` whenever it names `attn_proj`.
+
+    ## Why it matters
+    Megatron-Core asserts on each at start-up: both offloads take over the saved activations, and
+    `attn_proj`'s input is `core_attn`'s output, which the attention's backward needs.
+
+    ## Example
+    ```yaml
+    model: {fine_grained_activation_offloading: true, offload_modules: [attn_proj]}
+    ```
+
+    ## Fix
+    Turn `cpu_offloading` off, and list the modules whose activations should move to the host,
+    with `core_attn` beside `attn_proj`.
+    """
+    m = c.model
+    if not m.fine_grained_activation_offloading:
+        return None
+    if m.cpu_offloading:
+        return Hit(
+            message="model.fine_grained_activation_offloading=true with model.cpu_offloading=true",
+            fix="set model.cpu_offloading=false, or model.fine_grained_activation_offloading=false",
+            upstream="fine_grained_activation_offloading cannot be enabled with cpu_offloading.",
+        )
+    modules = m.offload_modules or []
+    unknown = sorted(set(modules) - set(OFFLOAD_MODULES))
+    if not modules or unknown:
+        allowed = ", ".join(OFFLOAD_MODULES)
+        return Hit(
+            message=f"model.offload_modules={modules} with model.fine_grained_activation_offloading=true"
+            + (f": unknown {', '.join(unknown)}" if unknown else ": no module named"),
+            fix=f"name some of {allowed} in model.offload_modules",
+            upstream=f"Invalid choices for offload_modules: {{{', '.join(repr(u) for u in unknown)}}}."
+            if unknown
+            else None,
+        )
+    if "attn_proj" in modules and "core_attn" not in modules:
+        return Hit(
+            message="model.offload_modules has attn_proj without core_attn",
+            fix="add core_attn to model.offload_modules, or remove attn_proj",
+            upstream="attn_proj cannot be set to offload_modules alone without core_attn because the input of "
+            "attn_proj is the output of core_attn, which is needed in core_attn.backward().",
+        )
+    return None
