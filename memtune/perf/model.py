@@ -115,7 +115,7 @@ class Prediction:
 
 
 ASSUMPTIONS = [
-    "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K): H200 8192³ rate, n½ a prior (not yet calibrated); other GPUs scale by catalog peak",
+    "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K): peak fraction and n½ fitted to shard-shaped GEMMs on the H200; other GPUs scale by catalog peak",
     "flash attention, causal; backward does 2.5x the forward FLOPs",
     "balanced MoE routing; each rank's experts get tokens · top-k · ETP · EP / (TP · experts) rows",
     "TP collectives half exposed (Transformer Engine comm overlap assumed on where recipes enable it)",
