@@ -1,7 +1,7 @@
 """Recognisers for every failure line memtune knows, and the cheap trigger list in front of them.
 
 The scanner only decodes lines that contain one of ``TRIGGERS`` (plain substring search over raw
-bytes, which runs at memory speed); the regular expressions below then run on those few lines.
+bytes); the regular expressions below then run on those few lines.
 Every detector therefore must be reachable through at least one trigger: see the test that
 checks each sample line against the trigger list.
 """
@@ -33,8 +33,9 @@ from memtune.diagnose.sizes import to_bytes
 from memtune.numbers import float_or_none
 from memtune.units import GiB, MiB
 
-# Each trigger is one pass of bytes.find over every chunk, so the list is kept short: one
-# substring stands for several messages where it can.
+# Each trigger is looked for in every distinct line shape, or in a block of distinct lines one pass
+# of bytes.find each (diagnose/logscan.py), so the list is kept short: one substring stands for
+# several messages where it can.
 TRIGGERS: tuple[bytes, ...] = (
     b"emory",  # out of memory, Out Of Memory, allowed memory, memory summary, Virtual Memory, memory (MB)
     b"OOM",
@@ -592,6 +593,9 @@ _EXIT_CODE = re.compile(
 _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|capture_end)\b")
 
 
+RANK_MEMORY = "rank_memory"  # the kind of fact a Megatron memory report line gives
+
+
 @dataclass(frozen=True)
 class RankMemoryReport:
     """One of Megatron-LM's per-rank memory report lines, in bytes."""
@@ -663,7 +667,7 @@ def facts(line: Line) -> list[Failure | Fact]:
     if "world" in lower and (m := _WORLD_SIZE.search(text)):
         found.append(Fact("world_size", where, _excerpt(text), int(m.group(1))))
     if (report := rank_memory_report(text)) is not None:
-        found.append(Fact("rank_memory", where, _excerpt(text), (report.rank, report.max_reserved)))
+        found.append(Fact(RANK_MEMORY, where, _excerpt(text), (report.rank, report.max_reserved)))
     if (percent := _cpu_percent(text)) is not None:
         found.append(Fact("host_memory_percent", where, _excerpt(text), percent))
     if "exit" in lower and (m := _EXIT_CODE.search(text)):
@@ -677,11 +681,16 @@ def facts(line: Line) -> list[Failure | Fact]:
 FAILURE_DETECTORS: tuple[Detector, ...] = (simple_failures, allocator_oom, memory_summary, narrative)
 
 
+def rank_memory_line(text: str) -> RankMemoryReport | None:
+    """The report when ``text`` is a line of Megatron's per-rank memory report, which ``detect``
+    reads on a short path: printed by every rank every log interval, it is the common triggered
+    line in a healthy log."""
+    return rank_memory_report(text) if text.startswith("[Rank ") else None
+
+
 def detect(line: Line) -> list[Failure | Fact]:
-    if line.text.startswith("[Rank ") and (report := rank_memory_report(line.text)) is not None:
-        # Megatron's per-rank memory report, printed by every rank every log interval: the common
-        # triggered line in a healthy log, so it takes this short path.
-        return [Fact("rank_memory", line.where, _excerpt(line.text), (report.rank, report.max_reserved))]
+    if (report := rank_memory_line(line.text)) is not None:
+        return [Fact(RANK_MEMORY, line.where, _excerpt(line.text), (report.rank, report.max_reserved))]
     found = facts(line)
     for detector in FAILURE_DETECTORS:
         failures = detector(line)

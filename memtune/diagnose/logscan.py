@@ -1,9 +1,12 @@
 """Stream logs (files, directories, stdin) and hand the few interesting lines to the detectors.
 
 Built for multi-GB, many-rank logs: files are read in binary in large chunks, and only lines that
-contain one of the trigger substrings (``bytes.find``, memory speed) are decoded and parsed. The
-chunk keeps a look-ahead tail so a wrapped message or a multi-line report that crosses a chunk
-boundary is still seen whole. Memory stays bounded by the chunk size and the per-kind caps.
+contain one of the trigger substrings are decoded and parsed. The triggers are looked for once per
+distinct line shape (digits read as 0) of a block, which in a repetitive training log is a few
+dozen lines per MiB; a block of mostly distinct lines gets one ``bytes.find`` pass per trigger.
+The chunk keeps a look-ahead tail so a wrapped message or a multi-line report that crosses a chunk
+boundary is still seen whole. Memory stays bounded by the chunk and block sizes and the per-kind
+caps.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, count
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -30,6 +34,7 @@ LOOKAHEAD_LINES = 48
 FOLLOWING_BYTES = 16 << 10  # continuation lines a detector may read after a triggered line
 FOLLOWING_LINE_BYTES = 4 << 10  # of which each is cut to this (continuations are short)
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
+REPORT_SHAPES_KEPT = 10_000  # shapes of Megatron memory report lines remembered per stream
 
 # Files in a log directory that are not logs.
 _NOT_LOGS = {
@@ -87,6 +92,23 @@ def _decode(raw: bytes, limit: int = MAX_LINE_BYTES) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
 
 
+_NOT_A_REPORT, _REPORT, _PREFIXED_REPORT = "not a report", "report", "report after a rank prefix"
+
+
+def _report_shape(raw: bytes) -> str:
+    """Whether _examine and detectors.detect read the line as a Megatron memory report and
+    nothing else, and whether it has a rank prefix.
+
+    A line's shape (digits as 0) gives the line's own answer: the prefix, ANSI and report patterns
+    match digits only as a class, and the report's numbers are at most 30 digits and dots, so
+    valid and finite whatever the digits. The one literal digit, in the ``[1,N]<stdout>:``
+    prefix, makes such a shape no report, and its lines take the long way."""
+    prefix_rank, text = _split_prefix(_decode(raw))
+    if detectors.rank_memory_line(text.strip()) is None:
+        return _NOT_A_REPORT
+    return _REPORT if prefix_rank is None else _PREFIXED_REPORT
+
+
 def _rank_from_path(path: Path) -> int | None:
     """``rank3.log``, ``rank_3.txt``; or torchrun's ``--log-dir`` tree,
     ``<dir>/<run>/attempt_<n>/<local rank>/stderr.log``, whose lines carry no rank prefix."""
@@ -104,6 +126,82 @@ class _Readable(Protocol):
     def read(self, n: int, /) -> bytes: ...
 
 
+# Digits read as 0: lines that differ only in their numbers (iteration counters, time stamps, rank
+# numbers, sizes) become one shape, so a block of a repetitive log is searched once per shape.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_TRIGGERS_AS_ZERO = tuple(t.translate(_DIGITS_AS_ZERO) for t in detectors.TRIGGERS)
+# A trigger without digits is in a line exactly when it is in the line's shape; one with digits
+# ("status 137") only may be, and the line itself is checked.
+_EXACT_TRIGGERS = tuple(t for t in detectors.TRIGGERS if t == t.translate(None, b"0123456789"))
+BLOCK_BYTES = 1 << 20  # lines are deduplicated per block: bounds the per-line objects in memory
+MOSTLY_DISTINCT = 0.5  # share of distinct shapes in a block above which each trigger is searched instead
+
+# (offset of the line, newlines before it, its shape or None): a line that holds a trigger
+Hit = tuple[int, int, bytes | None]
+
+
+def trigger_lines(buf: bytes, limit: int) -> Iterator[tuple[Iterable[Hit], int]]:
+    """For each block of whole lines (about BLOCK_BYTES) of ``buf[:limit]``, in order: its lines
+    that contain one of the triggers, in order, and its number of newlines. Offsets and newline
+    counts are from the start of ``buf``."""
+    pos = newlines = 0
+    while pos < limit:
+        end = limit
+        if pos + BLOCK_BYTES < limit:
+            end = buf.rfind(b"\n", pos, pos + BLOCK_BYTES) + 1
+            if end <= pos:  # one line longer than a block
+                end = buf.find(b"\n", pos + BLOCK_BYTES, limit) + 1 or limit
+        found, lines = _block_trigger_lines(buf[pos:end], pos, newlines)
+        yield found, lines
+        newlines += lines
+        pos = end
+
+
+def _block_trigger_lines(block: bytes, offset: int, newlines: int) -> tuple[Iterable[Hit], int]:
+    """trigger_lines for one block that starts at ``offset`` after ``newlines`` newlines."""
+    shapes = block.translate(_DIGITS_AS_ZERO).split(b"\n")
+    distinct = set(shapes)
+    if len(distinct) > MOSTLY_DISTINCT * len(shapes):  # deduplication does not pay
+        return _search_each_trigger(block, offset, newlines)
+    hit_shapes = {shape for shape in distinct if any(t in shape for t in _TRIGGERS_AS_ZERO)}
+    if not hit_shapes:
+        return (), len(shapes) - 1
+    offsets = accumulate(map((1).__add__, map(len, shapes)), initial=offset)
+    found: Iterable[Hit] = compress(
+        zip(offsets, count(newlines), shapes), map(hit_shapes.__contains__, shapes)
+    )
+    exact = {shape for shape in hit_shapes if any(t in shape for t in _EXACT_TRIGGERS)}
+    if len(exact) < len(hit_shapes):
+        found = [hit for hit in found if hit[2] in exact or _holds_trigger(block, hit[0] - offset)]
+    return found, len(shapes) - 1
+
+
+def _holds_trigger(block: bytes, start: int) -> bool:
+    end = block.find(b"\n", start)
+    line = block[start : len(block) if end < 0 else end]
+    return any(t in line for t in detectors.TRIGGERS)
+
+
+def _search_each_trigger(block: bytes, offset: int, newlines: int) -> tuple[list[Hit], int]:
+    """The plain search: one pass of ``bytes.find`` per trigger, jumping to the next line on a hit."""
+    starts = set()
+    for trigger in detectors.TRIGGERS:
+        pos = block.find(trigger)
+        while pos >= 0:
+            starts.add(block.rfind(b"\n", 0, pos) + 1)
+            end = block.find(b"\n", pos)
+            if end < 0:
+                break
+            pos = block.find(trigger, end)
+    hits: list[Hit] = []
+    counted_to = before = 0
+    for start in sorted(starts):
+        before += block.count(b"\n", counted_to, start)
+        counted_to = start
+        hits.append((offset + start, newlines + before, None))
+    return hits, before + block.count(b"\n", counted_to)
+
+
 class _Stream:
     """Scans one byte stream; collects findings into a ScanResult."""
 
@@ -113,6 +211,7 @@ class _Stream:
         self.file_rank = _rank_from_path(Path(name))
         self.kept: Counter[tuple[int | None, str]] = Counter()  # (rank, kind) -> findings kept
         self.skip: set[int] = set()  # line numbers already read as part of an earlier message
+        self.report_shapes: dict[bytes, str] = {}  # line shape -> _report_shape(shape)
 
     def run(self, fh: _Readable, report: SourceReport) -> None:
         carry = b""
@@ -135,31 +234,51 @@ class _Stream:
                         continue
                     cut = len(buf) - LOOKAHEAD_BYTES - 1  # one enormous line: cut it
                 limit = cut + 1
-            self._scan_region(buf, limit, line_base)
-            line_base += buf.count(b"\n", 0, limit)
+            line_base += self._scan_region(buf, limit, line_base)
             carry = buf[limit:]
         report.lines = line_base - 1 + (1 if carry and not carry.endswith(b"\n") else 0)
 
-    def _scan_region(self, buf: bytes, limit: int, line_base: int) -> None:
-        starts = set()
-        for trigger in detectors.TRIGGERS:
-            pos = buf.find(trigger, 0, limit)
-            while pos >= 0:
-                start = buf.rfind(b"\n", 0, pos) + 1
-                starts.add(start)
-                end = buf.find(b"\n", pos, limit)
-                if end < 0:
-                    break
-                pos = buf.find(trigger, end, limit)
-        counted_to, lineno = 0, line_base
-        for start in sorted(starts):
-            lineno += buf.count(b"\n", counted_to, start)
-            counted_to = start
-            if lineno in self.skip:
-                self.skip.discard(lineno)
-                continue
-            self._examine(buf, start, lineno)
+    def _scan_region(self, buf: bytes, limit: int, line_base: int) -> int:
+        """Examine the triggered lines of ``buf[:limit]``; return how many lines end there."""
+        lineno, newlines = line_base, 0
+        for hits, lines in trigger_lines(buf, limit):
+            for start, before, shape in hits:
+                lineno = line_base + before
+                if lineno in self.skip:
+                    self.skip.discard(lineno)
+                    continue
+                if shape is not None and self._counted_report(buf, start, shape):
+                    continue
+                self._examine(buf, start, lineno)
+            newlines += lines
         self.skip = {n for n in self.skip if n > lineno}
+        return newlines
+
+    def _counted_report(self, buf: bytes, start: int, shape: bytes) -> bool:
+        """Count the line as a summarised finding, without reading it, when it is one of
+        Megatron's memory reports and its rank's (or the overall) cap for them is reached.
+
+        Every rank prints the report every log interval: in a healthy log it is nearly every
+        triggered line. Whether a line is one depends on its shape alone (see
+        _report_shape), so each shape is read once."""
+        form = self.report_shapes.get(shape)
+        if form is None:
+            if len(self.report_shapes) >= REPORT_SHAPES_KEPT:
+                self.report_shapes.clear()
+            form = self.report_shapes[shape] = _report_shape(shape)
+        if form is _NOT_A_REPORT:
+            return False
+        if self.result.kept[detectors.RANK_MEMORY] < MAX_FINDINGS_PER_KIND:
+            rank = self.file_rank
+            if form is _PREFIXED_REPORT:
+                end = buf.find(b"\n", start)
+                rank = _split_prefix(_decode(buf[start : len(buf) if end < 0 else end]))[0]
+            key = (rank, detectors.RANK_MEMORY)
+            if self.kept[key] < KEEP_PER_KIND:
+                return False  # kept: read it in full
+            self.kept[key] += 1
+        self.result.suppressed[detectors.RANK_MEMORY] += 1
+        return True
 
     def _examine(self, buf: bytes, start: int, lineno: int) -> None:
         end = buf.find(b"\n", start)

@@ -17,7 +17,7 @@ from memtune.check import gate
 from memtune.config import load_job
 from memtune.config.loaders import megatron_args
 from memtune.config.loaders._guards import check_tree, load_yaml
-from memtune.diagnose import detectors
+from memtune.diagnose import detectors, logscan
 from memtune.diagnose.evidence import Where
 from memtune.diagnose.logscan import scan_text
 from memtune.diagnose.snapshot import load_plain_pickle, summarise
@@ -153,11 +153,90 @@ def test_needle_gate_changes_no_detection(monkeypatch, parts):
     text = "".join(parts).strip()
     line = detectors.Line(text, Where("<t>", 1, None), ["2.00 GiB but unallocated"])
     gated = detectors.detect(line)
-    monkeypatch.setattr(detectors, "NEEDLES", {})
-    ungated = detectors.detect(detectors.Line(text, Where("<t>", 1, None), ["2.00 GiB but unallocated"]))
+    with monkeypatch.context() as patch:  # undone per example: the fixture lives for all of them
+        patch.setattr(detectors, "NEEDLES", {})
+        ungated = detectors.detect(detectors.Line(text, Where("<t>", 1, None), ["2.00 GiB but unallocated"]))
     assert [(x.kind, getattr(x, "value", None)) for x in gated] == [
         (x.kind, getattr(x, "value", None)) for x in ungated
     ]
+
+
+# Lines of a repetitive log: a few templates whose numbers change, each repeated, so that the
+# scanner's search by line shape (digits as 0) runs as well as its plain search per trigger.
+REPORT_LINES = st.tuples(
+    st.sampled_from(["", "[rank{n}]: ", "[rank3]: ", "[1,{n}]<stdout>: ", "{n}: ", "\x1b[1m", " "]),
+    st.sampled_from(
+        [
+            "[Rank {n}] (after {n} iterations) memory (MB) | allocated: 1.5 | max allocated: 2.{n} | "
+            "reserved: 3.0 | max reserved: {n}.5",
+            "[Rank {n}] memory (MB) | allocated: {n}.{n}.{n}",
+        ]
+    ),
+).map("".join)
+LOG_LINES = st.lists(
+    st.tuples(
+        REPORT_LINES
+        | st.lists(LOG_ATOMS.filter(lambda a: "\n" not in a) | st.sampled_from(["{n}", "status {n}", "[1,{n}]<stdout>: "]),
+                   max_size=8).map("".join),
+        st.lists(st.integers(0, 999), min_size=1, max_size=6),
+    ).map(lambda t: [t[0].replace("{n}", str(n)) for n in t[1]]),
+    max_size=12,
+).map(lambda groups: [line for group in groups for line in group])  # fmt: skip
+
+
+def _plain_trigger_lines(data: bytes, limit: int) -> list[tuple[int, int]]:
+    found, offset = [], 0
+    for index, line in enumerate(data[:limit].split(b"\n")):
+        if any(t in line for t in detectors.TRIGGERS):
+            found.append((offset, index))
+        offset += len(line) + 1
+    return found
+
+
+@SETTINGS
+@given(lines=LOG_LINES, block=st.integers(1, 400), cut=st.integers(0, 50), share=st.sampled_from([0.5, 1.0]))
+def test_search_by_shape_finds_the_lines_that_hold_a_trigger(monkeypatch, lines, block, cut, share):
+    monkeypatch.setattr(logscan, "BLOCK_BYTES", block)
+    monkeypatch.setattr(logscan, "MOSTLY_DISTINCT", share)  # 1.0: search by shape whatever the lines
+    data = "\n".join(lines).encode()
+    limit = max(0, len(data) - cut)
+    blocks = list(logscan.trigger_lines(data, limit))
+    assert [(at, before) for hits, _ in blocks for at, before, _ in hits] == _plain_trigger_lines(data, limit)
+    assert sum(lines for _, lines in blocks) == data.count(b"\n", 0, limit)
+
+
+@SETTINGS
+@given(lines=LOG_LINES, cap=st.integers(0, 3))
+def test_reading_by_shape_changes_no_finding(monkeypatch, lines, cap):
+    """The same findings and counts as when every triggered line is read in full (the plain
+    search gives no shapes), also once the caps on Megatron's memory reports are reached."""
+    monkeypatch.setattr(logscan, "MAX_FINDINGS_PER_KIND", 2 * cap)
+    monkeypatch.setattr(logscan, "KEEP_PER_KIND", cap)
+    monkeypatch.setattr(logscan, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(logscan, "MOSTLY_DISTINCT", 1.0)
+    text = "\n".join(lines)
+
+    def findings():
+        result = scan_text(text, "rank_5.log")
+        return result.failures, result.facts, result.suppressed, result.kept, result.sources[0].lines
+
+    by_shape = findings()
+    with monkeypatch.context() as patch:  # undone per example: the fixture lives for all of them
+        patch.setattr(logscan, "_block_trigger_lines", logscan._search_each_trigger)
+        assert by_shape == findings()
+
+
+@SETTINGS
+@given(
+    prefix=st.sampled_from(["", "[rank3]: ", "[1,3]<stdout>: ", "[2,3]<stdout>: ", "17: ", "\x1b[3m", " "]),
+    parts=st.lists(st.sampled_from(["[Rank ", "7", "0", "12", "] ", "(after 9 iterations) ", "memory (MB)", " | ",
+                                    "allocated: ", "max allocated: ", "reserved: ", "max reserved: ", ".", "5.25",
+                                    "9" * 31, " "]), max_size=24),
+)  # fmt: skip
+def test_a_memory_report_shape_is_read_as_its_lines_are(prefix, parts):
+    raw = (prefix + "".join(parts)).encode()
+    shape = logscan._report_shape(raw.translate(logscan._DIGITS_AS_ZERO))
+    assert shape in (logscan._NOT_A_REPORT, logscan._report_shape(raw))
 
 
 @SETTINGS
