@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memtune.config.derived import DTYPE_BYTES, Derived
@@ -206,22 +207,31 @@ class _PinnedHostCache:
     """PyTorch's caching host allocator, which every ``pin_memory`` tensor goes through: it
     rounds each request up to a power of two, hands a freed block to the next request of the
     same size, and keeps every block until ``empty_cache``; ``torch.cuda.host_memory_stats()``
-    reports them all as allocated."""
+    reports them all as allocated. Requests of one kind (kept, or freed at once) are handled in
+    bulk: blocks of different sizes never serve each other, so only the count per size matters."""
 
     def __init__(self) -> None:
         self.free: Counter[int] = Counter()
         self.total = 0
 
-    def take(self, nbytes: float) -> int:
-        size = 1 << max(0, math.ceil(math.log2(max(nbytes, 1))))
-        if self.free[size]:
-            self.free[size] -= 1
-        else:
-            self.total += size
-        return size
+    @staticmethod
+    def _sizes(nbytes: Iterable[float]) -> Counter[int]:
+        # The next power of two at or above each request (1 for anything up to a byte).
+        return Counter(1 << (max(math.ceil(n), 1) - 1).bit_length() for n in nbytes)
 
-    def transient(self, nbytes: float) -> None:
-        self.free[self.take(nbytes)] += 1
+    def take(self, nbytes: Iterable[float]) -> None:
+        """Requests whose blocks are kept."""
+        for size, count in self._sizes(nbytes).items():
+            reused = min(count, self.free[size])
+            self.free[size] -= reused
+            self.total += size * (count - reused)
+
+    def transient(self, nbytes: Iterable[float]) -> None:
+        """Requests each freed before the next: one block per size, cached afterwards."""
+        for size in self._sizes(nbytes):
+            if not self.free[size]:
+                self.total += size
+                self.free[size] = 1
 
 
 def _offload_walk(tensors: list[ParamTensor], fraction: float) -> tuple[float, list[float]]:
@@ -344,19 +354,18 @@ def _hybrid_device_state(
         orphaned += master * first_device
         pieces = _shard_pieces(d, chunks, shard_count, rank)
         device, offloaded = _offload_walk(pieces, fraction)
-        for numel in first_offloaded + offloaded:
-            if half:
-                pinned.transient(param_bytes * numel)
-            else:
-                pinned.take(4 * numel)  # an fp32 parameter's pinned copy is its host master
+        requests = [numel * (param_bytes if half else 4) for numel in first_offloaded + offloaded]
+        if half:
+            pinned.transient(requests)
+        else:
+            pinned.take(requests)  # an fp32 parameter's pinned copy is its host master
         pageable += master * sum(first_offloaded) + (master + moments) * sum(offloaded)
         if dp_ranks is None:
             shard = sum(p.numel for p in pieces)
             device = max(device, (1.0 - fraction) * shard)
         shard_device += device
         shard_offloaded += offloaded
-    for numel in shard_offloaded:
-        pinned.take(4 * numel)
+    pinned.take(4 * numel for numel in shard_offloaded)
     return ModelState(
         weights=weights,
         grads=grads,

@@ -88,11 +88,11 @@ def test_shard_pieces_follow_the_reversed_padded_buffer():
 
 def test_pinned_host_cache_rounds_to_powers_of_two_and_reuses_freed_blocks():
     cache = _PinnedHostCache()
-    cache.transient(3_000_000)  # a 4 MiB block, freed
-    cache.transient(3_500_000)  # reuses it
-    cache.take(5_000_000)  # an 8 MiB block, kept
-    cache.take(3_000_000)  # the freed 4 MiB block
-    assert cache.total == 4 * 2**20 + 8 * 2**20
+    cache.transient([3_000_000, 3_500_000])  # one 4 MiB block, freed after each use
+    cache.take([5_000_000, 3_000_000, 2_100_000])  # an 8 MiB block; the freed 4 MiB block; a new one
+    assert cache.total == 4 * 2**20 + 8 * 2**20 + 4 * 2**20
+    cache.take([1])
+    assert cache.total == 4 * 2**20 + 8 * 2**20 + 4 * 2**20 + 1
 
 
 def test_param_tensors_add_up_to_the_chunk_counts():
