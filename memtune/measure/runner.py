@@ -419,25 +419,6 @@ def _init_distributed(plan: dict[str, Any]) -> None:
     model_parallel_cuda_manual_seed(1234)
 
 
-def _warmup_jit_fusions(plan: dict[str, Any]) -> None:
-    """Compile Megatron's JIT fusions once before anything is built, as Megatron-LM's
-    ``initialize_megatron`` does (``_warmup_jit_function``). The first ``torch.compile`` of a
-    process runs full garbage collections; done here, it cannot collect anything the model or
-    the optimizer leaves behind (such as the first optimizer that optimizer CPU offload builds
-    and replaces, docs/preflight.md), which is what a Megatron-LM run keeps too."""
-    import torch
-    from megatron.core.fusions.fused_bias_gelu import bias_gelu
-
-    dtype = getattr(torch, plan["transformer_config"]["params_dtype"])
-    bias = torch.rand(64, dtype=dtype, device="cuda")
-    inputs = torch.rand((8, 1, 64), dtype=dtype, device="cuda")
-    for input_grad in (False, True):
-        bias.requires_grad, inputs.requires_grad = True, input_grad
-        bias_gelu(bias, inputs)
-    del bias, inputs
-    torch.cuda.empty_cache()
-
-
 def measure(plan: dict[str, Any]) -> dict[str, Any]:
     import torch
     from megatron.core.distributed import (
@@ -452,7 +433,6 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     host = _HostMemory()
     _init_distributed(plan)
-    _warmup_jit_fusions(plan)
     config = _transformer_config(plan)
     chunks = _build_chunks(plan, config)
     after_build = torch.cuda.memory_allocated()
@@ -566,7 +546,6 @@ def _environment(plan: dict[str, Any], chunks: list[Any], optimizer: MegatronOpt
         "optimizer_class": f"{type(adam).__module__}.{type(adam).__name__}",
         "allocator_conf": {k: v for k, v in plan["env"].items() if "ALLOC_CONF" in k},
         "megatron_extensions": sorted(name for name in MEGATRON_EXTENSIONS if name in sys.modules),
-        "jit_warmup": "megatron-lm",
     }
 
 
