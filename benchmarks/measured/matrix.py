@@ -976,11 +976,11 @@ def _fresh2() -> list[Entry]:
 
 
 def _preflight() -> list[Entry]:
-    """Multi-token prediction (``mtp-``), Megatron-FSDP (``fsdp-``) and optimizer CPU offload
-    (``ooff-``), split by the hash rule. Fine-grained activation offloading and Megatron-FSDP
-    with PP cannot run on megatron-core 0.19.2 without Transformer Engine (``memtune measure``
-    says why)."""
-    return _mtp() + _fsdp() + _optimizer_offload()
+    """Multi-token prediction (``mtp-``), Megatron-FSDP (``fsdp-``), optimizer CPU offload under
+    Python's automatic collector (``ooff-``) and with Megatron-LM's manual collection
+    (``mgc-``), fine-grained activation offloading (``aoff-``), split by the hash rule.
+    Megatron-FSDP with PP cannot run on megatron-core 0.19.2 (``memtune measure`` says why)."""
+    return _mtp() + _fsdp() + _optimizer_offload() + _optimizer_offload_manual_gc() + _activation_offload()
 
 
 def _mtp() -> list[Entry]:
@@ -1117,6 +1117,109 @@ def _optimizer_offload() -> list[Entry]:
     # Added after the first pass (defined before any comparison; split by the hash rule).
     e.append(ooff("ooff-l1b-dp2-f03", L1B(), 0.3, dp=2))
     e.append(ooff("ooff-qm-ep2-dp2-f0", QM(expert_model_parallel_size=2, **a2a), 0.0, dp=2))
+    return e
+
+
+def _optimizer_offload_manual_gc() -> list[Entry]:
+    """The optimizer-offload runs again with ``train.manual_gc`` (Megatron-LM's --manual-gc,
+    set by most Megatron-Bridge recipes): a full collection before training frees the replaced
+    first optimizer's device copies, which under the automatic collector come and go with the
+    process's history. Ids ``mgc-`` plus the automatic run's id, and four new shapes; defined
+    before any of them was measured, split by the hash rule."""
+    e = []
+    for entry in _optimizer_offload():
+        config = copy.deepcopy(entry.config)
+        config.setdefault("train", {})["manual_gc"] = True
+        e.append(Entry(f"mgc-{entry.id}", config, entry.rank, entry.solo, False))
+
+    def manual_gc(run_id, model, fraction, **kw):
+        entry = run(run_id, model, distopt=True, **kw)
+        config = copy.deepcopy(entry.config)
+        config["optimizer"].update(
+            use_distributed_optimizer=True,
+            use_precision_aware_optimizer=True,
+            optimizer_cpu_offload=True,
+            optimizer_offload_fraction=fraction,
+        )
+        config["train"]["manual_gc"] = True
+        job = validate(config)
+        return Entry(run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank, entry.solo, False)
+
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(manual_gc("mgc-mx-ep2-dp4-f1", MX(expert_model_parallel_size=2, **a2a), 1.0, dp=4))
+    e.append(manual_gc("mgc-qm-ep4-dp4-f05", QM(expert_model_parallel_size=4, **a2a), 0.5, dp=4))
+    e.append(manual_gc("mgc-dsl-ep2-dp2-f05", DSL(expert_model_parallel_size=2), 0.5, dp=2))
+    e.append(
+        manual_gc(
+            "mgc-l8w-tp4-sp-dp2-f07",
+            L8W(tensor_model_parallel_size=4, **SP),
+            0.7,
+            dp=2,
+            microbatches=2,
+        )
+    )
+    return e
+
+
+def _activation_offload() -> list[Entry]:
+    """Fine-grained activation offloading (``aoff-``): Megatron-Core's own offload code on the
+    local spec (the runner stands in for Transformer Engine's flag, memtune/measure/plan.py).
+    Shapes where activations set the peak (distributed optimizer over DP 4, 8 layers): dense and
+    MoE, several stages, selective and full recompute, a fraction, a size threshold; defined
+    before any was measured, split by the hash rule."""
+    e = []
+
+    def offload(modules, **kw):
+        return dict(fine_grained_activation_offloading=True, offload_modules=modules, **kw)
+
+    def aoff(run_id, model, microbatches=2, dp=4, mbs=2, **kw):
+        return run(run_id, model, dp=dp, distopt=True, microbatches=microbatches, mbs=mbs, **kw)
+
+    attn = ["attn_norm", "qkv_linear", "core_attn", "attn_proj"]
+    every = [*attn, "mlp_norm"]
+    small_vocab = dict(vocab_size=32768)  # keeps the embedding's state from hiding the activations
+    tp2 = dict(num_layers=8, tensor_model_parallel_size=2, **small_vocab, **SP)
+    e.append(aoff("aoff-l8w-tp2-sp-attn-norm", L8W(**tp2, **offload(["attn_norm"])), smoke=True))
+    e.append(aoff("aoff-l8w-tp2-sp-mlp-norm", L8W(**tp2, **offload(["mlp_norm"]))))
+    e.append(aoff("aoff-l8w-tp2-sp-qkv", L8W(**tp2, **offload(["qkv_linear"]))))
+    e.append(aoff("aoff-l8w-tp2-sp-core-attn", L8W(**tp2, **offload(["core_attn", "attn_proj"]))))
+    e.append(aoff("aoff-l8w-tp2-sp-all", L8W(**tp2, **offload(every))))
+    e.append(aoff("aoff-l8w-tp2-sp-all-m1", L8W(**tp2, **offload(every)), microbatches=1))
+    e.append(aoff("aoff-l8w-tp2-sp-all-frac05", L8W(**tp2, **offload(every, activation_offload_fraction=0.5))))
+    # Without TP the norm inputs and the query are 16 Mi elements and the GQA keys and values
+    # 4 Mi: an 8 Mi threshold keeps the latter on the device.
+    e.append(
+        aoff(
+            "aoff-l8w-tp1-all-min8m",
+            L8W(num_layers=8, **small_vocab, **offload(every, min_offloaded_tensor_size=8 * 1024 * 1024)),
+            dp=8,
+            mbs=1,
+        )
+    )
+    pp2 = dict(num_layers=16, pipeline_model_parallel_size=2, tensor_model_parallel_size=2, **small_vocab, **SP)
+    e.append(aoff("aoff-l8w-pp2-m4-all-first", L8W(**pp2, **offload(every)), microbatches=4, dp=2))
+    e.append(aoff("aoff-l8w-pp2-m4-all-last", L8W(**pp2, **offload(every)), microbatches=4, dp=2, stage=-1))
+    vpp = dict(pp2, virtual_pipeline_model_parallel_size=2)
+    e.append(
+        aoff("aoff-l8w-pp2-vpp2-m4-norms-first", L8W(**vpp, **offload(["attn_norm", "mlp_norm"])), microbatches=4, dp=2)
+    )
+    sel = dict(recompute_granularity="selective")
+    e.append(aoff("aoff-l8w-tp2-sp-rc-sel-norms", L8W(**tp2, **sel, **offload(["attn_norm", "mlp_norm"]))))
+    full = dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=4)
+    e.append(aoff("aoff-l8w-tp2-sp-rc-full-block4-all", L8W(**tp2, **full, **offload(every))))
+    e.append(aoff("aoff-l1b-tp1-all", L1B(num_layers=8, **small_vocab, **offload(every))))
+    e.append(aoff("aoff-gpt-unfused-core-attn", GPT(num_layers=8, **offload(["core_attn", "attn_proj"]))))
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(
+        aoff("aoff-mx-ep4-all", MX(num_layers=4, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(every)), dp=8)
+    )
+    e.append(aoff("aoff-qm-ep4-attn", QM(num_layers=8, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(attn))))
+    e.append(
+        aoff(
+            "aoff-dsl-ep4-qkv-core",
+            DSL(num_layers=6, moe_layer_freq=[0, 1, 1, 1, 1, 1], expert_model_parallel_size=4, **offload(["qkv_linear", "core_attn"])),
+        )
+    )
     return e
 
 

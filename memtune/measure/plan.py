@@ -20,6 +20,15 @@ recorded with every measurement:
   ``DotProductAttention`` for ``unfused``/``local``/``auto`` and memtune's SDPA module
   (flash or memory-efficient kernels) for ``flash``/``fused``, matching which backends keep
   no ``s x s`` score matrix.
+* Fine-grained activation offloading runs Megatron-Core's own offload and reload code; its
+  context only flips a flag on Transformer Engine's ``cpu_offload`` module, which Transformer
+  Engine's layers read and the local spec has none of, so the runner gives it a module holding
+  just that flag when Transformer Engine is absent (recorded as ``te_cpu_offload_flag``).
+* Python's garbage collector runs as the job says: ``train.manual_gc`` (Megatron-LM's
+  ``--manual-gc``) collects once before the first iteration and turns the automatic collector
+  off, as Megatron-LM's and Megatron-Bridge's ``train()`` do; otherwise the automatic collector
+  decides. It matters for optimizer CPU offload, whose replaced first optimizer keeps fp32
+  device copies until a full collection (docs/preflight.md).
 """
 
 from __future__ import annotations
@@ -90,6 +99,12 @@ _MOE_KEYS = (
     "moe_router_num_groups",
     "moe_router_group_topk",
 )
+_ACTIVATION_OFFLOAD_KEYS = (
+    "fine_grained_activation_offloading",
+    "offload_modules",
+    "min_offloaded_tensor_size",
+    "activation_offload_fraction",
+)
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 
@@ -129,6 +144,7 @@ class MeasurePlan:
     layer_spec: str  # "local" | "transformer_engine"
     core_attention: str  # "megatron_dot_product" | "sdpa" | "transformer_engine"
     iterations: int
+    manual_gc: bool  # Megatron-LM's --manual-gc: collect once before training, then no automatic GC
     peft: dict[str, Any] | None = None  # memtune.peft.LoRA keyword arguments; None: full training
     env: dict[str, str] = field(default_factory=dict)  # process environment for the subprocess
     config: dict[str, Any] = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
@@ -189,11 +205,6 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
             "model.cpu_offloading: megatron-core 0.19.2's layer-wise offload context needs Transformer Engine; "
             "use fine_grained_activation_offloading"
         )
-    if m.fine_grained_activation_offloading:
-        problems.append(
-            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
-            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)"
-        )
     if job.ddp.use_megatron_fsdp and d.pp > 1:
         problems.append(
             "ddp.use_megatron_fsdp with pipeline_model_parallel_size > 1: megatron-core 0.19.2's Megatron-FSDP "
@@ -247,6 +258,8 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict[str, Any]:
         )
     if d.mtp_num_layers:
         kwargs["mtp_num_layers"] = d.mtp_num_layers
+    if m.fine_grained_activation_offloading:
+        kwargs.update({key: getattr(m, key) for key in _ACTIVATION_OFFLOAD_KEYS})
     if m.multi_latent_attention:
         kwargs.update({key: getattr(m, key) for key in _MLA_KEYS})
         kwargs["multi_latent_attention"] = True
@@ -369,6 +382,7 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
         layer_spec="transformer_engine" if m.transformer_impl == "transformer_engine" else "local",
         core_attention=_core_attention(job),
         iterations=iterations,
+        manual_gc=job.train.manual_gc,
         peft=job.peft.model_dump(mode="json") if job.peft is not None else None,
         env=_process_env(job),
         config=job.model_dump(mode="json", exclude_defaults=True),
