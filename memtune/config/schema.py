@@ -229,7 +229,7 @@ class ModelConfig(Section):
     """Offload weights (with cpu_offloading)."""
     # Fine-grained activation offloading (Megatron-Core's TransformerConfig names and defaults)
     fine_grained_activation_offloading: bool = False
-    """Fine-grained activation offloading of chosen modules' inputs (needs Transformer Engine in megatron-core 0.19)."""
+    """Fine-grained activation offloading: move what the chosen modules save for backward to the host."""
     offload_modules: list[str] | None = None
     """Fine-grained offloading: the modules whose activations move to the host."""
     min_offloaded_tensor_size: NonNegativeInt = 1024 * 1024
@@ -312,6 +312,10 @@ class TrainConfig(Section):
     """Samples per microbatch on one data-parallel rank."""
     global_batch_size: BatchSize | None = None
     """Samples per optimizer step over all data-parallel ranks; default micro_batch_size x DP."""
+    manual_gc: bool = False
+    """Megatron-LM's --manual-gc: one full Python garbage collection before training, then none
+    automatic. It frees what reference cycles still hold, such as the device copies of the
+    optimizer that optimizer_cpu_offload builds first and replaces."""
 
 
 class OptimizerConfig(Section):
@@ -432,7 +436,7 @@ class JobConfig(Section):
     model: ModelConfig
     """Architecture, parallel layout, recompute, offload, precision and implementation."""
     train: TrainConfig = TrainConfig()
-    """Batch sizes."""
+    """Batch sizes and Python garbage collection."""
     optimizer: OptimizerConfig = OptimizerConfig()
     """Optimizer: kind, sharding, precision, offload."""
     ddp: DDPConfig = DDPConfig()

@@ -1,6 +1,7 @@
 """Fine-grained activation offloading (``model.fine_grained_activation_offloading``), modeled
 from megatron-core 0.19.2's source (``pipeline_parallel/fine_grained_activation_offload.py`` and
-the modules that call it); not measured, since it needs Transformer Engine.
+the modules that call it), and checked against runs of it on the local spec (``aoff-`` in
+benchmarks/measured/; the Transformer Engine spec's groups come from the source alone).
 
 Each module named in ``offload_modules`` opens a *group* in every transformer layer: the tensors
 autograd saves inside the module (never parameters) are copied at the group's end (its commit)
@@ -23,11 +24,14 @@ After the first (warm-up) iteration, which offloads every group:
 In backward, each group's start (the end of its backward) reloads the most recently offloaded
 group still on the host, whether or not the group itself was offloaded: reloads run ahead by the
 number of groups kept on the device, and once a microbatch has nothing left to reload they fetch
-the next microbatch's. A group not yet reloaded when needed is reloaded on demand.
+the next microbatch's. A group not yet reloaded when needed is reloaded on demand. A reload
+issued at a group's start meets neither that module's working set nor its saved tensors, which
+autograd has freed by then (measured: counting them made an unfused attention's peak 12% high).
 
 Host: the pinned tensors come from a pool keyed by shape and dtype that only grows; the warm-up
 iteration offloads every group of every in-flight microbatch, so the pool holds all of them, each
-tensor rounded up to a power of two by PyTorch's caching host allocator.
+tensor rounded up to a power of two by PyTorch's caching host allocator. A saved view is copied
+at its own size (v, a view of the QKV output, copies v alone but frees the whole output).
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ _LAYER_EVENTS = (
     ("commit", "mlp_norm"),
 )
 
+# Multi-latent attention's QKV group. Counted on the H200 (docs/preflight.md): its input, saved
+# by the query's and the latent's down projections, and the latent norm's input go to the host;
+# the up projections' inputs and outputs leave the device with them but are never copied.
 _MLA_QKV = (
     "linear_q_down_proj.input",
     "q_layernorm.input",
@@ -68,6 +75,7 @@ _MLA_QKV = (
     "q_up.output",
     "kv_up.output",
 )
+_MLA_QKV_NOT_COPIED = ("linear_q_up_proj.input", "linear_kv_up_proj.input", "q_up.output", "kv_up.output")
 _EXPERT_ACTIVATION = (
     "experts.fc1_output",
     "experts.activation_gate",
@@ -95,11 +103,18 @@ class Group:
 @dataclass
 class Variant:
     """One microbatch's offload under one policy: device bytes moved per layer and the extra
-    device bytes at the worst moment of each layer's forward and backward."""
+    device bytes at the worst moment of each layer's forward and backward.
+
+    A layer's backward has two kinds of moment. While a module's backward runs, its tensors
+    are on the device (kept, reloaded ahead or reloaded on demand) beside the layer's own
+    working set (``bwd_extra``). When it has finished, autograd has freed its saved tensors and
+    the group's start marker reloads the next group: the layer's working set is gone, and so
+    are the tensors of the groups it kept on the device (``bwd_after_extra``, net of them)."""
 
     offloaded: list[dict[str, float]]  # per layer, device bytes on the host by tensor name
     fwd_extra: list[float]
     bwd_extra: list[float]
+    bwd_after_extra: list[float]
     after_backward: float = 0.0  # reloaded bytes still on the device when the layers' backward ends
 
     @property
@@ -120,15 +135,47 @@ class ChunkOffload:
     groups: list[Group] = field(default_factory=list)
 
 
-def _element_bytes(d: Derived, fl: Flavour, name: str) -> tuple[int, int]:
-    """(bytes per element, tensors under the name) of one saved-tensor name of a layer."""
+@dataclass(frozen=True)
+class SavedPart:
+    """One tensor autograd saves under a layer's tensor name: the device bytes its offload
+    frees, the bytes its host copy takes and its element count (what the size threshold reads)."""
+
+    device: float
+    host: float
+    numel: float
+
+
+def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[SavedPart]:
+    """The tensors behind one saved-tensor name of a layer (activations.py names them).
+
+    ``core_attention.qkv`` is the QKV projection's output, kept alive by the view of it that
+    the attention saves as v: offloading that view copies only v, frees the whole output, and
+    the threshold reads v's size. Multi-latent attention saves q, k and v as tensors of their
+    own, and both its down projections save its input, copied twice. Norm statistics are one (RMSNorm) or two (LayerNorm) fp32 tensors.
+    """
+    m = d.model
+    if name.endswith("core_attention.qkv"):
+        x = act.dims_of(d)
+        heads = m.num_attention_heads / d.tp
+        if m.multi_latent_attention:
+            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+            widths = (heads * qk, heads * qk, heads * m.v_head_dim)
+            return [SavedPart(act.BF16 * x.tokens * w, act.BF16 * x.tokens * w, x.tokens * w) for w in widths]
+        flash = fl.flash_attention
+        value_heads = max(d.num_query_groups / d.tp, 1) if flash else heads
+        value = x.tokens * value_heads * d.kv_channels
+        return [SavedPart(nbytes, act.BF16 * value, value)]
+    if m.multi_latent_attention and name.endswith("linear_q_down_proj.input"):
+        return [SavedPart(nbytes, nbytes, nbytes / act.BF16), SavedPart(0.0, nbytes, nbytes / act.BF16)]
+    if m.multi_latent_attention and name.endswith(_MLA_QKV_NOT_COPIED):
+        return [SavedPart(nbytes, 0.0, nbytes / act.BF16)]
     if name.endswith(".stats"):
-        return act.FP32, 2 if d.model.normalization == "LayerNorm" else 1
-    if name.endswith("softmax_lse"):
-        return act.FP32, 1
+        count = 2 if m.normalization == "LayerNorm" else 1
+        return [SavedPart(nbytes / count, nbytes / count, nbytes / count / act.FP32)] * count
+    size = act.FP32 if name.endswith("softmax_lse") else act.BF16
     if fl.fp8_activations and name.endswith(".input") and "layernorm" not in name:
-        return 1, 1
-    return act.BF16, 1
+        size = 1
+    return [SavedPart(nbytes, nbytes, nbytes / size)]
 
 
 def _pow2(nbytes: float) -> int:
@@ -180,11 +227,12 @@ def layer_groups(d: Derived, fl: Flavour, saved: act.Saved, is_moe: bool, layer:
         tensors, pinned, host_copy = {}, 0.0, 0.0
         for tensor in names:
             nbytes = saved.tensors.get(tensor, 0.0)
-            size, count = _element_bytes(d, fl, tensor)
-            if not nbytes or nbytes / size / count < minimum:
+            if not nbytes:
                 continue
-            tensors[tensor] = nbytes
-            pinned += count * _pow2(nbytes / count)
+            moved = [part for part in _saved_parts(d, fl, tensor, nbytes) if part.numel >= minimum]
+            if moved:
+                tensors[tensor] = sum(part.device for part in moved)
+                pinned += sum(_pow2(part.host) for part in moved if part.host)
         if name == "core_attn" and fl.flash_attention and tensors:
             # The flash kernel also keeps its output, the view linear_proj keeps as its input:
             # copied to the host, but the device copy stays for linear_proj.
@@ -236,7 +284,7 @@ def _walk(groups: list[Group], offload: list[bool], layers: int, next_stack: lis
         if moved:
             for name, nbytes in g.tensors.items():
                 offloaded[g.layer][name] = offloaded[g.layer].get(name, 0.0) + nbytes
-    fwd, bwd = [0.0] * layers, [0.0] * layers
+    fwd, bwd, after = [0.0] * layers, [0.0] * layers, [-math.inf] * layers
     # Forward: an offloaded group's tensors are on the device from its start to its commit.
     alive: dict[int, float] = {}
     for kind, i in events:
@@ -250,25 +298,28 @@ def _walk(groups: list[Group], offload: list[bool], layers: int, next_stack: lis
     consumed: set[int] = set()
     reloaded: dict[int, float] = {}
     ahead = 0.0  # the next microbatch's groups reloaded early
+    freed_kept = [0.0] * layers  # the layer's kept groups whose backward has finished
     for kind, i in reversed(events):
         layer = groups[i].layer
         if kind == "commit":
             bwd[layer] = max(bwd[layer], sum(reloaded.values()) + ahead)
             continue
-        # The group's backward ends here: it reads its tensors (on demand if not reloaded) ...
+        # The group's module backward reads its tensors (on demand if not reloaded) ...
         on_demand = groups[i].device if offload[i] and i not in reloaded else 0.0
         bwd[layer] = max(bwd[layer], sum(reloaded.values()) + on_demand + ahead)
         reloaded.pop(i, None)
         consumed.add(i)
-        # ... and its start marker reloads the latest offloaded group still on the host.
+        if not offload[i]:
+            freed_kept[layer] += groups[i].device
+        # ... then its start marker reloads the latest offloaded group still on the host.
         if stack:
             top = stack.pop()
             if top not in consumed:
                 reloaded[top] = groups[top].device
         elif pending:
             ahead += pending.pop()
-        bwd[layer] = max(bwd[layer], sum(reloaded.values()) + ahead)
-    return Variant(offloaded, fwd, bwd, sum(reloaded.values()) + ahead)
+        after[layer] = max(after[layer], sum(reloaded.values()) + ahead - freed_kept[layer])
+    return Variant(offloaded, fwd, bwd, after, sum(reloaded.values()) + ahead)
 
 
 def chunk_offload(

@@ -223,8 +223,10 @@ def _assemble(
                 totals[id(adjusted[key])] = adjusted[key].total
             group = [adjusted[key]]
             fwd_offload, bwd_offload = variant.fwd_extra[slot], variant.bwd_extra[slot]
+            bwd_after_offload = variant.bwd_after_extra[slot]
         else:
             fwd_offload = bwd_offload = 0.0
+            bwd_after_offload = -math.inf
         if len(group) == 1:
             full, fwd, bwd = (
                 totals[id(group[0])],
@@ -237,8 +239,10 @@ def _assemble(
             bwd = max(layer.bwd_transient for layer in group) + residual_grad
         if fwd_offload or bwd_offload:
             # Offloaded tensors exist on the device until their group's commit, and reloaded
-            # ones (this layer's and those fetched ahead) beside the layer's backward.
-            fwd, bwd = fwd + fwd_offload, bwd + bwd_offload
+            # ones (this layer's and those fetched ahead) beside the layer's backward; a reload
+            # issued once a module's backward is done no longer meets its working set.
+            fwd = fwd + fwd_offload
+            bwd = max(bwd + bwd_offload, residual_grad + bwd_after_offload)
         if checkpointed:
             inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
             kept.add("recompute.checkpoint_inputs", inputs)

@@ -163,8 +163,8 @@ def not_modeled(est: Estimate) -> list[str]:
         )
     if m.fine_grained_activation_offloading and m.offload_modules and not m.cpu_offloading:
         notes.append(
-            f"fine_grained_activation_offloading ({', '.join(m.offload_modules)}): modeled from source, not measured"
-            " (needs Transformer Engine); saved tensors of at least"
+            f"fine_grained_activation_offloading ({', '.join(m.offload_modules)}): measured on the local spec,"
+            " the Transformer Engine spec's groups from source; saved tensors of at least"
             f" {m.min_offloaded_tensor_size} elements move to pinned host memory at each module's end, except the"
             " last group of each module in the first microbatch to run backward (every microbatch on the last"
             " stage)"
@@ -174,7 +174,7 @@ def not_modeled(est: Estimate) -> list[str]:
                 else ""
             )
             + "; backward reloads them"
-            " ahead by the number of groups kept; layers inside full-recompute checkpoints are not offloaded;"
+            " ahead by the number of groups kept, each once the module before it has finished; layers inside full-recompute checkpoints are not offloaded;"
             " the first (warm-up) iteration offloads everything"
         )
     orphaned = max(r.state.orphaned_optimizer_copies for r in est.ranks)
@@ -182,9 +182,9 @@ def not_modeled(est: Estimate) -> list[str]:
         notes.append(
             f"optimizer_cpu_offload: includes {orphaned / GiB:.2f} GiB of fp32 device copies of the first"
             " HybridDeviceOptimizer, which get_megatron_optimizer replaces but a reference cycle keeps until a"
-            " full garbage collection: Megatron-LM's --manual-gc frees them before training, and so can the"
-            " collections of the process's first torch.compile (the MoE router's, in the first forward, when"
-            " nothing was compiled before); expect up to that much less then"
+            " full garbage collection; Python's automatic collector may run one at any time (the MoE router's"
+            " first torch.compile often triggers it), so the peak lies between this bound and that much less;"
+            " train.manual_gc (Megatron-LM's --manual-gc) collects before training and removes them"
         )
     if m.tp_comm_overlap:
         notes.append(

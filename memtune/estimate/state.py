@@ -311,9 +311,11 @@ def _hybrid_device_state(
     transient pinned copy and a pageable fp32 copy, one left on the device an fp32 copy there.
     ``DistributedOptimizer.__init__`` replaces it with a second over its shard, but the first
     stays alive: its sub-optimizers' step hooks close over it, a reference cycle that only a
-    full garbage collection frees (Megatron-LM's ``--manual-gc`` runs one before training;
-    plain Megatron-Core and the automatic collector may not for a long time), so its copies are
-    counted. The second walks the shard's pieces (:func:`_shard_pieces`), and the granularity
+    full garbage collection frees. With ``train.manual_gc`` (Megatron-LM's ``--manual-gc``) one
+    runs before training and its device copies are gone; otherwise the automatic collector may
+    not run one for a long time, so they are counted, the bound a job must fit in. Its host
+    copies count either way: the host figure is the process's peak, reached while both exist.
+    The second walks the shard's pieces (:func:`_shard_pieces`), and the granularity
     is whole pieces: a rank whose shard is one piece offloads all of it for any fraction above
     0. A piece on the device gets an fp32 master copy and fp32 torch Adam moments (whatever
     ``exp_avg_dtype`` says) stepped by a fused Adam, and an fp32 copy of its gradient when the
@@ -351,7 +353,8 @@ def _hybrid_device_state(
         if not everything:
             continue
         first_device, first_offloaded = _offload_walk(everything, fraction)
-        orphaned += master * first_device
+        if not d.job.train.manual_gc:
+            orphaned += master * first_device
         pieces = _shard_pieces(d, chunks, shard_count, rank)
         device, offloaded = _offload_walk(pieces, fraction)
         requests = [numel * (param_bytes if half else 4) for numel in first_offloaded + offloaded]

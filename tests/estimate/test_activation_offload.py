@@ -87,7 +87,10 @@ def test_backward_reloads_ahead_by_the_groups_kept_on_the_device(job_factory):
     # Offloaded: layer 0's core_attn and attn_proj, layer 1's core_attn (stack in commit order).
     # Layer 3's two group starts reload layer 1's core_attn and layer 0's attn_proj; layer 2's
     # first start reloads layer 0's core_attn: from then on all three are on the device.
-    assert first.bwd_extra == [CORE + PROJ, 2 * CORE + PROJ, 2 * CORE + PROJ, CORE + PROJ]
+    # While a module's backward runs, the reloads issued so far are there beside it ...
+    assert first.bwd_extra == [CORE + PROJ, 2 * CORE + PROJ, 2 * CORE + PROJ, CORE]
+    # ... and once it is done, its own kept tensors are gone: layer 3 kept both its groups.
+    assert first.bwd_after_extra == [CORE, 2 * CORE, 2 * CORE, CORE - PROJ]
     # In forward a group's tensors exist until its commit: one group at a time here.
     assert first.fwd_extra == [CORE, CORE, 0.0, 0.0]
     assert first.after_backward == 0.0
@@ -124,9 +127,11 @@ def test_next_microbatch_is_reloaded_once_this_one_has_nothing_left(job_factory)
     fl = flavour_of(d)
     layers = [(layer_saved(d, dims_of(d), fl, i, EstimateOptions()), False) for i in range(2)]
     plan = ao.chunk_offload(d, fl, layers, last_stage=False)
-    # The first microbatch offloads layer 0 only; layer 1's starts reload it (layer 1 then holds
-    # both), and layer 0's starts, with nothing left, fetch the next microbatch's layer 1.
-    assert plan.first_pipelined.bwd_extra == [CORE + PROJ, CORE + PROJ]
+    # The first microbatch offloads layer 0 only; layer 1's starts reload it as each of its own
+    # kept groups finishes (never both at once), and layer 0's starts, with nothing left, fetch
+    # the next microbatch's layer 1.
+    assert plan.first_pipelined.bwd_extra == [CORE + PROJ, PROJ]
+    assert plan.first_pipelined.bwd_after_extra == [CORE + PROJ, 0.0]
     assert plan.first_pipelined.after_backward == CORE + PROJ
     assert plan.first.after_backward == 0.0
 

@@ -175,14 +175,6 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
             "calls Transformer Engine, so these fail on the local spec",
         ),
         (
-            {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn"]},
-            {},
-            0,
-            3,
-            "model.fine_grained_activation_offloading: megatron-core 0.19.2's offload hooks switch "
-            "Transformer Engine's cpu_offload on and raise without it (Megatron-LM also requires transformer_engine)",
-        ),
-        (
             {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "num_layers": 4},
             {
                 "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads"},
@@ -244,6 +236,45 @@ def test_optimizer_offload_is_planned_with_the_precision_aware_optimizer():
     assert plan.optimizer["optimizer_offload_fraction"] == 0.5
     assert plan.optimizer["overlap_cpu_optimizer_d2h_h2d"] is True
     assert plan.optimizer["use_precision_aware_optimizer"] is True
+
+
+def test_manual_gc_reaches_the_runner():
+    assert plan_measurement(gate(job(train={"manual_gc": True})), rank=0).manual_gc is True
+    assert plan_measurement(gate(job()), rank=0).manual_gc is False
+
+
+def test_fine_grained_activation_offloading_reaches_megatron_with_its_settings():
+    offload = {
+        "fine_grained_activation_offloading": True,
+        "offload_modules": ["attn_norm", "core_attn"],
+        "min_offloaded_tensor_size": 4096,
+        "activation_offload_fraction": 0.5,
+    }
+    plan = plan_measurement(gate(job(offload)), rank=0)
+    assert {key: plan.transformer_config[key] for key in offload} == offload
+    assert "offload_modules" not in plan_measurement(gate(job()), rank=0).transformer_config
+
+
+def test_the_runner_stands_in_for_transformer_engines_offload_flag_only_when_it_is_absent(monkeypatch):
+    import sys
+    import types
+
+    from memtune.measure.runner import _stand_in_for_te_offload_flag
+
+    extension = types.ModuleType("megatron.core.extensions.transformer_engine")
+    extension.cpu_offload = None  # what megatron-core sets when Transformer Engine is missing
+    package = types.ModuleType("megatron.core.extensions")
+    package.transformer_engine = extension
+    monkeypatch.setitem(sys.modules, "megatron.core.extensions", package)
+    monkeypatch.setitem(sys.modules, "megatron.core.extensions.transformer_engine", extension)
+    offloading = {"transformer_config": {"fine_grained_activation_offloading": True}}
+    assert _stand_in_for_te_offload_flag({"transformer_config": {}}) is False
+    assert extension.cpu_offload is None
+    assert _stand_in_for_te_offload_flag(offloading) is True
+    assert extension.cpu_offload.CPUOffloadEnabled is False
+    real = extension.cpu_offload = types.SimpleNamespace(CPUOffloadEnabled=False)
+    assert _stand_in_for_te_offload_flag(offloading) is False
+    assert extension.cpu_offload is real
 
 
 def test_lora_jobs_plan_memtune_peft_with_the_jobs_lora_settings():

@@ -245,11 +245,19 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
     With `fine_grained_activation_offloading: true`, checks that `cpu_offloading` is off and
     that `offload_modules` names at least one module, only modules Megatron-Core knows
     (`attn_norm`, `qkv_linear`, `core_attn`, `attn_proj`, `mlp_norm`, `expert_fc1`, `moe_act`,
-    `fused_group_mlp`), and `core_attn` whenever it names `attn_proj`.
+    `fused_group_mlp`), `core_attn` whenever it names `attn_proj`, no module inside an MoE layer
+    that selective recompute (`moe`) recomputes whole, no `attn_norm` with full recompute where
+    the input norm is a module of its own (the local spec, or multi-latent attention), and, for
+    Megatron-LM, Transformer Engine's layer implementation.
 
     ## Why it matters
-    Megatron-Core asserts on each at start-up: both offloads take over the saved activations, and
-    `attn_proj`'s input is `core_attn`'s output, which the attention's backward needs.
+    Megatron-Core asserts on each at start-up: both offloads take over the saved activations,
+    `attn_proj`'s input is `core_attn`'s output, which the attention's backward needs, and a
+    recomputed MoE layer saves nothing inside it to offload. `attn_norm`'s commit frees the
+    layer's input storage (`forced_released_tensors=[residual]`), which a full-recompute
+    checkpoint needs to replay the layer: measured on the H200 (`memtune measure`), the first
+    backward then fails inside the norm. Megatron-LM's argument checks
+    accept the feature only with `--transformer-impl transformer_engine`.
 
     ## Example
     ```yaml
@@ -287,5 +295,29 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             fix="add core_attn to model.offload_modules, or remove attn_proj",
             upstream="attn_proj cannot be set to offload_modules alone without core_attn because the input of "
             "attn_proj is the output of core_attn, which is needed in core_attn.backward().",
+        )
+    inside_moe = sorted({"moe_act", "expert_fc1", "fused_group_mlp"} & set(modules))
+    if inside_moe and "moe" in c.d.recompute_modules:
+        return Hit(
+            message=f"model.offload_modules has {', '.join(inside_moe)} while recompute_modules recomputes "
+            "the whole MoE layer",
+            fix=f"remove {', '.join(inside_moe)} from model.offload_modules, or moe from model.recompute_modules",
+            upstream=f"Cannot offload {{{', '.join(repr(x) for x in inside_moe)}}} while recomputing the entire "
+            "MoE layer.",
+        )
+    separate_input_norm = not c.d.transformer_engine or m.multi_latent_attention
+    if "attn_norm" in modules and separate_input_norm and m.recompute_granularity == "full":
+        return Hit(
+            message="model.offload_modules has attn_norm with model.recompute_granularity=full: at attn_norm's "
+            "commit megatron-core 0.19.2 frees the layer's input, which a full-recompute checkpoint keeps to "
+            "replay the layer, so the first backward fails",
+            fix="remove attn_norm from model.offload_modules, or use selective recompute",
+            upstream="The tensor has a non-zero number of elements, but its data is not allocated yet.",
+        )
+    if c.d.stack == "megatron-lm" and m.transformer_impl != "transformer_engine":
+        return Hit(
+            message=f"model.fine_grained_activation_offloading=true with model.transformer_impl={m.transformer_impl}",
+            fix="set model.transformer_impl=transformer_engine (Megatron-LM's --transformer-impl)",
+            upstream="Fine-grained activation offloading is only supported with transformer_engine implementation",
         )
     return None

@@ -183,6 +183,7 @@ FLAGS: dict[str, Value | Switch] = {
     # batch
     "micro-batch-size": Value("train.micro_batch_size", _number),
     "global-batch-size": Value("train.global_batch_size", _number),
+    "manual-gc": _on("train.manual_gc"),
     # optimizer and data parallelism
     "optimizer": Value("optimizer.optimizer"),
     "use-distributed-optimizer": Switch(
