@@ -1143,7 +1143,9 @@ def _optimizer_offload_manual_gc() -> list[Entry]:
         )
         config["train"]["manual_gc"] = True
         job = validate(config)
-        return Entry(run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank, entry.solo, False)
+        return Entry(
+            run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank, entry.solo, False
+        )
 
     a2a = dict(moe_token_dispatcher_type="alltoall")
     e.append(manual_gc("mgc-mx-ep2-dp4-f1", MX(expert_model_parallel_size=2, **a2a), 1.0, dp=4))
@@ -1185,7 +1187,9 @@ def _activation_offload() -> list[Entry]:
     e.append(aoff("aoff-l8w-tp2-sp-core-attn", L8W(**tp2, **offload(["core_attn", "attn_proj"]))))
     e.append(aoff("aoff-l8w-tp2-sp-all", L8W(**tp2, **offload(every))))
     e.append(aoff("aoff-l8w-tp2-sp-all-m1", L8W(**tp2, **offload(every)), microbatches=1))
-    e.append(aoff("aoff-l8w-tp2-sp-all-frac05", L8W(**tp2, **offload(every, activation_offload_fraction=0.5))))
+    e.append(
+        aoff("aoff-l8w-tp2-sp-all-frac05", L8W(**tp2, **offload(every, activation_offload_fraction=0.5)))
+    )
     # Without TP the norm inputs and the query are 16 Mi elements and the GQA keys and values
     # 4 Mi: an 8 Mi threshold keeps the latter on the device.
     e.append(
@@ -1196,12 +1200,19 @@ def _activation_offload() -> list[Entry]:
             mbs=1,
         )
     )
-    pp2 = dict(num_layers=16, pipeline_model_parallel_size=2, tensor_model_parallel_size=2, **small_vocab, **SP)
+    pp2 = dict(
+        num_layers=16, pipeline_model_parallel_size=2, tensor_model_parallel_size=2, **small_vocab, **SP
+    )
     e.append(aoff("aoff-l8w-pp2-m4-all-first", L8W(**pp2, **offload(every)), microbatches=4, dp=2))
     e.append(aoff("aoff-l8w-pp2-m4-all-last", L8W(**pp2, **offload(every)), microbatches=4, dp=2, stage=-1))
     vpp = dict(pp2, virtual_pipeline_model_parallel_size=2)
     e.append(
-        aoff("aoff-l8w-pp2-vpp2-m4-norms-first", L8W(**vpp, **offload(["attn_norm", "mlp_norm"])), microbatches=4, dp=2)
+        aoff(
+            "aoff-l8w-pp2-vpp2-m4-norms-first",
+            L8W(**vpp, **offload(["attn_norm", "mlp_norm"])),
+            microbatches=4,
+            dp=2,
+        )
     )
     sel = dict(recompute_granularity="selective")
     e.append(aoff("aoff-l8w-tp2-sp-rc-sel-norms", L8W(**tp2, **sel, **offload(["attn_norm", "mlp_norm"]))))
@@ -1213,13 +1224,27 @@ def _activation_offload() -> list[Entry]:
     e.append(aoff("aoff-gpt-unfused-core-attn", GPT(num_layers=8, **offload(["core_attn", "attn_proj"]))))
     a2a = dict(moe_token_dispatcher_type="alltoall")
     e.append(
-        aoff("aoff-mx-ep4-all", MX(num_layers=4, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(every)), dp=8)
+        aoff(
+            "aoff-mx-ep4-all",
+            MX(num_layers=4, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(every)),
+            dp=8,
+        )
     )
-    e.append(aoff("aoff-qm-ep4-attn", QM(num_layers=8, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(attn))))
+    e.append(
+        aoff(
+            "aoff-qm-ep4-attn",
+            QM(num_layers=8, expert_model_parallel_size=4, **small_vocab, **a2a, **offload(attn)),
+        )
+    )
     e.append(
         aoff(
             "aoff-dsl-ep4-qkv-core",
-            DSL(num_layers=6, moe_layer_freq=[0, 1, 1, 1, 1, 1], expert_model_parallel_size=4, **offload(["qkv_linear", "core_attn"])),
+            DSL(
+                num_layers=6,
+                moe_layer_freq=[0, 1, 1, 1, 1, 1],
+                expert_model_parallel_size=4,
+                **offload(["qkv_linear", "core_attn"]),
+            ),
         )
     )
     return e

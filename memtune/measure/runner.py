@@ -546,9 +546,8 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     }
     return {
         "measured": measured,
-        "environment": _environment(plan, chunks, optimizer) | (
-            {"te_cpu_offload_flag": "stand-in"} if te_offload_flag_stand_in else {}
-        ),
+        "environment": _environment(plan, chunks, optimizer)
+        | ({"te_cpu_offload_flag": "stand-in"} if te_offload_flag_stand_in else {}),
         "pp_rank": plan["pp_rank"],
         "wall_seconds": round(time.monotonic() - started, 1),
     }

@@ -35,6 +35,7 @@ def test_bridge_dump_maps_the_keys_memtune_uses():
     assert job.optimizer.exp_avg_dtype == "fp32"
     assert job.ddp.grad_reduce_in_fp32 is False and job.ddp.overlap_grad_reduce
     assert job.env.use_nccl_ub is False
+    assert job.train.manual_gc is True  # train.manual_gc: true in the dump
     lora = job.peft
     assert (lora.dim, lora.alpha, lora.dropout, lora.sequence_parallel_input_regather) == (16, 32, 0.1, False)
     assert lora.target_modules == ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]

@@ -288,3 +288,14 @@ def test_moe_layer_freq_in_megatron_list_syntax_as_a_dotted_override(write):
     job = load_job(script, ["model.moe_layer_freq=([0]*3+[1]*5)"]).job
     assert job.model.moe_layer_freq == [0, 0, 0, 1, 1, 1, 1, 1]
     assert derive(job).moe_layer_pattern == (False,) * 3 + (True,) * 5
+
+
+def test_manual_gc_is_read(write):
+    script = write(
+        "gc.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+        "--vocab-size 100 --micro-batch-size 1 --manual-gc --manual-gc-interval 100\n",
+    )
+    loaded = load_job(script)
+    assert loaded.job.train.manual_gc is True
+    assert "--manual-gc-interval" in " ".join(loaded.ignored)  # no memory effect: listed, not dropped
