@@ -26,6 +26,7 @@ EXPANDABLE = "expandable_segments:True"
 # The field's order of preference (lower first); fix breaks ties in predicted cost with it.
 FAMILIES = (
     "allocator",
+    "manual-gc",
     "lora-regather",
     "selective-recompute",
     "distributed-optimizer",
@@ -77,6 +78,20 @@ def allocator_remedy(job: JobConfig) -> Remedy | None:
     )
 
 
+def manual_gc_remedy(job: JobConfig) -> Remedy | None:
+    """Megatron-LM's --manual-gc where optimizer offload leaves the replaced first optimizer's
+    device copies to Python's collector (estimate/state.py): one collection before training."""
+    if not job.optimizer.optimizer_cpu_offload or job.train.manual_gc:
+        return None
+    return Remedy(
+        "manual-gc",
+        "Collect garbage before training (--manual-gc)",
+        (Change("train.manual_gc", True),),
+        "frees the fp32 device copies of the offloading optimizer Megatron-Core builds first and replaces",
+        "none (one collection at start; periodic ones only with manual_gc_interval)",
+    )
+
+
 def _pipeline_dtype(job: JobConfig) -> tuple[Change, ...]:
     # Megatron-Core refuses PP > 1 without it (check PAR006).
     if job.model.pipeline_dtype is not None:
@@ -100,6 +115,8 @@ def ladder(job: JobConfig) -> list[Remedy]:
     rungs: list[Remedy] = []
     m = job.model
     d = derive(job)
+    if gc := manual_gc_remedy(job):
+        rungs.append(gc)
     if (
         job.peft
         and not job.peft.sequence_parallel_input_regather

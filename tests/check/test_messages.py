@@ -303,11 +303,17 @@ def test_fine_grained_offload_names_the_unknown_module_and_the_missing_core_attn
 
 def test_fine_grained_offload_failures_megatron_raises_later():
     on = "model.fine_grained_activation_offloading=true"
-    full = ("model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1")
+    full = (
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+    )
     local = "model.transformer_impl=local"
     norm = finding("OFF009", on, "model.offload_modules=[attn_norm]", *full, local)
     assert norm.upstream == "The tensor has a non-zero number of elements, but its data is not allocated yet."
-    assert norm.message.startswith("model.offload_modules has attn_norm with model.recompute_granularity=full")
+    assert norm.message.startswith(
+        "model.offload_modules has attn_norm with model.recompute_granularity=full"
+    )
     # The Transformer Engine spec fuses the input norm into the QKV linear: no attn_norm group.
     te = ("model.transformer_impl=transformer_engine", "model.attention_backend=flash")
     assert finding("OFF009", on, "model.offload_modules=[attn_norm]", *full, *te) is None
@@ -317,6 +323,9 @@ def test_fine_grained_offload_failures_megatron_raises_later():
 def test_megatron_lm_accepts_fine_grained_offload_only_with_transformer_engine():
     on = ("model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn]")
     local = finding("OFF009", *on, "model.transformer_impl=local", "defaults=megatron-lm")
-    assert local.upstream == "Fine-grained activation offloading is only supported with transformer_engine implementation"
+    assert (
+        local.upstream
+        == "Fine-grained activation offloading is only supported with transformer_engine implementation"
+    )
     assert finding("OFF009", *on, "model.transformer_impl=local") is None  # Megatron-Core has no such check
     assert finding("OFF009", *on, "model.transformer_impl=transformer_engine", "defaults=megatron-lm") is None

@@ -59,3 +59,22 @@ def test_a_logged_shortfall_must_be_saved_too():
     result = find_fixes(job, fragmentation=False, min_saving=12 * 2**30)
     assert result.suggestions
     assert all(s.saved_bytes >= 12 * 2**30 for s in result.suggestions)
+
+
+def test_offload_without_manual_gc_is_fixed_first_by_collecting_before_training():
+    # The replaced offloading optimizer's fp32 copies (estimate/state.py) are the cheapest saving.
+    offload = [
+        "optimizer.use_precision_aware_optimizer=true",
+        "optimizer.optimizer_cpu_offload=true",
+        "optimizer.optimizer_offload_fraction=0.5",
+        "cluster.gpu_memory_gib=68",
+    ]
+    job = load_job(EXAMPLE, offload).job
+    before = estimate(gate(job))
+    assert before.verdict() != "fits"
+    best = find_fixes(job, fragmentation=False).suggestions[0]
+    assert [c.key for c in best.changes] == ["train.manual_gc"]
+    assert best.saved_bytes == round(before.worst.state.orphaned_optimizer_copies)
+    assert best.throughput_change == 0.0
+    collected = with_changes(job, [Change("train.manual_gc", True)])
+    assert not any(r.family == "manual-gc" for r in options(collected))
