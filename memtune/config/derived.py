@@ -291,6 +291,13 @@ class Derived:
         return self.model.transformer_impl == "transformer_engine"
 
     @cached_property
+    def separate_input_norm(self) -> bool:
+        """The attention's input norm is a module of its own (Megatron-Core's layer specs): on
+        the local spec, and for multi-latent attention; Transformer Engine's spec otherwise
+        fuses it into the QKV linear (``TELayerNormColumnParallelLinear``)."""
+        return not self.transformer_engine or self.model.multi_latent_attention
+
+    @cached_property
     def flash_attention(self) -> bool:
         """Flash, fused or cuDNN attention: no ``s x s`` score matrix is kept. ``auto`` picks a
         fused kernel only on the Transformer Engine spec."""

@@ -186,16 +186,15 @@ def _module_tensors(d: Derived, fl: Flavour, name: str, saved: act.Saved, is_moe
     """The layer's tensor names a module's group saves; None where the group does not exist."""
     m = d.model
     te, mla = fl.transformer_engine, m.multi_latent_attention
-    separate_input_norm = not te or mla
     attention = "self_attention."
     if name == "attn_norm":
-        return ["input_layernorm.input", "input_layernorm.stats"] if separate_input_norm else None
+        return ["input_layernorm.input", "input_layernorm.stats"] if d.separate_input_norm else None
     if name == "qkv_linear":
         if mla:
             return [attention + t for t in _MLA_QKV]
         names = [attention + "linear_qkv.input", attention + "q_layernorm.input"]
         # The Transformer Engine spec's LayerNormLinear keeps the norm's input and statistics.
-        return names if separate_input_norm else ["input_layernorm.input", "input_layernorm.stats", *names]
+        return names if d.separate_input_norm else ["input_layernorm.input", "input_layernorm.stats", *names]
     if name == "core_attn":
         if "core_attn" in d.recompute_modules:
             return None  # the checkpointed attention bypasses the offload context

@@ -305,8 +305,7 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             upstream=f"Cannot offload {{{', '.join(repr(x) for x in inside_moe)}}} while recomputing the entire "
             "MoE layer.",
         )
-    separate_input_norm = not c.d.transformer_engine or m.multi_latent_attention
-    if "attn_norm" in modules and separate_input_norm and m.recompute_granularity == "full":
+    if "attn_norm" in modules and c.d.separate_input_norm and m.recompute_granularity == "full":
         return Hit(
             message="model.offload_modules has attn_norm with model.recompute_granularity=full: at attn_norm's "
             "commit megatron-core 0.19.2 frees the layer's input, which a full-recompute checkpoint keeps to "
