@@ -151,7 +151,8 @@ def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[Save
     ``core_attention.qkv`` is the QKV projection's output, kept alive by the view of it that
     the attention saves as v: offloading that view copies only v, frees the whole output, and
     the threshold reads v's size. Multi-latent attention saves q, k and v as tensors of their
-    own, and both its down projections save its input, copied twice. Norm statistics are one (RMSNorm) or two (LayerNorm) fp32 tensors.
+    own, and both its down projections save its input, copied twice. Norm statistics are one
+    (RMSNorm) or two (LayerNorm) fp32 tensors.
     """
     m = d.model
     if name.endswith("core_attention.qkv"):
@@ -161,8 +162,7 @@ def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[Save
             qk = m.qk_head_dim + m.qk_pos_emb_head_dim
             widths = (heads * qk, heads * qk, heads * m.v_head_dim)
             return [SavedPart(act.BF16 * x.tokens * w, act.BF16 * x.tokens * w, x.tokens * w) for w in widths]
-        flash = fl.flash_attention
-        value_heads = max(d.num_query_groups / d.tp, 1) if flash else heads
+        value_heads = max(d.num_query_groups / d.tp, 1) if fl.flash_attention else heads
         value = x.tokens * value_heads * d.kv_channels
         return [SavedPart(nbytes, act.BF16 * value, value)]
     if m.multi_latent_attention and name.endswith("linear_q_down_proj.input"):

@@ -173,9 +173,9 @@ def not_modeled(est: Estimate) -> list[str]:
                 if m.activation_offload_fraction < 1
                 else ""
             )
-            + "; backward reloads them"
-            " ahead by the number of groups kept, each once the module before it has finished; layers inside full-recompute checkpoints are not offloaded;"
-            " the first (warm-up) iteration offloads everything"
+            + "; backward reloads them ahead by the number of groups kept, each reload once the module"
+            " before it has finished its backward; layers inside full-recompute checkpoints are not"
+            " offloaded; the first (warm-up) iteration offloads everything"
         )
     orphaned = max(r.state.orphaned_optimizer_copies for r in est.ranks)
     if est.job.optimizer.optimizer_cpu_offload and orphaned:
