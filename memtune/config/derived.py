@@ -77,6 +77,12 @@ class Derived:
         return self.model.num_query_groups or self.model.num_attention_heads
 
     @cached_property
+    def query_groups_per_tp_rank(self) -> float:
+        """Key/value heads on one tensor-parallel rank; at least one, since Megatron-Core
+        replicates a group when TP exceeds the group count."""
+        return max(self.num_query_groups / self.tp, 1)
+
+    @cached_property
     def moe_ffn_hidden_size(self) -> int:
         return self.model.moe_ffn_hidden_size or self.ffn_hidden_size
 

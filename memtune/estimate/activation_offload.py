@@ -162,7 +162,7 @@ def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[Save
             qk = m.qk_head_dim + m.qk_pos_emb_head_dim
             widths = (heads * qk, heads * qk, heads * m.v_head_dim)
             return [SavedPart(act.BF16 * x.tokens * w, act.BF16 * x.tokens * w, x.tokens * w) for w in widths]
-        value_heads = max(d.num_query_groups / d.tp, 1) if fl.flash_attention else heads
+        value_heads = d.query_groups_per_tp_rank if fl.flash_attention else heads
         value = x.tokens * value_heads * d.kv_channels
         return [SavedPart(nbytes, act.BF16 * value, value)]
     if m.multi_latent_attention and name.endswith("linear_q_down_proj.input"):

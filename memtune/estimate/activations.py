@@ -102,7 +102,7 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
     s = Saved()
     t, T = x.tp, x.tokens
     heads = m.num_attention_heads / t
-    groups = max(d.num_query_groups / t, 1)
+    groups = d.query_groups_per_tp_rank
     kv = d.kv_channels
     qkv_width = (heads + 2 * groups) * kv
     # The QKV projection keeps its input: the local shard under SP (it re-gathers in backward).
