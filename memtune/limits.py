@@ -46,3 +46,5 @@ MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and 
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
 MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
 MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt
+MAX_SNAPSHOT_FOLDER_FILES = 1_024  # per-rank snapshots compared from one folder
+MAX_COMPARED_ROWS = 12  # sites, categories or phases printed per comparison (JSON keeps all)

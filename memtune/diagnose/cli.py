@@ -1,4 +1,4 @@
-"""``memtune diagnose LOG... | DIR | - [--snapshot FILE] [--plot PNG] [--config CONFIG] [--json]``."""
+"""``memtune diagnose LOG... | DIR | - [--snapshot FILE [--snapshot FILE]] [--plot PNG] [--config CONFIG] [--json]``."""
 
 from __future__ import annotations
 
@@ -26,11 +26,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("logs", nargs="*", metavar="LOG", help="log files, directories of logs, or - for stdin")
     p.add_argument(
-        "--snapshot", metavar="FILE.pickle", help="memory snapshot (read without executing anything)"
+        "--snapshot",
+        action="append",
+        default=[],
+        metavar="FILE.pickle",
+        help="memory snapshot (read without executing anything); twice: A (reference) and B (the "
+        "failed run) side by side, the growth by site, category and phase",
     )
     p.add_argument(
         "--plot", metavar="FILE.png", help="plot memory over the snapshot's trace (needs --snapshot)"
     )
+    add_category_argument(p)
     p.add_argument(
         "--config",
         metavar="CONFIG",
@@ -53,8 +59,14 @@ def run(args: argparse.Namespace) -> int:
     from memtune.diagnose import diagnose
     from memtune.diagnose.report import render, to_json
 
+    if len(args.snapshot) > 2:
+        raise InputError(f"--snapshot given {len(args.snapshot)} times; give one, or two to compare")
     if not args.logs and not args.snapshot:
         raise InputError("give at least one log (file, directory or -) or --snapshot FILE.pickle")
+    if len(args.snapshot) == 2 and not args.logs:
+        return compare_snapshots(args.snapshot, args.category, args.plot, args.json)
+    if args.category and len(args.snapshot) != 2:
+        raise InputError("--category goes with two snapshots (--snapshot A --snapshot B)")
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
     if args.plot:
@@ -69,7 +81,25 @@ def run(args: argparse.Namespace) -> int:
     )
     if loaded is not None:
         report_ignored(loaded)
-    result = diagnose(logs, snapshot=args.snapshot, config=loaded, plot_to=args.plot)
+    if len(args.snapshot) == 2:  # the logs with the failed run's snapshot, then the comparison
+        result = diagnose(logs, snapshot=args.snapshot[1], config=loaded)
+        if args.json:
+            from memtune.diagnose.compare import Category, compare_files
+            from memtune.diagnose.compare_render import comparison_json
+
+            c = compare_files(args.snapshot[0], args.snapshot[1], [Category.parse(t) for t in args.category])
+            json.dump({**to_json(result), "comparison": comparison_json(c)}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            from rich.console import Console
+
+            render(result, Console())
+            print()
+            compare_snapshots(args.snapshot, args.category, args.plot, False)
+        return EXIT_DIAGNOSED if result.verdict.label is not None else EXIT_NOTHING_FOUND
+    result = diagnose(
+        logs, snapshot=args.snapshot[0] if args.snapshot else None, config=loaded, plot_to=args.plot
+    )
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -78,3 +108,39 @@ def run(args: argparse.Namespace) -> int:
 
         render(result, Console())
     return EXIT_DIAGNOSED if result.verdict.label is not None else EXIT_NOTHING_FOUND
+
+
+def add_category_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="with two snapshots: a category of your own, for blocks with a stack frame matching REGEX "
+        "(tried before the built-in ones; repeatable)",
+    )
+
+
+def compare_snapshots(paths: list[str], categories: list[str], plot_to: str | None, as_json: bool) -> int:
+    """Two snapshots, or one folder of per-rank snapshots, side by side (``diagnose`` and ``diff``)."""
+    from memtune.diagnose import compare as cmp
+    from memtune.diagnose import compare_render as out
+
+    if plot_to:
+        check_plot_path(plot_to)
+    user = [cmp.Category.parse(text) for text in categories]
+    if len(paths) == 1:
+        ranks = cmp.compare_ranks(paths[0], user)
+        data, lines = out.ranks_json(ranks), out.ranks_lines(ranks)
+        comparison = ranks.comparison
+    else:
+        comparison = cmp.compare_files(paths[0], paths[1], user)
+        data, lines = out.comparison_json(comparison), out.comparison_lines(comparison)
+    if plot_to:
+        cmp.plot(comparison, plot_to)
+    if as_json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(lines))
+    return 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.regress import render
 
@@ -31,6 +32,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "monitor JSONL or directories of them)",
     )
     d.add_argument("--logs", action="store_true", help="A and B are runs' logs, not configs")
+    d.add_argument(
+        "--snapshots",
+        action="store_true",
+        help="A and B are memory snapshots (or give one folder of per-rank snapshots: the highest "
+        "rank against the median rank)",
+    )
+    add_category_argument(d)
+    d.add_argument("--plot", metavar="FILE.png", help="with --snapshots: both timelines by category")
     d.add_argument("--json", action="store_true", help="print machine-readable JSON")
     d.set_defaults(handler=run_diff, overrides=[])
 
@@ -79,6 +88,12 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> N
 def run_diff(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, *(i for i in args.inputs if _is_override(i))]
     paths = [i for i in args.inputs if not _is_override(i)]
+    if args.snapshots:
+        if overrides or args.logs or len(paths) not in (1, 2):
+            raise InputError("--snapshots compares two snapshots A B, or the snapshots of one folder")
+        return compare_snapshots(paths, args.category, args.plot, args.json)
+    if args.category or args.plot:
+        raise InputError("--category and --plot go with --snapshots")
     if len(paths) != 2:
         what = "runs" if args.logs else "configs"
         raise InputError(f"expected two {what} A B, got {len(paths)}: {' '.join(paths) or 'none'}")
