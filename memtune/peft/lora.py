@@ -59,6 +59,9 @@ class AdapterReport:
     reason: str | None
 
 
+SCALE_POSITIONS = ("bottleneck", "output")
+
+
 @dataclass(frozen=True)
 class LoRA:
     """LoRA adapters for the ``target_modules`` linears of a Megatron-Core GPT model.
@@ -72,6 +75,11 @@ class LoRA:
     dropout: float = 0.0
     target_modules: tuple[str, ...] = DEFAULT_TARGETS
     sequence_parallel_input_regather: bool = False
+    # Where alpha/dim multiplies: "bottleneck", the rank-wide tensor before the bias-free output
+    # projection (W(s·x) = s·W(x); Megatron-Bridge's dense adapters since its PR #5906), or
+    # "output", the full-width result, which keeps a second full-width tensor alive while the
+    # multiply runs (Bridge before #5906, and its grouped-expert adapters until PR #5913).
+    scale_position: str = "bottleneck"
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.target_modules if t not in DEFAULT_TARGETS]
@@ -81,6 +89,10 @@ class LoRA:
             raise InputError(f"LoRA: dim and alpha must be positive, got dim={self.dim}, alpha={self.alpha}")
         if not 0.0 <= self.dropout < 1.0:
             raise InputError(f"LoRA: dropout must be in [0, 1), got {self.dropout}")
+        if self.scale_position not in SCALE_POSITIONS:
+            raise InputError(
+                f"LoRA: scale_position must be one of {', '.join(SCALE_POSITIONS)}, got {self.scale_position!r}"
+            )
 
     def apply(self, model: Any, tp_group: Any = None) -> Any:
         """Freeze ``model``'s parameters and wrap its target linears in place; returns ``model``.

@@ -20,7 +20,8 @@ log = logging.getLogger("memtune.peft")
 
 
 class LoRAAdapter(nn.Module):
-    """``scale · B(A(dropout(x)))`` sharded over the base linear's TP group.
+    """``B(scale · A(dropout(x)))`` sharded over the base linear's TP group (or
+    ``scale · B(A(dropout(x)))`` with ``LoRA.scale_position="output"``).
 
     Column-parallel base (input replicated or sequence-sharded, output split): A ``[dim/t, in]``
     with its output gathered, B ``[out/t, dim]``. Row-parallel base (input split, output
@@ -57,6 +58,7 @@ class LoRAAdapter(nn.Module):
         self.requested = lora.sequence_parallel_input_regather
         self.fuse = bool(getattr(config, "gradient_accumulation_fusion", False))
         self.scale = lora.alpha / lora.dim
+        self.scale_bottleneck = lora.scale_position == "bottleneck"
         self.tp = comm.group_size(group)
         self.facts = regather_facts(target, kind, self.tp, sequence_parallel, config)
         self.activation: nn.Module = nn.Identity()
@@ -104,22 +106,28 @@ class LoRAAdapter(nn.Module):
         if self.parallel == "column":
             a = self._column_a(x)
             a = comm.apply(comm.GatherLastDim, a, self.group) if self.tp > 1 else a
-            a = self.activation(a)
+            a = self._scaled(self.activation(a))
             a = comm.apply(comm.CopyToTensorParallel, a, self.group) if self.tp > 1 else a
             out = comm.apply(comm.AdapterLinear, a, self.linear_out.weight, self.fuse)
         else:
             a = comm.apply(comm.AdapterLinear, x, self.linear_in.weight, self.fuse)
             a = comm.apply(comm.ReduceFromTensorParallel, a, self.group) if self.tp > 1 else a
-            a = self.activation(a)
+            a = self._scaled(self.activation(a))
             a = comm.apply(comm.CopyToTensorParallel, a, self.group) if self.tp > 1 else a
             out = comm.apply(comm.AdapterLinear, a, self.linear_out.weight, self.fuse)
             if self.explicit_comm and self.tp > 1:
                 width, rank = out.shape[-1], comm.group_rank(self.group)
-                return torch.nn.functional.pad(out, (rank * width, (self.tp - 1 - rank) * width)) * self.scale
+                padded = torch.nn.functional.pad(out, (rank * width, (self.tp - 1 - rank) * width))
+                return padded if self.scale_bottleneck else padded * self.scale
             out = comm.apply(comm.GatherLastDim, out, self.group) if self.tp > 1 else out
             if self.sequence_parallel and self.tp > 1:
                 out = comm.apply(comm.ScatterSequence, out, self.group)
-        return out * self.scale
+        return out if self.scale_bottleneck else out * self.scale
+
+    def _scaled(self, a: torch.Tensor) -> torch.Tensor:
+        """The rank-wide bottleneck, scaled when the scale sits there: the output projection has
+        no bias, so B(s·a) = s·B(a), and no full-width copy is made."""
+        return a * self.scale if self.scale_bottleneck else a
 
     def _column_a(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear_in.weight

@@ -58,12 +58,15 @@ def _saved_bytes(model: Any, x: Any) -> tuple[int, Any]:
     return sum(storages.values()), out
 
 
-def _run(regather: bool, dtype: Any, fusion: bool) -> dict[str, Any]:
+def _run(
+    regather: bool, dtype: Any, fusion: bool, scale_position: str = "bottleneck", alpha: int = 8
+) -> dict[str, Any]:
     lora = LoRA(
         dim=DIM,
-        alpha=8,
+        alpha=alpha,
         target_modules=lm.COLUMN_TARGETS + lm.ROW_TARGETS,
         sequence_parallel_input_regather=regather,
+        scale_position=scale_position,
     )
     model = _build(lora, dtype, fusion, dist.group.WORLD)
     rank = dist.get_rank()
@@ -262,6 +265,14 @@ def _worker(rank: int, init: str, out_dir: str) -> None:
         for fusion in (True, False):
             key = f"{str(dtype).split('.')[-1]}-{'main_grad' if fusion else 'grad'}"
             results[key] = {"baseline": _run(False, dtype, fusion), "regather": _run(True, dtype, fusion)}
+    # The scale on the bottleneck against the scale on the output (Bridge before its PR #5906).
+    for dtype in (torch.float32, torch.bfloat16):
+        for regather in (False, True):
+            key = f"scale-{str(dtype).split('.')[-1]}-{'regather' if regather else 'default'}"
+            results[key] = {p: _run(regather, dtype, False, p) for p in ("output", "bottleneck")}
+    results["scale-float32-alpha6"] = {
+        p: _run(True, torch.float32, False, p, alpha=6) for p in ("output", "bottleneck")
+    }
     results["eligibility"] = _eligibility()
     results["misc"] = _logging_and_weights()
     results["explicit"] = _explicit_comm()
@@ -393,3 +404,48 @@ def test_adapter_weights_round_trip_as_shards_and_whole(runs):
 def test_expert_adapters_leave_tp_communication_to_the_dispatcher(runs):
     for r in runs:
         assert r["explicit"] == {"column output": True, "column input gradient": True, "row output": True}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any], close: Any) -> None:
+    for name in ("outputs", "input_grads"):
+        for x, y in zip(a[name], b[name]):
+            close(x, y)
+    for n, g in a["grads"].items():
+        close(g, b["grads"][n])
+
+
+@pytest.mark.parametrize("key", ["scale-float32-default", "scale-float32-regather"])
+def test_the_scale_on_the_bottleneck_is_exact_in_fp32(runs, key):
+    # alpha/dim = 2: a power of two, so W(2a) and 2W(a) round identically.
+    for r in runs:
+        _same(
+            r[key]["output"],
+            r[key]["bottleneck"],
+            lambda x, y: torch.testing.assert_close(x, y, rtol=0, atol=0),
+        )
+
+
+@pytest.mark.parametrize("key", ["scale-bfloat16-default", "scale-bfloat16-regather", "scale-float32-alpha6"])
+def test_the_scale_on_the_bottleneck_matches_within_rounding(runs, key):
+    tolerance = {"rtol": 1.6e-2, "atol": 1e-2} if "bfloat16" in key else {"rtol": 1e-4, "atol": 1e-4}
+    for r in runs:
+        _same(
+            r[key]["output"], r[key]["bottleneck"], lambda x, y: torch.testing.assert_close(x, y, **tolerance)
+        )
+
+
+def test_the_scale_position_does_not_change_what_autograd_keeps(runs):
+    for r in runs:
+        assert (
+            r["scale-float32-regather"]["output"]["saved"]
+            == r["scale-float32-regather"]["bottleneck"]["saved"]
+        )
+
+
+def test_an_unknown_scale_position_is_refused():
+    from memtune.errors import InputError
+
+    with pytest.raises(
+        InputError, match="LoRA: scale_position must be one of bottleneck, output, got 'middle'"
+    ):
+        LoRA(scale_position="middle")
