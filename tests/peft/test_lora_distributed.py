@@ -427,11 +427,14 @@ def test_the_scale_on_the_bottleneck_is_exact_in_fp32(runs, key):
 
 @pytest.mark.parametrize("key", ["scale-bfloat16-default", "scale-bfloat16-regather", "scale-float32-alpha6"])
 def test_the_scale_on_the_bottleneck_matches_within_rounding(runs, key):
-    tolerance = {"rtol": 1.6e-2, "atol": 1e-2} if "bfloat16" in key else {"rtol": 1e-4, "atol": 1e-4}
+    # Relative to each tensor's norm: the adapters' random weights differ from run to run.
+    bound = 2e-2 if "bfloat16" in key else 1e-5
+
+    def close(x: Any, y: Any) -> None:
+        assert float((x - y).norm()) <= bound * float(y.norm())
+
     for r in runs:
-        _same(
-            r[key]["output"], r[key]["bottleneck"], lambda x, y: torch.testing.assert_close(x, y, **tolerance)
-        )
+        _same(r[key]["output"], r[key]["bottleneck"], close)
 
 
 def test_the_scale_position_does_not_change_what_autograd_keeps(runs):
