@@ -223,11 +223,12 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
         s.add("linear_q_up_proj.input", BF16 * T * m.q_lora_rank)
     s.add("kv_layernorm.input", BF16 * T * m.kv_lora_rank)
     s.add("linear_kv_up_proj.input", BF16 * T * m.kv_lora_rank)
+    up_outputs = BF16 * T * heads * qk + BF16 * T * heads * (m.qk_head_dim + m.v_head_dim)
+    core = BF16 * T * heads * (2 * qk + m.v_head_dim)
     recompute_up = "mla_up_proj" in d.recompute_modules
     if not recompute_up:
         s.add("q_up.output", BF16 * T * heads * qk)
         s.add("kv_up.output", BF16 * T * heads * (m.qk_head_dim + m.v_head_dim))
-    core = BF16 * T * heads * (2 * qk + m.v_head_dim)
     if recompute_core:
         s.add("core_attention.checkpoint.qkv", core)
     elif fl.flash_attention:
@@ -242,8 +243,24 @@ def mla_attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Sav
             s.add(f"core_attention.{name}", per_score * scores)
         s.fwd_transient = path.fwd_extra * scores
         s.bwd_transient = path.bwd_extra * scores
+    if recompute_up:
+        _discard_recomputed_up_projection(s, core + up_outputs)
     s.add("linear_proj.input", BF16 * T * heads * m.v_head_dim)
     return s
+
+
+def _discard_recomputed_up_projection(s: Saved, rematerialized: float) -> None:
+    """Selective ``mla_up_proj`` recompute (megatron-core 0.19.2,
+    ``transformer/multi_latent_attention.py``): the up projections and RoPE run inside a
+    ``CheckpointWithoutOutput`` under ``no_grad``, which keeps only their inputs (the compressed
+    q and kv, kept as the up projections' inputs anyway). Once the core attention has run,
+    ``discard_output_and_register_recompute`` frees the storage of its outputs, the query, key
+    and value, which the core attention (or its own checkpoint) holds for backward. A hook on
+    the core attention's output gradient recomputes them, with grad this time, so in the
+    attention's backward q, k, v and the up projections' outputs exist again."""
+    for name in ("core_attention.qkv", "core_attention.checkpoint.qkv"):
+        s.tensors.pop(name, None)
+    s.bwd_transient += rematerialized
 
 
 def mlp(

@@ -78,3 +78,85 @@ def test_moe_act_recompute_drops_only_the_activation_output(job_factory):
     assert kept["base"]["experts.linear_fc2.input"] == 2 * routed * 32
     assert set(kept["base"]) - set(kept["rc"]) == {"experts.linear_fc2.input", "experts.probs_scaled_input"}
     assert kept["rc"]["experts.fc1_output"] == 2 * routed * 64  # gated: fc1 is 2 x 32 wide
+
+
+MLA = {
+    "multi_latent_attention": True,
+    "q_lora_rank": None,
+    "kv_lora_rank": 32,
+    "qk_head_dim": 16,
+    "qk_pos_emb_head_dim": 8,
+    "v_head_dim": 16,
+    "attention_backend": "flash",
+}
+
+
+def test_mla_up_proj_recompute_frees_query_key_and_value(job_factory):
+    kept = {}
+    for label, extra in (
+        ("base", {}),
+        ("up", {"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]}),
+        (
+            "up+core",
+            {"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj", "core_attn"]},
+        ),
+    ):
+        d = derive(job_factory(model={**MLA, **extra}))
+        kept[label] = act.mla_attention(d, act.dims_of(d), flavour_of(d), "core_attn" in d.recompute_modules)
+    q_up = 2 * T * 4 * (16 + 8)  # 4 heads of qk 16 + rope 8
+    kv_up = 2 * T * 4 * (16 + 16)
+    qkv = 2 * T * 4 * (2 * 24 + 16)
+    assert kept["base"].tensors["q_up.output"] == q_up
+    assert kept["base"].tensors["core_attention.qkv"] == qkv
+    # CheckpointWithoutOutput keeps only the compressed inputs; q, k, v are discarded after the
+    # core attention, also where core_attn's own checkpoint holds them.
+    assert set(kept["base"].tensors) - set(kept["up"].tensors) == {
+        "q_up.output",
+        "kv_up.output",
+        "core_attention.qkv",
+    }
+    assert kept["up"].tensors["linear_kv_up_proj.input"] == 2 * T * 32
+    assert not any("qkv" in name for name in kept["up+core"].tensors)
+    # The backward hook rebuilds them with grad for the attention's backward.
+    assert kept["up"].bwd_transient == kept["base"].bwd_transient + q_up + kv_up + qkv
+
+
+def _lora_moe_layer(job_factory, targets, **model):
+    from memtune.estimate.peft import apply_lora
+
+    moe = {
+        "num_moe_experts": 4,
+        "moe_ffn_hidden_size": 32,
+        "moe_router_topk": 2,
+        "attention_backend": "flash",
+    }
+    job = job_factory(model={**moe, **model}, peft={"dim": 8, "alpha": 8, "target_modules": targets})
+    d = derive(job)
+    x, fl = act.dims_of(d), flavour_of(d)
+    saved = act.transformer_layer(d, x, fl, is_moe=True, imbalance=1.0)
+    apply_lora(d, x, fl, saved, is_moe=True)
+    return saved.tensors
+
+
+def test_lora_on_attention_only_frees_the_frozen_experts_inputs(job_factory):
+    routed = T * 2  # top-2, ETP 1, balanced
+    both = _lora_moe_layer(job_factory, ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+    assert both["mlp.experts.input"] == 2 * routed * H
+    assert both["mlp.experts.linear_fc2.input"] == 2 * routed * 32
+    attention = _lora_moe_layer(job_factory, ["linear_qkv", "linear_proj"])
+    # Frozen expert linears keep no input; the activation and the probability scaling still do.
+    assert set(both) - set(attention) == {"mlp.experts.input", "mlp.experts.linear_fc2.input"}
+    assert attention["mlp.experts.fc1_output"] == 2 * routed * 64
+    assert attention["mlp.experts.probs_scaled_input"] == 2 * routed * 32
+    assert attention["mlp.router.input"] == 2 * T * H  # the router's gating saves its input
+    fc1_only = _lora_moe_layer(job_factory, ["linear_fc1"])
+    assert "mlp.experts.input" in fc1_only and "mlp.experts.linear_fc2.input" not in fc1_only
+
+
+def test_lora_frees_the_frozen_shared_experts_fc2_input(job_factory):
+    shared = {"moe_shared_expert_intermediate_size": 48}
+    attention = _lora_moe_layer(job_factory, ["linear_qkv", "linear_proj"], **shared)
+    assert "mlp.shared_experts.linear_fc2.input" not in attention
+    assert attention["mlp.shared_experts.fc1_output"] == 2 * T * 96
+    both = _lora_moe_layer(job_factory, ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], **shared)
+    assert both["mlp.shared_experts.linear_fc2.input"] == 2 * T * 48
