@@ -12,7 +12,7 @@ and shared experts of MoE layers.
 from __future__ import annotations
 
 from memtune.config.derived import Derived
-from memtune.estimate.activations import BF16, Dims, Saved
+from memtune.estimate.activations import Dims, Saved
 from memtune.estimate.flavour import Flavour
 from memtune.peft.model import AdapterParams, adapters_in_layer, kept_input_bytes
 from memtune.peft.model import adapter_params as adapter_params
@@ -43,7 +43,7 @@ def apply_lora(d: Derived, x: Dims, fl: Flavour, saved: Saved, is_moe: bool) -> 
             continue  # their inputs are kept under the expert names (_drop_frozen_expert_inputs)
         name = f"lora.{a.target}" if a.kind == "dense" else f"lora.shared_experts.{a.target}"
         # LoRA-A's output and LoRA-B's input are small (rank-wide); the adapter's output is not kept.
-        saved.add(f"{name}.rank_tensors", 2 * BF16 * x.tokens * d.job.peft.dim)
+        saved.add(f"{name}.rank_tensors", 2 * x.activation_bytes * x.tokens * d.job.peft.dim)
         saved.add(f"{name}.input", kept_input_bytes(d, a))
 
 

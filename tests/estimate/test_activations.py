@@ -160,3 +160,55 @@ def test_lora_frees_the_frozen_shared_experts_fc2_input(job_factory):
     assert attention["mlp.shared_experts.fc1_output"] == 2 * T * 96
     both = _lora_moe_layer(job_factory, ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], **shared)
     assert both["mlp.shared_experts.linear_fc2.input"] == 2 * T * 48
+
+
+def test_fp32_job_keeps_four_byte_activations_and_an_uncast_softmax(job_factory):
+    fp32 = _layer(job_factory(model={"bf16": False}))
+    bf16 = _layer(job_factory())
+    scores = 2 * 4 * 128 * 128  # mbs 2, 4 heads, s x s
+    # The torch softmax runs on the fp32 scores as they are: its output is the probabilities,
+    # with no fp32 copy and no cast back.
+    assert fp32.tensors["self_attention.core_attention.softmax_output"] == 4 * scores
+    assert "self_attention.core_attention.probs_bf16" not in fp32.tensors
+    for name in ("input_layernorm.input", "self_attention.core_attention.q", "mlp.fc1_output"):
+        assert fp32.tensors[name] == 2 * bf16.tensors[name]
+    assert fp32.tensors["input_layernorm.stats"] == bf16.tensors["input_layernorm.stats"] == 4 * T
+    # Working sets of the half-precision torch path (4 and 6 bytes per score), twice as wide.
+    softmax = act.unfused_softmax(derive(job_factory(model={"bf16": False})))
+    assert (softmax.fwd_extra, softmax.bwd_extra) == (8, 12)
+
+
+def test_fp16_job_keeps_what_a_bf16_job_keeps(job_factory):
+    fp16 = _layer(job_factory(model={"bf16": False, "fp16": True}))
+    assert fp16.tensors == _layer(job_factory()).tensors
+
+
+def test_fp32_loss_keeps_the_logits_as_its_softmax_without_a_copy(job_factory):
+    vocab = 1000  # padded to a multiple of 8 on one TP rank
+    out = {}
+    for label, model in (("bf16", {}), ("fp32", {"bf16": False})):
+        d = derive(job_factory(model=model))
+        out[label] = act.output_and_loss(d, act.dims_of(d))
+    logits = T * vocab
+    assert out["bf16"].tensors["loss.softmax_fp32"] == out["fp32"].tensors["loss.softmax_fp32"] == 4 * logits
+    assert out["bf16"].fwd_transient == 2 * logits  # the bf16 logits beside their fp32 copy
+    assert out["fp32"].fwd_transient == 0
+    # Backward: the in-place gradient is the kept tensor; the output layer's fp32 weight and
+    # input gradients appear beside it.
+    assert out["fp32"].bwd_transient == 4 * vocab * H + 4 * T * H
+
+
+def test_fp32_model_state_is_about_a_bf16_jobs_as_check_opt011_says(job_factory):
+    from memtune.check import gate, run_checks
+    from memtune.estimate import estimate
+
+    per_param = {}
+    for label, model in (("bf16", {}), ("fp32", {"bf16": False})):
+        job = job_factory(model=model, ddp={"grad_reduce_in_fp32": True})
+        state = estimate(gate(job)).ranks[0].state
+        per_param[label] = (
+            (state.weights + state.grads + state.optimizer) / state.weights * (2 if label == "bf16" else 4)
+        )
+    assert per_param == {"bf16": 18.0, "fp32": 16.0}  # 2+4+4+8 against 4+4+8 bytes
+    fp32 = next(f for f in run_checks(job_factory(model={"bf16": False})) if f.code == "OPT011")
+    assert "saved activations take twice their bf16 memory" in fp32.message
