@@ -50,8 +50,9 @@ def apply_lora(d: Derived, x: Dims, fl: Flavour, saved: Saved, is_moe: bool) -> 
 def _drop_frozen_expert_inputs(d: Derived, kept: dict[str, float]) -> None:
     """Frozen expert linears keep no input either (megatron-core 0.19.2): ``SequentialMLP`` runs
     each expert through Megatron's column/row-parallel linears, which take
-    ``linear_with_frozen_weight``, and Transformer Engine's ``GroupedLinear`` (``TEGroupedMLP``)
-    saves no input when its weights do not require grad. So the dispatched tokens stay only for
+    ``linear_with_frozen_weight`` (or Transformer Engine's ``Linear`` on its spec), and
+    Transformer Engine's ``GroupedLinear`` (``TEGroupedMLP``); both of TE's save no input when
+    their weights do not require grad (``backward_needs_input``). So the dispatched tokens stay only for
     a routed ``linear_fc1`` adapter and the expert ``linear_fc2`` input only for a ``linear_fc2``
     adapter; likewise for the shared experts' ``linear_fc2``. What the router (its gating
     function saves its input whatever the weight), the activation and the probability scaling
