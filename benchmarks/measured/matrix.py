@@ -1584,10 +1584,7 @@ def _precision() -> list[Entry]:
     unfused_2k = dict(attention_backend="unfused", seq_length=2048)
     e.append(run("prec-gpt-tp1-fp32-unfused", GPT(**fp32)))
     e.append(
-        run(
-            "prec-l1b-tp2-sp-fp32-unfused-s2k",
-            L1B(tensor_model_parallel_size=2, **SP, **fp32, **unfused_2k),
-        )
+        run("prec-l1b-tp2-sp-fp32-unfused-s2k", L1B(tensor_model_parallel_size=2, **SP, **fp32, **unfused_2k))
     )
     e.append(
         run(
@@ -1598,20 +1595,8 @@ def _precision() -> list[Entry]:
         )
     )
     e.append(run("prec-l1b-tp1-fp16-s4k", L1B(**fp16)))
-    e.append(
-        run(
-            "prec-gpt-tp2-sp-fp16-unfused",
-            GPT(tensor_model_parallel_size=2, **SP, **fp16),
-        )
-    )
-    e.append(
-        run(
-            "prec-qm-ep4-fp16",
-            QM(expert_model_parallel_size=4, **fp16),
-            dp=4,
-            solo=True,
-        )
-    )
+    e.append(run("prec-gpt-tp2-sp-fp16-unfused", GPT(tensor_model_parallel_size=2, **SP, **fp16)))
+    e.append(run("prec-qm-ep4-fp16", QM(expert_model_parallel_size=4, **fp16), dp=4, solo=True))
     e.append(run("prec-mx-ep4-fp16", MX(expert_model_parallel_size=4, **fp16), dp=4))
     pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, pipeline_dtype="fp16", **fp16)
     e.append(run("prec-l8w-pp2-m4-fp16-last", L8W(**pp2), microbatches=4, stage=-1, solo=True))
@@ -1622,51 +1607,32 @@ def _lora_moe() -> list[Entry]:
     """LoRA on MoE models with adapters on attention only, on the experts only and on both
     (``lora-*``): frozen expert linears keep no input (megatron-core 0.19.2). Defined before any
     was measured, split by the hash rule; not yet measured (no GPU in the session that defined
-    them). The four earlier LoRA-on-MoE runs (``_lora``) all adapt the experts too."""
-    e = []
+    them). The four earlier LoRA-on-MoE runs (``_lora``) all adapt the experts too. MLA has no
+    linear_qkv: there attention-only LoRA adapts linear_proj and the shared experts stay frozen."""
     tp2 = dict(tensor_model_parallel_size=2, **SP)
-    a2a = dict(moe_token_dispatcher_type="alltoall")
-    experts = ["linear_fc1", "linear_fc2"]
-    mx = MX(expert_model_parallel_size=2, **tp2, **a2a)
-    e.append(
-        run(
-            "lora-mx-tp2-sp-ep2-attention",
-            mx,
-            dp=2,
-            peft=lora(target_modules=ATTENTION),
-        )
-    )
-    e.append(run("lora-mx-tp2-sp-ep2-experts", mx, dp=2, peft=lora(target_modules=experts)))
-    e.append(
-        run(
-            "lora-mx-tp2-sp-ep2-attention-fc2",
-            mx,
-            dp=2,
-            peft=lora(target_modules=[*ATTENTION, "linear_fc2"]),
-        )
-    )
-    qm = QM(expert_model_parallel_size=4, **tp2)
-    e.append(
-        run(
-            "lora-qm-tp2-sp-ep4-attention",
-            qm,
-            dp=4,
-            peft=lora(target_modules=ATTENTION),
-        )
-    )
-    e.append(run("lora-qm-tp2-sp-ep4-experts", qm, dp=4, peft=lora(target_modules=experts)))
-    e.append(run("lora-qm-tp2-sp-ep4", qm, dp=4, peft=lora()))
-    # MLA has no linear_qkv: attention-only LoRA adapts linear_proj; shared experts stay frozen.
-    dsl = DSL(expert_model_parallel_size=4, **tp2)
-    e.append(
-        run(
-            "lora-dsl-tp2-sp-ep4-attention",
-            dsl,
-            dp=4,
-            peft=lora(target_modules=ATTENTION),
-        )
-    )
-    e.append(run("lora-dsl-tp2-sp-ep4-experts", dsl, dp=4, peft=lora(target_modules=experts)))
+    shapes = {
+        "mx-tp2-sp-ep2": (MX(expert_model_parallel_size=2, moe_token_dispatcher_type="alltoall", **tp2), 2),
+        "qm-tp2-sp-ep4": (QM(expert_model_parallel_size=4, **tp2), 4),
+        "dsl-tp2-sp-ep4": (DSL(expert_model_parallel_size=4, **tp2), 4),
+    }
+    targets = {
+        "-attention": ATTENTION,
+        "-experts": ["linear_fc1", "linear_fc2"],
+        "-attention-fc2": [*ATTENTION, "linear_fc2"],
+        "": None,  # every linear
+    }
+    chosen = {
+        "mx-tp2-sp-ep2": ("-attention", "-experts", "-attention-fc2"),
+        "qm-tp2-sp-ep4": ("-attention", "-experts", ""),
+        "dsl-tp2-sp-ep4": ("-attention", "-experts"),
+    }
+    e = []
+    for shape, suffixes in chosen.items():
+        model, dp = shapes[shape]
+        for suffix in suffixes:
+            target = targets[suffix]
+            peft = lora() if target is None else lora(target_modules=target)
+            e.append(run(f"lora-{shape}{suffix}", model, dp=dp, peft=peft))
     return e
 
 
@@ -1690,12 +1656,7 @@ def _mla_recompute() -> list[Entry]:
     e.append(mla("mla-dsl6-ep4-rc-none", DSL(**six)))
     e.append(mla("mla-dsl6-ep4-rc-upproj", DSL(**six, **selective("mla_up_proj"))))
     e.append(mla("mla-dsl6-ep4-rc-coreattn", DSL(**six, **selective("core_attn"))))
-    e.append(
-        mla(
-            "mla-dsl6-ep4-rc-upproj-coreattn",
-            DSL(**six, **selective("mla_up_proj", "core_attn")),
-        )
-    )
+    e.append(mla("mla-dsl6-ep4-rc-upproj-coreattn", DSL(**six, **selective("mla_up_proj", "core_attn"))))
     e.append(mla("mla-dsl6-ep4-rc-upproj-moe", DSL(**six, **selective("mla_up_proj", "moe"))))
     full = dict(recompute_granularity="full")
     e.append(
@@ -1710,12 +1671,7 @@ def _mla_recompute() -> list[Entry]:
             DSL(**six, **full, recompute_method="block", recompute_num_layers=3),
         )
     )
-    e.append(
-        mla(
-            "mla-dslq6-ep4-rc-upproj",
-            DSL(**six, q_lora_rank=768, **selective("mla_up_proj")),
-        )
-    )
+    e.append(mla("mla-dslq6-ep4-rc-upproj", DSL(**six, q_lora_rank=768, **selective("mla_up_proj"))))
     e.append(
         mla(
             "mla-dsl6-tp2-sp-ep4-rc-upproj",
