@@ -369,8 +369,9 @@ def test_layernorm_recompute_on_the_local_spec_keeps_the_other_modules():
 def test_fp32_training_says_what_the_estimate_counts():
     f = finding("OPT011", "model.bf16=false")
     assert f.message == (
-        "model.bf16 and model.fp16 are both false: weights and activations are fp32, so the saved "
-        "activations take twice their bf16 memory (the model state stays about the same: Adam keeps "
-        "no separate fp32 copy)"
+        "model.bf16 and model.fp16 are both false: weights and activations are fp32, twice as wide as bf16 "
+        "except what a bf16 job keeps in fp32 already (the loss's softmax, norm statistics), so the saved "
+        "activations grow by up to 2x; the model state stays about the same (Adam keeps no separate fp32 "
+        "copy)"
     )
     assert finding("OPT011", "model.bf16=false", "model.fp16=true") is None
