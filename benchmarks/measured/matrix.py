@@ -1573,6 +1573,121 @@ def _defaults() -> list[Entry]:
     return e
 
 
+def _precision() -> list[Entry]:
+    """fp32 and fp16 jobs (``prec-``): activations follow the weights' dtype
+    (``Derived.activation_dtype``), dense and MoE, flash and unfused attention (fp32 runs are
+    unfused: PyTorch's flash kernels need half precision), fp16 with its softmax cast and on a
+    last pipeline stage. Defined before any was measured, split by the hash rule; not yet
+    measured (no GPU in the session that defined them)."""
+    e = []
+    fp32, fp16 = dict(bf16=False), dict(bf16=False, fp16=True)
+    unfused_2k = dict(attention_backend="unfused", seq_length=2048)
+    e.append(run("prec-gpt-tp1-fp32-unfused", GPT(**fp32)))
+    e.append(
+        run("prec-l1b-tp2-sp-fp32-unfused-s2k", L1B(tensor_model_parallel_size=2, **SP, **fp32, **unfused_2k))
+    )
+    e.append(
+        run(
+            "prec-qm-ep4-fp32-unfused-s2k",
+            QM(expert_model_parallel_size=4, **fp32, **unfused_2k),
+            dp=4,
+            solo=True,
+        )
+    )
+    e.append(run("prec-l1b-tp1-fp16-s4k", L1B(**fp16)))
+    e.append(run("prec-gpt-tp2-sp-fp16-unfused", GPT(tensor_model_parallel_size=2, **SP, **fp16)))
+    e.append(run("prec-qm-ep4-fp16", QM(expert_model_parallel_size=4, **fp16), dp=4, solo=True))
+    e.append(run("prec-mx-ep4-fp16", MX(expert_model_parallel_size=4, **fp16), dp=4))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, pipeline_dtype="fp16", **fp16)
+    e.append(run("prec-l8w-pp2-m4-fp16-last", L8W(**pp2), microbatches=4, stage=-1, solo=True))
+    return e
+
+
+def _lora_moe() -> list[Entry]:
+    """LoRA on MoE models with adapters on attention only, on the experts only and on both
+    (``lora-*``): frozen expert linears keep no input (megatron-core 0.19.2). Defined before any
+    was measured, split by the hash rule; not yet measured (no GPU in the session that defined
+    them). The four earlier LoRA-on-MoE runs (``_lora``) all adapt the experts too. MLA has no
+    linear_qkv: there attention-only LoRA adapts linear_proj and the shared experts stay frozen."""
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    shapes = {
+        "mx-tp2-sp-ep2": (MX(expert_model_parallel_size=2, moe_token_dispatcher_type="alltoall", **tp2), 2),
+        "qm-tp2-sp-ep4": (QM(expert_model_parallel_size=4, **tp2), 4),
+        "dsl-tp2-sp-ep4": (DSL(expert_model_parallel_size=4, **tp2), 4),
+    }
+    targets = {
+        "-attention": ATTENTION,
+        "-experts": ["linear_fc1", "linear_fc2"],
+        "-attention-fc2": [*ATTENTION, "linear_fc2"],
+        "": None,  # every linear
+    }
+    chosen = {
+        "mx-tp2-sp-ep2": ("-attention", "-experts", "-attention-fc2"),
+        "qm-tp2-sp-ep4": ("-attention", "-experts", ""),
+        "dsl-tp2-sp-ep4": ("-attention", "-experts"),
+    }
+    e = []
+    for shape, suffixes in chosen.items():
+        model, dp = shapes[shape]
+        for suffix in suffixes:
+            target = targets[suffix]
+            peft = lora() if target is None else lora(target_modules=target)
+            e.append(run(f"lora-{shape}{suffix}", model, dp=dp, peft=peft))
+    return e
+
+
+def _mla_recompute() -> list[Entry]:
+    """Multi-latent attention under each recompute choice (``mla-``): none, ``mla_up_proj``
+    (which frees q, k and v once the core attention has run), ``core_attn``, both, with ``moe``,
+    full recompute (uniform and block), a query low-rank path, TP 2 with SP and a first
+    pipeline stage. ``layernorm`` is left out: it fails on the local spec (check REC015).
+    DeepSeek-V2-Lite-like, 6 layers (the first dense) where activations set the peak. Defined
+    before any was measured, split by the hash rule; not yet measured (no GPU in the session
+    that defined them)."""
+    e = []
+    six = dict(num_layers=6, moe_layer_freq=[0, 1, 1, 1, 1, 1], expert_model_parallel_size=4)
+
+    def selective(*modules):
+        return dict(recompute_granularity="selective", recompute_modules=list(modules))
+
+    def mla(run_id, model, **kw):
+        return run(run_id, model, dp=4, distopt=True, **kw)
+
+    e.append(mla("mla-dsl6-ep4-rc-none", DSL(**six)))
+    e.append(mla("mla-dsl6-ep4-rc-upproj", DSL(**six, **selective("mla_up_proj"))))
+    e.append(mla("mla-dsl6-ep4-rc-coreattn", DSL(**six, **selective("core_attn"))))
+    e.append(mla("mla-dsl6-ep4-rc-upproj-coreattn", DSL(**six, **selective("mla_up_proj", "core_attn"))))
+    e.append(mla("mla-dsl6-ep4-rc-upproj-moe", DSL(**six, **selective("mla_up_proj", "moe"))))
+    full = dict(recompute_granularity="full")
+    e.append(
+        mla(
+            "mla-dsl6-ep4-rc-full-uniform1",
+            DSL(**six, **full, recompute_method="uniform", recompute_num_layers=1),
+        )
+    )
+    e.append(
+        mla(
+            "mla-dsl6-ep4-rc-full-block3",
+            DSL(**six, **full, recompute_method="block", recompute_num_layers=3),
+        )
+    )
+    e.append(mla("mla-dslq6-ep4-rc-upproj", DSL(**six, q_lora_rank=768, **selective("mla_up_proj"))))
+    e.append(
+        mla(
+            "mla-dsl6-tp2-sp-ep4-rc-upproj",
+            DSL(**six, tensor_model_parallel_size=2, **SP, **selective("mla_up_proj")),
+        )
+    )
+    e.append(
+        mla(
+            "mla-dsl6-pp2-ep4-m4-rc-upproj-first",
+            DSL(**six, pipeline_model_parallel_size=2, **selective("mla_up_proj")),
+            microbatches=4,
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -1584,6 +1699,9 @@ def entries() -> list[Entry]:
         + _preflight()
         + _lora()
         + _defaults()
+        + _precision()
+        + _lora_moe()
+        + _mla_recompute()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"

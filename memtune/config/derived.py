@@ -469,6 +469,15 @@ class Derived:
         sizes[-1][-1] -= loss
         return sizes
 
+    @cached_property
+    def activation_dtype(self) -> str:
+        """Dtype of the activations: the weights' dtype. ``Float16Module`` casts the whole model to
+        fp16 or bf16 and its inputs with it (megatron-core 0.19.2 ``transformer/module.py``), so
+        every layer computes in that dtype; without it an fp32 job's activations are fp32. Loss
+        scaling (fp16) changes no activation size; what stays fp32 inside a half-precision job
+        (norm statistics, softmax in fp32, the loss) is the estimator's per-tensor business."""
+        return self.param_dtype
+
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:
     """Rows of attention scores one block of the fused softmax kernel handles (128 threads,

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from memtune.config.derived import Derived
+from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour
 
@@ -155,24 +155,25 @@ def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[Save
     (RMSNorm) or two (LayerNorm) fp32 tensors.
     """
     m = d.model
+    width = DTYPE_BYTES[d.activation_dtype]
     if name.endswith("core_attention.qkv"):
         x = act.dims_of(d)
         heads = m.num_attention_heads / d.tp
         if m.multi_latent_attention:
             qk = m.qk_head_dim + m.qk_pos_emb_head_dim
             widths = (heads * qk, heads * qk, heads * m.v_head_dim)
-            return [SavedPart(act.BF16 * x.tokens * w, act.BF16 * x.tokens * w, x.tokens * w) for w in widths]
+            return [SavedPart(width * x.tokens * w, width * x.tokens * w, x.tokens * w) for w in widths]
         value_heads = d.query_groups_per_tp_rank if fl.flash_attention else heads
         value = x.tokens * value_heads * d.kv_channels
-        return [SavedPart(nbytes, act.BF16 * value, value)]
+        return [SavedPart(nbytes, width * value, value)]
     if m.multi_latent_attention and name.endswith("linear_q_down_proj.input"):
-        return [SavedPart(nbytes, nbytes, nbytes / act.BF16), SavedPart(0.0, nbytes, nbytes / act.BF16)]
+        return [SavedPart(nbytes, nbytes, nbytes / width), SavedPart(0.0, nbytes, nbytes / width)]
     if m.multi_latent_attention and name.endswith(_MLA_QKV_NOT_COPIED):
-        return [SavedPart(nbytes, 0.0, nbytes / act.BF16)]
+        return [SavedPart(nbytes, 0.0, nbytes / width)]
     if name.endswith(".stats"):
         count = 2 if m.normalization == "LayerNorm" else 1
         return [SavedPart(nbytes / count, nbytes / count, nbytes / count / act.FP32)] * count
-    size = act.FP32 if name.endswith("softmax_lse") else act.BF16
+    size = act.FP32 if name.endswith("softmax_lse") else width
     if fl.fp8_activations and name.endswith(".input") and "layernorm" not in name:
         size = 1
     return [SavedPart(nbytes, nbytes, nbytes / size)]
@@ -238,8 +239,11 @@ def layer_groups(d: Derived, fl: Flavour, saved: act.Saved, is_moe: bool, layer:
             x = act.dims_of(d)
             heads = d.model.num_attention_heads / d.tp
             width = d.model.v_head_dim if d.model.multi_latent_attention else d.kv_channels
-            output = act.BF16 * x.tokens * heads * width
-            if "self_attention.core_attention.output" not in saved.tensors and output / act.BF16 >= minimum:
+            output = x.activation_bytes * x.tokens * heads * width
+            if (
+                "self_attention.core_attention.output" not in saved.tensors
+                and output / x.activation_bytes >= minimum
+            ):
                 host_copy = output
                 pinned += _pow2(output)
         groups.append(Group(name, layer, tensors, host_copy, pinned))

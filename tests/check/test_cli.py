@@ -99,8 +99,8 @@ def test_explain_prints_the_rule_page(capsys):
 
 
 def test_explain_unknown_code_suggests_a_close_one():
-    with pytest.raises(InputError, match=r"--explain: no rule 'OFF01'; did you mean OFF001\?"):
-        check("--explain", "OFF01")
+    with pytest.raises(InputError, match=r"--explain: no rule 'OFF0001'; did you mean OFF001\?"):
+        check("--explain", "OFF0001")
 
 
 def test_list_shows_every_rule(capsys):

@@ -6,6 +6,7 @@ import pytest
 from check_fixtures import make_job
 
 from memtune.check import run_checks
+from memtune.config.changes import Change
 
 SELECTIVE = "model.recompute_granularity=selective"
 REGATHER = "peft.sequence_parallel_input_regather=true"
@@ -329,3 +330,48 @@ def test_megatron_lm_accepts_fine_grained_offload_only_with_transformer_engine()
     )
     assert finding("OFF009", *on, "model.transformer_impl=local") is None  # Megatron-Core has no such check
     assert finding("OFF009", *on, "model.transformer_impl=transformer_engine", "defaults=megatron-lm") is None
+
+
+def test_fine_grained_offload_with_vpp_and_full_recompute_quotes_the_chunk_mismatch():
+    on = ("model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn]")
+    full = (
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+    )
+    vpp = "model.virtual_pipeline_model_parallel_size=2"
+    f = finding("OFF010", *on, vpp, *full)
+    assert f.upstream == "Chunk mismatch"
+    assert f.message.startswith(
+        "model.fine_grained_activation_offloading=true with 2 virtual pipeline stages per rank and "
+        "model.recompute_granularity=full"
+    )
+    assert f.changes == (Change("model.fine_grained_activation_offloading", False),)
+    # Each pair alone runs in megatron-core 0.19.2.
+    assert finding("OFF010", *on, *full) is None
+    assert finding("OFF010", *on, vpp) is None
+    assert finding("OFF010", vpp, *full) is None
+
+
+def test_layernorm_recompute_on_the_local_spec_keeps_the_other_modules():
+    local = ("model.transformer_impl=local", "model.attention_backend=flash")
+    selective = "model.recompute_granularity=selective"
+    f = finding("REC015", *local, selective, "model.recompute_modules=[layernorm,mlp]")
+    assert f.upstream == "name 'FP8GlobalStateManager' is not defined"
+    assert f.changes == (Change("model.recompute_modules", ["mlp"]),)
+    several = finding("REC015", *local, selective, "model.recompute_modules=[core_attn,layernorm,mlp]")
+    assert several.fix == "remove layernorm from model.recompute_modules, or install Transformer Engine"
+    assert finding("REC015", *local, selective, "model.recompute_modules=[mlp]") is None
+    # Without selective granularity no module is recomputed.
+    assert finding("REC015", *local, "model.recompute_modules=[layernorm]") is None
+
+
+def test_fp32_training_says_what_the_estimate_counts():
+    f = finding("OPT011", "model.bf16=false")
+    assert f.message == (
+        "model.bf16 and model.fp16 are both false: weights and activations are fp32, twice as wide as bf16 "
+        "except what a bf16 job keeps in fp32 already (the loss's softmax, norm statistics), so the saved "
+        "activations grow by up to 2x; the model state stays about the same (Adam keeps no separate fp32 "
+        "copy)"
+    )
+    assert finding("OPT011", "model.bf16=false", "model.fp16=true") is None

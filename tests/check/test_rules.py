@@ -20,6 +20,8 @@ NEW_EXPANDABLE = "env.PYTORCH_ALLOC_CONF=expandable_segments:True"
 TE_GRAPHS = "model.cuda_graph_impl=transformer_engine"
 REGISTER_OFF = 'env.NCCL_GRAPH_REGISTER="0"'
 REGATHER = "peft.sequence_parallel_input_regather=true"
+VPP2 = "model.virtual_pipeline_model_parallel_size=2"
+LOCAL = ("model.transformer_impl=local", "model.attention_backend=flash")
 
 # code: (overrides that trigger it, overrides that come close but do not)
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -165,6 +167,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model.distribute_saved_activations=true",),
         ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL),
     ),
+    "REC015": (
+        (*LOCAL, SELECTIVE, "model.recompute_modules=[layernorm]"),
+        ("model.transformer_impl=transformer_engine", SELECTIVE, "model.recompute_modules=[layernorm]"),
+    ),
     "REC014": (
         ("model.distribute_saved_activations=true", "model.sequence_parallel=false"),
         ("model.distribute_saved_activations=true", "model.sequence_parallel=false", *FULL),
@@ -192,6 +198,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "OFF009": (
         ("model.fine_grained_activation_offloading=true", "model.offload_modules=[attn_proj]"),
         ("model.fine_grained_activation_offloading=true", "model.offload_modules=[attn_proj,core_attn]"),
+    ),
+    "OFF010": (
+        ("model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn]", VPP2, *FULL),
+        ("model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn]", *FULL),
     ),
     "ENV001": (
         (EXPANDABLE, "env.use_nccl_ub=true", "env.torch_version=2.10.0"),

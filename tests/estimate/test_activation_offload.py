@@ -160,3 +160,14 @@ def test_assumptions_say_what_was_measured_and_what_comes_from_source(job_factor
         "fine_grained_activation_offloading (core_attn): measured on the local spec, the Transformer Engine "
         "spec's groups from source"
     )
+
+
+def test_the_size_threshold_counts_fp32_elements_in_an_fp32_job(job_factory):
+    # fp32: every activation element is 4 bytes, so q (256 tokens x 64) is 65536 B of 16384
+    # elements, and the threshold still reads 16384.
+    d = derive(job_factory(model={**TE, "bf16": False}))
+    fl = flavour_of(d)
+    (q,) = ao._saved_parts(d, fl, "self_attention.core_attention.q", 4 * 256 * 64)
+    assert (q.device, q.host, q.numel) == (4 * 256 * 64, 4 * 256 * 64, 256 * 64)
+    (lse,) = ao._saved_parts(d, fl, "self_attention.core_attention.softmax_lse", 4 * 256 * 4)
+    assert lse.numel == 256 * 4

@@ -320,3 +320,45 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             upstream="Fine-grained activation offloading is only supported with transformer_engine implementation",
         )
     return None
+
+
+@rule("OFF010", "fine-grained-offload-vpp-full-recompute", ERROR)
+def fine_grained_offload_vpp_full_recompute(c: Context) -> Hit | None:
+    """Fine-grained activation offloading with interleaved VPP and full recompute.
+
+    ## What it does
+    Flags `fine_grained_activation_offloading: true` together with
+    `virtual_pipeline_model_parallel_size` > 1 and `recompute_granularity: full`.
+
+    ## Why it matters
+    The offload manager queues one chunk handler per virtual stage and microbatch in forward
+    order and expects each layer group's backward to commit on the handler at the front of that
+    queue (`ChunkOffloadHandler.on_group_commit_backward`, megatron-core 0.19.2
+    `pipeline_parallel/fine_grained_activation_offload.py`). Full recompute replays each
+    checkpointed layer's forward inside the backward, and with interleaved stages the replayed
+    groups commit on another chunk's handler: the first backward fails with
+    `AssertionError: Chunk mismatch`, after the job has waited for its GPUs (measured on the
+    H200). The same offload without VPP runs, and so does VPP without recompute.
+
+    ## Example
+    ```yaml
+    model: {fine_grained_activation_offloading: true, offload_modules: [core_attn],
+            virtual_pipeline_model_parallel_size: 2,
+            recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1}
+    ```
+
+    ## Fix
+    Turn fine-grained offloading off, drop VPP, or use selective recompute instead of full.
+    """
+    m = c.model
+    if not m.fine_grained_activation_offloading or c.d.vpp == 1 or m.recompute_granularity != "full":
+        return None
+    return Hit(
+        message=f"model.fine_grained_activation_offloading=true with {c.d.vpp} virtual pipeline stages per "
+        "rank and model.recompute_granularity=full: "
+        "megatron-core's offload manager loses track of the virtual-stage chunks when full recompute "
+        "replays layers in backward",
+        fix="set model.fine_grained_activation_offloading=false, or unset "
+        "model.virtual_pipeline_model_parallel_size, or use selective recompute",
+        upstream="Chunk mismatch",
+    )

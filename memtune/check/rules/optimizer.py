@@ -303,9 +303,15 @@ def fp32_training(c: Context) -> Hit | None:
     Notes configs with `model.bf16` and `model.fp16` both false.
 
     ## Why it matters
-    Megatron's precision flags default to off, so a config that forgot them trains with fp32
-    weights and activations — about twice the activation and weight memory of bf16 and much
-    slower matmuls.
+    Megatron's precision flags default to off, so a config that forgot them trains without
+    `Float16Module`: weights and activations are fp32, 4 bytes per element where bf16 has 2. What
+    a bf16 job already keeps in fp32 (the loss's softmax, norm statistics, the fp32 softmax of
+    unfused attention) does not grow, so the saved activations grow by up to 2x, less where the
+    loss over a large vocabulary or unfused attention's scores weigh most; the estimate counts
+    each tensor so. Matmuls are much slower, and
+    unfused attention cannot use the fused softmax kernel. The weights double too, but Adam
+    keeps no separate fp32 copy of fp32 weights, so weights, gradients and optimizer state stay
+    about the size of a bf16 job's (16 against 18 bytes per parameter with fp32 gradients).
 
     ## Example
     ```yaml
@@ -318,6 +324,9 @@ def fp32_training(c: Context) -> Hit | None:
     if c.model.bf16 or c.model.fp16:
         return None
     return Hit(
-        message="model.bf16 and model.fp16 are both false: weights and activations are fp32",
+        message="model.bf16 and model.fp16 are both false: weights and activations are fp32, twice as wide "
+        "as bf16 except what a bf16 job keeps in fp32 already (the loss's softmax, norm statistics), so the "
+        "saved activations grow by up to 2x; the model state stays about the same (Adam keeps no separate "
+        "fp32 copy)",
         fix="set model.bf16=true unless fp32 training is intended",
     )

@@ -490,3 +490,45 @@ def distribute_saved_without_effect(c: Context) -> Hit | None:
         message=f"model.distribute_saved_activations=true does nothing: {'; '.join(reasons)}",
         fix="remove model.distribute_saved_activations, or use full recompute with TP > 1",
     )
+
+
+@rule("REC015", "layernorm-recompute-without-te", WARNING)
+def layernorm_recompute_without_te(c: Context) -> Hit | None:
+    """Selective `layernorm` recompute on the local spec, which needs Transformer Engine anyway.
+
+    ## What it does
+    Flags `layernorm` in `recompute_modules` with `transformer_impl: local`.
+
+    ## Why it matters
+    Megatron-Core checkpoints the norms with `CheckpointWithoutOutput()`, whose default
+    `fp8=False` it reads as "FP8 on" (`self.fp8 = fp8 is not None`,
+    `tensor_parallel/random.py`, megatron-core 0.13 to 0.19.2), so the first forward calls
+    Transformer Engine's `FP8GlobalStateManager`. Where Transformer Engine is not installed, as
+    is usual with the local spec, the job fails at its first step with a `NameError` (measured
+    on the H200 with megatron-core 0.19.2). With Transformer Engine installed it runs.
+
+    ## Example
+    ```yaml
+    model: {transformer_impl: local, attention_backend: flash,
+            recompute_granularity: selective, recompute_modules: [layernorm]}
+    ```
+
+    ## Fix
+    Drop `layernorm` from `recompute_modules`, or make sure Transformer Engine is installed.
+    """
+    modules = _selective_modules(c)
+    if "layernorm" not in modules or c.model.transformer_impl != "local":
+        return None
+    rest = [m for m in modules if m != "layernorm"]
+    # A fix line spells one list value only without commas (memtune/check/finding.py changes_in).
+    drop = (
+        f"set model.recompute_modules=[{rest[0] if rest else ''}]"
+        if len(rest) <= 1
+        else ("remove layernorm from model.recompute_modules")
+    )
+    return Hit(
+        message="model.recompute_modules includes layernorm with model.transformer_impl=local: "
+        "megatron-core's norm checkpoint calls Transformer Engine, and fails where it is not installed",
+        fix=f"{drop}, or install Transformer Engine",
+        upstream="name 'FP8GlobalStateManager' is not defined",
+    )
