@@ -288,7 +288,9 @@ def _moe(args: dict) -> dict:
         # Megatron-LM's argparse default is 2; the tests set it explicitly.
         "moe_router_topk": int(_flag(args, "--moe-router-topk", 2)),
         "moe_ffn_hidden_size": _int_or_none(_flag(args, "--moe-ffn-hidden-size")),
-        "moe_shared_expert_intermediate_size": _int_or_none(_flag(args, "--moe-shared-expert-intermediate-size")),
+        "moe_shared_expert_intermediate_size": _int_or_none(
+            _flag(args, "--moe-shared-expert-intermediate-size")
+        ),
         "moe_grouped_gemm": bool(_flag(args, "--moe-grouped-gemm", False)),
         "moe_token_dispatcher_type": _flag(args, "--moe-token-dispatcher-type", "allgather"),
         "moe_router_load_balancing_type": _flag(args, "--moe-router-load-balancing-type", "aux_loss"),
@@ -312,9 +314,12 @@ def _layer_freq(text: str) -> int | list[int]:
     pattern: list[int] = []
     for term in text.strip("()").split("+"):
         value, _, count = term.strip().partition("*")
-        if not (value.startswith("[") and value.endswith("]")):
+        inner = value[1:-1].strip()
+        if not (
+            value.startswith("[") and value.endswith("]") and inner.isdigit() and (count or "1").isdigit()
+        ):
             raise Skip(f"--moe-layer-freq {text!r} is not a sum of [v]*n terms")
-        pattern += [int(value[1:-1])] * int(count or 1)
+        pattern += [int(inner)] * int(count or 1)
     return pattern
 
 
@@ -368,7 +373,9 @@ def _fsdp(args: dict) -> dict:
     ddp = {
         "use_megatron_fsdp": True,
         # Megatron-LM's argparse default (arguments.py --data-parallel-sharding-strategy).
-        "data_parallel_sharding_strategy": _flag(args, "--data-parallel-sharding-strategy", "optim_grads_params"),
+        "data_parallel_sharding_strategy": _flag(
+            args, "--data-parallel-sharding-strategy", "optim_grads_params"
+        ),
     }
     for flag, key in (
         ("--megatron-fsdp-main-params-dtype", "megatron_fsdp_main_params_dtype"),
@@ -487,7 +494,9 @@ def _git(repo: str, *args: str) -> str:
 
 def allowed(family: str, name: str) -> bool:
     """False for the reserved cases (sha1 of the name 8-f in moe/ and mixtral/), which stay unread."""
-    return family not in RESERVED_FAMILIES or hashlib.sha1(name.encode()).hexdigest()[0] in ALLOWED_FIRST_DIGITS
+    return (
+        family not in RESERVED_FAMILIES or hashlib.sha1(name.encode()).hexdigest()[0] in ALLOWED_FIRST_DIGITS
+    )
 
 
 def run_id(family: str, name: str) -> str:
@@ -511,7 +520,9 @@ def collect(repo: str, out: Path, platform: str) -> int:
     return 0
 
 
-def _collect_case(repo: str, commit: str, out: Path, family: str, case: str, golden_name: str, platform: str) -> int:
+def _collect_case(
+    repo: str, commit: str, out: Path, family: str, case: str, golden_name: str, platform: str
+) -> int:
     name = case.rsplit("/", 1)[1]
     if f"{case}/{golden_name}" not in _git(repo, "ls-tree", "--name-only", "HEAD", f"{case}/").split():
         return 0

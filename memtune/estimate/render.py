@@ -188,13 +188,9 @@ def not_modeled(est: Estimate) -> list[str]:
         )
     if m.tp_comm_overlap:
         notes.append(
-            "tp_comm_overlap: Transformer Engine's userbuffers (a few bf16 buffers of sequence x micro-batch x"
-            " hidden per overlapped GEMM, allocated once) are not modeled; expect more, ~0.5-2 GiB"
-        )
-    if m.fp8 is not None and d.transformer_engine:
-        notes.append(
-            "FP8: TE's cached FP8 copies of the weights and their transposes (about 2 bytes per linear weight"
-            " on this rank, kept across microbatches) are not modeled; expect more"
+            "tp_comm_overlap: Transformer Engine's userbuffers are registered cudaMalloc memory, outside"
+            " PyTorch's counters (in 'other' only as far as the communicators go); the overlapped GEMMs' own"
+            " workspace is counted"
         )
     if m.moe_permute_fusion and d.is_moe:
         notes.append(
@@ -313,6 +309,12 @@ def print_explain(
     console.print(
         f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB."
     )
+    if rank.te_allocations:
+        console.print(
+            "Transformer Engine's own buffers, kept all run (in the transient): "
+            + ", ".join(f"{name} {gib(nbytes)} GiB" for name, nbytes in rank.te_allocations.items())
+            + "."
+        )
     console.print("How the layers were modeled:", style="dim")
     for note in flavour_notes(est):
         console.print(f"  - {note}", style="dim")
