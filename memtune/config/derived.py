@@ -320,6 +320,8 @@ class Derived:
         4 and of the kernel's batches per block (apex's ``get_batch_per_block``; causal mask).
         Otherwise the torch softmax runs, in fp32 unless ``attention_softmax_in_fp32`` is off.
         """
+        if self.transformer_engine:
+            return self.te_fused_softmax_kernel
         m = self.model
         if not m.masked_softmax_fusion or self.flash_attention or not self.half_precision:
             return False
@@ -335,7 +337,11 @@ class Derived:
     def softmax_dtype(self) -> str:
         """Dtype the unfused attention's softmax runs in: the kernel and the torch path with
         ``attention_softmax_in_fp32`` off stay in the weights' half precision."""
-        if self.fused_softmax_kernel or (self.half_precision and not self.model.attention_softmax_in_fp32):
+        if self.fused_softmax_kernel:
+            return self.param_dtype
+        if self.transformer_engine:
+            return "fp32"  # TE's FusedScaleMaskSoftmax falls back with softmax_in_fp32=True
+        if self.half_precision and not self.model.attention_softmax_in_fp32:
             return self.param_dtype
         return "fp32"
 
@@ -468,6 +474,26 @@ class Derived:
         sizes[0][0] -= emb
         sizes[-1][-1] -= loss
         return sizes
+
+    @cached_property
+    def te_fused_softmax_kernel(self) -> bool:
+        """Transformer Engine's fused softmax kernel runs in its unfused attention.
+
+        On the TE spec ``attention_backend: unfused`` runs TE's ``UnfusedDotProductAttention``,
+        whose ``FusedScaleMaskSoftmax`` has its own rule
+        (``transformer_engine/pytorch/attention/dot_product_attention/softmax.py``
+        ``is_kernel_available``): half-precision scores, ``16 < sk < 16384``, ``sk`` a multiple
+        of 8, ``sq`` a multiple of 4 and of the kernel's batches per block, ``b * heads / TP`` a
+        multiple of 4 (causal mask). Megatron's ``masked_softmax_fusion`` does not reach it (TE
+        reads ``NVTE_MASKED_SOFTMAX_FUSION``, on by default), and it serves MLA too.
+        """
+        if self.flash_attention or not self.half_precision:
+            return False
+        sq = sk = self.model.seq_length // self.cp
+        attn_batches = self.micro_batch_size * (self.model.num_attention_heads // self.tp)
+        if not (16 < sk < 16384 and sk % 8 == 0 and sq % 4 == 0 and attn_batches % 4 == 0):
+            return False
+        return sq % _softmax_batches_per_block(sk) == 0
 
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:

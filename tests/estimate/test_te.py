@@ -61,3 +61,40 @@ def test_allocations_are_in_the_persistent_buffers_and_the_explanation(job_facto
     assert added == 4 * TE_WORKSPACE
     rank = estimate(gate(grouped)).ranks[0]
     assert rank.te_allocations == {"te.grouped_gemm_workspaces": 4 * TE_WORKSPACE}
+
+
+UNFUSED_TE = {"transformer_impl": "transformer_engine", "attention_backend": "unfused"}
+
+
+def test_te_unfused_attention_follows_te_softmax_kernel_rule(job_factory):
+    # TINY: micro-batch 2, 4 heads: b x heads = 8, a multiple of 4.
+    long = job_factory(model={**UNFUSED_TE, "seq_length": 8192})
+    assert derive(long).fused_softmax_kernel  # 16 < 8192 < 16384 on TE
+    assert not derive(
+        job_factory(model={"seq_length": 8192, "masked_softmax_fusion": True})
+    ).fused_softmax_kernel
+    assert not derive(job_factory(model={**UNFUSED_TE, "seq_length": 16384})).fused_softmax_kernel
+    # b x heads = 1 x 4 is still a multiple of 4; 1 x 2 heads is not, and TE falls back to fp32.
+    odd = job_factory(
+        model={**UNFUSED_TE, "num_attention_heads": 2, "num_query_groups": 2}, train={"micro_batch_size": 1}
+    )
+    assert (derive(odd).fused_softmax_kernel, derive(odd).softmax_dtype) == (False, "fp32")
+    # Megatron's masked_softmax_fusion does not reach TE's kernel; MLA runs it too.
+    mla = job_factory(
+        model={
+            **UNFUSED_TE,
+            "masked_softmax_fusion": False,
+            "multi_latent_attention": True,
+            "kv_lora_rank": 32,
+        }
+    )
+    assert derive(mla).fused_softmax_kernel and derive(mla).softmax_dtype == "bf16"
+
+
+def test_te_kernel_keeps_only_the_bf16_probabilities(job_factory):
+    job = job_factory(model={**UNFUSED_TE, "attention_softmax_in_fp32": True})
+    rank = estimate(gate(job)).ranks[0]
+    # 4 layers x micro-batch 2 x 4 heads x 128 x 128 scores x 2 bytes, one microbatch in flight.
+    assert rank.modules["decoder.self_attention.core_attention.softmax_output"] == 4 * 2 * 4 * 128 * 128 * 2
+    attention = [name for name in rank.modules if ".core_attention." in name]
+    assert not any("softmax_fp32" in name or "causal_mask" in name for name in attention)
