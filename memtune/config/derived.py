@@ -495,6 +495,33 @@ class Derived:
             return False
         return sq % _softmax_batches_per_block(sk) == 0
 
+    @cached_property
+    def fit_uncertainty(self) -> dict[str, float]:
+        """Share of the peak by which a Transformer Engine path memtune cannot pin down from
+        source and published runs may exceed the estimate, by path (``docs/limits.md``,
+        "Transformer Engine"). The verdict adds them to the fragmentation margin, so a job whose
+        headroom is smaller than this uncertainty is not called "fits". None depends on the
+        layout (``memtune plan`` reads one value for all candidates)."""
+        if not self.transformer_engine:
+            return {}
+        m = self.model
+        shares = {
+            # Static inputs/outputs per captured (layer, microbatch) and the graph pool.
+            "CUDA graphs": 0.10 if self.cuda_graphs else 0.0,
+            # Registered userbuffers outside PyTorch, one per overlapped GEMM.
+            "tp_comm_overlap userbuffers": 0.05 if m.tp_comm_overlap else 0.0,
+            # DeepEP/HybridEP communication buffers outside PyTorch.
+            "flex dispatcher buffers": 0.10 if self.is_moe and m.moe_token_dispatcher_type == "flex" else 0.0,
+            # TE's MoE path (grouped GEMM, fused permutation, router): published tune runs down to -5.8%.
+            "TE MoE": 0.06 if self.is_moe else 0.0,
+        }
+        return {path: share for path, share in shares.items() if share}
+
+    @cached_property
+    def fit_margin(self) -> float:
+        """What the verdict adds to the peak: the fragmentation margin and the TE uncertainty."""
+        return self.fragmentation_margin + sum(self.fit_uncertainty.values())
+
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:
     """Rows of attention scores one block of the fused softmax kernel handles (128 threads,

@@ -64,6 +64,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "gpu": est.gpu.name,
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
+        "uncertainty_margins": est.uncertainty,
         "world_size": d.world_size,
         "parallelism": {
             "tp": d.tp,
@@ -100,11 +101,13 @@ def assumptions(est: Estimate) -> list[str]:
         "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
     )
     softmax = (
-        "Megatron's fused softmax kernel"
+        ("Transformer Engine's" if fl.transformer_engine else "Megatron's") + " fused softmax kernel"
         if d.fused_softmax_kernel
         else f"torch softmax in {d.softmax_dtype}"
         + (
-            ", masked_softmax_fusion asked for but the kernel's shape rule fails"
+            ", Transformer Engine's kernel shape rule fails"
+            if fl.transformer_engine
+            else ", masked_softmax_fusion asked for but the kernel's shape rule fails"
             if job.model.masked_softmax_fusion
             else ""
         )
@@ -259,7 +262,10 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
             f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
-            f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
+            + "".join(
+                f" + {share:.0%} for {path} (not pinned down)" for path, share in est.uncertainty.items()
+            )
+            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
         )
     )
     if est.host_bytes_per_node:

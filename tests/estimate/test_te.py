@@ -98,3 +98,26 @@ def test_te_kernel_keeps_only_the_bf16_probabilities(job_factory):
     assert rank.modules["decoder.self_attention.core_attention.softmax_output"] == 4 * 2 * 4 * 128 * 128 * 2
     attention = [name for name in rank.modules if ".core_attention." in name]
     assert not any("softmax_fp32" in name or "causal_mask" in name for name in attention)
+
+
+def test_te_paths_not_pinned_down_widen_the_fit_margin(job_factory):
+    assert derive(job_factory(model={"cuda_graph_impl": "local"})).fit_uncertainty == {}  # local spec
+    graphs = derive(job_factory(model={**MOE, "cuda_graph_impl": "transformer_engine"}))
+    assert graphs.fit_uncertainty == {"CUDA graphs": 0.10, "TE MoE": 0.06}
+    assert graphs.fit_margin == graphs.fragmentation_margin + 0.16
+
+
+def test_the_verdict_is_not_fits_when_the_uncertainty_exceeds_the_headroom(job_factory):
+    def at_capacity(gib: float):
+        return estimate(
+            gate(job_factory(model=MOE, cluster={"num_gpus": 2, "gpu": "H200", "gpu_memory_gib": gib}))
+        )
+
+    est = at_capacity(100.0)
+    rank = est.worst
+    assert est.uncertainty == {"TE MoE": 0.06}
+    with_fragmentation_only = rank.peak_bytes * (1 + est.margin) + est.non_pytorch_bytes
+    # Room for the fragmentation margin and half the uncertainty: not "fits", still "tight".
+    between = (with_fragmentation_only + 0.03 * rank.peak_bytes) / 2**30
+    assert at_capacity(between).verdict() == "tight"
+    assert at_capacity((with_fragmentation_only + 0.07 * rank.peak_bytes) / 2**30).verdict() == "fits"
