@@ -319,6 +319,7 @@ class Derived:
         ``16 < sk <= 4096``, ``sq`` and ``sk`` multiples of 4, and ``b * heads / TP`` a multiple of
         4 and of the kernel's batches per block (apex's ``get_batch_per_block``; causal mask).
         Otherwise the torch softmax runs, in fp32 unless ``attention_softmax_in_fp32`` is off.
+        On the TE spec TE's own module and rule run (:attr:`te_fused_softmax_kernel`).
         """
         if self.transformer_engine:
             return self.te_fused_softmax_kernel

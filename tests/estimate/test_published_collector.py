@@ -59,6 +59,10 @@ def test_untranslated_flags_skip_the_run():
         collector.translate({**BASE, "--overlap-moe-expert-parallel-comm": True})
     with pytest.raises(collector.Skip, match="optimizer muon"):
         collector.translate({**BASE, "--optimizer": "muon"})
+    with pytest.raises(collector.Skip, match="flex dispatcher"):
+        collector.translate({**BASE, "--num-experts": 8, "--moe-token-dispatcher-type": "flex"})
+    with pytest.raises(collector.Skip, match="hybrid FSDP"):
+        collector.translate({**BASE, "--use-megatron-fsdp": True, "--outer-dp-sharding-strategy": "optim"})
 
 
 def test_reserved_cases_are_recognised_by_the_sha1_of_their_name():
