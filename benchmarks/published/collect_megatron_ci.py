@@ -1,6 +1,6 @@
-"""Collect Megatron-LM's functional-test GPT runs that log their memory peak.
+"""Collect Megatron-LM's functional-test runs (GPT, MoE, Mixtral) that log their memory peak.
 
-Each test case under ``tests/functional_tests/test_cases/gpt/`` has ``model_config.yaml`` (the
+Each test case under ``tests/functional_tests/test_cases/{gpt,moe,mixtral}/`` has ``model_config.yaml`` (the
 ``pretrain_gpt.py`` flags, ``MODEL_ARGS``) and per-platform ``golden_values_*.json`` whose
 ``mem-max-allocated-bytes`` is ``torch.cuda.max_memory_allocated()`` of the last global rank
 (the one that writes TensorBoard), cumulative since the process started, logged every
@@ -11,14 +11,19 @@ iteration. The GPT recipe runs them on one node of 8 GPUs.
 writes ``OUT_DIR/<test case>.yaml`` per training run whose flags this script translates: the
 original flags that shape memory (``megatron_lm_args``), the memtune config built from them
 with Megatron-LM's argparse defaults spelled out, the published peak (the largest value
-logged) and its source (repository, commit, paths). Runs with flags it does not translate (CUDA
-graphs, FSDP, inference and RL entry points, tokenizers whose vocabulary it cannot size) are
-skipped and listed on stdout with the reason.
+logged) and its source (repository, commit, paths). Runs with flags it does not translate
+(inference and RL entry points, tokenizers whose vocabulary it cannot size) are skipped and
+listed on stdout with the reason.
+
+Reserved cases: in the ``moe/`` and ``mixtral/`` families, a case whose name's SHA-1 hex digest
+starts with 8-f is held back for verification by others; this script reads nothing of it (not
+its model config, not its golden values) and does not name it.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -26,7 +31,10 @@ from pathlib import Path
 
 import yaml
 
-CASES = "tests/functional_tests/test_cases/gpt"
+CASES = "tests/functional_tests/test_cases"
+FAMILIES = ("gpt", "moe", "mixtral")
+RESERVED_FAMILIES = ("moe", "mixtral")
+ALLOWED_FIRST_DIGITS = "01234567"  # of sha1(case name) in the reserved families
 WORLD_SIZE = 8  # tests/test_utils/recipes/h100/gpt.yaml: nodes 1, gpus 8
 GPT2_BPE_VOCAB = 50257  # vocab.json of the GPT-2 BPE tokenizer the tests pass with --vocab-file
 
@@ -93,6 +101,32 @@ IGNORED_PREFIXES = (
     "--no-ckpt",
     "--async-",
     "--overlap-param-gather-with-optimizer-step",
+    "--exit-duration-in-mins",
+    "--no-check-for-nan-in-loss-and-grad",
+    "--enable-experimental",
+    "--cuda-graph-warmup-steps",
+    # Router and loss settings: which experts are chosen, not what a layer keeps.
+    "--moe-aux-loss-coeff",
+    "--moe-router-score-function",
+    "--moe-router-pre-softmax",
+    "--moe-router-enable-expert-bias",
+    "--moe-router-bias-update-rate",
+    "--moe-router-topk-scaling-factor",
+    "--moe-router-dtype",
+    "--moe-router-fusion",
+    "--mtp-loss-scaling-factor",
+    "--muon-",
+    # RoPE/YaRN scaling values and the rotated share: no tensor of another size.
+    "--rotary-percent",
+    "--mscale",
+    # The userbuffers layout file: which GEMMs overlap and how, not the buffer sizes memtune counts.
+    "--tp-comm-overlap-cfg",
+    # The dtype of FSDP's reduce-scatter, not of the buffers it keeps.
+    "--megatron-fsdp-grad-comm-dtype",
+    # TE's CUDA RNG state tracker (graph-safe generators): a few bytes per state.
+    "--te-rng-tracker",
+    # FP8 on all but the first and last layers: memtune counts FP8 on all of them (the README's caveats).
+    "--first-last-layers-bf16",
 )
 
 
@@ -211,8 +245,13 @@ def translate(args: dict) -> dict:
         model["recompute_num_layers"] = _int_or_none(_flag(args, "--recompute-num-layers"))
     if half and pp > 1:
         model["pipeline_dtype"] = half
+    model.update(_moe(args))
+    model.update(_mla(args))
+    model.update(_features(args))
     distributed = bool(_flag(args, "--use-distributed-optimizer", False))
     optimizer = _flag(args, "--optimizer", "adam")
+    if optimizer not in ("adam", "sgd"):
+        raise Skip(f"optimizer {optimizer} (memtune models the state of adam and sgd only)")
     micro = int(args["--micro-batch-size"])
     return {
         "defaults": "megatron-lm",
@@ -224,6 +263,7 @@ def translate(args: dict) -> dict:
         "optimizer": {"optimizer": optimizer, "use_distributed_optimizer": distributed},
         "ddp": {
             "use_distributed_optimizer": distributed,
+            **_fsdp(args),
             # Megatron-LM reduces gradients in fp32 unless told otherwise (accumulate_allreduce_grads_in_fp32).
             "grad_reduce_in_fp32": True,
             "overlap_grad_reduce": bool(_flag(args, "--overlap-grad-reduce", False)),
@@ -234,6 +274,117 @@ def translate(args: dict) -> dict:
         },
         "cluster": {"num_gpus": WORLD_SIZE, "gpu": "H100-80GB"},
     }
+
+
+def _moe(args: dict) -> dict:
+    if "--num-experts" not in args:
+        # Without experts Megatron-LM builds no expert group, so --expert-tensor-parallel-size
+        # changes nothing (the gpt/ etp4 cases); memtune would refuse it.
+        return {}
+    model = {
+        "num_moe_experts": int(args["--num-experts"]),
+        "expert_model_parallel_size": int(_flag(args, "--expert-model-parallel-size", 1)),
+        "expert_tensor_parallel_size": _int_or_none(_flag(args, "--expert-tensor-parallel-size")),
+        # Megatron-LM's argparse default is 2; the tests set it explicitly.
+        "moe_router_topk": int(_flag(args, "--moe-router-topk", 2)),
+        "moe_ffn_hidden_size": _int_or_none(_flag(args, "--moe-ffn-hidden-size")),
+        "moe_shared_expert_intermediate_size": _int_or_none(
+            _flag(args, "--moe-shared-expert-intermediate-size")
+        ),
+        "moe_grouped_gemm": bool(_flag(args, "--moe-grouped-gemm", False)),
+        "moe_token_dispatcher_type": _flag(args, "--moe-token-dispatcher-type", "allgather"),
+        "moe_router_load_balancing_type": _flag(args, "--moe-router-load-balancing-type", "aux_loss"),
+        "moe_permute_fusion": bool(_flag(args, "--moe-permute-fusion", False)),
+        "moe_shared_expert_overlap": bool(_flag(args, "--moe-shared-expert-overlap", False)),
+        "moe_router_num_groups": _int_or_none(_flag(args, "--moe-router-num-groups")),
+        "moe_router_group_topk": _int_or_none(_flag(args, "--moe-router-group-topk")),
+    }
+    if "--moe-layer-freq" in args:
+        model["moe_layer_freq"] = _layer_freq(str(args["--moe-layer-freq"]))
+    if _flag(args, "--moe-token-dispatcher-type") == "flex":
+        raise Skip("flex dispatcher (DeepEP/HybridEP buffers are not modelled)")
+    return model
+
+
+def _layer_freq(text: str) -> int | list[int]:
+    """``--moe-layer-freq``: an int or a list expression like ``([0]*3+[1]*5)`` (Megatron-LM evaluates it)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    pattern: list[int] = []
+    for term in text.strip("()").split("+"):
+        value, _, count = term.strip().partition("*")
+        inner = value[1:-1].strip()
+        if not (
+            value.startswith("[") and value.endswith("]") and inner.isdigit() and (count or "1").isdigit()
+        ):
+            raise Skip(f"--moe-layer-freq {text!r} is not a sum of [v]*n terms")
+        pattern += [int(inner)] * int(count or 1)
+    return pattern
+
+
+def _mla(args: dict) -> dict:
+    if not _flag(args, "--multi-latent-attention", False):
+        return {}
+    return {
+        "multi_latent_attention": True,
+        "q_lora_rank": _int_or_none(_flag(args, "--q-lora-rank")),
+        "kv_lora_rank": int(_flag(args, "--kv-lora-rank", 32)),
+        "qk_head_dim": int(_flag(args, "--qk-head-dim", 128)),
+        "qk_pos_emb_head_dim": int(_flag(args, "--qk-pos-emb-head-dim", 64)),
+        "v_head_dim": int(_flag(args, "--v-head-dim", 128)),
+    }
+
+
+def _list(value) -> list[str]:
+    """A list flag as the test YAML writes it: ``[a b c]`` or a YAML list."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return str(value).strip("[]").replace(",", " ").split()
+
+
+def _features(args: dict) -> dict:
+    model: dict = {}
+    if "--mtp-num-layers" in args:
+        model["mtp_num_layers"] = int(args["--mtp-num-layers"])
+    if "--pipeline-model-parallel-layout" in args:
+        model["pipeline_model_parallel_layout"] = str(args["--pipeline-model-parallel-layout"])
+    if "--recompute-modules" in args:
+        model["recompute_modules"] = _list(args["--recompute-modules"])
+    if _flag(args, "--fine-grained-activation-offloading", False):
+        model["fine_grained_activation_offloading"] = True
+        model["offload_modules"] = _list(_flag(args, "--offload-modules", "[]"))
+    impl = _flag(args, "--cuda-graph-impl")
+    if impl and impl != "none":
+        model["cuda_graph_impl"] = impl
+        scope = _flag(args, "--cuda-graph-modules", _flag(args, "--cuda-graph-scope"))
+        if scope:
+            model["cuda_graph_scope"] = _list(scope)
+    if _flag(args, "--use-flash-attn", False):
+        model["attention_backend"] = "flash"
+    return model
+
+
+def _fsdp(args: dict) -> dict:
+    if not _flag(args, "--use-megatron-fsdp", False):
+        return {}
+    if _flag(args, "--outer-dp-sharding-strategy", "no_shard") != "no_shard":
+        raise Skip("hybrid FSDP (--outer-dp-sharding-strategy) is not modelled")
+    ddp = {
+        "use_megatron_fsdp": True,
+        # Megatron-LM's argparse default (arguments.py --data-parallel-sharding-strategy).
+        "data_parallel_sharding_strategy": _flag(
+            args, "--data-parallel-sharding-strategy", "optim_grads_params"
+        ),
+    }
+    for flag, key in (
+        ("--megatron-fsdp-main-params-dtype", "megatron_fsdp_main_params_dtype"),
+        ("--megatron-fsdp-main-grads-dtype", "megatron_fsdp_main_grads_dtype"),
+    ):
+        value = _flag(args, flag)
+        if value not in (None, "auto"):
+            ddp[key] = value
+    return ddp
 
 
 def _int_or_none(value) -> int | None:
@@ -299,6 +450,41 @@ TRANSLATED = {
     "--overlap-grad-reduce",
     "--overlap-param-gather",
     "--num-distributed-optimizer-instances",
+    "--num-experts",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--moe-shared-expert-intermediate-size",
+    "--moe-grouped-gemm",
+    "--moe-token-dispatcher-type",
+    "--moe-router-load-balancing-type",
+    "--moe-permute-fusion",
+    "--moe-shared-expert-overlap",
+    "--moe-router-num-groups",
+    "--moe-router-group-topk",
+    "--moe-layer-freq",
+    "--moe-flex-dispatcher-backend",
+    "--multi-latent-attention",
+    "--q-lora-rank",
+    "--kv-lora-rank",
+    "--qk-head-dim",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
+    "--mtp-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--recompute-modules",
+    "--fine-grained-activation-offloading",
+    "--offload-modules",
+    "--cuda-graph-impl",
+    "--cuda-graph-modules",
+    "--cuda-graph-scope",
+    "--use-flash-attn",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--outer-dp-sharding-strategy",
+    "--megatron-fsdp-main-params-dtype",
+    "--megatron-fsdp-main-grads-dtype",
 }
 
 
@@ -306,58 +492,81 @@ def _git(repo: str, *args: str) -> str:
     return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True).stdout
 
 
+def allowed(family: str, name: str) -> bool:
+    """False for the reserved cases (sha1 of the name 8-f in moe/ and mixtral/), which stay unread."""
+    return (
+        family not in RESERVED_FAMILIES or hashlib.sha1(name.encode()).hexdigest()[0] in ALLOWED_FIRST_DIGITS
+    )
+
+
+def run_id(family: str, name: str) -> str:
+    # gpt/ ids predate the other families and fix the existing tune/holdout split.
+    return f"mlm-ci-{name}" if family == "gpt" else f"mlm-ci-{family}-{name}"
+
+
 def collect(repo: str, out: Path, platform: str) -> int:
     commit = _git(repo, "rev-parse", "HEAD").strip()
-    files = _git(repo, "ls-tree", "-r", "--name-only", "HEAD", CASES).split()
     golden_name = f"golden_values_dev_{platform}.json"
-    cases = sorted({f.rsplit("/", 1)[0] for f in files if f.endswith("/" + golden_name)})
     out.mkdir(parents=True, exist_ok=True)
     written = 0
-    for case in cases:
-        name = case.rsplit("/", 1)[1]
-        golden = json.loads(_git(repo, "show", f"HEAD:{case}/{golden_name}"))
-        series = golden.get("mem-max-allocated-bytes") if isinstance(golden, dict) else None
-        peaks = series.get("values", {}) if isinstance(series, dict) else {}
-        if not peaks:
-            continue
-        spec = yaml.safe_load(_git(repo, "show", f"HEAD:{case}/model_config.yaml"))
-        args = spec.get("MODEL_ARGS") or {}
-        if spec.get("TEST_TYPE") not in ("regular", "ckpt-resume", "frozen-resume"):
-            print(f"skip {name}: test type {spec.get('TEST_TYPE')}")
-            continue
-        try:
-            config = translate(args)
-        except Skip as exc:
-            print(f"skip {name}: {exc}")
-            continue
-        peak = max(float(v) for v in peaks.values() if v not in ("nan", None))
-        record = {
-            "id": f"mlm-ci-{name}",
-            "source": {
-                "repository": "NVIDIA/Megatron-LM",
-                "commit": commit,
-                "model_config": f"{case}/model_config.yaml",
-                "golden_values": f"{case}/{golden_name}",
-            },
-            "hardware": f"{platform} (8 GPUs, one node)",
-            "rank": WORLD_SIZE - 1,
-            "published": {
-                "metric": "mem-max-allocated-bytes (max over logged iterations)",
-                "bytes": int(peak),
-            },
-            "environment": {k: str(v) for k, v in (spec.get("ENV_VARS") or {}).items() if "ALLOC_CONF" in k},
-            "megatron_lm_args": {
-                k: v for k, v in args.items() if not k.startswith(IGNORED_PREFIXES) or k == "--vocab-file"
-            },
-            "config": config,
-        }
-        alloc = record["environment"]
-        if alloc:
-            config["env"] = dict(alloc)
-        (out / f"{record['id']}.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-        written += 1
+    for family in FAMILIES:
+        names = _git(repo, "ls-tree", "-d", "--name-only", "HEAD", f"{CASES}/{family}/").split()
+        for case in sorted(names):
+            name = case.rsplit("/", 1)[1]
+            if not allowed(family, name):
+                continue
+            written += _collect_case(repo, commit, out, family, case, golden_name, platform)
     print(f"{written} runs -> {out}", file=sys.stderr)
     return 0
+
+
+def _collect_case(
+    repo: str, commit: str, out: Path, family: str, case: str, golden_name: str, platform: str
+) -> int:
+    name = case.rsplit("/", 1)[1]
+    if f"{case}/{golden_name}" not in _git(repo, "ls-tree", "--name-only", "HEAD", f"{case}/").split():
+        return 0
+    golden = json.loads(_git(repo, "show", f"HEAD:{case}/{golden_name}"))
+    series = golden.get("mem-max-allocated-bytes") if isinstance(golden, dict) else None
+    peaks = series.get("values", {}) if isinstance(series, dict) else {}
+    if not peaks:
+        return 0
+    spec = yaml.safe_load(_git(repo, "show", f"HEAD:{case}/model_config.yaml"))
+    args = spec.get("MODEL_ARGS") or {}
+    if spec.get("TEST_TYPE") not in ("regular", "ckpt-resume", "frozen-resume"):
+        print(f"skip {name}: test type {spec.get('TEST_TYPE')}")
+        return 0
+    try:
+        config = translate(args)
+    except Skip as exc:
+        print(f"skip {name}: {exc}")
+        return 0
+    peak = max(float(v) for v in peaks.values() if v not in ("nan", None))
+    record = {
+        "id": run_id(family, name),
+        "source": {
+            "repository": "NVIDIA/Megatron-LM",
+            "commit": commit,
+            "model_config": f"{case}/model_config.yaml",
+            "golden_values": f"{case}/{golden_name}",
+        },
+        "hardware": f"{platform} (8 GPUs, one node)",
+        "rank": WORLD_SIZE - 1,
+        "published": {
+            "metric": "mem-max-allocated-bytes (max over logged iterations)",
+            "bytes": int(peak),
+        },
+        "environment": {k: str(v) for k, v in (spec.get("ENV_VARS") or {}).items() if "ALLOC_CONF" in k},
+        "megatron_lm_args": {
+            k: v for k, v in args.items() if not k.startswith(IGNORED_PREFIXES) or k == "--vocab-file"
+        },
+        "config": config,
+    }
+    alloc = record["environment"]
+    if alloc:
+        config["env"] = dict(alloc)
+    (out / f"{record['id']}.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    return 1
 
 
 def main() -> int:

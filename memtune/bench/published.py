@@ -3,7 +3,9 @@
 Each run is one YAML file: ``id``, ``rank`` (the global rank whose peak was published),
 ``published.bytes`` (its ``max_memory_allocated``) and ``config`` (memtune's format), plus its
 source. The split follows the measured set's rule (holdout iff sha1 of the id mod 10 < 3),
-fixed before any comparison.
+fixed before any comparison. Each run also falls into the feature families it exercises
+(:func:`families_of`); the report summarizes every family apart, since one family's errors hide
+in the mean of the others.
 """
 
 from __future__ import annotations
@@ -17,8 +19,24 @@ import yaml
 
 from memtune.check import gate
 from memtune.config import validate
+from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.estimate import estimate
+
+# The order reports list them in; a run without any of these features is "dense".
+FAMILIES = (
+    "TE MoE",
+    "CUDA graphs",
+    "FP8 delayed",
+    "FP8 tensorwise",
+    "FP8 blockwise",
+    "FP8 mxfp8",
+    "TP overlap",
+    "FSDP",
+    "offload",
+    "MLA",
+    "dense",
+)
 
 HOLDOUT_SHARE = 3  # of 10
 
@@ -29,12 +47,32 @@ def split_of(run_id: str) -> str:
     )
 
 
+def families_of(d: Derived) -> tuple[str, ...]:
+    """The feature families a run exercises (a run may be in several)."""
+    m = d.model
+    found = [
+        name
+        for name, present in (
+            ("TE MoE", d.transformer_engine and d.is_moe),
+            ("CUDA graphs", d.cuda_graphs),
+            (f"FP8 {m.fp8_recipe}", m.fp8 is not None and d.transformer_engine),
+            ("TP overlap", m.tp_comm_overlap and d.tp > 1),
+            ("FSDP", d.megatron_fsdp),
+            ("offload", m.fine_grained_activation_offloading or m.cpu_offloading),
+            ("MLA", m.multi_latent_attention),
+        )
+        if present
+    ]
+    return tuple(found) or ("dense",)
+
+
 @dataclass(frozen=True)
 class PublishedResult:
     id: str
     split: str
     published: int
     estimated: int
+    families: tuple[str, ...] = ("dense",)
 
     @property
     def error(self) -> float:
@@ -49,6 +87,7 @@ class PublishedResult:
 @dataclass(frozen=True)
 class PublishedSummary:
     runs: int
+    mean_error: float  # signed: a negative mean is a family memtune under-estimates
     mean_abs_error: float
     max_abs_error: float
     worst_id: str
@@ -74,12 +113,14 @@ def read_published(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def evaluate_published(run: dict[str, Any]) -> PublishedResult:
-    est = estimate(gate(validate(run["config"])))
+    checked = gate(validate(run["config"]))
+    est = estimate(checked)
     return PublishedResult(
         id=run["id"],
         split=split_of(run["id"]),
         published=int(run["published"]["bytes"]),
         estimated=est.rank(int(run["rank"])).peak_bytes,
+        families=families_of(checked.derived),
     )
 
 
@@ -90,6 +131,7 @@ def summarize_published(results: list[PublishedResult]) -> PublishedSummary | No
     unders = [r.error for r in results if r.under]
     return PublishedSummary(
         runs=len(results),
+        mean_error=sum(r.error for r in results) / len(results),
         mean_abs_error=sum(abs(r.error) for r in results) / len(results),
         max_abs_error=abs(worst.error),
         worst_id=worst.id,
@@ -99,9 +141,16 @@ def summarize_published(results: list[PublishedResult]) -> PublishedSummary | No
 
 
 @dataclass(frozen=True)
+class FamilySummary:
+    family: str
+    splits: dict[str, PublishedSummary | None]  # tune, holdout (those shown)
+
+
+@dataclass(frozen=True)
 class PublishedReport:
     shown: list[PublishedResult]
     splits: dict[str, PublishedSummary | None]
+    families: list[FamilySummary]  # families with at least one shown run, in FAMILIES order
 
 
 def published_report(results: list[PublishedResult], split: str = "all") -> PublishedReport:
@@ -109,4 +158,13 @@ def published_report(results: list[PublishedResult], split: str = "all") -> Publ
     splits = {name: summarize_published([r for r in results if r.split == name]) for name in names}
     if split == "all":
         splits["all"] = summarize_published(results)
-    return PublishedReport([r for r in results if split in ("all", r.split)], splits)
+    shown = [r for r in results if split in ("all", r.split)]
+    families = [
+        FamilySummary(
+            family,
+            {name: summarize_published([r for r in members if r.split == name]) for name in names},
+        )
+        for family in FAMILIES
+        if (members := [r for r in shown if family in r.families])
+    ]
+    return PublishedReport(shown, splits, families)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from memtune.bench.accuracy import AccuracyReport
-from memtune.bench.published import PublishedReport
+from memtune.bench.published import PublishedReport, PublishedSummary
 from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
@@ -71,6 +71,9 @@ def published_json(report: PublishedReport) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "runs": [asdict(r) | {"error": r.error, "under": r.under} for r in report.shown],
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
+        "families": {
+            f.family: {k: asdict(v) if v else None for k, v in f.splits.items()} for f in report.families
+        },
     }
 
 
@@ -96,6 +99,23 @@ def print_published(console: Console, report: PublishedReport) -> None:
                 f"max {s.max_abs_error:.1%} ({s.worst_id}); under-estimates {s.under_estimates}, "
                 f"worst {s.worst_under:+.1%}"
             )
+    families = Table(
+        title="By feature family (a run counts in each family it exercises; mean error signed)",
+        title_justify="left",
+    )
+    splits = [name for name in report.splits if name != "all"]
+    families.add_column("family")
+    for name in splits:
+        families.add_column(f"{name}: runs, mean / mean |error| / max", justify="right")
+    for f in report.families:
+        families.add_row(f.family, *(_family_cell(f.splits[name]) for name in splits))
+    console.print(families)
+
+
+def _family_cell(s: PublishedSummary | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s.runs}, {s.mean_error:+.1%} / {s.mean_abs_error:.1%} / {s.max_abs_error:.1%}"
 
 
 def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:

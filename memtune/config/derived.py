@@ -319,7 +319,10 @@ class Derived:
         ``16 < sk <= 4096``, ``sq`` and ``sk`` multiples of 4, and ``b * heads / TP`` a multiple of
         4 and of the kernel's batches per block (apex's ``get_batch_per_block``; causal mask).
         Otherwise the torch softmax runs, in fp32 unless ``attention_softmax_in_fp32`` is off.
+        On the TE spec TE's own module and rule run (:attr:`te_fused_softmax_kernel`).
         """
+        if self.transformer_engine:
+            return self.te_fused_softmax_kernel
         m = self.model
         if not m.masked_softmax_fusion or self.flash_attention or not self.half_precision:
             return False
@@ -335,7 +338,11 @@ class Derived:
     def softmax_dtype(self) -> str:
         """Dtype the unfused attention's softmax runs in: the kernel and the torch path with
         ``attention_softmax_in_fp32`` off stay in the weights' half precision."""
-        if self.fused_softmax_kernel or (self.half_precision and not self.model.attention_softmax_in_fp32):
+        if self.fused_softmax_kernel:
+            return self.param_dtype
+        if self.transformer_engine:
+            return "fp32"  # TE's FusedScaleMaskSoftmax falls back with softmax_in_fp32=True
+        if self.half_precision and not self.model.attention_softmax_in_fp32:
             return self.param_dtype
         return "fp32"
 
@@ -477,6 +484,53 @@ class Derived:
         scaling (fp16) changes no activation size; what stays fp32 inside a half-precision job
         (norm statistics, softmax in fp32, the loss) is the estimator's per-tensor business."""
         return self.param_dtype
+
+    @cached_property
+    def te_fused_softmax_kernel(self) -> bool:
+        """Transformer Engine's fused softmax kernel runs in its unfused attention.
+
+        On the TE spec ``attention_backend: unfused`` runs TE's ``UnfusedDotProductAttention``,
+        whose ``FusedScaleMaskSoftmax`` has its own rule
+        (``transformer_engine/pytorch/attention/dot_product_attention/softmax.py``
+        ``is_kernel_available``): half-precision scores, ``16 < sk < 16384``, ``sk`` a multiple
+        of 8, ``sq`` a multiple of 4 and of the kernel's batches per block, ``b * heads / TP`` a
+        multiple of 4 (causal mask). Megatron's ``masked_softmax_fusion`` does not reach it (TE
+        reads ``NVTE_MASKED_SOFTMAX_FUSION``, on by default), and it serves MLA too.
+        """
+        if self.flash_attention or not self.half_precision:
+            return False
+        sq = sk = self.model.seq_length // self.cp
+        attn_batches = self.micro_batch_size * (self.model.num_attention_heads // self.tp)
+        if not (16 < sk < 16384 and sk % 8 == 0 and sq % 4 == 0 and attn_batches % 4 == 0):
+            return False
+        return sq % _softmax_batches_per_block(sk) == 0
+
+    @cached_property
+    def fit_uncertainty(self) -> dict[str, float]:
+        """Share of the peak by which a Transformer Engine path memtune cannot pin down from
+        source and published runs may exceed the estimate, by path (``docs/limits.md``,
+        "Transformer Engine"). The verdict adds them to the fragmentation margin, so a job whose
+        headroom is smaller than this uncertainty is not called "fits". None depends on the
+        layout (``memtune plan`` reads one value for all candidates)."""
+        if not self.transformer_engine:
+            return {}
+        m = self.model
+        shares = {
+            # Static inputs/outputs per captured (layer, microbatch) and the graph pool.
+            "CUDA graphs": 0.10 if self.cuda_graphs else 0.0,
+            # Registered userbuffers outside PyTorch, one per overlapped GEMM.
+            "tp_comm_overlap userbuffers": 0.05 if m.tp_comm_overlap else 0.0,
+            # DeepEP/HybridEP communication buffers outside PyTorch.
+            "flex dispatcher buffers": 0.10 if self.is_moe and m.moe_token_dispatcher_type == "flex" else 0.0,
+            # TE's MoE path (grouped GEMM, fused permutation, router): published tune runs down to -5.8%.
+            "TE MoE": 0.06 if self.is_moe else 0.0,
+        }
+        return {path: share for path, share in shares.items() if share}
+
+    @cached_property
+    def fit_margin(self) -> float:
+        """What the verdict adds to the peak: the fragmentation margin and the TE uncertainty."""
+        return self.fragmentation_margin + sum(self.fit_uncertainty.values())
 
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:

@@ -34,8 +34,9 @@ class Estimate:
     capacity_bytes: int
     ranks: list[RankEstimate]
     non_pytorch_bytes: int
-    margin: float
+    margin: float  # fragmentation
     options: EstimateOptions
+    uncertainty: dict[str, float]  # Derived.fit_uncertainty: TE paths not pinned down, share of the peak
 
     @property
     def worst(self) -> RankEstimate:
@@ -49,14 +50,16 @@ class Estimate:
         return max(r.host_bytes for r in self.ranks) * per_node
 
     def needed_bytes(self, rank: RankEstimate) -> int:
-        """Device memory the rank needs: its allocator peak, the margin and memory outside PyTorch."""
-        return round(rank.peak_bytes * (1 + self.margin) + self.non_pytorch_bytes)
+        """Device memory the rank needs: its allocator peak, the margins (``Derived.fit_margin``)
+        and memory outside PyTorch."""
+        return round(rank.peak_bytes * (1 + self.derived.fit_margin) + self.non_pytorch_bytes)
 
     def fits(self, rank: RankEstimate) -> bool:
         return rank.peak_bytes + self.non_pytorch_bytes <= self.capacity_bytes
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
-        """``fits``, ``tight`` (fits only if fragmentation stays under the margin) or ``does not fit``."""
+        """``fits``, ``tight`` (fits only if fragmentation and the TE uncertainty stay under the
+        margins) or ``does not fit``."""
         rank = rank or self.worst
         if self.needed_bytes(rank) <= self.capacity_bytes:
             return "fits"
@@ -103,4 +106,5 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
         non_pytorch_bytes=non_pytorch_bytes(d),
         margin=d.fragmentation_margin,
         options=options,
+        uncertainty=d.fit_uncertainty,
     )

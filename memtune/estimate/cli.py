@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 unless every rank fits with the fragmentation margin (verdict 'fits')",
+        help="exit 1 unless every rank fits with the fragmentation margin and the margins for Transformer Engine paths not pinned down (verdict 'fits')",
     )
     p.add_argument("--plot", metavar="FILE.png", help="stacked bars per rank against the GPU capacity")
     p.add_argument(

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
-from memtune.estimate import activation_offload
+from memtune.estimate import activation_offload, te
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.params import (
@@ -100,6 +100,7 @@ class RankEstimate:
     peak_phase: str  # "forward/backward" or "optimizer step"
     modules: dict[str, float] = field(default_factory=dict)  # activation bytes by tensor, all in-flight
     activation_host_pinned: float = 0.0  # pinned host bytes of fine-grained activation offloading
+    te_allocations: dict[str, float] = field(default_factory=dict)  # TE's run-long buffers, in transient
 
     @property
     def peak_bytes(self) -> int:
@@ -396,7 +397,8 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
         heads = d.model.num_attention_heads / d.tp
         largest = max(largest, act.BF16 * x.mbs * heads * x.seq * x.seq)
     workspaces = (3 if fl.transformer_engine else 2) * CUBLAS_WORKSPACE
-    return workspaces + largest + 2 * receiving * act.layer_input(x)
+    te_own = sum(te.persistent_allocations(d, chunks).values())
+    return workspaces + te_own + largest + 2 * receiving * act.layer_input(x)
 
 
 def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
@@ -433,7 +435,7 @@ def rank_estimate(
     expert data-parallel groups) matters only where the state differs between data-parallel
     ranks (see ``state.model_state``); None takes the worst of them."""
     chunks = d.chunks[pp_rank]
-    return combine(
+    rank = combine(
         pp_rank,
         chunks,
         in_flight(d, pp_rank),
@@ -442,6 +444,8 @@ def rank_estimate(
         persistent_buffers(d, flavour_of(d), chunks),
         deferred_wgrad_bytes(d, chunks),
     )
+    rank.te_allocations = te.persistent_allocations(d, chunks)
+    return rank
 
 
 def held_and_transient(

@@ -64,6 +64,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "gpu": est.gpu.name,
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
+        "uncertainty_margins": est.uncertainty,
         "world_size": d.world_size,
         "parallelism": {
             "tp": d.tp,
@@ -100,11 +101,13 @@ def assumptions(est: Estimate) -> list[str]:
         "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
     )
     softmax = (
-        "Megatron's fused softmax kernel"
+        ("Transformer Engine's" if fl.transformer_engine else "Megatron's") + " fused softmax kernel"
         if d.fused_softmax_kernel
         else f"torch softmax in {d.softmax_dtype}"
         + (
-            ", masked_softmax_fusion asked for but the kernel's shape rule fails"
+            ", Transformer Engine's kernel shape rule fails"
+            if fl.transformer_engine
+            else ", masked_softmax_fusion asked for but the kernel's shape rule fails"
             if job.model.masked_softmax_fusion
             else ""
         )
@@ -188,13 +191,9 @@ def not_modeled(est: Estimate) -> list[str]:
         )
     if m.tp_comm_overlap:
         notes.append(
-            "tp_comm_overlap: Transformer Engine's userbuffers (a few bf16 buffers of sequence x micro-batch x"
-            " hidden per overlapped GEMM, allocated once) are not modeled; expect more, ~0.5-2 GiB"
-        )
-    if m.fp8 is not None and d.transformer_engine:
-        notes.append(
-            "FP8: TE's cached FP8 copies of the weights and their transposes (about 2 bytes per linear weight"
-            " on this rank, kept across microbatches) are not modeled; expect more"
+            "tp_comm_overlap: Transformer Engine's userbuffers are registered cudaMalloc memory, outside"
+            " PyTorch's counters (in 'other' only as far as the communicators go); the overlapped GEMMs' own"
+            " workspace is counted"
         )
     if m.moe_permute_fusion and d.is_moe:
         notes.append(
@@ -263,7 +262,10 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
             f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
-            f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
+            + "".join(
+                f" + {share:.0%} for {path} (not pinned down)" for path, share in est.uncertainty.items()
+            )
+            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
         )
     )
     if est.host_bytes_per_node:
@@ -313,6 +315,12 @@ def print_explain(
     console.print(
         f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB."
     )
+    if rank.te_allocations:
+        console.print(
+            "Transformer Engine's own buffers, kept all run (in the transient): "
+            + ", ".join(f"{name} {gib(nbytes)} GiB" for name, nbytes in rank.te_allocations.items())
+            + "."
+        )
     console.print("How the layers were modeled:", style="dim")
     for note in flavour_notes(est):
         console.print(f"  - {note}", style="dim")

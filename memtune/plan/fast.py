@@ -231,7 +231,7 @@ class FastEstimator:
         if outside is None:
             outside = self._outside[ok] = non_pytorch_bytes(self._d(c))
         if self._margin is None:
-            self._margin = self._d(c).fragmentation_margin
+            self._margin = self._d(c).fit_margin
         margin = 1 + self._margin
         ak: RankActivationKey = (
             c.tp,

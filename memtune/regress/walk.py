@@ -71,7 +71,7 @@ def watched(est: Estimate, global_rank: int | None) -> RankEstimate:
 
 def verdict_of(est: Estimate, peak_bytes: int) -> str:
     """:meth:`Estimate.verdict` for a peak that was measured rather than estimated."""
-    needed = round(peak_bytes * (1 + est.margin) + est.non_pytorch_bytes)
+    needed = round(peak_bytes * (1 + est.derived.fit_margin) + est.non_pytorch_bytes)
     if needed <= est.capacity_bytes:
         return FITS
     return "tight" if peak_bytes + est.non_pytorch_bytes <= est.capacity_bytes else "does not fit"

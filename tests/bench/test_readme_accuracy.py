@@ -50,3 +50,25 @@ def test_unknown_split_is_bad_input(capsys):
         "--split: no run is in split 'nope'; the splits are all, fresh, fresh2, holdout, tune"
         in capsys.readouterr().err
     )
+
+
+FAMILY_ROW = re.compile(r"^\| (?P<family>[A-Za-z0-9 ]+) \| (?P<tune>\d[^|]*|-) \| (?P<holdout>\d[^|]*|-) \|$")
+
+
+def test_readme_published_family_table_is_reproduced():
+    from memtune.bench.published import evaluate_published, published_report, read_published
+    from memtune.bench.render import _family_cell
+
+    report = published_report(
+        [evaluate_published(r) for r in read_published([ROOT / "benchmarks" / "published" / "memory"])]
+    )
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Accuracy", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        m["family"]: (m["tune"], m["holdout"])
+        for line in section.splitlines()
+        if (m := FAMILY_ROW.match(line))
+    }
+    expected = {
+        f.family: (_family_cell(f.splits["tune"]), _family_cell(f.splits["holdout"])) for f in report.families
+    }
+    assert rows == expected

@@ -190,5 +190,6 @@ def test_unmodeled_flags_are_listed_with_their_direction(job_factory):
         }
     )
     notes = assumptions(_estimate(job))
-    assert any(n.startswith("tp_comm_overlap:") and "expect more" in n for n in notes)
-    assert any(n.startswith("FP8:") and "expect more" in n for n in notes)
+    # Userbuffers are registered cudaMalloc memory; FP8 weight caches are modeled (estimate/te.py).
+    assert any(n.startswith("tp_comm_overlap:") and "outside PyTorch's counters" in n for n in notes)
+    assert not any(n.startswith("FP8:") for n in notes)

@@ -55,5 +55,70 @@ def test_no_flags_and_virtual_stages_translate():
 
 
 def test_untranslated_flags_skip_the_run():
-    with pytest.raises(collector.Skip, match="untranslated flags --use-megatron-fsdp"):
-        collector.translate({**BASE, "--use-megatron-fsdp": True})
+    with pytest.raises(collector.Skip, match="untranslated flags --overlap-moe-expert-parallel-comm"):
+        collector.translate({**BASE, "--overlap-moe-expert-parallel-comm": True})
+    with pytest.raises(collector.Skip, match="optimizer muon"):
+        collector.translate({**BASE, "--optimizer": "muon"})
+    with pytest.raises(collector.Skip, match="flex dispatcher"):
+        collector.translate({**BASE, "--num-experts": 8, "--moe-token-dispatcher-type": "flex"})
+    with pytest.raises(collector.Skip, match="hybrid FSDP"):
+        collector.translate({**BASE, "--use-megatron-fsdp": True, "--outer-dp-sharding-strategy": "optim"})
+
+
+def test_reserved_cases_are_recognised_by_the_sha1_of_their_name():
+    # sha1("a") = 86f7e4..., sha1("b") = e9d71f..., sha1("c") = 84a516..., sha1("d") = 3c3638...
+    assert collector.allowed("gpt", "a")  # gpt/ is never reserved
+    assert not collector.allowed("moe", "a") and not collector.allowed("mixtral", "b")
+    assert not collector.allowed("moe", "c")
+    assert collector.allowed("moe", "d") and collector.allowed("mixtral", "d")
+    assert collector.run_id("gpt", "x") == "mlm-ci-x" and collector.run_id("moe", "x") == "mlm-ci-moe-x"
+
+
+def test_moe_mla_and_features_translate():
+    config = collector.translate(
+        {
+            **BASE,
+            "--num-layers": 4,
+            "--tensor-model-parallel-size": 2,
+            "--sequence-parallel": True,
+            "--num-experts": 8,
+            "--expert-model-parallel-size": 2,
+            "--expert-tensor-parallel-size": 1,
+            "--moe-layer-freq": "([0]*1+[1]*3)",
+            "--moe-ffn-hidden-size": 256,
+            "--moe-grouped-gemm": True,
+            "--moe-token-dispatcher-type": "alltoall",
+            "--moe-router-topk": 4,
+            "--multi-latent-attention": True,
+            "--q-lora-rank": 64,
+            "--kv-lora-rank": 32,
+            "--qk-head-dim": 64,
+            "--qk-pos-emb-head-dim": 32,
+            "--v-head-dim": 64,
+            "--recompute-granularity": "selective",
+            "--recompute-modules": "[layernorm moe_act]",
+            "--cuda-graph-impl": "transformer_engine",
+            "--cuda-graph-modules": "[attn moe_router]",
+            "--use-megatron-fsdp": True,
+            "--use-distributed-optimizer": True,
+        }
+    )
+    model = config["model"]
+    assert model["moe_layer_freq"] == [0, 1, 1, 1]
+    assert (model["num_moe_experts"], model["expert_model_parallel_size"], model["moe_router_topk"]) == (
+        8,
+        2,
+        4,
+    )
+    assert (model["q_lora_rank"], model["kv_lora_rank"], model["v_head_dim"]) == (64, 32, 64)
+    assert model["recompute_modules"] == ["layernorm", "moe_act"]
+    assert model["cuda_graph_scope"] == ["attn", "moe_router"]
+    # Megatron-LM's argparse default strategy (arguments.py --data-parallel-sharding-strategy).
+    assert config["ddp"]["data_parallel_sharding_strategy"] == "optim_grads_params"
+    validate(config)
+
+
+def test_layer_freq_expressions_other_than_sums_of_lists_skip():
+    assert collector._layer_freq("2") == 2
+    with pytest.raises(collector.Skip, match="not a sum of"):
+        collector._layer_freq("[1 if i % 2 else 0 for i in range(4)]")
