@@ -70,3 +70,17 @@ def test_alloc_conf_keeps_bracketed_values_whole():
         "roundup_power2_divisions": "[256:1,512:2,>:8]",
         "max_split_size_mb": "128",
     }
+
+
+def test_the_gate_refuses_an_error_the_job_ignores():
+    with pytest.raises(InputError) as exc:
+        gate(make_job("cluster.num_gpus=15", "train.global_batch_size=60", "check.ignore=[PAR]"))
+    assert exc.value.problems == [
+        "PAR001 cluster.num_gpus=15 is not divisible by TP×PP×CP = 2×2×1 = 4"
+        " (select/ignore cannot silence an error Megatron raises at start-up)"
+    ]
+
+
+def test_ignore_filters_warnings_from_the_gate():
+    job = make_job("model.sequence_parallel=false", "model.recompute_method=uniform", "check.ignore=[REC004]")
+    assert [f.code for f in gate(job).findings] == ["SEQ004"]
