@@ -92,7 +92,7 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
             f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune models the state of "
             f"{' and '.join(MODELED_OPTIMIZERS)} only; {job.optimizer.optimizer} is not modeled"
         )
-    gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster)
+    gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster.gpu, job.cluster.gpu_memory_gib)
     ranks = [rank_estimate(d, r, options) for r in range(d.pp)]
     return Estimate(
         job=job,

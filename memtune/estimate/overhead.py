@@ -1,7 +1,7 @@
 """Device memory a training process uses outside PyTorch's caching allocator.
 
-Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; see the project's environment
-notes): the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
+Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; docs/allocator.md, O1 to O4):
+the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
 cuBLAS handles; each NCCL communicator about 488 MiB before data buffers. Megatron creates a
 communicator for every process group that has more than one member and is used in training.
 Instantiated CUDA graphs hold executable memory outside the allocator too; vLLM reports 1 to 3
