@@ -449,4 +449,4 @@ class JobConfig(Section):
     cluster: ClusterConfig = ClusterConfig()
     """GPUs: count, model, capacity."""
     check: CheckSettings = CheckSettings()
-    """Which memtune check rules run."""
+    """Which memtune check rules report warnings and infos (errors always refuse)."""
