@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from check_fixtures import make_job
 
 from memtune.check import ERROR, CheckedJob, Finding, gate, run_checks
 from memtune.config.allocator import parse_alloc_conf
 from memtune.config.versions import parse_version
 from memtune.errors import InputError
+from tests.check.check_fixtures import make_job
 
 
 def test_gate_raises_one_line_per_error():

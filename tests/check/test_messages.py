@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from check_fixtures import make_job
 
 from memtune.check import run_checks
+from tests.check.check_fixtures import make_job
 
 SELECTIVE = "model.recompute_granularity=selective"
 REGATHER = "peft.sequence_parallel_input_regather=true"
