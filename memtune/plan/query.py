@@ -38,6 +38,8 @@ def base_job(q: Query) -> JobConfig:
     """The job every candidate starts from: the model, cluster, batch and mode asked for."""
     if q.mode not in MODES:
         raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
+    if q.model is None and q.recipe is None:
+        raise InputError(f"MODEL (a preset or a config file) or --recipe NAME is required: {USAGE}")
     if q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD):
         words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
         data = job_data(load_from_words(words, q.recipe, USAGE).job)

@@ -111,3 +111,10 @@ def test_run_keeps_a_double_dash_inside_the_command():
     assert _overrides_and_command(["--", "python", "x.py", "--", "y"]) == ([], ["python", "x.py", "--", "y"])
     assert _overrides_and_command(["model.x=1", "--", "true"]) == (["model.x=1"], ["true"])
     assert _overrides_and_command(["python", "x.py", "--", "y"]) == ([], ["python", "x.py", "--", "y"])
+
+
+def test_plan_needs_a_model_or_a_recipe():
+    with pytest.raises(
+        InputError, match=r"^MODEL \(a preset or a config file\) or --recipe NAME is required: memtune plan"
+    ):
+        base_job(Query(None, 16, "H100-80GB", 8, None, 64, "pretrain"))
