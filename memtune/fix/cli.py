@@ -1,4 +1,5 @@
-"""``memtune fix CONFIG|--recipe NAME [key=value ...] [--oom-log LOG...] [--snapshot S] [--write OUT] [--json]``."""
+"""``memtune fix CONFIG|--recipe NAME [key=value ...] [--oom-log LOG...] [--snapshot S] [--write OUT]
+[--json]``."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "inputs",
         nargs="*",
         metavar="A B [key=value ...]",
-        help="two configs (files or recipe:NAME), then dotted overrides applied to both; with --logs two runs (log files, "
-        "monitor JSONL or directories of them)",
+        help="two configs (files or recipe:NAME), then dotted overrides applied to both; with --logs "
+        "two runs (log files, monitor JSONL or directories of them)",
     )
     d.add_argument("--logs", action="store_true", help="A and B are runs' logs, not configs")
     d.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--configs",
         nargs=2,
         metavar=("A", "B"),
-        help="walk from config A to config B (each a file or recipe:NAME; key=value words after them apply to both)",
+        help="walk from config A to config B (each a file or recipe:NAME; key=value words after them "
+        "apply to both)",
     )
     b.add_argument(
         "--measure", action="store_true", help="with --configs: measure each step on this GPU (needs --rank)"
@@ -108,7 +109,8 @@ def run_bisect(args: argparse.Namespace) -> int:
         args.to_run = [*args.to_run, *args.overrides]
         if args.good or args.bad or not all(is_override(word) for word in args.to_run):
             raise InputError(
-                "--configs walks between two configs; it takes dotted overrides for both, no --good/--bad or command"
+                "--configs walks between two configs; it takes dotted overrides for both, "
+                "no --good/--bad or command"
             )
         return _bisect_configs(args)
     if args.measure:

@@ -109,7 +109,8 @@ def _graphs_on_tests(path: Path) -> list[int]:
 def test_cuda_graphs_on_is_read_from_derived():
     package = ROOT / "memtune"
     offenders = [
-        f"{path.relative_to(package).as_posix()}:{line} tests cuda_graph_impl against 'none'; use Derived.cuda_graphs"
+        f"{path.relative_to(package).as_posix()}:{line} tests cuda_graph_impl against 'none';"
+        " use Derived.cuda_graphs"
         for path in sorted(package.rglob("*.py"))
         if not path.relative_to(package).as_posix().startswith(("config/derived.py", *EXEMPT))
         for line in _graphs_on_tests(path)
