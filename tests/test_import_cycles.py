@@ -8,6 +8,7 @@ blocks left out, since they never run). The commands' ``cli.py`` modules are the
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from pathlib import Path
 
@@ -47,11 +48,12 @@ class _Imports(ast.NodeVisitor):
             self.found.add(node.module)
 
 
-def _imports(module: str) -> set[str]:
+@functools.cache
+def _imports(module: str) -> frozenset[str]:
     visitor = _Imports()
     visitor.visit(ast.parse(MODULES[module].read_text(encoding="utf-8")))
     # importing a submodule imports its parent packages first; that is no edge of the module's own
-    return {name for name in visitor.found if name in MODULES and not module.startswith(f"{name}.")}
+    return frozenset(name for name in visitor.found if name in MODULES and not module.startswith(f"{name}."))
 
 
 def _package(module: str) -> str:
@@ -60,7 +62,7 @@ def _package(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+def _cycle(graph: dict[str, frozenset[str]] | dict[str, set[str]]) -> list[str] | None:
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as error:
