@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 
-from memtune.errors import InputError
 from memtune.limits import MAX_DIGITS, MAX_ECHO
 
 _INT = re.compile(r"[+-]?[0-9]+")
@@ -69,24 +68,6 @@ def float_or_none(text: str) -> float | None:
         return None
     value = float(text)
     return value if math.isfinite(value) else None
-
-
-def parse_int(text: str, what: str) -> int:
-    """An integer or an InputError naming ``what`` and the text."""
-    value = int_or_none(text)
-    if value is None:
-        raise InputError(
-            f"{what}: expected an integer of at most {MAX_DIGITS} ASCII digits, got {echo(text)}"
-        )
-    return value
-
-
-def parse_float(text: str, what: str) -> float:
-    """A finite number or an InputError naming ``what`` and the text."""
-    value = float_or_none(text)
-    if value is None:
-        raise InputError(f"{what}: expected a finite number, got {echo(text)}")
-    return value
 
 
 def plain_int(value: object) -> int | None:

@@ -3,7 +3,8 @@
 Capacity is what ``cudaMemGetInfo`` reports as total, which is what a job can ever use. Where
 no device reading is on record it is derived from the datasheet figure with the reading/datasheet
 ratio of the reference GPU (see ``data/gpus.yaml``). A config's ``cluster.gpu_memory_gib``
-overrides the catalog capacity for that job (:func:`capacity_bytes`).
+overrides the catalog capacity for that job (:func:`capacity_bytes`). The catalog reads nothing
+from ``memtune.config``, which reads the catalog's presets and recipes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from functools import cache
 
 from memtune.catalog._data import lookup_key, read_catalog
-from memtune.config.schema import ClusterConfig
 from memtune.errors import InputError
 from memtune.numbers import echo
 from memtune.units import GiB
@@ -89,8 +89,9 @@ def get_gpu(name: str) -> GPU:
     )
 
 
-def capacity_bytes(cluster: ClusterConfig) -> int:
-    """Memory one GPU of the job has: ``cluster.gpu_memory_gib`` if set, else the catalog's."""
-    if cluster.gpu_memory_gib is not None:
-        return round(cluster.gpu_memory_gib * GiB)
-    return get_gpu(cluster.gpu).memory_bytes
+def capacity_bytes(gpu: str, gpu_memory_gib: float | None) -> int:
+    """Memory one GPU of a job has: its ``cluster.gpu_memory_gib`` if set, else the catalog's for
+    its ``cluster.gpu``."""
+    if gpu_memory_gib is not None:
+        return round(gpu_memory_gib * GiB)
+    return get_gpu(gpu).memory_bytes

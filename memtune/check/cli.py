@@ -40,9 +40,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--select",
         metavar="CODES",
-        help="run only these rules: comma-separated codes, prefixes (ENV, PAR00) or names",
+        help=(
+            "report warnings and infos of these rules only: comma-separated codes, prefixes (ENV, PAR00) "
+            "or names; errors Megatron raises are always reported"
+        ),
     )
-    parser.add_argument("--ignore", metavar="CODES", help="skip these rules (same forms as --select)")
+    parser.add_argument(
+        "--ignore",
+        metavar="CODES",
+        help="do not report these rules' warnings and infos (same forms as --select); errors still fail",
+    )
     parser.add_argument(
         "--show-info", action="store_true", help="also show informational findings (hidden by default)"
     )

@@ -12,6 +12,9 @@ WARNING = "warning"  # it runs, but the setting is wasted or harmful
 INFO = "info"  # worth knowing before launch
 SEVERITIES = (ERROR, WARNING, INFO)
 
+# What every command says of an error whose rule the user selected out or ignored.
+UNIGNORABLE = "select/ignore cannot silence an error Megatron raises at start-up"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Finding:
@@ -21,6 +24,9 @@ class Finding:
     fix: str  # one line: the change to make
     upstream: str | None = None  # the exact text Megatron-Core / Megatron-Bridge raises or logs
     changes: tuple[Change, ...] = ()  # the fix as dotted config changes, where it is one
+    # An error whose rule select/ignore leaves out: reported and refused all the same, since
+    # Megatron raises it at start-up whatever memtune is told to skip.
+    deselected: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,10 +8,10 @@ them by any path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memtune.check.context import Context
-from memtune.check.finding import ERROR, Finding
+from memtune.check.finding import ERROR, UNIGNORABLE, Finding
 from memtune.check.registry import catalogue, selected
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
@@ -26,7 +26,7 @@ class CheckedJob:
 
     job: JobConfig
     derived: Derived
-    findings: tuple[Finding, ...]  # warnings and infos; errors never get this far
+    findings: tuple[Finding, ...]  # the selected warnings and infos; errors never get this far
     _token: object
 
     def __post_init__(self) -> None:
@@ -37,18 +37,37 @@ class CheckedJob:
 def run_checks(
     job: JobConfig, select: list[str] | None = None, ignore: list[str] | tuple[str, ...] = ()
 ) -> list[Finding]:
-    """The findings of the selected rules for ``job``, in catalogue order. The job's own
-    ``check.select``/``check.ignore`` apply first; ``select`` narrows and ``ignore`` widens them."""
+    """The findings for ``job``, in catalogue order. Every rule runs: an error Megatron raises at
+    start-up is always returned, marked ``deselected`` when the selection leaves its rule out (as
+    ruff never lets a syntax error be ignored); warnings and infos only from the selected rules.
+    The job's own ``check.select``/``check.ignore`` apply first; ``select`` narrows and ``ignore``
+    widens them."""
     ctx = Context.of(job)
-    rules = selected(catalogue(), job.check.select, job.check.ignore)
-    rules = selected(rules, select, list(ignore)) if select or ignore else rules
-    return [finding for rule in rules if (finding := rule.run(ctx)) is not None]
+    rules = catalogue()
+    chosen = selected(rules, job.check.select, job.check.ignore)
+    chosen = selected(chosen, select, list(ignore)) if select or ignore else chosen
+    reported = {rule.code for rule in chosen}
+    findings = []
+    for rule in rules:
+        finding = rule.run(ctx)
+        if finding is None:
+            continue
+        if rule.code in reported:
+            findings.append(finding)
+        elif finding.severity == ERROR:
+            findings.append(replace(finding, deselected=True))
+    return findings
 
 
 def gate(job: JobConfig) -> CheckedJob:
-    """Check ``job``; raise :class:`InputError` with every error finding, else return it checked."""
+    """Check ``job``; raise :class:`InputError` with every error finding, selected or not, else
+    return it checked."""
     findings = run_checks(job)
-    errors = [f"{f.code} {f.message}" for f in findings if f.severity == ERROR]
+    errors = [
+        f"{f.code} {f.message}" + (f" ({UNIGNORABLE})" if f.deselected else "")
+        for f in findings
+        if f.severity == ERROR
+    ]
     if errors:
         raise InputError(errors)
     return CheckedJob(job=job, derived=derive(job), findings=tuple(findings), _token=_GATE)

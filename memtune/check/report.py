@@ -10,7 +10,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
-from memtune.check.finding import ERROR, INFO, SEVERITIES, WARNING, Finding
+from memtune.check.finding import ERROR, INFO, SEVERITIES, UNIGNORABLE, WARNING, Finding
 from memtune.check.registry import FAMILIES, Rule, catalogue
 from memtune.output import SCHEMA_VERSION
 
@@ -60,6 +60,8 @@ def _family_table(findings: list[Finding]) -> Table:
     table.add_column()
     for f in findings:
         details = [Text(f.message), Text.assemble(("fix: ", "green"), f.fix)]
+        if f.deselected:
+            details.append(Text(f"ignored, but still fails: {UNIGNORABLE}", style="bold red"))
         if f.upstream:
             details.append(Text(f"raises: {f.upstream}", style="dim"))
         table.add_row(
@@ -85,6 +87,7 @@ def findings_json(
                 "fix": f.fix,
                 "upstream": f.upstream,
                 "changes": [{"key": c.key, "value": c.value} for c in f.changes],
+                "deselected": f.deselected,
             }
             for f in findings
         ],

@@ -2,7 +2,10 @@
 
 ``CONFIG [OVERRIDE.yaml ...] [key=value ...]`` or ``--recipe NAME [OVERRIDE.yaml ...]
 [key=value ...]``: the first file (or the recipe) is the job, each further file a Megatron-Bridge
-override laid over it in turn, each ``section.key=value`` a dotted override applied last.
+override laid over it in turn, each ``section.key=value`` (and ``defaults=STACK``) a dotted
+override applied last; ``model.preset=NAME`` fills in a model preset. The word ``recipe:NAME`` in
+the place of CONFIG names a recipe too: commands that name two jobs (``diff``, ``bisect
+--configs``) take each that way (:func:`load_word`).
 """
 
 from __future__ import annotations
@@ -41,10 +44,17 @@ def is_override(word: str) -> bool:
     return "=" in word and not Path(word).exists()
 
 
+RECIPE_WORD = "recipe:"
+
+
 def load_from_words(words: list[str], recipe: str | None, usage: str) -> LoadedJob:
     """The job ``words`` (files then dotted overrides) and ``recipe`` describe."""
     files = [w for w in words if not is_override(w)]
     overrides = [w for w in words if is_override(w)]
+    if files and files[0].startswith(RECIPE_WORD) and not Path(files[0]).exists():
+        if recipe is not None:
+            raise InputError(f"{files[0]} and --recipe {recipe}: name one recipe ({usage})")
+        recipe, files = files[0].removeprefix(RECIPE_WORD), files[1:]
     if recipe is None and not files:
         raise InputError(f"a config file or --recipe NAME is required: {usage}")
     base, layers = (None, files) if recipe is not None else (files[0], files[1:])
@@ -55,3 +65,8 @@ def load_from_args(args: argparse.Namespace, usage: str) -> LoadedJob:
     """The job of a command registered with :func:`add_job_arguments`."""
     words = [w for w in (args.config, *args.overrides) if w is not None]
     return load_from_words(words, args.recipe, usage)
+
+
+def load_word(word: str, overrides: list[str] | tuple[str, ...], usage: str) -> LoadedJob:
+    """One of the two jobs a command compares: a config file or ``recipe:NAME``, with ``overrides``."""
+    return load_from_words([word, *overrides], None, usage)

@@ -419,13 +419,14 @@ Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
 
 
 class CheckSettings(Section):
-    """Which ``memtune check`` rules run for this job, as ruff's ``select``/``ignore``: codes,
-    code prefixes (``ENV``, ``ENV00``) or rule names."""
+    """Which ``memtune check`` rules report for this job, as ruff's ``select``/``ignore``: codes,
+    code prefixes (``ENV``, ``ENV00``) or rule names. Errors Megatron raises at start-up are always
+    reported and always refuse."""
 
     select: list[str] | None = None
-    """Rules to run: codes, code prefixes or names; default all."""
+    """Rules whose warnings and infos are reported: codes, code prefixes or names; default all."""
     ignore: list[str] = []
-    """Rules to skip: codes, code prefixes or names."""
+    """Rules whose warnings and infos are not reported (errors always are): codes, prefixes or names."""
 
 
 class JobConfig(Section):
@@ -448,4 +449,4 @@ class JobConfig(Section):
     cluster: ClusterConfig = ClusterConfig()
     """GPUs: count, model, capacity."""
     check: CheckSettings = CheckSettings()
-    """Which memtune check rules run."""
+    """Which memtune check rules report warnings and infos (errors always refuse)."""

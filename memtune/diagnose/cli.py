@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_recipe_argument(p)
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, overrides=[])  # dotted overrides after options (memtune/cli.py)
 
 
 def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     has_job = bool(args.config or args.recipe)
-    logs, overrides = _split_overrides(args.logs) if has_job else (args.logs, [])
+    words = [*args.logs, *args.overrides]
+    logs, overrides = _split_overrides(words) if has_job else (words, [])
     words = [args.config, *overrides] if args.config else overrides
     loaded = (
         load_from_words(words, args.recipe, "memtune diagnose LOG... --config C|--recipe NAME")

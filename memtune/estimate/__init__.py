@@ -17,7 +17,8 @@ from memtune.config.derived import Derived
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
-from memtune.estimate.overhead import non_pytorch_bytes
+from memtune.estimate.flavour import Flavour, flavour_of
+from memtune.estimate.overhead import OutsidePyTorch, outside_pytorch
 
 __all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
 
@@ -33,10 +34,16 @@ class Estimate:
     gpu: GPU
     capacity_bytes: int
     ranks: list[RankEstimate]
-    non_pytorch_bytes: int
-    margin: float  # fragmentation
+    outside: OutsidePyTorch  # the same on every rank
+    margin: float  # fragmentation margin, a share of the allocator peak
+    expandable_segments: bool  # the allocator setting the margin follows
+    flavour: Flavour  # the implementation path the layers were modeled on
     options: EstimateOptions
     uncertainty: dict[str, float]  # Derived.fit_uncertainty: TE paths not pinned down, share of the peak
+
+    @property
+    def non_pytorch_bytes(self) -> int:
+        return self.outside.total_bytes
 
     @property
     def worst(self) -> RankEstimate:
@@ -55,15 +62,16 @@ class Estimate:
         return round(rank.peak_bytes * (1 + self.derived.fit_margin) + self.non_pytorch_bytes)
 
     def fits(self, rank: RankEstimate) -> bool:
-        return rank.peak_bytes + self.non_pytorch_bytes <= self.capacity_bytes
+        """Whether the rank fits with the fragmentation margin (its verdict is ``fits``)."""
+        return self.needed_bytes(rank) <= self.capacity_bytes
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
         """``fits``, ``tight`` (fits only if fragmentation and the TE uncertainty stay under the
         margins) or ``does not fit``."""
         rank = rank or self.worst
-        if self.needed_bytes(rank) <= self.capacity_bytes:
+        if self.fits(rank):
             return "fits"
-        return "tight" if self.fits(rank) else "does not fit"
+        return "tight" if rank.peak_bytes + self.non_pytorch_bytes <= self.capacity_bytes else "does not fit"
 
     def pp_rank_of(self, global_rank: int) -> int:
         """Pipeline rank of a global rank in Megatron-Core's default order tp-cp-ep-dp-pp."""
@@ -95,7 +103,7 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
             f"optimizer.optimizer {job.optimizer.optimizer!r}: memtune models the state of "
             f"{' and '.join(MODELED_OPTIMIZERS)} only; {job.optimizer.optimizer} is not modeled"
         )
-    gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster)
+    gpu, capacity = get_gpu(job.cluster.gpu), capacity_bytes(job.cluster.gpu, job.cluster.gpu_memory_gib)
     ranks = [rank_estimate(d, r, options) for r in range(d.pp)]
     return Estimate(
         job=job,
@@ -103,8 +111,10 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
         gpu=gpu,
         capacity_bytes=capacity,
         ranks=ranks,
-        non_pytorch_bytes=non_pytorch_bytes(d),
+        outside=outside_pytorch(d),
         margin=d.fragmentation_margin,
+        expandable_segments=d.allocator.expandable_segments,
+        flavour=flavour_of(d),
         options=options,
         uncertainty=d.fit_uncertainty,
     )

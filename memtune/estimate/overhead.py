@@ -1,7 +1,7 @@
 """Device memory a training process uses outside PyTorch's caching allocator.
 
-Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; see the project's environment
-notes): the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
+Figures measured on an H200 (CUDA 13.0, driver 580, torch 2.11; docs/allocator.md, O1 to O4):
+the CUDA context takes about 518 MiB plus about 100 MiB of lazily loaded kernels and
 cuBLAS handles; each NCCL communicator about 488 MiB before data buffers. Megatron creates a
 communicator for every process group that has more than one member and is used in training.
 Instantiated CUDA graphs hold executable memory outside the allocator too; vLLM reports 1 to 3
@@ -9,6 +9,8 @@ GiB per GPU, and memtune counts the low end (their static pools inside PyTorch a
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from memtune.config.derived import Derived
 from memtune.units import MiB
@@ -34,6 +36,30 @@ def communicators(d: Derived) -> dict[str, int]:
     return {name: size for name, size in groups.items() if size > 1}
 
 
+@dataclass(frozen=True)
+class OutsidePyTorch:
+    """Device memory a rank uses outside PyTorch's allocator, by where it goes."""
+
+    context_bytes: int  # the CUDA context, lazily loaded kernels and cuBLAS handles
+    per_communicator_bytes: int
+    communicators: tuple[str, ...]  # the process groups that get an NCCL communicator
+    cuda_graph_bytes: int  # instantiated CUDA graphs; 0 without them
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.context_bytes + self.per_communicator_bytes * len(self.communicators) + self.cuda_graph_bytes
+        )
+
+
+def outside_pytorch(d: Derived) -> OutsidePyTorch:
+    return OutsidePyTorch(
+        context_bytes=CUDA_CONTEXT + KERNELS_AND_HANDLES,
+        per_communicator_bytes=NCCL_COMMUNICATOR,
+        communicators=tuple(communicators(d)),
+        cuda_graph_bytes=CUDA_GRAPH_EXEC if d.cuda_graphs else 0,
+    )
+
+
 def non_pytorch_bytes(d: Derived) -> int:
-    graphs = CUDA_GRAPH_EXEC if d.model.cuda_graph_impl != "none" else 0
-    return CUDA_CONTEXT + KERNELS_AND_HANDLES + NCCL_COMMUNICATOR * len(communicators(d)) + graphs
+    return outside_pytorch(d).total_bytes

@@ -12,8 +12,6 @@ from rich.text import Text
 
 from memtune.config.stacks import ReceivedDefault
 from memtune.estimate import Estimate, RankEstimate
-from memtune.estimate.flavour import flavour_of
-from memtune.estimate.overhead import communicators
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
@@ -85,7 +83,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
 
 
 def assumptions(est: Estimate) -> list[str]:
-    d, fl, job = est.derived, flavour_of(est.derived), est.job
+    d, fl, job = est.derived, est.flavour, est.job
     notes = []
     if d.world_size_assumed:
         notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
@@ -139,18 +137,23 @@ def assumptions(est: Estimate) -> list[str]:
         else "TE/Apex FusedAdam"
     )
     notes.append(f"optimizer step: {optimizer}")
-    groups = ", ".join(communicators(d)) or "none"
-    graphs = " + ~1 GiB of instantiated CUDA graphs" if job.model.cuda_graph_impl != "none" else ""
-    notes.append(
-        f"outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator ({groups}){graphs}"
+    outside = est.outside
+    groups = ", ".join(outside.communicators) or "none"
+    graphs = (
+        f" + ~{outside.cuda_graph_bytes / GiB:.2g} GiB of instantiated CUDA graphs" if d.cuda_graphs else ""
     )
-    if job.model.cuda_graph_impl != "none":
+    notes.append(
+        f"outside PyTorch: CUDA context and kernels ~{outside.context_bytes / GiB:.2g} GiB"
+        f" + ~{outside.per_communicator_bytes / GiB:.2g} GiB per NCCL communicator ({groups}){graphs}"
+    )
+    if d.cuda_graphs:
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
         )
     notes.extend(not_modeled(est))
     notes.append(
-        f"fragmentation margin {est.margin:.0%} of the peak ({'expandable segments on' if est.margin < 0.05 else 'expandable segments off'})"
+        f"fragmentation margin {est.margin:.0%} of the peak"
+        f" (expandable segments {'on' if est.expandable_segments else 'off'})"
     )
     return notes
 
@@ -335,8 +338,7 @@ def print_explain(
 
 def flavour_notes(est: Estimate) -> list[str]:
     """What the estimate assumes each module keeps, for the implementation in use."""
-    d = est.derived
-    fl = flavour_of(d)
+    d, fl = est.derived, est.flavour
     notes = []
     if fl.transformer_engine:
         notes.append(

@@ -1,4 +1,5 @@
-"""``memtune fix CONFIG [--oom-log LOG...] [--snapshot S] [--write OUT] [--json]``."""
+"""``memtune fix CONFIG|--recipe NAME [key=value ...] [--oom-log LOG...] [--snapshot S] [--write OUT]
+[--json]``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from memtune.config import load_job
+from memtune.config import LoadedJob, report_ignored
+from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.config.changes import job_data
 from memtune.errors import InputError
 from memtune.fix.search import FixResult, Suggestion, find_fixes
@@ -26,8 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the smallest predicted throughput loss that make the failing rank fit, each checked by memtune check. "
         "Sizes are GiB (2^30 bytes).",
     )
-    p.add_argument("config", help="memtune YAML/JSON, Megatron-Bridge YAML dump, Megatron-LM launch script")
-    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.tensor_model_parallel_size=8")
+    add_job_arguments(p, "training config (any format `memtune estimate` reads)")
     p.add_argument(
         "--oom-log", nargs="+", default=[], metavar="LOG", help="logs of the run that ran out of memory"
     )
@@ -37,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
-def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
+def _from_logs(args: argparse.Namespace, loaded: LoadedJob) -> tuple[bool | None, str | None, int]:
     """diagnose's verdict on the logs: is it fragmentation, its label, and the bytes the failing
     allocation was short by ((None, None, 0) without logs)."""
     if not args.oom_log and not args.snapshot:
@@ -45,7 +46,7 @@ def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
     from memtune.diagnose import diagnose
     from memtune.diagnose.evidence import FRAGMENTATION
 
-    result = diagnose(args.oom_log, snapshot=args.snapshot, config=args.config)
+    result = diagnose(args.oom_log, snapshot=args.snapshot, config=loaded)
     label = result.verdict.label
     n = result.verdict.numbers
     short = max(0, n.requested - n.free) if n and n.requested is not None and n.free is not None else 0
@@ -53,8 +54,9 @@ def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = load_job(args.config, args.overrides)
-    fragmentation, label, short = _from_logs(args)
+    loaded = load_from_args(args, "memtune fix CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
+    report_ignored(loaded)
+    fragmentation, label, short = _from_logs(args, loaded)
     result = find_fixes(loaded.job, fragmentation, min_saving=short)
     if args.write and result.suggestions:
         Path(args.write).write_text(

@@ -198,7 +198,7 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
             "model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local ColumnParallelLinear appends every "
             "layer's input to the embedding buffer only the output layer has, and fails; needs Transformer Engine"
         )
-    if m.cuda_graph_impl != "none":
+    if d.cuda_graphs:
         problems.append("model.cuda_graph_impl: memtune measure does not capture CUDA graphs")
     if m.cpu_offloading:
         problems.append(

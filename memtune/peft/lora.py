@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memtune.errors import InputError, MissingDependencyError
 from memtune.peft.model import (
-    A_FROZEN,
     COLUMN_TARGETS,
-    NO_GRAD,
-    NOT_IDENTITY,
     ROW_TARGETS,
     AdapterKind,
-    RegatherFacts,
-    first_blocker,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +32,7 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as e:
-        raise MissingDependencyError("memtune.peft needs torch: pip install 'memtune[measure]'") from e
+        raise MissingDependencyError("memtune.peft's LoRA needs PyTorch: pip install torch") from e
     return torch
 
 
@@ -202,43 +197,3 @@ def _megatron_tp_group(kind: AdapterKind) -> Any:
     if kind == "routed_expert":
         return parallel_state.get_expert_tensor_parallel_group()
     return parallel_state.get_tensor_model_parallel_group()
-
-
-def regather_facts(
-    target: str, kind: AdapterKind, tp: int, sequence_parallel: bool, config: Any
-) -> RegatherFacts:
-    """The facts ``first_blocker`` needs, read from a running linear and its Megatron config."""
-    granularity = getattr(config, "recompute_granularity", None)
-    modules: Iterable[str] = getattr(config, "recompute_modules", None) or ()
-    graphs = getattr(config, "cuda_graph_impl", "none") not in (None, "none") or getattr(
-        config, "enable_cuda_graph", False
-    )
-    return RegatherFacts(
-        target=target,
-        kind=kind,
-        tp=tp,
-        sequence_parallel=sequence_parallel,
-        shared_expert_overlap=bool(getattr(config, "moe_shared_expert_overlap", False)),
-        cpu_activation_offload=bool(
-            getattr(config, "cpu_offloading", False) and getattr(config, "cpu_offloading_activations", False)
-        ),
-        cuda_graphs=bool(graphs),
-        full_recompute=granularity == "full",
-        mlp_recompute=granularity == "selective" and "mlp" in modules,
-    )
-
-
-def runtime_blocker(facts: RegatherFacts, a_trainable: bool, identity: bool, grad_mode: bool) -> str | None:
-    """Config-level reasons first (memtune/peft/model.py), then what only the running model tells."""
-    if facts.target in ROW_TARGETS:
-        return first_blocker(facts)
-    if not a_trainable:
-        return A_FROZEN
-    reason = first_blocker(facts)
-    if reason is not None:
-        return reason
-    if not identity:
-        return NOT_IDENTITY
-    if not grad_mode:
-        return NO_GRAD
-    return None

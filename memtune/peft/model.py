@@ -27,8 +27,9 @@ adapter's own: the saving is ``2·s·b·h·(1-1/t)`` bytes per adapter per micro
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     # Annotations only: the measurement subprocess imports this module where pydantic (which
@@ -325,3 +326,43 @@ def adapter_params(d: Derived, layers: tuple[int, ...]) -> AdapterParams:
             else:
                 dense += a.params
     return AdapterParams(dense, expert)
+
+
+def regather_facts(
+    target: str, kind: AdapterKind, tp: int, sequence_parallel: bool, config: Any
+) -> RegatherFacts:
+    """The facts ``first_blocker`` needs, read from a running linear and its Megatron config."""
+    granularity = getattr(config, "recompute_granularity", None)
+    modules: Iterable[str] = getattr(config, "recompute_modules", None) or ()
+    graphs = getattr(config, "cuda_graph_impl", "none") not in (None, "none") or getattr(
+        config, "enable_cuda_graph", False
+    )
+    return RegatherFacts(
+        target=target,
+        kind=kind,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        shared_expert_overlap=bool(getattr(config, "moe_shared_expert_overlap", False)),
+        cpu_activation_offload=bool(
+            getattr(config, "cpu_offloading", False) and getattr(config, "cpu_offloading_activations", False)
+        ),
+        cuda_graphs=bool(graphs),
+        full_recompute=granularity == "full",
+        mlp_recompute=granularity == "selective" and "mlp" in modules,
+    )
+
+
+def runtime_blocker(facts: RegatherFacts, a_trainable: bool, identity: bool, grad_mode: bool) -> str | None:
+    """Config-level reasons first (memtune/peft/model.py), then what only the running model tells."""
+    if facts.target in ROW_TARGETS:
+        return first_blocker(facts)
+    if not a_trainable:
+        return A_FROZEN
+    reason = first_blocker(facts)
+    if reason is not None:
+        return reason
+    if not identity:
+        return NOT_IDENTITY
+    if not grad_mode:
+        return NO_GRAD
+    return None

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from memtune.peft import comm
-from memtune.peft.lora import regather_facts, runtime_blocker
-from memtune.peft.model import COLUMN_TARGETS, NO_GRAD, AdapterKind
+from memtune.peft.model import COLUMN_TARGETS, NO_GRAD, AdapterKind, regather_facts, runtime_blocker
 
 if TYPE_CHECKING:
     from memtune.peft.lora import LoRA

@@ -109,10 +109,6 @@ class Prediction:
     def assumptions(self) -> list[str]:
         return list(ASSUMPTIONS)
 
-    @property
-    def compute_s(self) -> float:
-        return sum(v for k, v in self.breakdown.items() if k.startswith("compute"))
-
 
 ASSUMPTIONS = [
     "GEMM efficiency = peak fraction / (1 + n½/M + n½/N + n½/K): peak fraction and n½ fitted to shard-shaped GEMMs on the H200; other GPUs scale by catalog peak",

@@ -1,4 +1,4 @@
-"""``memtune plan MODEL --gpus N --gbs B [...]``.
+"""``memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B [...]``.
 
 Knobs are pinned with ``--pin key=value`` rather than ``--fix``: ``memtune fix`` is a command of
 its own (it repairs a config), and ``plan --fix`` would read as "plan, then fix".
@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from memtune.config.arguments import add_job_arguments
 from memtune.config.changes import Change
 from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
@@ -43,8 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "sharding and offload; drop what memtune check refuses and what does not fit; rank by predicted "
         "throughput. Sizes are GiB (2^30 bytes).",
     )
-    p.add_argument(
-        "model", help="a model preset (`memtune models`) or a config file (memtune, Bridge, Megatron-LM, HF)"
+    add_job_arguments(
+        p, "a model preset (`memtune models`) or a config file (memtune, Bridge, Megatron-LM, HF)"
     )
     p.add_argument(
         "--gpus", type=int, metavar="N", help="number of GPUs (default: the config's cluster.num_gpus)"
@@ -96,7 +97,18 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise InputError(f"--top: must be at least 1, got {args.top}")
     pins = tuple(Change.parse(text) for text in args.pin)
-    query = Query(args.model, args.gpus, args.gpu, args.gpus_per_node, args.seq, args.gbs, args.mode, pins)
+    query = Query(
+        args.config,
+        args.gpus,
+        args.gpu,
+        args.gpus_per_node,
+        args.seq,
+        args.gbs,
+        args.mode,
+        pins,
+        tuple(args.overrides),
+        args.recipe,
+    )
     base = base_job(query)
     space = _space(base, pins)
     console = Console(stderr=args.json)

@@ -9,16 +9,20 @@ from pathlib import Path
 
 from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
-from memtune.config import load_job, validate
+from memtune.config import validate
+from memtune.config.arguments import RECIPE_WORD, is_override, load_from_words
 from memtune.config.changes import Change, job_data, with_changes
+from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.plan.space import MODES, Candidate
 
+USAGE = "memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B"
+
 
 @dataclass(frozen=True)
 class Query:
-    model: str  # preset name or config file
+    model: str | None  # preset name or config file; None with a recipe
     gpus: int | None
     gpu: str | None
     gpus_per_node: int | None
@@ -26,14 +30,19 @@ class Query:
     global_batch_size: int | None
     mode: str
     pins: tuple[Change, ...] = ()
+    overrides: tuple[str, ...] = ()  # Bridge override files, then dotted overrides (config/arguments.py)
+    recipe: str | None = None
 
 
 def base_job(q: Query) -> JobConfig:
     """The job every candidate starts from: the model, cluster, batch and mode asked for."""
     if q.mode not in MODES:
         raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
-    if Path(q.model).exists():
-        data = job_data(load_job(q.model).job)
+    if q.model is None and q.recipe is None:
+        raise InputError(f"MODEL (a preset or a config file) or --recipe NAME is required: {USAGE}")
+    if q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD):
+        words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
+        data = job_data(load_from_words(words, q.recipe, USAGE).job)
     else:
         try:
             find_model(q.model)
@@ -41,7 +50,12 @@ def base_job(q: Query) -> JobConfig:
             raise InputError(
                 f"MODEL: {q.model!r} is neither a file nor a preset; {exc.problems[0]}"
             ) from None
-        data = {"model": {**get_model(q.model)}}
+        files = [w for w in q.overrides if not is_override(w)]
+        if files:
+            raise InputError(
+                f"{files[0]}: a Bridge override file goes over a config file or a recipe, not a preset"
+            )
+        data = apply_overrides({"model": {**get_model(q.model)}}, list(q.overrides))
     model, train, cluster = data["model"], data.setdefault("train", {}), data.setdefault("cluster", {})
     if q.seq_length:
         model["seq_length"] = q.seq_length

@@ -216,7 +216,7 @@ def search(
     _WORK = _Work(
         base_d=base_d,
         gbs=base_d.global_batch_size,
-        fast=FastEstimator(base, capacity_bytes(base.cluster)),
+        fast=FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib)),
         keep=keep,
         memo=PredictionMemo(),
         gpu=get_gpu(base.cluster.gpu),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from memtune.config.arguments import is_override
 from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.regress import render
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "inputs",
         nargs="*",
         metavar="A B [key=value ...]",
-        help="two configs, then dotted overrides applied to both; with --logs two runs (log files, "
-        "monitor JSONL or directories of them)",
+        help="two configs (files or recipe:NAME), then dotted overrides applied to both; with --logs "
+        "two runs (log files, monitor JSONL or directories of them)",
     )
     d.add_argument("--logs", action="store_true", help="A and B are runs' logs, not configs")
     d.add_argument(
@@ -62,7 +62,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="any",
         help="which out-of-memory counts as bad (any: also outside PyTorch and host memory)",
     )
-    b.add_argument("--configs", nargs=2, metavar=("A", "B"), help="walk from config A to config B")
+    b.add_argument(
+        "--configs",
+        nargs=2,
+        metavar=("A", "B"),
+        help="walk from config A to config B (each a file or recipe:NAME; key=value words after them "
+        "apply to both)",
+    )
     b.add_argument(
         "--measure", action="store_true", help="with --configs: measure each step on this GPU (needs --rank)"
     )
@@ -74,7 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     b.add_argument("--json", action="store_true", help="print machine-readable JSON")
     b.add_argument("to_run", nargs="*", metavar="COMMAND", help="after --: the command to run at each commit")
-    b.set_defaults(handler=run_bisect)
+    b.set_defaults(handler=run_bisect, overrides=[])  # dotted overrides after options (memtune/cli.py)
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
@@ -86,8 +92,8 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> N
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    overrides = [*args.overrides, *(i for i in args.inputs if _is_override(i))]
-    paths = [i for i in args.inputs if not _is_override(i)]
+    overrides = [*args.overrides, *(i for i in args.inputs if is_override(i))]
+    paths = [i for i in args.inputs if not is_override(i)]
     if args.snapshots:
         if overrides or args.logs or len(paths) not in (1, 2):
             raise InputError("--snapshots compares two snapshots A B, or the snapshots of one folder")
@@ -113,15 +119,14 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_override(text: str) -> bool:
-    key, sep, _ = text.partition("=")
-    return bool(sep) and "." in key and "/" not in key and not Path(text).exists()
-
-
 def run_bisect(args: argparse.Namespace) -> int:
     if args.configs:
-        if args.good or args.bad or args.to_run:
-            raise InputError("--configs walks between two configs; it takes no --good/--bad or command")
+        args.to_run = [*args.to_run, *args.overrides]
+        if args.good or args.bad or not all(is_override(word) for word in args.to_run):
+            raise InputError(
+                "--configs walks between two configs; it takes dotted overrides for both, "
+                "no --good/--bad or command"
+            )
         return _bisect_configs(args)
     if args.measure:
         raise InputError("--measure goes with --configs A B")
@@ -140,7 +145,7 @@ def _bisect_configs(args: argparse.Namespace) -> int:
     from memtune.regress.jobs import load_pair
     from memtune.regress.walk import estimator, measurer, walk
 
-    a, b = load_pair(*args.configs)
+    a, b = load_pair(args.configs[0], args.configs[1], args.to_run)
     if args.measure:
         if args.rank is None:
             raise InputError("--measure needs --rank R: the global rank to measure at each step")

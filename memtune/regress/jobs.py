@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from memtune.check import gate
-from memtune.config import LoadedJob, load_job, validate
+from memtune.config import LoadedJob, validate
+from memtune.config.arguments import load_word
 from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
@@ -56,7 +57,9 @@ def value_text(value: Any) -> str:
 
 
 def load_pair(a: str, b: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[LoadedJob, LoadedJob]:
-    return load_job(a, overrides), load_job(b, overrides)
+    """Configs A and B (each a file or ``recipe:NAME``), with the same dotted overrides."""
+    usage = "A B: two config files or recipe:NAME, then key=value overrides for both"
+    return load_word(a, overrides, usage), load_word(b, overrides, usage)
 
 
 def flat(job: JobConfig) -> dict[str, Any]:

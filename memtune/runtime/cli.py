@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from memtune.config import LoadedJob
+from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
 
 
@@ -26,12 +28,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run_parser.add_argument(
         "--config", metavar="CONFIG", help="the job config (its env section sets the environment)"
     )
+    add_recipe_argument(run_parser)
     run_parser.add_argument(
         "--out",
         metavar="DIR",
         help="where to keep the output, records and snapshots (default memtune-run-TIME)",
     )
-    run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
+    run_parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="[key=value ...] -- COMMAND...",
+        help="dotted overrides of the job config, then after -- the command",
+    )
     run_parser.set_defaults(handler=run)
 
     report_parser = subparsers.add_parser(
@@ -56,13 +64,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from memtune.config import derive, load_job
+    from memtune.config import derive, report_ignored
     from memtune.runtime.launch import launch_environment, run_command, snapshots_in
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    overrides, command = _overrides_and_command(args.command)
     if not command:
         raise InputError("give the command to run after --, e.g. memtune run -- torchrun train.py")
-    derived = derive(load_job(args.config, []).job) if args.config else None
+    loaded = None
+    if args.config or args.recipe:
+        words = [args.config, *overrides] if args.config else overrides
+        loaded = load_from_words(
+            words, args.recipe, "memtune run --config C|--recipe NAME [key=value ...] -- COMMAND"
+        )
+        report_ignored(loaded)
+    elif overrides:
+        raise InputError(f"{overrides[0]}: overrides need a job: give --config CONFIG or --recipe NAME")
+    derived = derive(loaded.job) if loaded else None
     out_dir = Path(args.out or time.strftime("memtune-run-%Y%m%d-%H%M%S"))
     launch = launch_environment(derived, os.environ, out_dir)
     shown = " ".join(f"{k}={v}" for k, v in launch.variables.items())
@@ -72,11 +89,20 @@ def run(args: argparse.Namespace) -> int:
     status = run_command(command, launch.apply(os.environ), out_dir)
     print(f"memtune run: exit status {status}; output in {out_dir}", file=sys.stderr)
     if status != 0:
-        _diagnose(out_dir, args.config, snapshots_in(out_dir))
+        _diagnose(out_dir, loaded, snapshots_in(out_dir))
     return status
 
 
-def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
+def _overrides_and_command(words: list[str]) -> tuple[list[str], list[str]]:
+    """The job's dotted overrides before ``--`` and the command after it; without ``--`` after
+    overrides, all the words are the command (which may hold a ``--`` of its own)."""
+    split = words.index("--") if "--" in words else None
+    if split is None or not all(is_override(w) for w in words[:split]):
+        return [], words
+    return words[:split], words[split + 1 :]
+
+
+def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) -> None:
     from rich.console import Console
 
     from memtune.diagnose import diagnose

@@ -3,8 +3,9 @@ with the same dotted overrides the CLI takes."""
 
 from __future__ import annotations
 
-from memtune.config.overrides import apply_overrides
-from memtune.config.validation import validate
+from functools import partial
+
+from tests.jobs import build_job
 
 BASE = {
     "defaults": "megatron-core",  # the rules as Megatron-Core applies them
@@ -27,6 +28,4 @@ BASE = {
 }
 
 
-def make_job(*overrides: str):
-    """BASE plus dotted overrides, validated."""
-    return validate(apply_overrides(BASE, list(overrides)))
+make_job = partial(build_job, BASE)  # BASE plus dotted overrides

@@ -1,15 +1,9 @@
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
-# Test modules import check_fixtures from here (pytest runs in importlib mode).
-sys.path.insert(0, str(Path(__file__).parent))
-
-from check_fixtures import BASE
+from tests.check.check_fixtures import BASE
 
 
 @pytest.fixture

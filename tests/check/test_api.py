@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from check_fixtures import make_job
 
 from memtune.check import ERROR, CheckedJob, Finding, gate, run_checks
 from memtune.config.allocator import parse_alloc_conf
 from memtune.config.versions import parse_version
 from memtune.errors import InputError
+from tests.check.check_fixtures import make_job
 
 
 def test_gate_raises_one_line_per_error():
@@ -70,3 +70,17 @@ def test_alloc_conf_keeps_bracketed_values_whole():
         "roundup_power2_divisions": "[256:1,512:2,>:8]",
         "max_split_size_mb": "128",
     }
+
+
+def test_the_gate_refuses_an_error_the_job_ignores():
+    with pytest.raises(InputError) as exc:
+        gate(make_job("cluster.num_gpus=15", "train.global_batch_size=60", "check.ignore=[PAR]"))
+    assert exc.value.problems == [
+        "PAR001 cluster.num_gpus=15 is not divisible by TP×PP×CP = 2×2×1 = 4"
+        " (select/ignore cannot silence an error Megatron raises at start-up)"
+    ]
+
+
+def test_ignore_filters_warnings_from_the_gate():
+    job = make_job("model.sequence_parallel=false", "model.recompute_method=uniform", "check.ignore=[REC004]")
+    assert [f.code for f in gate(job).findings] == ["SEQ004"]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from check_fixtures import BASE
 
 from memtune.check import run_checks
 from memtune.check.registry import FAMILIES, catalogue, find_rule
 from memtune.check.report import catalogue_markdown
 from memtune.config.changes import with_changes
 from memtune.config.validation import validate
+from tests.check.check_fixtures import BASE
 
 RULES = catalogue()
 SECTIONS = ("## What it does", "## Why it matters", "## Example", "## Fix")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
 from memtune.check.cli import register
 from memtune.check.registry import catalogue
+from memtune.cli import main
 from memtune.errors import InputError
 
 
@@ -66,6 +68,7 @@ def test_json_output(base_yaml, capsys):
             "fix": "set train.global_batch_size to a multiple of 4, e.g. 60 or 64",
             "upstream": "global batch size (62) is not divisible by micro batch size (1) times data parallel size (4)",
             "changes": [],
+            "deselected": False,
         }
     ]
 
@@ -126,3 +129,45 @@ def test_bad_override_is_bad_input(base_yaml):
         InputError, match="model.tensor_model_parallel_size: must be a positive integer, got 0"
     ):
         check(str(base_yaml), "model.tensor_model_parallel_size=0")
+
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "llama3-70b-sft.yaml")
+PAR001_30 = "PAR001 cluster.num_gpus=30 is not divisible by TP×PP×CP = 4×4×1 = 16"
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ("check.ignore=[PAR]",),
+        ("--ignore", "PAR001"),
+        ("--select", "SEQ"),
+        ("check.ignore=[world-size-not-divisible]",),
+    ],
+)
+def test_ignoring_an_error_still_reports_it_and_fails(capsys, monkeypatch, selection):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert check(EXAMPLE, "cluster.num_gpus=30", *selection) == 1
+    out = capsys.readouterr().out
+    assert "PAR001 error" in out
+    assert (
+        "ignored, but still fails: select/ignore cannot silence an error Megatron raises at start-up" in out
+    )
+    assert check(EXAMPLE, "cluster.num_gpus=30", *selection, "--json") == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["error"] == 1
+    assert [(f["code"], f["deselected"]) for f in data["findings"]] == [("PAR001", True)]
+
+
+def test_a_selected_error_is_not_marked_deselected(capsys):
+    assert check(EXAMPLE, "cluster.num_gpus=30", "--json") == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [(f["code"], f["deselected"]) for f in data["findings"]] == [("PAR001", False)]
+
+
+def test_estimate_refuses_a_job_whose_error_is_ignored(capsys):
+    assert main(["estimate", EXAMPLE, "cluster.num_gpus=30", "check.ignore=[PAR]"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (
+        f"memtune estimate: {PAR001_30} (select/ignore cannot silence an error Megatron raises at start-up)"
+    )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from check_fixtures import make_job
 
 from memtune.check import run_checks
 from memtune.config.changes import Change
+from tests.check.check_fixtures import make_job
 
 SELECTIVE = "model.recompute_granularity=selective"
 REGATHER = "peft.sequence_parallel_input_regather=true"

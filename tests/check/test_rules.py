@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from check_fixtures import make_job
 
 from memtune.check import run_checks
 from memtune.check.registry import catalogue
+from tests.check.check_fixtures import make_job
 
 PP1 = "model.pipeline_model_parallel_size=1"
 MOE8 = "model.num_moe_experts=8"

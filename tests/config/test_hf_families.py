@@ -1,6 +1,7 @@
 """The causal-LM families added to the Hugging Face reader: each fixture is a trimmed copy of the
 model's published config.json, checked against the model's published parameter count."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,55 @@ def test_what_the_file_cannot_give_is_listed_under_the_assumptions(capsys):
     assert main(["estimate", str(HF / "mistral-7b-v0.1.json")]) in (0, 1)
     out = capsys.readouterr().out
     assert "Assumptions" in out and "seq_length" in out
+
+
+BRIDGE = HF / "bridge"  # Megatron-Bridge's own test configs (README.md there)
+
+
+def test_bridge_glm45_fixture_is_dispatched_by_its_class_not_its_model_type():
+    # model_type "glm"; GLM45Bridge (registered for Glm4MoeForCausalLM) builds it
+    loaded = load_job(BRIDGE / "glm45-air-106b.json")
+    m = loaded.job.model
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups) == (
+        46,
+        4096,
+        10944,
+        96,
+        8,
+    )
+    assert derive(loaded.job).moe_layer_pattern == (False,) + (True,) * 45  # first_k_dense_replace 1
+    assert (m.num_moe_experts, m.moe_router_topk, m.moe_ffn_hidden_size) == (128, 8, 1408)
+    assert m.moe_shared_expert_intermediate_size == 1408 and m.kv_channels == 128 and m.vocab_size == 151552
+    assert m.add_qkv_bias and not m.qk_layernorm and m.mtp_num_layers is None  # no num_nextn_predict_layers
+    assert m.moe_shared_expert_overlap and m.bias_activation_fusion  # GLM45Bridge's own values
+
+
+def test_bridge_gemma3_fixture_is_a_flat_text_model_though_its_model_type_is_gemma3():
+    m = load_job(BRIDGE / "gemma3-1b.json").job.model
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_query_groups, m.kv_channels) == (
+        26,
+        1152,
+        6912,
+        1,
+        256,
+    )
+    assert m.vocab_size == 262144 and m.qk_layernorm and m.share_embeddings_and_output_weights and m.bf16
+
+
+def test_auto_map_names_the_class_bridge_dispatches_on(write):
+    config = json.loads((BRIDGE / "glm45-air-106b.json").read_text())
+    config["architectures"] = ["CustomForCausalLM"]  # auto_map still names Glm4MoeForCausalLM
+    assert load_job(write("config.json", json.dumps(config))).job.model.num_moe_experts == 128
+
+
+def test_the_first_causal_lm_class_decides_and_model_type_is_only_a_fallback(write):
+    gemma = json.loads((BRIDGE / "gemma3-1b.json").read_text())
+    first = {**gemma, "architectures": ["Gemma3Model", "Gemma3ForCausalLM", "LlamaForCausalLM"]}
+    assert load_job(write("first.json", json.dumps(first))).job.model.qk_layernorm  # read as Gemma 3
+    untyped = {k: v for k, v in gemma.items() if k != "architectures"}
+    untyped["model_type"] = "gemma3_text"
+    assert load_job(write("untyped.json", json.dumps(untyped))).job.model.kv_channels == 256
+    with pytest.raises(
+        InputError, match=r"unsupported Hugging Face architecture Gemma3Model \(model_type 'gemma3'\)"
+    ):
+        load_job(write("model.json", json.dumps({**gemma, "architectures": ["Gemma3Model"]})))

@@ -94,6 +94,30 @@ def test_estimate_and_measure_map_a_global_rank_to_the_same_stage():
         assert est.pp_rank_of(rank) == plan_measurement(checked, rank).pp_rank == rank // 8
 
 
+def _graphs_on_tests(path: Path) -> list[int]:
+    """Lines comparing ``<x>.cuda_graph_impl`` with ``"none"``: the "CUDA graphs on" fact."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            reads_impl = any(isinstance(o, ast.Attribute) and o.attr == "cuda_graph_impl" for o in operands)
+            if reads_impl and any(isinstance(o, ast.Constant) and o.value == "none" for o in operands):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_cuda_graphs_on_is_read_from_derived():
+    package = ROOT / "memtune"
+    offenders = [
+        f"{path.relative_to(package).as_posix()}:{line} tests cuda_graph_impl against 'none';"
+        " use Derived.cuda_graphs"
+        for path in sorted(package.rglob("*.py"))
+        if not path.relative_to(package).as_posix().startswith(("config/derived.py", *EXEMPT))
+        for line in _graphs_on_tests(path)
+    ]
+    assert offenders == []
+
+
 # --- no second home ----------------------------------------------------------------------
 # (attribute read, files allowed to read it, why)
 FACT_READS = {

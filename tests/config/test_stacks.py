@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from memtune.check import run_checks
 from memtune.config import validate
 from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.stacks import received_defaults
+from tests.jobs import build_job
 
 MODEL = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000, "bf16": True}
 
 
-def _job(**top):
-    return validate({"model": dict(MODEL, **top.pop("model", {})), **top})
+_job = partial(build_job, {"model": MODEL})
 
 
 def test_memtune_yaml_defaults_to_megatron_bridge():

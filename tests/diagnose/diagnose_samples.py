@@ -1,5 +1,9 @@
 """Verbatim failure texts (docs/allocator.md M1-M7, the labelled corpus, Megatron sources) for the tests."""
 
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures"  # logs, snapshots and the labelled OOM corpus
+
 MSG_211_FRAGMENTATION = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.80 GiB "
     "of which 3.12 MiB is free. Including non-PyTorch memory, this process has 139.79 GiB memory in use. Of the "

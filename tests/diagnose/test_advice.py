@@ -1,7 +1,7 @@
 import yaml
-from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 from memtune.diagnose import diagnose_text
+from tests.diagnose.diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 BASE = {
     "model": {

@@ -1,5 +1,9 @@
 import pytest
-from diagnose_samples import (
+
+from memtune.diagnose import detectors, diagnose_text
+from memtune.diagnose.classify import ExpandableState, read_allocator
+from memtune.diagnose.messages import AllocatorNumbers, parse_allocator_message
+from tests.diagnose.diagnose_samples import (
     FAILURE_LINES,
     MSG_21_CAPACTY,
     MSG_24_PRIVATE_POOLS,
@@ -10,10 +14,6 @@ from diagnose_samples import (
     MSG_OLD_MEGATRON60,
     MSG_OLD_TEXTGEN,
 )
-
-from memtune.diagnose import detectors, diagnose_text
-from memtune.diagnose.classify import ExpandableState, read_allocator
-from memtune.diagnose.messages import AllocatorNumbers, parse_allocator_message
 
 GiB, MiB = 1 << 30, 1 << 20
 

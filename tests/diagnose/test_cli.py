@@ -1,11 +1,10 @@
 import json
 
 import pytest
-from conftest import FIXTURES
-from diagnose_samples import MSG_211_FRAGMENTATION
 
 import memtune.cli
 from memtune.diagnose import cli as diagnose_cli
+from tests.diagnose.diagnose_samples import FIXTURES, MSG_211_FRAGMENTATION
 
 
 @pytest.fixture

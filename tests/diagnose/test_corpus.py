@@ -10,9 +10,9 @@ memtune calls outside_pytorch) and Megatron's NCCL_GRAPH_REGISTER guard (configu
 import json
 
 import pytest
-from conftest import FIXTURES
 
 from memtune.diagnose import diagnose_text
+from tests.diagnose.diagnose_samples import FIXTURES
 
 ACCEPTED = {
     "capacity": {"capacity"},

@@ -1,10 +1,10 @@
 """Real OOMs produced on an H200 by benchmarks/gpu/oom_fixtures.py; active once the files are there."""
 
 import pytest
-from conftest import FIXTURES
 
 from memtune.diagnose import diagnose
 from memtune.diagnose.snapshot import read_snapshot, summarise
+from tests.diagnose.diagnose_samples import FIXTURES
 
 H200 = FIXTURES / "h200"
 

@@ -1,5 +1,7 @@
 import pytest
-from diagnose_samples import (
+
+from memtune.diagnose.messages import parse_allocator_message, parse_async_message
+from tests.diagnose.diagnose_samples import (
     MSG_14_CACHED,
     MSG_21_CAPACTY,
     MSG_24_PRIVATE_POOLS,
@@ -8,8 +10,6 @@ from diagnose_samples import (
     MSG_ASYNC,
     MSG_OLD_TEXTGEN,
 )
-
-from memtune.diagnose.messages import parse_allocator_message, parse_async_message
 
 GiB, MiB = 1 << 30, 1 << 20
 

@@ -2,12 +2,12 @@ import gzip
 import io
 
 import pytest
-from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 from memtune.diagnose import diagnose
 from memtune.diagnose import logscan as scan_module
 from memtune.diagnose.logscan import scan, scan_text
 from memtune.errors import InputError
+from tests.diagnose.diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 
 def test_torchrun_prefixes_interleaved_and_wrapped():

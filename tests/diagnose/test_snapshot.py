@@ -1,10 +1,10 @@
 import pickle
 
 import pytest
-from conftest import FIXTURES
 
 from memtune.diagnose.snapshot import load_plain_pickle, plot, read_snapshot, summarise, timeline
 from memtune.errors import InputError
+from tests.diagnose.diagnose_samples import FIXTURES
 
 REAL = FIXTURES / "snapshot-fragmentation-torch2.11.pickle"
 GiB = 1 << 30

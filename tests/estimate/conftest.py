@@ -1,6 +1,8 @@
+from functools import partial
+
 import pytest
 
-from memtune.config import validate
+from tests.jobs import build_job
 
 # Hand-computed expectations use Megatron-Core's own defaults (memtune/config/stacks.py).
 TINY = {
@@ -30,11 +32,7 @@ TINY = {
 }
 
 
-def make_job(**sections):
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in TINY.items()}
-    for section, values in sections.items():
-        data.setdefault(section, {}).update(values)
-    return validate(data)
+make_job = partial(build_job, TINY)
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 import json
 from pathlib import Path
 
+from memtune.check import gate
 from memtune.cli import main
+from memtune.estimate import estimate
+from memtune.estimate.render import assumptions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "llama3-70b-sft.yaml")
@@ -82,3 +85,40 @@ def test_json_mode_reports_bad_input_as_json(capsys):
         "error": {"problems": ["/no/such/file.yaml: no such file"]},
     }
     assert out.err == "memtune estimate: /no/such/file.yaml: no such file\n"
+
+
+def test_fits_in_json_applies_the_fragmentation_margin_as_the_verdict_does(capsys):
+    # rank 0: peak 68.84 + 2% margin + 2.03 outside PyTorch = 72.25 GiB; 71 GiB fits only without the margin
+    assert main(["estimate", EXAMPLE, "cluster.gpu_memory_gib=71", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "tight"
+    assert [(r["fits"], r["verdict"]) for r in data["ranks"]] == [
+        (False, "tight"),
+        (True, "fits"),
+        (True, "fits"),
+        (True, "fits"),
+    ]
+    assert all(r["fits"] == (r["needed_bytes"] <= data["capacity_bytes"]) for r in data["ranks"])
+
+
+def test_assumptions_name_memory_outside_pytorch_and_the_allocator(capsys):
+    assert main(["estimate", EXAMPLE, "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["assumptions"]
+    assert notes[-2:] == [
+        "outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator"
+        " (tensor, pipeline, data x context)",
+        "fragmentation margin 2% of the peak (expandable segments on)",
+    ]
+    assert main(["estimate", EXAMPLE, "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["assumptions"][-1] == (
+        "fragmentation margin 8% of the peak (expandable segments off)"
+    )
+
+
+def test_cuda_graphs_are_named_outside_pytorch(job_factory):
+    job = job_factory(model={"cuda_graph_impl": "transformer_engine"}, env={"NCCL_GRAPH_REGISTER": "0"})
+    notes = assumptions(estimate(gate(job)))
+    assert (
+        "outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator"
+        " (data x context) + ~1 GiB of instantiated CUDA graphs"
+    ) in notes

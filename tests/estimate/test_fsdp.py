@@ -10,11 +10,12 @@ vocabulary 1000 padded to 1024, untied output layer, TP 1, DP 4, bf16, local spe
 
 from __future__ import annotations
 
-from memtune.config import derive, validate
+from memtune.config import derive
 from memtune.estimate.core import Segment, _with_fsdp_buckets
 from memtune.estimate.params import chunk_params, chunk_transformer_layer_params
 from memtune.estimate.state import model_state
 from memtune.peft.model import AdapterParams
+from tests.jobs import build_job
 
 MODEL = dict(
     num_layers=2,
@@ -33,13 +34,9 @@ MODEL = dict(
 
 
 def fsdp(strategy: str, **ddp):
-    job = validate(
-        {
-            "defaults": "megatron-core",
-            "model": MODEL,
-            "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": strategy, **ddp},
-            "cluster": {"num_gpus": 4},
-        }
+    job = build_job(
+        {"defaults": "megatron-core", "model": MODEL, "cluster": {"num_gpus": 4}},
+        ddp={"use_megatron_fsdp": True, "data_parallel_sharding_strategy": strategy, **ddp},
     )
     return derive(job)
 
@@ -123,12 +120,11 @@ def test_optim_grads_params_gathers_layers_and_queues_their_gradient_buckets():
 
 def test_a_single_rank_expert_group_needs_no_temporary_bucket():
     # EP 4 over 4 GPUs: expert-DP is 1, so routed experts keep whole buffers and are never gathered.
-    job = validate(
-        {
-            "model": {**MODEL, "num_moe_experts": 4, "expert_model_parallel_size": 4},
-            "ddp": {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
-            "cluster": {"num_gpus": 4},
-        }
+    job = build_job(
+        {"model": MODEL},
+        model={"num_moe_experts": 4, "expert_model_parallel_size": 4},
+        ddp={"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+        cluster={"num_gpus": 4},
     )
     d = derive(job)
     units = chunk_transformer_layer_params(d, d.chunks[0][0])

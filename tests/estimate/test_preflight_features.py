@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from memtune.check import gate
-from memtune.config import derive, validate
+from memtune.config import derive
 from memtune.estimate import EstimateOptions, estimate
 from memtune.estimate.core import chunk_activations
 from memtune.estimate.params import ParamTensor, chunk_param_tensors, chunk_params
 from memtune.estimate.state import _offload_walk, _PinnedHostCache, _shard_pieces
+from tests.jobs import build_job
 
 MODEL = dict(
     num_layers=4,
@@ -24,7 +25,7 @@ MODEL = dict(
 
 
 def job(model=None, **sections):
-    return validate({"model": {**MODEL, **(model or {})}, **sections})
+    return build_job({"model": MODEL}, model=model or {}, **sections)
 
 
 def test_mtp_stage_builds_its_own_embedding_even_without_pre_process():

@@ -1,4 +1,5 @@
-"""Every hostile input in the corpus: a status of 0, 1 or 2, no traceback, bounded error lines."""
+"""Every hostile input in the corpus: a status of 0, 1 or 2, no traceback, bounded error lines.
+How long each takes is measured in CPU seconds by benchmarks/hostile_corpus.py, not here."""
 
 from __future__ import annotations
 
@@ -16,20 +17,17 @@ SNAPSHOTS = [f for f in FILES if f.startswith("snap-")]
 @pytest.mark.parametrize("name", CONFIGS)
 @pytest.mark.parametrize("command", ["estimate", "check"])
 def test_config(capsys, corpus, command, name):
-    status, _, err, seconds = run_cli(capsys, command, str(corpus / name))
+    status, _, err = run_cli(capsys, command, str(corpus / name))
     assert_well_behaved(status, err)
-    assert seconds < 10, seconds
 
 
 @pytest.mark.parametrize("name", LOGS)
 def test_log(capsys, corpus, name):
-    status, _, err, seconds = run_cli(capsys, "diagnose", "--json", str(corpus / name))
+    status, _, err = run_cli(capsys, "diagnose", "--json", str(corpus / name))
     assert_well_behaved(status, err)
-    assert seconds < 10, seconds
 
 
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_snapshot(capsys, corpus, name):
-    status, _out, err, seconds = run_cli(capsys, "diagnose", "--json", "--snapshot", str(corpus / name))
+    status, _out, err = run_cli(capsys, "diagnose", "--json", "--snapshot", str(corpus / name))
     assert_well_behaved(status, err)
-    assert seconds < 10, seconds

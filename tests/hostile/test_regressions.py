@@ -29,7 +29,7 @@ OOM = (
 
 
 def errors_of(capsys, *argv: str) -> tuple[int, list[str]]:
-    status, _, err, _ = run_cli(capsys, *argv)
+    status, _, err = run_cli(capsys, *argv)
     return status, err.splitlines()
 
 
@@ -94,7 +94,7 @@ def test_follow_on_lines_are_not_decoded_for_a_complete_message():
 
 def test_rank_heavy_log_json_finishes(capsys, write):
     text = "".join(f"[rank{r}]: {OOM}\n" for r in range(3000))
-    status, out, err, _ = run_cli(capsys, "diagnose", "--json", write("ranks.log", text))
+    status, out, err = run_cli(capsys, "diagnose", "--json", write("ranks.log", text))
     assert status == 0 and err == ""
     assert json.loads(out)["suppressed_findings"] == {"allocator_oom": 3000 - limits.MAX_FINDINGS_PER_KIND}
 
@@ -234,7 +234,7 @@ def test_log_numbers_are_bounded(capsys, corpus):
         "log-world-size.log",
         "log-oom-size-400-digits.log",
     ):
-        status, _, err, _ = run_cli(capsys, "diagnose", "--json", str(corpus / name))
+        status, _, err = run_cli(capsys, "diagnose", "--json", str(corpus / name))
         assert status in (0, 1) and err == "", (name, err)
 
 
@@ -294,7 +294,7 @@ def test_arithmetic_with_100000_terms_stays_literal():
 
 
 def test_here_document_bodies_are_not_commands(capsys, corpus):
-    status, out, err, _ = run_cli(capsys, "estimate", "--json", str(corpus / "shell-heredoc.sh"))
+    status, out, err = run_cli(capsys, "estimate", "--json", str(corpus / "shell-heredoc.sh"))
     assert status == 0, err
     assert json.loads(out)["ranks"][0]["layers"] == 2
 
@@ -341,7 +341,7 @@ def test_absurd_snapshot_sizes_are_refused():
 
 
 def test_json_output_is_safe_for_any_legal_value(capsys, corpus):
-    status, out, err, _ = run_cli(
+    status, out, err = run_cli(
         capsys, "diagnose", "--json", "--snapshot", str(corpus / "snap-odd-values.pickle")
     )
     assert status == 0, err

@@ -10,10 +10,11 @@ from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.measure.plan import plan_measurement
+from tests.jobs import build_job
 
-
-def job(model=None, **sections):
-    base = dict(
+BASE = {
+    "defaults": "megatron-core",
+    "model": dict(
         num_layers=8,
         hidden_size=1024,
         num_attention_heads=16,
@@ -26,9 +27,12 @@ def job(model=None, **sections):
         bf16=True,
         transformer_impl="local",
         attention_backend="flash",
-    )
-    base.update(model or {})
-    return validate({"defaults": "megatron-core", "model": base, **sections})
+    ),
+}
+
+
+def job(model=None, **sections):
+    return build_job(BASE, model=model or {}, **sections)
 
 
 def test_dense_tensor_parallel_keys_are_megatrons_after_derivation():

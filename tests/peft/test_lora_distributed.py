@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,6 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 from memtune.peft import LoRA  # noqa: E402
 from memtune.peft import model as lm  # noqa: E402
 
@@ -28,7 +25,7 @@ S, B, H, F, LAYERS, DIM = 8, 2, 16, 32, 2, 4
 
 
 def _build(lora: LoRA, dtype: Any, fusion: bool, group: Any, seed: int = 0) -> Any:
-    from standins import Stack, StandInConfig
+    from tests.peft.standins import Stack, StandInConfig
 
     torch.manual_seed(seed)
     model = Stack(LAYERS, H, F, group, True, StandInConfig(gradient_accumulation_fusion=fusion), dtype)
@@ -91,9 +88,8 @@ def _run(
 
 
 def _eligibility() -> dict[str, str | None]:
-    from standins import ColumnParallelStandIn, StandInConfig
-
     from memtune.peft.modules import LoRALinear
+    from tests.peft.standins import ColumnParallelStandIn, StandInConfig
 
     rank = dist.get_rank()
     solo = [dist.new_group([r]) for r in range(2)][rank]
@@ -148,7 +144,7 @@ def _eligibility() -> dict[str, str | None]:
 
 
 def _logging_and_weights() -> dict[str, Any]:
-    from standins import Stack, StandInConfig
+    from tests.peft.standins import Stack, StandInConfig
 
     records: list[str] = []
 
@@ -202,7 +198,7 @@ def _logging_and_weights() -> dict[str, Any]:
 def _explicit_comm() -> dict[str, bool]:
     """Routed-expert linears (``explicit_expert_comm``): whole input, partial input gradients and
     row outputs. The adapters' contributions, summed over ranks, must equal the whole-matrix LoRA."""
-    from standins import ColumnParallelStandIn, RowParallelStandIn, StandInConfig
+    from tests.peft.standins import ColumnParallelStandIn, RowParallelStandIn, StandInConfig
 
     world, rank, t = dist.group.WORLD, dist.get_rank(), 2
     root = torch.nn.Module()

@@ -5,12 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from check_fixtures import make_job
-
 from memtune.check import gate
 from memtune.config import derive
 from memtune.estimate import estimate
 from memtune.peft import model as lm
+from tests.check.check_fixtures import make_job
 
 ROOT = Path(__file__).resolve().parents[2]
 LORA = "peft.dim=32"

@@ -30,7 +30,7 @@ def moe_offload_base():
 @pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base"])
 def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
-    fast = FastEstimator(base, capacity_bytes(base.cluster))
+    fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
     compared = 0
     for c in sample(base, 60, seed=11):
         try:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 from memtune.cli import main
 from memtune.regress.classify import BAD, GOOD, SKIP, classify
+from tests.diagnose.diagnose_samples import MSG_211_CAPACITY, MSG_211_FRAGMENTATION
 
 OK = "print('step 1 loss 2.3')\n"
 IMPORT_ERROR = "import memtune_no_such_module_for_bisect\n"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from runtime_fakes import FixedDevice, SeriesStats, step_values
-
 from memtune.runtime import MemoryMonitor
 from memtune.units import GiB
+from tests.runtime.runtime_fakes import FixedDevice, SeriesStats, step_values
 
 
 def monitored_rank(rank: int, init_file: str, out_dir: str, config: str | None) -> None:

@@ -19,7 +19,7 @@ CONFIGS = Path(__file__).parent / "configs"
 
 def spawn_two(tmp_path: Path, config: str | None) -> Path:
     mp = pytest.importorskip("torch.multiprocessing")
-    from gloo_worker import monitored_rank
+    from tests.runtime.gloo_worker import monitored_rank
 
     out = tmp_path / "monitor"
     mp.spawn(monitored_rank, args=(str(tmp_path / "init"), str(out), config), nprocs=2, join=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from runtime_fakes import FixedDevice, SeriesStats, step_values
 
 from memtune.runtime import MemoryMonitor
 from memtune.runtime.lightning import lightning_callback
 from memtune.units import GiB
+from tests.runtime.runtime_fakes import FixedDevice, SeriesStats, step_values
 
 pl = pytest.importorskip("lightning.pytorch")
 torch = pytest.importorskip("torch")

@@ -7,7 +7,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from runtime_fakes import FixedDevice, SeriesStats, step_values
 
 from memtune.check import gate
 from memtune.config import load_job
@@ -15,6 +14,7 @@ from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.runtime import MemoryMonitor, MemoryWarning
 from memtune.units import GiB, MiB
+from tests.runtime.runtime_fakes import FixedDevice, SeriesStats, step_values
 
 CONFIGS = Path(__file__).parent / "configs"
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime_fakes import FixedDevice, SeriesStats, step_values
-
 from memtune.bench.accuracy import evaluate, read_runs
 from memtune.check import gate
 from memtune.cli import main
@@ -15,6 +13,7 @@ from memtune.estimate import estimate
 from memtune.runtime import MemoryMonitor
 from memtune.runtime.records import SCHEMA_VERSION
 from memtune.units import GiB, MiB
+from tests.runtime.runtime_fakes import FixedDevice, SeriesStats, step_values
 
 CONFIG = Path(__file__).parent / "configs" / "pp2-dp2.yaml"
 

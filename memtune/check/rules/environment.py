@@ -60,9 +60,9 @@ def _graph_guard(c: Context) -> str | None:
     "register": 0.16+ requires NCCL_GRAPH_REGISTER=0 (TE graphs; local graphs too in 0.16-0.18
     below compute capability 10). "forbid": 0.14-0.15 forbid expandable segments with any graph.
     """
-    impl = c.model.cuda_graph_impl
-    if impl == "none":
+    if not c.cuda_graphs:
         return None
+    impl = c.model.cuda_graph_impl
     if (0, 14, 0) <= c.mcore < (0, 16, 0):
         return "forbid"
     if c.mcore >= (0, 16, 0):
@@ -364,9 +364,9 @@ def full_recompute_with_cuda_graphs(c: Context) -> Hit | None:
     ## Fix
     Use selective recompute, or `cuda_graph_impl: full_iteration` (0.16+).
     """
-    impl = c.model.cuda_graph_impl
-    if c.model.recompute_granularity != "full" or impl == "none":
+    if c.model.recompute_granularity != "full" or not c.cuda_graphs:
         return None
+    impl = c.model.cuda_graph_impl
     if c.mcore >= (0, 16, 0):
         if impl == "full_iteration":
             return None

@@ -2,7 +2,10 @@
 
 It fills memtune's ``model`` section the way Megatron-Bridge's model bridges map the same
 fields; parallel layout, batch and precision choices come from overrides
-(``model.tensor_model_parallel_size=8 model.seq_length=4096``). Nothing is downloaded.
+(``model.tensor_model_parallel_size=8 model.seq_length=4096``). Nothing is downloaded. The
+reader is chosen as AutoBridge chooses its model bridge, by the Hugging Face class in
+``architectures`` (or ``auto_map``), whatever ``model_type`` says; ``model_type`` decides only for a
+config that names no class.
 """
 
 from __future__ import annotations
@@ -290,26 +293,34 @@ def _gemma3_text(f: _Fields) -> dict[str, Any]:
     return {**_common(f, tied_default=True), "qk_layernorm": True}
 
 
-# model_type -> (architecture class, reader)
+# Hugging Face class -> (the model_type memtune and Bridge's per-architecture values know it by,
+# reader). GPT2LMHeadModel has no Bridge model bridge; memtune reads it all the same.
 ARCHITECTURES: dict[str, tuple[str, Callable[[_Fields], dict[str, Any]]]] = {
-    "llama": ("LlamaForCausalLM", _llama),
-    "qwen2": ("Qwen2ForCausalLM", _qwen2),
-    "qwen3": ("Qwen3ForCausalLM", _qwen3),
-    "qwen2_moe": ("Qwen2MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=False)),
-    "qwen3_moe": ("Qwen3MoeForCausalLM", lambda f: _qwen_moe(f, qwen3=True)),
-    "mixtral": ("MixtralForCausalLM", _mixtral),
-    "mistral": ("MistralForCausalLM", _llama),
-    "phi3": ("Phi3ForCausalLM", _phi3),
-    "olmoe": ("OlmoeForCausalLM", _olmoe),
-    "glm4_moe": ("Glm4MoeForCausalLM", _glm4_moe),
-    "gpt2": ("GPT2LMHeadModel", _gpt2),
-    "deepseek_v2": ("DeepseekV2ForCausalLM", _deepseek_v3),  # the same fields; V3 adds MTP
-    "deepseek_v3": ("DeepseekV3ForCausalLM", _deepseek_v3),
-    "gpt_oss": ("GptOssForCausalLM", _gpt_oss),
-    "gemma2": ("Gemma2ForCausalLM", _gemma2),
-    "gemma3_text": ("Gemma3ForCausalLM", _gemma3_text),
-    "gemma3": ("Gemma3ForConditionalGeneration", _gemma3_text),  # reads the nested text_config
+    "LlamaForCausalLM": ("llama", _llama),
+    "Qwen2ForCausalLM": ("qwen2", _qwen2),
+    "Qwen3ForCausalLM": ("qwen3", _qwen3),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", lambda f: _qwen_moe(f, qwen3=False)),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", lambda f: _qwen_moe(f, qwen3=True)),
+    "MixtralForCausalLM": ("mixtral", _mixtral),
+    "MistralForCausalLM": ("mistral", _llama),
+    "Phi3ForCausalLM": ("phi3", _phi3),
+    "OlmoeForCausalLM": ("olmoe", _olmoe),
+    "Glm4MoeForCausalLM": ("glm4_moe", _glm4_moe),
+    "GPT2LMHeadModel": ("gpt2", _gpt2),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", _deepseek_v3),  # the same fields; V3 adds MTP
+    "DeepseekV3ForCausalLM": ("deepseek_v3", _deepseek_v3),
+    "GptOssForCausalLM": ("gpt_oss", _gpt_oss),
+    "Gemma2ForCausalLM": ("gemma2", _gemma2),
+    "Gemma3ForCausalLM": ("gemma3_text", _gemma3_text),
+    "Gemma3ForConditionalGeneration": ("gemma3", _gemma3_text),  # reads the nested text_config
 }
+# The class a config without ``architectures`` is read as, by its model_type.
+BY_MODEL_TYPE = {model_type: name for name, (model_type, _) in ARCHITECTURES.items()}
+# The class-name endings AutoBridge dispatches on (SUPPORTED_HF_ARCHITECTURES in Megatron-Bridge's
+# models/conversion/auto_bridge.py; those of multimodal and encoder-only models memtune does not
+# read are left out).
+BRIDGE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration")
+NESTED_TEXT_CONFIG = "Gemma3ForConditionalGeneration"
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:
@@ -319,41 +330,58 @@ def is_hf_config(data: dict[str, Any]) -> bool:
 def read(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[ReceivedDefault]]:
     """The job AutoBridge would build: Bridge's defaults, the file's architecture and the model
     bridge's own values (returned as well, for ``--explain``)."""
-    model_type = _model_type(path, data)
-    if model_type == "gemma3":
+    architecture = _architecture(path, data)
+    model_type, reader = ARCHITECTURES[architecture]
+    if architecture == NESTED_TEXT_CONFIG:
         text = data.get("text_config")
         if not isinstance(text, dict):
-            raise InputError(f"{path}: a gemma3 config needs a 'text_config' mapping, which is missing")
+            raise InputError(
+                f"{path}: a {architecture} config needs a 'text_config' mapping, which is missing"
+            )
         # The checkpoint dtype sits outside text_config.
         dtype: dict[str, Any] = {k: data[k] for k in ("torch_dtype", "dtype") if k in data and k not in text}
         fields = _Fields({**dtype, **text}, str(path), model_type, prefix="text_config.")
-        outer_ignored = [k for k in data if k not in ("text_config", "model_type", "architectures", *dtype)]
+        outer = ("text_config", "model_type", "architectures", "auto_map", *dtype)
+        outer_ignored = [k for k in data if k not in outer]
     else:
         fields = _Fields(data, str(path), model_type)
-        fields.used.update(("model_type", "architectures"))
+        fields.used.update(("model_type", "architectures", "auto_map"))
         outer_ignored = []
-    model = ARCHITECTURES[model_type][1](fields)
+    model = reader(fields)
     received = architecture_values(model_type, model)
     model.update({d.key.removeprefix("model."): d.value for d in received})
     return {"defaults": "megatron-bridge", "model": model}, outer_ignored + fields.unused(), received
 
 
-def _model_type(path: Path, data: dict[str, Any]) -> str:
+def _architecture(path: Path, data: dict[str, Any]) -> str:
+    """The class AutoBridge dispatches on: the first of ``architectures`` with a causal-LM ending
+    (or one memtune reads besides), named by ``auto_map["AutoModelForCausalLM"]`` where the config
+    has one; a config without ``architectures`` is read by its ``model_type``."""
     model_type = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise InputError(f"{path}: model_type must be a string, got {echo(model_type)}")
     if model_type in REFUSED:
         raise InputError(f"{path}: {REFUSED[model_type]}")
-    if model_type in ARCHITECTURES:
-        return model_type
     architectures = data.get("architectures") or []
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         raise InputError(f"{path}: architectures must be a list of class names, got {echo(architectures)}")
-    for name, (arch, _) in ARCHITECTURES.items():
-        if model_type is None and arch in architectures:
-            return name
-    given = echo(", ".join(architectures))[1:-1] if architectures else "none"
-    supported = ", ".join(arch for arch, _ in ARCHITECTURES.values())
+    supported = ", ".join(ARCHITECTURES)
+    if not architectures:
+        if model_type in BY_MODEL_TYPE:
+            return BY_MODEL_TYPE[model_type]
+        raise InputError(
+            f"{path}: no architectures and unsupported model_type {echo(model_type)}; supported: {supported}"
+        )
+    dispatched: str | None = next(
+        (a for a in architectures if a.endswith(BRIDGE_SUFFIXES) or a in ARCHITECTURES), None
+    )
+    auto_map = data.get("auto_map")
+    causal_lm = auto_map.get("AutoModelForCausalLM") if isinstance(auto_map, dict) else None
+    if dispatched is not None and isinstance(causal_lm, str):
+        dispatched = causal_lm.rpartition(".")[2]
+    if dispatched is not None and dispatched in ARCHITECTURES:
+        return dispatched
+    given = echo(", ".join(architectures))[1:-1]
     raise InputError(
         f"{path}: unsupported Hugging Face architecture {given} (model_type {echo(model_type)}); supported: {supported}"
     )
