@@ -46,3 +46,10 @@ MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and 
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
 MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
 MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt
+
+# --- commands memtune runs (bisect, run) -------------------------------------------------------
+MAX_BISECT_RUNS = 100  # commands one `bisect --good/--bad` runs, both endpoint checks included
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`: a week per commit
+OUTPUT_CHUNK_BYTES = 64 << 10  # one read of a command's output; a line longer than this is written in pieces
+EXIT_GRACE_SECONDS = 2.0  # after a command ends: how long what it left running has before SIGKILL
+KILL_GRACE_SECONDS = 5.0  # after SIGTERM for a timeout: how long before SIGKILL

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from memtune.errors import InputError
@@ -29,9 +28,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run_parser.add_argument(
         "--out",
         metavar="DIR",
-        help="where to keep the output, records and snapshots (default memtune-run-TIME)",
+        help="where to keep the output, records and snapshots (default: a new memtune-run-TIME)",
     )
-    run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
+    run_parser.add_argument(
+        "--force", action="store_true", help="replace the earlier run's output.log and run.json in --out DIR"
+    )
+    # Not dest="command": the subcommand's own name lives there and prefixes every error line.
+    run_parser.add_argument("to_run", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     run_parser.set_defaults(handler=run)
 
     report_parser = subparsers.add_parser(
@@ -57,22 +60,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from memtune.config import derive, load_job
-    from memtune.runtime.launch import launch_environment, run_command, snapshots_in
+    from memtune.runtime.launch import (
+        claim_out_dir,
+        default_out_dir,
+        launch_environment,
+        run_command,
+        snapshots_in,
+    )
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.to_run[1:] if args.to_run[:1] == ["--"] else args.to_run
     if not command:
         raise InputError("give the command to run after --, e.g. memtune run -- torchrun train.py")
     derived = derive(load_job(args.config, []).job) if args.config else None
-    out_dir = Path(args.out or time.strftime("memtune-run-%Y%m%d-%H%M%S"))
+    if args.out is None:
+        out_dir = default_out_dir()
+    else:
+        out_dir = Path(args.out)
+        claim_out_dir(out_dir, args.force)
     launch = launch_environment(derived, os.environ, out_dir)
     shown = " ".join(f"{k}={v}" for k, v in launch.variables.items())
     print(f"memtune run: {shown}", file=sys.stderr)
     for note in launch.notes:
         print(f"memtune run: {note}", file=sys.stderr)
-    status = run_command(command, launch.apply(os.environ), out_dir)
+    result = run_command(command, launch.apply(os.environ), out_dir, args.force)
+    for note in result.notes:
+        print(f"memtune run: {note}", file=sys.stderr)
+    status = result.status
     print(f"memtune run: exit status {status}; output in {out_dir}", file=sys.stderr)
     if status != 0:
-        _diagnose(out_dir, args.config, snapshots_in(out_dir))
+        try:
+            _diagnose(out_dir, args.config, snapshots_in(out_dir))
+        except InputError as exc:  # output diagnose cannot read (binary) must not replace the status
+            print(f"memtune run: no diagnosis: {exc.problems[0]}", file=sys.stderr)
     return status
 
 
