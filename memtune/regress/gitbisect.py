@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memtune.diagnose.logscan import scan
+from memtune.diagnose.logscan import ScanResult, scan
 from memtune.errors import InputError
 from memtune.limits import MAX_BISECT_RUNS
 from memtune.numbers import cut
@@ -116,6 +116,7 @@ class _Session:
         self.tree = scratch / "tree"
         self.log = scratch / "output.log"
         self.admin: Path | None = None  # the worktree's entry under the repository's .git/worktrees
+        self.link = b""  # the worktree's .git file, which points git at that entry
         self.tested: list[tuple[str, Outcome]] = []
         self.remaining: list[str] = []  # the commits that may still be the first bad one
 
@@ -135,6 +136,19 @@ class _Session:
             "worktree", "add", "--detach", "--no-checkout", "--quiet", str(self.tree), commit, where=self.root
         )
         self.admin = Path(self.must("rev-parse", "--absolute-git-dir"))
+        self.link = (self.tree / ".git").read_bytes()
+
+    def _relink(self) -> None:
+        """Put back the worktree's ``.git`` file (its link to the repository) if the last command
+        deleted or replaced it, so git can still check out and clean the tree."""
+        dot_git = self.tree / ".git"
+        if dot_git.is_dir() and not dot_git.is_symlink():
+            shutil.rmtree(dot_git)
+        elif dot_git.is_file() and dot_git.read_bytes() == self.link:
+            return
+        self.tree.mkdir(exist_ok=True)
+        dot_git.unlink(missing_ok=True)
+        dot_git.write_bytes(self.link)
 
     def close(self) -> None:
         """Remove the worktree and its entry; signals arriving now are only recorded."""
@@ -163,12 +177,14 @@ class _Session:
                 f"--good {cut(good)}: the command does not pass there ({describe(at_good)}); "
                 "give a commit where it exits 0"
             )
-        if self.git("merge-base", "--is-ancestor", good_commit, bad_commit).returncode != 0:
+        if self.git("merge-base", "--is-ancestor", good_commit, bad_commit, where=self.root).returncode != 0:
             raise InputError(f"--good {cut(good)} is not an ancestor of --bad {cut(bad)}")
         goods, skipped = [good_commit], set()
         while True:
             # git's own choice of midpoint, best first; this leaves no bisect state in any repository.
-            ranked = self.must("rev-list", "--bisect-all", bad_commit, "--not", *goods).splitlines()
+            ranked = self.must(
+                "rev-list", "--bisect-all", bad_commit, "--not", *goods, where=self.root
+            ).splitlines()
             self.remaining = [line.split()[0] for line in ranked]
             untested = [c for c in self.remaining if c != bad_commit and c not in skipped]
             if not untested:
@@ -182,7 +198,7 @@ class _Session:
                 skipped.add(untested[0])
         if self.remaining != [bad_commit]:
             return BisectResult(None, self.remaining, tested=self.tested)
-        subject = self.must("log", "-1", "--format=%h %s", bad_commit)
+        subject = self.must("log", "-1", "--format=%h %s", bad_commit, where=self.root)
         return BisectResult(bad_commit, [bad_commit], subject, dict(self.tested)[bad_commit], self.tested)
 
     def test(self, commit: str) -> Outcome:
@@ -192,6 +208,7 @@ class _Session:
                 f"stopped after {MAX_BISECT_RUNS} commands run, memtune's limit for one bisect: the first "
                 f"bad commit is still one of {len(self.remaining)} commits; bisect a narrower range (--good, --bad)"
             )
+        self._relink()
         self.must("checkout", "--force", "--detach", "--quiet", commit)
         self.must("clean", "-ffdxq")
         with open(self.log, "wb") as log_file:
@@ -204,13 +221,16 @@ class _Session:
                 finished = None
         self.supervisor.check()
         if finished is None:
-            outcome = classify(None, scan([]), self.kind)
+            outcome = classify(None, ScanResult(), self.kind)
         else:
-            outcome = classify(finished.status, scan([str(self.log)]), self.kind, finished.timed_out)
+            try:
+                scanned, notes = scan([str(self.log)]), []
+            except InputError as unreadable:  # binary output: diagnose reads nothing in it
+                scanned, notes = ScanResult(), unreadable.problems
+            outcome = classify(finished.status, scanned, self.kind, finished.timed_out)
             # The log is gone when the user reads this: its lines are the command's output.
-            outcome = replace(
-                outcome, reasons=tuple(r.replace(str(self.log), "output") for r in outcome.reasons)
-            )
+            reasons = tuple(r.replace(str(self.log), "output") for r in (*notes, *outcome.reasons))
+            outcome = replace(outcome, reasons=reasons)
         self.tested.append((commit, outcome))
         print(f"memtune bisect: {commit[:12]} {describe(outcome)}", file=sys.stderr, flush=True)
         return outcome
