@@ -18,6 +18,8 @@ commit that fails where its parents did not.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from memtune.diagnose.logscan import ScanResult, scan
 from memtune.errors import InputError
-from memtune.limits import MAX_BISECT_RUNS
+from memtune.limits import KILL_GRACE_SECONDS, MAX_BISECT_RUNS
 from memtune.numbers import cut
 from memtune.regress.classify import Outcome, classify, describe, kind_words
 from memtune.runtime.launch import FileSink, LineSink, Supervisor
@@ -77,6 +79,12 @@ def _commit(repo: Path, option: str, rev: str) -> str:
     return proc.stdout.strip()
 
 
+def _make_writable(tree: Path) -> None:
+    for directory, _, _ in os.walk(tree):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o700)
+
+
 def preflight(repo: str, good: str, bad: str) -> tuple[Path, str, str]:
     """The work tree and both commits."""
     root = _work_tree(repo)
@@ -90,7 +98,10 @@ def bisect(
     repo: str, good: str, bad: str, command: list[str], kind: str, timeout: float | None = None
 ) -> BisectResult:
     root, good_commit, bad_commit = preflight(repo, good, bad)
-    with Supervisor() as supervisor, tempfile.TemporaryDirectory(prefix="memtune-bisect-") as scratch:
+    with (
+        Supervisor(kill_after=KILL_GRACE_SECONDS) as supervisor,
+        tempfile.TemporaryDirectory(prefix="memtune-bisect-") as scratch,
+    ):
         session = _Session(root, Path(scratch), command, kind, timeout, supervisor)
         try:
             session.open(bad_commit)
@@ -141,6 +152,8 @@ class _Session:
     def _relink(self) -> None:
         """Put back the worktree's ``.git`` file (its link to the repository) if the last command
         deleted or replaced it, so git can still check out and clean the tree."""
+        if self.tree.is_symlink():  # never let a checkout follow a link out of the scratch directory
+            self.tree.unlink()
         dot_git = self.tree / ".git"
         if dot_git.is_dir() and not dot_git.is_symlink():
             shutil.rmtree(dot_git)
@@ -152,16 +165,16 @@ class _Session:
 
     def close(self) -> None:
         """Remove the worktree and its entry; signals arriving now are only recorded."""
-        if self.admin is None:
-            if self.tree.exists():  # `worktree add` was stopped halfway: nothing of it may stay
-                shutil.rmtree(self.tree, ignore_errors=True)
-                _git_in(self.root, "worktree", "prune")
-            return
+        if self.tree.is_symlink():  # put there by the command: removing must not follow it
+            self.tree.unlink()
+        if self.tree.exists():
+            _make_writable(self.tree)
         removed = _git_in(self.root, "worktree", "remove", "--force", "--force", str(self.tree))
         if removed.returncode != 0:  # the command deleted or broke its worktree: remove what is ours
             shutil.rmtree(self.tree, ignore_errors=True)
-            shutil.rmtree(self.admin, ignore_errors=True)
-        if self.admin.exists() or self.tree.exists():
+            if self.admin is not None:
+                shutil.rmtree(self.admin, ignore_errors=True)
+        if self.tree.exists() or (self.admin is not None and self.admin.exists()):
             print(f"memtune bisect: could not remove the worktree {self.tree}", file=sys.stderr)
 
     def bisect(self, good: str, good_commit: str, bad: str, bad_commit: str) -> BisectResult:
@@ -210,7 +223,9 @@ class _Session:
             )
         self._relink()
         self.must("checkout", "--force", "--detach", "--quiet", commit)
-        self.must("clean", "-ffdxq")
+        if self.git("clean", "-ffdxq").returncode != 0:  # a directory the command made read-only
+            _make_writable(self.tree)
+            self.must("clean", "-ffdxq")
         with open(self.log, "wb") as log_file:
             log = FileSink(log_file)
             try:

@@ -192,11 +192,16 @@ def _has_exited(pid: int) -> bool:
 
 class Supervisor:
     """While entered, SIGINT, SIGTERM and SIGHUP sent to memtune go to the running command's
-    process group (a second one sends SIGKILL); with no command running they are only recorded.
-    ``received`` is the first one, and :meth:`check` raises :class:`Interrupted` for it."""
+    process group (a second one sends SIGKILL, and so does ``kill_after`` seconds passing after
+    the first, when given); with no command running they are only recorded. ``received`` is the
+    first one, and :meth:`check` raises :class:`Interrupted` for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, kill_after: float | None = None) -> None:
+        # `run` passes None: a training job given SIGTERM may take minutes to save a checkpoint,
+        # and whoever sent it escalates on their own schedule (Slurm after KillWait).
+        self.kill_after = kill_after
         self.received: int | None = None
+        self._received_at: float | None = None
         self._group: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -214,7 +219,7 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         first = self.received is None
         if first:
-            self.received = signum
+            self.received, self._received_at = signum, time.monotonic()
         if self._group is not None:
             _signal_group(self._group, signum if first else signal.SIGKILL)
 
@@ -269,9 +274,12 @@ class Supervisor:
         deadline = None if timeout is None else time.monotonic() + timeout
         timed_out = False
         kill_at: float | None = None  # when the group gets SIGKILL
-        ended = False
+        ended = killed = False
         while True:
             now = time.monotonic()
+            if self.kill_after is not None and self._received_at is not None and not (ended or killed):
+                escalation = self._received_at + self.kill_after
+                kill_at = escalation if kill_at is None else min(kill_at, escalation)
             if not ended and _has_exited(pid):
                 ended = True
                 _signal_group(pid, signal.SIGTERM)  # whatever it left running in its group
@@ -282,7 +290,7 @@ class Supervisor:
                 kill_at = now + KILL_GRACE_SECONDS
             if kill_at is not None and now >= kill_at:
                 _signal_group(pid, signal.SIGKILL)
-                kill_at = None
+                kill_at, killed = None, True
                 if ended:
                     # Anything still holding the pipes left the group (setsid): stop waiting for it.
                     self._drain(pipes, rounds=16)

@@ -5,7 +5,11 @@ and no worktree of memtune's remains."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +169,69 @@ def test_timeout_is_a_positive_bounded_number_or_one_line(text):
         ]
     else:
         assert 0 < value <= MAX_TIMEOUT_SECONDS and float(text) == value
+
+
+def test_a_checkout_replaced_by_a_link_to_the_repository_is_not_followed(tmp_path, capsys, monkeypatch):
+    repo = tmp_path / "repo"
+    monkeypatch.setenv("MEMTUNE_TEST_REPO", str(repo))
+    vandal = 'cd .. && rm -rf tree && ln -s "$MEMTUNE_TEST_REPO" tree'
+    commits = history(repo, [f"{vandal}\nexit 0\n"] * 3 + [f"echo '{CAPACITY}' >&2\n{vandal}\nexit 1\n"] * 2)
+    before = state(repo)
+    status, out, err, _ = run_cli(
+        capsys,
+        "bisect",
+        "--repo",
+        str(repo),
+        "--good",
+        commits[0],
+        "--bad",
+        commits[-1],
+        "--json",
+        "--",
+        *RUN_SCRIPT,
+    )
+    assert (status, json.loads(out)["first_bad"]) == (0, commits[3]), err
+    assert state(repo) == before
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(tmp_path, capsys, monkeypatch):
+    """SIGTERM to memtune (a scheduler's) reaches the command; one that ignores it is SIGKILLed,
+    and the bisect still cleans up and exits 143."""
+    monkeypatch.setattr(gitbisect, "KILL_GRACE_SECONDS", 0.5)
+    repo, pid_file = tmp_path / "repo", tmp_path / "pid"
+    deaf = f"trap '' TERM\necho $$ > {pid_file}\nsleep 60 & wait\n"
+    commits = history(repo, [OK, deaf, OOM])
+    before = state(repo)
+
+    def terminate_when_it_runs() -> None:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=terminate_when_it_runs)
+    sender.start()
+    try:
+        status, _, err, _ = run_cli(
+            capsys,
+            "bisect",
+            "--repo",
+            str(repo),
+            "--good",
+            commits[0],
+            "--bad",
+            commits[2],
+            "--",
+            *RUN_SCRIPT,
+        )
+    finally:
+        sender.join()
+    assert status == 128 + signal.SIGTERM
+    assert err.splitlines()[-1] == "memtune bisect: stopped by SIGTERM; the repository is as it was"
+    assert (
+        not Path(f"/proc/{int(pid_file.read_text())}").exists()
+        or "Z" in Path(f"/proc/{int(pid_file.read_text())}/stat").read_text().rpartition(")")[2].split()[:1]
+    )
+    assert state(repo) == before
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
