@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"memtune run: exit status {status}; output in {out_dir}", file=sys.stderr)
     if status != 0:
         try:
-            _diagnose(out_dir, args.config, snapshots_in(out_dir))
+            _diagnose(out_dir, args.config, snapshots_in(out_dir, since=result.started))
         except InputError as exc:  # output diagnose cannot read (binary) must not replace the status
             print(f"memtune run: no diagnosis: {exc.problems[0]}", file=sys.stderr)
     return status

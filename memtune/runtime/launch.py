@@ -352,6 +352,7 @@ def claim_out_dir(out_dir: Path, force: bool) -> None:
 @dataclass(frozen=True)
 class RunResult:
     status: int
+    started: float  # time.time() when it started
     notes: list[str]  # what went wrong copying the output (a full disk), one line each
 
 
@@ -394,10 +395,11 @@ def run_command(command: list[str], env: Mapping[str, str], out_dir: Path, force
         (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:  # the command's status matters more than its record
         notes.append(f"{out_dir / RUN_RECORD} not written: {exc.strerror or exc}")
-    return RunResult(finished.status, notes)
+    return RunResult(finished.status, started, notes)
 
 
-def snapshots_in(out_dir: Path) -> list[Path]:
-    """OOM snapshots under ``out_dir``, newest first."""
-    found = [p for p in out_dir.rglob("*.pickle") if p.is_file()]
+def snapshots_in(out_dir: Path, since: float = 0.0) -> list[Path]:
+    """OOM snapshots under ``out_dir`` written at or after ``since`` (an earlier run's, kept in a
+    directory reused with --force, would diagnose the wrong failure), newest first."""
+    found = [p for p in out_dir.rglob("*.pickle") if p.is_file() and p.stat().st_mtime >= since]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

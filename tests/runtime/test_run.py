@@ -215,3 +215,16 @@ def test_output_without_newlines_is_written_in_bounded_pieces():
     assert b"".join(target.writes) == piece * 300 + b"end\nhalf"
     assert max(len(w) for w in target.writes) < OUTPUT_CHUNK_BYTES + len(piece)
     assert target.writes[-1] == b"half"
+
+
+def test_a_reused_directory_does_not_diagnose_with_an_earlier_runs_snapshot(tmp_path, capfd):
+    out = tmp_path / "run"
+    earlier = out / "oom-rank0" / "oom-snapshot-rank0.pickle"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes((FIXTURES / "h200" / "fragmentation-snapshot.pickle").read_bytes())
+    os.utime(earlier, (time.time() - 3600, time.time() - 3600))  # an hour old: not this run's
+    (out / "output.log").write_text("the earlier run\n")
+    code = f"import sys; sys.stderr.write(open({str(CAPACITY_LOG)!r}).read()); sys.exit(1)"
+    assert main(["run", "--out", str(out), "--force", "--", *python(code)]) == 1
+    err = capfd.readouterr().err
+    assert "diagnosis: capacity" in err and "snapshot" not in err
