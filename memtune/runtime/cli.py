@@ -72,11 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise InputError("give the command to run after --, e.g. memtune run -- torchrun train.py")
     derived = derive(load_job(args.config, []).job) if args.config else None
-    if args.out is None:
-        out_dir = default_out_dir()
-    else:
-        out_dir = Path(args.out)
-        claim_out_dir(out_dir, args.force)
+    out_dir = default_out_dir() if args.out is None else claim_out_dir(args.out, args.force)
     launch = launch_environment(derived, os.environ, out_dir)
     shown = " ".join(f"{k}={v}" for k, v in launch.variables.items())
     print(f"memtune run: {shown}", file=sys.stderr)

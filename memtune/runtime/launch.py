@@ -29,7 +29,7 @@ from typing import BinaryIO, Protocol
 from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.limits import EXIT_GRACE_SECONDS, KILL_GRACE_SECONDS, OUTPUT_CHUNK_BYTES
-from memtune.numbers import cut
+from memtune.numbers import cut, echo
 from memtune.runtime.monitor import OUTPUT_VARIABLE
 
 LOG_NAME = "output.log"
@@ -335,18 +335,23 @@ def default_out_dir(now: time.struct_time | None = None) -> Path:
     raise InputError(f"{stem}: {DEFAULT_OUT_ATTEMPTS} run directories of this second exist; give --out DIR")
 
 
-def claim_out_dir(out_dir: Path, force: bool) -> None:
-    """Make ``out_dir`` ready for a run: refuses one that holds an earlier run unless ``force``."""
+def claim_out_dir(name: str, force: bool) -> Path:
+    """The directory ``--out NAME``, made ready for a run: refuses one that holds an earlier run
+    unless ``force``, a blank name (which would mean the current directory) and a file."""
+    if not name.strip():
+        raise InputError(f"--out {echo(name)}: give a directory name")
+    out_dir = Path(name)
     if out_dir.exists() and not out_dir.is_dir():
-        raise InputError(f"--out {cut(str(out_dir))}: not a directory")
+        raise InputError(f"--out {cut(name)}: not a directory")
     if not force:
-        earlier = [name for name in (LOG_NAME, RUN_RECORD) if (out_dir / name).exists()]
+        earlier = [entry for entry in (LOG_NAME, RUN_RECORD) if (out_dir / entry).exists()]
         if earlier:
             raise InputError(
-                f"--out {cut(str(out_dir))} holds an earlier run ({', '.join(earlier)}); "
+                f"--out {cut(name)} holds an earlier run ({', '.join(earlier)}); "
                 "give a new directory, or --force to replace it"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
 
 
 @dataclass(frozen=True)

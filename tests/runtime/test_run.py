@@ -228,3 +228,11 @@ def test_a_reused_directory_does_not_diagnose_with_an_earlier_runs_snapshot(tmp_
     assert main(["run", "--out", str(out), "--force", "--", *python(code)]) == 1
     err = capfd.readouterr().err
     assert "diagnosis: capacity" in err and "snapshot" not in err
+
+
+def test_a_blank_out_name_is_refused(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a blank name would have meant this directory
+    for name in ("", "  "):
+        assert main(["run", "--out", name, "--", "true"]) == 2
+        assert capfd.readouterr().err.splitlines() == [f"memtune run: --out {name!r}: give a directory name"]
+    assert list(tmp_path.iterdir()) == []
