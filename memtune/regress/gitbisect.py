@@ -178,6 +178,8 @@ class _Session:
             print(f"memtune bisect: could not remove the worktree {self.tree}", file=sys.stderr)
 
     def bisect(self, good: str, good_commit: str, bad: str, bad_commit: str) -> BisectResult:
+        if self.git("merge-base", "--is-ancestor", good_commit, bad_commit, where=self.root).returncode != 0:
+            raise InputError(f"--good {cut(good)} is not an ancestor of --bad {cut(bad)}")
         at_bad = self.test(bad_commit)
         if at_bad.outcome != "bad":
             raise InputError(
@@ -190,8 +192,6 @@ class _Session:
                 f"--good {cut(good)}: the command does not pass there ({describe(at_good)}); "
                 "give a commit where it exits 0"
             )
-        if self.git("merge-base", "--is-ancestor", good_commit, bad_commit, where=self.root).returncode != 0:
-            raise InputError(f"--good {cut(good)} is not an ancestor of --bad {cut(bad)}")
         goods, skipped = [good_commit], set()
         while True:
             # git's own choice of midpoint, best first; this leaves no bisect state in any repository.

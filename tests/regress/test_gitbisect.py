@@ -340,3 +340,17 @@ def test_a_signal_stops_everything_and_leaves_the_repository_as_found(signum, tm
 def test_missing_arguments(argv, message, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == f"memtune bisect: {message}"
+
+
+def test_good_must_be_an_ancestor_of_bad(tmp_path, capsys):
+    repo, c = make_repo(tmp_path, [OK, oom(MSG_211_CAPACITY)])
+    git(repo, "checkout", "-q", "-b", "side", c[0])
+    (repo / "train.py").write_text(OK + "# on a side branch\n")
+    git(repo, "commit", "-q", "-am", "side")
+    side = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    assert main(bisect_argv(repo, side, c[1])) == 2
+    # refused before any command ran
+    assert capsys.readouterr().err.splitlines() == [
+        f"memtune bisect: --good {side} is not an ancestor of --bad {c[1]}"
+    ]
