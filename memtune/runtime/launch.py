@@ -239,7 +239,8 @@ class Supervisor:
         """Run ``command`` until it ends (or ``timeout`` seconds pass: SIGTERM, then SIGKILL),
         copying its stdout and stderr to the sinks. Raises OSError if it cannot be started."""
         for stream in (sys.stdout, sys.stderr):
-            stream.flush()  # memtune's own lines come before the command's
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()  # memtune's own lines come before the command's
         child = subprocess.Popen(
             list(command),
             env=None if env is None else dict(env),
@@ -258,6 +259,9 @@ class Supervisor:
         pipes.register(child.stderr, selectors.EVENT_READ, list(stderr))
         try:
             timed_out = self._pump(child.pid, pipes, timeout)
+        except BaseException:
+            _signal_group(child.pid, signal.SIGKILL)  # memtune itself failed: its command must not outlive it
+            raise
         finally:
             self._group = None
             for key in list(pipes.get_map().values()):

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from memtune.cli import main
 
 HERE = Path(__file__).parent
@@ -236,3 +238,30 @@ def test_a_blank_out_name_is_refused(tmp_path, capfd, monkeypatch):
         assert main(["run", "--out", name, "--", "true"]) == 2
         assert capfd.readouterr().err.splitlines() == [f"memtune run: --out {name!r}: give a directory name"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_memtune_failing_while_it_runs_a_command_does_not_leave_it_running():
+    from memtune.runtime.launch import Supervisor
+
+    class Failing:
+        seen = b""
+
+        def write(self, data: bytes) -> None:
+            Failing.seen += data
+            raise RuntimeError("a bug in memtune")
+
+        def finish(self) -> None:
+            pass
+
+    def hung(signum, frame):
+        raise AssertionError("memtune waited for the command it should have killed")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # stops the test if the command was left running (it sleeps 120 s)
+    try:
+        with Supervisor() as supervisor, pytest.raises(RuntimeError, match="a bug in memtune"):
+            supervisor.run(["sh", "-c", "echo $$; exec sleep 120"], None, None, [Failing()], [])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not Path(f"/proc/{int(Failing.seen)}").exists()  # killed and reaped
