@@ -181,6 +181,10 @@ class _Session:
         if self.git("merge-base", "--is-ancestor", good_commit, bad_commit, where=self.root).returncode != 0:
             raise InputError(f"--good {cut(good)} is not an ancestor of --bad {cut(bad)}")
         at_bad = self.test(bad_commit)
+        if at_bad.exit_status is None:
+            raise InputError(
+                f"--bad {cut(bad)}: cannot start {cut(self.command[0])!r} there: {at_bad.reasons[0]}"
+            )
         if at_bad.outcome != "bad":
             raise InputError(
                 f"--bad {cut(bad)}: the command does not fail with {kind_words(self.kind)} there "
@@ -232,11 +236,11 @@ class _Session:
                 finished = self.supervisor.run(
                     self.command, None, self.tree, [LineSink(log)], [LineSink(log)], self.timeout
                 )
-            except OSError:
-                finished = None
+            except OSError as exc:
+                finished, cannot_start = None, exc.strerror or str(exc)
         self.supervisor.check()
         if finished is None:
-            outcome = classify(None, ScanResult(), self.kind)
+            outcome = replace(classify(None, ScanResult(), self.kind), reasons=(cannot_start,))
         else:
             try:
                 scanned, notes = scan([str(self.log)]), []

@@ -354,3 +354,12 @@ def test_good_must_be_an_ancestor_of_bad(tmp_path, capsys):
     assert capsys.readouterr().err.splitlines() == [
         f"memtune bisect: --good {side} is not an ancestor of --bad {c[1]}"
     ]
+
+
+def test_a_command_that_cannot_start_is_named(tmp_path, capsys):
+    repo, c = make_repo(tmp_path, [OK, oom(MSG_211_CAPACITY)])
+    missing = str(tmp_path / "no-such-program")
+    assert main(bisect_argv(repo, c[0], c[1], command=(missing,))) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"memtune bisect: --bad {c[1]}: cannot start {missing!r} there: No such file or directory"
+    )
