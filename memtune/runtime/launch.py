@@ -214,7 +214,8 @@ class Supervisor:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+            if handler is not None:  # None: set outside Python, which cannot be put back from here
+                signal.signal(signum, handler)  # type: ignore[arg-type]
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         first = self.received is None
