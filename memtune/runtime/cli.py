@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise InputError("give the command to run after --, e.g. memtune run -- torchrun train.py")
     derived = derive(load_job(args.config, []).job) if args.config else None
+    if args.force and args.out is None:
+        raise InputError("--force replaces an earlier run in --out DIR; without --out the directory is new")
     out_dir = default_out_dir() if args.out is None else claim_out_dir(args.out, args.force)
     launch = launch_environment(derived, os.environ, out_dir)
     shown = " ".join(f"{k}={v}" for k, v in launch.variables.items())

@@ -265,3 +265,12 @@ def test_memtune_failing_while_it_runs_a_command_does_not_leave_it_running():
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert not Path(f"/proc/{int(Failing.seen)}").exists()  # killed and reaped
+
+
+def test_force_without_out_is_refused(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--force", "--", "true"]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        "memtune run: --force replaces an earlier run in --out DIR; without --out the directory is new"
+    ]
+    assert list(tmp_path.iterdir()) == []
