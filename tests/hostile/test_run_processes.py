@@ -131,3 +131,21 @@ def test_a_second_signal_kills_a_command_that_ignores_the_first(second, tmp_path
     os.killpg(proc.pid, second)
     assert finish(proc) == 128 + signal.SIGKILL
     assert not alive(child)
+
+
+def test_run_ends_even_when_a_process_that_left_the_group_holds_the_pipe(tmp_path):
+    """A daemon (setsid) keeps the output pipe open and cannot be reached through the group:
+    `run` stops waiting for it after the grace and ends with the command's status."""
+    pids = tmp_path / "pids"
+    code = (
+        "import subprocess, sys\n"
+        "daemon = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\n"
+        f"open({str(pids)!r}, 'w').write(f'{{daemon.pid}}\\n')\n"
+        "sys.exit(9)\n"
+    )
+    proc = memtune_run(tmp_path / "run", code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        proc.communicate(timeout=60)
+        assert proc.returncode == 9
+    finally:
+        os.kill(int(wait_for(pids)), signal.SIGKILL)  # the command's own daemon: this test cleans it up
