@@ -26,6 +26,17 @@ def memtune_run(out: Path, code: str, **popen: object) -> subprocess.Popen[bytes
     )
 
 
+def communicate(proc: subprocess.Popen[bytes], seconds: float = 60) -> tuple[bytes, bytes]:
+    """Its output; a memtune that does not end is killed, so a failing test leaves nothing behind."""
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return out or b"", err or b""
+
+
 def finish(proc: subprocess.Popen[bytes], seconds: float = 60) -> int:
     try:
         return proc.wait(timeout=seconds)
@@ -69,7 +80,7 @@ def test_a_reader_that_closes_early_does_not_stop_the_command(tmp_path):
 def test_a_full_stdout_is_reported_and_the_log_is_complete(tmp_path):
     with open("/dev/full", "wb") as full:
         proc = memtune_run(tmp_path / "run", PRINT_LINES, stdout=full, stderr=subprocess.PIPE)
-        _, err = proc.communicate(timeout=60)
+        _, err = communicate(proc)
     assert proc.returncode == 4
     out = tmp_path / "run"
     assert (
@@ -90,7 +101,7 @@ def test_run_ends_when_its_command_ends_and_stops_what_it_left_running(tmp_path)
         "sys.exit(3)\n"
     )
     proc = memtune_run(tmp_path / "run", code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = communicate(proc)
     assert proc.returncode == 3 and out == b"done\n"
     helper = int(wait_for(pids))
     deadline = time.monotonic() + 10  # its SIGTERM is delivered asynchronously
@@ -145,7 +156,7 @@ def test_run_ends_even_when_a_process_that_left_the_group_holds_the_pipe(tmp_pat
     )
     proc = memtune_run(tmp_path / "run", code, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        proc.communicate(timeout=60)
+        communicate(proc)
         assert proc.returncode == 9
     finally:
         os.kill(int(wait_for(pids)), signal.SIGKILL)  # the command's own daemon: this test cleans it up
