@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser(
         "bisect",
         help="find the commit or the config change that made a job run out of memory",
-        description="With --good/--bad: run `git bisect` with a classifier built on `memtune diagnose` "
-        "in a temporary worktree (the command exits 0: good; it fails with an out-of-memory of --kind: bad; "
+        description="With --good/--bad: bisect the git history, running the command at each commit in a "
+        "temporary worktree and judging it with `memtune diagnose` (the command exits 0: good; it fails with an out-of-memory of --kind: bad; "
         "any other failure: skipped) and print the first bad commit with its diagnosis; your work tree and "
         "branch are not touched. Both ends are run first: --bad must fail with that out-of-memory and "
         "--good must pass. "

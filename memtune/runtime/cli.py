@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run a training command with the job's memory environment; diagnose it if it fails",
         description="Run COMMAND with the config's allocator settings, NCCL_GRAPH_REGISTER and "
         "CUDA_DEVICE_MAX_CONNECTIONS (where Megatron needs it); stream its output and save it in "
-        "DIR/output.log; pass SIGINT/SIGTERM to it; if it fails, diagnose the log and any OOM "
+        "DIR/output.log; pass SIGINT/SIGTERM/SIGHUP to it (a second one kills it); if it fails, diagnose the log and any OOM "
         "snapshots in DIR. MemoryMonitor and capture_oom in the command write into DIR by default. "
         "Exits with the command's exit status.",
     )
