@@ -3,11 +3,10 @@ and diagnose it when it fails. Pure of torch.
 
 Also the one way memtune runs a user's command (``run`` and ``bisect`` both): the command gets
 its own process group; SIGINT, SIGTERM and SIGHUP sent to memtune are passed to that group, and
-a second one escalates to SIGKILL; when the command ends, what it left running
-in its group gets SIGTERM, then SIGKILL once the output pipes close (or after a grace), so no
-process of memtune's outlives it.
-Its output is read in bounded chunks and copied to sinks that may fail (a closed stdout, a full
-disk) without stopping the draining, so the command never blocks on a full pipe.
+a second one escalates to SIGKILL; when the command ends, what it left running in its group gets
+SIGTERM, then SIGKILL once the output pipes close (or after a grace), so no process of memtune's
+outlives it. Its output is read in bounded chunks and copied to sinks that may fail (a closed
+stdout, a full disk) without stopping the draining, so the command never blocks on a full pipe.
 """
 
 from __future__ import annotations
