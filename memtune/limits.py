@@ -48,3 +48,10 @@ MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summaris
 MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt
 MAX_SNAPSHOT_FOLDER_FILES = 1_024  # per-rank snapshots compared from one folder
 MAX_COMPARED_ROWS = 12  # sites, categories or phases printed per comparison (JSON keeps all)
+
+# --- commands memtune runs (bisect, run) -------------------------------------------------------
+MAX_BISECT_RUNS = 100  # commands one `bisect --good/--bad` runs, both endpoint checks included
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`: a week per commit
+OUTPUT_CHUNK_BYTES = 64 << 10  # one read of a command's output; a line longer than this is written in pieces
+EXIT_GRACE_SECONDS = 2.0  # after a command ends: how long what it left running may hold its output open
+KILL_GRACE_SECONDS = 5.0  # after SIGTERM for a timeout: how long before SIGKILL

@@ -5,6 +5,6 @@
 - :mod:`walk`: from config A to config B one key at a time, the first change after which the
   most-loaded rank no longer fits (estimator, or ``memtune measure`` on a GPU);
 - :mod:`logs`: two runs' memory reports side by side, per rank and step;
-- :mod:`gitbisect` and :mod:`classify`: ``git bisect run`` with a classifier built on
-  ``memtune diagnose``.
+- :mod:`gitbisect` and :mod:`classify`: a git bisection, each commit tested in a temporary
+  worktree, with a classifier built on ``memtune diagnose``.
 """

@@ -10,6 +10,8 @@ from typing import Any
 from memtune.config.arguments import is_override
 from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
+from memtune.limits import MAX_TIMEOUT_SECONDS
+from memtune.numbers import echo, float_or_none
 from memtune.regress import render
 
 EXIT_NO_ANSWER = 1
@@ -46,12 +48,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b = sub.add_parser(
         "bisect",
         help="find the commit or the config change that made a job run out of memory",
-        description="With --good/--bad: run `git bisect` with a classifier built on `memtune diagnose` "
-        "(the command exits 0: good; it fails with an out-of-memory of --kind: bad; any other failure: "
-        "skipped) and print the first bad commit with its diagnosis; the repository is restored. "
+        description="With --good/--bad: bisect the git history, running the command at each commit in a "
+        "temporary worktree and judging it with `memtune diagnose` (the command exits 0: good; it fails with an out-of-memory of --kind: bad; "
+        "any other failure: skipped) and print the first bad commit with its diagnosis; your work tree and "
+        "branch are not touched. Both ends are run first: --bad must fail with that out-of-memory and "
+        "--good must pass. "
         "With --configs A B: walk from config A to config B one key at a time and name the first change "
         "after which the most-loaded rank no longer fits. Exit 0: found; 1: no culprit (A does not fit, "
-        "B fits, or only skipped commits were left); 2: bad input.",
+        "B fits, or only skipped commits were left); 2: bad input, an end that is not what it is said to be, "
+        "or memtune's limit on the commands one bisect runs; 128+N: stopped by signal N.",
     )
     b.add_argument("--good", metavar="REV", help="a revision where the command works")
     b.add_argument("--bad", metavar="REV", help="a revision where it runs out of memory")
@@ -61,6 +66,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         choices=("fragmentation", "capacity", "any"),
         default="any",
         help="which out-of-memory counts as bad (any: also outside PyTorch and host memory)",
+    )
+    b.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        help="with --good/--bad: stop the command after this long at a commit (SIGTERM, then SIGKILL); "
+        "it then counts as failed",
     )
     b.add_argument(
         "--configs",
@@ -122,10 +133,10 @@ def run_diff(args: argparse.Namespace) -> int:
 def run_bisect(args: argparse.Namespace) -> int:
     if args.configs:
         args.to_run = [*args.to_run, *args.overrides]
-        if args.good or args.bad or not all(is_override(word) for word in args.to_run):
+        if args.good or args.bad or args.timeout is not None or not all(is_override(w) for w in args.to_run):
             raise InputError(
                 "--configs walks between two configs; it takes dotted overrides for both, "
-                "no --good/--bad or command"
+                "no --good/--bad, --timeout or command"
             )
         return _bisect_configs(args)
     if args.measure:
@@ -135,10 +146,25 @@ def run_bisect(args: argparse.Namespace) -> int:
     if not args.to_run:
         raise InputError("give the command to run at each commit after --, e.g. -- python train.py")
     from memtune.regress.gitbisect import bisect
+    from memtune.runtime.launch import Interrupted
 
-    result = bisect(args.repo, args.good, args.bad, args.to_run, args.kind)
+    timeout = None if args.timeout is None else _seconds(args.timeout)
+    try:
+        result = bisect(args.repo, args.good, args.bad, args.to_run, args.kind, timeout)
+    except Interrupted as stop:
+        print(f"memtune bisect: stopped by {stop}; the repository is as it was", file=sys.stderr)
+        return 128 + stop.signum
     _emit(args, render.bisect_json(result, args.kind), render.bisect_lines(result, args.kind))
     return 0 if result.first_bad else EXIT_NO_ANSWER
+
+
+def _seconds(text: str) -> float:
+    value = float_or_none(text)
+    if value is None or not 0 < value <= MAX_TIMEOUT_SECONDS:
+        raise InputError(
+            f"--timeout {echo(text)}: must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_SECONDS}"
+        )
+    return value
 
 
 def _bisect_configs(args: argparse.Namespace) -> int:

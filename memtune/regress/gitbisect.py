@@ -1,31 +1,38 @@
-"""``memtune bisect --good REV --bad REV -- CMD...``: ``git bisect run`` with memtune's classifier.
+"""``memtune bisect --good REV --bad REV -- CMD...``: a git bisection with memtune's classifier.
 
-The repository is left as it was found: ``git bisect reset`` runs in a ``finally`` (also on
-Ctrl-C, and on SIGTERM, which is turned into the same interruption), so HEAD, the branch and the
-work tree come back and no bisect state remains. A repository with uncommitted changes to tracked
-files, or with a bisect already in progress, is refused before anything is touched.
+The repository is left exactly as it was found, held to ``git bisect``'s own standard and
+beyond: every commit is tested in a separate, temporary ``git worktree``, forced to the commit
+and cleaned of untracked and ignored files before each run, so a command that edits, deletes or
+adds files cannot make the next checkout fail, and the user's HEAD, branch, index, work tree,
+untracked files and any bisect they have in progress are never touched. The midpoints are git's
+own (``git rev-list --bisect-all``, which ``git bisect`` uses) but no bisect state is written:
+``git bisect start`` itself rewrites ``.git/packed-refs``. The worktree is removed whatever
+happens: the command failing or hanging (``--timeout``), memtune's own limit on the commands one
+bisect runs, bad input, or SIGINT, SIGTERM and SIGHUP sent to memtune (passed to the command's
+process group first, see ``memtune/runtime/launch.py``).
+
+Both ends are run first: a ``--bad`` commit that does not fail with the chased out-of-memory,
+or a ``--good`` one where the command does not pass, is refused, so "found" always means a
+commit that fails where its parents did not.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import re
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import memtune
+from memtune.diagnose.logscan import ScanResult, scan
 from memtune.errors import InputError
-from memtune.regress.classify import USER_PYTHONPATH, Outcome, classify, run_command
-
-_FIRST_BAD = re.compile(r"^([0-9a-f]{7,64}) is the first bad commit", re.M)
-_CANDIDATES = re.compile(r"could be any of:\n((?:[0-9a-f]{7,64}\n)+)")
+from memtune.limits import KILL_GRACE_SECONDS, MAX_BISECT_RUNS
+from memtune.numbers import cut
+from memtune.regress.classify import Outcome, classify, describe, kind_words
+from memtune.runtime.launch import FileSink, LineSink, Supervisor
 
 
 @dataclass
@@ -34,138 +41,215 @@ class BisectResult:
     candidates: list[str]  # when only skipped commits were left: every commit that may be first bad
     subject: str = ""
     outcome: Outcome | None = None  # how the first bad commit failed
-    log: str = ""  # its captured output
     tested: list[tuple[str, Outcome]] = field(default_factory=list)  # every commit run, in order
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], check=False, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        first = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[0]
-        raise InputError(f"git {args[0]} failed in {repo}: {first}")
-    return proc.stdout.strip()
+def _git_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # Its own process group: a Ctrl-C at the terminal reaches memtune, which finishes the git
+    # operation under way and then stops, rather than git dying halfway through a checkout.
+    return subprocess.run(
+        ["git", "-C", str(repo), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        process_group=0,
+    )
+
+
+def _first_line(proc: subprocess.CompletedProcess[str]) -> str:
+    text = proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}"
+    return cut(text.splitlines()[0], 200)
 
 
 def _work_tree(repo: str) -> Path:
     path = Path(repo)
     if not path.is_dir():
-        raise InputError(f"--repo {repo}: no such directory")
-    proc = subprocess.run(
-        ["git", "-C", str(path), "rev-parse", "--show-toplevel"], check=False, capture_output=True, text=True
-    )
+        raise InputError(f"--repo {cut(repo)}: no such directory")
+    proc = _git_in(path, "rev-parse", "--show-toplevel")
     if proc.returncode != 0:
-        raise InputError(f"--repo {repo}: not a git work tree")
+        raise InputError(f"--repo {cut(repo)}: not a git work tree")
     return Path(proc.stdout.strip())
 
 
 def _commit(repo: Path, option: str, rev: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    proc = _git_in(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
     if proc.returncode != 0:
-        raise InputError(f"{option} {rev}: not a commit in {repo}")
+        raise InputError(f"{option} {cut(rev)}: not a commit in {repo}")
     return proc.stdout.strip()
 
 
+def _make_writable(tree: Path) -> None:
+    for directory, _, _ in os.walk(tree):
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o700)
+
+
 def preflight(repo: str, good: str, bad: str) -> tuple[Path, str, str]:
-    """The work tree and both commits; refuses a dirty tree or a bisect in progress."""
+    """The work tree and both commits."""
     root = _work_tree(repo)
-    if Path(root, _git(root, "rev-parse", "--git-path", "BISECT_START")).exists():
-        raise InputError(f"{root}: a git bisect is already in progress (finish it with `git bisect reset`)")
-    if _git(root, "status", "--porcelain", "--untracked-files=no"):
-        raise InputError(f"{root}: uncommitted changes to tracked files; commit or stash them first")
-    return root, _commit(root, "--good", good), _commit(root, "--bad", bad)
+    good_commit, bad_commit = _commit(root, "--good", good), _commit(root, "--bad", bad)
+    if good_commit == bad_commit:
+        raise InputError(f"--good {cut(good)} and --bad {cut(bad)} are the same commit")
+    return root, good_commit, bad_commit
 
 
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt, so the cleanup below runs for it too."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def bisect(repo: str, good: str, bad: str, command: list[str], kind: str) -> BisectResult:
+def bisect(
+    repo: str, good: str, bad: str, command: list[str], kind: str, timeout: float | None = None
+) -> BisectResult:
     root, good_commit, bad_commit = preflight(repo, good, bad)
-    with tempfile.TemporaryDirectory(prefix="memtune-bisect-") as record, _interruptible():
-        started = False
+    with (
+        Supervisor(kill_after=KILL_GRACE_SECONDS) as supervisor,
+        tempfile.TemporaryDirectory(prefix="memtune-bisect-") as scratch,
+    ):
+        session = _Session(root, Path(scratch), command, kind, timeout, supervisor)
         try:
-            _git(root, "bisect", "start", bad_commit, good_commit)
-            started = True
-            proc = subprocess.run(
-                [
-                    *("git", "-C", str(root), "bisect", "run"),
-                    *(sys.executable, "-P", "-m", "memtune.regress.classify"),
-                    *("--kind", kind, "--record", record, "--"),
-                    *command,
-                ],
-                check=False,
-                stdout=subprocess.PIPE,
-                stderr=None,  # the classifier's one line per commit reaches the user as it runs
-                text=True,
-                env=_classifier_env(),
-            )
-            return _result(root, proc.stdout, Path(record), command, kind)
+            session.open(bad_commit)
+            return session.bisect(good, good_commit, bad, bad_commit)
         finally:
-            if started:
-                _reset(root)
+            session.close()
 
 
-def _reset(root: Path) -> None:
-    proc = subprocess.run(
-        ["git", "-C", str(root), "bisect", "reset"], check=False, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        # Cleanup must not hide what interrupted the bisect; say what is left to do instead.
-        print(f"memtune bisect: `git bisect reset` failed in {root}; run it yourself", file=sys.stderr)
+class _Session:
+    """One bisect in its own worktree under ``scratch``."""
 
+    def __init__(
+        self,
+        root: Path,
+        scratch: Path,
+        command: list[str],
+        kind: str,
+        timeout: float | None,
+        supervisor: Supervisor,
+    ) -> None:
+        self.root, self.command, self.kind, self.timeout = root, command, kind, timeout
+        self.supervisor = supervisor
+        self.tree = scratch / "tree"
+        self.log = scratch / "output.log"
+        self.admin: Path | None = None  # the worktree's entry under the repository's .git/worktrees
+        self.link = b""  # the worktree's .git file, which points git at that entry
+        self.tested: list[tuple[str, Outcome]] = []
+        self.remaining: list[str] = []  # the commits that may still be the first bad one
 
-def _classifier_env() -> dict[str, str]:
-    """The classifier must import this memtune, not one in the repository being bisected."""
-    env = dict(os.environ)
-    env[USER_PYTHONPATH] = env.get("PYTHONPATH", "")
-    package_root = str(Path(memtune.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    return env
+    def git(self, *args: str, where: Path | None = None) -> subprocess.CompletedProcess[str]:
+        proc = _git_in(where or self.tree, *args)
+        self.supervisor.check()
+        return proc
 
+    def must(self, *args: str, where: Path | None = None) -> str:
+        proc = self.git(*args, where=where)
+        if proc.returncode != 0:
+            raise InputError(f"git {args[0]} {args[1] if len(args) > 1 else ''} failed: {_first_line(proc)}")
+        return proc.stdout.strip()
 
-def _result(root: Path, output: str, record: Path, command: list[str], kind: str) -> BisectResult:
-    tested = _tested(record)
-    if m := _FIRST_BAD.search(output):
-        first = _git(root, "rev-parse", m.group(1))
-        result = BisectResult(first, [first], tested=tested)
-    elif m := _CANDIDATES.search(output):
-        return BisectResult(None, m.group(1).split(), tested=tested)
-    else:
-        last = output.strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"git bisect run did not finish: {last[0]}")
-    result.subject = _git(root, "log", "-1", "--format=%h %s", first)
-    log_file = record / f"{first}.log"
-    if log_file.exists():
-        result.log = log_file.read_text(encoding="utf-8")
-        result.outcome = dict(tested)[first]
-    else:
-        # git never runs the revision given as bad; when it is the first bad one, run it now.
-        _git(root, "checkout", "--quiet", first)
-        status, result.log = run_command(command, cwd=root)
-        result.outcome = classify(status, result.log, kind)
-    return result
+    def open(self, commit: str) -> None:
+        self.must(
+            "worktree", "add", "--detach", "--no-checkout", "--quiet", str(self.tree), commit, where=self.root
+        )
+        self.admin = Path(self.must("rev-parse", "--absolute-git-dir"))
+        self.link = (self.tree / ".git").read_bytes()
 
+    def _relink(self) -> None:
+        """Put back the worktree's ``.git`` file (its link to the repository) if the last command
+        deleted or replaced it, so git can still check out and clean the tree."""
+        if self.tree.is_symlink():  # never let a checkout follow a link out of the scratch directory
+            self.tree.unlink()
+        dot_git = self.tree / ".git"
+        if dot_git.is_dir() and not dot_git.is_symlink():
+            shutil.rmtree(dot_git)
+        elif dot_git.is_file() and dot_git.read_bytes() == self.link:
+            return
+        self.tree.mkdir(exist_ok=True)
+        dot_git.unlink(missing_ok=True)
+        dot_git.write_bytes(self.link)
 
-def _tested(record: Path) -> list[tuple[str, Outcome]]:
-    files = sorted(record.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-    out = []
-    for path in files:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["reasons"] = tuple(data["reasons"])
-        out.append((path.stem, Outcome(**data)))
-    return out
+    def close(self) -> None:
+        """Remove the worktree and its entry; signals arriving now are only recorded."""
+        if self.tree.is_symlink():  # put there by the command: removing must not follow it
+            self.tree.unlink()
+        if self.tree.exists():
+            _make_writable(self.tree)
+        removed = _git_in(self.root, "worktree", "remove", "--force", "--force", str(self.tree))
+        if removed.returncode != 0:  # the command deleted or broke its worktree: remove what is ours
+            shutil.rmtree(self.tree, ignore_errors=True)
+            if self.admin is not None:
+                shutil.rmtree(self.admin, ignore_errors=True)
+        if self.tree.exists() or (self.admin is not None and self.admin.exists()):
+            print(f"memtune bisect: could not remove the worktree {self.tree}", file=sys.stderr)
+
+    def bisect(self, good: str, good_commit: str, bad: str, bad_commit: str) -> BisectResult:
+        if self.git("merge-base", "--is-ancestor", good_commit, bad_commit, where=self.root).returncode != 0:
+            raise InputError(f"--good {cut(good)} is not an ancestor of --bad {cut(bad)}")
+        at_bad = self.test(bad_commit)
+        if at_bad.exit_status is None:
+            raise InputError(
+                f"--bad {cut(bad)}: cannot start {cut(self.command[0])!r} there: {at_bad.reasons[0]}"
+            )
+        if at_bad.outcome != "bad":
+            raise InputError(
+                f"--bad {cut(bad)}: the command does not fail with {kind_words(self.kind)} there "
+                f"({describe(at_bad)}); give a commit where it does"
+            )
+        at_good = self.test(good_commit)
+        if at_good.outcome != "good":
+            raise InputError(
+                f"--good {cut(good)}: the command does not pass there ({describe(at_good)}); "
+                "give a commit where it exits 0"
+            )
+        goods, skipped = [good_commit], set()
+        while True:
+            # git's own choice of midpoint, best first; this leaves no bisect state in any repository.
+            ranked = self.must(
+                "rev-list", "--bisect-all", bad_commit, "--not", *goods, where=self.root
+            ).splitlines()
+            self.remaining = [line.split()[0] for line in ranked]
+            untested = [c for c in self.remaining if c != bad_commit and c not in skipped]
+            if not untested:
+                break
+            outcome = self.test(untested[0])
+            if outcome.outcome == "good":
+                goods.append(untested[0])
+            elif outcome.outcome == "bad":
+                bad_commit = untested[0]
+            else:
+                skipped.add(untested[0])
+        if self.remaining != [bad_commit]:
+            return BisectResult(None, self.remaining, tested=self.tested)
+        subject = self.must("log", "-1", "--format=%h %s", bad_commit, where=self.root)
+        return BisectResult(bad_commit, [bad_commit], subject, dict(self.tested)[bad_commit], self.tested)
+
+    def test(self, commit: str) -> Outcome:
+        """Run the command at ``commit`` in a clean checkout and classify it."""
+        if len(self.tested) >= MAX_BISECT_RUNS:
+            raise InputError(
+                f"stopped after {MAX_BISECT_RUNS} commands run, memtune's limit for one bisect: the first "
+                f"bad commit is still one of {len(self.remaining)} commits; bisect a narrower range (--good, --bad)"
+            )
+        self._relink()
+        self.must("checkout", "--force", "--detach", "--quiet", commit)
+        if self.git("clean", "-ffdxq").returncode != 0:  # a directory the command made read-only
+            _make_writable(self.tree)
+            self.must("clean", "-ffdxq")
+        with open(self.log, "wb") as log_file:
+            log = FileSink(log_file)
+            try:
+                finished = self.supervisor.run(
+                    self.command, None, self.tree, [LineSink(log)], [LineSink(log)], self.timeout
+                )
+            except OSError as exc:
+                finished, cannot_start = None, exc.strerror or str(exc)
+        self.supervisor.check()
+        if finished is None:
+            outcome = replace(classify(None, ScanResult(), self.kind), reasons=(cannot_start,))
+        else:
+            try:
+                scanned, notes = scan([str(self.log)]), []
+            except InputError as unreadable:  # binary output: diagnose reads nothing in it
+                scanned, notes = ScanResult(), unreadable.problems
+            outcome = classify(finished.status, scanned, self.kind, finished.timed_out)
+            # The log is gone when the user reads this: its lines are the command's output.
+            reasons = tuple(r.replace(str(self.log), "output") for r in (*notes, *outcome.reasons))
+            outcome = replace(outcome, reasons=reasons)
+        self.tested.append((commit, outcome))
+        print(f"memtune bisect: {commit[:12]} {describe(outcome)}", file=sys.stderr, flush=True)
+        return outcome

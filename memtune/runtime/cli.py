@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from memtune.config import LoadedJob
@@ -21,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run a training command with the job's memory environment; diagnose it if it fails",
         description="Run COMMAND with the config's allocator settings, NCCL_GRAPH_REGISTER and "
         "CUDA_DEVICE_MAX_CONNECTIONS (where Megatron needs it); stream its output and save it in "
-        "DIR/output.log; pass SIGINT/SIGTERM to it; if it fails, diagnose the log and any OOM "
+        "DIR/output.log; pass SIGINT/SIGTERM/SIGHUP to it (a second one kills it); if it fails, diagnose the log and any OOM "
         "snapshots in DIR. MemoryMonitor and capture_oom in the command write into DIR by default. "
         "Exits with the command's exit status.",
     )
@@ -32,10 +31,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run_parser.add_argument(
         "--out",
         metavar="DIR",
-        help="where to keep the output, records and snapshots (default memtune-run-TIME)",
+        help="where to keep the output, records and snapshots (default: a new memtune-run-TIME)",
     )
     run_parser.add_argument(
-        "command",
+        "--force", action="store_true", help="replace the earlier run's output.log and run.json in --out DIR"
+    )
+    # Not dest="command": the subcommand's own name lives there and prefixes every error line.
+    run_parser.add_argument(
+        "to_run",
         nargs=argparse.REMAINDER,
         metavar="[key=value ...] -- COMMAND...",
         help="dotted overrides of the job config, then after -- the command",
@@ -65,9 +68,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from memtune.config import derive, report_ignored
-    from memtune.runtime.launch import launch_environment, run_command, snapshots_in
+    from memtune.runtime.launch import (
+        claim_out_dir,
+        default_out_dir,
+        launch_environment,
+        run_command,
+        snapshots_in,
+    )
 
-    overrides, command = _overrides_and_command(args.command)
+    overrides, command = _overrides_and_command(args.to_run)
     if not command:
         raise InputError("give the command to run after --, e.g. memtune run -- torchrun train.py")
     loaded = None
@@ -80,16 +89,24 @@ def run(args: argparse.Namespace) -> int:
     elif overrides:
         raise InputError(f"{overrides[0]}: overrides need a job: give --config CONFIG or --recipe NAME")
     derived = derive(loaded.job) if loaded else None
-    out_dir = Path(args.out or time.strftime("memtune-run-%Y%m%d-%H%M%S"))
+    if args.force and args.out is None:
+        raise InputError("--force replaces an earlier run in --out DIR; without --out the directory is new")
+    out_dir = default_out_dir() if args.out is None else claim_out_dir(args.out, args.force)
     launch = launch_environment(derived, os.environ, out_dir)
     shown = " ".join(f"{k}={v}" for k, v in launch.variables.items())
     print(f"memtune run: {shown}", file=sys.stderr)
     for note in launch.notes:
         print(f"memtune run: {note}", file=sys.stderr)
-    status = run_command(command, launch.apply(os.environ), out_dir)
+    result = run_command(command, launch.apply(os.environ), out_dir, args.force)
+    for note in result.notes:
+        print(f"memtune run: {note}", file=sys.stderr)
+    status = result.status
     print(f"memtune run: exit status {status}; output in {out_dir}", file=sys.stderr)
     if status != 0:
-        _diagnose(out_dir, loaded, snapshots_in(out_dir))
+        try:
+            _diagnose(out_dir, loaded, snapshots_in(out_dir, since=result.started))
+        except InputError as exc:  # output diagnose cannot read (binary) must not replace the status
+            print(f"memtune run: no diagnosis: {exc.problems[0]}", file=sys.stderr)
     return status
 
 

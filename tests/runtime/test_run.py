@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from memtune.cli import main
 
 HERE = Path(__file__).parent
@@ -124,3 +126,151 @@ def test_sigterm_reaches_the_child_and_its_status_comes_back(tmp_path):
         time.sleep(0.05)
     assert launcher.returncode == 5
     assert f"child got {int(signal.SIGTERM)}" in (out / "output.log").read_text()
+
+
+def test_an_earlier_run_is_never_overwritten_without_force(tmp_path, capfd):
+    """Issue 29 item 2: `run --out` of an earlier run truncated its output.log and run.json."""
+    out = tmp_path / "run"
+    assert main(["run", "--out", str(out), "--", *python("print('first run')")]) == 0
+    before = {name: (out / name).read_bytes() for name in ("output.log", "run.json")}
+    capfd.readouterr()
+    assert main(["run", "--out", str(out), "--", *python("print('second run')")]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"memtune run: --out {out} holds an earlier run (output.log, run.json); "
+        "give a new directory, or --force to replace it"
+    ]
+    assert {name: (out / name).read_bytes() for name in ("output.log", "run.json")} == before
+    assert main(["run", "--out", str(out), "--force", "--", *python("print('second run')")]) == 0
+    assert (out / "output.log").read_text() == "second run\n"
+    assert json.loads((out / "run.json").read_text())["command"][-1] == "print('second run')"
+
+
+def test_out_must_be_a_directory(tmp_path, capfd):
+    plain = tmp_path / "file"
+    plain.write_text("mine\n")
+    assert main(["run", "--out", str(plain), "--", "true"]) == 2
+    assert capfd.readouterr().err.splitlines() == [f"memtune run: --out {plain}: not a directory"]
+    assert plain.read_text() == "mine\n"
+
+
+def test_default_directories_of_the_same_second_are_distinct(tmp_path, monkeypatch):
+    from memtune.runtime.launch import default_out_dir
+
+    monkeypatch.chdir(tmp_path)
+    second = time.strptime("2026-12-01 21:30:05", "%Y-%m-%d %H:%M:%S")
+    made = [default_out_dir(second) for _ in range(3)]
+    assert made == [
+        Path("memtune-run-20261201-213005"),
+        Path("memtune-run-20261201-213005-2"),
+        Path("memtune-run-20261201-213005-3"),
+    ]
+    assert all(p.is_dir() for p in made)
+
+
+def test_default_directory_is_made_by_run(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--", *python("print('a')")]) == 0
+    assert main(["run", "--", *python("print('b')")]) == 0
+    logs = sorted(p.read_text() for p in tmp_path.glob("memtune-run-*/output.log"))
+    assert logs == ["a\n", "b\n"]
+
+
+def test_errors_name_the_run_command(tmp_path, capfd):
+    """Issue 29 item 7: the prefix was `memtune ['--', 'cmd', ...]:`."""
+    missing = str(tmp_path / "no-such-program")
+    assert main(["run", "--out", str(tmp_path / "run"), "--", missing, "--flag"]) == 2
+    err = capfd.readouterr().err.splitlines()
+    assert err[-1] == f"memtune run: cannot start {missing!r}: No such file or directory"
+    assert not (tmp_path / "run" / "output.log").exists()  # nothing of a run to keep
+
+
+def test_binary_output_keeps_the_commands_status(tmp_path, capfd):
+    """Issue 29 item 6: diagnose refusing the binary log turned the child's status into 2."""
+    out = tmp_path / "run"
+    code = "import sys; sys.stdout.buffer.write(bytes(range(256)) * 400); sys.exit(3)"
+    assert main(["run", "--out", str(out), "--", *python(code)]) == 3
+    assert f"memtune run: no diagnosis: {out / 'output.log'}: skipped: binary data, not a text log" in (
+        capfd.readouterr().err.splitlines()
+    )
+    assert (out / "output.log").read_bytes() == bytes(range(256)) * 400
+
+
+def test_output_without_newlines_is_written_in_bounded_pieces():
+    from memtune.limits import OUTPUT_CHUNK_BYTES
+    from memtune.runtime.launch import LineSink
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+    target = Recorder()
+    sink = LineSink(target)  # type: ignore[arg-type]
+    piece = b"x" * 1000
+    for _ in range(300):
+        sink.write(piece)
+        assert len(sink.pending) < OUTPUT_CHUNK_BYTES
+    sink.write(b"end\nhalf")
+    sink.finish()
+    assert b"".join(target.writes) == piece * 300 + b"end\nhalf"
+    assert max(len(w) for w in target.writes) < OUTPUT_CHUNK_BYTES + len(piece)
+    assert target.writes[-1] == b"half"
+
+
+def test_a_reused_directory_does_not_diagnose_with_an_earlier_runs_snapshot(tmp_path, capfd):
+    out = tmp_path / "run"
+    earlier = out / "oom-rank0" / "oom-snapshot-rank0.pickle"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes((FIXTURES / "h200" / "fragmentation-snapshot.pickle").read_bytes())
+    os.utime(earlier, (time.time() - 3600, time.time() - 3600))  # an hour old: not this run's
+    (out / "output.log").write_text("the earlier run\n")
+    code = f"import sys; sys.stderr.write(open({str(CAPACITY_LOG)!r}).read()); sys.exit(1)"
+    assert main(["run", "--out", str(out), "--force", "--", *python(code)]) == 1
+    err = capfd.readouterr().err
+    assert "diagnosis: capacity" in err and "snapshot" not in err
+
+
+def test_a_blank_out_name_is_refused(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a blank name would have meant this directory
+    for name in ("", "  "):
+        assert main(["run", "--out", name, "--", "true"]) == 2
+        assert capfd.readouterr().err.splitlines() == [f"memtune run: --out {name!r}: give a directory name"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_memtune_failing_while_it_runs_a_command_does_not_leave_it_running():
+    from memtune.runtime.launch import Supervisor
+
+    class Failing:
+        seen = b""
+
+        def write(self, data: bytes) -> None:
+            Failing.seen += data
+            raise RuntimeError("a bug in memtune")
+
+        def finish(self) -> None:
+            pass
+
+    def hung(signum, frame):
+        raise AssertionError("memtune waited for the command it should have killed")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)  # stops the test if the command was left running (it sleeps 120 s)
+    try:
+        with Supervisor() as supervisor, pytest.raises(RuntimeError, match="a bug in memtune"):
+            supervisor.run(["sh", "-c", "echo $$; exec sleep 120"], None, None, [Failing()], [])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not Path(f"/proc/{int(Failing.seen)}").exists()  # killed and reaped
+
+
+def test_force_without_out_is_refused(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--force", "--", "true"]) == 2
+    assert capfd.readouterr().err.splitlines() == [
+        "memtune run: --force replaces an earlier run in --out DIR; without --out the directory is new"
+    ]
+    assert list(tmp_path.iterdir()) == []
