@@ -8,9 +8,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from memtune import tables
 from memtune.config.changes import Change
 from memtune.perf import ASSUMPTIONS
+from memtune.plan.obstacle import obstacle
 from memtune.plan.search import Planned, PlanResult
+from memtune.tables import Column
 from memtune.units import GiB
 
 
@@ -26,6 +29,22 @@ def optimizer_label(p: Planned) -> str:
     return label
 
 
+# Left out first when the terminal is narrow: TFLOP/s (tokens/s says the same), DP (the layout
+# implies it), the share of #1, then the recompute and optimizer labels.
+_COLUMNS = (
+    Column("#"),
+    Column("layout", "left", wrap=True),
+    Column("DP", keep=10),
+    Column("recompute", "left", keep=60),
+    Column("optimizer", "left", keep=70, wrap=True),
+    Column("peak"),
+    Column("free", keep=50),
+    Column("tok/s/GPU"),
+    Column("TFLOP/s", keep=20),
+    Column("rel", keep=30),
+)
+
+
 def print_table(
     result: PlanResult, console: Console, rows: list[Planned] | None = None, title: str = ""
 ) -> None:
@@ -33,31 +52,11 @@ def print_table(
     base = result.base
     c = base.cluster
     gpu_line = f"{c.num_gpus} x {c.gpu} ({c.gpus_per_node} per node)"
-    table = Table(
-        title=title
-        or f"Fastest layouts that fit · {gpu_line} · seq {base.model.seq_length} · GBS {base.train.global_batch_size}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for name in (
-        "#",
-        "layout",
-        "DP",
-        "recompute",
-        "optimizer",
-        "peak",
-        "headroom",
-        "tok/s/GPU",
-        "TFLOP/s",
-        "rel",
-    ):
-        table.add_column(name, justify="left" if name in ("layout", "recompute", "optimizer") else "right")
-    for p in rows:
-        d = p.checked.derived
-        table.add_row(
+    cells = [
+        (
             str(p.rank) if p.rank else "-",
             p.candidate.label(),
-            str(d.dp),
+            str(p.checked.derived.dp),
             p.candidate.recompute.label(),
             optimizer_label(p),
             f"{p.peak_bytes / GiB:.1f}",
@@ -66,22 +65,60 @@ def print_table(
             f"{p.prediction.model_tflops_per_gpu:.0f}",
             f"{p.relative:.1%}",
         )
-    console.print(table)
+        for p in rows
+    ]
+    tables.print_table(
+        console,
+        _COLUMNS,
+        cells,
+        title=title
+        or f"Fastest layouts that fit · {gpu_line} · seq {base.model.seq_length} · GBS {base.train.global_batch_size}",
+    )
 
 
 def print_summary(result: PlanResult, console: Console) -> None:
     n = result.counts
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
     refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
-    console.print(
+    tables.print_text(
+        console,
         f"[dim]{n.get('enumerated', 0):,} candidates in {result.seconds:.1f} s: "
         f"{n.get('pruned', 0):,} refused by arithmetic ({pruned or 'none'}), {n.get('estimated', 0):,} estimated, "
         f"{n.get('fit', 0):,} fit with the fragmentation margin, {n.get('checked', 0)} passed memtune check"
         + (f" ({refused} refused)" if refused else "")
         + (f", {n['not matching pins']:,} excluded by --pin" if n.get("not matching pins") else "")
-        + ". Peak and headroom in GiB on the most-loaded rank; throughput predicted by memtune's model "
-        "(`--explain N`, docs/plan.md).[/dim]"
+        + ". Peak and free memory in GiB on the most-loaded rank; throughput predicted by memtune's model "
+        "(`--explain N`, docs/plan.md).[/dim]",
     )
+
+
+_HEADLINES = {
+    "divisibility": "every one of the {n:,} layouts breaks a divisibility rule",
+    "batch": "every one of the {n:,} layouts leaves the global batch uneven over the data-parallel ranks",
+    "rules": "every one of the {n:,} layouts breaks a rule Megatron enforces",
+    "memory": "none of the layouts that divide evenly fits in the GPU's memory",
+    "check": "every layout that fits is refused by memtune check",
+    "pins": "no layout matches the --pin values",
+}
+
+
+def print_no_layout(result: PlanResult, console: Console) -> None:
+    """What stopped every layout (memtune/plan/obstacle.py), then the search's counts."""
+    found = obstacle(result)
+    headline = _HEADLINES[found.constraint].format(n=found.candidates)
+    tables.print_text(console, f"[bold red]No layout fits:[/bold red] {headline}.")
+    if found.refusals:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column()
+        for r in found.refusals:
+            grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
+        tables.print_lines(console, grid)
+    if remedies := found.remedies:
+        listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
+        tables.print_text(console, f"Try {listed}.")
+    print_summary(result, console)
 
 
 def print_explain(result: PlanResult, n: int, console: Console) -> None:

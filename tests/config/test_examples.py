@@ -52,7 +52,9 @@ def test_broken_example_holds_the_problems_check_should_find():
     assert "expandable_segments:True" in job.env.PYTORCH_CUDA_ALLOC_CONF and job.env.use_nccl_ub
 
 
-def test_main_example_is_the_model_bridge_builds_and_the_readme_shows_its_estimate(tmp_path, capsys, monkeypatch):
+def test_main_example_is_the_model_bridge_builds_and_the_readme_shows_its_estimate(
+    tmp_path, capsys, monkeypatch
+):
     # Bridge's Llama bridge (src/megatron/bridge/models/llama/llama_bridge.py) fuses the SwiGLU;
     # the preset says so, and the example writes out the preset's architecture key for key.
     example = yaml.safe_load((EXAMPLES / "llama3-70b-sft.yaml").read_text(encoding="utf-8"))
@@ -62,7 +64,9 @@ def test_main_example_is_the_model_bridge_builds_and_the_readme_shows_its_estima
         k: v for k, v in preset.items() if k != "seq_length"
     }
     through_preset = dict(example)
-    through_preset["model"] = {k: v for k, v in example["model"].items() if k not in preset or k == "seq_length"}
+    through_preset["model"] = {
+        k: v for k, v in example["model"].items() if k not in preset or k == "seq_length"
+    }
     through_preset["model"]["preset"] = "llama3-70b"
     (tmp_path / "preset.yaml").write_text(yaml.safe_dump(through_preset), encoding="utf-8")
     peaks = [
