@@ -79,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
 def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
     from rich.console import Console
 
+    from memtune.config import load_job
     from memtune.diagnose import diagnose
     from memtune.diagnose.report import render
+    from memtune.fix.render import print_suggestions
+    from memtune.fix.search import fixes_for_failure, memory_failure
     from memtune.runtime.launch import LOG_NAME
 
     snapshot = str(snapshots[0]) if snapshots else None
@@ -88,7 +91,15 @@ def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
         others = ", ".join(str(p) for p in snapshots[1:])
         print(f"memtune run: diagnosing with the newest snapshot; others: {others}", file=sys.stderr)
     result = diagnose([str(out_dir / LOG_NAME)], snapshot=snapshot, config=config)
-    render(result, Console(stderr=True))
+    console = Console(stderr=True)
+    ranked = (
+        fixes_for_failure(load_job(config, []).job, result.verdict)
+        if config and memory_failure(result.verdict)
+        else None
+    )
+    render(result, console, advice=ranked is None)
+    if ranked:  # the list memtune fix --oom-log prints for this failure (fix/search.py)
+        print_suggestions(ranked, console)
 
 
 def report(args: argparse.Namespace) -> int:
