@@ -64,7 +64,8 @@ def read_raw(path: Path) -> RawJob:
         return RawJob(data=data, format="hf", ignored=ignored, received=received)
     if bridge.is_bridge_dump(mapping):
         data, ignored = bridge.read(mapping)
-        return RawJob(data=data, format="bridge", ignored=ignored)
+        missing = bridge.missing_architecture(data, path)
+        return RawJob(data=data, format="bridge", ignored=ignored, missing=missing)
     return RawJob(data=native.read(mapping), format="memtune")
 
 
