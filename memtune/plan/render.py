@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -128,36 +127,46 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
     p, best = result.layouts[n - 1], result.layouts[0]
     est = p.estimate
     worst = est.worst
-    console.print(
-        f"[bold]#{n} {p.candidate.label()}[/bold] · {p.candidate.recompute.label()} · {optimizer_label(p)}"
+    tables.print_text(
+        console,
+        f"[bold]#{n} {p.candidate.label()}[/bold] · {p.candidate.recompute.label()} · {optimizer_label(p)}",
     )
-    console.print("  overrides: " + " ".join(str(ch) for ch in changed_keys(result, p)))
-    console.print(
+    tables.print_text(console, "  overrides: " + " ".join(str(ch) for ch in changed_keys(result, p)))
+    tables.print_text(
+        console,
         f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
-        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch"
+        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
     pred = p.prediction
-    console.print(
+    tables.print_text(
+        console,
         f"  step {pred.step_time_s:.3f} s · {pred.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
-        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1"
+        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1",
     )
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("step component (slowest stage)", f"#{n} s", "share", "#1 s", "difference"):
-        table.add_column(col, justify="left" if col.startswith("step") else "right")
     names = list(dict.fromkeys(list(pred.breakdown) + list(best.prediction.breakdown)))
+    rows = []
     for name in names:
         mine = pred.breakdown.get(name, 0.0)
         theirs = best.prediction.breakdown.get(name, 0.0)
         if mine or theirs:
-            table.add_row(
-                name,
-                f"{mine:.3f}",
-                f"{mine / pred.step_time_s:.1%}",
-                f"{theirs:.3f}",
-                f"{mine - theirs:+.3f}",
+            rows.append(
+                (
+                    name,
+                    f"{mine:.3f}",
+                    f"{mine / pred.step_time_s:.1%}",
+                    f"{theirs:.3f}",
+                    f"{mine - theirs:+.3f}",
+                )
             )
-    console.print(table)
+    columns = (
+        Column("step component (slowest stage)", "left"),
+        Column(f"#{n} s"),
+        Column("share", keep=50),
+        Column("#1 s"),
+        Column("difference", keep=40),
+    )
+    tables.print_table(console, columns, rows)
     if n > 1:
         deltas = sorted(
             ((pred.breakdown.get(k, 0.0) - best.prediction.breakdown.get(k, 0.0), k) for k in names),
@@ -165,8 +174,8 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         )
         worse = [f"{k} (+{v:.3f} s)" for v, k in deltas if v > 1e-4][:3]
         if worse:
-            console.print("  ranks below #1 because of: " + ", ".join(worse))
-    console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
+            tables.print_text(console, "  ranks below #1 because of: " + ", ".join(worse))
+    tables.print_text(console, "[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
 
 
 def changed_keys(result: PlanResult, p: Planned) -> list[Change]:
