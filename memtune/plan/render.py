@@ -244,7 +244,20 @@ def result_json(result: PlanResult) -> dict[str, Any]:
         "seconds": result.seconds,
         "layouts": [planned_json(p, result) for p in result.layouts],
         "pareto": [planned_json(p, result) for p in result.pareto],
+        "obstacle": None if result.layouts else _obstacle_json(result),
         "assumptions": list(ASSUMPTIONS),
+    }
+
+
+def _obstacle_json(result: PlanResult) -> dict[str, Any]:
+    found = obstacle(result)
+    return {
+        "constraint": found.constraint,
+        "candidates": found.candidates,
+        "refusals": [
+            {"code": r.code, "candidates": r.candidates, "summary": r.summary} for r in found.refusals
+        ],
+        "remedies": list(found.remedies),
     }
 
 

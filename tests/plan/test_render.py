@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memtune.cli import main
@@ -66,3 +68,15 @@ def test_a_model_too_large_for_its_gpus_names_memory(capsys, monkeypatch):
         "No layout fits: none of the layouts that divide evenly fits in the GPU's memory.",
         "Try more GPUs, LoRA (--mode lora) or a shorter sequence.",
     ]
+
+
+def test_the_json_names_the_constraint_too(capsys, monkeypatch):
+    code, lines = _plan(
+        capsys,
+        monkeypatch,
+        80,
+        ["plan", "llama3-8b", "--gpus", "7", "--seq", "4096", "--gbs", "64", "--json"],
+    )
+    found = json.loads("\n".join(lines))["obstacle"]
+    assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 1710
+    assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 1596), ("BAT001", 114)]
