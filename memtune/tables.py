@@ -26,7 +26,7 @@ class Column:
     header: str
     justify: str = "right"  # "left" for names and labels
     keep: int = ALWAYS  # columns with the lowest ``keep`` are left out first when space runs short
-    wrap: bool = False  # the one column that may wrap once nothing else can be left out
+    wrap: bool = False  # may wrap once no column is left to leave out (others are never cut)
 
 
 def print_table(

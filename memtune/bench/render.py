@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from memtune.bench.accuracy import AccuracyReport
 from memtune.bench.published import PublishedReport
@@ -205,7 +206,7 @@ def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> 
     n = result.result.counts
     print_text(
         console,
-        f"{args.model} on {args.gpus} x {args.gpu}, seq {args.seq}, GBS {args.gbs}: "
+        f"{escape(args.model)} on {args.gpus} x {escape(args.gpu)}, seq {args.seq}, GBS {args.gbs}: "
         f"{n.get('enumerated', 0):,} candidates ({n.get('pruned', 0):,} pruned by arithmetic, "
         f"{n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit) in {result.wall_s:.2f} s wall, "
         f"{result.cpu_s:.2f} s CPU over {workers} process(es)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memtune import tables
@@ -129,9 +130,9 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
     worst = est.worst
     tables.print_text(
         console,
-        f"[bold]#{n} {p.candidate.label()}[/bold] · {p.candidate.recompute.label()} · {optimizer_label(p)}",
+        f"[bold]#{n} {p.candidate.label()}[/bold] · {escape(p.candidate.recompute.label())} · {optimizer_label(p)}",
     )
-    tables.print_text(console, "  overrides: " + " ".join(str(ch) for ch in changed_keys(result, p)))
+    tables.print_text(console, "  overrides: " + escape(" ".join(str(ch) for ch in changed_keys(result, p))))
     tables.print_text(
         console,
         f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "

@@ -80,3 +80,10 @@ def test_the_json_names_the_constraint_too(capsys, monkeypatch):
     found = json.loads("\n".join(lines))["obstacle"]
     assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 1710
     assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 1596), ("BAT001", 114)]
+
+
+def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
+    args = [*SEARCH, "--pin", "model.recompute_granularity=selective", "--explain", "1", "--top", "1"]
+    code, lines = _plan(capsys, monkeypatch, 80, args)
+    assert code == 0 and all(len(line) <= 80 for line in lines)
+    assert "model.recompute_modules=[core_attn]" in " ".join(lines)  # not taken for rich markup
