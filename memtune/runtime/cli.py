@@ -92,11 +92,12 @@ def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
         print(f"memtune run: diagnosing with the newest snapshot; others: {others}", file=sys.stderr)
     result = diagnose([str(out_dir / LOG_NAME)], snapshot=snapshot, config=config)
     console = Console(stderr=True)
-    ranked = (
-        fixes_for_failure(load_job(config, []).job, result.verdict)
-        if config and memory_failure(result.verdict)
-        else None
-    )
+    ranked = None
+    if config and memory_failure(result.verdict):
+        try:
+            ranked = fixes_for_failure(load_job(config, []).job, result.verdict)
+        except InputError:  # a job the checks refuse gets diagnose's own advice, which says why
+            ranked = None
     render(result, console, advice=ranked is None)
     if ranked:  # the list memtune fix --oom-log prints for this failure (fix/search.py)
         print_suggestions(ranked, console)

@@ -32,3 +32,14 @@ def test_run_prints_the_list_fix_prints(tmp_path, capfd, monkeypatch):
     listed = _suggestions(ran)
     assert listed == _suggestions(fixed)
     assert listed[2].startswith("1. ") and "what to change, cheapest first" not in ran
+
+
+def test_a_config_the_checks_refuse_keeps_the_runs_status_and_diagnosis(tmp_path, capfd):
+    broken = str(ROOT / "examples" / "broken-llama3-8b.yaml")
+    code = f"import sys; sys.stderr.write(open({str(CAPACITY_LOG)!r}).read()); sys.exit(1)"
+    assert (
+        main(["run", "--config", broken, "--out", str(tmp_path / "run"), "--", sys.executable, "-c", code])
+        == 1
+    )
+    err = capfd.readouterr().err
+    assert "diagnosis: capacity" in err and "warning: the log's GPU" not in err
