@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from io import StringIO
 
 from rich.console import Console
@@ -44,3 +45,13 @@ def test_the_lowest_priority_goes_first_and_is_named():
     narrow = _printed(24)
     assert narrow[1:3] == ["name    size", "────────────"]
     assert " ".join(narrow[-2:]) == "not shown at 24 columns: detail, share"
+
+
+def test_a_terminal_shows_what_a_pipe_gets_but_in_colour():
+    piped, terminal = StringIO(), StringIO()
+    print_table(Console(file=piped, width=36), COLUMNS, ROWS, title="Sizes of things, GiB")
+    print_table(
+        Console(file=terminal, width=36, force_terminal=True), COLUMNS, ROWS, title="Sizes of things, GiB"
+    )
+    assert "\x1b[" in terminal.getvalue() and "\x1b[" not in piped.getvalue()
+    assert re.sub(r"\x1b\[[0-9;]*m", "", terminal.getvalue()) == piped.getvalue()
