@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from memtune.diagnose.classify import Verdict
 
 
+# The GPU catalogue holds the total a device reports (cudaMemGetInfo; memtune/catalog/data/gpus.yaml),
+# the figure an OOM message prints; a gap past 2% means the log came from another GPU.
+GPU_CAPACITY_TOLERANCE = 0.02
+
+
 @dataclass
 class Suggestion:
     remedies: tuple[Remedy, ...]
@@ -227,11 +232,6 @@ def fixes_for_failure(job: JobConfig, verdict: Verdict | None) -> FixResult:
             "the figures are for the config's GPU (set cluster.gpu to the one that ran)"
         )
     return result
-
-
-# The log's total and the catalogue's capacity of one GPU model differ by a few MiB across drivers
-# (memtune/catalog/data/gpus.yaml); a larger gap is another GPU.
-GPU_CAPACITY_TOLERANCE = 0.02
 
 
 def _dedupe(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
