@@ -44,3 +44,16 @@ def test_the_file_loads_over_the_recipe_it_names_or_with_a_preset(name):
     assert over_recipe.model.num_layers > 0
     with_preset = load_job(path, ["model.preset=llama3-8b"]).job
     assert with_preset.model.hidden_size == 4096
+
+
+def test_an_override_in_memtunes_own_layout_gets_the_same_line(tmp_path, capsys):
+    path = tmp_path / "llama3_8b_pretrain_tp2.yaml"
+    path.write_text(
+        "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 512\n", encoding="utf-8"
+    )
+    assert main(["check", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"memtune check: {path.name}: an override file without a model architecture: give the recipe it "
+        f"overrides (--recipe NAME {path.name}) or a preset (model.preset=NAME, `memtune models`); closest "
+        "recipe by its name and keys: llama3_8b_pretrain_2gpu_h100_bf16_config"
+    ]

@@ -66,7 +66,8 @@ def read_raw(path: Path) -> RawJob:
         data, ignored = bridge.read(mapping)
         missing = bridge.missing_architecture(data, path)
         return RawJob(data=data, format="bridge", ignored=ignored, missing=missing)
-    return RawJob(data=native.read(mapping), format="memtune")
+    data = native.read(mapping)
+    return RawJob(data=data, format="memtune", missing=bridge.missing_architecture(data, path))
 
 
 def read_recipe(name: object) -> RawJob:

@@ -141,7 +141,9 @@ _LAYOUT_KEYS = (
 def missing_architecture(data: dict[str, Any], path: Path) -> dict[str, str]:
     """For an override file (read into ``data``) that names no architecture: one line, for each
     architecture key, saying what the file needs and which recipe it most likely overrides."""
-    model = data.get("model", {})
+    model = data.get("model")
+    if not isinstance(model, dict):
+        model = {}
     if "preset" in model or any(key in model for key in ARCHITECTURE_KEYS):
         return {}
     shown = echo(path.name)[1:-1]  # the name alone: a long path would be cut
