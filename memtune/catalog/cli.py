@@ -13,11 +13,11 @@ from memtune.catalog.models import find_model, list_models
 from memtune.catalog.recipes import bridge_commit, find_recipe, list_recipes
 from memtune.catalog.render import (
     gpu_json,
-    gpus_table,
-    models_table,
     preset_json,
+    print_gpus,
+    print_models,
+    print_recipes,
     recipe_json,
-    recipes_table,
 )
 from memtune.output import SCHEMA_VERSION
 
@@ -71,7 +71,7 @@ def run_models(args: argparse.Namespace) -> int:
             )
         )
     else:
-        Console().print(models_table(presets))
+        print_models(Console(), presets)
     return 0
 
 
@@ -104,7 +104,7 @@ def run_recipes(args: argparse.Namespace) -> int:
             )
         )
     else:
-        Console().print(recipes_table(recipes, bridge_commit()))
+        print_recipes(Console(), recipes, bridge_commit())
     return 0
 
 
@@ -113,11 +113,5 @@ def run_gpus(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"schema_version": SCHEMA_VERSION, "gpus": [gpu_json(g) for g in gpus]}, indent=2))
     else:
-        console = Console()
-        console.print(gpus_table(gpus))
-        console.print(
-            "[dim]Memory: what cudaMemGetInfo reports as total. * derived from the datasheet capacity "
-            "(no device reading on record); cluster.gpu_memory_gib overrides it. Names are "
-            "case-insensitive; aliases and torch.cuda.get_device_name() strings work too (--json lists them).[/dim]"
-        )
+        print_gpus(Console(), gpus)
     return 0

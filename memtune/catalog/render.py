@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from rich import box
-from rich.table import Table
+from rich.console import Console
 
 from memtune.catalog.gpus import GPU
 from memtune.catalog.models import ModelPreset
 from memtune.catalog.recipes import Recipe
+from memtune.tables import Column, print_table, print_text
 
 
-def models_table(presets: list[ModelPreset]) -> Table:
-    table = Table(
-        title="Model presets (bf16; `memtune models NAME` prints one)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
+def print_models(console: Console, presets: list[ModelPreset]) -> None:
+    columns = (
+        Column("name", "left"),
+        Column("layers"),
+        Column("hidden"),
+        Column("heads/kv"),
+        Column("ffn"),
+        Column("experts", keep=50),
+        Column("vocab", keep=40),
     )
-    table.add_column("name", no_wrap=True)
-    for column in ("layers", "hidden", "heads/kv", "ffn", "experts", "vocab"):
-        table.add_column(column, justify="right", no_wrap=True)
+    rows = []
     for p in presets:
         m = p.model
         kv = (
@@ -32,16 +33,18 @@ def models_table(presets: list[ModelPreset]) -> Table:
             if m.get("num_moe_experts")
             else "-"
         )
-        table.add_row(
-            p.name,
-            str(m["num_layers"]),
-            str(m["hidden_size"]),
-            f"{m['num_attention_heads']}/{kv}",
-            str(m["ffn_hidden_size"]),
-            experts,
-            str(m["vocab_size"]),
+        rows.append(
+            (
+                p.name,
+                str(m["num_layers"]),
+                str(m["hidden_size"]),
+                f"{m['num_attention_heads']}/{kv}",
+                str(m["ffn_hidden_size"]),
+                experts,
+                str(m["vocab_size"]),
+            )
         )
-    return table
+    print_table(console, columns, rows, title="Model presets (bf16; `memtune models NAME` prints one)")
 
 
 # Bridge's mixed-precision recipe names, as short as the perf recipes' names write them
@@ -53,49 +56,60 @@ _PRECISION_LABELS = {
     "bf16_with_mxfp8_mixed": "fp8mx",
 }
 
+# A recipe's name is what a user types, so it is never cut; the GPU, the precision and mostly
+# the model are in the name too, so they give way first on a narrow terminal, then the batch.
+_RECIPE_COLUMNS = (
+    Column("name", "left"),
+    Column("model", "left", keep=30),
+    Column("GPU", "left", keep=10),
+    Column("precision", "left", keep=20),
+    Column("GPUs"),
+    Column("TP"),
+    Column("PP"),
+    Column("VPP", keep=55),
+    Column("CP", keep=60),
+    Column("EP", keep=70),
+    Column("seq", keep=50),
+    Column("GBS", keep=45),
+)
 
-def recipes_table(recipes: list[Recipe], commit: str) -> Table:
-    table = Table(
-        title=f"Megatron-Bridge recipes (commit {commit[:12]}; `memtune recipes NAME` prints one)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("name", no_wrap=True)
-    table.add_column("model", no_wrap=True)
-    table.add_column("GPU", no_wrap=True)
-    table.add_column("precision", no_wrap=True)
-    for column in ("GPUs", "TP", "PP", "VPP", "CP", "EP", "seq", "GBS"):
-        table.add_column(column, justify="right", no_wrap=True)
+
+def print_recipes(console: Console, recipes: list[Recipe], commit: str) -> None:
+    rows = []
     for r in recipes:
         m, train = r.config["model"], r.config["train"]
         vpp = m.get("virtual_pipeline_model_parallel_size")
-        table.add_row(
-            r.label.removesuffix("_config"),
-            r.preset,
-            r.gpu,
-            _PRECISION_LABELS.get(r.precision, r.precision),
-            str(r.config["cluster"]["num_gpus"]),
-            str(m.get("tensor_model_parallel_size", 1)),
-            str(m.get("pipeline_model_parallel_size", 1)),
-            "layout" if m.get("pipeline_model_parallel_layout") else str(vpp or "-"),
-            str(m.get("context_parallel_size", 1)),
-            str(m.get("expert_model_parallel_size", 1)),
-            str(m["seq_length"]),
-            str(train["global_batch_size"]),
+        rows.append(
+            (
+                r.label.removesuffix("_config"),
+                r.preset,
+                r.gpu,
+                _PRECISION_LABELS.get(r.precision, r.precision),
+                str(r.config["cluster"]["num_gpus"]),
+                str(m.get("tensor_model_parallel_size", 1)),
+                str(m.get("pipeline_model_parallel_size", 1)),
+                "layout" if m.get("pipeline_model_parallel_layout") else str(vpp or "-"),
+                str(m.get("context_parallel_size", 1)),
+                str(m.get("expert_model_parallel_size", 1)),
+                str(m["seq_length"]),
+                str(train["global_batch_size"]),
+            )
         )
-    return table
+    title = f"Megatron-Bridge recipes (commit {commit[:12]}; `memtune recipes NAME` prints one)"
+    print_table(console, _RECIPE_COLUMNS, rows, title=title)
 
 
-def gpus_table(gpus: list[GPU]) -> Table:
-    table = Table(
-        title="GPUs (per GPU; TFLOP/s dense)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+def print_gpus(console: Console, gpus: list[GPU]) -> None:
+    columns = (
+        Column("name", "left"),
+        Column("memory GiB"),
+        Column("bf16 TFLOP/s"),
+        Column("fp8 TFLOP/s", keep=50),
+        Column("HBM TB/s", keep=40),
+        Column("link GB/s", keep=30),
     )
-    table.add_column("name", no_wrap=True)
-    for column in ("memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM TB/s", "link GB/s"):
-        table.add_column(column, justify="right")
-    for g in gpus:
-        table.add_row(
+    rows = [
+        (
             g.name,
             f"{g.memory_gib:.2f}" + ("" if g.memory_measured else "*"),
             f"{g.bf16_tflops:g}",
@@ -103,7 +117,15 @@ def gpus_table(gpus: list[GPU]) -> Table:
             f"{g.hbm_tbps:g}",
             f"{g.link_gbps:g}",
         )
-    return table
+        for g in gpus
+    ]
+    print_table(console, columns, rows, title="GPUs (per GPU; TFLOP/s dense)")
+    print_text(
+        console,
+        "[dim]Memory: what cudaMemGetInfo reports as total. * derived from the datasheet capacity "
+        "(no device reading on record); cluster.gpu_memory_gib overrides it. Names are "
+        "case-insensitive; aliases and torch.cuda.get_device_name() strings work too (--json lists them).[/dim]",
+    )
 
 
 def preset_json(p: ModelPreset) -> dict[str, object]:

@@ -13,6 +13,7 @@ from rich.text import Text
 from memtune.check.finding import ERROR, INFO, SEVERITIES, UNIGNORABLE, WARNING, Finding
 from memtune.check.registry import FAMILIES, Rule, catalogue
 from memtune.output import SCHEMA_VERSION
+from memtune.tables import print_lines, print_text
 
 SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 
@@ -44,13 +45,13 @@ def render_report(
             continue
         console.print()
         console.print(Text(f"{family.title} ({family.prefix})", style="bold underline"))
-        console.print(_family_table(group))
+        print_lines(console, _family_table(group))
     console.print()
     style = "bold red" if any(f.severity == ERROR for f in findings) else "bold green"
     verdict = "no problems found" if not findings else summary_line(findings)
     if hidden_info:
         verdict += f" ({hidden_info} info hidden; --show-info shows them)"
-    console.print(Text(verdict, style=style))
+    print_lines(console, Text(verdict, style=style))
 
 
 def _family_table(findings: list[Finding]) -> Table:
@@ -106,30 +107,42 @@ def render_explain(console: Console, rule: Rule) -> None:
             f" · applies to {rule.applies}" if rule.applies else "",
         )
     )
-    console.print(Text(rule.summary))
+    print_lines(console, Text(rule.summary))
     console.print()
-    console.print(Markdown(rule.explain))
+    print_lines(console, Markdown(rule.explain))
+
+
+# The narrowest a rule's summary is wrapped to before the name column gives way (the code is
+# what --explain and --select take, so it stays).
+_SUMMARY_MIN_WIDTH = 40
 
 
 def render_list(console: Console) -> None:
     rules = catalogue()
     name_width = max(len(r.name) for r in rules)  # align the columns across families
+    with_names = console.width - (6 + len(WARNING) + name_width + 3) >= _SUMMARY_MIN_WIDTH
     for family in FAMILIES:
         console.print(Text(f"{family.title} ({family.prefix})", style="bold underline"))
         table = Table.grid(padding=(0, 1))
         table.add_column(no_wrap=True)
         table.add_column(no_wrap=True, min_width=len(WARNING))
-        table.add_column(no_wrap=True, min_width=name_width)
+        if with_names:
+            table.add_column(no_wrap=True, min_width=name_width)
         table.add_column()
         for rule in (r for r in rules if r.family is family):
+            name = [rule.name] if with_names else []
             table.add_row(
                 Text(rule.code, style="bold"),
                 Text(rule.severity, style=SEVERITY_STYLE[rule.severity]),
-                rule.name,
+                *name,
                 rule.summary,
             )
-        console.print(table)
+        print_lines(console, table)
         console.print()
+    if not with_names:
+        print_text(
+            console, f"[dim]rule names (for --select and --ignore) not shown at {console.width} columns[/dim]"
+        )
 
 
 def catalogue_json() -> list[dict[str, Any]]:

@@ -64,7 +64,8 @@ def load_job(
     try:
         job = validate(data)
     except InputError as exc:
-        raise InputError([_missing_line(raw, line) for line in exc.problems]) from None
+        # one line per problem: a loader's line may stand for several missing keys
+        raise InputError(list(dict.fromkeys(_missing_line(raw, line) for line in exc.problems))) from None
     # an override may have replaced a value the loader took from the stack
     received = [d for d in raw.received if _value_at(job, d.key) == d.value]
     return LoadedJob(job=job, source=source, format=raw.format, ignored=raw.ignored, received=received)

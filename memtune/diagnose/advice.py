@@ -23,6 +23,12 @@ from memtune.diagnose.evidence import (
 )
 from memtune.errors import InputError
 from memtune.fix.changes import EXPANDABLE, alloc_conf_change, estimate_job, ladder, peak_after
+from memtune.fix.search import FixResult, find_fixes
+from memtune.units import GiB
+
+# The GPU catalogue holds the total a device reports (cudaMemGetInfo; memtune/catalog/data/gpus.yaml),
+# the figure an OOM message prints; a gap past 2% means the log came from another GPU.
+GPU_CAPACITY_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -308,4 +314,29 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
         if fix.saves_note == "estimated" and fix.saves_bytes is not None and fix.saves_bytes <= 0:
             continue  # the estimator says this change does not lower this job's peak
         result.append(fix)
+    return result
+
+
+def memory_failure(verdict: Verdict) -> bool:
+    """Whether diagnose's verdict is a shortage of GPU memory, which a config change can fix."""
+    return verdict.label in (FRAGMENTATION, CAPACITY, OUTSIDE_PYTORCH)
+
+
+def fixes_for_failure(job: JobConfig, verdict: Verdict | None) -> FixResult:
+    """The ranked fixes for ``job`` after a failure diagnose read as ``verdict`` (None: no logs).
+
+    ``memtune fix --oom-log`` and ``memtune run --config`` (when the run fails) both print this
+    list, so one failure gets one answer."""
+    if verdict is None:
+        return find_fixes(job)
+    n = verdict.numbers
+    short = max(0, n.requested - n.free) if n and n.requested is not None and n.free is not None else 0
+    result = find_fixes(job, verdict.label == FRAGMENTATION, min_saving=short)
+    capacity = result.before.capacity_bytes
+    if n and n.total and abs(n.total - capacity) > GPU_CAPACITY_TOLERANCE * capacity:
+        gpu = result.before.gpu.name
+        result.warnings.append(
+            f"the log's GPU has {n.total / GiB:.2f} GiB, the config's {gpu} {capacity / GiB:.2f} GiB: "
+            "the figures are for the config's GPU (set cluster.gpu to the one that ran)"
+        )
     return result

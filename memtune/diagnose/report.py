@@ -14,6 +14,7 @@ from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
 from memtune.diagnose.snapshot import SnapshotSummary
 from memtune.output import SCHEMA_VERSION
+from memtune.tables import Column, print_lines, print_table
 from memtune.units import MiB
 
 MAX_RANK_ROWS = 16
@@ -142,7 +143,8 @@ def _snapshot_json(d: Diagnosis) -> dict[str, Any] | None:
     }
 
 
-def render(d: Diagnosis, console: Console) -> None:
+def render(d: Diagnosis, console: Console, advice: bool = True) -> None:
+    """The report; without ``advice`` when the caller prints ``memtune fix``'s ranked list instead."""
     v = d.verdict
     if v.label is None:
         headline = Text("no failure found", style="bold")
@@ -153,46 +155,56 @@ def render(d: Diagnosis, console: Console) -> None:
             (f"  ({v.confidence} confidence)", "dim"),
         )
     why = Text("\n".join(f"• {reason}" for reason in v.reasons))
-    console.print(Panel(Group(headline, why), title="memtune diagnose", expand=False))
+    print_lines(console, Panel(Group(headline, why), title="memtune diagnose", expand=False))
     if v.ranks:
-        console.print(_ranks_table(d))
+        _print_ranks(d, console)
     if d.snapshot:
-        console.print(_snapshot_table(d.snapshot))
-    if d.fixes:
-        console.print(_fixes_list(d))
+        print_lines(console, _snapshot_table(d.snapshot))
+    if d.fixes and advice:
+        print_lines(console, _fixes_list(d))
     skipped = [s for s in d.scan.sources if s.note]
     total = sum(s.bytes_read for s in d.scan.sources)
     lines = sum(s.lines for s in d.scan.sources)
     footer = f"read {len(d.scan.sources)} input(s), {total / MiB:.1f} MiB, {lines} lines; GiB = 2^30 bytes"
-    console.print(Text(footer, style="dim"))
+    print_lines(console, Text(footer, style="dim"))
     for s in skipped:
-        console.print(Text(f"{s.name}: {s.note}", style="dim"))
+        print_lines(console, Text(f"{s.name}: {s.note}", style="dim"))
     if d.scan.suppressed:
-        console.print(
+        print_lines(
+            console,
             Text(
                 "repeated findings not listed: "
                 + ", ".join(f"{k} ×{n}" for k, n in d.scan.suppressed.items()),
                 style="dim",
-            )
+            ),
         )
 
 
-def _ranks_table(d: Diagnosis) -> Table:
-    table = Table(title="per rank", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("rank", "verdict", "evidence", "numbers"):
-        table.add_column(col, overflow="fold")
+_RANK_COLUMNS = (
+    Column("rank"),
+    Column("verdict", "left"),
+    Column("evidence", "left", wrap=True),
+    Column("numbers", "left", wrap=True),
+)
+
+
+def _print_ranks(d: Diagnosis, console: Console) -> None:
     rows = d.verdict.ranks
-    for r in rows[:MAX_RANK_ROWS]:
-        f = r.root.failure
-        table.add_row(
+    cells = [
+        (
             "—" if r.rank is None else str(r.rank),
-            Text(r.label, style=_STYLE.get(r.label, "")),
-            f"{f.where.source}:{f.where.line} {f.kind}",
-            _numbers_line(f.numbers) or f.text[:90],
+            r.label,
+            f"{r.root.failure.where.source}:{r.root.failure.where.line} {r.root.failure.kind}",
+            _numbers_line(r.root.failure.numbers) or r.root.failure.text[:90],
         )
+        for r in rows[:MAX_RANK_ROWS]
+    ]
     if len(rows) > MAX_RANK_ROWS:
-        table.add_row("…", f"{len(rows) - MAX_RANK_ROWS} more", "", "")
-    return table
+        cells.append(("…", f"{len(rows) - MAX_RANK_ROWS} more", "", ""))
+    styles = [_STYLE.get(r.label, "") for r in rows[:MAX_RANK_ROWS]] + [""] * (
+        len(cells) - len(rows[:MAX_RANK_ROWS])
+    )
+    print_table(console, _RANK_COLUMNS, cells, title="per rank", row_styles=styles)
 
 
 def _snapshot_table(s: SnapshotSummary) -> Group:

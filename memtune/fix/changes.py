@@ -241,7 +241,14 @@ def options(job: JobConfig) -> list[Remedy]:
     if alloc:
         out.append(alloc)
     for rung in ladder(job):
-        if rung.family not in ("selective-recompute", "full-recompute", "pipeline", "activation-offload"):
+        # the variants below cover these families (the ladder's TP rung is "Tensor parallelism 2TP")
+        if rung.family not in (
+            "selective-recompute",
+            "full-recompute",
+            "pipeline",
+            "activation-offload",
+            "tensor-parallel",
+        ):
             out.append(rung)
     if m.recompute_granularity != "full":
         for modules in _selective_sets(job):
@@ -340,6 +347,8 @@ def options(job: JobConfig) -> list[Remedy]:
                     "PCIe transfers beside compute; watch host RAM",
                 )
             )
+    if not m.cpu_offloading and not m.fine_grained_activation_offloading:
+        out += _fine_grained_offload(job)
     for tp in (2 * d.tp, 4 * d.tp):
         if tp <= job.cluster.gpus_per_node and world % (tp * d.pp * d.cp) == 0:
             out.append(
@@ -352,6 +361,28 @@ def options(job: JobConfig) -> list[Remedy]:
                 )
             )
     return out
+
+
+def _fine_grained_offload(job: JobConfig) -> list[Remedy]:
+    """Fine-grained activation offloading: unlike the layer-wise ``cpu_offloading``, which
+    Megatron-Core refuses with PP > 1 (megatron/core/transformer/transformer_config.py,
+    "no support for Pipeline parallelism with CPU offloading"), it works at any PP."""
+    d = derive(job)
+    attention = ["core_attn", "attn_proj"]
+    wider = ["qkv_linear", *attention, "mlp_norm"] + (["moe_act"] if d.is_moe else [])
+    return [
+        Remedy(
+            "activation-offload",
+            "Fine-grained activation offload of " + ", ".join(modules),
+            (
+                Change("model.fine_grained_activation_offloading", True),
+                Change("model.offload_modules", modules),
+            ),
+            "moves what these modules save for backward to host memory, and back in time for backward",
+            "host transfers overlapped with compute (not priced by the throughput model); pinned host memory",
+        )
+        for modules in (attention, wider)
+    ]
 
 
 def estimate_job(job: JobConfig) -> Estimate:

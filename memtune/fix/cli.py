@@ -11,13 +11,14 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from memtune.config import LoadedJob, report_ignored
+from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.config.changes import job_data
+from memtune.diagnose.advice import fixes_for_failure
 from memtune.errors import InputError
-from memtune.fix.search import FixResult, Suggestion, find_fixes
+from memtune.fix.render import render
+from memtune.fix.search import FixResult, Suggestion
 from memtune.perf import ASSUMPTIONS
-from memtune.units import GiB
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,26 +39,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
-def _from_logs(args: argparse.Namespace, loaded: LoadedJob) -> tuple[bool | None, str | None, int]:
-    """diagnose's verdict on the logs: is it fragmentation, its label, and the bytes the failing
-    allocation was short by ((None, None, 0) without logs)."""
-    if not args.oom_log and not args.snapshot:
-        return None, None, 0
-    from memtune.diagnose import diagnose
-    from memtune.diagnose.evidence import FRAGMENTATION
-
-    result = diagnose(args.oom_log, snapshot=args.snapshot, config=loaded)
-    label = result.verdict.label
-    n = result.verdict.numbers
-    short = max(0, n.requested - n.free) if n and n.requested is not None and n.free is not None else 0
-    return label == FRAGMENTATION, label, short
-
-
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune fix CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded)
-    fragmentation, label, short = _from_logs(args, loaded)
-    result = find_fixes(loaded.job, fragmentation, min_saving=short)
+    verdict = None
+    if args.oom_log or args.snapshot:
+        from memtune.diagnose import diagnose
+
+        verdict = diagnose(args.oom_log, snapshot=args.snapshot, config=loaded).verdict
+    label = verdict.label if verdict else None
+    result = fixes_for_failure(loaded.job, verdict)
     if args.write and result.suggestions:
         Path(args.write).write_text(
             "# written by memtune fix: "
@@ -104,36 +95,6 @@ def to_json(result: FixResult, label: str | None) -> dict[str, Any]:
         "capacity_bytes": est.capacity_bytes,
         "suggestions": [_suggestion_json(s, result) for s in result.suggestions],
         "not_chosen": [{"change": title, "why": why} for title, why in result.not_chosen],
+        "warnings": result.warnings,
         "throughput_assumptions": list(ASSUMPTIONS),
     }
-
-
-def render(result: FixResult, label: str | None, console: Console) -> None:
-    est = result.before
-    worst = est.worst
-    console.print(
-        f"Failing rank: pipeline rank {result.failing_rank}, peak {worst.peak_bytes / GiB:.2f} GiB, needs "
-        f"{est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB ({est.verdict()})"
-        + (f"; logs: {label}" if label else "")
-    )
-    if not result.suggestions:
-        console.print("[bold red]No single change or pair of changes makes it fit.[/bold red]")
-    for i, s in enumerate(result.suggestions, 1):
-        after = est.ranks[result.failing_rank].peak_bytes - s.saved_bytes
-        console.print(
-            f"\n[bold]{i}. {s.title}[/bold]  saves {s.saved_bytes / GiB:.2f} GiB on the failing rank "
-            f"({worst.peak_bytes / GiB:.2f} → {after / GiB:.2f}), now {s.estimate.verdict()}; "
-            f"predicted throughput {s.throughput_change:+.1%}"
-        )
-        console.print("   " + " ".join(str(c) for c in s.changes))
-        for r in s.remedies:
-            console.print(f"   [dim]why: {r.why}; cost: {r.cost}[/dim]")
-    if result.not_chosen:
-        console.print("\n[bold]Not chosen[/bold]")
-        for title, why in result.not_chosen[:12]:
-            console.print(f"  {title}: {why}")
-        if len(result.not_chosen) > 12:
-            console.print(f"  [dim]... {len(result.not_chosen) - 12} more (--json lists all)[/dim]")
-    console.print(
-        "[dim]throughput predicted by memtune's model (docs/plan.md): " + "; ".join(ASSUMPTIONS) + "[/dim]"
-    )

@@ -19,6 +19,7 @@ from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
 from memtune.fix.changes import FAMILIES, Remedy, allocator_remedy, options
 from memtune.perf import Prediction, predict
+from memtune.units import GiB
 
 
 @dataclass
@@ -45,6 +46,7 @@ class FixResult:
     fragmentation: bool  # the failure is fragmentation (diagnose's verdict, or "tight")
     suggestions: list[Suggestion]
     not_chosen: list[tuple[str, str]] = field(default_factory=list)  # (remedy, why not)
+    warnings: list[str] = field(default_factory=list)  # what makes the figures doubtful
 
 
 def _merge(remedies: tuple[Remedy, ...]) -> tuple[Change, ...] | None:
@@ -94,10 +96,15 @@ def find_fixes(
         )
     if d.pp > 1 and not job.model.cpu_offloading:
         not_chosen.append(
-            ("Activation offload to the CPU", "CPU offload is impossible with PP > 1 (check OFF001)")
+            (
+                "Layer-wise activation offload (model.cpu_offloading)",
+                "Megatron-Core refuses it with PP > 1 (check OFF001); fine-grained offloading is tried instead",
+            )
         )
     if job.train.micro_batch_size == 1:
         not_chosen.append(("Smaller micro-batch", "the micro-batch is already 1"))
+
+    tried: set[str] = set()  # the changed jobs seen: two change sets that make one job are one remedy
 
     def attempt(remedies: tuple[Remedy, ...]) -> Suggestion | None:
         changes = _merge(remedies)
@@ -106,6 +113,14 @@ def find_fixes(
         title = " + ".join(r.title for r in remedies)
         try:
             changed = with_changes(job, list(changes))
+        except InputError as exc:
+            not_chosen.append((title, "refused by memtune check: " + exc.problems[0]))
+            return None
+        identity = changed.model_dump_json()
+        if identity in tried:
+            return None
+        tried.add(identity)
+        try:
             checked = gate(changed)
         except InputError as exc:
             not_chosen.append((title, "refused by memtune check: " + exc.problems[0]))
@@ -124,12 +139,7 @@ def find_fixes(
             pred.tokens_per_s_per_gpu / base_pred.tokens_per_s_per_gpu - 1,
         )
         if est.verdict() != "fits" or (saved < min_saving and s.remedies[0].family != "allocator"):
-            short = (
-                f"still {est.verdict()}"
-                if est.verdict() != "fits"
-                else f"the log was short by {min_saving / 2**30:.2f}"
-            )
-            not_chosen.append((title, f"not enough: saves {saved / 2**30:.2f} GiB, {short}"))
+            not_chosen.append((title, _why_short(before, est, saved, min_saving)))
             return None
         return s
 
@@ -162,9 +172,31 @@ def find_fixes(
             tuple(r.family for r in c.remedies) for c in chosen
         }:
             not_chosen.append(
-                (s.title, f"fits but costs {-s.throughput_change:.1%} throughput (best: {-best_cost:.1%})")
+                (
+                    s.title,
+                    f"fits but costs {-s.throughput_change:.1%} throughput (the first costs {max(0.0, -best_cost):.1%})",
+                )
             )
     return FixResult(job, before, base_pred, failing, fragmentation, chosen, _dedupe(not_chosen))
+
+
+def _why_short(before: Estimate, after: Estimate, saved: int, min_saving: int) -> str:
+    """Why a remedy that was estimated is not proposed, in words (never a negative saving)."""
+    still = (
+        f"still {after.verdict()}"
+        if after.verdict() != "fits"
+        else f"the log was short by {min_saving / GiB:.2f} GiB"
+    )
+    if saved < 0:
+        return f"does not help: raises the failing rank's peak by {-saved / GiB:.2f} GiB"
+    if saved == 0 and after.margin < before.margin:
+        return (
+            f"changes no peak; the fragmentation margin drops {before.margin:.0%} → {after.margin:.0%} "
+            f"(needs {after.needed_bytes(after.worst) / GiB:.2f} of {after.capacity_bytes / GiB:.2f} GiB), {still}"
+        )
+    if saved == 0:
+        return f"does not lower the failing rank's peak, {still}"
+    return f"not enough: saves {saved / GiB:.2f} GiB, {still}"
 
 
 def _dedupe(items: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()
-    with Progress(console=console, transient=True, disable=args.json) as bar:
+    with Progress(console=console, transient=True, disable=args.json or not console.is_terminal) as bar:
         task = None
 
         def progress(done: int, total: int) -> None:
@@ -138,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(render.result_json(result), indent=2))
         return 0
     if not result.layouts:
-        console.print("[bold red]No layout fits.[/bold red] Try more GPUs, a smaller global batch, or LoRA.")
-        render.print_summary(result, console)
+        render.print_no_layout(result, console)
         return 1
     render.print_table(result, console, result.layouts[: args.top])
     if args.pareto:

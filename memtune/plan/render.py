@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from memtune import tables
 from memtune.config.changes import Change
 from memtune.perf import ASSUMPTIONS
+from memtune.plan.obstacle import obstacle
 from memtune.plan.search import Planned, PlanResult
+from memtune.tables import Column
 from memtune.units import GiB
 
 
@@ -26,6 +29,22 @@ def optimizer_label(p: Planned) -> str:
     return label
 
 
+# Left out first when the terminal is narrow: TFLOP/s (tokens/s says the same), DP (the layout
+# implies it), the share of #1, then the recompute and optimizer labels.
+_COLUMNS = (
+    Column("#"),
+    Column("layout", "left", wrap=True),
+    Column("DP", keep=10),
+    Column("recompute", "left", keep=60),
+    Column("optimizer", "left", keep=70, wrap=True),
+    Column("peak"),
+    Column("free", keep=50),
+    Column("tok/s/GPU"),
+    Column("TFLOP/s", keep=20),
+    Column("rel", keep=30),
+)
+
+
 def print_table(
     result: PlanResult, console: Console, rows: list[Planned] | None = None, title: str = ""
 ) -> None:
@@ -33,31 +52,11 @@ def print_table(
     base = result.base
     c = base.cluster
     gpu_line = f"{c.num_gpus} x {c.gpu} ({c.gpus_per_node} per node)"
-    table = Table(
-        title=title
-        or f"Fastest layouts that fit · {gpu_line} · seq {base.model.seq_length} · GBS {base.train.global_batch_size}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-    )
-    for name in (
-        "#",
-        "layout",
-        "DP",
-        "recompute",
-        "optimizer",
-        "peak",
-        "headroom",
-        "tok/s/GPU",
-        "TFLOP/s",
-        "rel",
-    ):
-        table.add_column(name, justify="left" if name in ("layout", "recompute", "optimizer") else "right")
-    for p in rows:
-        d = p.checked.derived
-        table.add_row(
+    cells = [
+        (
             str(p.rank) if p.rank else "-",
             p.candidate.label(),
-            str(d.dp),
+            str(p.checked.derived.dp),
             p.candidate.recompute.label(),
             optimizer_label(p),
             f"{p.peak_bytes / GiB:.1f}",
@@ -66,22 +65,60 @@ def print_table(
             f"{p.prediction.model_tflops_per_gpu:.0f}",
             f"{p.relative:.1%}",
         )
-    console.print(table)
+        for p in rows
+    ]
+    tables.print_table(
+        console,
+        _COLUMNS,
+        cells,
+        title=title
+        or f"Fastest layouts that fit · {gpu_line} · seq {base.model.seq_length} · GBS {base.train.global_batch_size}",
+    )
 
 
 def print_summary(result: PlanResult, console: Console) -> None:
     n = result.counts
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
     refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
-    console.print(
+    tables.print_text(
+        console,
         f"[dim]{n.get('enumerated', 0):,} candidates in {result.seconds:.1f} s: "
         f"{n.get('pruned', 0):,} refused by arithmetic ({pruned or 'none'}), {n.get('estimated', 0):,} estimated, "
         f"{n.get('fit', 0):,} fit with the fragmentation margin, {n.get('checked', 0)} passed memtune check"
         + (f" ({refused} refused)" if refused else "")
         + (f", {n['not matching pins']:,} excluded by --pin" if n.get("not matching pins") else "")
-        + ". Peak and headroom in GiB on the most-loaded rank; throughput predicted by memtune's model "
-        "(`--explain N`, docs/plan.md).[/dim]"
+        + ". Peak and free memory in GiB on the most-loaded rank; throughput predicted by memtune's model "
+        "(`--explain N`, docs/plan.md).[/dim]",
     )
+
+
+_HEADLINES = {
+    "divisibility": "every one of the {n:,} layouts breaks a divisibility rule",
+    "batch": "every one of the {n:,} layouts leaves the global batch uneven over the data-parallel ranks",
+    "rules": "every one of the {n:,} layouts breaks a rule Megatron enforces",
+    "memory": "none of the layouts that divide evenly fits in the GPU's memory",
+    "check": "every layout that fits is refused by memtune check",
+    "pins": "no layout matches the --pin values",
+}
+
+
+def print_no_layout(result: PlanResult, console: Console) -> None:
+    """What stopped every layout (memtune/plan/obstacle.py), then the search's counts."""
+    found = obstacle(result)
+    headline = _HEADLINES[found.constraint].format(n=found.candidates)
+    tables.print_text(console, f"[bold red]No layout fits:[/bold red] {headline}.")
+    if found.refusals:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(justify="right", no_wrap=True)
+        grid.add_column()
+        for r in found.refusals:
+            grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
+        tables.print_lines(console, grid)
+    if remedies := found.remedies:
+        listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
+        tables.print_text(console, f"Try {listed}.")
+    print_summary(result, console)
 
 
 def print_explain(result: PlanResult, n: int, console: Console) -> None:
@@ -91,36 +128,46 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
     p, best = result.layouts[n - 1], result.layouts[0]
     est = p.estimate
     worst = est.worst
-    console.print(
-        f"[bold]#{n} {p.candidate.label()}[/bold] · {p.candidate.recompute.label()} · {optimizer_label(p)}"
+    tables.print_text(
+        console,
+        f"[bold]#{n} {p.candidate.label()}[/bold] · {escape(p.candidate.recompute.label())} · {optimizer_label(p)}",
     )
-    console.print("  overrides: " + " ".join(str(ch) for ch in changed_keys(result, p)))
-    console.print(
+    tables.print_text(console, "  overrides: " + escape(" ".join(str(ch) for ch in changed_keys(result, p))))
+    tables.print_text(
+        console,
         f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
-        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch"
+        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
     pred = p.prediction
-    console.print(
+    tables.print_text(
+        console,
         f"  step {pred.step_time_s:.3f} s · {pred.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
-        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1"
+        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1",
     )
-    table = Table(box=box.SIMPLE_HEAD)
-    for col in ("step component (slowest stage)", f"#{n} s", "share", "#1 s", "difference"):
-        table.add_column(col, justify="left" if col.startswith("step") else "right")
     names = list(dict.fromkeys(list(pred.breakdown) + list(best.prediction.breakdown)))
+    rows = []
     for name in names:
         mine = pred.breakdown.get(name, 0.0)
         theirs = best.prediction.breakdown.get(name, 0.0)
         if mine or theirs:
-            table.add_row(
-                name,
-                f"{mine:.3f}",
-                f"{mine / pred.step_time_s:.1%}",
-                f"{theirs:.3f}",
-                f"{mine - theirs:+.3f}",
+            rows.append(
+                (
+                    name,
+                    f"{mine:.3f}",
+                    f"{mine / pred.step_time_s:.1%}",
+                    f"{theirs:.3f}",
+                    f"{mine - theirs:+.3f}",
+                )
             )
-    console.print(table)
+    columns = (
+        Column("step component (slowest stage)", "left"),
+        Column(f"#{n} s"),
+        Column("share", keep=50),
+        Column("#1 s"),
+        Column("difference", keep=40),
+    )
+    tables.print_table(console, columns, rows)
     if n > 1:
         deltas = sorted(
             ((pred.breakdown.get(k, 0.0) - best.prediction.breakdown.get(k, 0.0), k) for k in names),
@@ -128,8 +175,8 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         )
         worse = [f"{k} (+{v:.3f} s)" for v, k in deltas if v > 1e-4][:3]
         if worse:
-            console.print("  ranks below #1 because of: " + ", ".join(worse))
-    console.print("[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
+            tables.print_text(console, "  ranks below #1 because of: " + ", ".join(worse))
+    tables.print_text(console, "[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
 
 
 def changed_keys(result: PlanResult, p: Planned) -> list[Change]:
@@ -198,7 +245,20 @@ def result_json(result: PlanResult) -> dict[str, Any]:
         "seconds": result.seconds,
         "layouts": [planned_json(p, result) for p in result.layouts],
         "pareto": [planned_json(p, result) for p in result.pareto],
+        "obstacle": None if result.layouts else _obstacle_json(result),
         "assumptions": list(ASSUMPTIONS),
+    }
+
+
+def _obstacle_json(result: PlanResult) -> dict[str, Any]:
+    found = obstacle(result)
+    return {
+        "constraint": found.constraint,
+        "candidates": found.candidates,
+        "refusals": [
+            {"code": r.code, "candidates": r.candidates, "summary": r.summary} for r in found.refusals
+        ],
+        "remedies": list(found.remedies),
     }
 
 

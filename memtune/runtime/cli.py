@@ -123,7 +123,9 @@ def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) ->
     from rich.console import Console
 
     from memtune.diagnose import diagnose
+    from memtune.diagnose.advice import fixes_for_failure, memory_failure
     from memtune.diagnose.report import render
+    from memtune.fix.render import print_suggestions
     from memtune.runtime.launch import LOG_NAME
 
     snapshot = str(snapshots[0]) if snapshots else None
@@ -131,7 +133,16 @@ def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) ->
         others = ", ".join(str(p) for p in snapshots[1:])
         print(f"memtune run: diagnosing with the newest snapshot; others: {others}", file=sys.stderr)
     result = diagnose([str(out_dir / LOG_NAME)], snapshot=snapshot, config=config)
-    render(result, Console(stderr=True))
+    console = Console(stderr=True)
+    ranked = None
+    if config and memory_failure(result.verdict):
+        try:
+            ranked = fixes_for_failure(config.job, result.verdict)
+        except InputError:  # a job the checks refuse gets diagnose's own advice, which says why
+            ranked = None
+    render(result, console, advice=ranked is None)
+    if ranked:  # the list memtune fix --oom-log prints for this failure (fix/search.py)
+        print_suggestions(ranked, console)
 
 
 def report(args: argparse.Namespace) -> int:

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from rich.markup import escape
 
 from memtune.runtime.records import MonitorRun
 from memtune.runtime.report import Report
+from memtune.tables import Column, print_table, print_text
 from memtune.units import GiB, gib
 
 
@@ -18,46 +18,51 @@ def _cell(nbytes: int | None) -> str:
     return "—" if nbytes is None else gib(nbytes)
 
 
+# The measured peak and its estimate are the point; the device-level figure, the reserved peak,
+# the step count and the pipeline rank give way in that order on a narrow terminal.
+_COLUMNS = (
+    Column("rank"),
+    Column("pp", keep=20),
+    Column("steps", keep=30),
+    Column("allocated"),
+    Column("reserved", keep=40),
+    Column("device", keep=35),
+    Column("retries", keep=50),
+    Column("estimate"),
+    Column("diff"),
+)
+
+
 def render(report: Report, console: Console) -> None:
-    table = Table(title="measured peak vs estimate per rank (GiB = 2^30 bytes)")
-    for column in (
-        "rank",
-        "pp rank",
-        "steps",
-        "peak alloc",
-        "peak reserved",
-        "device used",
-        "retries",
-        "estimate",
-        "diff",
-    ):
-        table.add_column(column, justify="right")
+    rows = []
     for row in report.rows:
         diff = row.difference_bytes
         fraction = row.difference_fraction
-        table.add_row(
-            str(row.rank),
-            "—" if row.pp_rank is None else str(row.pp_rank),
-            str(row.steps),
-            _cell(row.peak_allocated_bytes),
-            _cell(row.peak_reserved_bytes),
-            _cell(row.device_used_bytes),
-            "—" if row.num_alloc_retries is None else str(row.num_alloc_retries),
-            _cell(row.estimate_bytes),
-            "—" if diff is None or fraction is None else f"{diff / GiB:+.2f} ({100 * fraction:+.1f}%)",
+        rows.append(
+            (
+                str(row.rank),
+                "—" if row.pp_rank is None else str(row.pp_rank),
+                str(row.steps),
+                _cell(row.peak_allocated_bytes),
+                _cell(row.peak_reserved_bytes),
+                _cell(row.device_used_bytes),
+                "—" if row.num_alloc_retries is None else str(row.num_alloc_retries),
+                _cell(row.estimate_bytes),
+                "—" if diff is None or fraction is None else f"{diff / GiB:+.2f} ({100 * fraction:+.1f}%)",
+            )
         )
-    console.print(table)
-    console.print(
-        Text(
-            "peaks leave out each process's first step; estimate from "
-            + (report.estimate_source or "nowhere (give --config)"),
-            style="dim",
-        )
+    print_table(console, _COLUMNS, rows, title="Measured peak vs estimate per rank, GiB (2^30 bytes)")
+    print_text(
+        console,
+        "[dim]allocated and reserved: the allocator's peaks; device: NVML's use of the whole GPU. Peaks "
+        "leave out each process's first step; estimate from "
+        + escape(report.estimate_source or "nowhere (give --config)")
+        + "[/dim]",
     )
     if not report.findings:
-        console.print("no growth, resume jump, allocation retries or outlier rank found")
+        print_text(console, "no growth, resume jump, allocation retries or outlier rank found")
     for finding in report.findings:
-        console.print(f"• {finding.message}", highlight=False)
+        print_text(console, f"• {escape(finding.message)}")
 
 
 def to_json(report: Report) -> dict[str, Any]:

@@ -3,8 +3,13 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
+from memtune.catalog.models import get_model
+from memtune.check import gate
+from memtune.cli import main
 from memtune.config import derive, load_job
+from memtune.estimate import estimate
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 FORMATS = {
@@ -45,3 +50,38 @@ def test_broken_example_holds_the_problems_check_should_find():
     assert job.model.cpu_offloading and job.model.pipeline_model_parallel_size > 1
     assert job.model.sequence_parallel and job.model.tensor_model_parallel_size == 1
     assert "expandable_segments:True" in job.env.PYTORCH_CUDA_ALLOC_CONF and job.env.use_nccl_ub
+
+
+def test_main_example_is_the_model_bridge_builds_and_the_readme_shows_its_estimate(
+    tmp_path, capsys, monkeypatch
+):
+    # Bridge's Llama bridge (src/megatron/bridge/models/llama/llama_bridge.py) fuses the SwiGLU;
+    # the preset says so, and the example writes out the preset's architecture key for key.
+    example = yaml.safe_load((EXAMPLES / "llama3-70b-sft.yaml").read_text(encoding="utf-8"))
+    preset = get_model("llama3-70b")
+    assert preset["bias_activation_fusion"] is True
+    assert {k: example["model"][k] for k in preset if k != "seq_length"} == {
+        k: v for k, v in preset.items() if k != "seq_length"
+    }
+    through_preset = dict(example)
+    through_preset["model"] = {
+        k: v for k, v in example["model"].items() if k not in preset or k == "seq_length"
+    }
+    through_preset["model"]["preset"] = "llama3-70b"
+    (tmp_path / "preset.yaml").write_text(yaml.safe_dump(through_preset), encoding="utf-8")
+    peaks = [
+        [r.peak_bytes for r in estimate(gate(load_job(path).job)).ranks]
+        for path in (EXAMPLES / "llama3-70b-sft.yaml", tmp_path / "preset.yaml")
+    ]
+    assert peaks[0] == peaks[1]
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["estimate", str(EXAMPLES / "llama3-70b-sft.yaml")]) == 0
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ memtune estimate examples/llama3-70b-sft.yaml\n", 1)[1].split("```", 1)[0]
+    shown = block.splitlines()
+    assert shown[:8] == printed[:8]  # titles, header, rule and the four pipeline ranks
+    verdict = printed.index(shown[8])
+    assert shown[8:] == printed[verdict : verdict + len(shown) - 8]
+    assert "61.29" in shown[4] and shown[8].startswith("Verdict: fits")

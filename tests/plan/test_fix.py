@@ -11,10 +11,12 @@ EXAMPLE = "examples/llama3-70b-sft.yaml"
 
 
 def _failing():
-    # The bundled example without its recompute and with the default allocator does not fit.
+    # The bundled example with an unfused SwiGLU, without its recompute and with the default
+    # allocator does not fit.
     return load_job(
         EXAMPLE,
         [
+            "model.bias_activation_fusion=false",
             "model.recompute_granularity=null",
             "model.recompute_method=null",
             "model.recompute_num_layers=null",
@@ -36,13 +38,16 @@ def test_every_suggestion_passes_check_and_fits():
         )
 
 
-def test_no_cpu_offload_with_pp_and_no_allocator_fix_for_capacity():
+def test_no_layer_wise_cpu_offload_with_pp_and_no_allocator_fix_for_capacity():
+    # Megatron-Core refuses cpu_offloading with PP > 1 (transformer_config.py); fine-grained
+    # activation offloading has no such limit and is proposed at PP 4.
     result = find_fixes(_failing(), fragmentation=False)
-    families = {r.family for s in result.suggestions for r in s.remedies}
-    assert "activation-offload" not in families and "allocator" not in families
+    changed = {c.key for s in result.suggestions for c in s.changes}
+    assert "model.cpu_offloading" not in changed and not any(k.startswith("env.") for k in changed)
+    assert "model.fine_grained_activation_offloading" in changed
     assert (
-        "Activation offload to the CPU",
-        "CPU offload is impossible with PP > 1 (check OFF001)",
+        "Layer-wise activation offload (model.cpu_offloading)",
+        "Megatron-Core refuses it with PP > 1 (check OFF001); fine-grained offloading is tried instead",
     ) in result.not_chosen
 
 
@@ -64,6 +69,7 @@ def test_a_logged_shortfall_must_be_saved_too():
 def test_offload_without_manual_gc_is_fixed_first_by_collecting_before_training():
     # The replaced offloading optimizer's fp32 copies (estimate/state.py) are the cheapest saving.
     offload = [
+        "model.bias_activation_fusion=false",
         "optimizer.use_precision_aware_optimizer=true",
         "optimizer.optimizer_cpu_offload=true",
         "optimizer.optimizer_offload_fraction=0.5",

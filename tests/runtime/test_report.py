@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memtune.bench.accuracy import evaluate, read_runs
 from memtune.check import gate
 from memtune.cli import main
@@ -94,13 +96,29 @@ def test_table_and_findings(tmp_path, capsys):
     )
 
 
-def test_plot_and_the_rich_table(tmp_path, capsys):
+@pytest.mark.parametrize("width", [80, 120])
+def test_plot_and_the_rich_table(tmp_path, capsys, monkeypatch, width):
     run = recorded_run(tmp_path / "mon")
     png = tmp_path / "memory.png"
+    monkeypatch.setenv("COLUMNS", str(width))
     assert main(["report", str(run), "--config", str(CONFIG), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    out = capsys.readouterr().out
-    assert "measured peak vs estimate per rank" in out and "rank 3: peak allocated 9.00 GiB" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= width and line == line.rstrip() for line in lines)
+    assert lines[0] == "Measured peak vs estimate per rank, GiB (2^30 bytes)"
+    assert lines[1].split() == [
+        "rank",
+        "pp",
+        "steps",
+        "allocated",
+        "reserved",
+        "device",
+        "retries",
+        "estimate",
+        "diff",
+    ]
+    assert lines[3].split()[:4] == ["0", "0", "13", "12.00"]  # 8 + 5 steps; the peak after the resume
+    assert "rank 3: peak allocated 9.00 GiB" in " ".join(lines)
 
 
 def test_export_measured_is_read_by_bench_accuracy(tmp_path):

@@ -64,8 +64,10 @@ def read_raw(path: Path) -> RawJob:
         return RawJob(data=data, format="hf", ignored=ignored, received=received)
     if bridge.is_bridge_dump(mapping):
         data, ignored = bridge.read(mapping)
-        return RawJob(data=data, format="bridge", ignored=ignored)
-    return RawJob(data=native.read(mapping), format="memtune")
+        missing = bridge.missing_architecture(data, path)
+        return RawJob(data=data, format="bridge", ignored=ignored, missing=missing)
+    data = native.read(mapping)
+    return RawJob(data=data, format="memtune", missing=bridge.missing_architecture(data, path))
 
 
 def read_recipe(name: object) -> RawJob:

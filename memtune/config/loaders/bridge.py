@@ -10,7 +10,9 @@ which Bridge does not have, may be appended in memtune's own layout.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -18,6 +20,9 @@ from memtune.config.loaders._targets import plain
 from memtune.config.schema import DDPConfig, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
 from memtune.errors import InputError
 from memtune.numbers import cut, echo
+
+if TYPE_CHECKING:
+    from memtune.catalog.recipes import Recipe
 
 # Top-level sections only a ConfigContainer has; any of them marks a file as a Bridge dump.
 BRIDGE_ONLY_SECTIONS = frozenset(
@@ -117,6 +122,81 @@ def _has_target(value: object) -> bool:
     if isinstance(value, list):
         return any(_has_target(v) for v in value)
     return False
+
+
+# The model keys an override file leaves to its recipe; a job needs them (schema.ModelConfig).
+ARCHITECTURE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+# How the keys of an override file and of a recipe are compared to find the recipe it overrides.
+_LAYOUT_KEYS = (
+    "model.tensor_model_parallel_size",
+    "model.pipeline_model_parallel_size",
+    "model.context_parallel_size",
+    "model.sequence_parallel",
+    "model.seq_length",
+    "train.global_batch_size",
+    "train.micro_batch_size",
+)
+
+
+def missing_architecture(data: dict[str, Any], path: Path) -> dict[str, str]:
+    """For an override file (read into ``data``) that names no architecture: one line, for each
+    architecture key, saying what the file needs and which recipe it most likely overrides."""
+    model = data.get("model")
+    if not isinstance(model, dict):
+        model = {}
+    if "preset" in model or any(key in model for key in ARCHITECTURE_KEYS):
+        return {}
+    shown = echo(path.name)[1:-1]  # the name alone: a long path would be cut
+    line = (
+        f"{shown}: an override file without a model architecture: give the recipe it overrides "
+        f"(--recipe NAME {shown}) or a preset (model.preset=NAME, `memtune models`); closest recipe by "
+        f"its name and keys: {closest_recipe(path.stem, data)}"
+    )
+    return {f"model.{key}": line for key in ARCHITECTURE_KEYS}
+
+
+# How a file's name says what it trains; the rest of its words name the model.
+_MODE_WORDS = {"pretrain": "pretrain", "sft": "sft", "finetune": "sft", "finetuning": "sft"}
+_MODE_WORDS |= {"peft": "peft", "lora": "peft"}
+
+
+def closest_recipe(stem: str, data: dict[str, Any]) -> str:
+    """The recipe whose name shares the most model words with ``stem`` (the file's name; a word
+    matches a longer or shorter one it begins, e.g. llama32 and llama3), then trains the same way
+    (LoRA when the file has ``peft``), is a library recipe, and shares the most layout keys."""
+    from memtune.catalog.recipes import list_recipes  # the catalog reads the config layer too
+
+    words = _words(stem)
+    modes = {_MODE_WORDS[w] for w in words if w in _MODE_WORDS}
+    if data.get("peft"):
+        modes = {"peft"}
+    model_words = words - _MODE_WORDS.keys()
+
+    def score(recipe: Recipe) -> tuple[int, bool, bool, int]:
+        shared = max(_shared(model_words, _words(name)) for name in (recipe.label, *recipe.aliases))
+        same = sum(
+            _at(data, key) is not None and _at(data, key) == _at(recipe.config, key) for key in _LAYOUT_KEYS
+        )
+        return shared, recipe.mode in modes, recipe.kind == "library", same
+
+    return max(list_recipes(), key=score).label
+
+
+def _shared(words: set[str], other: set[str]) -> int:
+    return sum(
+        any(w == o or (min(len(w), len(o)) >= 5 and (w.startswith(o) or o.startswith(w))) for o in other)
+        for w in words
+    )
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in re.split(r"[^a-z0-9]+", name.lower().removeprefix("perf:")) if w and w != "config"}
+
+
+def _at(data: dict[str, Any], dotted: str) -> object:
+    section, key = dotted.split(".")
+    value = data.get(section)
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def read(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -1,0 +1,89 @@
+"""`memtune plan` fits the terminal and names what stopped every layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memtune.cli import main
+
+SEARCH = ["plan", "llama3-8b", "--gpus", "8", "--seq", "4096", "--gbs", "32"]
+SEARCH += ["--pin", "model.tensor_model_parallel_size=2"]
+
+
+def _plan(capsys, monkeypatch, width: int, args: list[str]) -> tuple[int, list[str]]:
+    monkeypatch.setenv("COLUMNS", str(width))
+    code = main([*args, "--workers", "1"])
+    return code, capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_one_line_per_layout_within_the_width_without_trailing_blanks(capsys, monkeypatch, width):
+    code, lines = _plan(capsys, monkeypatch, width, SEARCH)
+    assert code == 0
+    assert all(len(line) <= width and line == line.rstrip() for line in lines)
+    header = next(i for i, line in enumerate(lines) if line.startswith("#  layout"))
+    rows = lines[header + 2 : header + 7]
+    assert [row.split()[0] for row in rows] == ["1", "2", "3", "4", "5"]
+    assert rows[0].split()[1:5] == ["TP2", "PP1", "MBS4", "SP"] and rows[0].endswith("100.0%")
+    if width == 80:  # DP (the layout implies it) gives way first
+        assert lines[header].split()[1:] == [
+            "layout",
+            "recompute",
+            "optimizer",
+            "peak",
+            "free",
+            "tok/s/GPU",
+            "TFLOP/s",
+            "rel",
+        ]
+        assert lines[header + 7] == "not shown at 80 columns: DP"
+    else:
+        assert lines[header].split()[1:4] == ["layout", "DP", "recompute"]
+        assert rows[0].split()[5] == "4" and "not shown" not in "\n".join(lines)
+
+
+def test_seven_gpus_name_divisibility_not_memory(capsys, monkeypatch):
+    code, lines = _plan(
+        capsys, monkeypatch, 80, ["plan", "llama3-8b", "--gpus", "7", "--seq", "4096", "--gbs", "64"]
+    )
+    assert code == 1
+    assert lines[:6] == [
+        "No layout fits: every one of the 1,710 layouts breaks a divisibility rule.",
+        "  PAR001  1,596  The GPU count is not a multiple of TP × PP × CP",
+        "  BAT001    114  The global batch is not a multiple of micro-batch ×",
+        "                 data-parallel size",
+        "Try a GPU count with small factors (a multiple of 8) or a global batch size",
+        "divisible by the data-parallel size.",
+    ]
+    assert "more GPUs" not in "\n".join(lines)
+
+
+def test_a_model_too_large_for_its_gpus_names_memory(capsys, monkeypatch):
+    args = ["plan", "llama3-70b", "--gpus", "1", "--seq", "8192", "--gbs", "8"]
+    code, lines = _plan(capsys, monkeypatch, 80, args)
+    assert code == 1
+    assert lines[:2] == [
+        "No layout fits: none of the layouts that divide evenly fits in the GPU's memory.",
+        "Try more GPUs, LoRA (--mode lora) or a shorter sequence.",
+    ]
+
+
+def test_the_json_names_the_constraint_too(capsys, monkeypatch):
+    code, lines = _plan(
+        capsys,
+        monkeypatch,
+        80,
+        ["plan", "llama3-8b", "--gpus", "7", "--seq", "4096", "--gbs", "64", "--json"],
+    )
+    found = json.loads("\n".join(lines))["obstacle"]
+    assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 1710
+    assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 1596), ("BAT001", 114)]
+
+
+def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
+    args = [*SEARCH, "--pin", "model.recompute_granularity=selective", "--explain", "1", "--top", "1"]
+    code, lines = _plan(capsys, monkeypatch, 80, args)
+    assert code == 0 and all(len(line) <= 80 for line in lines)
+    assert "model.recompute_modules=[core_attn]" in " ".join(lines)  # not taken for rich markup

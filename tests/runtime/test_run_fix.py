@@ -1,0 +1,45 @@
+"""`memtune run --config` and `memtune fix --oom-log` rank the same fixes for the same failure."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from memtune.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = str(ROOT / "examples" / "llama3-70b-sft.yaml")
+CAPACITY_LOG = ROOT / "tests" / "diagnose" / "fixtures" / "h200" / "capacity.log"
+
+
+def _suggestions(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("warning: the log's GPU"))
+    end = next((i for i, line in enumerate(lines) if line == "Not chosen"), len(lines))
+    return [line for line in lines[start:end] if line]
+
+
+def test_run_prints_the_list_fix_prints(tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code = f"import sys; sys.stderr.write(open({str(CAPACITY_LOG)!r}).read()); sys.exit(1)"
+    assert (
+        main(["run", "--config", EXAMPLE, "--out", str(tmp_path / "run"), "--", sys.executable, "-c", code])
+        == 1
+    )
+    ran = capfd.readouterr().err
+    assert main(["fix", EXAMPLE, "--oom-log", str(CAPACITY_LOG)]) == 0
+    fixed = capfd.readouterr().out
+    listed = _suggestions(ran)
+    assert listed == _suggestions(fixed)
+    assert listed[2].startswith("1. ") and "what to change, cheapest first" not in ran
+
+
+def test_a_config_the_checks_refuse_keeps_the_runs_status_and_diagnosis(tmp_path, capfd):
+    broken = str(ROOT / "examples" / "broken-llama3-8b.yaml")
+    code = f"import sys; sys.stderr.write(open({str(CAPACITY_LOG)!r}).read()); sys.exit(1)"
+    assert (
+        main(["run", "--config", broken, "--out", str(tmp_path / "run"), "--", sys.executable, "-c", code])
+        == 1
+    )
+    err = capfd.readouterr().err
+    assert "diagnosis: capacity" in err and "warning: the log's GPU" not in err
