@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,6 +13,7 @@ from memtune.config import load_job
 from memtune.config.changes import job_data
 from memtune.errors import InputError
 from memtune.fix.search import FixResult, Suggestion, find_fixes
+from memtune.outfile import check_output_path, write_atomically
 from memtune.perf import ASSUMPTIONS
 from memtune.units import GiB
 
@@ -32,7 +32,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--oom-log", nargs="+", default=[], metavar="LOG", help="logs of the run that ran out of memory"
     )
     p.add_argument("--snapshot", metavar="FILE.pickle", help="a memory snapshot of that run")
-    p.add_argument("--write", metavar="OUT.yaml", help="write the first suggestion as a memtune YAML config")
+    p.add_argument(
+        "--write",
+        metavar="OUT.yaml",
+        help="write the first suggestion as a memtune YAML config (never over the input config)",
+    )
+    p.add_argument("--force", action="store_true", help="with --write: replace OUT.yaml if it exists")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(handler=run)
 
@@ -54,14 +59,22 @@ def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_job(args.config, args.overrides)
+    if args.force and not args.write:
+        raise InputError("--force goes with --write OUT.yaml")
+    target = (
+        check_output_path("--write", args.write, force=args.force, inputs=(args.config,))
+        if args.write
+        else None
+    )
     fragmentation, label, short = _from_logs(args)
     result = find_fixes(loaded.job, fragmentation, min_saving=short)
-    if args.write and result.suggestions:
-        Path(args.write).write_text(
-            "# written by memtune fix: "
-            + result.suggestions[0].title
-            + "\n"
-            + yaml.safe_dump(job_data(result.suggestions[0].job), sort_keys=False)
+    if target is not None and result.suggestions:
+        first = result.suggestions[0]
+        text = f"# written by memtune fix: {first.title}\n" + yaml.safe_dump(
+            job_data(first.job), sort_keys=False
+        )
+        write_atomically(
+            target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
         )
     if args.json:
         print(json.dumps(to_json(result, label), indent=2))

@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import tempfile
 from contextlib import ContextDecorator
 from pathlib import Path
 from typing import Any
 
+from memtune.outfile import write_atomically
 from memtune.runtime.monitor import default_output
 
 DEFAULT_MAX_ENTRIES = 100_000  # allocation events kept; each holds a Python stack (a few KB)
@@ -36,17 +36,9 @@ def write_snapshot(snapshot: Any, directory: str | os.PathLike[str], rank: int) 
     directory, then ``os.replace``; on failure nothing is left behind."""
     target = snapshot_path(directory, rank)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump(snapshot, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_atomically(
+        target, lambda handle: pickle.dump(snapshot, handle, protocol=pickle.HIGHEST_PROTOCOL), replace=True
+    )
     return target
 
 
