@@ -51,7 +51,7 @@ def check_output_path(option: str, path: str, *, force: bool, inputs: tuple[str,
 
 
 def write_atomically(
-    target: Path, write: Callable[[BinaryIO], None], *, replace: bool, option: str | None = None
+    target: Path, write: Callable[[BinaryIO], object], *, replace: bool, option: str | None = None
 ) -> None:
     """Call ``write`` on a temporary file next to ``target``, then move it to ``target``.
 
