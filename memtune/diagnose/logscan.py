@@ -35,6 +35,9 @@ FOLLOWING_BYTES = 16 << 10  # continuation lines a detector may read after a tri
 FOLLOWING_LINE_BYTES = 4 << 10  # of which each is cut to this (continuations are short)
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
 REPORT_SHAPES_KEPT = 10_000  # shapes of Megatron memory report lines remembered per stream
+# Shapes of triggered lines remembered with the kinds of finding they gave, so a line past the
+# caps is counted without being read (400,000 OOM messages); only lines up to this long.
+SHAPE_BYTES = 4 << 10
 
 # Files in a log directory that are not logs.
 _NOT_LOGS = {
@@ -212,6 +215,7 @@ class _Stream:
         self.kept: Counter[tuple[int | None, str]] = Counter()  # (rank, kind) -> findings kept
         self.skip: set[int] = set()  # line numbers already read as part of an earlier message
         self.report_shapes: dict[bytes, str] = {}  # line shape -> _report_shape(shape)
+        self.shape_kinds: dict[bytes, tuple[str, ...]] = {}  # line shape -> kinds its findings had
 
     def run(self, fh: _Readable, report: SourceReport) -> None:
         carry = b""
@@ -283,23 +287,40 @@ class _Stream:
     def _examine(self, buf: bytes, start: int, lineno: int) -> None:
         end = buf.find(b"\n", start)
         end = len(buf) if end < 0 else end
-        prefix_rank, text = _split_prefix(_decode(buf[start:end]))
+        raw = buf[start:end]
+        prefix_rank, text = _split_prefix(_decode(raw))
         text = text.strip()
         if not text:
             return
+        rank = prefix_rank if prefix_rank is not None else self.file_rank
+        # Digits read as 0, as for the triggers: a line of a known shape whose kinds are all past
+        # their caps would only be counted, so it is counted without running the detectors.
+        shape = raw.translate(_DIGITS_AS_ZERO) if len(raw) <= SHAPE_BYTES else None
+        known = self.shape_kinds.get(shape) if shape is not None else None
+        if known and all(self._full(rank, kind) for kind in known):
+            for kind in known:
+                self._admit(kind, rank)
+            return
         numbers: list[int] = []
+        read_following = False
 
         def following(limit: int) -> list[str]:
+            nonlocal read_following
+            read_following = True
             texts, found = self._following(buf, end + 1, lineno, prefix_rank, limit)
             numbers[:] = found
             return texts
 
-        rank = prefix_rank if prefix_rank is not None else self.file_rank
         line = detectors.Line(text, Where(self.name, lineno, rank), following)
-        for item in detectors.detect(line):
+        items = detectors.detect(line)
+        for item in items:
             self._keep(item)
             if isinstance(item, Failure) and item.consumed:
                 self.skip.update(numbers[: item.consumed])
+        if shape is not None and not read_following:  # what it gave depends on the line alone
+            if len(self.shape_kinds) >= REPORT_SHAPES_KEPT:
+                self.shape_kinds.clear()
+            self.shape_kinds[shape] = tuple(item.kind for item in items)
 
     def _following(
         self, buf: bytes, pos: int, lineno: int, rank: int | None, limit: int
@@ -321,17 +342,26 @@ class _Stream:
             pos = end + 1
         return texts, numbers
 
-    def _keep(self, item: Failure | Fact) -> None:
+    def _full(self, rank: int | None, kind: str) -> bool:
+        return self.result.kept[kind] >= MAX_FINDINGS_PER_KIND or self.kept[(rank, kind)] >= KEEP_PER_KIND
+
+    def _admit(self, kind: str, rank: int | None) -> bool:
+        """Whether a finding of ``kind`` on ``rank`` is kept; counted as summarised if not."""
         # Overall first, so a log of 200,000 ranks does not grow a counter per rank either.
-        if self.result.kept[item.kind] >= MAX_FINDINGS_PER_KIND:
-            self.result.suppressed[item.kind] += 1
-            return
-        key = (item.where.rank, item.kind)
+        if self.result.kept[kind] >= MAX_FINDINGS_PER_KIND:
+            self.result.suppressed[kind] += 1
+            return False
+        key = (rank, kind)
         self.kept[key] += 1
         if self.kept[key] > KEEP_PER_KIND:
-            self.result.suppressed[item.kind] += 1
+            self.result.suppressed[kind] += 1
+            return False
+        self.result.kept[kind] += 1
+        return True
+
+    def _keep(self, item: Failure | Fact) -> None:
+        if not self._admit(item.kind, item.where.rank):
             return
-        self.result.kept[item.kind] += 1
         if isinstance(item, Failure):
             self.result.failures.append(item)
         else:
