@@ -1,0 +1,81 @@
+"""JSON Lines that memtune reads back (monitor records, measured runs, runs' logs), with the
+guards of docs/limits.md: bounded lines, bounded numbers, and one line naming file:line on error.
+
+Numbers are parsed with limits rather than checked afterwards: an integer of more than
+``MAX_DIGITS`` digits is refused before Python converts it (5,000 digits would otherwise cost a
+conversion or raise a ValueError of its own), and ``NaN``, ``Infinity`` and floats that overflow
+to infinity (``1e400``) are refused, as no record memtune writes holds one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from memtune.errors import InputError
+from memtune.limits import MAX_DIGITS, MAX_JSONL_LINE_BYTES, MAX_JSONL_RECORDS
+
+
+class NumberError(ValueError):
+    """A number in a JSON text that memtune does not read (what is wrong is the message)."""
+
+
+def _integer(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise NumberError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_DIGITS})")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NumberError(f"{text[:20]} is out of range for a number")
+    return value
+
+
+def _constant(text: str) -> float:
+    raise NumberError(f"{text} is not a number memtune reads")
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` with bounded numbers; NumberError names a refused one."""
+    return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+
+
+def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of ``file``.
+
+    With ``torn_last_line`` an invalid last line is skipped: a process killed mid-write leaves
+    one. A line over MAX_JSONL_LINE_BYTES, more than MAX_JSONL_RECORDS lines, invalid JSON and a
+    refused number are each one InputError naming ``file:line``."""
+    try:
+        with open(file, "rb") as fh:
+            number = 0
+            pending: tuple[int, str] | None = None  # an invalid line, an error unless it is the last
+            while raw := fh.readline(MAX_JSONL_LINE_BYTES + 1):
+                number += 1
+                if pending is not None:
+                    raise InputError(f"{file}:{pending[0]}: {pending[1]}")
+                if len(raw) > MAX_JSONL_LINE_BYTES:
+                    raise InputError(f"{file}:{number}: line longer than {MAX_JSONL_LINE_BYTES >> 20} MiB")
+                if number > MAX_JSONL_RECORDS:
+                    raise InputError(f"{file}: more than {MAX_JSONL_RECORDS:,} lines")
+                text = raw.decode("utf-8", "replace").strip()
+                if not text:
+                    continue
+                try:
+                    value = loads(text)
+                except NumberError as exc:
+                    raise InputError(f"{file}:{number}: {exc}") from None
+                except json.JSONDecodeError as exc:
+                    problem = f"invalid JSON ({exc.msg})"
+                    if not torn_last_line:
+                        raise InputError(f"{file}:{number}: {problem}") from None
+                    pending = (number, problem)
+                    continue
+                yield number, value
+    except OSError as exc:
+        raise InputError(f"{file}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
