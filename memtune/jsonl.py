@@ -17,6 +17,7 @@ from typing import Any
 
 from memtune.errors import InputError
 from memtune.limits import MAX_DIGITS, MAX_JSONL_LINE_BYTES, MAX_JSONL_RECORDS
+from memtune.numbers import echo
 
 
 class NumberError(ValueError):
@@ -43,6 +44,42 @@ def _constant(text: str) -> float:
 def loads(text: str) -> Any:
     """``json.loads`` with bounded numbers; NumberError names a refused one."""
     return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+
+
+Holds = tuple[int, int] | str  # an integer range, or "number" (finite, at least 0), "mapping", "string"
+
+
+def check_field(where: str, record: dict[str, Any], name: str, holds: Holds, nullable: bool = False) -> None:
+    """Refuse, in one line naming ``where`` and the field, a value of ``record[name]`` outside
+    ``holds`` (null only where ``nullable``)."""
+    value = record.get(name)
+    if (value is None and nullable) or _holds(holds, value):
+        return
+    got = echo(value) if name in record else "nothing"
+    null = " or null" if nullable else ""
+    raise InputError(f"{where}: {name} must be {_describe(holds)}{null}, got {got}")
+
+
+def _holds(holds: Holds, value: object) -> bool:
+    if isinstance(holds, tuple):
+        return isinstance(value, int) and not isinstance(value, bool) and holds[0] <= value <= holds[1]
+    if holds == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+    return isinstance(value, dict if holds == "mapping" else str)
+
+
+def _describe(holds: Holds) -> str:
+    if isinstance(holds, tuple):
+        return f"an integer from {_bound(holds[0])} to {_bound(holds[1])}"
+    return {"number": "a finite number of at least 0", "mapping": "a mapping", "string": "a string"}[holds]
+
+
+def _bound(n: int) -> str:
+    """A limit as people write it: ``2^62`` rather than 4611686018427387904."""
+    size = abs(n)
+    if size >= 1 << 20 and size & (size - 1) == 0:
+        return ("-" if n < 0 else "") + f"2^{size.bit_length() - 1}"
+    return str(n)
 
 
 def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[int, Any]]:

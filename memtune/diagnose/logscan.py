@@ -16,8 +16,9 @@ import re
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, compress, count
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -123,7 +124,7 @@ def _rank_from_path(path: Path) -> int | None:
     return None
 
 
-class _Readable(Protocol):
+class Readable(Protocol):
     """What the scanner reads from: a binary file, stdin's buffer, a tolerant gzip stream."""
 
     def read(self, n: int, /) -> bytes: ...
@@ -217,7 +218,7 @@ class _Stream:
         self.report_shapes: dict[bytes, str] = {}  # line shape -> _report_shape(shape)
         self.shape_kinds: dict[bytes, tuple[str, ...]] = {}  # line shape -> kinds its findings had
 
-    def run(self, fh: _Readable, report: SourceReport) -> None:
+    def run(self, fh: Readable, report: SourceReport) -> None:
         carry = b""
         line_base = 1  # line number of the first line in `buf`
         eof = False
@@ -379,7 +380,8 @@ def _looks_binary(head: bytes) -> bool:
     return undecodable > 0.3 * max(1, len(sample))
 
 
-def _expand(inputs: Iterable[str]) -> Iterator[str]:
+def expand(inputs: Iterable[str]) -> Iterator[str]:
+    """The inputs with each directory replaced by the log files under it."""
     for item in inputs:
         path = Path(item)
         if item != "-" and path.is_dir():
@@ -433,7 +435,7 @@ class _TolerantGzip:
 class _Peeked:
     """A binary stream whose first bytes were already read to sniff for binary content."""
 
-    def __init__(self, head: bytes, rest: _Readable) -> None:
+    def __init__(self, head: bytes, rest: Readable) -> None:
         self.head, self.rest = head, rest
 
     def read(self, n: int) -> bytes:
@@ -443,42 +445,77 @@ class _Peeked:
         return self.rest.read(n)
 
 
+def read_source(name: str, report: SourceReport, consume: Callable[[Readable], None]) -> str | None:
+    """Open the input ``name`` ("-": stdin) and give its stream to ``consume``, with the scanner's
+    guards: binary content is skipped, a cut or corrupt ``.gz`` ends the stream where it breaks,
+    and read errors are caught; ``report.note`` says what happened (``consume`` counts
+    ``report.bytes_read``). Returns a problem line when nothing of the input could be read."""
+    try:
+        fh = _open(name)
+    except OSError as exc:
+        report.note = "skipped: cannot open"
+        return f"{name}: cannot open ({exc.strerror or exc.__class__.__name__})"
+    try:
+        head = fh.read(1 << 16)
+        if _looks_binary(head):
+            report.note = "skipped: binary data, not a text log"
+            return None
+        consume(_Peeked(head, fh))
+        if report.bytes_read == 0:
+            report.note = "empty"
+        if isinstance(fh, _TolerantGzip) and fh.error is not None:
+            # What was read before the cut is kept: a log copied while the job died is still evidence.
+            report.note = (
+                f"truncated or corrupt compressed data after {report.bytes_read} bytes "
+                f"({fh.error.__class__.__name__}); findings before that point are kept"
+            )
+            if report.bytes_read == 0:
+                report.note = "skipped: " + report.note
+                return f"{name}: {report.note[9:]}"
+    except OSError as exc:
+        report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
+        return f"{name}: {report.note[9:]}"
+    finally:
+        if name != "-":  # stdin stays open (and may be None when the process started without one)
+            fh.close()
+    return None
+
+
+def text_lines(stream: Readable, report: SourceReport) -> Iterator[str]:
+    """Every line of ``stream`` decoded, each cut to MAX_LINE_BYTES, read in CHUNK_BYTES chunks:
+    for readers that want each line (``diff --logs``) rather than the triggered ones."""
+    carry = b""
+    cutting = False  # the rest of a line already cut is being dropped
+    while data := stream.read(CHUNK_BYTES):
+        report.bytes_read += len(data)
+        pieces = (carry + data).split(b"\n")
+        carry = pieces.pop()
+        if cutting and pieces:
+            pieces, cutting = pieces[1:], False
+        for piece in pieces:
+            report.lines += 1
+            yield _decode(piece)
+        if len(carry) > MAX_LINE_BYTES:
+            if not cutting:
+                report.lines += 1
+                yield _decode(carry)
+                cutting = True
+            carry = b""
+    if carry and not cutting:
+        report.lines += 1
+        yield _decode(carry)
+
+
 def scan(inputs: Iterable[str]) -> ScanResult:
     """Scan every input; raise InputError only when a named input cannot be read at all."""
     result = ScanResult()
     problems = []
-    for name in _expand(inputs):
+    for name in expand(inputs):
         report = SourceReport("<stdin>" if name == "-" else name)
         result.sources.append(report)
-        try:
-            fh = _open(name)
-        except OSError as exc:
-            problems.append(f"{name}: cannot open ({exc.strerror or exc.__class__.__name__})")
-            report.note = "skipped: cannot open"
-            continue
-        try:
-            head = fh.read(1 << 16)
-            if _looks_binary(head):
-                report.note = "skipped: binary data, not a text log"
-                continue
-            _Stream(report.name, result).run(_Peeked(head, fh), report)
-            if report.bytes_read == 0:
-                report.note = "empty"
-            if isinstance(fh, _TolerantGzip) and fh.error is not None:
-                # What was read before the cut is kept: a log copied while the job died is still evidence.
-                report.note = (
-                    f"truncated or corrupt compressed data after {report.bytes_read} bytes "
-                    f"({fh.error.__class__.__name__}); findings before that point are kept"
-                )
-                if report.bytes_read == 0:
-                    report.note = "skipped: " + report.note
-                    problems.append(f"{name}: {report.note[9:]}")
-        except OSError as exc:
-            report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
-            problems.append(f"{name}: {report.note[9:]}")
-        finally:
-            if name != "-":  # stdin stays open (and may be None when the process started without one)
-                fh.close()
+        problem = read_source(name, report, partial(_Stream(report.name, result).run, report=report))
+        if problem is not None:
+            problems.append(problem)
     if problems and not result.readable:
         raise InputError(problems)
     if not result.readable:

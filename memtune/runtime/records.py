@@ -26,14 +26,13 @@ object carrying ``"schema_version": 1``, ``"kind"``, ``"rank"`` and ``"time"`` (
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
-from memtune.jsonl import read_jsonl
+from memtune.jsonl import Holds, check_field, read_jsonl
 from memtune.limits import MAX_PARALLEL, MAX_RECORD_BYTES, MAX_STEP
 from memtune.numbers import echo
 
@@ -148,12 +147,11 @@ def _read_file(file: Path) -> list[dict[str, Any]]:
     return records
 
 
-# What each field of a record may hold: an integer range, "number" (finite, at least 0),
-# "mapping" or "string"; the fields the monitor may write as null are marked so.
+# What each field of a record may hold (memtune/jsonl.py: Holds), and whether the monitor may
+# write it as null.
 _BYTES = (0, MAX_RECORD_BYTES)
 _STEP = (0, MAX_STEP)
-Kind = tuple[int, int] | str
-_FIELDS: dict[str, dict[str, tuple[Kind, bool]]] = {  # kind -> field -> (what it holds, may be null)
+_FIELDS: dict[str, dict[str, tuple[Holds, bool]]] = {
     "start": {
         "world_size": ((1, MAX_PARALLEL), True),
         "pp_rank": ((0, MAX_PARALLEL - 1), True),
@@ -177,25 +175,6 @@ def check_record(record: dict[str, Any], where: str) -> None:
     kind = record["kind"]
     if not isinstance(kind, str) or kind not in _FIELDS:
         raise InputError(f"{where}: kind {echo(kind)} is not one of {', '.join(_FIELDS)}")
-    fields: dict[str, tuple[Kind, bool]] = {"rank": ((0, MAX_PARALLEL - 1), False), **_FIELDS[kind]}
-    for name, (holds, nullable) in fields.items():
-        value = record.get(name)
-        if (value is None and nullable) or _holds(holds, value):
-            continue
-        got = echo(value) if name in record else "nothing"
-        null = " or null" if nullable else ""
-        raise InputError(f"{where}: {name} must be {_describe(holds)}{null}, got {got}")
-
-
-def _holds(holds: Kind, value: object) -> bool:
-    if isinstance(holds, tuple):
-        return isinstance(value, int) and not isinstance(value, bool) and holds[0] <= value <= holds[1]
-    if holds == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
-    return isinstance(value, dict if holds == "mapping" else str)
-
-
-def _describe(holds: Kind) -> str:
-    if isinstance(holds, tuple):
-        return f"an integer from {holds[0]} to {holds[1]}"
-    return {"number": "a finite number of at least 0", "mapping": "a mapping", "string": "a string"}[holds]
+    check_field(where, record, "rank", (0, MAX_PARALLEL - 1))
+    for name, (holds, nullable) in _FIELDS[kind].items():
+        check_field(where, record, name, holds, nullable)

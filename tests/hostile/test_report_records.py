@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from memtune.bench.accuracy import read_runs
 from memtune.errors import InputError
 from memtune.jsonl import read_jsonl
-from memtune.limits import MAX_JSONL_LINE_BYTES, MAX_PARALLEL, MAX_RECORD_BYTES, MAX_STEP
+from memtune.limits import MAX_JSONL_LINE_BYTES, MAX_PARALLEL
 from tests.hostile.conftest import assert_well_behaved, run_cli
 
 START = {"schema_version": 1, "kind": "start", "rank": 0, "time": 0.0, "world_size": 1}
@@ -65,7 +65,7 @@ BAD_STEPS = [
 def test_a_bad_field_is_one_line_naming_file_line_and_field(capsys, tmp_path, change, message):
     file = write_records(tmp_path, START, {**STEP, **change})
     status, out, err, _ = run_cli(capsys, "report", str(tmp_path))
-    expected = message.format(step=MAX_STEP, rank=MAX_PARALLEL - 1, bytes=MAX_RECORD_BYTES)
+    expected = message.format(step="2^40", rank=MAX_PARALLEL - 1, bytes="2^62")
     assert (status, out, err) == (2, "", f"memtune report: {file}:2: {expected}\n")
 
 
