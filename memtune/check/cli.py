@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(
         args, "memtune check CONFIG|--recipe NAME [key=value ...] (or --list / --explain CODE)"
     )
-    report_ignored(loaded)
+    report_ignored(loaded, args.command)
     findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)

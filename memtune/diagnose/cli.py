@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
     if loaded is not None:
-        report_ignored(loaded)
+        report_ignored(loaded, args.command)
     result = diagnose(logs, snapshot=args.snapshot, config=loaded, plot_to=args.plot)
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)

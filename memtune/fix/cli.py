@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from memtune.config import load_job
+from memtune.config import load_job, report_ignored
 from memtune.config.changes import job_data
 from memtune.errors import InputError
 from memtune.fix.search import FixResult, Suggestion, find_fixes
@@ -59,6 +59,7 @@ def _from_logs(args: argparse.Namespace) -> tuple[bool | None, str | None, int]:
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded, args.command)
     if args.force and not args.write:
         raise InputError("--force goes with --write OUT.yaml")
     target = (

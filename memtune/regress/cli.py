@@ -93,10 +93,14 @@ def run_diff(args: argparse.Namespace) -> int:
         logs = diff_runs(*paths)
         _emit(args, render.logs_json(logs), render.logs_lines(logs, every_step=args.all))
         return 0
+    from memtune.config import report_ignored
     from memtune.regress.attribution import diff_configs
     from memtune.regress.jobs import load_pair
 
-    diff = diff_configs(*load_pair(paths[0], paths[1], overrides))
+    pair = load_pair(paths[0], paths[1], overrides)
+    for loaded in pair:
+        report_ignored(loaded, args.command)
+    diff = diff_configs(*pair)
     _emit(args, render.diff_json(diff), render.diff_lines(diff))
     return 0
 
