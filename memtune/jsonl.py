@@ -17,7 +17,7 @@ from typing import Any
 
 from memtune.errors import InputError
 from memtune.limits import MAX_DIGITS, MAX_JSONL_LINE_BYTES, MAX_JSONL_RECORDS
-from memtune.numbers import echo
+from memtune.numbers import echo, limit_text
 
 
 class NumberError(ValueError):
@@ -70,16 +70,8 @@ def _holds(holds: Holds, value: object) -> bool:
 
 def _describe(holds: Holds) -> str:
     if isinstance(holds, tuple):
-        return f"an integer from {_bound(holds[0])} to {_bound(holds[1])}"
+        return f"an integer from {limit_text(holds[0])} to {limit_text(holds[1])}"
     return {"number": "a finite number of at least 0", "mapping": "a mapping", "string": "a string"}[holds]
-
-
-def _bound(n: int) -> str:
-    """A limit as people write it: ``2^62`` rather than 4611686018427387904."""
-    size = abs(n)
-    if size >= 1 << 20 and size & (size - 1) == 0:
-        return ("-" if n < 0 else "") + f"2^{size.bit_length() - 1}"
-    return str(n)
 
 
 def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[int, Any]]:

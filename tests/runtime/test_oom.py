@@ -53,7 +53,7 @@ def test_capture_without_cuda_records_nothing_and_lets_errors_through(tmp_path):
         return x + 1
 
     assert train(1) == 2
-    with pytest.raises(ValueError, match="max_entries: must be at least 1"):
+    with pytest.raises(ValueError, match="max_entries: must be from 1 to 10000000, got 0"):
         capture_oom(tmp_path, max_entries=0)
 
 
