@@ -62,11 +62,11 @@ def diff_lines(diff: ConfigDiff) -> list[str]:
     quiet = [k for k in diff.keys if k.alone is not None and not any(any(p.values()) for p in k.alone)]
     if quiet:
         lines.append("No effect on the estimate:")
-        lines += [f"  {k.change}" for k in quiet]
+        lines += [f"  {k}" for k in quiet]
     refused = [k for k in diff.keys if k.alone is None]
     if refused:
         lines.append("Refused alone by memtune check (their effect is inside the interactions):")
-        lines += [f"  {k.change}: {k.refused}" for k in refused]
+        lines += [f"  {k}: {k.refused}" for k in refused]
     if diff.unread:
         lines.append(f"Not read by memtune ({len(diff.unread)}; no effect on the estimate):")
         for u in diff.unread[:UNREAD_SHOWN]:
@@ -108,6 +108,9 @@ def diff_json(diff: ConfigDiff) -> dict[str, Any]:
                 "after": k.change.change.value,
                 "alone": ranks(k.alone) if k.alone is not None else None,
                 "refused_alone": k.refused,
+                "together_with": [
+                    {"key": t.key, "before": t.before, "after": t.change.value} for t in k.together
+                ],
             }
             for k in diff.keys
         ],
