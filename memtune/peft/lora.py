@@ -100,8 +100,8 @@ class LoRA:
         ``tp_group`` is the tensor-parallel group when the linears do not carry one
         (Megatron-Core's carry ``tp_group``; without either, Megatron's parallel state is asked).
         """
-        _torch()
         apicheck.has_methods("model", model, "a torch.nn.Module", "parameters", "named_modules")
+        _torch()
         from memtune.peft.modules import LoRALinear, make_adapter
 
         for p in model.parameters():

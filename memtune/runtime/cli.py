@@ -96,7 +96,7 @@ def report(args: argparse.Namespace) -> int:
 
     from memtune.runtime.records import read_directory
     from memtune.runtime.render import plot, render, to_json
-    from memtune.runtime.report import RankEstimateRef, build_report, measured_records
+    from memtune.runtime.report import build_report, measured_records, rank_estimates
 
     monitor_run = read_directory(args.dir)
     estimates, source, config_dump = None, None, None
@@ -106,11 +106,7 @@ def report(args: argparse.Namespace) -> int:
         from memtune.estimate import estimate
 
         job = load_job(args.config, []).job
-        est = estimate(gate(job))
-        estimates = {}
-        for rank in monitor_run.ranks:
-            rank_estimate = est.rank(rank)
-            estimates[rank] = RankEstimateRef(rank_estimate.pp_rank, rank_estimate.peak_bytes)
+        estimates = rank_estimates(monitor_run, estimate(gate(job)), args.config)
         source, config_dump = f"config {args.config}", job.model_dump(mode="json", exclude_defaults=True)
     else:
         config_dump = next((r.config for r in monitor_run.ranks.values() if r.config is not None), None)

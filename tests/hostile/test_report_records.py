@@ -164,3 +164,15 @@ def test_any_record_is_reported_or_refused_in_one_line(capsys, tmp_path, changes
     assert_well_behaved(status, err, allowed=(0, 2))
     if status == 2:
         assert len(err.splitlines()) == 1 and ".jsonl:2: " in err
+
+
+def test_records_of_ranks_the_config_does_not_have_are_refused(capsys, tmp_path):
+    config = "tests/runtime/configs/pp2-dp2.yaml"  # world size 4
+    start, step = {**START, "rank": 12}, {**STEP, "rank": 12}
+    (tmp_path / "memtune-monitor-rank12.jsonl").write_text(json.dumps(start) + "\n" + json.dumps(step) + "\n")
+    status, _, err, _ = run_cli(capsys, "report", str(tmp_path), "--config", config)
+    assert (status, err) == (
+        2,
+        f"memtune report: --config {config}: its world size is 4, but {tmp_path} has records of rank 12 "
+        "(records of another job?)\n",
+    )
