@@ -43,6 +43,8 @@ def check_output_path(option: str, path: str, *, force: bool, inputs: tuple[str,
             raise InputError(f"{shown}: directory {cut(str(target.parent))} does not exist")
         if not force and (target.exists() or target.is_symlink()):
             raise InputError(f"{shown}: already exists (--force replaces it)")
+        if target.exists() and not target.is_file():  # a device or a pipe is not replaced by a file
+            raise InputError(f"{shown}: not a regular file")
     except OSError as exc:
         raise InputError(f"{shown}: {exc.strerror or exc.__class__.__name__}") from None
     if not os.access(target.parent, os.W_OK):
@@ -57,7 +59,8 @@ def write_atomically(
 
     With ``option`` (the command-line option that named the file) a failure is an InputError
     naming it; without, the OSError propagates (the Python API's callers handle their own)."""
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    # A short name of its own: the target's name plus a suffix could exceed the file system's limit.
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".memtune-", suffix=".tmp")
     try:
         os.fchmod(fd, _created_mode())
         with os.fdopen(fd, "wb") as handle:

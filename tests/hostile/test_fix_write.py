@@ -93,3 +93,15 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path):
     with pytest.raises(InputError, match=r"out\.yaml: cannot write \(No space left on device\)$"):
         write_atomically(target, fail, replace=True, option="--write")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_is_not_replaced_even_with_force(capsys, config):
+    status, _, err, _ = run_cli(capsys, "fix", str(config), "--write", "/dev/null", "--force")
+    assert (status, err) == (2, "memtune fix: --write /dev/null: not a regular file\n")
+    assert not Path("/dev/null").is_file()
+
+
+def test_a_name_at_the_file_systems_limit_is_written(capsys, config, tmp_path):
+    out_file = tmp_path / ("x" * 250 + ".yaml")
+    status, _, _, _ = run_cli(capsys, "fix", str(config), "--write", str(out_file))
+    assert status == 0 and out_file.read_text().startswith("# written by memtune fix: ")

@@ -27,7 +27,7 @@ def test_snapshot_goes_through_a_temporary_file_and_a_rename(tmp_path, monkeypat
     assert path == tmp_path / "oom-rank3" / "oom-snapshot-rank3.pickle"
     [(directory, temporary, target_existed)] = seen
     assert directory == str(path.parent)  # same file system, so the rename is atomic
-    assert temporary.startswith(".oom-snapshot-rank3.pickle.") and temporary.endswith(".tmp")
+    assert temporary.startswith(".memtune-") and temporary.endswith(".tmp")
     assert target_existed is False
     assert pickle.loads(path.read_bytes()) == snapshot
     assert os.listdir(path.parent) == ["oom-snapshot-rank3.pickle"]
