@@ -20,30 +20,34 @@ from memtune.limits import MAX_DIGITS, MAX_JSONL_LINE_BYTES, MAX_JSONL_RECORDS
 from memtune.numbers import echo, limit_text
 
 
-class NumberError(ValueError):
-    """A number in a JSON text that memtune does not read (what is wrong is the message)."""
+class RefusedJson(ValueError):
+    """A JSON text memtune does not read: a number out of bounds, or nesting too deep for the
+    parser (what is wrong is the message)."""
 
 
 def _integer(text: str) -> int:
     if len(text.lstrip("-")) > MAX_DIGITS:
-        raise NumberError(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_DIGITS})")
+        raise RefusedJson(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_DIGITS})")
     return int(text)
 
 
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise NumberError(f"{text[:20]} is out of range for a number")
+        raise RefusedJson(f"{text[:20]} is out of range for a number")
     return value
 
 
 def _constant(text: str) -> float:
-    raise NumberError(f"{text} is not a number memtune reads")
+    raise RefusedJson(f"{text} is not a number memtune reads")
 
 
 def loads(text: str) -> Any:
-    """``json.loads`` with bounded numbers; NumberError names a refused one."""
-    return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+    """``json.loads`` with bounded numbers; RefusedJson names a refused number or deep nesting."""
+    try:
+        return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise RefusedJson("lists and objects nested too deeply to read") from None
 
 
 Holds = tuple[int, int] | str  # an integer range, or "number" (finite, at least 0), "mapping", "string"
@@ -97,7 +101,7 @@ def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[in
                     continue
                 try:
                     value = loads(text)
-                except NumberError as exc:
+                except RefusedJson as exc:
                     raise InputError(f"{file}:{number}: {exc}") from None
                 except json.JSONDecodeError as exc:
                     problem = f"invalid JSON ({exc.msg})"

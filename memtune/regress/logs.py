@@ -24,7 +24,7 @@ from pathlib import Path
 from memtune.diagnose.detectors import rank_memory_report
 from memtune.diagnose.logscan import Readable, SourceReport, expand, read_source, text_lines
 from memtune.errors import InputError
-from memtune.jsonl import NumberError, check_field, loads
+from memtune.jsonl import RefusedJson, check_field, loads
 from memtune.limits import MAX_PARALLEL, MAX_RECORD_BYTES, MAX_RUN_PAIRS, MAX_STEP
 from memtune.units import MiB
 
@@ -125,7 +125,7 @@ _JSONL_BOUNDS = {
 def _jsonl_record(name: str, number: int, text: str) -> tuple[int, int, Peak] | None:
     try:
         record = loads(text)
-    except NumberError as exc:
+    except RefusedJson as exc:
         raise InputError(f"{name}:{number}: {exc}") from None
     except json.JSONDecodeError:
         return None  # a log line that happens to start with a brace

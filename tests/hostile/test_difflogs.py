@@ -91,6 +91,13 @@ def test_jsonl_numbers_are_bounded(capsys, run_a, tmp_path, value, message):
     assert (status, err) == (2, f"memtune diff: {b}:1: {message}\n")
 
 
+def test_deep_nesting_is_one_line_naming_file_and_line(capsys, run_a, tmp_path):
+    b = tmp_path / "b.jsonl"
+    b.write_text('{"rank": ' + "[" * 30_000 + "]" * 30_000 + "}\n")
+    status, _, err, _ = run_cli(capsys, "diff", "--logs", str(run_a), str(b))
+    assert (status, err) == (2, f"memtune diff: {b}:1: lists and objects nested too deeply to read\n")
+
+
 def test_rank_and_step_are_bounded(capsys, run_a, tmp_path):
     b = tmp_path / "b.jsonl"
     b.write_text(record(-1, 1, 1, 1) + "\n")
