@@ -52,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE.jsonl",
         help="write per-rank records that `memtune bench accuracy` reads",
     )
+    report_parser.add_argument(
+        "--force", action="store_true", help="with --export-measured: replace FILE.jsonl if it exists"
+    )
     report_parser.set_defaults(handler=report)
 
 
@@ -94,10 +97,21 @@ def _diagnose(out_dir: Path, config: str | None, snapshots: list[Path]) -> None:
 def report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from memtune.outfile import check_output_path, write_atomically
+    from memtune.plotfile import check_plot_path
     from memtune.runtime.records import read_directory
     from memtune.runtime.render import plot, render, to_json
     from memtune.runtime.report import build_report, measured_records, rank_estimates
 
+    if args.plot:
+        check_plot_path(args.plot)
+    if args.force and not args.export_measured:
+        raise InputError("--force goes with --export-measured FILE.jsonl")
+    export = (
+        check_output_path("--export-measured", args.export_measured, force=args.force)
+        if args.export_measured
+        else None
+    )
     monitor_run = read_directory(args.dir)
     estimates, source, config_dump = None, None, None
     if args.config:
@@ -113,14 +127,17 @@ def report(args: argparse.Namespace) -> int:
     result = build_report(monitor_run, estimates, source)
     if args.plot:
         plot(monitor_run, result, args.plot)
-    if args.export_measured:
+    if export is not None:
         if config_dump is None:
             raise InputError(
                 "--export-measured needs the job config: give --config (the monitor recorded none)"
             )
         name = Path(args.dir).resolve().name
         lines = [json.dumps(r) for r in measured_records(monitor_run, config_dump, name, result.rows)]
-        Path(args.export_measured).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        text = "".join(line + "\n" for line in lines).encode()
+        write_atomically(
+            export, lambda handle: handle.write(text), replace=args.force, option="--export-measured"
+        )
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -176,3 +176,27 @@ def test_records_of_ranks_the_config_does_not_have_are_refused(capsys, tmp_path)
         f"memtune report: --config {config}: its world size is 4, but {tmp_path} has records of rank 12 "
         "(records of another job?)\n",
     )
+
+
+def test_plot_into_a_directory_and_an_existing_export_are_refused_before_reading(capsys, tmp_path):
+    write_records(tmp_path, START, STEP)
+    status, _, err, _ = run_cli(capsys, "report", str(tmp_path), "--plot", str(tmp_path))
+    assert (status, err) == (
+        2,
+        f"memtune report: --plot {tmp_path}: the file name must end in .png, .pdf, .svg (the extension picks "
+        "the format)\n",
+    )
+    export = tmp_path / "measured.jsonl"
+    export.write_text("mine\n")
+    config = "tests/runtime/configs/pp2-dp2.yaml"
+    status, _, err, _ = run_cli(
+        capsys, "report", str(tmp_path), "--config", config, "--export-measured", str(export)
+    )
+    assert (status, err) == (
+        2,
+        f"memtune report: --export-measured {export}: already exists (--force replaces it)\n",
+    )
+    assert export.read_text() == "mine\n"
+    argv = ("report", str(tmp_path), "--config", config, "--export-measured", str(export), "--force")
+    status, _, _, _ = run_cli(capsys, *argv)
+    assert status == 0 and json.loads(export.read_text().splitlines()[0])["rank"] == 0
