@@ -126,7 +126,11 @@ def _jsonl_record(name: str, number: int, text: str) -> tuple[int, int, Peak] | 
     try:
         record = loads(text)
     except RefusedJson as exc:
-        raise InputError(f"{name}:{number}: {exc}") from None
+        # A JSON log line of another tool may hold NaN; only a line that names every field of a
+        # memory record is one.
+        if all(f'"{key}"' in text for key in JSONL_FIELDS):
+            raise InputError(f"{name}:{number}: {exc}") from None
+        return None
     except json.JSONDecodeError:
         return None  # a log line that happens to start with a brace
     if not isinstance(record, dict) or not all(key in record for key in JSONL_FIELDS):

@@ -91,9 +91,20 @@ def test_jsonl_numbers_are_bounded(capsys, run_a, tmp_path, value, message):
     assert (status, err) == (2, f"memtune diff: {b}:1: {message}\n")
 
 
+def test_another_tools_json_line_with_nan_is_not_a_record(tmp_path, run_a):
+    b = tmp_path / "b.log"
+    b.write_text('{"loss": NaN, "step": 1}\n' + record(0, 1, GiB, 2 * GiB) + "\n")
+    assert [(s.rank, s.step) for s in diff_runs(str(run_a), str(b)).steps] == [(0, 1)]
+
+
 def test_deep_nesting_is_one_line_naming_file_and_line(capsys, run_a, tmp_path):
     b = tmp_path / "b.jsonl"
-    b.write_text('{"rank": ' + "[" * 30_000 + "]" * 30_000 + "}\n")
+    b.write_text(
+        '{"rank": '
+        + "[" * 30_000
+        + "]" * 30_000
+        + ', "step": 1, "peak_allocated_bytes": 1, "peak_reserved_bytes": 1}\n'
+    )
     status, _, err, _ = run_cli(capsys, "diff", "--logs", str(run_a), str(b))
     assert (status, err) == (2, f"memtune diff: {b}:1: lists and objects nested too deeply to read\n")
 
