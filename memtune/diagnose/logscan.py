@@ -37,7 +37,9 @@ FOLLOWING_LINE_BYTES = 4 << 10  # of which each is cut to this (continuations ar
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
 REPORT_SHAPES_KEPT = 10_000  # shapes of Megatron memory report lines remembered per stream
 # Shapes of triggered lines remembered with the kinds of finding they gave, so a line past the
-# caps is counted without being read (400,000 OOM messages); only lines up to this long.
+# caps is counted without being read (400,000 OOM messages): this many shapes, of lines up to
+# SHAPE_BYTES long.
+KIND_SHAPES_KEPT = 10_000
 SHAPE_BYTES = 4 << 10
 
 # Files in a log directory that are not logs.
@@ -319,7 +321,7 @@ class _Stream:
             if isinstance(item, Failure) and item.consumed:
                 self.skip.update(numbers[: item.consumed])
         if shape is not None and not read_following:  # what it gave depends on the line alone
-            if len(self.shape_kinds) >= REPORT_SHAPES_KEPT:
+            if len(self.shape_kinds) >= KIND_SHAPES_KEPT:
                 self.shape_kinds.clear()
             self.shape_kinds[shape] = tuple(item.kind for item in items)
 
