@@ -176,6 +176,13 @@ class StepChange:
         return ALLOCATED if moved else "reserved"
 
     @property
+    def component_peaks(self) -> tuple[int, int]:
+        """The telling peak in A and in B."""
+        if self.component == ALLOCATED:
+            return self.before.allocated, self.after.allocated
+        return self.before.reserved, self.after.reserved
+
+    @property
     def component_delta(self) -> int:
         return self.allocated_delta if self.component == ALLOCATED else self.reserved_delta
 
@@ -198,6 +205,12 @@ class RankSummary:
     allocated_delta: int  # the largest change of the allocated peak over the steps, with its sign
     reserved_delta: int
     kind: str  # the most telling change of its steps
+
+
+def changed_most(ranks: list[RankSummary], count: int) -> list[RankSummary]:
+    """The ``count`` ranks whose peaks changed most, in rank order (all of them if fewer)."""
+    most = sorted(ranks, key=lambda r: -max(abs(r.allocated_delta), abs(r.reserved_delta)))
+    return sorted(most[:count], key=lambda r: r.rank)
 
 
 def _grew(before: int, delta: int) -> bool:

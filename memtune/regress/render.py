@@ -14,6 +14,7 @@ from memtune.regress.logs import (
     SHRANK,
     LogDiff,
     StepChange,
+    changed_most,
 )
 from memtune.regress.walk import Probe, Walk
 from memtune.units import MiB, human
@@ -137,16 +138,8 @@ def _fit(head: str, tail: str) -> list[str]:
 
 
 def _change(title: str, s: StepChange) -> list[str]:
-    before, after = (
-        (s.before.allocated, s.after.allocated)
-        if s.component == ALLOCATED
-        else (
-            s.before.reserved,
-            s.after.reserved,
-        )
-    )
     head = f"{title}: step {s.step}, rank {s.rank}: {s.component} {signed(s.component_delta)}"
-    return [*_fit(head, f"({_pair(before, after)})"), f"  {_WHY[s.kind]}"]
+    return [*_fit(head, f"({_pair(*s.component_peaks)})"), f"  {_WHY[s.kind]}"]
 
 
 def logs_lines(diff: LogDiff, every_step: bool = False) -> list[str]:
@@ -165,10 +158,8 @@ def logs_lines(diff: LogDiff, every_step: bool = False) -> list[str]:
         lines += _change("First divergence", first)
         if largest is not first:
             lines += _change("Largest difference", largest)
-    shown = ranks
-    if len(ranks) > RANKS_SHOWN:
-        most = sorted(ranks, key=lambda r: -max(abs(r.allocated_delta), abs(r.reserved_delta)))
-        shown = sorted(most[:RANKS_SHOWN], key=lambda r: r.rank)
+    shown = changed_most(ranks, RANKS_SHOWN)
+    if len(shown) < len(ranks):
         lines.append(f"The {RANKS_SHOWN} of {len(ranks)} ranks that changed most (largest change, A -> B):")
     else:
         lines.append("Per rank (largest change of each peak, A -> B):")
