@@ -85,6 +85,8 @@ def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[in
     one. A line over MAX_JSONL_LINE_BYTES, more than MAX_JSONL_RECORDS lines, invalid JSON and a
     refused number are each one InputError naming ``file:line``."""
     try:
+        if not file.is_file():  # a pipe or a device would block or never end
+            raise InputError(f"{file}: not a regular file")
         with open(file, "rb") as fh:
             number = 0
             pending: tuple[int, str] | None = None  # an invalid line, an error unless it is the last

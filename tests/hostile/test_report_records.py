@@ -200,3 +200,10 @@ def test_plot_into_a_directory_and_an_existing_export_are_refused_before_reading
     argv = ("report", str(tmp_path), "--config", config, "--export-measured", str(export), "--force")
     status, _, _, _ = run_cli(capsys, *argv)
     assert status == 0 and json.loads(export.read_text().splitlines()[0])["rank"] == 0
+
+
+def test_a_pipe_among_the_records_is_refused_not_waited_on(capsys, tmp_path):
+    fifo = tmp_path / "memtune-monitor-rank0.jsonl"
+    os.mkfifo(fifo)
+    status, _, err, _ = run_cli(capsys, "report", str(tmp_path))
+    assert (status, err) == (2, f"memtune report: {fifo}: not a regular file\n")
