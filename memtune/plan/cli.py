@@ -128,6 +128,13 @@ def _check_arguments(args: argparse.Namespace) -> None:
         check_plot_path(args.plot)
 
 
+def _pin(text: str) -> Change:
+    try:
+        return Change.parse(text)
+    except InputError as exc:
+        raise InputError(f"--pin {exc.problems[0]}") from None
+
+
 def _check_pins(base: JobConfig, pins: tuple[Change, ...]) -> None:
     """A pinned value the schema refuses, named as the --pin it came from."""
     try:
@@ -138,10 +145,10 @@ def _check_pins(base: JobConfig, pins: tuple[Change, ...]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
-    pins = tuple(Change.parse(text) for text in args.pin)
+    pins = tuple(_pin(text) for text in args.pin)
     query = Query(args.model, args.gpus, args.gpu, args.gpus_per_node, args.seq, args.gbs, args.mode, pins)
+    _check_pins(base_job(replace(query, pins=())), pins)
     base = base_job(query)
-    _check_pins(base, pins)
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()

@@ -28,11 +28,18 @@ GPUS = "A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, MI300X"
             ("--pin", "model.sequence_parallel=maybe"),
             "--pin model.sequence_parallel: must be true or false, got 'maybe'",
         ),
+        (("--pin", "garbage"), "--pin change 'garbage': expected section.key=value"),
     ],
 )
 def test_a_bad_argument_is_refused_in_one_line(capsys, extra, message):
     status, out, err, _ = run_cli(capsys, *PLAN, *extra)
     assert (status, out, err) == (2, "", f"memtune plan: {message}\n")
+
+
+def test_an_unknown_pinned_key_is_named_as_the_pin(capsys):
+    status, _, err, _ = run_cli(capsys, *PLAN, "--pin", "model.nope=3")
+    assert status == 2 and err.startswith("memtune plan: --pin model.nope: unknown key; allowed: ")
+    assert len(err.splitlines()) == 1
 
 
 def test_gpus_zero_is_not_the_configs_count(capsys):
