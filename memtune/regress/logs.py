@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from memtune.diagnose.detectors import rank_memory_report
 from memtune.diagnose.logscan import Readable, SourceReport, expand, read_source, text_lines
@@ -110,11 +111,17 @@ def _record(name: str, number: int, line: str) -> tuple[int, int, Peak] | None:
     report = rank_memory_report(text)
     if report is None or report.iteration is None:
         return None
-    return report.rank, report.iteration, Peak(report.max_allocated, report.max_reserved)
+    values = {
+        "rank": report.rank,
+        "step": report.iteration,
+        "peak_allocated_bytes": report.max_allocated,
+        "peak_reserved_bytes": report.max_reserved,
+    }
+    return _bounded(f"{name}:{number}", values)
 
 
-# field -> (low, high): a rank, a step, two byte counts
-_JSONL_BOUNDS = {
+# field -> (low, high): a rank, a step, two byte counts, in a JSONL record or Megatron's report
+_BOUNDS = {
     "rank": (0, MAX_PARALLEL - 1),
     "step": (0, MAX_STEP),
     "peak_allocated_bytes": (0, MAX_RECORD_BYTES),
@@ -135,8 +142,13 @@ def _jsonl_record(name: str, number: int, text: str) -> tuple[int, int, Peak] | 
         return None  # a log line that happens to start with a brace
     if not isinstance(record, dict) or not all(key in record for key in JSONL_FIELDS):
         return None
-    for key, bounds in _JSONL_BOUNDS.items():
-        check_field(f"{name}:{number}", record, key, bounds)
+    return _bounded(f"{name}:{number}", record)
+
+
+def _bounded(where: str, record: dict[str, Any]) -> tuple[int, int, Peak]:
+    """A memory record's rank, step and peaks, each within its bounds (either form of record)."""
+    for key, bounds in _BOUNDS.items():
+        check_field(where, record, key, bounds)
     return record["rank"], record["step"], Peak(record["peak_allocated_bytes"], record["peak_reserved_bytes"])
 
 

@@ -119,6 +119,21 @@ def test_rank_and_step_are_bounded(capsys, run_a, tmp_path):
     assert (status, err) == (2, f"memtune diff: {b}:1: step must be an integer from 0 to 2^40, got {2**41}\n")
 
 
+def test_megatrons_text_report_is_bounded_like_a_record(capsys, run_a, tmp_path):
+    b = tmp_path / "b.log"
+    b.write_text(
+        "[Rank 0] (after 1 iterations) memory (MB) | allocated: 1 | max allocated: 1"
+        + "0" * 25
+        + " | reserved: 1 | max reserved: 1\n"
+    )
+    status, _, err, _ = run_cli(capsys, "diff", "--logs", str(run_a), str(b))
+    assert (status, err) == (
+        2,
+        f"memtune diff: {b}:1: peak_allocated_bytes must be an integer from 0 to 2^62, got an integer of about "
+        "32 digits\n",
+    )
+
+
 def four_ranks_forty_steps(tmp_path: Path) -> tuple[Path, Path]:
     """Rank 2 needs 512 MiB more from step 17 on; rank 3 caches 3 GiB more from step 30 on."""
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
