@@ -54,6 +54,11 @@ def test_plot_into_a_directory_is_refused_before_the_search(capsys, tmp_path):
         f"memtune plan: --plot {tmp_path}: the file name must end in .png, .pdf, .svg (the extension picks the format)\n"
     )
     assert list(tmp_path.parent.glob(f"{tmp_path.name}.*")) == []
+    status, _, err, _ = run_cli(capsys, *PLAN, "--plot", f"{tmp_path}/x.png/")
+    assert (status, err) == (
+        2,
+        f"memtune plan: --plot {tmp_path}/x.png/: names a directory; give a file name such as plot.png\n",
+    )
 
 
 @pytest.mark.parametrize(
