@@ -33,6 +33,8 @@ def check_output_path(option: str, path: str, *, force: bool, inputs: tuple[str,
     what the user ran, and a suggestion written over it cannot be compared with it any more."""
     target = Path(path)
     shown = f"{option} {cut(path)}"
+    if path.endswith(("/", os.sep)):  # Path() drops the separator: DIR/ would become a file DIR
+        raise InputError(f"{shown}: names a directory; give a file name")
     try:
         for source in inputs:
             if target.exists() and Path(source).exists() and os.path.samefile(target, source):

@@ -61,10 +61,11 @@ def test_a_new_file_is_written_with_the_usual_mode(capsys, config, tmp_path):
     [
         ("missing/out.yaml", "directory {tmp}/missing does not exist"),
         (".", "is a directory"),
+        ("new/", "names a directory; give a file name"),
     ],
 )
 def test_bad_targets_are_refused_before_any_work(capsys, config, tmp_path, target, message):
-    path = str(tmp_path / target) if target != "." else str(tmp_path)
+    path = str(tmp_path) if target == "." else f"{tmp_path}/{target}"
     status, _, err, _ = run_cli(capsys, "fix", str(config), "--write", path)
     assert status == 2
     assert err == f"memtune fix: --write {path}: {message.format(tmp=tmp_path)}\n"
