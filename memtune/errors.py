@@ -17,3 +17,12 @@ class InputError(Exception):
 
 class MissingDependencyError(InputError):
     """A feature needs a package (torch, megatron-core) or a GPU that this machine lacks."""
+
+
+class ArgumentError(InputError, ValueError):
+    """A bad argument value to memtune's Python API (``memtune.runtime``, ``memtune.peft``): a
+    ValueError to a library caller, bad input (exit 2) to a command that passes it on."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the wrong type to memtune's Python API; a TypeError to a library caller."""

@@ -41,6 +41,13 @@ MAX_LINE_BYTES = 64 << 10  # longer log lines are cut (nothing memtune parses is
 MAX_FINDINGS_PER_KIND = 1_000  # findings kept per kind over all sources; the rest are counted
 MAX_BINARY_NUL_RATIO = 0.01  # a log whose first 64 KiB are more than 1% NUL bytes is binary
 
+# --- JSON Lines read back (monitor records, measured runs, runs' logs) -------------------------
+MAX_JSONL_LINE_BYTES = 16 << 20  # one record; a line longer than this is not one
+MAX_JSONL_RECORDS = 1_000_000  # lines of one JSONL file
+MAX_RECORD_BYTES = 1 << 62  # a byte count in a record (4 EiB)
+MAX_STEP = 1 << 40  # a training step or iteration number in a record or a log
+MAX_RUN_PAIRS = 1_000_000  # (rank, step) pairs one run of `diff --logs` may hold
+
 # --- memory snapshots ------------------------------------------------------------------------
 MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and devices)
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use

@@ -53,6 +53,14 @@ def digits(value: int) -> int:
     return int((abs(value).bit_length() - 1) * math.log10(2)) + 1 if value else 1
 
 
+def limit_text(n: int) -> str:
+    """A limit as people write it in a message: ``2^62`` rather than 4611686018427387904."""
+    size = abs(n)
+    if size >= 1 << 20 and size & (size - 1) == 0:
+        return ("-" if n < 0 else "") + f"2^{size.bit_length() - 1}"
+    return str(n)
+
+
 def int_or_none(text: str) -> int | None:
     """An ASCII integer of at most MAX_DIGITS digits, else None (for text that may not be a number)."""
     text = text.strip()

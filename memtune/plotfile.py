@@ -19,6 +19,8 @@ PLOT_FORMATS = (".png", ".pdf", ".svg")
 def check_plot_path(path: str) -> Path:
     target = Path(path)
     shown = cut(path)
+    if path.endswith(("/", os.sep)):  # Path() drops the separator, matplotlib would write DIR/.png
+        raise InputError(f"--plot {shown}: names a directory; give a file name such as plot.png")
     if target.suffix.lower() not in PLOT_FORMATS:
         raise InputError(
             f"--plot {shown}: the file name must end in {', '.join(PLOT_FORMATS)} (the extension picks the format)"

@@ -7,7 +7,6 @@ estimate for that rank is compared with it; so is Megatron-LM's theoretical form
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
+from memtune.jsonl import read_jsonl
 
 # Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
 FAMILIES = {
@@ -81,17 +81,9 @@ def read_runs(paths: list[Path]) -> list[dict[str, Any]]:
         if not files:
             raise InputError(f"{path}: no *.jsonl files of measured runs")
         for file in files:
-            try:
-                lines = file.read_text(encoding="utf-8").splitlines()
-            except OSError as exc:
-                raise InputError(f"{file}: cannot read ({exc.strerror})") from None
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    run = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{file}:{number}: invalid JSON ({exc.msg})") from None
+            for number, run in read_jsonl(file):
+                if not isinstance(run, dict):
+                    raise InputError(f"{file}:{number}: not a JSON object (a measured run is one)")
                 if "error" in run or "measured" not in run:
                     continue  # a run that failed on the GPU carries its error instead of figures
                 runs.append(run)

@@ -8,6 +8,7 @@ import json
 
 from rich.console import Console
 
+from memtune.catalog.gpus import capacity_bytes
 from memtune.check import INFO, run_checks
 from memtune.check.registry import Rule, catalogue, find_rule
 from memtune.check.report import (
@@ -73,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(
         args, "memtune check CONFIG|--recipe NAME [key=value ...] (or --list / --explain CODE)"
     )
-    report_ignored(loaded)
+    report_ignored(loaded, args.command)
+    capacity_bytes(
+        loaded.job.cluster.gpu, loaded.job.cluster.gpu_memory_gib
+    )  # an unknown cluster.gpu is refused as estimate refuses it
     findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)

@@ -82,11 +82,12 @@ def _value_at(job: JobConfig, key: str) -> object:
     return getattr(getattr(job, section), name)
 
 
-def report_ignored(loaded: LoadedJob) -> None:
-    """Every command that loads a config says on stderr, in one line, what it did not use."""
+def report_ignored(loaded: LoadedJob, command: str) -> None:
+    """Every command that loads a config says on stderr, in one line prefixed like its errors,
+    what it did not use."""
     if loaded.ignored:
         print(
-            f"{loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: "
+            f"memtune {command}: {loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: "
             + ", ".join(loaded.ignored),
             file=sys.stderr,
         )

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
     if loaded is not None:
-        report_ignored(loaded)
+        report_ignored(loaded, args.command)
     if len(args.snapshot) == 2:  # the logs with the failed run's snapshot, then the comparison
         result = diagnose(logs, snapshot=args.snapshot[1], config=loaded)
         if args.json:

@@ -16,8 +16,9 @@ import re
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, compress, count
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -35,6 +36,11 @@ FOLLOWING_BYTES = 16 << 10  # continuation lines a detector may read after a tri
 FOLLOWING_LINE_BYTES = 4 << 10  # of which each is cut to this (continuations are short)
 KEEP_PER_KIND = 200  # failures and facts kept per (source, rank, kind); the rest are only counted
 REPORT_SHAPES_KEPT = 10_000  # shapes of Megatron memory report lines remembered per stream
+# Shapes of triggered lines remembered with the kinds of finding they gave, so a line past the
+# caps is counted without being read (400,000 OOM messages): this many shapes, of lines up to
+# SHAPE_BYTES long.
+KIND_SHAPES_KEPT = 10_000
+SHAPE_BYTES = 4 << 10
 
 # Files in a log directory that are not logs.
 _NOT_LOGS = {
@@ -120,7 +126,7 @@ def _rank_from_path(path: Path) -> int | None:
     return None
 
 
-class _Readable(Protocol):
+class Readable(Protocol):
     """What the scanner reads from: a binary file, stdin's buffer, a tolerant gzip stream."""
 
     def read(self, n: int, /) -> bytes: ...
@@ -212,8 +218,9 @@ class _Stream:
         self.kept: Counter[tuple[int | None, str]] = Counter()  # (rank, kind) -> findings kept
         self.skip: set[int] = set()  # line numbers already read as part of an earlier message
         self.report_shapes: dict[bytes, str] = {}  # line shape -> _report_shape(shape)
+        self.shape_kinds: dict[bytes, tuple[str, ...]] = {}  # line shape -> kinds its findings had
 
-    def run(self, fh: _Readable, report: SourceReport) -> None:
+    def run(self, fh: Readable, report: SourceReport) -> None:
         carry = b""
         line_base = 1  # line number of the first line in `buf`
         eof = False
@@ -283,23 +290,40 @@ class _Stream:
     def _examine(self, buf: bytes, start: int, lineno: int) -> None:
         end = buf.find(b"\n", start)
         end = len(buf) if end < 0 else end
-        prefix_rank, text = _split_prefix(_decode(buf[start:end]))
+        raw = buf[start:end]
+        prefix_rank, text = _split_prefix(_decode(raw))
         text = text.strip()
         if not text:
             return
+        rank = prefix_rank if prefix_rank is not None else self.file_rank
+        # Digits read as 0, as for the triggers: a line of a known shape whose kinds are all past
+        # their caps would only be counted, so it is counted without running the detectors.
+        shape = raw.translate(_DIGITS_AS_ZERO) if len(raw) <= SHAPE_BYTES else None
+        known = self.shape_kinds.get(shape) if shape is not None else None
+        if known and all(self._full(rank, kind) for kind in known):
+            for kind in known:
+                self._admit(kind, rank)
+            return
         numbers: list[int] = []
+        read_following = False
 
         def following(limit: int) -> list[str]:
+            nonlocal read_following
+            read_following = True
             texts, found = self._following(buf, end + 1, lineno, prefix_rank, limit)
             numbers[:] = found
             return texts
 
-        rank = prefix_rank if prefix_rank is not None else self.file_rank
         line = detectors.Line(text, Where(self.name, lineno, rank), following)
-        for item in detectors.detect(line):
+        items = detectors.detect(line)
+        for item in items:
             self._keep(item)
             if isinstance(item, Failure) and item.consumed:
                 self.skip.update(numbers[: item.consumed])
+        if shape is not None and not read_following:  # what it gave depends on the line alone
+            if len(self.shape_kinds) >= KIND_SHAPES_KEPT:
+                self.shape_kinds.clear()
+            self.shape_kinds[shape] = tuple(item.kind for item in items)
 
     def _following(
         self, buf: bytes, pos: int, lineno: int, rank: int | None, limit: int
@@ -321,17 +345,26 @@ class _Stream:
             pos = end + 1
         return texts, numbers
 
-    def _keep(self, item: Failure | Fact) -> None:
+    def _full(self, rank: int | None, kind: str) -> bool:
+        return self.result.kept[kind] >= MAX_FINDINGS_PER_KIND or self.kept[(rank, kind)] >= KEEP_PER_KIND
+
+    def _admit(self, kind: str, rank: int | None) -> bool:
+        """Whether a finding of ``kind`` on ``rank`` is kept; counted as summarised if not."""
         # Overall first, so a log of 200,000 ranks does not grow a counter per rank either.
-        if self.result.kept[item.kind] >= MAX_FINDINGS_PER_KIND:
-            self.result.suppressed[item.kind] += 1
-            return
-        key = (item.where.rank, item.kind)
+        if self.result.kept[kind] >= MAX_FINDINGS_PER_KIND:
+            self.result.suppressed[kind] += 1
+            return False
+        key = (rank, kind)
         self.kept[key] += 1
         if self.kept[key] > KEEP_PER_KIND:
-            self.result.suppressed[item.kind] += 1
+            self.result.suppressed[kind] += 1
+            return False
+        self.result.kept[kind] += 1
+        return True
+
+    def _keep(self, item: Failure | Fact) -> None:
+        if not self._admit(item.kind, item.where.rank):
             return
-        self.result.kept[item.kind] += 1
         if isinstance(item, Failure):
             self.result.failures.append(item)
         else:
@@ -349,7 +382,8 @@ def _looks_binary(head: bytes) -> bool:
     return undecodable > 0.3 * max(1, len(sample))
 
 
-def _expand(inputs: Iterable[str]) -> Iterator[str]:
+def expand(inputs: Iterable[str]) -> Iterator[str]:
+    """The inputs with each directory replaced by the log files under it."""
     for item in inputs:
         path = Path(item)
         if item != "-" and path.is_dir():
@@ -403,7 +437,7 @@ class _TolerantGzip:
 class _Peeked:
     """A binary stream whose first bytes were already read to sniff for binary content."""
 
-    def __init__(self, head: bytes, rest: _Readable) -> None:
+    def __init__(self, head: bytes, rest: Readable) -> None:
         self.head, self.rest = head, rest
 
     def read(self, n: int) -> bytes:
@@ -413,42 +447,77 @@ class _Peeked:
         return self.rest.read(n)
 
 
+def read_source(name: str, report: SourceReport, consume: Callable[[Readable], None]) -> str | None:
+    """Open the input ``name`` ("-": stdin) and give its stream to ``consume``, with the scanner's
+    guards: binary content is skipped, a cut or corrupt ``.gz`` ends the stream where it breaks,
+    and read errors are caught; ``report.note`` says what happened (``consume`` counts
+    ``report.bytes_read``). Returns a problem line when nothing of the input could be read."""
+    try:
+        fh = _open(name)
+    except OSError as exc:
+        report.note = "skipped: cannot open"
+        return f"{name}: cannot open ({exc.strerror or exc.__class__.__name__})"
+    try:
+        head = fh.read(1 << 16)
+        if _looks_binary(head):
+            report.note = "skipped: binary data, not a text log"
+            return None
+        consume(_Peeked(head, fh))
+        if report.bytes_read == 0:
+            report.note = "empty"
+        if isinstance(fh, _TolerantGzip) and fh.error is not None:
+            # What was read before the cut is kept: a log copied while the job died is still evidence.
+            report.note = (
+                f"truncated or corrupt compressed data after {report.bytes_read} bytes "
+                f"({fh.error.__class__.__name__}); findings before that point are kept"
+            )
+            if report.bytes_read == 0:
+                report.note = "skipped: " + report.note
+                return f"{name}: {report.note[9:]}"
+    except OSError as exc:
+        report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
+        return f"{name}: {report.note[9:]}"
+    finally:
+        if name != "-":  # stdin stays open (and may be None when the process started without one)
+            fh.close()
+    return None
+
+
+def text_lines(stream: Readable, report: SourceReport) -> Iterator[str]:
+    """Every line of ``stream`` decoded, each cut to MAX_LINE_BYTES, read in CHUNK_BYTES chunks:
+    for readers that want each line (``diff --logs``) rather than the triggered ones."""
+    carry = b""
+    cutting = False  # the rest of a line already cut is being dropped
+    while data := stream.read(CHUNK_BYTES):
+        report.bytes_read += len(data)
+        pieces = (carry + data).split(b"\n")
+        carry = pieces.pop()
+        if cutting and pieces:
+            pieces, cutting = pieces[1:], False
+        for piece in pieces:
+            report.lines += 1
+            yield _decode(piece)
+        if len(carry) > MAX_LINE_BYTES:
+            if not cutting:
+                report.lines += 1
+                yield _decode(carry)
+                cutting = True
+            carry = b""
+    if carry and not cutting:
+        report.lines += 1
+        yield _decode(carry)
+
+
 def scan(inputs: Iterable[str]) -> ScanResult:
     """Scan every input; raise InputError only when a named input cannot be read at all."""
     result = ScanResult()
     problems = []
-    for name in _expand(inputs):
+    for name in expand(inputs):
         report = SourceReport("<stdin>" if name == "-" else name)
         result.sources.append(report)
-        try:
-            fh = _open(name)
-        except OSError as exc:
-            problems.append(f"{name}: cannot open ({exc.strerror or exc.__class__.__name__})")
-            report.note = "skipped: cannot open"
-            continue
-        try:
-            head = fh.read(1 << 16)
-            if _looks_binary(head):
-                report.note = "skipped: binary data, not a text log"
-                continue
-            _Stream(report.name, result).run(_Peeked(head, fh), report)
-            if report.bytes_read == 0:
-                report.note = "empty"
-            if isinstance(fh, _TolerantGzip) and fh.error is not None:
-                # What was read before the cut is kept: a log copied while the job died is still evidence.
-                report.note = (
-                    f"truncated or corrupt compressed data after {report.bytes_read} bytes "
-                    f"({fh.error.__class__.__name__}); findings before that point are kept"
-                )
-                if report.bytes_read == 0:
-                    report.note = "skipped: " + report.note
-                    problems.append(f"{name}: {report.note[9:]}")
-        except OSError as exc:
-            report.note = f"skipped: read error ({exc.__class__.__name__}: {cut(str(exc))})"
-            problems.append(f"{name}: {report.note[9:]}")
-        finally:
-            if name != "-":  # stdin stays open (and may be None when the process started without one)
-                fh.close()
+        problem = read_source(name, report, partial(_Stream(report.name, result).run, report=report))
+        if problem is not None:
+            problems.append(problem)
     if problems and not result.readable:
         raise InputError(problems)
     if not result.readable:

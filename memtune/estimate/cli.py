@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
-    report_ignored(loaded)
+    report_ignored(loaded, args.command)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
     if args.plot:

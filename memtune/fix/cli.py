@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.console import Console
 
 from memtune.config import report_ignored
-from memtune.config.arguments import add_job_arguments, load_from_args
+from memtune.config.arguments import add_job_arguments, is_override, load_from_args
 from memtune.config.changes import job_data
 from memtune.diagnose.advice import fixes_for_failure
 from memtune.errors import InputError
 from memtune.fix.render import render
 from memtune.fix.search import FixResult, Suggestion
+from memtune.outfile import check_output_path, write_atomically
 from memtune.perf import ASSUMPTIONS
 
 
@@ -34,14 +34,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--oom-log", nargs="+", default=[], metavar="LOG", help="logs of the run that ran out of memory"
     )
     p.add_argument("--snapshot", metavar="FILE.pickle", help="a memory snapshot of that run")
-    p.add_argument("--write", metavar="OUT.yaml", help="write the first suggestion as a memtune YAML config")
+    p.add_argument(
+        "--write",
+        metavar="OUT.yaml",
+        help="write the first suggestion as a memtune YAML config (never over the input config)",
+    )
+    p.add_argument("--force", action="store_true", help="with --write: replace OUT.yaml if it exists")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune fix CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
-    report_ignored(loaded)
+    report_ignored(loaded, args.command)
+    if args.force and not args.write:
+        raise InputError("--force goes with --write OUT.yaml")
+    inputs = tuple(w for w in (args.config, *args.overrides) if w and not is_override(w))
+    target = check_output_path("--write", args.write, force=args.force, inputs=inputs) if args.write else None
     verdict = None
     if args.oom_log or args.snapshot:
         from memtune.diagnose import diagnose
@@ -49,12 +58,13 @@ def run(args: argparse.Namespace) -> int:
         verdict = diagnose(args.oom_log, snapshot=args.snapshot, config=loaded).verdict
     label = verdict.label if verdict else None
     result = fixes_for_failure(loaded.job, verdict)
-    if args.write and result.suggestions:
-        Path(args.write).write_text(
-            "# written by memtune fix: "
-            + result.suggestions[0].title
-            + "\n"
-            + yaml.safe_dump(job_data(result.suggestions[0].job), sort_keys=False)
+    if target is not None and result.suggestions:
+        first = result.suggestions[0]
+        text = f"# written by memtune fix: {first.title}\n" + yaml.safe_dump(
+            job_data(first.job), sort_keys=False
+        )
+        write_atomically(
+            target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
         )
     if args.json:
         print(json.dumps(to_json(result, label), indent=2))

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune measure CONFIG|--recipe NAME --rank R [key=value ...]")
-    report_ignored(loaded)
+    report_ignored(loaded, args.command)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters)
     check_interpreter(args.python)

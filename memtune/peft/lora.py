@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memtune.errors import InputError, MissingDependencyError
+from memtune import apicheck
+from memtune.errors import ArgumentError, ArgumentTypeError, InputError, MissingDependencyError
+from memtune.limits import MAX_WIDTH
+from memtune.numbers import echo
 from memtune.peft.model import (
     COLUMN_TARGETS,
     ROW_TARGETS,
@@ -77,16 +80,25 @@ class LoRA:
     scale_position: str = "bottleneck"
 
     def __post_init__(self) -> None:
-        unknown = [t for t in self.target_modules if t not in DEFAULT_TARGETS]
+        apicheck.integer("LoRA dim", self.dim, 1, MAX_WIDTH)
+        apicheck.integer("LoRA alpha", self.alpha, 1, MAX_WIDTH)
+        apicheck.number("LoRA dropout", self.dropout, 0.0, 1.0)
+        if self.dropout == 1.0:
+            raise ArgumentError(f"LoRA dropout: must be in [0, 1), got {self.dropout}")
+        apicheck.flag("LoRA sequence_parallel_input_regather", self.sequence_parallel_input_regather)
+        targets = self.target_modules
+        if isinstance(targets, str) or not isinstance(targets, tuple | list):
+            raise ArgumentTypeError(
+                f"LoRA target_modules: must be a tuple of module names, got {echo(targets)}"
+            )
+        unknown = [t for t in targets if t not in DEFAULT_TARGETS]
         if unknown:
-            raise InputError(f"LoRA target_modules: unknown {unknown}; allowed: {', '.join(DEFAULT_TARGETS)}")
-        if self.dim <= 0 or self.alpha <= 0:
-            raise InputError(f"LoRA: dim and alpha must be positive, got dim={self.dim}, alpha={self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise InputError(f"LoRA: dropout must be in [0, 1), got {self.dropout}")
+            raise ArgumentError(
+                f"LoRA target_modules: unknown {echo(unknown)}; allowed: {', '.join(DEFAULT_TARGETS)}"
+            )
         if self.scale_position not in SCALE_POSITIONS:
-            raise InputError(
-                f"LoRA: scale_position must be one of {', '.join(SCALE_POSITIONS)}, got {self.scale_position!r}"
+            raise ArgumentError(
+                f"LoRA scale_position: must be one of {', '.join(SCALE_POSITIONS)}, got {echo(self.scale_position)}"
             )
 
     def apply(self, model: Any, tp_group: Any = None) -> Any:
@@ -95,6 +107,7 @@ class LoRA:
         ``tp_group`` is the tensor-parallel group when the linears do not carry one
         (Megatron-Core's carry ``tp_group``; without either, Megatron's parallel state is asked).
         """
+        apicheck.has_methods("model", model, "a torch.nn.Module", "parameters", "named_modules")
         _torch()
         from memtune.peft.modules import LoRALinear, make_adapter
 
@@ -111,6 +124,7 @@ class LoRA:
 
     def report(self, model: Any) -> list[AdapterReport]:
         """Every adapter of ``model`` with its path and, if it does not re-gather, why."""
+        apicheck.has_methods("model", model, "a torch.nn.Module", "named_modules")
         from memtune.peft.modules import LoRALinear
 
         out = []
@@ -127,12 +141,16 @@ class LoRA:
     def adapter_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
         """This rank's adapter weights under Megatron-Bridge's names (``<linear>.adapter.linear_in.weight``,
         ``<linear>.adapter.linear_out.weight``), without base weights."""
+        apicheck.has_methods("model", model, "a torch.nn.Module", "state_dict")
         return {k: v for k, v in _strip(model.state_dict()).items() if ".adapter." in k}
 
     def load_adapter_state_dict(self, model: Any, state: Mapping[str, torch.Tensor]) -> None:
         """Load adapter weights saved by ``adapter_state_dict`` (this rank's shards) or whole,
         unsharded tensors (sliced to this rank's shard). Every adapter must be present."""
         torch = _torch()
+        apicheck.has_methods("model", model, "a torch.nn.Module", "state_dict", "named_modules")
+        if not isinstance(state, Mapping):
+            raise ArgumentTypeError(f"state: must be a mapping of names to tensors, got {echo(state)}")
         own = {k: v for k, v in _strip(model.state_dict(keep_vars=True)).items() if ".adapter." in k}
         missing = sorted(set(own) - set(state))
         extra = sorted(set(state) - set(own))
@@ -144,6 +162,8 @@ class LoRA:
         with torch.no_grad():
             for name, param in own.items():
                 value = state[name]
+                if not isinstance(value, torch.Tensor):
+                    raise ArgumentTypeError(f"state[{name!r}]: must be a tensor, got {echo(value)}")
                 if tuple(value.shape) != tuple(param.shape):
                     value = _local_shard(name, value, param, shards[name])
                 param.copy_(value)

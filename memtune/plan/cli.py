@@ -15,8 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from memtune.catalog.gpus import get_gpu
+from memtune.check.registry import find_rule
 from memtune.config.arguments import add_job_arguments
-from memtune.config.changes import Change
+from memtune.config.changes import Change, with_changes
 from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
@@ -24,6 +26,7 @@ from memtune.plan import render
 from memtune.plan.query import Query, base_job, pin_filter
 from memtune.plan.search import default_workers, search
 from memtune.plan.space import MODES, Space, default_space
+from memtune.plotfile import check_plot_path
 
 # Pins on these keys narrow the enumerated values directly.
 _DOMAIN_KEYS = {
@@ -93,10 +96,57 @@ def _space(base_job_: JobConfig, pins: tuple[Change, ...]) -> Space:
     return replace(space, **narrowed)
 
 
+# Layouts --top and --explain may ask for: each shown layout is gated and estimated in full, so
+# 10^9 would gate every candidate that fits (minutes); no one reads more than this.
+MAX_TOP = 100
+MAX_WORKERS = 64  # processes --workers may start
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Refuse what argparse lets through: counts of 0 (which would read as "not given" and
+    silently take the default), counts past the limits, an empty --gpu, a --plot directory."""
+    for option, value in (
+        ("--gpus", args.gpus),
+        ("--gpus-per-node", args.gpus_per_node),
+        ("--seq", args.seq),
+        ("--gbs", args.gbs),
+    ):
+        if value is not None and value < 1:
+            raise InputError(f"{option}: must be at least 1, got {value}")
+    for option, value, low, high in (
+        ("--top", args.top, 1, MAX_TOP),
+        ("--explain", args.explain, 1, MAX_TOP),
+        ("--workers", args.workers, 0, MAX_WORKERS),
+    ):
+        if value is not None and not low <= value <= high:
+            raise InputError(f"{option}: must be from {low} to {high}, got {value}")
+    if args.gpu is not None:
+        try:
+            get_gpu(args.gpu)  # '' is not "no GPU given"
+        except InputError as exc:
+            raise InputError(f"--gpu: {exc.problems[0]}") from None
+    if args.plot:
+        check_plot_path(args.plot)
+
+
+def _pin(text: str) -> Change:
+    try:
+        return Change.parse(text)
+    except InputError as exc:
+        raise InputError(f"--pin {exc.problems[0]}") from None
+
+
+def _check_pins(base: JobConfig, pins: tuple[Change, ...]) -> None:
+    """A pinned value the schema refuses, named as the --pin it came from."""
+    try:
+        with_changes(base, list(pins))
+    except InputError as exc:
+        raise InputError([f"--pin {line}" for line in exc.problems]) from None
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.top < 1:
-        raise InputError(f"--top: must be at least 1, got {args.top}")
-    pins = tuple(Change.parse(text) for text in args.pin)
+    _check_arguments(args)
+    pins = tuple(_pin(text) for text in args.pin)
     query = Query(
         args.config,
         args.gpus,
@@ -109,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         tuple(args.overrides),
         args.recipe,
     )
+    _check_pins(base_job(replace(query, pins=())), pins)
     base = base_job(query)
     space = _space(base, pins)
     console = Console(stderr=args.json)
@@ -131,6 +182,14 @@ def run(args: argparse.Namespace) -> int:
             keep=pin_filter(base, pins),
             progress=progress,
             workers=args.workers or default_workers(),
+        )
+    if pins and not result.counts.get("estimated"):
+        # Nothing matching the pins got past arithmetic: the pins, not memory, rule every layout out.
+        rules = {code: find_rule(code) for code in result.pruned_by}
+        reasons = ", ".join(f"{code}: {r.summary.rstrip('.')}" if r else code for code, r in rules.items())
+        raise InputError(
+            f"--pin {' '.join(str(p) for p in pins)}: no layout on {derive(base).world_size} GPUs has it"
+            + (f" ({reasons})" if reasons else "")
         )
     if args.plot:
         render.plot(result, args.plot)

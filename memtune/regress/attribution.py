@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memtune.config import LoadedJob
+from memtune.config.schema import JobConfig
+from memtune.errors import InputError
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.render import components
 from memtune.regress.jobs import (
@@ -58,11 +60,16 @@ def minus(after: Breakdown, before: Breakdown) -> Breakdown:
 
 @dataclass
 class KeyEffect:
-    """One differing key and what it does alone, per compared rank."""
+    """One differing key and what it does alone, per compared rank; or a key that no valid config
+    changes alone, with the key that must change with it (``together``)."""
 
     change: KeyChange
     alone: list[Breakdown] | None  # None: A with only this change is refused by memtune check
     refused: str | None = None  # the first reason, when refused
+    together: list[KeyChange] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return " with ".join(str(c) for c in [self.change, *self.together])
 
 
 @dataclass
@@ -86,6 +93,37 @@ def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
     return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
 
 
+def _applied(job: JobConfig, group: list[KeyChange]) -> JobConfig | str:
+    """``job`` with the group's changes, or the first reason the schema refuses the result."""
+    try:
+        return apply(job, [c.change for c in group])
+    except InputError as exc:
+        return exc.problems[0]
+
+
+def _groups(job: JobConfig, changes: list[KeyChange]) -> list[list[KeyChange]]:
+    """Each change alone, in order; a change that makes an invalid config alone (a dense model's
+    ``num_layers`` and an MoE model's per-layer ``moe_layer_freq`` list) is paired with the first
+    other change that makes the pair valid, and the pair is attributed as one. A change no pair
+    makes valid stays alone and is reported as refused, its effect inside the interactions."""
+    valid = [not isinstance(_applied(job, [c]), str) for c in changes]
+    partner: dict[int, int] = {}
+    for i, change in enumerate(changes):
+        if valid[i] or i in partner:
+            continue
+        for j, other in enumerate(changes):
+            if j != i and j not in partner and not isinstance(_applied(job, [change, other]), str):
+                partner[i], partner[j] = j, i
+                break
+    groups = []
+    for i, change in enumerate(changes):
+        if i not in partner:
+            groups.append([change])
+        elif i < partner[i]:
+            groups.append([change, changes[partner[i]]])
+    return groups
+
+
 def diff_configs(a: LoadedJob, b: LoadedJob) -> ConfigDiff:
     before, after = estimate_named(a, "A"), estimate_named(b, "B")
     per_rank = len(before.ranks) == len(after.ranks)
@@ -93,14 +131,16 @@ def diff_configs(a: LoadedJob, b: LoadedJob) -> ConfigDiff:
     start, end = compared(before, per_rank), compared(after, per_rank)
     total = [minus(e, s) for s, e in zip(start, end)]
     keys = []
-    for change in differing_keys(a.job, b.job):
-        alone = estimate_or_refusal(apply(a.job, [change.change]))
+    for group in _groups(a.job, differing_keys(a.job, b.job)):
+        job = _applied(a.job, group)
+        alone = job if isinstance(job, str) else estimate_or_refusal(job)
         if isinstance(alone, str):
-            keys.append(KeyEffect(change, None, alone))
+            keys.append(KeyEffect(group[0], None, alone, group[1:]))
             continue
         # One key alone changes the number of ranks only if it is the pipeline size, and then
         # A and B differ in it too, so each side is already its most-loaded rank.
-        keys.append(KeyEffect(change, [minus(e, s) for s, e in zip(start, compared(alone, per_rank))]))
+        parts = [minus(e, s) for s, e in zip(start, compared(alone, per_rank))]
+        keys.append(KeyEffect(group[0], parts, None, group[1:]))
     interactions = []
     for i, whole in enumerate(total):
         singles = [k.alone[i] for k in keys if k.alone is not None]
@@ -126,7 +166,7 @@ def attributions(diff: ConfigDiff) -> list[Attribution]:
     found = []
     for effect in diff.keys:
         for label, part in zip(diff.labels, effect.alone or []):
-            found += [Attribution(str(effect.change), label, c, part[c]) for c in COMPONENTS if part[c]]
+            found += [Attribution(str(effect), label, c, part[c]) for c in COMPONENTS if part[c]]
     for label, part in zip(diff.labels, diff.interactions):
         found += [Attribution(INTERACTIONS, label, c, part[c]) for c in COMPONENTS if part[c]]
     return sorted(found, key=lambda a: -abs(a.delta))

@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_category_argument(d)
     d.add_argument("--plot", metavar="FILE.png", help="with --snapshots: both timelines by category")
+    d.add_argument("--all", action="store_true", help="with --logs: also list every rank and step")
     d.add_argument("--json", action="store_true", help="print machine-readable JSON")
     d.set_defaults(handler=run_diff, overrides=[])
 
@@ -114,18 +115,24 @@ def run_diff(args: argparse.Namespace) -> int:
     if len(paths) != 2:
         what = "runs" if args.logs else "configs"
         raise InputError(f"expected two {what} A B, got {len(paths)}: {' '.join(paths) or 'none'}")
+    if args.all and not args.logs:
+        raise InputError("--all goes with --logs (it lists every rank and step of two runs)")
     if args.logs:
         if overrides:
             raise InputError(f"--logs compares runs; overrides apply to configs only: {' '.join(overrides)}")
         from memtune.regress.logs import diff_runs
 
         logs = diff_runs(*paths)
-        _emit(args, render.logs_json(logs), render.logs_lines(logs))
+        _emit(args, render.logs_json(logs), render.logs_lines(logs, every_step=args.all))
         return 0
+    from memtune.config import report_ignored
     from memtune.regress.attribution import diff_configs
     from memtune.regress.jobs import load_pair
 
-    diff = diff_configs(*load_pair(paths[0], paths[1], overrides))
+    pair = load_pair(paths[0], paths[1], overrides)
+    for loaded in pair:
+        report_ignored(loaded, args.command)
+    diff = diff_configs(*pair)
     _emit(args, render.diff_json(diff), render.diff_lines(diff))
     return 0
 

@@ -6,7 +6,16 @@ from typing import Any
 
 from memtune.regress.attribution import COMPONENTS, PEAK, ConfigDiff, attributions
 from memtune.regress.gitbisect import BisectResult
-from memtune.regress.logs import ALLOCATED, RESERVED_ONLY, LogDiff
+from memtune.regress.logs import (
+    ALLOCATED,
+    NOISE_BYTES,
+    NOISE_SHARE,
+    RESERVED_ONLY,
+    SHRANK,
+    LogDiff,
+    StepChange,
+    changed_most,
+)
 from memtune.regress.walk import Probe, Walk
 from memtune.units import MiB, human
 
@@ -54,11 +63,11 @@ def diff_lines(diff: ConfigDiff) -> list[str]:
     quiet = [k for k in diff.keys if k.alone is not None and not any(any(p.values()) for p in k.alone)]
     if quiet:
         lines.append("No effect on the estimate:")
-        lines += [f"  {k.change}" for k in quiet]
+        lines += [f"  {k}" for k in quiet]
     refused = [k for k in diff.keys if k.alone is None]
     if refused:
         lines.append("Refused alone by memtune check (their effect is inside the interactions):")
-        lines += [f"  {k.change}: {k.refused}" for k in refused]
+        lines += [f"  {k}: {k.refused}" for k in refused]
     if diff.unread:
         lines.append(f"Not read by memtune ({len(diff.unread)}; no effect on the estimate):")
         for u in diff.unread[:UNREAD_SHOWN]:
@@ -100,6 +109,9 @@ def diff_json(diff: ConfigDiff) -> dict[str, Any]:
                 "after": k.change.change.value,
                 "alone": ranks(k.alone) if k.alone is not None else None,
                 "refused_alone": k.refused,
+                "together_with": [
+                    {"key": t.key, "before": t.before, "after": t.change.value} for t in k.together
+                ],
             }
             for k in diff.keys
         ],
@@ -111,34 +123,73 @@ def diff_json(diff: ConfigDiff) -> dict[str, Any]:
 # --- memtune diff --logs --------------------------------------------------------------------
 
 
-def logs_lines(diff: LogDiff) -> list[str]:
+WIDTH = 80  # diff --logs fits a terminal of 80 columns
+RANKS_SHOWN = 32  # ranks in the summary; --all lists every rank and step
+_WHY = {
+    ALLOCATED: "the allocated peak grew: the job's tensors need more (config, model, library)",
+    RESERVED_ONLY: "only the reserved peak grew: the allocator caches more (fragmentation)",
+    SHRANK: "B needs less than A",
+}
+
+
+def _fit(head: str, tail: str) -> list[str]:
+    """``head tail`` on one line when it fits, else ``tail`` indented on the next."""
+    return [f"{head} {tail}"] if len(head) + 1 + len(tail) <= WIDTH else [head, f"  {tail}"]
+
+
+def _change(title: str, s: StepChange) -> list[str]:
+    head = f"{title}: step {s.step}, rank {s.rank}: {s.component} {signed(s.component_delta)}"
+    return [*_fit(head, f"({_pair(*s.component_peaks)})"), f"  {_WHY[s.kind]}"]
+
+
+def logs_lines(diff: LogDiff, every_step: bool = False) -> list[str]:
+    ranks = diff.ranks()
+    diverged = diff.diverged
     lines = [
         f"A: {diff.a}",
         f"B: {diff.b}",
-        "Peak allocated / reserved per rank and step (A -> B):",
-        f"  {'rank':>4} {'step':>6}  {'allocated':>23}  {'reserved':>23}  change",
+        f"{len(ranks)} ranks, {len(diff.steps)} (rank, step) pairs; {len(diverged)} differ beyond noise "
+        f"({NOISE_BYTES // MiB} MiB or {NOISE_SHARE:.0%}).",
     ]
-    for s in diff.steps:
+    first, largest = diff.first_divergence, diff.largest
+    if first is None or largest is None:
+        lines.append("The runs do not diverge.")
+    else:
+        lines += _change("First divergence", first)
+        if largest is not first:
+            lines += _change("Largest difference", largest)
+    shown = changed_most(ranks, RANKS_SHOWN)
+    if len(shown) < len(ranks):
+        lines.append(f"The {RANKS_SHOWN} of {len(ranks)} ranks that changed most (largest change, A -> B):")
+    else:
+        lines.append("Per rank (largest change of each peak, A -> B):")
+    lines.append(
+        f"  {'rank':>6} {'steps':>6} {'differ':>6} {'first':>7} {'allocated':>11} {'reserved':>11}  change"
+    )
+    for r in shown:
+        first_step = "-" if r.first_step is None else str(r.first_step)
         lines.append(
-            f"  {s.rank:>4} {s.step:>6}  {_pair(s.before.allocated, s.after.allocated):>23}"
-            f"  {_pair(s.before.reserved, s.after.reserved):>23}  {s.kind}"
+            f"  {r.rank:>6} {r.steps:>6} {r.diverged:>6} {first_step:>7} {signed(r.allocated_delta):>11} "
+            f"{signed(r.reserved_delta):>11}  {r.kind}"
         )
-    grown = diff.grown
-    if not grown:
-        lines.append("No rank and step grew beyond noise (64 MiB or 1%).")
-    for s in grown:
-        if s.kind == ALLOCATED:
-            why = "allocated grew: the job's tensors need more (config, model or library change)"
-        else:
-            why = "reserved grew with allocated unchanged: the allocator caches more (fragmentation or its settings)"
-        lines.append(
-            f"rank {s.rank} step {s.step}: allocated {signed(s.allocated_delta)}, reserved "
-            f"{signed(s.reserved_delta)}: {why}"
-        )
+    if every_step:
+        lines.append("Peak allocated / reserved per rank and step (A -> B):")
+        lines.append(f"  {'rank':>5} {'step':>6}  {'allocated':>22}  {'reserved':>22}  change")
+        for s in diff.steps:
+            lines.append(
+                f"  {s.rank:>5} {s.step:>6}  {_pair(s.before.allocated, s.after.allocated):>22}"
+                f"  {_pair(s.before.reserved, s.after.reserved):>22}  {s.kind}"
+            )
     for name, only in (("A", diff.only_a), ("B", diff.only_b)):
         if only:
-            shown = ", ".join(f"{r}/{s}" for r, s in only[:10]) + (" ..." if len(only) > 10 else "")
-            lines.append(f"only in {name} (rank/step): {shown}")
+            pairs = ", ".join(f"{r}/{s}" for r, s in only[:10])
+            lines += _fit(
+                f"only in {name} (rank/step):",
+                pairs + (f" and {len(only) - 10} more" if len(only) > 10 else ""),
+            )
+    lines += [f"note: {note}" for note in diff.notes]
+    if not every_step:
+        lines.append("--all lists every rank and step.")
     return lines
 
 
@@ -162,10 +213,31 @@ def logs_json(diff: LogDiff) -> dict[str, Any]:
             for s in diff.steps
         ],
         "grown": [{"rank": s.rank, "step": s.step, "change": s.kind} for s in diff.grown],
+        "first_divergence": _change_json(diff.first_divergence),
+        "largest": _change_json(diff.largest),
+        "ranks": [
+            {
+                "rank": r.rank,
+                "steps": r.steps,
+                "diverged": r.diverged,
+                "first_step": r.first_step,
+                "allocated_delta_bytes": r.allocated_delta,
+                "reserved_delta_bytes": r.reserved_delta,
+                "change": r.kind,
+            }
+            for r in diff.ranks()
+        ],
         "only_a": [list(p) for p in diff.only_a],
         "only_b": [list(p) for p in diff.only_b],
+        "notes": diff.notes,
         "kinds": {ALLOCATED: "the allocated peak grew", RESERVED_ONLY: "only the reserved peak grew"},
     }
+
+
+def _change_json(s: StepChange | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"rank": s.rank, "step": s.step, "component": s.component, "delta_bytes": s.component_delta}
 
 
 # --- memtune bisect --configs ---------------------------------------------------------------

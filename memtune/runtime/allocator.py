@@ -15,13 +15,17 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 
+from memtune import apicheck
 from memtune.check.rules.environment import KNOWN_ALLOCATOR_OPTIONS, TORCH_MEMPOOL_FALLBACK
 from memtune.config.allocator import AllocatorSettings, allocator_settings, parse_alloc_conf
 from memtune.config.versions import Version, format_version, parse_version
-from memtune.errors import InputError, MissingDependencyError
+from memtune.errors import ArgumentError, ArgumentTypeError, MissingDependencyError
+from memtune.numbers import echo
 
 CUDA_VARIABLE = "PYTORCH_CUDA_ALLOC_CONF"
 NEW_VARIABLE = "PYTORCH_ALLOC_CONF"
+MIN_SPLIT_SIZE_MB = 20  # torch refuses smaller
+MAX_SPLIT_SIZE_MB = 1 << 30  # 1 PiB: above any GPU, and within torch's size_t in bytes
 
 
 class AllocatorConfigError(RuntimeError):
@@ -71,22 +75,36 @@ def configure_allocator(
     say what the job uses, so that combinations Megatron-Core rejects are refused here, at the
     start, instead of at its start-up or as an illegal memory access mid-run.
     """
+    apicheck.flag("expandable_segments", expandable_segments)
+    apicheck.flag("use_nccl_ub", use_nccl_ub)
+    apicheck.flag("cuda_graphs", cuda_graphs)
     wanted: dict[str, str] = {"expandable_segments": str(expandable_segments)}
     if garbage_collection_threshold is not None:
-        if not 0 < garbage_collection_threshold < 1:
-            raise InputError(
+        apicheck.number(
+            "garbage_collection_threshold", garbage_collection_threshold, 0.0, 1.0, above_low=True
+        )
+        if garbage_collection_threshold == 1:
+            raise ArgumentError(
                 f"garbage_collection_threshold: must be between 0 and 1 (exclusive), got {garbage_collection_threshold}"
             )
         wanted["garbage_collection_threshold"] = str(garbage_collection_threshold)
     if max_split_size_mb is not None:
-        if max_split_size_mb < 20:
-            raise InputError(f"max_split_size_mb: torch needs at least 20, got {max_split_size_mb}")
+        apicheck.integer("max_split_size_mb", max_split_size_mb, MIN_SPLIT_SIZE_MB, MAX_SPLIT_SIZE_MB)
         wanted["max_split_size_mb"] = str(max_split_size_mb)
     if graph_capture_record_stream_reuse is not None:
+        apicheck.flag("graph_capture_record_stream_reuse", graph_capture_record_stream_reuse)
         wanted["graph_capture_record_stream_reuse"] = str(graph_capture_record_stream_reuse)
+    if options is not None and not isinstance(options, dict):
+        raise ArgumentTypeError(
+            f"options: must be a dict of option names to text values, got {echo(options)}"
+        )
     for key, value in (options or {}).items():
         if key not in KNOWN_ALLOCATOR_OPTIONS:
-            raise InputError(f"options: torch's allocator has no option {key!r}")
+            raise ArgumentError(f"options: torch's allocator has no option {echo(key)}")
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"options[{key!r}]: must be text, got {echo(value)}")
+        if not value or any(c in value for c in ",:") or not value.isprintable():
+            raise ArgumentError(f"options[{key!r}]: must be one value without ',' or ':', got {echo(value)}")
         wanted[key] = value
 
     notes: list[str] = []

@@ -63,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE.jsonl",
         help="write per-rank records that `memtune bench accuracy` reads",
     )
+    report_parser.add_argument(
+        "--force", action="store_true", help="with --export-measured: replace FILE.jsonl if it exists"
+    )
     report_parser.set_defaults(handler=report)
 
 
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_from_words(
             words, args.recipe, "memtune run --config C|--recipe NAME [key=value ...] -- COMMAND"
         )
-        report_ignored(loaded)
+        report_ignored(loaded, args.command)
     elif overrides:
         raise InputError(f"{overrides[0]}: overrides need a job: give --config CONFIG or --recipe NAME")
     derived = derive(loaded.job) if loaded else None
@@ -148,10 +151,21 @@ def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) ->
 def report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from memtune.outfile import check_output_path, write_atomically
+    from memtune.plotfile import check_plot_path
     from memtune.runtime.records import read_directory
     from memtune.runtime.render import plot, render, to_json
-    from memtune.runtime.report import RankEstimateRef, build_report, measured_records
+    from memtune.runtime.report import build_report, measured_records, rank_estimates
 
+    if args.plot:
+        check_plot_path(args.plot)
+    if args.force and not args.export_measured:
+        raise InputError("--force goes with --export-measured FILE.jsonl")
+    export = (
+        check_output_path("--export-measured", args.export_measured, force=args.force)
+        if args.export_measured
+        else None
+    )
     monitor_run = read_directory(args.dir)
     estimates, source, config_dump = None, None, None
     if args.config:
@@ -160,25 +174,24 @@ def report(args: argparse.Namespace) -> int:
         from memtune.estimate import estimate
 
         job = load_job(args.config, []).job
-        est = estimate(gate(job))
-        estimates = {}
-        for rank in monitor_run.ranks:
-            rank_estimate = est.rank(rank)
-            estimates[rank] = RankEstimateRef(rank_estimate.pp_rank, rank_estimate.peak_bytes)
+        estimates = rank_estimates(monitor_run, estimate(gate(job)), args.config)
         source, config_dump = f"config {args.config}", job.model_dump(mode="json", exclude_defaults=True)
     else:
         config_dump = next((r.config for r in monitor_run.ranks.values() if r.config is not None), None)
     result = build_report(monitor_run, estimates, source)
     if args.plot:
         plot(monitor_run, result, args.plot)
-    if args.export_measured:
+    if export is not None:
         if config_dump is None:
             raise InputError(
                 "--export-measured needs the job config: give --config (the monitor recorded none)"
             )
         name = Path(args.dir).resolve().name
         lines = [json.dumps(r) for r in measured_records(monitor_run, config_dump, name, result.rows)]
-        Path(args.export_measured).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        text = "".join(line + "\n" for line in lines).encode()
+        write_atomically(
+            export, lambda handle: handle.write(text), replace=args.force, option="--export-measured"
+        )
     if args.json:
         json.dump(to_json(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -19,7 +19,9 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
-from memtune.errors import InputError, MissingDependencyError
+from memtune import apicheck
+from memtune.errors import ArgumentError, InputError, MissingDependencyError
+from memtune.limits import MAX_RECORD_BYTES, MAX_STEP
 from memtune.runtime.records import SCHEMA_VERSION, file_name
 from memtune.runtime.stats import CudaAllocatorStats, DeviceSource, NvmlDevice, StatsSource
 from memtune.units import human
@@ -28,6 +30,7 @@ OUTPUT_VARIABLE = "MEMTUNE_RUNTIME_DIR"  # `memtune run` points the monitor and 
 DEFAULT_OUTPUT = "memtune-monitor"
 DEFAULT_GATHER_EVERY = 10
 DEFAULT_OVER_ESTIMATE_MARGIN = 0.10
+MAX_OVER_ESTIMATE_MARGIN = 100.0  # 10,000% over the estimate: any larger margin never warns
 
 
 class MemoryWarning(UserWarning):
@@ -69,12 +72,20 @@ class MemoryMonitor:
         group: Any = None,
         start_step: int = 0,
     ) -> None:
-        if gather_every < 1:
-            raise InputError(f"gather_every: must be at least 1, got {gather_every}")
-        if over_estimate_margin < 0:
-            raise InputError(f"over_estimate_margin: must be at least 0, got {over_estimate_margin}")
+        apicheck.integer("gather_every", gather_every, 1, MAX_STEP)
+        apicheck.number("over_estimate_margin", over_estimate_margin, 0.0, MAX_OVER_ESTIMATE_MARGIN)
+        apicheck.integer("start_step", start_step, 0, MAX_STEP)
+        if estimate_bytes is not None:
+            apicheck.integer("estimate_bytes", estimate_bytes, 0, MAX_RECORD_BYTES)
+        for name, value in (("out_dir", out_dir), ("config", config), ("tensorboard_dir", tensorboard_dir)):
+            if value is not None:
+                apicheck.path(name, value)
+        if stats is not None:
+            apicheck.has_methods("stats", stats, "a stats source", "sample", "reset_peaks")
+        if device is not None:
+            apicheck.has_methods("device", device, "a device source", "sample")
         if config is not None and estimate_bytes is not None:
-            raise InputError("give config or estimate_bytes, not both")
+            raise ArgumentError("give config or estimate_bytes, not both")
         self.out_dir = Path(out_dir if out_dir is not None else default_output())
         self.gather_every = gather_every
         self.config = config
@@ -164,6 +175,8 @@ class MemoryMonitor:
             raise RuntimeError(
                 "MemoryMonitor.step() before start(): use `with MemoryMonitor(...)` or call start()"
             )
+        if step is not None:
+            apicheck.integer("step", step, 0, MAX_STEP)
         now = time.perf_counter()
         self._step = self._step + 1 if step is None else step
         values: dict[str, Any] = self._stats.sample()
@@ -191,6 +204,8 @@ class MemoryMonitor:
         """Mark that training resumed from a checkpoint; ``step`` is the first step after it
         (default: the next one). ``memtune report`` compares the steps after the marker with the
         steady state before it."""
+        if step is not None:
+            apicheck.integer("step", step, 0, MAX_STEP)
         self._write("event", event="resume", step=self._step + 1 if step is None else step)
 
     # -- internals --------------------------------------------------------------------------

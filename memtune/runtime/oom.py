@@ -17,18 +17,23 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import tempfile
 from contextlib import ContextDecorator
 from pathlib import Path
 from typing import Any
 
+from memtune import apicheck
+from memtune.limits import MAX_PARALLEL
+from memtune.outfile import write_atomically
 from memtune.runtime.monitor import default_output
 
 DEFAULT_MAX_ENTRIES = 100_000  # allocation events kept; each holds a Python stack (a few KB)
+MAX_HISTORY_ENTRIES = 10_000_000  # tens of GB of stacks; torch's C++ count overflows far above
 
 
 def snapshot_path(directory: str | os.PathLike[str], rank: int) -> Path:
-    return Path(directory) / f"oom-rank{rank}" / f"oom-snapshot-rank{rank}.pickle"
+    # A rank is a number, so the file stays inside ``directory`` (a rank of "../x" would not).
+    apicheck.integer("rank", rank, 0, MAX_PARALLEL - 1)
+    return apicheck.path("directory", directory) / f"oom-rank{rank}" / f"oom-snapshot-rank{rank}.pickle"
 
 
 def write_snapshot(snapshot: Any, directory: str | os.PathLike[str], rank: int) -> Path:
@@ -36,17 +41,9 @@ def write_snapshot(snapshot: Any, directory: str | os.PathLike[str], rank: int) 
     directory, then ``os.replace``; on failure nothing is left behind."""
     target = snapshot_path(directory, rank)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pickle.dump(snapshot, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_atomically(
+        target, lambda handle: pickle.dump(snapshot, handle, protocol=pickle.HIGHEST_PROTOCOL), replace=True
+    )
     return target
 
 
@@ -63,8 +60,9 @@ class capture_oom(ContextDecorator):
     nothing and ``active`` is False."""
 
     def __init__(self, out_dir: str | os.PathLike[str] | None = None, max_entries: int = DEFAULT_MAX_ENTRIES):
-        if max_entries < 1:
-            raise ValueError(f"max_entries: must be at least 1, got {max_entries}")
+        apicheck.integer("max_entries", max_entries, 1, MAX_HISTORY_ENTRIES)
+        if out_dir is not None:
+            apicheck.path("out_dir", out_dir)
         self.out_dir = Path(out_dir if out_dir is not None else default_output())
         self.max_entries = max_entries
         self.active = False

@@ -26,13 +26,15 @@ object carrying ``"schema_version": 1``, ``"kind"``, ``"rank"`` and ``"time"`` (
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memtune.errors import InputError
+from memtune.jsonl import Holds, check_field, read_jsonl
+from memtune.limits import MAX_PARALLEL, MAX_RECORD_BYTES, MAX_STEP
+from memtune.numbers import echo
 
 SCHEMA_VERSION = 1
 FILE_PATTERN = "memtune-monitor-rank*.jsonl"
@@ -132,25 +134,47 @@ def read_directory(directory: str | Path) -> MonitorRun:
 
 def _read_file(file: Path) -> list[dict[str, Any]]:
     records = []
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"{file}: cannot read ({exc.strerror})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            # A process killed mid-write leaves a torn last line; anything else is corruption.
-            if number == len(lines):
-                continue
-            raise InputError(f"{file}:{number}: invalid JSON ({exc.msg})") from None
+    for number, record in read_jsonl(file, torn_last_line=True):
+        where = f"{file}:{number}"
         if not isinstance(record, dict) or "kind" not in record or "rank" not in record:
-            raise InputError(f"{file}:{number}: not a memtune monitor record (no kind/rank)")
+            raise InputError(f"{where}: not a memtune monitor record (no kind/rank)")
         if record.get("schema_version") != SCHEMA_VERSION:
             raise InputError(
-                f"{file}:{number}: schema_version {record.get('schema_version')!r}, this memtune reads {SCHEMA_VERSION}"
+                f"{where}: schema_version {echo(record.get('schema_version'))}, this memtune reads {SCHEMA_VERSION}"
             )
+        check_record(record, where)
         records.append(record)
     return records
+
+
+# What each field of a record may hold (memtune/jsonl.py: Holds), and whether the monitor may
+# write it as null.
+_BYTES = (0, MAX_RECORD_BYTES)
+_STEP = (0, MAX_STEP)
+_FIELDS: dict[str, dict[str, tuple[Holds, bool]]] = {
+    "start": {
+        "world_size": ((1, MAX_PARALLEL), True),
+        "pp_rank": ((0, MAX_PARALLEL - 1), True),
+        "estimate_bytes": (_BYTES, True),
+        "config": ("mapping", True),
+    },
+    "step": {
+        "step": (_STEP, False),
+        "step_seconds": ("number", True),
+        "estimate_bytes": (_BYTES, True),
+        "estimate_difference_bytes": ((-MAX_RECORD_BYTES, MAX_RECORD_BYTES), True),
+        **{name: (_BYTES, True) for name in STEP_FIELDS},
+    },
+    "gather": {"step": (_STEP, False)},
+    "event": {"event": ("string", False), "step": (_STEP, True)},
+}
+
+
+def check_record(record: dict[str, Any], where: str) -> None:
+    """Refuse, in one line naming ``where`` and the field, a value the report cannot use."""
+    kind = record["kind"]
+    if not isinstance(kind, str) or kind not in _FIELDS:
+        raise InputError(f"{where}: kind {echo(kind)} is not one of {', '.join(_FIELDS)}")
+    check_field(where, record, "rank", (0, MAX_PARALLEL - 1))
+    for name, (holds, nullable) in _FIELDS[kind].items():
+        check_field(where, record, name, holds, nullable)

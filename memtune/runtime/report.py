@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from memtune.errors import InputError
 from memtune.runtime import detectors
 from memtune.runtime.records import MonitorRun, RankRecords, Segment
 from memtune.units import human
+
+if TYPE_CHECKING:
+    from memtune.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,23 @@ def outlier_findings(rows: list[RankRow]) -> list[Finding]:
             )
         )
     return found
+
+
+def rank_estimates(run: MonitorRun, est: Estimate, config: str) -> dict[int, RankEstimateRef]:
+    """Each recorded rank's estimate from ``config``; a rank the config's world does not have
+    means the records and the config are of different jobs."""
+    world = est.derived.world_size
+    outside = sorted(rank for rank in run.ranks if rank >= world)
+    if outside:
+        raise InputError(
+            f"--config {config}: its world size is {world}, but {run.directory} has records of rank "
+            f"{', '.join(map(str, outside[:5]))}{' ...' if len(outside) > 5 else ''} (records of another job?)"
+        )
+    refs = {}
+    for rank in run.ranks:
+        rank_estimate = est.rank(rank)
+        refs[rank] = RankEstimateRef(rank_estimate.pp_rank, rank_estimate.peak_bytes)
+    return refs
 
 
 def build_report(run: MonitorRun, estimates: dict[int, RankEstimateRef] | None, source: str | None) -> Report:

@@ -114,4 +114,4 @@ def test_a_launch_script_gets_megatron_lm_defaults_and_explain_lists_them(tmp_pa
     assert main(["estimate", str(script), "--explain"]) == 0
     out, err = capsys.readouterr()
     assert "  - model.gradient_accumulation_fusion=true (megatron-lm: megatron/training/arguments.py)" in out
-    assert err == f"{script}: ignored 1 keys memtune does not use: --unknown-flag 3\n"
+    assert err == f"memtune estimate: {script}: ignored 1 keys memtune does not use: --unknown-flag 3\n"

@@ -445,6 +445,6 @@ def test_an_unknown_scale_position_is_refused():
     from memtune.errors import InputError
 
     with pytest.raises(
-        InputError, match="LoRA: scale_position must be one of bottleneck, output, got 'middle'"
+        InputError, match="LoRA scale_position: must be one of bottleneck, output, got 'middle'"
     ):
         LoRA(scale_position="middle")

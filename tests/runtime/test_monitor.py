@@ -130,7 +130,7 @@ def test_on_cpu_the_allocator_fields_are_null_and_a_note_says_why(tmp_path):
 
 
 def test_bad_arguments_are_input_errors(tmp_path):
-    with pytest.raises(InputError, match="gather_every: must be at least 1, got 0"):
+    with pytest.raises(InputError, match=r"gather_every: must be from 1 to 2\^40, got 0"):
         MemoryMonitor(tmp_path, gather_every=0)
     with pytest.raises(InputError, match="give config or estimate_bytes, not both"):
         MemoryMonitor(tmp_path, config="x.yaml", estimate_bytes=1)

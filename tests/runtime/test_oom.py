@@ -27,7 +27,7 @@ def test_snapshot_goes_through_a_temporary_file_and_a_rename(tmp_path, monkeypat
     assert path == tmp_path / "oom-rank3" / "oom-snapshot-rank3.pickle"
     [(directory, temporary, target_existed)] = seen
     assert directory == str(path.parent)  # same file system, so the rename is atomic
-    assert temporary.startswith(".oom-snapshot-rank3.pickle.") and temporary.endswith(".tmp")
+    assert temporary.startswith(".memtune-") and temporary.endswith(".tmp")
     assert target_existed is False
     assert pickle.loads(path.read_bytes()) == snapshot
     assert os.listdir(path.parent) == ["oom-snapshot-rank3.pickle"]
@@ -53,7 +53,7 @@ def test_capture_without_cuda_records_nothing_and_lets_errors_through(tmp_path):
         return x + 1
 
     assert train(1) == 2
-    with pytest.raises(ValueError, match="max_entries: must be at least 1"):
+    with pytest.raises(ValueError, match="max_entries: must be from 1 to 10000000, got 0"):
         capture_oom(tmp_path, max_entries=0)
 
 

@@ -238,7 +238,7 @@ def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, st
         raise InputError(_why_no_model_flags(path, script, command))
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
-    _cluster(script, launcher, data)
+    _cluster(script, launcher, data, ignored)
     sections = {section: values for section, values in data.items() if values and section != "_"}
     missing = {"model.vocab_size": data["_"]["missing_vocab"]} if "missing_vocab" in data["_"] else {}
     return {"defaults": "megatron-lm", **sections}, ignored, missing
@@ -451,19 +451,33 @@ def _environment(
             )
 
 
-def _cluster(script: Script, launcher: list[str], data: dict[str, dict[str, Any]]) -> None:
+def _cluster(
+    script: Script, launcher: list[str], data: dict[str, dict[str, Any]], ignored: list[str]
+) -> None:
+    """The GPU count from the launcher's flags, else WORLD_SIZE. A value that is not a number
+    memtune reads (torchrun's ``gpu``/``auto``, a command substitution, ``²``, 5,000 digits) is
+    listed as ignored: the count then comes from the config or the defaults, and the user is told."""
+    unread = " (not a number memtune reads; set cluster.num_gpus)"
     found: dict[str, int] = {}
     for i, word in enumerate(launcher):
         name, has_inline, inline = word.lstrip("-").partition("=")
         key = LAUNCHER_GPU_FLAGS.get(name.replace("_", "-")) if word.startswith("--") else None
         text = inline if has_inline else (launcher[i + 1] if i + 1 < len(launcher) else "")
-        if key and (number := int_or_none(text)) is not None:
+        if key is None:
+            continue
+        number = int_or_none(text)
+        if number is None:
+            ignored.append(f"--{name} {echo(text)}{unread}")
+        else:
             found[key] = number
     cluster: dict[str, int] = {}
+    world_text = str(script.variables.get("WORLD_SIZE", ""))
     if "gpus_per_node" in found:
         cluster["gpus_per_node"] = found["gpus_per_node"]
         cluster["num_gpus"] = found["gpus_per_node"] * found.get("nodes", 1)
-    elif (world := int_or_none(str(script.variables.get("WORLD_SIZE", "")))) is not None:
+    elif (world := int_or_none(world_text)) is not None:
         cluster["num_gpus"] = world
+    elif "WORLD_SIZE" in script.variables:
+        ignored.append(f"WORLD_SIZE={echo(world_text)}{unread}")
     if cluster:
         data["cluster"] = cluster
