@@ -412,6 +412,24 @@ class Derived:
         return backend in ("flash", "fused") or (backend == "auto" and self.transformer_engine)
 
     @cached_property
+    def fused_activation(self) -> bool:
+        """The bias-SwiGLU/GeLU fusion runs (``bias_activation_fusion`` with a SiLU or GeLU
+        activation): the MLP keeps only the fc1 output for the activation's backward."""
+        m = self.model
+        return m.bias_activation_fusion and m.activation_func in ("silu", "gelu")
+
+    @cached_property
+    def fp8_activations(self) -> bool:
+        """Transformer Engine keeps FP8 copies (1 byte) of linear inputs for backward."""
+        return self.transformer_engine and self.model.fp8 is not None
+
+    @cached_property
+    def pipeline_outputs_kept(self) -> bool:
+        """Megatron-Core's schedule keeps each output it sends to the next stage until that
+        microbatch's backward, unless ``deallocate_pipeline_outputs`` frees it once sent."""
+        return not self.model.deallocate_pipeline_outputs
+
+    @cached_property
     def fused_softmax_kernel(self) -> bool:
         """Megatron's fused scale-mask-softmax kernel runs in unfused attention.
 
@@ -508,6 +526,12 @@ class Derived:
         return self.allocator.fragmentation_margin
 
     @cached_property
+    def blackwell_or_newer(self) -> bool:
+        """The GPU is a B100/B200/B300 or a GB200/GB300 (compute capability 10 and up), told by
+        its catalogue name."""
+        return self.job.cluster.gpu.upper().startswith(("B", "GB"))
+
+    @cached_property
     def device_max_connections(self) -> str | None:
         """The ``CUDA_DEVICE_MAX_CONNECTIONS`` the job should run with: the config's own value,
         else ``"1"`` where Megatron-LM asserts it (TP > 1 or CP > 1 before Blackwell, without
@@ -515,8 +539,11 @@ class Derived:
         configured = self.job.env.CUDA_DEVICE_MAX_CONNECTIONS
         if configured is not None:
             return configured
-        blackwell_or_newer = self.job.cluster.gpu.upper().startswith(("B", "GB"))
-        if (self.tp > 1 or self.cp > 1) and not blackwell_or_newer and not self.job.ddp.use_megatron_fsdp:
+        if (
+            (self.tp > 1 or self.cp > 1)
+            and not self.blackwell_or_newer
+            and not self.job.ddp.use_megatron_fsdp
+        ):
             return "1"
         return None
 
@@ -607,7 +634,11 @@ KNOB_FREE_FACTS = (
     "separate_input_norm",
     "flash_attention",
     "cross_entropy",
+    "fused_activation",
+    "fp8_activations",
+    "pipeline_outputs_kept",
     "cuda_graphs",
+    "blackwell_or_newer",
     "torch_version",
     "mcore_version",
     "allocator",
