@@ -485,11 +485,6 @@ def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
 
 
 RANK_PARAMS_KNOBS = CHUNK_PARAMS_KNOBS
-# ``state.model_state`` of a rank's parameters: the data-parallel sizes (TP, PP, CP, EP, ETP set
-# them), the sharding and the optimizer offload.
-MODEL_STATE_KNOBS = KnobSubset("tp", "pp", "cp", "ep", "etp", "sharding", "fsdp_strategy", "offload")
-# ``schedule.in_flight``: the microbatch count, the stages and the virtual stages.
-IN_FLIGHT_KNOBS = KnobSubset("tp", "pp", "vpp", "cp", "mbs")
 
 
 def rank_params(

@@ -29,9 +29,7 @@ from memtune.estimate.core import (
     CHUNK_ACTIVATION_KNOBS,
     CHUNK_PARAMS_KNOBS,
     DEFERRED_WGRAD_KNOBS,
-    IN_FLIGHT_KNOBS,
     LAYER_KNOBS,
-    MODEL_STATE_KNOBS,
     RANK_PARAMS_KNOBS,
     ChunkActivations,
     ChunkAssembly,
@@ -52,8 +50,8 @@ from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import non_pytorch_bytes
 from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
-from memtune.estimate.schedule import in_flight
-from memtune.estimate.state import ModelState, model_state
+from memtune.estimate.schedule import IN_FLIGHT_KNOBS, in_flight
+from memtune.estimate.state import MODEL_STATE_KNOBS, ModelState, model_state
 
 # What a chunk's activations and model state depend on besides the knobs: its layers' kinds (MoE
 # or dense), whether it holds the embedding, the output layer, and its MTP layers.
@@ -118,7 +116,6 @@ class FastResult:
 
 class FastEstimator:
     def __init__(self, base: JobConfig, capacity_bytes: int, options: EstimateOptions | None = None) -> None:
-        self.base = base
         self.base_derived = derive(base)
         self.capacity = capacity_bytes
         self.options = options or EstimateOptions()

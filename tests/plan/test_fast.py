@@ -64,19 +64,22 @@ def test_unvalidated_job_equals_validated_job(dense_base, sample):
         assert view.knobs == c
 
 
-def test_planner_prediction_equals_prediction_of_the_job(moe_lora_base, sample):
-    d = derive(moe_lora_base)
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
+def test_planner_prediction_equals_prediction_of_the_job(which, request, sample):
+    base = request.getfixturevalue(which)
+    d = derive(base)
     memo = PredictionMemo()
-    compared = 0
-    for c in sample(moe_lora_base, 40, seed=5):
+    gpu = get_gpu(base.cluster.gpu)
+    compared = fsdp = 0
+    for c in sample(base, 40, seed=5):
         try:
-            checked = gate(with_changes(moe_lora_base, c.changes(moe_lora_base)))
+            checked = gate(with_changes(base, c.changes(base)))
         except InputError:
             continue
-        gpu = get_gpu(moe_lora_base.cluster.gpu)
-        assert predict_derived(d.with_knobs(c), gpu, memo) == predict(checked)
+        assert predict_derived(d.with_knobs(c), gpu, memo) == predict(checked), c.label()
         compared += 1
-    assert compared >= 20
+        fsdp += c.sharding == "fsdp"
+    assert compared >= 20 and fsdp >= 3
 
 
 DERIVED_FACTS = [name for name, value in vars(Derived).items() if isinstance(value, cached_property)]
@@ -106,3 +109,14 @@ def test_megatron_fsdp_buckets_are_not_taken_from_a_sibling_without_fsdp(dense_b
         want = estimate(gate(with_changes(dense_base, c.changes(dense_base)))).worst.peak_bytes
         assert fast.evaluate(c).peak_bytes == want, c.sharding
     assert d.with_knobs(siblings[-1]).fsdp_strategy == "optim_grads_params"
+
+
+def test_an_fsdp_candidate_is_predicted_with_fsdps_gradient_dtype(dense_base):
+    """Regression: the planner predicted a Megatron-FSDP candidate with the base job's gradient
+    dtype (fp32 with ``grad_reduce_in_fp32``), which Megatron-FSDP ignores (Derived.grad_dtype)."""
+    base = with_changes(dense_base, [Change("ddp.grad_reduce_in_fp32", True)])
+    c = Knobs(1, 2, 1, 2, 1, 1, 1, False, Recompute(), "fsdp", 0.0, 0, False)
+    view = derive(base).with_knobs(c)
+    assert (derive(base).grad_dtype, view.grad_dtype) == ("fp32", "bf16")
+    checked = gate(with_changes(base, c.changes(base)))
+    assert predict_derived(view, get_gpu(base.cluster.gpu)) == predict(checked)
