@@ -2,8 +2,9 @@
 
 The layout's knobs as one value (``Derived.knobs``, :class:`~memtune.config.knobs.Knobs`) and
 the derived view of other knobs (``Derived.with_knobs``); parallel sizes, batches, the layer
-layout per stage and chunk, the rank-to-stage mapping, the distributed optimizer in effect, parameter and gradient dtypes, the allocator settings in effect
-and the fragmentation margin, the attention flavour and software versions: every consumer
+layout per stage and chunk, the rank-to-stage mapping, the distributed optimizer in effect,
+parameter and gradient dtypes, the allocator settings in effect and the fragmentation margin,
+the attention and kernel flavour and software versions: every consumer
 (check, estimate, measure, diagnose, plan) reads them from :class:`Derived`, and
 ``tests/config/test_one_home.py`` fails when one is computed elsewhere.
 
@@ -107,7 +108,8 @@ class Derived:
         update = {name: getattr(job, name).model_copy(update=values) for name, values in sections.items()}
         view = Derived(job.model_copy(update=update))
         # What the knobs do not change carries over, and views with the same pipeline knobs share
-        # one layer layout: the planner builds a view per candidate that fits.
+        # one layer layout (kept on this Derived, outside its fields): the planner builds a view
+        # per candidate it estimates or predicts.
         for name in KNOB_FREE_FACTS:
             view.__dict__[name] = getattr(self, name)
         layouts: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_layouts_by_knobs", {})

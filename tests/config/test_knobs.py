@@ -57,8 +57,8 @@ def test_a_view_derives_every_layout_fact_from_the_knobs():
         ({"split": "uneven"}, "layout knobs: split must be one of even, accounted, got 'uneven'"),
         (
             {"fsdp_strategy": "optim"},
-            "layout knobs: fsdp_strategy must be one of no_shard, optim, optim_grads, optim_grads_params, and "
-            "differ from optim_grads_params only with sharding fsdp; got 'optim' with distopt",
+            "layout knobs: fsdp_strategy must be one of no_shard, optim, optim_grads, optim_grads_params, "
+            "and differ from optim_grads_params only with sharding fsdp; got 'optim' with distopt",
         ),
     ],
 )
