@@ -66,7 +66,8 @@ RANK_PARAMS = RANK_PARAMS_KNOBS | CHUNKS
 RANK_STATES = MODEL_STATE_KNOBS | CHUNKS
 RANK_FLIGHTS = IN_FLIGHT_KNOBS | CHUNKS
 RANK_BUFFERS = BUFFER_KNOBS | CHUNKS
-RANK_HELD = RANK_ACTIVATIONS | RANK_FLIGHTS | DEFERRED_WGRAD_KNOBS
+RANK_DEFERRED = DEFERRED_WGRAD_KNOBS | CHUNKS
+RANK_HELD = RANK_ACTIVATIONS | RANK_FLIGHTS | RANK_DEFERRED
 # Memory outside PyTorch (estimate/overhead.py): one communicator per process group, whose sizes
 # TP, PP, CP, EP and ETP set.
 OUTSIDE = KnobSubset("tp", "pp", "cp", "ep", "etp")
@@ -132,6 +133,7 @@ class FastEstimator:
         self._rank_states: dict[Key, list[ModelState]] = {}
         self._rank_flights: dict[Key, list[dict[int, int]]] = {}
         self._rank_buffers: dict[Key, list[float]] = {}
+        self._rank_deferred: dict[Key, list[float]] = {}
         self._rank_held: dict[Key, list[Held]] = {}
         self._outside: dict[Key, int] = {}
         self._margin = self.base_derived.fragmentation_margin
@@ -253,13 +255,15 @@ class FastEstimator:
         hk = RANK_HELD.key(k)
         held = self._rank_held.get(hk)
         if held is None:
-            d = self.derived(k)
-            held = self._rank_held[hk] = []
-            for i, r in enumerate(reps):
-                deferred = deferred_wgrad_bytes(d, chunks_all[r])
-                held.append(
-                    Held(*held_and_transient(chunks_all[r], flights[i], activations[i], deferred), deferred)
-                )
+            dk = RANK_DEFERRED.key(k)
+            deferred = self._rank_deferred.get(dk)
+            if deferred is None:
+                d = self.derived(k)
+                deferred = self._rank_deferred[dk] = [deferred_wgrad_bytes(d, chunks_all[r]) for r in reps]
+            held = self._rank_held[hk] = [
+                Held(*held_and_transient(chunks_all[r], flights[i], activations[i], deferred[i]), deferred[i])
+                for i, r in enumerate(reps)
+            ]
         worst_index, worst_peak = -1, -1
         for i in range(len(reps)):
             activ, transient, _ = peak_parts(
