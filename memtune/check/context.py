@@ -38,10 +38,6 @@ class Context:
         return self.d.allocator
 
     @property
-    def torch_reads_new_alloc_conf(self) -> bool:
-        return self.allocator.torch_reads_alloc_conf
-
-    @property
     def read_alloc_confs(self) -> dict[str, dict[str, str]]:
         """The allocator variable torch will actually read, by name (at most one)."""
         a = self.allocator
@@ -74,8 +70,7 @@ class Context:
 
     @property
     def blackwell_or_newer(self) -> bool:
-        """B100/B200/B300 and GB200/GB300 (compute capability 10 and up)."""
-        return self.job.cluster.gpu.upper().startswith(("B", "GB"))
+        return self.d.blackwell_or_newer
 
     @property
     def all_layers_moe(self) -> bool:

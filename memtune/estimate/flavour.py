@@ -3,7 +3,8 @@
 Megatron-Core builds the same model two ways: the ``local`` spec (plain PyTorch modules, torch
 norms, Megatron's unfused ``DotProductAttention``) and the Transformer Engine spec (norms fused
 into the following linear, flash/fused attention, fused activations). The estimator asks this
-object, never the raw config, which path applies.
+object, never the raw config, which path applies; each field is a fact of
+:class:`~memtune.config.derived.Derived`, where it is derived.
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ class Flavour:
 
 
 def flavour_of(d: Derived) -> Flavour:
-    m = d.model
-    te = d.transformer_engine
     return Flavour(
-        transformer_engine=te,
+        transformer_engine=d.transformer_engine,
         flash_attention=d.flash_attention,
-        fused_activation=m.bias_activation_fusion and m.activation_func in ("silu", "gelu"),
-        fp8_activations=te and m.fp8 is not None,
-        pipeline_outputs_kept=not m.deallocate_pipeline_outputs,
+        fused_activation=d.fused_activation,
+        fp8_activations=d.fp8_activations,
+        pipeline_outputs_kept=d.pipeline_outputs_kept,
     )

@@ -9,6 +9,7 @@ default ``p``), chunk by chunk, and warms up ``2 (p - r - 1) + (m - 1) N`` of th
 from __future__ import annotations
 
 from memtune.config.derived import Derived
+from memtune.config.knobs import KnobSubset
 
 
 def forward_order(num_microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
@@ -26,6 +27,11 @@ def warmup_forwards(d: Derived, pp_rank: int) -> int:
         return min(p - pp_rank - 1, d.num_microbatches)
     group = d.model.microbatch_group_size_per_vp_stage or p
     return min(2 * (p - pp_rank - 1) + (m - 1) * group, total)
+
+
+# The knobs ``in_flight`` depends on: the microbatch count (TP, PP, CP and the micro-batch set it),
+# the stages and the virtual stages (memtune/plan/fast.py keys its cache by them).
+IN_FLIGHT_KNOBS = KnobSubset("tp", "pp", "vpp", "cp", "mbs")
 
 
 def in_flight(d: Derived, pp_rank: int) -> dict[int, int]:

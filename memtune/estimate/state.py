@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.config.knobs import KnobSubset
 from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.peft.model import AdapterParams
 
@@ -50,6 +51,11 @@ def _padded(numel: float, d: Derived) -> float:
     multiple = math.lcm(d.dp * d.cp, 128)
     buckets = math.ceil(numel / bucket)
     return numel + buckets * multiple / 2
+
+
+# The knobs a rank's state depends on besides its parameters: the data-parallel sizes (TP, PP,
+# CP, EP and ETP set them), the sharding and the optimizer offload (memtune/plan/fast.py).
+MODEL_STATE_KNOBS = KnobSubset("tp", "pp", "cp", "ep", "etp", "sharding", "fsdp_strategy", "offload")
 
 
 def model_state(
@@ -133,8 +139,9 @@ def fsdp_gathered(d: Derived, params: ParamCounts) -> float:
     """Of ``params``, those whose Megatron-FSDP group is really sharded: a group over a
     single rank (DP x CP for dense parameters, expert-DP for routed experts) keeps its whole
     buffer and needs no unsharded temporary to gather or reduce."""
-    dense = params.dense + params.replicated if d.dp * d.cp > 1 else 0.0
-    return dense + (params.expert if d.edp > 1 else 0.0)
+    dense_sharded, experts_sharded = d.fsdp_sharded_groups
+    dense = params.dense + params.replicated if dense_sharded else 0.0
+    return dense + (params.expert if experts_sharded else 0.0)
 
 
 def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCounts) -> ModelState:

@@ -12,10 +12,11 @@ from memtune.catalog.models import find_model, get_model
 from memtune.config import validate
 from memtune.config.arguments import RECIPE_WORD, is_override, load_from_words
 from memtune.config.changes import Change, job_data, with_changes
+from memtune.config.knobs import Knobs
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
-from memtune.plan.space import MODES, Candidate
+from memtune.plan.space import MODES, changes_of
 
 USAGE = "memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B"
 
@@ -87,7 +88,7 @@ def base_job(q: Query) -> JobConfig:
     return with_changes(job, fixed) if fixed else job
 
 
-# Every key a candidate sets (Candidate.changes), so a pin on one of them filters candidates and
+# Every key a candidate sets (Knobs.changes), so a pin on one of them filters candidates and
 # a pin on anything else changes the base job.
 CANDIDATE_KEYS = {
     "model.tensor_model_parallel_size",
@@ -119,14 +120,14 @@ CANDIDATE_KEYS = {
 }
 
 
-def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Candidate], bool] | None:
+def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Knobs], bool] | None:
     """Keep only candidates that set every pinned candidate key to the pinned value."""
     wanted = {p.key: p.value for p in pins if p.key in CANDIDATE_KEYS}
     if not wanted:
         return None
 
-    def keep(c: Candidate) -> bool:
-        values = {ch.key: ch.value for ch in c.changes(base)}
+    def keep(c: Knobs) -> bool:
+        values = {ch.key: ch.value for ch in changes_of(base, c)}
         # A key the candidate does not set (experts on a dense model) keeps the base's value.
         return all(values.get(k, _base_value(base, k)) == v for k, v in wanted.items())
 

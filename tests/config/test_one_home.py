@@ -17,6 +17,7 @@ from memtune.config import derive, load_job
 from memtune.config.changes import Change, with_changes
 from memtune.diagnose import _config_expandable
 from memtune.estimate import estimate
+from memtune.estimate.flavour import flavour_of
 from memtune.measure.plan import plan_measurement
 from memtune.units import GiB
 
@@ -148,6 +149,22 @@ FACT_READS = {
         {"config/derived.py", "measure/plan.py", "estimate/render.py", "check/rules/recompute.py"},
         "Derived.flash_attention",
     ),
+    # The full-recompute replay rule: which layers of a chunk are checkpointed, and replayed.
+    # REC001-REC003 validate the settings as written, as Megatron does; fix/changes.py compares
+    # the configured count with the one it would propose.
+    "recompute_method": ({"config/derived.py", "check/rules/recompute.py"}, "Derived.full_recompute_groups"),
+    "recompute_num_layers": (
+        {"config/derived.py", "check/rules/recompute.py", "fix/changes.py"},
+        "Derived.full_recompute_groups",
+    ),
+    # The kernel flavour (estimate/flavour.py's Flavour is a view of these Derived facts).
+    "bias_activation_fusion": ({"config/derived.py"}, "Derived.fused_activation"),
+    "deallocate_pipeline_outputs": ({"config/derived.py"}, "Derived.pipeline_outputs_kept"),
+    "cpu_offloading_activations": (
+        # LoRA's re-gather eligibility names activation offloading as its reason
+        {"config/derived.py", "peft/model.py"},
+        "Derived.activation_offload_layers",
+    ),
 }
 # Loaders translate foreign formats into the schema and the GPU-side runner reads Megatron's own
 # config objects: neither derives facts.
@@ -171,6 +188,70 @@ def _attribute_reads(path: Path) -> list[tuple[str, int]]:
         if name in CONFIG_OBJECTS:
             reads.append((node.attr, node.lineno))
     return reads
+
+
+def _gpu_name_tests(path: Path) -> list[int]:
+    """Lines that test a GPU's name by its prefix (``cluster.gpu...startswith``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "startswith"
+        ):
+            receiver = ast.unparse(node.func.value)
+            if ".gpu" in receiver:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_gpu_generation_is_told_in_one_place():
+    offenders = [
+        f"{path.relative_to(ROOT / 'memtune').as_posix()}:{line} tests the GPU name; use Derived.blackwell_or_newer"
+        for path in sorted((ROOT / "memtune").rglob("*.py"))
+        if path.relative_to(ROOT / "memtune").as_posix() != "config/derived.py"
+        for line in _gpu_name_tests(path)
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "gpu, newer", [("B200", True), ("GB200", True), ("H100-80GB", False), ("H200", False)]
+)
+def test_check_and_the_derived_facts_agree_on_the_gpu_generation(gpu, newer):
+    job = with_changes(
+        load_job(EXAMPLE).job, [Change("cluster.gpu", gpu), Change("env.CUDA_DEVICE_MAX_CONNECTIONS", None)]
+    )
+    assert derive(job).blackwell_or_newer is newer
+    assert Context.of(job).blackwell_or_newer is newer
+    # Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP > 1 only before Blackwell.
+    assert derive(job).device_max_connections == (None if newer else "1")
+
+
+def test_the_kernel_flavour_is_the_derived_facts():
+    job = with_changes(
+        load_job(EXAMPLE).job,
+        [
+            Change("model.fp8", "hybrid"),
+            Change("model.deallocate_pipeline_outputs", False),
+            Change("model.bias_activation_fusion", True),  # with the example's SiLU (SwiGLU)
+        ],
+    )
+    fl = flavour_of(derive(job))
+    assert (fl.transformer_engine, fl.fp8_activations, fl.pipeline_outputs_kept, fl.fused_activation) == (
+        True,
+        True,
+        True,
+        True,
+    )
+    local = with_changes(
+        job, [Change("model.transformer_impl", "local"), Change("model.activation_func", "relu")]
+    )
+    assert (flavour_of(derive(local)).fp8_activations, flavour_of(derive(local)).fused_activation) == (
+        False,
+        False,
+    )
 
 
 def test_no_fact_is_computed_outside_its_home():

@@ -1,17 +1,20 @@
 """The search's cached fast path gives exactly the estimator's numbers."""
 
+from functools import cached_property
+
 import pytest
 
-from memtune.catalog.gpus import capacity_bytes
+from memtune.catalog.gpus import capacity_bytes, get_gpu
 from memtune.check import gate
 from memtune.config.changes import Change, job_data, with_changes
-from memtune.config.derived import derive
+from memtune.config.derived import Derived, derive
+from memtune.config.knobs import SHARDINGS, Knobs, Recompute
 from memtune.errors import InputError
 from memtune.estimate import estimate
-from memtune.perf import layout_of
-from memtune.plan.fast import FastEstimator, job_of
+from memtune.perf import PredictionMemo, predict, predict_derived
+from memtune.plan.fast import FastEstimator
 from memtune.plan.query import Query, base_job
-from memtune.plan.search import layout_of_candidate
+from memtune.plan.space import changes_of
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     compared = 0
     for c in sample(base, 60, seed=11):
         try:
-            est = estimate(gate(with_changes(base, c.changes(base))))
+            est = estimate(gate(with_changes(base, changes_of(base, c))))
         except InputError:
             continue
         got = fast.evaluate(c)
@@ -55,12 +58,68 @@ def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
 
 
 def test_unvalidated_job_equals_validated_job(dense_base, sample):
+    d = derive(dense_base)
     for c in sample(dense_base, 40, seed=3):
-        assert job_data(job_of(dense_base, c)) == job_data(with_changes(dense_base, c.changes(dense_base)))
+        view = d.with_knobs(c)
+        assert job_data(view.job) == job_data(with_changes(dense_base, changes_of(dense_base, c)))
+        assert view.knobs == c
 
 
-def test_throughput_layout_of_candidate_equals_layout_of_job(moe_lora_base, sample):
-    d = derive(moe_lora_base)
-    for c in sample(moe_lora_base, 40, seed=5):
-        job_d = derive(with_changes(moe_lora_base, c.changes(moe_lora_base)))
-        assert layout_of_candidate(d, c, job_d.layers_per_stage) == layout_of(job_d)
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
+def test_planner_prediction_equals_prediction_of_the_job(which, request, sample):
+    base = request.getfixturevalue(which)
+    d = derive(base)
+    memo = PredictionMemo()
+    gpu = get_gpu(base.cluster.gpu)
+    compared = fsdp = 0
+    for c in sample(base, 40, seed=5):
+        try:
+            checked = gate(with_changes(base, changes_of(base, c)))
+        except InputError:
+            continue
+        assert predict_derived(d.with_knobs(c), gpu, memo) == predict(checked), c.label()
+        compared += 1
+        fsdp += c.sharding == "fsdp"
+    assert compared >= 20 and fsdp >= 3
+
+
+DERIVED_FACTS = [name for name, value in vars(Derived).items() if isinstance(value, cached_property)]
+
+
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
+def test_a_candidates_view_has_every_fact_of_its_validated_job(which, request, sample):
+    base = request.getfixturevalue(which)
+    d = derive(base)
+    assert {"knobs", "dp", "num_microbatches", "recomputed_layers_per_chunk", "chunks"} <= set(DERIVED_FACTS)
+    for c in sample(base, 25, seed=13):
+        view, job = d.with_knobs(c), derive(with_changes(base, changes_of(base, c)))
+        for name in DERIVED_FACTS:
+            assert getattr(view, name) == getattr(job, name), (c.label(), name)
+
+
+def test_megatron_fsdp_buckets_are_not_taken_from_a_sibling_without_fsdp(dense_base):
+    """Regression: the fast path keyed chunk activations without the sharding, so a Megatron-FSDP
+    candidate reused the activations of its DDP sibling and lost its gradient buckets (TP1 PP2
+    CP2 MBS1 of Llama-3 8B on 16 GPUs: 17.3 GiB instead of the estimate's 21.0 GiB)."""
+    d = derive(dense_base)
+    fast = FastEstimator(
+        dense_base, capacity_bytes(dense_base.cluster.gpu, dense_base.cluster.gpu_memory_gib)
+    )
+    siblings = [
+        Knobs(1, 2, 1, 2, 1, 1, 1, False, Recompute(), sharding, 0.0, 0, False) for sharding in SHARDINGS
+    ]
+    for c in siblings:
+        want = estimate(gate(with_changes(dense_base, changes_of(dense_base, c)))).worst.peak_bytes
+        assert fast.evaluate(c).peak_bytes == want, c.sharding
+    assert d.with_knobs(siblings[-1]).fsdp_strategy == "optim_grads_params"
+
+
+def test_an_fsdp_candidate_is_predicted_with_fsdps_gradient_dtype(dense_base):
+    """Regression: the planner predicted a Megatron-FSDP candidate with the base job's gradient
+    dtype (fp32 with ``grad_reduce_in_fp32``), which Megatron-FSDP ignores (Derived.grad_dtype)."""
+    base = with_changes(dense_base, [Change("ddp.grad_reduce_in_fp32", True)])
+    c = Knobs(1, 2, 1, 2, 1, 1, 1, False, Recompute(), "fsdp", 0.0, 0, False)
+    view = derive(base).with_knobs(c)
+    assert (derive(base).grad_dtype, view.grad_dtype) == ("fp32", "bf16")
+    checked = gate(with_changes(base, changes_of(base, c)))
+    assert predict_derived(view, get_gpu(base.cluster.gpu)) == predict(checked)

@@ -4,9 +4,10 @@ from memtune.check import run_checks
 from memtune.check.finding import ERROR
 from memtune.config.changes import with_changes
 from memtune.config.derived import derive
+from memtune.config.knobs import Knobs, Recompute
 from memtune.errors import InputError
 from memtune.plan.query import Query, base_job
-from memtune.plan.space import Candidate, Recompute, pruned
+from memtune.plan.space import changes_of, pruned
 
 
 def _error_codes(job):
@@ -20,7 +21,7 @@ def test_every_pruned_candidate_is_refused_by_that_check(dense_base, moe_lora_ba
         for c in sample(base, 40, seed=7, want_pruned=True):
             code = pruned(d, c, d.global_batch_size)
             try:
-                job = with_changes(base, c.changes(base))
+                job = with_changes(base, changes_of(base, c))
             except InputError:
                 continue
             assert code in _error_codes(job), (c.label(), code)
@@ -50,10 +51,10 @@ def test_unpruned_layouts_pass_the_layout_checks(dense_base, sample):
         "OFF001",
     }
     for c in sample(dense_base, 60, seed=9):
-        assert not (_error_codes(with_changes(dense_base, c.changes(dense_base))) & mirrored), c.label()
+        assert not (_error_codes(with_changes(dense_base, changes_of(dense_base, c))) & mirrored), c.label()
 
 
 def test_world_size_pruning_names_par001():
     base = base_job(Query("llama3-8b", 12, "H100-80GB", 8, 4096, 48, "pretrain"))
-    c = Candidate(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
+    c = Knobs(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
     assert pruned(derive(base), c, 48) == "PAR001"
