@@ -15,11 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.layout import StageLayers, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
+
+if TYPE_CHECKING:
+    from memtune.catalog.network import Network
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -468,6 +472,15 @@ class Derived:
         sizes[0][0] -= emb
         sizes[-1][-1] -= loss
         return sizes
+
+    # --- fabric -------------------------------------------------------------------------
+    @cached_property
+    def network(self) -> Network:
+        """The fabric in effect: ``cluster.network`` over its reference system's defaults
+        (``memtune/catalog/data/networks.yaml``)."""
+        from memtune.catalog.network import network_of  # the catalog imports the schema
+
+        return network_of(self.job.cluster)
 
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:
