@@ -77,6 +77,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help=f"published comparisons to score (default {DEFAULT_LAYOUTS_TEXT})",
     )
+    plan.add_argument("--json", action="store_true", help="with --accuracy: print machine-readable JSON")
+    plan.add_argument(
+        "--split",
+        default="all",
+        choices=("all", "tune", "holdout"),
+        help="with --accuracy: score only this split",
+    )
     plan.set_defaults(handler=run_plan)
 
 
@@ -104,9 +111,11 @@ def run_plan(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.accuracy is not None:
-        render.print_plan_accuracy(
-            console, bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS])
-        )
+        groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split)
+        if args.json:
+            print(json.dumps(render.plan_accuracy_json(groups), indent=2))
+        else:
+            render.print_plan_accuracy(console, groups)
         return 0
     workers = args.workers or default_workers()
     result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)

@@ -98,17 +98,44 @@ def print_published(console: Console, report: PublishedReport) -> None:
             )
 
 
-def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
-    """Predicted against measured throughput of published layout comparisons (bench/plan.py)."""
-    from memtune.bench.plan import kendall_tau
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
 
+
+def _tau(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def plan_accuracy_summaries(groups: list[Any]) -> dict[str, Any]:
+    """Per split and over all groups (bench/plan.py ``summarize``)."""
+    from memtune.bench.plan import summarize
+
+    splits = sorted({g.split for g in groups})
+    return {name: summarize([g for g in groups if name in ("all", g.split)]) for name in [*splits, "all"]}
+
+
+def print_plan_accuracy(console: Console, groups: list[Any]) -> None:
+    """Predicted against measured throughput of published layout comparisons (bench/plan.py)."""
     table = Table(
-        title="Predicted vs measured throughput, relative to each set's first run", title_justify="left"
+        title="Predicted vs measured throughput, relative to each group's measured-best run",
+        title_justify="left",
     )
-    for col in ("set", "split", "run", "measured", "predicted", "meas rel", "pred rel", "error"):
-        table.add_column(col, justify="left" if col in ("set", "split", "run") else "right")
-    for runs in sets:
-        for r in runs:
+    for col in (
+        "group",
+        "split",
+        "run",
+        "measured",
+        "predicted",
+        "meas rel",
+        "pred rel",
+        "error",
+        "TFLOP/s err",
+    ):
+        table.add_column(col, justify="left" if col in ("group", "split", "run") else "right")
+    for g in groups:
+        for r in g.runs:
             table.add_row(
                 r.set_id,
                 r.split,
@@ -118,15 +145,64 @@ def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
                 f"{r.measured_relative:.3f}",
                 f"{r.predicted_relative:.3f}",
                 f"{r.error:+.1%}",
+                _pct(r.tflops_error, signed=True),
             )
     console.print(table)
-    for runs in sets:
-        tau = kendall_tau([r.measured for r in runs], [r.predicted for r in runs])
-        errors = [abs(r.error) for r in runs[1:]]
+    for g in groups:
+        top1 = "-" if g.top1 is None else ("hit" if g.top1 else "miss")
         console.print(
-            f"[bold]{runs[0].set_id}[/bold] ({runs[0].split}): Kendall tau {tau:+.2f}, relative-throughput "
-            f"error mean {sum(errors) / max(len(errors), 1):.1%}, max {max(errors, default=0):.1%}"
+            f"[bold]{g.set_id}[/bold] ({g.split}): Kendall tau {_tau(g.tau)}, top-1 {top1}, "
+            f"median relative error {_pct(_median(g.relative_errors))}"
         )
+        for label, why in g.unscored:
+            console.print(f"  not scored: {label}: {why}")
+    for name, s in plan_accuracy_summaries(groups).items():
+        console.print(
+            f"[bold]{name}[/bold]: {s.groups} groups, {s.runs} runs: pair-weighted Kendall tau {_tau(s.tau)}, "
+            f"top-1 {s.top1_hits}/{s.top1_groups}, median relative error {_pct(s.median_relative_error)}, "
+            f"median model TFLOP/s error {_pct(s.median_tflops_error)}"
+        )
+
+
+def _median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def plan_accuracy_json(groups: list[Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "summary": {name: asdict(s) for name, s in plan_accuracy_summaries(groups).items()},
+        "groups": [
+            {
+                "id": g.set_id,
+                "split": g.split,
+                "source": g.source,
+                "kendall_tau": g.tau,
+                "pairs": g.pairs,
+                "top1": g.top1,
+                "median_relative_error": _median(g.relative_errors),
+                "runs": [
+                    {
+                        "label": r.label,
+                        "metric": r.metric,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "measured_relative": r.measured_relative,
+                        "predicted_relative": r.predicted_relative,
+                        "relative_error": r.error,
+                        "measured_tflops": r.measured_tflops,
+                        "predicted_tflops": r.predicted_tflops,
+                        "tflops_error": r.tflops_error,
+                    }
+                    for r in g.runs
+                ],
+                "unscored": [{"label": label, "reason": why} for label, why in g.unscored],
+            }
+            for g in groups
+        ],
+    }
 
 
 def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> None:

@@ -63,6 +63,33 @@ COLUMNS = {
     "Model": "model",
     "System": "system",
 }
+# How Bridge's recipes split layers that do not divide by the stages (Megatron-Bridge at the
+# commit read): Qwen3-235B counts the embedding and loss as layers (recipes/qwen/h100/qwen3_moe.py);
+# DeepSeek-V3 takes an explicit layout per (PP, VP) (recipes/deepseek/h100/deepseek_v3.py,
+# _get_deepseek_v3_pipeline_layout), written here in Megatron's layout-string form.
+DEEPSEEK_V3_LAYOUTS = {
+    (4, 1): "Et*16|t*16|t*16|t*13{mtp}L",
+    (8, 1): "Et*8|(t*8|)*6t*5{mtp}L",
+    (4, 2): "Et*8|(t*8|)*6t*5{mtp}L",
+    (16, 1): "Et*4|(t*4|)*14t{mtp}L",
+    (8, 2): "Et*4|(t*4|)*14t{mtp}L",
+    (4, 4): "Et*4|(t*4|)*14t{mtp}L",
+}
+
+
+def pipeline_split(name: str, pp: int, vp: int) -> list[str]:
+    base = name.split(" (")[0].strip()
+    if base == "Qwen3_235B_a22B" and pp > 1:
+        return [
+            "model.account_for_embedding_in_pipeline_split=true",
+            "model.account_for_loss_in_pipeline_split=true",
+        ]
+    if base == "DeepSeekV3" and (pp, vp) in DEEPSEEK_V3_LAYOUTS:
+        layout = DEEPSEEK_V3_LAYOUTS[(pp, vp)].format(mtp="" if "w/o MTP" in name else "m")
+        return [f"model.pipeline_model_parallel_layout={layout}"]
+    return []
+
+
 ALTERNATIVE = re.compile(r"^(?P<main>[^()]*?)\s*\((?P<alt>[^()]*)\)\s*$")
 
 
@@ -166,6 +193,7 @@ def collect(git_dir: str, commit: str) -> tuple[list[dict[str, Any]], Counter[st
                 if vp > 1
                 else "model.virtual_pipeline_model_parallel_size=null"
             )
+            overrides += pipeline_split(name, pp, vp)
             if fsdp > 1:
                 overrides += [
                     "ddp.use_megatron_fsdp=true",
