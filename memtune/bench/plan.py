@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 
 from memtune.check import gate
+from memtune.config import validate
 from memtune.config.changes import Change, with_changes
+from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.perf import predict
@@ -201,11 +203,69 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
 
 
 def layout_files(paths: list[Path]) -> list[Path]:
-    return [f for p in paths for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
+    return [f for p in paths for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
+
+
+def ci_split_of(run_id: str) -> str:
+    """The rule of the per-run files (benchmarks/published/layouts/README.md, Megatron-LM
+    functional-test step times): holdout iff sha1(id)[:8] % 10 < 3."""
+    import hashlib
+
+    return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
+
+
+def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupScore:
+    """Runs of one model shape on one GPU count (one split), by tokens/s per GPU: global batch x
+    sequence / step time / GPUs; the published step time against the predicted one."""
+    scores, unscored = [], []
+    for doc in docs:
+        try:
+            job = validate(native.read(doc["config"]))
+            pred = predict(gate(job))
+        except InputError as exc:
+            unscored.append((doc["id"], exc.problems[0]))
+            continue
+        model, train = doc["config"]["model"], doc["config"]["train"]
+        tokens = train["global_batch_size"] * model["seq_length"] / doc["config"]["cluster"]["num_gpus"]
+        measured = tokens / doc["published"]["step_time_s"]
+        predicted = pred.tokens_per_s_per_gpu
+        # The published figure is a step time: model TFLOP/s at that time, by memtune's FLOP count.
+        measured_tflops = pred.model_tflops_per_gpu * measured / predicted
+        scores.append(
+            RunScore(
+                group,
+                split,
+                doc["id"],
+                "tokens_per_s_per_gpu",
+                measured,
+                predicted,
+                measured_tflops,
+                pred.model_tflops_per_gpu,
+            )
+        )
+    if scores:
+        best = max(scores, key=lambda s: s.measured)
+        for s in scores:
+            s.measured_relative = s.measured / best.measured
+            s.predicted_relative = s.predicted / best.predicted
+    return GroupScore(group, split, "Megatron-LM functional tests (golden iteration-time)", scores, unscored)
 
 
 def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:
     """Score every set of the files; ``split`` (tune or holdout) scores only that split's sets, so
-    working on the model never predicts a held-back set."""
-    entries = [entry for f in layout_files(paths) for entry in yaml.safe_load(f.read_text())["sets"]]
-    return [score_set(e) for e in entries if split in ("all", split_of(e["id"]))]
+    working on the model never predicts a held-back set. Files holding ``sets`` are layout
+    comparisons; files of one run each (``published.step_time_s``) are grouped by ``group``."""
+    entries, runs = [], []
+    for f in layout_files(paths):
+        doc = yaml.safe_load(f.read_text())
+        if "sets" in doc:
+            entries += doc["sets"]
+        else:
+            runs.append(doc)
+    groups = [score_set(e) for e in entries if split in ("all", split_of(e["id"]))]
+    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for doc in runs:
+        run_split = ci_split_of(doc["id"])
+        if split in ("all", run_split):
+            by_group.setdefault((doc["group"], run_split), []).append(doc)
+    return groups + [score_ci_group(g, sp, docs) for (g, sp), docs in sorted(by_group.items())]
