@@ -19,7 +19,7 @@ from memtune.config.changes import Change, with_changes
 from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
-from memtune.perf import predict
+from memtune.perf.step import predict_step
 from memtune.plan.query import Query, base_job
 from memtune.plan.search import PlanResult, search
 
@@ -177,7 +177,7 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
     for run in entry["runs"]:
         try:
             job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
-            pred = predict(gate(job))
+            pred = predict_step(gate(job).derived)
         except InputError as exc:
             unscored.append((run["label"], exc.problems[0]))
             continue
@@ -221,7 +221,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
     for doc in docs:
         try:
             job = validate(native.read(doc["config"]))
-            pred = predict(gate(job))
+            pred = predict_step(gate(job).derived)
         except InputError as exc:
             unscored.append((doc["id"], exc.problems[0]))
             continue
