@@ -178,9 +178,11 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
             s = chunk * p + r
             if kind == "F" and overlap.overlap_param_gather and not first_forward_seen[r][chunk]:
                 first_forward_seen[r][chunk] = True
+                t = max(t, gather_first[r][chunk])
+                # The forward pre-hook waits for this chunk's first bucket, then dispatches the
+                # next chunk's gather (param_and_grad_buffer.py, finish_param_sync).
                 if not overlap.align_param_gather and chunk + 1 < v:
                     issue_gather(r, chunk + 1, t)
-                t = max(t, gather_first[r][chunk])
             comm = _exposed_comm(work, op, overlap, paired, sum(busy_of) - busy)
             end = t + busy
             if kind == "F" and overlap.overlap_param_gather:

@@ -61,3 +61,16 @@ def test_json_has_summary_per_split_and_groups() -> None:
     assert set(doc["summary"]) == {"tune", "all"}
     assert doc["groups"][0]["kendall_tau"] == pytest.approx(1 / 3)
     json.dumps(doc)
+
+
+def test_ci_runs_split_as_their_readme_says() -> None:
+    # benchmarks/published/layouts/README.md: 53 functional-test runs, 39 tune and 14 holdout.
+    from pathlib import Path
+
+    import yaml
+
+    from memtune.bench.plan import ci_split_of
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts" / "megatron-lm-ci"
+    splits = [ci_split_of(yaml.safe_load(f.read_text())["id"]) for f in sorted(root.glob("*.yaml"))]
+    assert (len(splits), splits.count("tune"), splits.count("holdout")) == (53, 39, 14)

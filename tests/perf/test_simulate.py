@@ -107,3 +107,16 @@ def test_uneven_stages_wait_for_the_slowest() -> None:
     sim = simulate(work, 2, 2, NO_OVERLAP)
     assert sim.step_s == pytest.approx(1.0 + 12.0 + 2.0)
     assert sim.stage_idle_s[1] == pytest.approx(3.0)
+
+
+def test_unaligned_param_gathers_follow_the_previous_chunks_first_forward() -> None:
+    # p=1, v=2, M=1: chunk 0's gather (1 s, one bucket) starts at 0, chunk 1's only when chunk
+    # 0's first forward starts (1 s, after its gather): forward c0 [1, 2], c1 waits to 2 -> [2, 3].
+    work = [StageWork((ChunkWork(1.0, 2.0, param_gather_s=1.0),) * 2, 0.0, 0.0)]
+    unaligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True))
+    gathers = [(e.chunk, e.start, e.end) for e in unaligned.events if e.kind == "param gather"]
+    assert gathers == [(0, 0.0, 1.0), (1, 1.0, 2.0)]
+    aligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True, align_param_gather=True))
+    assert [(e.chunk, e.start) for e in aligned.events if e.kind == "param gather"] == [(0, 0.0), (1, 1.0)]
+    # Either way: forwards [1, 2] and [2, 3], backwards of 2 s each: 7 s.
+    assert unaligned.step_s == pytest.approx(7.0)
