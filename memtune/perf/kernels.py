@@ -25,11 +25,11 @@ from importlib import resources
 
 from memtune.perf import constants as K
 
+# The one GPU with measured tables. Fractions are of its catalog (datasheet) bf16 peak
+# (memtune/catalog/data/gpus.yaml), which is what lets them transfer to other GPUs' peaks.
 MEASURED_ON = "H200"
 TABLES = {MEASURED_ON: "gemm-h200.json"}
-# Measured bf16 dense peak of the table's GPU is not what the fraction is of: the catalog's
-# datasheet peak is (memtune/catalog/data/gpus.yaml), so fractions transfer between GPUs.
-NEAREST = 4
+NEAREST = 4  # measured shapes an interpolation weighs
 RANGE_MARGIN_LOG2 = 1.0  # extrapolate at most a factor of 2 beyond the measured shapes
 
 

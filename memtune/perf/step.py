@@ -52,10 +52,8 @@ class _Layer:
     up_proj_fwd: float
     shared_fwd: float
     elementwise_fwd: float
-    tp_fwd: float
-    tp_bwd: float
-    ep_fwd: float
-    ep_bwd: float
+    tp_fwd: float  # TP collectives of the forward; the backward has the same
+    ep_fwd: float  # EP dispatch + combine of the forward; likewise
 
 
 class _Pricer:
@@ -169,9 +167,7 @@ class _Pricer:
             shared_fwd=shared,
             elementwise_fwd=elementwise,
             tp_fwd=tp_fwd,
-            tp_bwd=tp_fwd,
             ep_fwd=ep_fwd,
-            ep_bwd=ep_fwd,
         )
 
 
