@@ -1,7 +1,8 @@
 """Every fact Megatron (and torch) derive from the configuration, computed in one place.
 
-Parallel sizes, batches, the layer layout per stage and chunk, the rank-to-stage mapping, the
-distributed optimizer in effect, parameter and gradient dtypes, the allocator settings in effect
+The layout's knobs as one value (``Derived.knobs``, :class:`~memtune.config.knobs.Knobs`) and
+the derived view of other knobs (``Derived.with_knobs``); parallel sizes, batches, the layer
+layout per stage and chunk, the rank-to-stage mapping, the distributed optimizer in effect, parameter and gradient dtypes, the allocator settings in effect
 and the fragmentation margin, the attention flavour and software versions: every consumer
 (check, estimate, measure, diagnose, plan) reads them from :class:`Derived`, and
 ``tests/config/test_one_home.py`` fails when one is computed elsewhere.
@@ -15,9 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
+from memtune.config.knobs import Knobs, KnobSubset, Recompute
 from memtune.config.layout import StageLayers, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
@@ -60,6 +62,64 @@ class Derived:
     @property
     def model(self) -> ModelConfig:
         return self.job.model
+
+    # --- the layout's knobs ---------------------------------------------------------------
+    @cached_property
+    def knobs(self) -> Knobs:
+        """The job's value of every knob ``memtune plan`` varies."""
+        m, job = self.model, self.job
+        opt, ddp = job.optimizer, job.ddp
+        granularity = m.recompute_granularity
+        if granularity == "full":
+            recompute = Recompute(
+                "full", layers=m.recompute_num_layers or 1, method=m.recompute_method or "block"
+            )
+        elif granularity == "selective":
+            recompute = Recompute("selective", self.recompute_modules)
+        else:
+            recompute = Recompute()
+        sharding = "fsdp" if self.megatron_fsdp else "distopt" if self.use_distributed_optimizer else "ddp"
+        accounted = m.account_for_embedding_in_pipeline_split and m.account_for_loss_in_pipeline_split
+        return Knobs(
+            tp=self.tp,
+            pp=self.pp,
+            vpp=self.vpp,
+            cp=self.cp,
+            ep=self.ep,
+            etp=self.etp,
+            mbs=self.micro_batch_size,
+            sp=m.sequence_parallel,
+            recompute=recompute,
+            sharding=sharding,
+            offload=opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0,
+            act_offload=m.cpu_offloading_num_layers if m.cpu_offloading else 0,
+            regather=bool(job.peft is not None and job.peft.sequence_parallel_input_regather),
+            split="accounted" if accounted else "even",
+            fsdp_strategy=ddp.data_parallel_sharding_strategy if self.megatron_fsdp else "optim_grads_params",
+        )
+
+    def with_knobs(self, knobs: Knobs) -> Derived:
+        """The derived facts of this job with ``knobs`` set (the keys ``Knobs.changes`` names).
+
+        The job is built without re-validating it, so the planner can afford one per layout;
+        ``tests/plan/test_fast.py`` checks it equals the validated job ``with_changes`` gives."""
+        sections: dict[str, dict[str, Any]] = {}
+        for section, key, value in knobs.settings(self.job, self.param_dtype):
+            sections.setdefault(section, {})[key] = value
+        job = self.job
+        update = {name: getattr(job, name).model_copy(update=values) for name, values in sections.items()}
+        view = Derived(job.model_copy(update=update))
+        # What the knobs do not change carries over, and views with the same pipeline knobs share
+        # one layer layout: the planner builds a view per candidate that fits.
+        for name in KNOB_FREE_FACTS:
+            view.__dict__[name] = getattr(self, name)
+        layouts: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_layouts_by_knobs", {})
+        chunk_key = self.CHUNK_KNOBS.key(knobs)
+        shared = layouts.get(chunk_key)
+        if shared is None:
+            shared = layouts[chunk_key] = (view.chunks, view.layers_per_stage)
+        view.__dict__["chunks"], view.__dict__["layers_per_stage"] = shared
+        return view
 
     @cached_property
     def stack(self) -> str:
@@ -220,12 +280,39 @@ class Derived:
 
     # --- recompute ----------------------------------------------------------------------
     @cached_property
+    def recompute_granularity(self) -> str | None:
+        """None, ``selective`` or ``full``."""
+        return self.model.recompute_granularity
+
+    @cached_property
     def recompute_modules(self) -> tuple[str, ...]:
         """Selective-recompute modules in effect (Megatron's default is ``core_attn``)."""
         if self.model.recompute_granularity != "selective":
             return ()
         modules = self.model.recompute_modules
         return DEFAULT_RECOMPUTE_MODULES if modules is None else tuple(modules)
+
+    def full_recompute_groups(self, layers: int) -> list[tuple[int, bool]]:
+        """How a chunk of ``layers`` transformer layers runs under autograd: (layers in the unit,
+        checkpointed), in order. Full recompute ``uniform`` checkpoints consecutive groups of
+        ``recompute_num_layers``; ``block`` checkpoints the first ``recompute_num_layers`` layers
+        one by one (megatron-core 0.19.2, ``TransformerBlock._checkpointed_forward``); otherwise
+        every layer is its own unit and none is checkpointed."""
+        m = self.model
+        if m.recompute_granularity != "full":
+            return [(1, False)] * layers
+        k = m.recompute_num_layers or 1
+        if m.recompute_method == "uniform":
+            return [(min(k, layers - i), True) for i in range(0, layers, k)]
+        return [(1, i < k) for i in range(layers)]
+
+    @cached_property
+    def recomputed_layers_per_chunk(self) -> int:
+        """Layers full recompute replays in the largest chunk in each backward (0 without)."""
+        if self.model.recompute_granularity != "full" or not self.layers_per_stage:
+            return 0
+        chunk_layers = max(self.layers_per_stage) // self.vpp
+        return sum(n for n, checkpointed in self.full_recompute_groups(chunk_layers) if checkpointed)
 
     # --- precision and optimizer ---------------------------------------------------------
     @cached_property
@@ -267,6 +354,13 @@ class Derived:
         )
 
     @cached_property
+    def optimizer_offload_fraction(self) -> float:
+        """Share of the optimizer state kept on the host: ``optimizer_offload_fraction`` with
+        ``optimizer_cpu_offload``, else 0."""
+        opt = self.job.optimizer
+        return opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0
+
+    @cached_property
     def megatron_fsdp(self) -> bool:
         """The model is wrapped in Megatron-FSDP rather than Megatron's DDP."""
         return self.job.ddp.use_megatron_fsdp
@@ -276,6 +370,12 @@ class Derived:
         """Megatron-FSDP's sharding strategy in effect, ``no_shard`` without FSDP."""
         ddp = self.job.ddp
         return ddp.data_parallel_sharding_strategy if ddp.use_megatron_fsdp else "no_shard"
+
+    @cached_property
+    def fsdp_sharded_groups(self) -> tuple[bool, bool]:
+        """Whether Megatron-FSDP's dense groups (DP x CP) and its expert groups (expert DP) span
+        more than one rank; a group of one keeps its whole buffer and gathers nothing."""
+        return self.dp * self.cp > 1, self.edp > 1
 
     @cached_property
     def fsdp_main_params_dtype(self) -> str | None:
@@ -374,6 +474,21 @@ class Derived:
         return n if n and n < self.num_microbatches else max(n - 1, 0)
 
     @cached_property
+    def activation_offload_layers(self) -> int:
+        """Layers whose activations Megatron's CPU offloading moves to the host
+        (``cpu_offloading_num_layers`` with ``cpu_offloading`` and ``cpu_offloading_activations``)."""
+        m = self.model
+        return m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
+
+    @cached_property
+    def lora_regather(self) -> bool:
+        """LoRA adapters are asked to re-gather their sequence-parallel input
+        (``sequence_parallel_input_regather`` with SP in effect); which adapters can is
+        ``regather_blocker`` in memtune/peft/model.py."""
+        peft = self.job.peft
+        return bool(peft is not None and peft.sequence_parallel_input_regather and self.sequence_parallel)
+
+    @cached_property
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 
@@ -409,6 +524,9 @@ class Derived:
         return None
 
     # --- pipeline layout ----------------------------------------------------------------
+    # The knobs the layer layout per stage and chunk depends on (with the job's layer counts).
+    CHUNK_KNOBS: ClassVar[KnobSubset] = KnobSubset("pp", "vpp", "split")
+
     @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:
         """Decoder layers built by each pipeline rank (all its virtual chunks together)."""
@@ -481,6 +599,33 @@ class Derived:
         from memtune.catalog.network import network_of  # the catalog imports the schema
 
         return network_of(self.job.cluster)
+
+
+# Derived facts no knob changes (``Derived.with_knobs`` carries them over;
+# tests/plan/test_fast.py checks every fact of a view against the validated job's).
+KNOB_FREE_FACTS = (
+    "stack",
+    "ffn_hidden_size",
+    "kv_channels",
+    "num_query_groups",
+    "moe_ffn_hidden_size",
+    "num_experts",
+    "is_moe",
+    "moe_layer_pattern",
+    "mtp_num_layers",
+    "param_dtype",
+    "half_precision",
+    "transformer_engine",
+    "separate_input_norm",
+    "flash_attention",
+    "cross_entropy",
+    "cuda_graphs",
+    "torch_version",
+    "mcore_version",
+    "allocator",
+    "fragmentation_margin",
+    "network",
+)
 
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:

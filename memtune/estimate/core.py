@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from memtune.config.derived import DTYPE_BYTES, Chunk, Derived
+from memtune.config.knobs import FSDP_GRADIENT_SHARDING, KnobSubset
 from memtune.estimate import activation_offload
 from memtune.estimate import activations as act
 from memtune.estimate.flavour import Flavour, flavour_of
@@ -115,16 +116,58 @@ class RankEstimate:
         return round(self.state.host_pinned + self.activation_host_pinned)
 
 
+# The knobs each piece below depends on besides the job's architecture and, where it takes one,
+# the chunk; memtune/plan/fast.py keys its caches by them.
+LAYER_KNOBS = KnobSubset(
+    "tp", "cp", "mbs", "sp", "recompute", "act_offload", "regather", "ep", "etp", "pipelined"
+)
+
+
 def layer_saved(d: Derived, x: act.Dims, fl: Flavour, index: int, options: EstimateOptions) -> act.Saved:
     saved = act.transformer_layer(d, x, fl, d.moe_layer_pattern[index], options.moe_routing_imbalance)
     apply_lora(d, x, fl, saved, d.moe_layer_pattern[index])
     return saved
 
 
-def chunk_activations(
+class ChunkParams(NamedTuple):
+    """What one TP rank of a chunk holds (``params.chunk_params``), and of that what sits inside
+    its transformer layers (``params.chunk_transformer_layer_params``)."""
+
+    chunk: ParamCounts
+    in_layers: ParamCounts
+
+
+# The knobs a chunk's parameter counts depend on besides the chunk.
+CHUNK_PARAMS_KNOBS = KnobSubset("tp", "ep", "etp")
+
+
+def chunk_param_counts(d: Derived, chunk: Chunk) -> ChunkParams:
+    return ChunkParams(chunk_params(d, chunk), chunk_transformer_layer_params(d, chunk))
+
+
+class Assembled(NamedTuple):
+    """One microbatch of a chunk before Megatron-FSDP's buckets: what it keeps, its autograd
+    units in order, and the transformer layers in each unit (FSDP's units)."""
+
+    kept: act.Saved
+    segments: list[Segment]
+    units: list[int]
+
+
+class ChunkAssembly(NamedTuple):
+    """A chunk's microbatch assembled: one variant, or under fine-grained activation offloading
+    four (the first microbatch to run backward and the others, each with and without a later
+    microbatch waiting), with the pinned host bytes per microbatch."""
+
+    variants: tuple[Assembled, ...]
+    host_pinned: float
+
+
+def assemble_chunk(
     d: Derived, chunk: Chunk, options: EstimateOptions, kinds: dict[bool, act.Saved] | None = None
-) -> ChunkActivations:
-    """Activations of one microbatch in one chunk, with full recompute and offload applied.
+) -> ChunkAssembly:
+    """The autograd units of one microbatch in one chunk, with full recompute and offload
+    applied (it depends on ``LAYER_KNOBS``).
 
     ``kinds`` may carry the layers already built for this job's activation shape (the planner
     shares them across chunks); missing kinds are built into it.
@@ -139,15 +182,10 @@ def chunk_activations(
         if moe not in kinds:
             kinds[moe] = layer_saved(d, x, fl, i, options)
         layers.append(kinds[moe])
-    offloaded = (
-        min(m.cpu_offloading_num_layers, len(layers))
-        if m.cpu_offloading and m.cpu_offloading_activations
-        else 0
-    )
+    offloaded = min(d.activation_offload_layers, len(layers))
     groups = _layer_groups(d, layers)
     if not (m.fine_grained_activation_offloading and m.offload_modules) or m.cpu_offloading:
-        kept, segments = _assemble(d, chunk, layers, groups, offloaded, None)
-        return ChunkActivations(saved=kept, layers=len(chunk.layers), extra=_chunk_extra(d, chunk, segments))
+        return ChunkAssembly((_assemble(d, chunk, layers, groups, offloaded, None),), 0.0)
     # Fine-grained offloading: the layers outside full-recompute checkpoints open offload groups.
     position, eligible = 0, []
     for group, checkpointed in groups:
@@ -160,21 +198,50 @@ def chunk_activations(
         d, fl, [(layers[p], moe) for p, moe in eligible], last_stage=chunk.has_output
     )
     slots = {p: k for k, (p, _) in enumerate(eligible)}
+    variants = (plan.first, plan.other, plan.first_pipelined, plan.other_pipelined)
+    return ChunkAssembly(
+        tuple(_assemble(d, chunk, layers, groups, offloaded, (slots, v)) for v in variants), plan.host_pinned
+    )
 
-    def assembled(variant: activation_offload.Variant) -> tuple[act.Saved, float]:
-        kept, segments = _assemble(d, chunk, layers, groups, offloaded, (slots, variant))
-        return kept, _chunk_extra(d, chunk, segments)
 
-    kept_first, extra_first = assembled(plan.first)
-    kept_other, extra_other = assembled(plan.other)
-    pipelined = max(assembled(plan.first_pipelined)[1], assembled(plan.other_pipelined)[1])
+# Megatron-FSDP's gradient buckets join a chunk's working set (``_with_fsdp_buckets``); under
+# them the chunk's activations also depend on ``Derived.fsdp_sharded_groups``.
+CHUNK_ACTIVATION_KNOBS = LAYER_KNOBS | KnobSubset("fsdp_gradient_sharding", "pipelined")
+
+
+def chunk_activations(
+    d: Derived,
+    chunk: Chunk,
+    options: EstimateOptions,
+    kinds: dict[bool, act.Saved] | None = None,
+    params: ChunkParams | None = None,
+    assembly: ChunkAssembly | None = None,
+) -> ChunkActivations:
+    """Activations of one microbatch in one chunk, with full recompute and offload applied.
+
+    ``kinds`` is :func:`assemble_chunk`'s; ``assembly`` may carry the chunk's assembly and
+    ``params`` its :func:`chunk_param_counts`, which Megatron-FSDP's gradient buckets read.
+    """
+    if assembly is None:
+        assembly = assemble_chunk(d, chunk, options, kinds)
+    if params is None and d.fsdp_strategy in FSDP_GRADIENT_SHARDING:
+        params = chunk_param_counts(d, chunk)
+
+    def extra(a: Assembled) -> float:
+        segments = a.segments if params is None else _with_fsdp_buckets(d, chunk, a.segments, a.units, params)
+        return _chunk_extra(d, chunk, segments)
+
+    if len(assembly.variants) == 1:
+        only = assembly.variants[0]
+        return ChunkActivations(saved=only.kept, layers=len(chunk.layers), extra=extra(only))
+    first, other, first_pipelined, other_pipelined = assembly.variants
     return ChunkActivations(
-        saved=kept_other,
+        saved=other.kept,
         layers=len(chunk.layers),
-        extra=max(extra_first, extra_other),
-        offload_margin=kept_first.total - kept_other.total,
-        extra_pipelined=pipelined,
-        host_pinned=plan.host_pinned,
+        extra=max(extra(first), extra(other)),
+        offload_margin=first.kept.total - other.kept.total,
+        extra_pipelined=max(extra(first_pipelined), extra(other_pipelined)),
+        host_pinned=assembly.host_pinned,
     )
 
 
@@ -185,7 +252,7 @@ def _assemble(
     groups: list[tuple[list[act.Saved], bool]],
     offloaded: int,
     fine: tuple[dict[int, int], activation_offload.Variant] | None,
-) -> tuple[act.Saved, list[Segment]]:
+) -> Assembled:
     """What one microbatch of a chunk keeps, and its autograd units in order. ``fine`` maps
     layer positions to their slot in a fine-grained offload variant, which moves part of those
     layers' tensors to the host."""
@@ -282,9 +349,7 @@ def _assemble(
         kept.add("pipeline.output_tensor", act.layer_input(x))
         segments.append(Segment(act.layer_input(x), act.layer_input(x), 0.0, 0.0))
         units.append(0)
-    if d.fsdp_strategy in ("optim_grads", "optim_grads_params"):
-        segments = _with_fsdp_buckets(d, chunk, segments, units)
-    return kept, segments
+    return Assembled(kept, segments, units)
 
 
 def _chunk_extra(d: Derived, chunk: Chunk, segments: list[Segment]) -> float:
@@ -297,7 +362,9 @@ def _chunk_extra(d: Derived, chunk: Chunk, segments: list[Segment]) -> float:
     return extra
 
 
-def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units: list[int]) -> list[Segment]:
+def _with_fsdp_buckets(
+    d: Derived, chunk: Chunk, segments: list[Segment], units: list[int], params: ChunkParams | None = None
+) -> list[Segment]:
     """Megatron-FSDP's unsharded temporary buckets while a chunk runs (megatron-core 0.19.2,
     ``MegatronFSDP`` hooks, ``AllGatherPipeline``, ``GradReducePipeline``).
 
@@ -314,8 +381,9 @@ def _with_fsdp_buckets(d: Derived, chunk: Chunk, segments: list[Segment], units:
     all later layers gathered. The group outside the units reduces at the end of the backward.
     """
     weight_bytes, grad_bytes = DTYPE_BYTES[d.param_dtype], DTYPE_BYTES[d.grad_dtype]
-    trainable = 0.0 if d.job.peft is not None else fsdp_gathered(d, chunk_params(d, chunk))
-    in_units = fsdp_gathered(d, chunk_transformer_layer_params(d, chunk))
+    params = params or chunk_param_counts(d, chunk)
+    trainable = 0.0 if d.job.peft is not None else fsdp_gathered(d, params.chunk)
+    in_units = fsdp_gathered(d, params.in_layers)
     count = sum(units)
     mean = in_units / count if count else 0.0
     communication = d.fsdp_communication_unit(mean)
@@ -361,18 +429,17 @@ def _first_gradient_bucket(d: Derived, chunk: Chunk, segment: Segment, bucket: f
 
 
 def _layer_groups(d: Derived, layers: list[act.Saved]) -> list[tuple[list[act.Saved], bool]]:
-    """Split a chunk's layers into autograd units: (layers, checkpointed).
+    """Split a chunk's layers into autograd units: (layers, checkpointed), as
+    ``Derived.full_recompute_groups`` says."""
+    groups, start = [], 0
+    for size, checkpointed in d.full_recompute_groups(len(layers)):
+        groups.append((layers[start : start + size], checkpointed))
+        start += size
+    return groups
 
-    Full recompute ``uniform`` checkpoints consecutive groups of ``recompute_num_layers``;
-    ``block`` checkpoints the first ``recompute_num_layers`` layers one by one.
-    """
-    m = d.model
-    if m.recompute_granularity != "full":
-        return [([layer], False) for layer in layers]
-    k = m.recompute_num_layers or 1
-    if m.recompute_method == "uniform":
-        return [(layers[i : i + k], True) for i in range(0, len(layers), k)]
-    return [([layer], i < k) for i, layer in enumerate(layers)]
+
+# Re-gathering adapters' buffer: LoRA's eligibility reads recompute and activation offload.
+BUFFER_KNOBS = KnobSubset("tp", "sp", "cp", "mbs", "regather", "recompute", "act_offload", "pipelined")
 
 
 def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> float:
@@ -399,6 +466,10 @@ def persistent_buffers(d: Derived, fl: Flavour, chunks: tuple[Chunk, ...]) -> fl
     return workspaces + largest + 2 * receiving * act.layer_input(x)
 
 
+# The microbatch count (TP, PP, CP and the micro-batch set it) and the activation shape.
+DEFERRED_WGRAD_KNOBS = KnobSubset("tp", "pp", "cp", "mbs", "sp")
+
+
 def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
     """With ``defer_embedding_wgrad_compute`` the last stage keeps, for every deferred
     microbatch, the logits gradient and the output layer's input until the schedule's end; at
@@ -411,6 +482,14 @@ def deferred_wgrad_bytes(d: Derived, chunks: tuple[Chunk, ...]) -> float:
         act.BF16 * x.tokens * d.padded_vocab_size / d.tp + act.BF16 * x.residual_tokens * x.hidden
     )
     return d.deferred_wgrad_buffers_at_peak * per_microbatch
+
+
+RANK_PARAMS_KNOBS = CHUNK_PARAMS_KNOBS
+# ``state.model_state`` of a rank's parameters: the data-parallel sizes (TP, PP, CP, EP, ETP set
+# them), the sharding and the optimizer offload.
+MODEL_STATE_KNOBS = KnobSubset("tp", "pp", "cp", "ep", "etp", "sharding", "fsdp_strategy", "offload")
+# ``schedule.in_flight``: the microbatch count, the stages and the virtual stages.
+IN_FLIGHT_KNOBS = KnobSubset("tp", "pp", "vpp", "cp", "mbs")
 
 
 def rank_params(

@@ -133,8 +133,9 @@ def fsdp_gathered(d: Derived, params: ParamCounts) -> float:
     """Of ``params``, those whose Megatron-FSDP group is really sharded: a group over a
     single rank (DP x CP for dense parameters, expert-DP for routed experts) keeps its whole
     buffer and needs no unsharded temporary to gather or reduce."""
-    dense = params.dense + params.replicated if d.dp * d.cp > 1 else 0.0
-    return dense + (params.expert if d.edp > 1 else 0.0)
+    dense_sharded, experts_sharded = d.fsdp_sharded_groups
+    dense = params.dense + params.replicated if dense_sharded else 0.0
+    return dense + (params.expert if experts_sharded else 0.0)
 
 
 def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCounts) -> ModelState:

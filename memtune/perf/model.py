@@ -2,99 +2,25 @@
 efficiency, communication from bytes over the link each collective uses, the pipeline bubble,
 the optimizer step and offload transfers.
 
-The model reads the architecture from :class:`~memtune.config.derived.Derived` and the layout
-from a :class:`Layout` (plain numbers), so ``memtune plan`` can predict thousands of layouts of
-one model without building a job for each; ``layout_of(derived)`` gives the layout of a job and
-``predict(checked)`` is the one-job entry point. Every constant is in
-:mod:`memtune.perf.constants`.
+The model reads the architecture and the layout from a :class:`~memtune.config.derived.Derived`:
+``memtune plan`` passes the view of each candidate's knobs (``Derived.with_knobs``) and a
+:class:`PredictionMemo` that shares per-layer times between candidates; ``predict(checked)`` is
+the one-job entry point. Every constant is in :mod:`memtune.perf.constants`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.check import CheckedJob
 from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.config.knobs import KnobSubset
 from memtune.perf import constants as K
 
 BF16 = 2
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The knobs that change speed, as plain values (what ``memtune plan`` enumerates)."""
-
-    tp: int
-    pp: int
-    vpp: int
-    cp: int
-    ep: int
-    etp: int
-    dp: int
-    edp: int
-    mbs: int
-    num_microbatches: int
-    sp: bool
-    recompute: str  # "none", "selective" or "full"
-    recompute_modules: tuple[str, ...]
-    recomputed_layers_per_chunk: int  # full recompute: layers replayed per chunk (all for uniform)
-    layers_per_stage: tuple[int, ...]
-    distributed_optimizer: bool
-    fsdp_strategy: str
-    optimizer_offload_fraction: float  # of the optimizer state kept on the host
-    activation_offload_layers: int
-    lora_regather: bool
-    overlap_grad_reduce: bool
-    overlap_param_gather: bool
-    gpus_per_node: int
-
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-
-def layout_of(d: Derived) -> Layout:
-    m, job = d.model, d.job
-    granularity = m.recompute_granularity or "none"
-    chunk_layers = max(d.layers_per_stage) // d.vpp if d.layers_per_stage else 0
-    if granularity == "full":
-        replayed = (
-            chunk_layers
-            if m.recompute_method == "uniform"
-            else min(m.recompute_num_layers or 1, chunk_layers)
-        )
-    else:
-        replayed = 0
-    opt = job.optimizer
-    offloaded = m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
-    peft = job.peft
-    return Layout(
-        tp=d.tp,
-        pp=d.pp,
-        vpp=d.vpp,
-        cp=d.cp,
-        ep=d.ep,
-        etp=d.etp,
-        dp=d.dp,
-        edp=d.edp,
-        mbs=d.micro_batch_size,
-        num_microbatches=d.num_microbatches,
-        sp=d.sequence_parallel,
-        recompute=granularity,
-        recompute_modules=d.recompute_modules,
-        recomputed_layers_per_chunk=replayed,
-        layers_per_stage=d.layers_per_stage,
-        distributed_optimizer=d.use_distributed_optimizer,
-        fsdp_strategy=d.fsdp_strategy,
-        optimizer_offload_fraction=opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0,
-        activation_offload_layers=offloaded,
-        lora_regather=bool(peft and peft.sequence_parallel_input_regather and d.sequence_parallel),
-        overlap_grad_reduce=job.ddp.overlap_grad_reduce,
-        overlap_param_gather=job.ddp.overlap_param_gather,
-        gpus_per_node=job.cluster.gpus_per_node,
-    )
 
 
 @dataclass
@@ -172,12 +98,12 @@ class _LayerTimes:
     regather: float
 
 
-# Keys of PredictionMemo's caches: the layout's values each piece depends on.
-LayerKey = tuple[
-    int, int, int, int, int, bool, bool, int
-]  # tp, cp, mbs, ep, etp, sp, lora_regather, gpus_per_node
-# tp, ep, etp, pp, layers of the slowest stage, whether that stage is the first or the last
-StageParamsKey = tuple[int, int, int, int, int, bool]
+# The knobs one layer's times depend on (``_layer``); the memo keys them by these.
+LAYER_KNOBS = KnobSubset("tp", "cp", "mbs", "ep", "etp", "sp", "regather")
+# The knobs a stage's parameter count depends on (``_rank_params``), besides its layers and
+# whether it is the first or the last stage.
+STAGE_PARAMS_KNOBS = KnobSubset("tp", "ep", "etp", "pp")
+StageParamsKey = tuple[tuple[Any, ...], int, bool]
 
 
 @dataclass
@@ -186,16 +112,17 @@ class PredictionMemo:
 
     hardware: _Hardware | None = None
     flops_per_token: float | None = None
-    layers: dict[LayerKey, dict[bool, _LayerTimes]] = field(default_factory=dict)  # by is_moe
+    layers: dict[tuple[Any, ...], dict[bool, _LayerTimes]] = field(default_factory=dict)  # by is_moe
     stage_params: dict[StageParamsKey, float] = field(default_factory=dict)
 
 
-def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes:
+def _layer(d: Derived, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes:
     m = d.model
     h = m.hidden_size
-    t, cp = lay.tp, lay.cp
+    t, cp = d.tp, d.cp
     seq = m.seq_length
-    T = lay.mbs * seq / cp
+    gpus_per_node = d.job.cluster.gpus_per_node
+    T = d.micro_batch_size * seq / cp
     heads = m.num_attention_heads / t
     gemm = 0.0
     up_proj = 0.0
@@ -225,34 +152,34 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
     ep_comm = 0.0
     if is_moe:
         experts, k = m.num_moe_experts or 1, m.moe_router_topk
-        f = d.moe_ffn_hidden_size / lay.etp
-        rows = T * k * lay.etp * lay.ep / (t * experts)
-        local = experts / lay.ep
-        mlp += gemm_time(hw, T / t if lay.sp else T, experts, h)
+        f = d.moe_ffn_hidden_size / d.etp
+        rows = T * k * d.etp * d.ep / (t * experts)
+        local = experts / d.ep
+        mlp += gemm_time(hw, T / t if d.sequence_parallel else T, experts, h)
         mlp += gemm_time(hw, rows, gate * f, h, local) + gemm_time(hw, rows, h, f, local)
         if m.moe_shared_expert_intermediate_size:
             fs = m.moe_shared_expert_intermediate_size / t
             shared = gemm_time(hw, T, gate * fs, h) + gemm_time(hw, T, h, fs)
             mlp += shared
-        routed_bytes = BF16 * T / t * k * h * lay.etp
-        if lay.ep > 1:
-            inter = lay.ep * lay.etp > lay.gpus_per_node
+        routed_bytes = BF16 * T / t * k * h * d.etp
+        if d.ep > 1:
+            inter = d.ep * d.etp > gpus_per_node
             bw = hw.ib_a2a if inter else hw.nvlink_a2a
-            ep_comm = 2 * routed_bytes * (lay.ep - 1) / lay.ep / bw
+            ep_comm = 2 * routed_bytes * (d.ep - 1) / d.ep / bw
     else:
         f = d.ffn_hidden_size / t
         mlp += gemm_time(hw, T, gate * f, h) + gemm_time(hw, T, h, f)
     gemm += mlp
     wgrad = 0.0 if frozen else gemm
-    tokens_res = T / t if lay.sp else T
+    tokens_res = T / t if d.sequence_parallel else T
     elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / hw.hbm
     tp_comm = 0.0
     regather = 0.0
     if t > 1:
-        bw = hw.ib if t > lay.gpus_per_node else hw.nvlink
+        bw = hw.ib if t > gpus_per_node else hw.nvlink
         # Two all-gathers and two reduce-scatters (or two all-reduces) of the [T, h] activation.
         tp_comm = 4 * ring_time(BF16 * T * h, t, bw) * K.TP_COMM_EXPOSED_FRACTION
-        if lay.lora_regather:
+        if d.lora_regather:
             regather = 2 * ring_time(BF16 * T * h, t, bw)
     cp_comm = 0.0
     if cp > 1:
@@ -261,7 +188,7 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
             if m.multi_latent_attention
             else 2 * max(d.num_query_groups / t, 1) * d.kv_channels
         )
-        bw = hw.ib if t * cp > lay.gpus_per_node else hw.nvlink
+        bw = hw.ib if t * cp > gpus_per_node else hw.nvlink
         step = BF16 * T * kv_width / bw
         # Each of cp-1 ring steps sends this rank's KV block while attention runs on the last one.
         cp_comm = max(0.0, (cp - 1) * step - attn_fwd)
@@ -281,10 +208,10 @@ def _layer(d: Derived, lay: Layout, hw: _Hardware, is_moe: bool, frozen: bool) -
     )
 
 
-def _recompute_fwd(lay: Layout, lt: _LayerTimes, is_moe: bool) -> float:
+def _recompute_fwd(d: Derived, lt: _LayerTimes, is_moe: bool) -> float:
     """Forward time one layer replays under selective recompute (Megatron-Core's modules: ``mlp``
     is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation)."""
-    mods = lay.recompute_modules
+    mods = d.recompute_modules
     extra = 0.0
     if "core_attn" in mods:
         extra += lt.attn_fwd
@@ -330,11 +257,12 @@ def model_flops_per_token(d: Derived) -> float:
     return total + 2 * h * m.vocab_size
 
 
-def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: PredictionMemo | None = None) -> Prediction:
-    """Predicted step of ``lay`` for the architecture of ``d`` on ``gpu``.
+def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) -> Prediction:
+    """Predicted step of the layout of ``d`` on ``gpu``.
 
-    ``memo`` (one the caller keeps for one architecture and GPU) reuses per-layer times across
-    layouts that share their tensor-parallel shape; the result is the same with or without it.
+    ``memo`` (one the caller keeps for the layouts of one job, ``Derived.with_knobs``, on one
+    GPU) reuses per-layer times across layouts that share their knobs; the result is the same with
+    or without it.
     """
     m, job = d.model, d.job
     memo = memo if memo is not None else PredictionMemo()
@@ -342,108 +270,106 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: PredictionMemo | Non
         memo.hardware = _Hardware(gpu, m.fp8 is not None)
     hw = memo.hardware
     frozen = job.peft is not None
-    key: LayerKey = (lay.tp, lay.cp, lay.mbs, lay.ep, lay.etp, lay.sp, lay.lora_regather, lay.gpus_per_node)
+    knobs = d.knobs
+    key = LAYER_KNOBS.key(knobs)
     kinds = memo.layers.get(key)
     if kinds is None:
-        kinds = memo.layers[key] = {moe: _layer(d, lay, hw, moe, frozen) for moe in set(d.moe_layer_pattern)}
+        kinds = memo.layers[key] = {moe: _layer(d, hw, moe, frozen) for moe in set(d.moe_layer_pattern)}
     moe_share = sum(d.moe_layer_pattern) / len(d.moe_layer_pattern)
     h = m.hidden_size
-    T = lay.mbs * m.seq_length / lay.cp
+    T = d.micro_batch_size * m.seq_length / d.cp
 
     avg = _average_layer(kinds, moe_share)
     fwd_layer = avg.gemm_fwd + avg.attn_fwd + avg.elementwise_fwd
     bwd_layer = avg.gemm_fwd + avg.gemm_wgrad + avg.attn_bwd + 2 * avg.elementwise_fwd
     comm_layer = 2 * (avg.tp_comm + avg.ep_comm) + 3 * avg.cp_comm + avg.regather
     recompute_layer = 0.0
-    if lay.recompute == "selective":
+    if d.recompute_granularity == "selective":
         recompute_layer = sum(
-            share * _recompute_fwd(lay, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
+            share * _recompute_fwd(d, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
         )
-    vocab = (
-        math.ceil(m.vocab_size / (m.make_vocab_size_divisible_by * lay.tp)) * m.make_vocab_size_divisible_by
-    )
+    vocab = math.ceil(m.vocab_size / (m.make_vocab_size_divisible_by * d.tp)) * m.make_vocab_size_divisible_by
     output_fwd = gemm_time(hw, T, vocab, h)
     output_bwd = 2 * output_fwd if not frozen else output_fwd
 
     # The slowest stage sets the pace; the last stage also runs the output layer and the loss.
     stage_times, replays = [], []
-    for r, layers in enumerate(lay.layers_per_stage):
+    for r, layers in enumerate(d.layers_per_stage):
         replay = (
-            fwd_layer * lay.recomputed_layers_per_chunk * lay.vpp
-            if lay.recompute == "full"
+            fwd_layer * d.recomputed_layers_per_chunk * d.vpp
+            if d.recompute_granularity == "full"
             else recompute_layer * layers
         )
         t = layers * (fwd_layer + bwd_layer + comm_layer) + replay
-        if r == lay.pp - 1:
+        if r == d.pp - 1:
             t += output_fwd + output_bwd
         stage_times.append(t)
         replays.append(replay)
-    slowest = max(range(lay.pp), key=lambda r: stage_times[r])
+    slowest = max(range(d.pp), key=lambda r: stage_times[r])
     t_mb = stage_times[slowest]
-    layers = lay.layers_per_stage[slowest]
+    layers = d.layers_per_stage[slowest]
 
-    M, p, v = lay.num_microbatches, lay.pp, lay.vpp
+    M, p, v = d.num_microbatches, d.pp, d.vpp
     breakdown: dict[str, float] = {}
     compute_mb = layers * (fwd_layer + bwd_layer) + (output_fwd + output_bwd if slowest == p - 1 else 0.0)
     breakdown["compute"] = M * compute_mb
     breakdown["compute: recompute"] = M * replays[slowest]
     breakdown["tensor/expert/context parallel comm"] = M * layers * comm_layer
     if p > 1:
-        bw = hw.ib if lay.world_size // p >= lay.gpus_per_node else hw.nvlink
-        boundary = BF16 * (T / lay.tp if lay.sp else T) * h / bw
+        bw = hw.ib if d.world_size // p >= d.job.cluster.gpus_per_node else hw.nvlink
+        boundary = BF16 * (T / d.tp if d.sequence_parallel else T) * h / bw
         breakdown["pipeline send/recv"] = K.PP_P2P_EXPOSED_FRACTION * M * v * 2 * boundary
     breakdown["pipeline bubble"] = (p - 1) / v * t_mb if p > 1 else 0.0
 
     # Data parallel: gradients reduce over DP x CP (experts over expert-DP), weights gather back.
     pkey: StageParamsKey = (
-        lay.tp,
-        lay.ep,
-        lay.etp,
-        lay.pp,
-        lay.layers_per_stage[slowest],
+        STAGE_PARAMS_KNOBS.key(knobs),
+        d.layers_per_stage[slowest],
         slowest == 0 or slowest == p - 1,
     )
     params = memo.stage_params.get(pkey)
     if params is None:
-        params = memo.stage_params[pkey] = _rank_params(d, lay, slowest)
+        params = memo.stage_params[pkey] = _rank_params(d, slowest)
     grad_bytes = DTYPE_BYTES[d.grad_dtype]
     weight_bytes = DTYPE_BYTES[d.param_dtype]
     trainable = 0.0 if frozen else params
-    dp_group = lay.dp * lay.cp
-    dp_bw = hw.ib if lay.tp * lay.cp * lay.dp > lay.gpus_per_node else hw.nvlink
-    if lay.fsdp_strategy == "optim_grads_params":
+    dp_group = d.dp * d.cp
+    dp_bw = hw.ib if d.tp * d.cp * d.dp > d.job.cluster.gpus_per_node else hw.nvlink
+    if d.fsdp_strategy == "optim_grads_params":
         comm = M * (
             2 * ring_time(weight_bytes * params, dp_group, dp_bw)
             + ring_time(grad_bytes * trainable, dp_group, dp_bw)
         )
         dp_time = max(0.0, comm - K.DP_OVERLAP_WINDOW_FRACTION * breakdown["compute"])
     else:
-        reduce = ring_time(grad_bytes * trainable, dp_group, dp_bw) * (1 if lay.distributed_optimizer else 2)
-        gather = ring_time(weight_bytes * trainable, dp_group, dp_bw) if lay.distributed_optimizer else 0.0
+        reduce = ring_time(grad_bytes * trainable, dp_group, dp_bw) * (
+            1 if d.use_distributed_optimizer else 2
+        )
+        gather = ring_time(weight_bytes * trainable, dp_group, dp_bw) if d.use_distributed_optimizer else 0.0
         bwd_window = K.DP_OVERLAP_WINDOW_FRACTION * layers * bwd_layer
         fwd_window = K.DP_OVERLAP_WINDOW_FRACTION * layers * fwd_layer
-        dp_time = max(0.0, reduce - bwd_window) if lay.overlap_grad_reduce else reduce
-        dp_time += max(0.0, gather - fwd_window) if lay.overlap_param_gather else gather
+        dp_time = max(0.0, reduce - bwd_window) if d.job.ddp.overlap_grad_reduce else reduce
+        dp_time += max(0.0, gather - fwd_window) if d.job.ddp.overlap_param_gather else gather
     breakdown["data-parallel comm"] = dp_time
 
-    sharded = lay.distributed_optimizer or lay.fsdp_strategy != "no_shard"
+    sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
     opt_params = trainable / dp_group if sharded else trainable
-    on_host = lay.optimizer_offload_fraction
+    on_host = d.optimizer_offload_fraction
     breakdown["optimizer step"] = opt_params * (1 - on_host) * K.OPTIMIZER_BYTES_PER_PARAM / hw.hbm
     if on_host:
         host = opt_params * on_host
         breakdown["optimizer offload"] = (
             host * 6 / (K.PCIE_GBPS * 1e9) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
         )
-    if lay.activation_offload_layers:
-        per_layer = BF16 * (T / lay.tp if lay.sp else T) * h * 17
+    if d.activation_offload_layers:
+        per_layer = BF16 * (T / d.tp if d.sequence_parallel else T) * h * 17
         transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
         exposed = max(0.0, transfer - (fwd_layer + bwd_layer))
-        breakdown["activation offload"] = M * lay.activation_offload_layers * exposed
+        breakdown["activation offload"] = M * d.activation_offload_layers * exposed
 
     step = sum(breakdown.values())
-    tokens = M * lay.mbs * m.seq_length * lay.dp
-    world = lay.world_size
+    tokens = M * d.micro_batch_size * m.seq_length * d.dp
+    world = d.world_size
     if memo.flops_per_token is None:
         memo.flops_per_token = model_flops_per_token(d)
     per_token = memo.flops_per_token
@@ -454,7 +380,7 @@ def predict_layout(d: Derived, lay: Layout, gpu: GPU, memo: PredictionMemo | Non
         model_tflops_per_gpu=flops / step / world / 1e12,
         breakdown=breakdown,
         stage_compute_s=tuple(
-            M * (t - lay.layers_per_stage[r] * comm_layer) for r, t in enumerate(stage_times)
+            M * (t - d.layers_per_stage[r] * comm_layer) for r, t in enumerate(stage_times)
         ),
     )
 
@@ -478,11 +404,11 @@ def _shares(kinds: dict[bool, _LayerTimes], moe_share: float) -> list[tuple[bool
     return [(True, moe_share), (False, 1 - moe_share)]
 
 
-def _rank_params(d: Derived, lay: Layout, stage: int) -> float:
+def _rank_params(d: Derived, stage: int) -> float:
     """Parameters one GPU of ``stage`` holds (dense over TP, experts over EP x ETP)."""
     from memtune.estimate.params import layer_params
 
-    layers = lay.layers_per_stage[stage]
+    layers = d.layers_per_stage[stage]
     moe_share = sum(d.moe_layer_pattern) / len(d.moe_layer_pattern)
     dense = layer_params(d, False) if moe_share < 1 else None
     moe = layer_params(d, True) if moe_share > 0 else None
@@ -490,16 +416,14 @@ def _rank_params(d: Derived, lay: Layout, stage: int) -> float:
     for counts, share in ((dense, 1 - moe_share), (moe, moe_share)):
         if counts is not None:
             total += (
-                share
-                * layers
-                * (counts.dense / lay.tp + counts.replicated + counts.expert / (lay.ep * lay.etp))
+                share * layers * (counts.dense / d.tp + counts.replicated + counts.expert / (d.ep * d.etp))
             )
-    if stage in (0, lay.pp - 1):
-        total += d.model.vocab_size * d.model.hidden_size / lay.tp
+    if stage in (0, d.pp - 1):
+        total += d.model.vocab_size * d.model.hidden_size / d.tp
     return total
 
 
 def predict(checked: CheckedJob) -> Prediction:
     """Predicted step time, tokens/s and model TFLOP/s per GPU of a checked job."""
     d = checked.derived
-    return predict_layout(d, layout_of(d), get_gpu(checked.job.cluster.gpu))
+    return predict_derived(d, get_gpu(checked.job.cluster.gpu))

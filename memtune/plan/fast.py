@@ -21,13 +21,26 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from memtune.config.derived import Chunk, Derived, derive
+from memtune.config.knobs import Knobs, KnobSubset
 from memtune.config.schema import JobConfig
 from memtune.estimate import activations as act
 from memtune.estimate.core import (
+    BUFFER_KNOBS,
+    CHUNK_ACTIVATION_KNOBS,
+    CHUNK_PARAMS_KNOBS,
+    DEFERRED_WGRAD_KNOBS,
+    IN_FLIGHT_KNOBS,
+    LAYER_KNOBS,
+    MODEL_STATE_KNOBS,
+    RANK_PARAMS_KNOBS,
     ChunkActivations,
+    ChunkAssembly,
+    ChunkParams,
     EstimateOptions,
     RankEstimate,
+    assemble_chunk,
     chunk_activations,
+    chunk_param_counts,
     combine,
     deferred_wgrad_bytes,
     held_and_transient,
@@ -41,27 +54,25 @@ from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
-from memtune.plan.space import Candidate, Recompute
 
-# What a chunk's activations and model state depend on besides the job-wide knobs: its layers'
-# kinds (MoE or dense), whether it holds the embedding, the output layer, and its MTP layers.
+# What a chunk's activations and model state depend on besides the knobs: its layers' kinds (MoE
+# or dense), whether it holds the embedding, the output layer, and its MTP layers.
 ChunkSignature = tuple[tuple[bool, ...], bool, bool, int]
 StageSignature = tuple[ChunkSignature, ...]  # one per chunk of a pipeline rank
 
-# Cache keys: the candidate's knobs each piece depends on (see FastEstimator.evaluate).
-LayoutKey = tuple[int, int, str]  # pp, vpp, split
-# tp, cp, mbs, sp, recompute, act_offload, regather, ep, etp, pp > 1
-ActivationKey = tuple[int, int, int, bool, Recompute, int, bool, int, int, bool]
-ParamsKey = tuple[int, int, int, int, int, str, int]  # tp, ep, etp, pp, vpp, split, pipeline rank
-OutsideKey = tuple[int, int, int, int, int, int, int]  # tp, pp, cp, dp, ep, etp, edp
-# tp, cp, mbs, sp, recompute, act_offload, regather, ep, etp, layout
-RankActivationKey = tuple[int, int, int, bool, Recompute, int, bool, int, int, LayoutKey]
-# tp, ep, etp, dp, cp, edp, sharding, offload, layout
-StateKey = tuple[int, int, int, int, int, int, str, float, LayoutKey]
-FlightKey = tuple[int, LayoutKey]  # microbatches, layout
-# tp, sp, cp, mbs, regather, recompute, act_offload, layout
-BufferKey = tuple[int, bool, int, int, bool, Recompute, int, LayoutKey]
-HeldKey = tuple[RankActivationKey, int]  # activations, microbatches
+# The cache of each piece of a rank, keyed by the knobs that piece declares (estimate/core.py)
+# and the knobs of the pipeline layout it is assembled over (``Derived.CHUNK_KNOBS``).
+CHUNKS = Derived.CHUNK_KNOBS
+RANK_ACTIVATIONS = CHUNK_ACTIVATION_KNOBS | CHUNKS
+RANK_PARAMS = RANK_PARAMS_KNOBS | CHUNKS
+RANK_STATES = MODEL_STATE_KNOBS | CHUNKS
+RANK_FLIGHTS = IN_FLIGHT_KNOBS | CHUNKS
+RANK_BUFFERS = BUFFER_KNOBS | CHUNKS
+RANK_HELD = RANK_ACTIVATIONS | RANK_FLIGHTS | DEFERRED_WGRAD_KNOBS
+# Memory outside PyTorch (estimate/overhead.py): one communicator per process group, whose sizes
+# TP, PP, CP, EP and ETP set.
+OUTSIDE = KnobSubset("tp", "pp", "cp", "ep", "etp")
+Key = tuple[Any, ...]
 
 RankParams = tuple[ParamCounts, AdapterParams, ParamCounts, list[list[ParamTensor]]]  # core.rank_params
 
@@ -93,18 +104,6 @@ class RankPieces(NamedTuple):
     deferred: float
 
 
-def job_of(base: JobConfig, c: Candidate) -> JobConfig:
-    """``base`` with the candidate's keys set, without re-validating (the search builds one job per
-    cache miss; the layouts it shows go through ``with_changes`` and ``gate``, and
-    ``tests/plan/test_fast.py`` checks that both give equal jobs)."""
-    sections: dict[str, dict[str, Any]] = {}
-    for change in c.changes(base):
-        section, key = change.key.split(".", 1)
-        sections.setdefault(section, {})[key] = change.value
-    update = {name: getattr(base, name).model_copy(update=values) for name, values in sections.items()}
-    return base.model_copy(update=update)
-
-
 @dataclass
 class FastResult:
     peak_bytes: int  # of the most-loaded rank (of the first over-full rank when the walk stopped)
@@ -120,38 +119,41 @@ class FastResult:
 class FastEstimator:
     def __init__(self, base: JobConfig, capacity_bytes: int, options: EstimateOptions | None = None) -> None:
         self.base = base
+        self.base_derived = derive(base)
         self.capacity = capacity_bytes
         self.options = options or EstimateOptions()
-        self.world = derive(base).world_size
-        self.gbs = derive(base).global_batch_size
-        self._derived: dict[Candidate, Derived] = {}
-        self._layouts: dict[LayoutKey, PipelineLayout] = {}
-        self._acts: dict[tuple[ActivationKey, ChunkSignature], ChunkActivations] = {}
-        self._kinds: dict[ActivationKey, dict[bool, act.Saved]] = {}
-        self._params: dict[ParamsKey, RankParams] = {}
+        self._derived: dict[Knobs, Derived] = {}
+        self._layouts: dict[Key, PipelineLayout] = {}
+        self._acts: dict[tuple[Key, ChunkSignature, tuple[bool, bool] | None], ChunkActivations] = {}
+        self._kinds: dict[Key, dict[bool, act.Saved]] = {}
+        # The last chunks assembled: a candidate under Megatron-FSDP follows its siblings without.
+        self._assemblies: dict[tuple[Key, ChunkSignature], ChunkAssembly] = {}
+        self._chunk_params: dict[tuple[Key, ChunkSignature], ChunkParams] = {}
+        self._params: dict[tuple[Key, int], RankParams] = {}
         # Per representative rank, under each piece's key.
-        self._rank_acts: dict[RankActivationKey, list[list[ChunkActivations]]] = {}
-        self._rank_states: dict[StateKey, list[ModelState]] = {}
-        self._rank_flights: dict[FlightKey, list[dict[int, int]]] = {}
-        self._rank_buffers: dict[BufferKey, list[float]] = {}
-        self._rank_held: dict[HeldKey, list[Held]] = {}
-        self._outside: dict[OutsideKey, int] = {}
-        self._margin: float | None = None
+        self._rank_acts: dict[Key, list[list[ChunkActivations]]] = {}
+        self._rank_states: dict[Key, list[ModelState]] = {}
+        self._rank_flights: dict[Key, list[dict[int, int]]] = {}
+        self._rank_buffers: dict[Key, list[float]] = {}
+        self._rank_held: dict[Key, list[Held]] = {}
+        self._outside: dict[Key, int] = {}
+        self._margin = self.base_derived.fragmentation_margin
 
-    def _d(self, c: Candidate) -> Derived:
-        d = self._derived.get(c)
+    def derived(self, k: Knobs) -> Derived:
+        """``Derived.with_knobs`` of the base job, kept for the candidates evaluated last."""
+        d = self._derived.get(k)
         if d is None:
             if len(self._derived) > 4096:
                 self._derived.clear()
-            d = self._derived[c] = derive(job_of(self.base, c))
+            d = self._derived[k] = self.base_derived.with_knobs(k)
         return d
 
-    def layout(self, c: Candidate) -> PipelineLayout:
+    def layout(self, k: Knobs) -> PipelineLayout:
         """Chunks of every rank, and the first rank of each group of identical stages."""
-        key: LayoutKey = (c.pp, c.vpp, c.split)
+        key = CHUNKS.key(k)
         hit = self._layouts.get(key)
         if hit is None:
-            d = self._d(c)
+            d = self.derived(k)
             signatures: list[StageSignature] = []
             for chunks in d.chunks:
                 signatures.append(
@@ -174,99 +176,87 @@ class FastEstimator:
             hit = self._layouts[key] = PipelineLayout(d.chunks, tuple(signatures), tuple(reps))
         return hit
 
-    def _activations(self, c: Candidate, layout_key: LayoutKey) -> list[list[ChunkActivations]]:
+    def _activations(self, k: Knobs) -> list[list[ChunkActivations]]:
         """Per representative rank, its chunks' activations (one microbatch each)."""
-        act_key: ActivationKey = (
-            c.tp,
-            c.cp,
-            c.mbs,
-            c.sp,
-            c.recompute,
-            c.act_offload,
-            c.regather,
-            c.ep,
-            c.etp,
-            c.pp > 1,
-        )
-        chunks_all, signatures, reps = self.layout(c)
-        kinds = self._kinds.setdefault(act_key, {})
+        act_key = CHUNK_ACTIVATION_KNOBS.key(k)
+        layer_key = LAYER_KNOBS.key(k)
+        chunks_all, signatures, reps = self.layout(k)
+        kinds = self._kinds.setdefault(layer_key, {})
         out: list[list[ChunkActivations]] = []
+        fsdp = None
+        if k.fsdp_gradient_sharding is not None:
+            fsdp = self.derived(k).fsdp_sharded_groups
         for r in reps:
             per_chunk: list[ChunkActivations] = []
             for chunk, sig in zip(chunks_all[r], signatures[r]):
-                k = (act_key, sig)
-                acts = self._acts.get(k)
+                key = (act_key, sig, fsdp)
+                acts = self._acts.get(key)
                 if acts is None:
-                    acts = self._acts[k] = chunk_activations(self._d(c), chunk, self.options, kinds)
+                    d = self.derived(k)
+                    params = None
+                    if k.fsdp_gradient_sharding is not None:
+                        pk = (CHUNK_PARAMS_KNOBS.key(k), sig)
+                        params = self._chunk_params.get(pk)
+                        if params is None:
+                            params = self._chunk_params[pk] = chunk_param_counts(d, chunk)
+                    assembly = self._assemblies.get((layer_key, sig))
+                    if assembly is None:
+                        if len(self._assemblies) > 512:
+                            self._assemblies.clear()
+                        assembly = assemble_chunk(d, chunk, self.options, kinds)
+                        self._assemblies[(layer_key, sig)] = assembly
+                    acts = self._acts[key] = chunk_activations(d, chunk, self.options, None, params, assembly)
                 per_chunk.append(acts)
             out.append(per_chunk)
         return out
 
-    def _states(self, c: Candidate, dp: int, edp: int) -> list[ModelState]:
-        chunks_all, _, reps = self.layout(c)
-        d = self._d(c)
+    def _states(self, k: Knobs) -> list[ModelState]:
+        chunks_all, _, reps = self.layout(k)
+        d = self.derived(k)
+        params_key = RANK_PARAMS.key(k)
         out: list[ModelState] = []
         for r in reps:
-            chunks = chunks_all[r]
-            pk: ParamsKey = (c.tp, c.ep, c.etp, c.pp, c.vpp, c.split, r)
-            params = self._params.get(pk)
+            params = self._params.get((params_key, r))
             if params is None:
-                params = self._params[pk] = rank_params(d, chunks)
+                params = self._params[(params_key, r)] = rank_params(d, chunks_all[r])
             out.append(model_state(d, *params))
         return out
 
-    def evaluate(self, c: Candidate, stop_when_over: bool = False) -> FastResult:
-        """The most-loaded rank of ``c`` and its verdict, as ``estimate`` gives them.
+    def evaluate(self, k: Knobs, stop_when_over: bool = False) -> FastResult:
+        """The most-loaded rank of ``k`` and its verdict, as ``estimate`` gives them.
 
         With ``stop_when_over`` the walk over ranks stops at the first rank that does not fit
         with the margin; the result then names that rank (the layout does not fit either way).
         """
-        chunks_all, _, reps = self.layout(c)
-        layout_key: LayoutKey = (c.pp, c.vpp, c.split)
-        dp = self.world // (c.tp * c.pp * c.cp)
-        edp = self.world // (c.etp * c.ep * c.pp)
-        microbatches = max(1, self.gbs // (c.mbs * dp))
-        ok: OutsideKey = (c.tp, c.pp, c.cp, dp, c.ep, c.etp, edp)
+        chunks_all, _, reps = self.layout(k)
+        ok = OUTSIDE.key(k)
         outside = self._outside.get(ok)
         if outside is None:
-            outside = self._outside[ok] = non_pytorch_bytes(self._d(c))
-        if self._margin is None:
-            self._margin = self._d(c).fragmentation_margin
+            outside = self._outside[ok] = non_pytorch_bytes(self.derived(k))
         margin = 1 + self._margin
-        ak: RankActivationKey = (
-            c.tp,
-            c.cp,
-            c.mbs,
-            c.sp,
-            c.recompute,
-            c.act_offload,
-            c.regather,
-            c.ep,
-            c.etp,
-            layout_key,
-        )
+        ak = RANK_ACTIVATIONS.key(k)
         activations = self._rank_acts.get(ak)
         if activations is None:
-            activations = self._rank_acts[ak] = self._activations(c, layout_key)
-        sk: StateKey = (c.tp, c.ep, c.etp, dp, c.cp, edp, c.sharding, c.offload, layout_key)
+            activations = self._rank_acts[ak] = self._activations(k)
+        sk = RANK_STATES.key(k)
         states = self._rank_states.get(sk)
         if states is None:
-            states = self._rank_states[sk] = self._states(c, dp, edp)
-        fk: FlightKey = (microbatches, layout_key)
+            states = self._rank_states[sk] = self._states(k)
+        fk = RANK_FLIGHTS.key(k)
         flights = self._rank_flights.get(fk)
         if flights is None:
-            d = self._d(c)
+            d = self.derived(k)
             flights = self._rank_flights[fk] = [in_flight(d, r) for r in reps]
-        bk: BufferKey = (c.tp, c.sp, c.cp, c.mbs, c.regather, c.recompute, c.act_offload, layout_key)
+        bk = RANK_BUFFERS.key(k)
         buffers = self._rank_buffers.get(bk)
         if buffers is None:
-            d = self._d(c)
+            d = self.derived(k)
             fl = flavour_of(d)
             buffers = self._rank_buffers[bk] = [persistent_buffers(d, fl, chunks_all[r]) for r in reps]
-        hk: HeldKey = (ak, microbatches)
+        hk = RANK_HELD.key(k)
         held = self._rank_held.get(hk)
         if held is None:
-            d = self._d(c)
+            d = self.derived(k)
             held = self._rank_held[hk] = []
             for i, r in enumerate(reps):
                 deferred = deferred_wgrad_bytes(d, chunks_all[r])

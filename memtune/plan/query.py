@@ -11,9 +11,10 @@ from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
 from memtune.config import load_job, validate
 from memtune.config.changes import Change, job_data, with_changes
+from memtune.config.knobs import Knobs
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
-from memtune.plan.space import MODES, Candidate
+from memtune.plan.space import MODES
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def base_job(q: Query) -> JobConfig:
     return with_changes(job, fixed) if fixed else job
 
 
-# Every key a candidate sets (Candidate.changes), so a pin on one of them filters candidates and
+# Every key a candidate sets (Knobs.changes), so a pin on one of them filters candidates and
 # a pin on anything else changes the base job.
 CANDIDATE_KEYS = {
     "model.tensor_model_parallel_size",
@@ -105,13 +106,13 @@ CANDIDATE_KEYS = {
 }
 
 
-def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Candidate], bool] | None:
+def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Knobs], bool] | None:
     """Keep only candidates that set every pinned candidate key to the pinned value."""
     wanted = {p.key: p.value for p in pins if p.key in CANDIDATE_KEYS}
     if not wanted:
         return None
 
-    def keep(c: Candidate) -> bool:
+    def keep(c: Knobs) -> bool:
         values = {ch.key: ch.value for ch in c.changes(base)}
         # A key the candidate does not set (experts on a dense model) keeps the base's value.
         return all(values.get(k, _base_value(base, k)) == v for k, v in wanted.items())

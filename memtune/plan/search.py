@@ -25,17 +25,18 @@ from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
 from memtune.check import CheckedJob, gate
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import Derived, derive
+from memtune.config.knobs import Knobs
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
-from memtune.perf import Layout, Prediction, PredictionMemo, predict_layout
+from memtune.perf import Prediction, PredictionMemo, predict_derived
 from memtune.plan.fast import FastEstimator
-from memtune.plan.space import Candidate, Group, Space, default_space, layouts, pruned, pruned_layout
+from memtune.plan.space import Group, Space, default_space, layouts, pruned, pruned_layout
 
 
 @dataclass
 class Scored:
-    candidate: Candidate
+    candidate: Knobs
     peak_bytes: int
     needed_bytes: int
     prediction: Prediction
@@ -47,7 +48,7 @@ class Planned:
     """A shown layout: gated, estimated by ``estimate`` and predicted."""
 
     rank: int  # 1-based position among the layouts that passed
-    candidate: Candidate
+    candidate: Knobs
     changes: list[Change]
     checked: CheckedJob
     estimate: Estimate
@@ -75,41 +76,6 @@ class PlanResult:
     scored: list[Scored] = field(default_factory=list)
 
 
-def layout_of_candidate(base_d: Derived, c: Candidate, layers_per_stage: tuple[int, ...]) -> Layout:
-    """The throughput model's view of a candidate (equal to ``perf.layout_of`` of its job)."""
-    world = base_d.world_size
-    dp = world // (c.tp * c.pp * c.cp)
-    chunk_layers = max(layers_per_stage) // c.vpp
-    rec = c.recompute
-    job = base_d.job
-    return Layout(
-        tp=c.tp,
-        pp=c.pp,
-        vpp=c.vpp,
-        cp=c.cp,
-        ep=c.ep,
-        etp=c.etp,
-        dp=dp,
-        edp=max(1, world // (c.etp * c.ep * c.pp)),
-        mbs=c.mbs,
-        num_microbatches=max(1, base_d.global_batch_size // (c.mbs * dp)),
-        sp=c.sp and c.tp > 1,
-        recompute=rec.granularity or "none",
-        recompute_modules=rec.modules if rec.granularity == "selective" else (),
-        recomputed_layers_per_chunk=min(rec.layers, chunk_layers) if rec.granularity == "full" else 0,
-        layers_per_stage=layers_per_stage,
-        distributed_optimizer=c.sharding
-        != "ddp",  # Megatron-FSDP implies it (Derived.use_distributed_optimizer)
-        fsdp_strategy="optim_grads_params" if c.sharding == "fsdp" else "no_shard",
-        optimizer_offload_fraction=c.offload,
-        activation_offload_layers=c.act_offload if job.model.cpu_offloading_activations else 0,
-        lora_regather=bool(job.peft is not None and c.regather and c.sp and c.tp > 1),
-        overlap_grad_reduce=job.ddp.overlap_grad_reduce,
-        overlap_param_gather=c.sharding != "ddp",
-        gpus_per_node=job.cluster.gpus_per_node,
-    )
-
-
 def pareto_front(items: list[Scored]) -> list[Scored]:
     """Layouts no other layout beats on both peak memory and throughput."""
     front: list[Scored] = []
@@ -128,7 +94,7 @@ class _Work:
     base_d: Derived
     gbs: int
     fast: FastEstimator
-    keep: Callable[[Candidate], bool] | None
+    keep: Callable[[Knobs], bool] | None
     memo: PredictionMemo
     gpu: GPU
     groups: list[Group]
@@ -168,7 +134,6 @@ def _score_block(bounds: tuple[int, int]) -> BlockResult:
         if code:
             pruned_by[code] += len(members)
             continue
-        per_stage: tuple[int, ...] | None = None
         for position, c in enumerate(members):
             code = pruned(base_d, c, gbs)
             if code:
@@ -179,9 +144,7 @@ def _score_block(bounds: tuple[int, int]) -> BlockResult:
             if result.verdict != "fits":
                 continue
             counts["fit"] += 1
-            if per_stage is None:
-                per_stage = tuple(sum(len(ch.layers) for ch in chunks) for chunks in fast.layout(c).chunks)
-            prediction = predict_layout(base_d, layout_of_candidate(base_d, c, per_stage), w.gpu, w.memo)
+            prediction = predict_derived(fast.derived(c), w.gpu, w.memo)
             scored.append(
                 Scored(c, result.worst.peak_bytes, result.needed_bytes, prediction, (index, position))
             )
@@ -197,7 +160,7 @@ def search(
     space: Space | None = None,
     top: int = 5,
     pareto: bool = False,
-    keep: Callable[[Candidate], bool] | None = None,
+    keep: Callable[[Knobs], bool] | None = None,
     progress: Callable[[int, int], None] | None = None,
     workers: int = 1,
 ) -> PlanResult:
@@ -260,7 +223,7 @@ def search(
     scored.sort(key=lambda s: (-s.prediction.tokens_per_s_per_gpu, s.order))
     refused_by: Counter[str] = Counter()
     shown: list[Planned] = []
-    gated: dict[Candidate, Planned | None] = {}
+    gated: dict[Knobs, Planned | None] = {}
 
     def admit(s: Scored) -> Planned | None:
         if s.candidate in gated:

@@ -1,7 +1,8 @@
 """The candidate layouts ``memtune plan`` enumerates, and the cheap facts that prune them.
 
-A :class:`Candidate` is a set of knob values; :meth:`Candidate.changes` turns it into the dotted
-config changes (:class:`~memtune.config.changes.Change`) that make it a job. :func:`pruned` says
+A candidate is a :class:`~memtune.config.knobs.Knobs` value; :meth:`Knobs.changes` turns it into
+the dotted config changes (:class:`~memtune.config.changes.Change`) that make it a job and
+``Derived.with_knobs`` gives its derived facts. :func:`pruned` says
 why a candidate is refused by arithmetic alone, before any check runs; each reason names the
 check that refuses the same candidate (``tests/plan/test_space.py`` confirms on a sample that
 every pruned candidate is refused by ``memtune check`` with that code).
@@ -13,106 +14,13 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memtune.config.changes import Change
-from memtune.config.derived import Derived, derive
-from memtune.config.schema import JobConfig
+from memtune.config.derived import Derived
+from memtune.config.knobs import SHARDINGS, Knobs, Recompute
 
 # megatron-core 0.16 accepts query groups that divide TP (see check rule PAR004).
 QUERY_GROUPS_DIVISOR_SINCE = (0, 16, 0)
 
 MODES = ("pretrain", "finetune", "lora")
-SHARDINGS = ("ddp", "distopt", "fsdp")
-
-
-@dataclass(frozen=True)
-class Recompute:
-    granularity: str | None = None  # None, "selective" or "full"
-    modules: tuple[str, ...] = ()  # selective
-    layers: int = 0  # full (block method): layers recomputed per chunk
-
-    def label(self) -> str:
-        if self.granularity is None:
-            return "none"
-        if self.granularity == "selective":
-            return "sel:" + "+".join(self.modules)
-        return f"full:{self.layers}"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    tp: int
-    pp: int
-    vpp: int
-    cp: int
-    ep: int
-    etp: int
-    mbs: int
-    sp: bool
-    recompute: Recompute
-    sharding: str  # "ddp", "distopt" or "fsdp" (Megatron-FSDP, optim_grads_params)
-    offload: float  # optimizer_offload_fraction, 0 = no optimizer offload
-    act_offload: int  # cpu_offloading_num_layers, 0 = no activation offload
-    regather: bool  # LoRA sequence_parallel_input_regather
-    split: str = "even"  # "even" or "accounted" (embedding and loss count as layers)
-
-    def label(self) -> str:
-        parts = [f"TP{self.tp}", f"PP{self.pp}"]
-        if self.vpp > 1:
-            parts.append(f"VPP{self.vpp}")
-        if self.cp > 1:
-            parts.append(f"CP{self.cp}")
-        if self.ep > 1:
-            parts.append(f"EP{self.ep}")
-        if self.etp != self.tp:
-            parts.append(f"ETP{self.etp}")
-        parts.append(f"MBS{self.mbs}")
-        if self.sp:
-            parts.append("SP")
-        if self.split == "accounted":
-            parts.append("(embedding+loss as layers)")
-        return " ".join(parts)
-
-    def changes(self, base: JobConfig) -> list[Change]:
-        """Every key this candidate sets, as changes to ``base``."""
-        dtype = derive(base).param_dtype
-        r = self.recompute
-        full = r.granularity == "full"
-        out = [
-            Change("model.tensor_model_parallel_size", self.tp),
-            Change("model.pipeline_model_parallel_size", self.pp),
-            Change("model.virtual_pipeline_model_parallel_size", self.vpp if self.vpp > 1 else None),
-            Change("model.context_parallel_size", self.cp),
-            Change("model.sequence_parallel", self.sp),
-            Change("model.pipeline_dtype", dtype),
-            Change("model.account_for_embedding_in_pipeline_split", self.split == "accounted"),
-            Change("model.account_for_loss_in_pipeline_split", self.split == "accounted"),
-            Change("model.recompute_granularity", r.granularity),
-            Change("model.recompute_method", "block" if full else None),
-            Change("model.recompute_num_layers", r.layers if full else None),
-            Change("model.recompute_modules", list(r.modules) if r.granularity == "selective" else None),
-            Change("model.cpu_offloading", self.act_offload > 0),
-            Change("model.cpu_offloading_num_layers", self.act_offload),
-            Change("train.micro_batch_size", self.mbs),
-            Change("ddp.use_distributed_optimizer", self.sharding == "distopt"),
-            Change("optimizer.use_distributed_optimizer", self.sharding == "distopt"),
-            Change("ddp.use_megatron_fsdp", self.sharding == "fsdp"),
-            Change(
-                "ddp.data_parallel_sharding_strategy",
-                "optim_grads_params" if self.sharding == "fsdp" else "no_shard",
-            ),
-            Change("ddp.overlap_param_gather", self.sharding != "ddp"),
-            Change("optimizer.optimizer_cpu_offload", self.offload > 0),
-            Change("optimizer.optimizer_offload_fraction", self.offload if self.offload > 0 else 1.0),
-            Change("optimizer.use_precision_aware_optimizer", self.offload > 0),
-        ]
-        if base.model.num_moe_experts:
-            out += [
-                Change("model.expert_model_parallel_size", self.ep),
-                Change("model.expert_tensor_parallel_size", self.etp),
-            ]
-        if base.peft is not None:
-            out.append(Change("peft.sequence_parallel_input_regather", self.regather))
-        return out
 
 
 @dataclass(frozen=True)
@@ -180,7 +88,7 @@ def recompute_options(d: Derived, chunk_layers: int) -> list[Recompute]:
     return options
 
 
-def pruned_layout(d: Derived, c: Candidate, gbs: int) -> str | None:
+def pruned_layout(d: Derived, c: Knobs, gbs: int) -> str | None:
     """The check code refusing every candidate with ``c``'s parallel layout and batch shape, or None."""
     m = d.model
     world = d.world_size
@@ -220,7 +128,7 @@ def pruned_layout(d: Derived, c: Candidate, gbs: int) -> str | None:
     return None
 
 
-def pruned(d: Derived, c: Candidate, gbs: int) -> str | None:
+def pruned(d: Derived, c: Knobs, gbs: int) -> str | None:
     """The check code that refuses ``c`` on arithmetic alone, or None when checks must decide."""
     code = pruned_layout(d, c, gbs)
     if code:
@@ -241,11 +149,11 @@ class Group:
     built only when asked for, counted without building them."""
 
     def __init__(
-        self, d: Derived, space: Space, head: Candidate, chunk_layers: int, sizes: dict[GroupSizeKey, int]
+        self, d: Derived, space: Space, head: Knobs, chunk_layers: int, sizes: dict[GroupSizeKey, int]
     ) -> None:
         self.head = head  # the group's first candidate
         self._d, self._space, self._chunk_layers = d, space, chunk_layers
-        self._members: list[Candidate] | None = None
+        self._members: list[Knobs] | None = None
         self._sizes = sizes  # shared by the groups of one enumeration: size by what the inner loops read
 
     def _inner(self) -> Iterator[tuple[Recompute, str, float, int, bool]]:
@@ -262,11 +170,11 @@ class Group:
                             yield rec, sharding, offload, act, regather
 
     @property
-    def members(self) -> list[Candidate]:
+    def members(self) -> list[Knobs]:
         if self._members is None:
             h = self.head
             self._members = [
-                Candidate(
+                Knobs(
                     h.tp,
                     h.pp,
                     h.vpp,
@@ -314,13 +222,13 @@ def layouts(d: Derived, space: Space) -> Iterator[Group]:
             chunk_layers = max(1, layers // (pp * vpp))
             etps = sorted({tp, 1}) if d.is_moe else [tp]
             for etp, sp in itertools.product(etps, (False, True) if tp > 1 else (False,)):
-                head = Candidate(
+                head = Knobs(
                     tp, pp, vpp, cp, ep, etp, mbs, sp, Recompute(), space.sharding[0], 0.0, 0, False, split
                 )
                 yield Group(d, space, head, chunk_layers, sizes)
 
 
-def candidates(d: Derived, space: Space) -> Iterator[Candidate]:
+def candidates(d: Derived, space: Space) -> Iterator[Knobs]:
     """Every combination of the space's values, LoRA re-gather and activation offload included
     where they can apply."""
     for group in layouts(d, space):

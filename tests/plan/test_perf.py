@@ -6,7 +6,7 @@ from memtune.catalog.gpus import get_gpu
 from memtune.check import gate
 from memtune.config.changes import Change, with_changes
 from memtune.perf import constants as K
-from memtune.perf import layout_of, predict, predict_layout
+from memtune.perf import predict, predict_derived
 from memtune.perf.model import gemm_efficiency
 
 
@@ -28,8 +28,8 @@ def test_bubble_is_p_minus_1_over_v_m_of_a_microbatch(dense_base):
     checked = _checked(dense_base, pipeline_model_parallel_size=4, pipeline_dtype="bf16")
     d = checked.derived
     gpu = get_gpu(dense_base.cluster.gpu)
-    one = predict_layout(d, layout_of(d), gpu)
-    two = predict_layout(d, replace(layout_of(d), vpp=2), gpu)
+    one = predict_derived(d, gpu)
+    two = predict_derived(d.with_knobs(replace(d.knobs, vpp=2)), gpu)
     m = d.num_microbatches
     per_microbatch = one.breakdown["pipeline bubble"] / 3
     assert (

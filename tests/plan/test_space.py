@@ -4,9 +4,10 @@ from memtune.check import run_checks
 from memtune.check.finding import ERROR
 from memtune.config.changes import with_changes
 from memtune.config.derived import derive
+from memtune.config.knobs import Knobs, Recompute
 from memtune.errors import InputError
 from memtune.plan.query import Query, base_job
-from memtune.plan.space import Candidate, Recompute, pruned
+from memtune.plan.space import pruned
 
 
 def _error_codes(job):
@@ -55,5 +56,5 @@ def test_unpruned_layouts_pass_the_layout_checks(dense_base, sample):
 
 def test_world_size_pruning_names_par001():
     base = base_job(Query("llama3-8b", 12, "H100-80GB", 8, 4096, 48, "pretrain"))
-    c = Candidate(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
+    c = Knobs(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
     assert pruned(derive(base), c, 48) == "PAR001"
