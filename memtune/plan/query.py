@@ -63,8 +63,10 @@ def base_job(q: Query) -> JobConfig:
         )
     if not (model.get("bf16") or model.get("fp16")):
         model["bf16"] = True
-    ddp = data.setdefault("ddp", {})
-    ddp.setdefault("overlap_grad_reduce", True)
+    if not Path(q.model).exists():
+        # A preset has no job as written: start from gradient-reduce overlap on, as Megatron-LM's
+        # and Bridge's recipes run. A config keeps its own setting.
+        data.setdefault("ddp", {}).setdefault("overlap_grad_reduce", True)
     if q.mode == "lora":
         data.setdefault("peft", {})
     else:
