@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memtune.errors import InputError
 from memtune.estimate.schedule import forward_order, warmup_count
+from memtune.limits import MAX_SIMULATED_OPERATIONS
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,11 @@ def stage_order(
 def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap: Overlap) -> Simulated:
     """Simulate one iteration; ``group`` is ``microbatch_group_size_per_vp_stage`` (default PP)."""
     p, v, m = len(stages), len(stages[0].chunks), num_microbatches
+    if 2 * p * v * m > MAX_SIMULATED_OPERATIONS:
+        raise InputError(
+            f"the step has {2 * p * v * m:,} forward and backward passes over its stages; the simulation "
+            f"stops at {MAX_SIMULATED_OPERATIONS:,} (memtune.limits)"
+        )
     last = p * v - 1
     ep_pairs = overlap.overlap_moe_expert_parallel_comm and not overlap.single_device_connection
     orders = [stage_order(p, v, m, group, r, ep_pairs) for r in range(p)]

@@ -120,3 +120,10 @@ def test_unaligned_param_gathers_follow_the_previous_chunks_first_forward() -> N
     assert [(e.chunk, e.start) for e in aligned.events if e.kind == "param gather"] == [(0, 0.0), (1, 1.0)]
     # Either way: forwards [1, 2] and [2, 3], backwards of 2 s each: 7 s.
     assert unaligned.step_s == pytest.approx(7.0)
+
+
+def test_a_schedule_beyond_the_limit_is_refused_in_one_line() -> None:
+    from memtune.errors import InputError
+
+    with pytest.raises(InputError, match="the simulation stops at 1,000,000"):
+        simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP)
