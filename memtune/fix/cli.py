@@ -14,7 +14,7 @@ from memtune.config import load_job
 from memtune.config.changes import job_data
 from memtune.errors import InputError
 from memtune.fix.search import FixResult, Suggestion, find_fixes
-from memtune.perf import ASSUMPTIONS
+from memtune.perf.step import STEP_MODEL_NOTES
 from memtune.units import GiB
 
 
@@ -102,7 +102,7 @@ def to_json(result: FixResult, label: str | None) -> dict[str, Any]:
         "capacity_bytes": est.capacity_bytes,
         "suggestions": [_suggestion_json(s, result) for s in result.suggestions],
         "not_chosen": [{"change": title, "why": why} for title, why in result.not_chosen],
-        "throughput_assumptions": list(ASSUMPTIONS),
+        "throughput_assumptions": [*STEP_MODEL_NOTES, *result.before_prediction.unmeasured],
     }
 
 
@@ -133,5 +133,7 @@ def render(result: FixResult, label: str | None, console: Console) -> None:
         if len(result.not_chosen) > 12:
             console.print(f"  [dim]... {len(result.not_chosen) - 12} more (--json lists all)[/dim]")
     console.print(
-        "[dim]throughput predicted by memtune's model (docs/plan.md): " + "; ".join(ASSUMPTIONS) + "[/dim]"
+        "[dim]throughput predicted by memtune's step model (docs/plan.md): "
+        + "; ".join([*STEP_MODEL_NOTES, *result.before_prediction.unmeasured])
+        + "[/dim]"
     )
