@@ -77,7 +77,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help=f"published comparisons to score (default {DEFAULT_LAYOUTS_TEXT})",
     )
+    plan.add_argument("--json", action="store_true", help="with --accuracy: print machine-readable JSON")
+    plan.add_argument(
+        "--split",
+        default="all",
+        choices=("all", "tune", "holdout"),
+        help="with --accuracy: score only this split",
+    )
     plan.set_defaults(handler=run_plan)
+    step = bench.add_parser(
+        "step",
+        help="the step model's price of one job exactly as configured (simulated per stage)",
+        description="Predict the step time, tokens/s and model TFLOP/s per GPU of CONFIG as written, from "
+        "the step model (measured kernels, declared fabric, simulated schedule), per pipeline stage.",
+    )
+    step.add_argument("config", help="a config memtune reads")
+    step.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
+    step.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    step.add_argument("--plot", metavar="FILE.png", help="draw the simulated step per stage (a Gantt chart)")
+    step.set_defaults(handler=run_step)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,11 +122,31 @@ def run_plan(args: argparse.Namespace) -> int:
 
     console = Console()
     if args.accuracy is not None:
-        render.print_plan_accuracy(
-            console, bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS])
-        )
+        groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split)
+        if args.json:
+            print(json.dumps(render.plan_accuracy_json(groups), indent=2))
+        else:
+            render.print_plan_accuracy(console, groups)
         return 0
     workers = args.workers or default_workers()
     result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)
     render.print_plan_speed(console, args, result, workers)
+    return 0
+
+
+def run_step(args: argparse.Namespace) -> int:
+    from memtune.check import gate
+    from memtune.config import load_job, report_ignored
+    from memtune.perf import render as perf_render
+    from memtune.perf.step import predict_step
+
+    loaded = load_job(args.config, args.overrides)
+    report_ignored(loaded, args.command)
+    prediction = predict_step(gate(loaded.job).derived)
+    if args.json:
+        print(json.dumps(perf_render.step_json(prediction), indent=2))
+    else:
+        perf_render.print_step(Console(), prediction)
+    if args.plot:
+        perf_render.plot_step(prediction, args.plot)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import resource
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,12 @@ from typing import Any
 import yaml
 
 from memtune.check import gate
+from memtune.config import validate
 from memtune.config.changes import Change, with_changes
-from memtune.perf import predict
+from memtune.config.loaders import native
+from memtune.config.schema import JobConfig
+from memtune.errors import InputError
+from memtune.perf.step import predict_step
 from memtune.plan.query import Query, base_job
 from memtune.plan.search import PlanResult, search
 
@@ -46,14 +51,70 @@ class RunScore:
     set_id: str
     split: str
     label: str
+    metric: str  # the published throughput ranked: model_tflops_per_gpu or tokens_per_s_per_gpu
     measured: float
     predicted: float
-    measured_relative: float  # to the set's first run
-    predicted_relative: float
+    measured_tflops: float | None  # the published model TFLOP/s, where given
+    predicted_tflops: float
+    measured_relative: float = 0.0  # to the run the source measured fastest
+    predicted_relative: float = 0.0  # to the prediction of that same run
 
     @property
     def error(self) -> float:
         return self.predicted_relative / self.measured_relative - 1
+
+    @property
+    def tflops_error(self) -> float | None:
+        if self.measured_tflops is None:
+            return None
+        return self.predicted_tflops / self.measured_tflops - 1
+
+
+@dataclass
+class GroupScore:
+    """One published comparison: its runs, and the model's agreement with them."""
+
+    set_id: str
+    split: str
+    source: str
+    runs: list[RunScore]
+    unscored: list[tuple[str, str]]  # (label, why memtune cannot price it)
+
+    @property
+    def pairs(self) -> int:
+        return len(self.runs) * (len(self.runs) - 1) // 2
+
+    @property
+    def concordance(self) -> float:
+        """Concordant minus discordant pairs (ties count as neither)."""
+        return kendall_tau([r.measured for r in self.runs], [r.predicted for r in self.runs]) * self.pairs
+
+    @property
+    def tau(self) -> float | None:
+        return self.concordance / self.pairs if self.pairs else None
+
+    @property
+    def top1(self) -> bool | None:
+        """Whether the run predicted fastest is the one measured fastest."""
+        if len(self.runs) < 2:
+            return None
+        return max(self.runs, key=lambda r: r.predicted) is max(self.runs, key=lambda r: r.measured)
+
+    @property
+    def relative_errors(self) -> list[float]:
+        """|error| of each run's throughput relative to the group's measured-best run."""
+        return [abs(r.error) for r in self.runs if r.measured_relative != 1.0]
+
+
+@dataclass
+class Summary:
+    groups: int
+    runs: int
+    tau: float | None  # pair-weighted over the groups
+    top1_hits: int
+    top1_groups: int
+    median_relative_error: float | None
+    median_tflops_error: float | None  # |predicted / published model TFLOP/s - 1|
 
 
 def split_of(set_id: str) -> str:
@@ -73,49 +134,138 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float:
     return score / len(pairs) if pairs else 1.0
 
 
-def score_set(entry: dict[str, Any]) -> list[RunScore]:
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(groups: list[GroupScore]) -> Summary:
+    pairs = sum(g.pairs for g in groups)
+    ranked = [g for g in groups if g.top1 is not None]
+    tflops = [abs(e) for g in groups for r in g.runs if (e := r.tflops_error) is not None]
+    return Summary(
+        groups=len(groups),
+        runs=sum(len(g.runs) for g in groups),
+        tau=sum(g.concordance for g in groups) / pairs if pairs else None,
+        top1_hits=sum(1 for g in ranked if g.top1),
+        top1_groups=len(ranked),
+        median_relative_error=_median([e for g in groups for e in g.relative_errors]),
+        median_tflops_error=_median(tflops),
+    )
+
+
+def _base(entry: dict[str, Any]) -> JobConfig:
     model = entry["model"]
+    query = Query(
+        model if isinstance(model, str) else "llama3-8b",
+        entry["gpus"],
+        entry["gpu"],
+        entry["gpus_per_node"],
+        entry["seq"],
+        entry["gbs"],
+        entry["mode"],
+    )
+    base = base_job(query)
     if isinstance(model, dict):
-        base = base_job(
-            Query(
-                "llama3-8b",
-                entry["gpus"],
-                entry["gpu"],
-                entry["gpus_per_node"],
-                entry["seq"],
-                entry["gbs"],
-                entry["mode"],
-            )
-        )
         base = base.model_copy(update={"model": base.model.__class__(**model)})
-    else:
-        base = base_job(
-            Query(
-                model,
-                entry["gpus"],
-                entry["gpu"],
-                entry["gpus_per_node"],
-                entry["seq"],
-                entry["gbs"],
-                entry["mode"],
+    return base
+
+
+def score_set(entry: dict[str, Any]) -> GroupScore:
+    base = _base(entry)
+    common = [Change.parse(text) for text in entry.get("common", [])]
+    scores, unscored = [], []
+    for run in entry["runs"]:
+        try:
+            job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
+            pred = predict_step(gate(job).derived)
+        except InputError as exc:
+            unscored.append((run["label"], exc.problems[0]))
+            continue
+        metric, measured = next(iter(run["measured"].items()))
+        scores.append(
+            RunScore(
+                entry["id"],
+                split_of(entry["id"]),
+                run["label"],
+                metric,
+                measured,
+                getattr(pred, metric),
+                run["measured"].get("model_tflops_per_gpu"),
+                pred.model_tflops_per_gpu,
             )
         )
-    common = [Change.parse(text) for text in entry.get("common", [])]
-    scores = []
-    for run in entry["runs"]:
-        job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
-        pred = predict(gate(job))
-        metric, measured = next(iter(run["measured"].items()))
-        predicted = getattr(pred, metric)
+    if scores:
+        best = max(scores, key=lambda s: s.measured)
+        for s in scores:
+            s.measured_relative = s.measured / best.measured
+            s.predicted_relative = s.predicted / best.predicted
+    return GroupScore(entry["id"], split_of(entry["id"]), entry.get("source", ""), scores, unscored)
+
+
+def layout_files(paths: list[Path]) -> list[Path]:
+    return [f for p in paths for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
+
+
+def ci_split_of(run_id: str) -> str:
+    """The rule of the per-run files (benchmarks/published/layouts/README.md, Megatron-LM
+    functional-test step times): holdout iff sha1(id)[:8] % 10 < 3."""
+    import hashlib
+
+    return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
+
+
+def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupScore:
+    """Runs of one model shape on one GPU count (one split), by tokens/s per GPU: global batch x
+    sequence / step time / GPUs; the published step time against the predicted one."""
+    scores, unscored = [], []
+    for doc in docs:
+        try:
+            job = validate(native.read(doc["config"]))
+            pred = predict_step(gate(job).derived)
+        except InputError as exc:
+            unscored.append((doc["id"], exc.problems[0]))
+            continue
+        model, train = doc["config"]["model"], doc["config"]["train"]
+        tokens = train["global_batch_size"] * model["seq_length"] / doc["config"]["cluster"]["num_gpus"]
+        measured = tokens / doc["published"]["step_time_s"]
+        predicted = pred.tokens_per_s_per_gpu
+        # The published figure is a step time: model TFLOP/s at that time, by memtune's FLOP count.
+        measured_tflops = pred.model_tflops_per_gpu * measured / predicted
         scores.append(
-            RunScore(entry["id"], split_of(entry["id"]), run["label"], measured, predicted, 0.0, 0.0)
+            RunScore(
+                group,
+                split,
+                doc["id"],
+                "tokens_per_s_per_gpu",
+                measured,
+                predicted,
+                measured_tflops,
+                pred.model_tflops_per_gpu,
+            )
         )
-    for s in scores:
-        s.measured_relative = s.measured / scores[0].measured
-        s.predicted_relative = s.predicted / scores[0].predicted
-    return scores
+    if scores:
+        best = max(scores, key=lambda s: s.measured)
+        for s in scores:
+            s.measured_relative = s.measured / best.measured
+            s.predicted_relative = s.predicted / best.predicted
+    return GroupScore(group, split, "Megatron-LM functional tests (golden iteration-time)", scores, unscored)
 
 
-def accuracy(paths: list[Path]) -> list[list[RunScore]]:
-    files = [f for p in paths for f in (sorted(p.glob("*.yaml")) if p.is_dir() else [p])]
-    return [score_set(entry) for f in files for entry in yaml.safe_load(f.read_text())["sets"]]
+def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:
+    """Score every set of the files; ``split`` (tune or holdout) scores only that split's sets, so
+    working on the model never predicts a held-back set. Files holding ``sets`` are layout
+    comparisons; files of one run each (``published.step_time_s``) are grouped by ``group``."""
+    entries, runs = [], []
+    for f in layout_files(paths):
+        doc = yaml.safe_load(f.read_text())
+        if "sets" in doc:
+            entries += doc["sets"]
+        else:
+            runs.append(doc)
+    groups = [score_set(e) for e in entries if split in ("all", split_of(e["id"]))]
+    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for doc in runs:
+        run_split = ci_split_of(doc["id"])
+        if split in ("all", run_split):
+            by_group.setdefault((doc["group"], run_split), []).append(doc)
+    return groups + [score_ci_group(g, sp, docs) for (g, sp), docs in sorted(by_group.items())]

@@ -175,10 +175,26 @@ def _family_cell(s: PublishedSummary | None) -> str:
     return f"{s.runs}, {s.mean_error:+.1%} / {s.mean_abs_error:.1%} / {s.max_abs_error:.1%}"
 
 
-def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
-    """Predicted against measured throughput of published layout comparisons (bench/plan.py)."""
-    from memtune.bench.plan import kendall_tau
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
 
+
+def _tau(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def plan_accuracy_summaries(groups: list[Any]) -> dict[str, Any]:
+    """Per split and over all groups (bench/plan.py ``summarize``)."""
+    from memtune.bench.plan import summarize
+
+    splits = sorted({g.split for g in groups})
+    return {name: summarize([g for g in groups if name in ("all", g.split)]) for name in [*splits, "all"]}
+
+
+def print_plan_accuracy(console: Console, groups: list[Any]) -> None:
+    """Predicted against measured throughput of published layout comparisons (bench/plan.py)."""
     rows = [
         (
             r.set_id,
@@ -189,33 +205,84 @@ def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
             f"{r.measured_relative:.3f}",
             f"{r.predicted_relative:.3f}",
             f"{r.error:+.1%}",
+            _pct(r.tflops_error, signed=True),
         )
-        for runs in sets
-        for r in runs
+        for g in groups
+        for r in g.runs
     ]
     print_table(
         console,
         (
-            Column("set", "left"),
+            Column("group", "left"),
             Column("split", "left", keep=40),
             Column("run", "left", wrap=True),
             Column("measured", keep=20),
             Column("predicted", keep=20),
-            Column("meas rel"),
-            Column("pred rel"),
+            Column("meas rel", keep=30),
+            Column("pred rel", keep=30),
             Column("error"),
+            Column("TFLOP/s err", keep=10),
         ),
         rows,
-        title="Predicted vs measured throughput, relative to each set's first run",
+        title="Predicted vs measured throughput, relative to each group's measured-best run",
     )
-    for runs in sets:
-        tau = kendall_tau([r.measured for r in runs], [r.predicted for r in runs])
-        errors = [abs(r.error) for r in runs[1:]]
+    for g in groups:
+        top1 = "-" if g.top1 is None else ("hit" if g.top1 else "miss")
         print_text(
             console,
-            f"[bold]{runs[0].set_id}[/bold] ({runs[0].split}): Kendall tau {tau:+.2f}, relative-throughput "
-            f"error mean {sum(errors) / max(len(errors), 1):.1%}, max {max(errors, default=0):.1%}",
+            f"[bold]{g.set_id}[/bold] ({g.split}): Kendall tau {_tau(g.tau)}, top-1 {top1}, "
+            f"median relative error {_pct(_median(g.relative_errors))}",
         )
+        for label, why in g.unscored:
+            print_text(console, f"  not scored: {escape(label)}: {escape(why)}")
+    for name, s in plan_accuracy_summaries(groups).items():
+        print_text(
+            console,
+            f"[bold]{name}[/bold]: {s.groups} groups, {s.runs} runs: pair-weighted Kendall tau {_tau(s.tau)}, "
+            f"top-1 {s.top1_hits}/{s.top1_groups}, median relative error {_pct(s.median_relative_error)}, "
+            f"median model TFLOP/s error {_pct(s.median_tflops_error)}",
+        )
+
+
+def _median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
+def plan_accuracy_json(groups: list[Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "summary": {name: asdict(s) for name, s in plan_accuracy_summaries(groups).items()},
+        "groups": [
+            {
+                "id": g.set_id,
+                "split": g.split,
+                "source": g.source,
+                "kendall_tau": g.tau,
+                "pairs": g.pairs,
+                "top1": g.top1,
+                "median_relative_error": _median(g.relative_errors),
+                "runs": [
+                    {
+                        "label": r.label,
+                        "metric": r.metric,
+                        "measured": r.measured,
+                        "predicted": r.predicted,
+                        "measured_relative": r.measured_relative,
+                        "predicted_relative": r.predicted_relative,
+                        "relative_error": r.error,
+                        "measured_tflops": r.measured_tflops,
+                        "predicted_tflops": r.predicted_tflops,
+                        "tflops_error": r.tflops_error,
+                    }
+                    for r in g.runs
+                ],
+                "unscored": [{"label": label, "reason": why} for label, why in g.unscored],
+            }
+            for g in groups
+        ],
+    }
 
 
 def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> None:

@@ -17,13 +17,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.knobs import Knobs, KnobSubset, Recompute
 from memtune.config.layout import StageLayers, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
+
+if TYPE_CHECKING:
+    from memtune.catalog.network import Network
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -680,6 +683,15 @@ class Derived:
         """What the verdict adds to the peak: the fragmentation margin and the TE uncertainty."""
         return self.fragmentation_margin + sum(self.fit_uncertainty.values())
 
+    # --- fabric -------------------------------------------------------------------------
+    @cached_property
+    def network(self) -> Network:
+        """The fabric in effect: ``cluster.network`` over its reference system's defaults
+        (``memtune/catalog/data/networks.yaml``)."""
+        from memtune.catalog.network import network_of  # the catalog imports the schema
+
+        return network_of(self.job.cluster)
+
 
 # Derived facts no knob changes (``Derived.with_knobs`` carries them over;
 # tests/plan/test_fast.py checks every fact of a view against the validated job's).
@@ -708,6 +720,7 @@ KNOB_FREE_FACTS = (
     "mcore_version",
     "allocator",
     "fragmentation_margin",
+    "network",
 )
 
 

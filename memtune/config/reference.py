@@ -103,8 +103,20 @@ def config_markdown() -> str:
             continue
         lines += ["", f"## `{name}`: {field.description}", "", "| key | E | default | meaning |"]
         lines.append("|---|---|---|---|")
-        lines += [_row(f"{name}.{key}", sub, read) for key, sub in section.model_fields.items()]
+        lines += _rows(name, section, read)
     return "\n".join(lines) + "\n"
+
+
+def _rows(prefix: str, section: type[BaseModel], read: set[str]) -> list[str]:
+    """One row per key; a nested section (``cluster.network``) lists its own keys."""
+    rows = []
+    for key, field in section.model_fields.items():
+        nested = _section_model(field.annotation)
+        if nested is None:
+            rows.append(_row(f"{prefix}.{key}", field, read))
+        else:
+            rows += _rows(f"{prefix}.{key}", nested, read)
+    return rows
 
 
 def _row(key: str, field: Any, read: set[str]) -> str:

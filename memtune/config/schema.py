@@ -404,6 +404,24 @@ class EnvConfig(Section):
     """The torch release the job runs, for version-dependent rules."""
 
 
+class NetworkConfig(Section):
+    """The fabric the job's collectives run over. Megatron has no such keys: memtune's own, for
+    the throughput model. Unset keys take the defaults of ``system`` (``memtune/catalog/data/networks.yaml``)."""
+
+    system: str | None = None
+    """Reference system whose fabric fills unset keys (dgx-a100, dgx-h100, dgx-h200, dgx-b200, gb200-nvl72); default: the one of `cluster.gpu`."""
+    gpus_per_nvlink_domain: ParallelSize | None = None
+    """GPUs that reach each other over NVLink (8 in a DGX, 72 in a GB200 NVL72 rack)."""
+    nvlink_gb_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    """NVLink bandwidth of one GPU in GB/s, one direction, all links together."""
+    nics_per_node: ParallelSize | None = None
+    """Network adapters for GPU traffic (the compute fabric) per node."""
+    nic_gbit_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    """Line rate of one of those adapters in Gb/s (400 for ConnectX-7 NDR)."""
+    rail_optimized: bool | None = None
+    """Whether adapter i of every node sits on the same leaf switch (NVIDIA's SuperPOD rails)."""
+
+
 class ClusterConfig(Section):
     num_gpus: ParallelSize | None = None
     """GPUs in the job; default: the smallest count the layout allows (DP 1)."""
@@ -413,6 +431,8 @@ class ClusterConfig(Section):
     """Usable device memory in GiB, overriding the GPU's catalog capacity."""
     gpus_per_node: ParallelSize = 8
     """GPUs per node (intra-node links, host memory per node)."""
+    network: NetworkConfig = NetworkConfig()
+    """The fabric: NVLink domain, adapters per node and their speed (memtune's own keys)."""
 
 
 Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]

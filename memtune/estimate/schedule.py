@@ -22,11 +22,16 @@ def forward_order(num_microbatches: int, chunks: int, group: int) -> list[tuple[
 
 
 def warmup_forwards(d: Derived, pp_rank: int) -> int:
-    p, m, total = d.pp, d.vpp, d.num_microbatches * d.vpp
-    if m == 1:
-        return min(p - pp_rank - 1, d.num_microbatches)
-    group = d.model.microbatch_group_size_per_vp_stage or p
-    return min(2 * (p - pp_rank - 1) + (m - 1) * group, total)
+    group = d.model.microbatch_group_size_per_vp_stage or d.pp
+    return warmup_count(d.pp, d.vpp, d.num_microbatches, group, pp_rank)
+
+
+def warmup_count(pp: int, chunks: int, num_microbatches: int, group: int, pp_rank: int) -> int:
+    """Forwards rank ``pp_rank`` runs before its first backward (Megatron-Core's
+    ``num_warmup_microbatches``, capped at all of them)."""
+    if chunks == 1:
+        return min(pp - pp_rank - 1, num_microbatches)
+    return min(2 * (pp - pp_rank - 1) + (chunks - 1) * group, num_microbatches * chunks)
 
 
 # The knobs ``in_flight`` depends on: the microbatch count (TP, PP, CP and the micro-batch set it),

@@ -18,7 +18,7 @@ from memtune.errors import InputError
 from memtune.fix.render import render
 from memtune.fix.search import FixResult, Suggestion
 from memtune.outfile import check_output_path, write_atomically
-from memtune.perf import ASSUMPTIONS
+from memtune.perf.step import STEP_MODEL_NOTES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,5 +106,5 @@ def to_json(result: FixResult, label: str | None) -> dict[str, Any]:
         "suggestions": [_suggestion_json(s, result) for s in result.suggestions],
         "not_chosen": [{"change": title, "why": why} for title, why in result.not_chosen],
         "warnings": result.warnings,
-        "throughput_assumptions": list(ASSUMPTIONS),
+        "throughput_assumptions": [*STEP_MODEL_NOTES, *result.before_prediction.unmeasured],
     }

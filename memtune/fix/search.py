@@ -18,7 +18,7 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
 from memtune.fix.changes import FAMILIES, Remedy, allocator_remedy, options
-from memtune.perf import Prediction, predict
+from memtune.perf.step import StepPrediction, predict_step
 from memtune.units import GiB
 
 
@@ -28,7 +28,7 @@ class Suggestion:
     changes: tuple[Change, ...]
     job: JobConfig
     estimate: Estimate
-    prediction: Prediction
+    prediction: StepPrediction
     saved_bytes: int  # on the failing rank (the most-loaded one before the change)
     throughput_change: float  # relative change in tokens/s per GPU
 
@@ -41,7 +41,7 @@ class Suggestion:
 class FixResult:
     job: JobConfig
     before: Estimate
-    before_prediction: Prediction
+    before_prediction: StepPrediction
     failing_rank: int  # pipeline rank
     fragmentation: bool  # the failure is fragmentation (diagnose's verdict, or "tight")
     suggestions: list[Suggestion]
@@ -71,7 +71,7 @@ def find_fixes(
     says the run was short by, when the estimate thought it fit).
     """
     before = estimate(gate(job))
-    base_pred = predict(gate(job))
+    base_pred = predict_step(before.derived)
     failing = before.worst.pp_rank
     verdict = before.verdict()
     if fragmentation is None:
@@ -126,7 +126,7 @@ def find_fixes(
             not_chosen.append((title, "refused by memtune check: " + exc.problems[0]))
             return None
         est = estimate(checked)
-        pred = predict(checked)
+        pred = predict_step(checked.derived)
         after_rank = est.ranks[failing] if len(est.ranks) == len(before.ranks) else est.worst
         saved = before.worst.peak_bytes - after_rank.peak_bytes
         s = Suggestion(

@@ -83,3 +83,22 @@ CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
 # in backward over PCIe; Megatron overlaps the copies with the next layers' compute, so only the
 # part longer than that compute shows.
 ACTIVATION_OFFLOAD_OVERLAP = True
+
+# --- fixed costs and FP8 (the step model, memtune/perf/step.py) -----------------------------
+# Host-side cost of one layer's forward (Python, kernel launches, small kernels) and the backward's
+# multiple of it, a microbatch's own (schedule, P2P bookkeeping, loss) and a step's (optimizer
+# launches over many tensors, gradient norm, finalize_model_grads): a latency floor small models
+# and small shards hit. Fitted to the tune runs of the Megatron-LM functional tests
+# (benchmarks/published/layouts/megatron-lm-ci, `memtune bench plan --accuracy --split tune`).
+LAYER_FIXED_FWD_S = 1.2e-3
+BACKWARD_FIXED_FACTOR = 2.0
+MICROBATCH_FIXED_S = 2.0e-3
+STEP_FIXED_S = 30e-3
+# Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
+# on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
+COLLECTIVE_LAUNCH_S = 150e-6
+# FP8 GEMMs are unmeasured (benchmarks/gpu/kernel_calibration.py times them once it runs): they
+# reach this share of the bf16-measured fraction of the FP8 peak at the same shape, amax and
+# cast kernels included. Fitted to the tune set llama3-70b-sft-recompute's absolute model
+# TFLOP/s (benchmarks/published/layouts/bridge-h100.yaml).
+FP8_PEAK_SHARE = 0.7

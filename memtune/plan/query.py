@@ -41,7 +41,10 @@ def base_job(q: Query) -> JobConfig:
         raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
     if q.model is None and q.recipe is None:
         raise InputError(f"MODEL (a preset or a config file) or --recipe NAME is required: {USAGE}")
-    if q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD):
+    written = (
+        q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD)
+    )
+    if q.model is None or written:
         words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
         data = job_data(load_from_words(words, q.recipe, USAGE).job)
     else:
@@ -77,8 +80,10 @@ def base_job(q: Query) -> JobConfig:
         )
     if not (model.get("bf16") or model.get("fp16")):
         model["bf16"] = True
-    ddp = data.setdefault("ddp", {})
-    ddp.setdefault("overlap_grad_reduce", True)
+    if not written:
+        # A preset has no job as written: start from gradient-reduce overlap on, as Megatron-LM's
+        # and Bridge's recipes run. A config keeps its own setting.
+        data.setdefault("ddp", {}).setdefault("overlap_grad_reduce", True)
     if q.mode == "lora":
         data.setdefault("peft", {})
     else:

@@ -61,3 +61,16 @@ def test_tokens_per_second_is_the_batch_over_the_step(dense_base):
     tokens = d.global_batch_size * d.model.seq_length
     assert abs(p.tokens_per_s_per_gpu - tokens / p.step_time_s / d.world_size) < 1e-6
     assert abs(p.step_time_s - sum(p.breakdown.values())) < 1e-12
+
+
+def test_a_config_keeps_its_own_grad_reduce_overlap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Issue 23 item 6: the planner's base job is the job as written; only a preset (which has no
+    # job) starts with overlap_grad_reduce on.
+    from memtune.plan.query import Query, base_job
+
+    config = tmp_path / "job.yaml"
+    config.write_text("model: {preset: llama3-8b}\ncluster: {num_gpus: 8}\ntrain: {global_batch_size: 32}\n")
+    assert (
+        base_job(Query(str(config), 8, None, None, None, None, "pretrain")).ddp.overlap_grad_reduce is False
+    )
+    assert base_job(Query("llama3-8b", 8, None, None, None, 32, "pretrain")).ddp.overlap_grad_reduce is True

@@ -1,0 +1,389 @@
+"""Time the kernels one training rank runs, at the shard shapes memtune's throughput model prices,
+and write them as a table that ``memtune/perf/kernels.py`` loads (interpolating between the
+measured shapes).
+
+Runs on the GPU machine with torch only (no memtune, no Megatron, no Transformer Engine):
+
+    python3 benchmarks/gpu/kernel_calibration.py benchmarks/gpu/results/kernels-h200.json [--quick]
+
+What it times (CUDA events, after a warm-up, repeated to last about 50 ms each):
+
+- GEMMs by (M, N, K): bf16 ``torch.matmul``; FP8 e4m3 ``torch._scaled_mm`` with tensorwise
+  scales and, where this torch supports it, blockwise scales (1x128 activations, 128x128
+  weights); the shapes are the forward GEMMs of Llama-3 8B/70B/405B-, Qwen3-32B-, GPT-3-175B-,
+  DeepSeek-V3- and Qwen3-30B-A3B-like layers over TP 1-8 and 1k-16k tokens;
+- routed-expert GEMMs at small M: per expert and grouped (``torch._grouped_mm``);
+- causal flash attention forward and backward (``scaled_dot_product_attention``) by sequence,
+  heads, head dim (64, 128, MLA's 192/128) and query groups (GQA);
+- elementwise work: RMSNorm/LayerNorm forward+backward, RoPE, SwiGLU, bias-dropout-add;
+- cross-entropy over the vocabulary (plain, and chunked the way a fused kernel streams it);
+- MoE router (linear + softmax + top-k) and token permute/unpermute (index_select/index_add);
+- the optimizer step: ``torch.optim.AdamW`` fused and foreach on fp32 master weights;
+- PCIe: pinned host<->device copies (H2D and D2H) of 1 MiB to 1 GiB;
+- CPU Adam (``torch.optim.AdamW`` foreach on CPU tensors) for optimizer offload.
+
+A section that fails on this torch (e.g. blockwise FP8 scaling) is recorded with its error and
+skipped; the model then keeps its fallback for it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from functools import partial
+from typing import Any
+
+GEMM_MODELS = {  # hidden, heads, query groups, ffn (gated), head dim
+    "llama3-8b": (4096, 32, 8, 14336, 128),
+    "llama3-70b": (8192, 64, 8, 28672, 128),
+    "llama3.1-405b": (16384, 128, 8, 53248, 128),
+    "qwen3-32b": (5120, 64, 8, 25600, 128),
+    "gpt3-175b": (12288, 96, 96, 49152, 128),
+}
+EXPERTS = {  # hidden, expert ffn
+    "deepseek-v3": (7168, 2048),
+    "qwen3-30b-a3b": (2048, 768),
+}
+TOKENS = (1024, 4096, 8192, 16384)
+TOKENS_QUICK = (4096,)
+
+
+def time_ms(fn: Any, torch: Any, budget_ms: float = 50.0) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    once = max(start.elapsed_time(end), 1e-3)
+    reps = max(3, min(1000, int(budget_ms / once)))
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end) / reps)
+
+
+def gemm_shapes(tokens: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
+    shapes = []
+    for name, (h, heads, groups, ffn, kv) in GEMM_MODELS.items():
+        for tp in (1, 2, 4, 8):
+            local_groups = max(groups // tp, 1)
+            for t in tokens:
+                shapes += [
+                    (f"{name} tp{tp} qkv", t, (heads // tp + 2 * local_groups) * kv, h),
+                    (f"{name} tp{tp} proj", t, h, heads // tp * kv),
+                    (f"{name} tp{tp} fc1", t, 2 * ffn // tp, h),
+                    (f"{name} tp{tp} fc2", t, h, ffn // tp),
+                ]
+    return shapes
+
+
+def gemms(torch: Any, tokens: tuple[int, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {"bf16": [], "fp8_tensorwise": [], "fp8_blockwise": []}
+    errors: dict[str, str] = {}
+    for name, m, n, k in gemm_shapes(tokens):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        ms = time_ms(partial(torch.matmul, a, b), torch)
+        out["bf16"].append(
+            {"name": name, "m": m, "n": n, "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9}
+        )
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        if "fp8_tensorwise" not in errors:
+            try:
+                ms = time_ms(partial(torch._scaled_mm, a8, b8, one, one, out_dtype=torch.bfloat16), torch)
+                out["fp8_tensorwise"].append(
+                    {"name": name, "m": m, "n": n, "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9}
+                )
+            except (RuntimeError, TypeError) as exc:
+                errors["fp8_tensorwise"] = str(exc).splitlines()[0]
+        if "fp8_blockwise" not in errors and k % 128 == 0 and n % 128 == 0:
+            try:
+                sa = torch.ones(m, k // 128, device="cuda", dtype=torch.float32)
+                sb = torch.ones(k // 128, n // 128, device="cuda", dtype=torch.float32)
+                ms = time_ms(partial(torch._scaled_mm, a8, b8, sa, sb, out_dtype=torch.bfloat16), torch)
+                out["fp8_blockwise"].append(
+                    {"name": name, "m": m, "n": n, "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9}
+                )
+            except (RuntimeError, TypeError) as exc:
+                errors["fp8_blockwise"] = str(exc).splitlines()[0]
+    out["errors"] = errors
+    return out
+
+
+def per_expert(parts: Any, weights: Any) -> list[Any]:
+    return [parts[e] @ weights[e] for e in range(weights.shape[0])]
+
+
+def unpermute(x: Any, source: Any, expanded: Any) -> Any:
+    return x.new_zeros(x.shape).index_add_(0, source, expanded)
+
+
+def experts(torch: Any) -> dict[str, Any]:
+    rows_out: list[dict[str, Any]] = []
+    grouped: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for name, (h, f) in EXPERTS.items():
+        for local in (1, 4, 8, 32):
+            for rows in (64, 128, 256, 512, 1024, 2048, 4096):
+                w1 = torch.randn(local, h, 2 * f, device="cuda", dtype=torch.bfloat16)
+                x = torch.randn(local * rows, h, device="cuda", dtype=torch.bfloat16)
+                parts = x.view(local, rows, h)
+                ms = time_ms(partial(per_expert, parts, w1), torch)
+                flops = 2 * local * rows * h * 2 * f
+                rows_out.append(
+                    {"name": f"{name} fc1 x{local}", "m": rows, "n": 2 * f, "k": h, "experts": local, "ms": ms,
+                     "tflops": flops / ms / 1e9}
+                )  # fmt: skip
+                if "grouped" not in errors:
+                    offs = torch.arange(1, local + 1, device="cuda", dtype=torch.int32) * rows
+                    try:
+                        ms = time_ms(partial(torch._grouped_mm, x, w1, offs=offs), torch)
+                        grouped.append(
+                            {"name": f"{name} fc1 x{local}", "m": rows, "n": 2 * f, "k": h, "experts": local,
+                             "ms": ms, "tflops": flops / ms / 1e9}
+                        )  # fmt: skip
+                    except (RuntimeError, TypeError, AttributeError) as exc:
+                        errors["grouped"] = str(exc).splitlines()[0]
+    return {"per_expert": rows_out, "grouped": grouped, "errors": errors}
+
+
+def attention(torch: Any, quick: bool) -> list[dict[str, Any]]:
+    import torch.nn.functional as F
+
+    out = []
+    cases = []  # (seq, heads, groups, qk dim, v dim)
+    for seq in (2048, 4096) if quick else (1024, 2048, 4096, 8192, 16384):
+        for heads in (8, 16, 32, 64):
+            cases += [(seq, heads, heads, 128, 128), (seq, heads, max(heads // 8, 1), 128, 128)]
+        cases += [(seq, 16, 16, 192, 128), (seq, 32, 32, 64, 64)]
+    for seq, heads, groups, dqk, dv in cases:
+        batch = max(1, 16384 // seq)
+        q = torch.randn(batch, heads, seq, dqk, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(batch, groups, seq, dqk, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(batch, groups, seq, dv, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+        fwd = partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, enable_gqa=groups != heads)
+        fwd_ms = time_ms(fwd, torch)
+        o = fwd()
+        grad = torch.randn_like(o)
+        bwd_ms = time_ms(partial(torch.autograd.grad, o, (q, k, v), grad, retain_graph=True), torch)
+        flops = 2 * batch * heads * seq * seq * (dqk + dv) * 0.5  # causal: half the scores
+        out.append(
+            {"seq": seq, "heads": heads, "groups": groups, "qk_dim": dqk, "v_dim": dv, "batch": batch,
+             "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
+             "bwd_tflops": 2.5 * flops / bwd_ms / 1e9}
+        )  # fmt: skip
+    return out
+
+
+def swiglu(x: Any) -> Any:
+    import torch.nn.functional as F
+
+    half = x.shape[-1] // 2
+    return F.silu(x[:, :half]) * x[:, half:]
+
+
+def bias_dropout_add(x: Any, bias: Any) -> Any:
+    import torch.nn.functional as F
+
+    return F.dropout(x + bias, 0.1) + x
+
+
+def rope_like(x: Any, freqs: Any) -> Any:
+    """RoPE's memory traffic: two multiplies by the rotation and a rotated copy."""
+    import torch
+
+    return x * freqs + torch.roll(x, 1, dims=-1) * freqs
+
+
+def elementwise(torch: Any) -> list[dict[str, Any]]:
+    import torch.nn.functional as F
+
+    out = []
+    for tokens, h in ((4096, 4096), (8192, 8192), (4096, 16384), (1024, 2048)):
+        x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = torch.ones(h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        nbytes = tokens * h * 2
+        y = F.rms_norm(x, (h,), w)
+        g = torch.randn_like(y)
+        cases = {
+            "rmsnorm fwd": partial(F.rms_norm, x, (h,), w),
+            "rmsnorm bwd": partial(torch.autograd.grad, y, (x, w), g, retain_graph=True),
+            "layernorm fwd": partial(F.layer_norm, x, (h,), w),
+            "swiglu fwd": partial(swiglu, x),
+            "bias dropout add": partial(bias_dropout_add, x, w),
+            "rope": partial(rope_like, x, w),
+        }
+        for name, fn in cases.items():
+            ms = time_ms(fn, torch)
+            out.append(
+                {
+                    "name": name,
+                    "tokens": tokens,
+                    "hidden": h,
+                    "ms": ms,
+                    "bytes": nbytes,
+                    "gb_per_s": nbytes / ms / 1e6,
+                }
+            )
+    return out
+
+
+def plain_cross_entropy(logits: Any, target: Any) -> None:
+    import torch.nn.functional as F
+
+    F.cross_entropy(logits.float(), target).backward()
+
+
+def chunked_cross_entropy(logits: Any, target: Any) -> None:
+    """What a fused kernel does: the fp32 logits of 1,024 tokens at a time, never all at once."""
+    import torch.nn.functional as F
+
+    total = sum(
+        F.cross_entropy(c.float(), t, reduction="sum") for c, t in zip(logits.split(1024), target.split(1024))
+    )
+    total.backward()
+
+
+def cross_entropy(torch: Any) -> list[dict[str, Any]]:
+
+    out = []
+    for tokens in (4096, 8192):
+        for vocab in (32768, 128256, 163840):
+            logits = torch.randn(tokens, vocab, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            target = torch.randint(0, vocab, (tokens,), device="cuda")
+            plain = time_ms(partial(plain_cross_entropy, logits, target), torch)
+            chunked = time_ms(partial(chunked_cross_entropy, logits, target), torch)
+            out.append({"tokens": tokens, "vocab": vocab, "plain_ms": plain, "chunked_ms": chunked})
+    return out
+
+
+def route_tokens(x: Any, w: Any, topk: int) -> Any:
+    import torch
+
+    return torch.topk(torch.softmax((x @ w).float(), dim=-1), topk, dim=-1)
+
+
+def router_and_permute(torch: Any) -> list[dict[str, Any]]:
+    out = []
+    for tokens, h, experts, topk in ((4096, 7168, 256, 8), (4096, 2048, 128, 8), (8192, 4096, 64, 2)):
+        x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(h, experts, device="cuda", dtype=torch.bfloat16)
+
+        route = partial(route_tokens, x, w, topk)
+        router_ms = time_ms(route, torch)
+        _, index = route()
+        flat = index.flatten()
+        order = torch.argsort(flat)
+        source = order // topk
+        permute_ms = time_ms(partial(x.index_select, 0, source), torch)
+        expanded = x.index_select(0, source)
+        unpermute_ms = time_ms(partial(unpermute, x, source, expanded), torch)
+        out.append(
+            {"tokens": tokens, "hidden": h, "experts": experts, "topk": topk, "router_ms": router_ms,
+             "permute_ms": permute_ms, "unpermute_ms": unpermute_ms}
+        )  # fmt: skip
+    return out
+
+
+def optimizer(torch: Any) -> list[dict[str, Any]]:
+    out = []
+    for params in (50_000_000, 200_000_000, 800_000_000):
+        chunks = [
+            torch.zeros(params // 20, device="cuda", dtype=torch.float32, requires_grad=True)
+            for _ in range(20)
+        ]
+        for c in chunks:
+            c.grad = torch.randn_like(c)
+        for impl in ("fused", "foreach"):
+            opt = torch.optim.AdamW(chunks, lr=1e-4, **{impl: True})
+            ms = time_ms(opt.step, torch)
+            out.append({"params": params, "impl": impl, "ms": ms, "params_per_s": params / ms * 1e3})
+    return out
+
+
+def pcie(torch: Any) -> list[dict[str, Any]]:
+    out = []
+    for mib in (1, 16, 256, 1024):
+        n = mib << 20
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+        h2d = time_ms(partial(dev.copy_, host, non_blocking=True), torch)
+        d2h = time_ms(partial(host.copy_, dev, non_blocking=True), torch)
+        out.append(
+            {
+                "bytes": n,
+                "h2d_ms": h2d,
+                "d2h_ms": d2h,
+                "h2d_gb_per_s": n / h2d / 1e6,
+                "d2h_gb_per_s": n / d2h / 1e6,
+            }
+        )
+    return out
+
+
+def cpu_adam(torch: Any) -> list[dict[str, Any]]:
+    out = []
+    for params in (10_000_000, 100_000_000):
+        p = torch.zeros(params, dtype=torch.float32, requires_grad=True)
+        p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW([p], lr=1e-4, foreach=True)
+        opt.step()
+        start = time.perf_counter()
+        for _ in range(3):
+            opt.step()
+        seconds = (time.perf_counter() - start) / 3
+        out.append(
+            {
+                "params": params,
+                "threads": torch.get_num_threads(),
+                "s": seconds,
+                "params_per_s": params / seconds,
+            }
+        )
+    return out
+
+
+def main() -> None:
+    import torch
+
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    quick = "--quick" in sys.argv
+    if len(args) != 1:
+        sys.exit(__doc__)
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    sections = {
+        "gemm": lambda: gemms(torch, TOKENS_QUICK if quick else TOKENS),
+        "experts": lambda: experts(torch),
+        "attention": lambda: attention(torch, quick),
+        "elementwise": lambda: elementwise(torch),
+        "cross_entropy": lambda: cross_entropy(torch),
+        "router": lambda: router_and_permute(torch),
+        "optimizer": lambda: optimizer(torch),
+        "pcie": lambda: pcie(torch),
+        "cpu_adam": lambda: cpu_adam(torch),
+    }
+    for name, run in sections.items():
+        started = time.perf_counter()
+        try:
+            result[name] = run()
+        except (RuntimeError, TypeError, AttributeError) as exc:  # a kernel this torch lacks
+            result[name] = {"error": str(exc).splitlines()[0]}
+        torch.cuda.empty_cache()
+        print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        with open(
+            args[0], "w", encoding="utf-8"
+        ) as f:  # written after each section: a timeout keeps the rest
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

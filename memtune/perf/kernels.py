@@ -1,0 +1,123 @@
+"""Kernel efficiencies from measured tables, interpolated; the calibrated curve where none is.
+
+A table is what ``benchmarks/gpu/kernel_calibration.py`` (or the earlier
+``benchmarks/gpu/gemm_calibration.py``) wrote on a GPU: GEMM TFLOP/s by (M, N, K) and flash
+attention TFLOP/s by sequence and heads x batch. The package carries the tables that were
+really measured (``memtune/perf/data/``, byte-identical copies of ``benchmarks/gpu/results/``;
+a test keeps them so); today that is bf16 GEMMs and causal flash attention (head dim 128) on the
+H200. A GEMM's efficiency (the fraction of the GPU's bf16 peak it reaches) is interpolated in
+log2(M, N, K) by inverse distance over the nearest measured shapes when the shape lies inside the
+measured range, and otherwise taken from the half-size curve of ``memtune/perf/constants.py``.
+Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
+
+FP8 GEMMs are not measured (no FP8 table yet: the calibration script times them with
+``torch._scaled_mm`` once it runs on the GPU machine): they take the bf16 efficiency at the same
+shape times ``FP8_PEAK_SHARE`` of the FP8 peak, and every prediction that uses it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from memtune.perf import constants as K
+
+# The one GPU with measured tables. Fractions are of its catalog (datasheet) bf16 peak
+# (memtune/catalog/data/gpus.yaml), which is what lets them transfer to other GPUs' peaks.
+MEASURED_ON = "H200"
+TABLES = {MEASURED_ON: "gemm-h200.json"}
+NEAREST = 4  # measured shapes an interpolation weighs
+RANGE_MARGIN_LOG2 = 1.0  # extrapolate at most a factor of 2 beyond the measured shapes
+
+
+@dataclass(frozen=True)
+class GemmTable:
+    points: tuple[tuple[float, float, float, float], ...]  # log2 M, log2 N, log2 K, fraction of peak
+    lows: tuple[float, float, float]
+    highs: tuple[float, float, float]
+
+    def fraction(self, m: float, n: float, k: float) -> float | None:
+        """Interpolated fraction of the bf16 peak, or None outside the measured range."""
+        q = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
+        if any(
+            v < lo - RANGE_MARGIN_LOG2 or v > hi + RANGE_MARGIN_LOG2
+            for v, lo, hi in zip(q, self.lows, self.highs, strict=True)
+        ):
+            return None
+        ranked = sorted(
+            self.points, key=lambda p: (p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2 + (p[2] - q[2]) ** 2
+        )
+        weights = 0.0
+        total = 0.0
+        for p in ranked[:NEAREST]:
+            dist = math.sqrt((p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2 + (p[2] - q[2]) ** 2)
+            if dist < 1e-9:
+                return p[3]
+            weights += 1 / dist
+            total += p[3] / dist
+        return total / weights
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    points: tuple[tuple[float, float, float, float], ...]  # log2 seq, log2 heads x batch, fwd, bwd fraction
+
+    def fractions(self, seq: float, heads_x_batch: float) -> tuple[float, float]:
+        q = (math.log2(max(seq, 1)), math.log2(max(heads_x_batch, 1)))
+        ranked = sorted(self.points, key=lambda p: (p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2)[:NEAREST]
+        weights = fwd = bwd = 0.0
+        for p in ranked:
+            dist = math.hypot(p[0] - q[0], p[1] - q[1])
+            if dist < 1e-9:
+                return p[2], p[3]
+            weights += 1 / dist
+            fwd += p[2] / dist
+            bwd += p[3] / dist
+        return fwd / weights, bwd / weights
+
+
+@cache
+def _tables() -> tuple[GemmTable, AttentionTable]:
+    from memtune.catalog.gpus import get_gpu
+
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    peak = get_gpu(MEASURED_ON).bf16_tflops
+    gemm = raw["gemm"] if isinstance(raw["gemm"], list) else raw["gemm"]["bf16"]
+    points = tuple(
+        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak) for g in gemm
+    )
+    lows = tuple(min(p[i] for p in points) for i in range(3))
+    highs = tuple(max(p[i] for p in points) for i in range(3))
+    attention = tuple(
+        (
+            math.log2(a["seq"]),
+            math.log2(a["heads"] * a["batch"]),
+            a["fwd_tflops"] / peak,
+            a["bwd_tflops"] / peak,
+        )
+        for a in raw["attention"]
+    )
+    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2])), AttentionTable(
+        attention
+    )
+
+
+@cache
+def gemm_fraction(m: int, n: int, k: int) -> float:
+    """Fraction of the bf16 peak a bf16 GEMM of this shape reaches: measured table, else curve."""
+    measured = _tables()[0].fraction(m, n, k)
+    if measured is not None:
+        return measured
+    h = K.GEMM_HALF_SIZE
+    return K.GEMM_PEAK_FRACTION / (1 + h / max(m, 1) + h / max(n, 1) + h / max(k, 1))
+
+
+@cache
+def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
+    """Forward and backward fractions of the bf16 peak of causal flash attention (head dim 128)."""
+    return _tables()[1].fractions(seq, heads_x_batch)

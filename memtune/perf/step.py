@@ -1,0 +1,337 @@
+"""The step of a job exactly as configured: every chunk's kernels priced from measured tables,
+its collectives on the declared fabric, and the iteration simulated in Megatron-Core's order.
+
+``predict_step(derived)`` reads only :class:`~memtune.config.derived.Derived` (and the job's
+own settings through it): nothing is switched on that the job did not ask for. Per chunk of
+each pipeline stage and per microbatch it prices
+
+- compute: every GEMM of a layer at its shard shape (``memtune/perf/kernels.py``: measured
+  H200 tables, interpolated; FP8 at ``FP8_PEAK_SHARE`` of the FP8 peak, unmeasured), causal
+  flash attention from its measured table, elementwise work at HBM bandwidth, the output layer
+  and loss on the last chunk, replays of recompute in the backward, and fixed costs per layer,
+  per microbatch and per step (kernel launches and Python, ``memtune/perf/constants.py``);
+- communication: TP all-gathers/reduce-scatters (all-reduces without SP), EP dispatch and
+  combine, CP's K/V ring, pipeline sends, the DP gradient reduction and parameter gather, each
+  an α-β cost of its real message size on its group (``memtune/perf/collectives.py``);
+
+then ``memtune/perf/simulate.py`` places them (overlap only where the job's settings make
+Megatron hide them) and the step, bubble and per-stage idle come out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from memtune.catalog.gpus import GPU, get_gpu
+from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.perf import constants as K
+from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
+from memtune.perf.kernels import attention_fractions, gemm_fraction
+from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate
+
+BF16 = 2
+# What every step prediction rests on, in a line each (shown by `memtune fix`).
+STEP_MODEL_NOTES = (
+    "kernels from the measured H200 GEMM and flash-attention tables, interpolated",
+    "collectives as NCCL's ring/tree alpha-beta costs on the declared cluster.network fabric",
+    "the iteration simulated in Megatron-Core's order; communication hidden only where the job's settings do",
+    "a host floor per layer, microbatch, step and collective fitted to Megatron-LM's functional tests",
+    "balanced MoE routing; model TFLOP/s counts 3x forward FLOPs without recompute (Megatron's convention)",
+)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    simulated: Simulated
+    unmeasured: tuple[str, ...]  # what the prediction took from assumptions instead of measurements
+
+
+@dataclass
+class _Layer:
+    fwd: float  # compute
+    bwd: float
+    wgrad: float  # part of bwd
+    attn_fwd: float
+    mlp_fwd: float  # dense MLP or MoE block, forward (selective recompute of mlp / moe)
+    up_proj_fwd: float
+    shared_fwd: float
+    elementwise_fwd: float
+    tp_fwd: float  # TP collectives of the forward; the backward has the same
+    ep_fwd: float  # EP dispatch + combine of the forward; likewise
+
+
+class _Pricer:
+    def __init__(self, d: Derived, gpu: GPU) -> None:
+        self.d = d
+        self.gpu = gpu
+        self.fp8 = d.model.fp8 is not None
+        self.hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
+        self.net = d.network
+        self.unmeasured: set[str] = set()
+        if gpu.name != "H200":
+            self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
+        if self.fp8:
+            self.unmeasured.add(
+                f"FP8 GEMMs at {K.FP8_PEAK_SHARE:.0%} of the bf16-measured fraction of the FP8 peak"
+            )
+
+    def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return 0.0
+        fraction = gemm_fraction(round(m), round(n), round(k))
+        if self.fp8 and self.gpu.fp8_flops:
+            return count * 2 * m * n * k / (self.gpu.fp8_flops * fraction * K.FP8_PEAK_SHARE)
+        return count * 2 * m * n * k / (self.gpu.bf16_flops * fraction)
+
+    def layer(self, is_moe: bool, frozen: bool) -> _Layer:
+        d, m = self.d, self.d.model
+        h, t, cp = m.hidden_size, d.tp, d.cp
+        seq = m.seq_length
+        T = d.micro_batch_size * seq / cp
+        heads = m.num_attention_heads / t
+        gemm = up_proj = shared = 0.0
+        if m.multi_latent_attention:
+            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+            if m.q_lora_rank is not None:
+                up_proj += self.gemm(T, heads * qk, m.q_lora_rank)
+                gemm += self.gemm(T, m.q_lora_rank, h)
+            else:
+                gemm += self.gemm(T, heads * qk, h)
+            gemm += self.gemm(T, m.kv_lora_rank + m.qk_pos_emb_head_dim, h)
+            up_proj += self.gemm(T, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
+            gemm += up_proj + self.gemm(T, h, heads * m.v_head_dim)
+            attn_flops = 2 * T * seq * heads * (qk + m.v_head_dim) * 0.5
+        else:
+            kv = d.kv_channels
+            gemm += self.gemm(T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
+            gemm += self.gemm(T, h, heads * kv)
+            attn_flops = 4 * T * seq * heads * kv * 0.5
+        fwd_frac, bwd_frac = attention_fractions(seq, round(heads * d.micro_batch_size))
+        attn_fwd = attn_flops / (self.gpu.bf16_flops * fwd_frac)
+        attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (self.gpu.bf16_flops * bwd_frac)
+        gate = 2 if m.gated_linear_unit else 1
+        mlp = ep_fwd = 0.0
+        tokens_res = T / t if d.sequence_parallel else T
+        if is_moe:
+            experts, k = m.num_moe_experts or 1, m.moe_router_topk
+            f = d.moe_ffn_hidden_size / d.etp
+            rows = T * k * d.etp * d.ep / (t * experts)
+            local = experts / d.ep
+            mlp += self.gemm(tokens_res, experts, h)
+            mlp += self.gemm(rows, gate * f, h, local) + self.gemm(rows, h, f, local)
+            if m.moe_shared_expert_intermediate_size:
+                fs = m.moe_shared_expert_intermediate_size / t
+                shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
+                mlp += shared
+            if d.ep > 1:
+                routed = BF16 * tokens_res * k * h
+                # Dispatch and combine; EP groups are consecutive ranks after TP x CP.
+                ep_fwd = 2 * all_to_all(routed, Group(d.ep, stride=t * cp), self.net)
+        else:
+            f = d.ffn_hidden_size / t
+            mlp += self.gemm(T, gate * f, h) + self.gemm(T, h, f)
+        gemm += mlp
+        wgrad = 0.0 if frozen else gemm
+        elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / self.hbm
+        tp_fwd = 0.0
+        if t > 1:
+            group = Group(t)
+            full = BF16 * T * h
+            if d.sequence_parallel:
+                ops = 2 * (
+                    collective(Op.ALL_GATHER, full, group, self.net, self.gpu.name).seconds
+                    + collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
+                )
+            else:
+                ops = 2 * collective(Op.ALL_REDUCE, full, group, self.net, self.gpu.name).seconds
+            # the backward has the same collectives, in reverse; each also costs its launch
+            tp_fwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
+        cp_fwd = 0.0
+        if cp > 1:
+            kv_width = (
+                m.kv_lora_rank + m.qk_pos_emb_head_dim
+                if m.multi_latent_attention
+                else 2 * d.query_groups_per_tp_rank * d.kv_channels
+            )
+            step = send_recv(BF16 * T * kv_width, t * cp > self.net.gpus_per_nvlink_domain, self.net)
+            # each ring step hides behind one block's attention; its launch does not
+            cp_fwd = max(0.0, (cp - 1) * step - attn_fwd) + (cp - 1) * K.COLLECTIVE_LAUNCH_S
+        # The host issues a layer's kernels while the GPU runs earlier ones: the layer takes the
+        # longer of its kernels and the host's launch work, which only small layers exceed.
+        device_bwd = gemm + wgrad + attn_bwd + 2 * elementwise + 2 * cp_fwd
+        fwd = max(gemm + attn_fwd + elementwise + cp_fwd, K.LAYER_FIXED_FWD_S)
+        bwd = max(device_bwd, K.BACKWARD_FIXED_FACTOR * K.LAYER_FIXED_FWD_S)
+        return _Layer(
+            fwd=fwd,
+            bwd=bwd,
+            wgrad=wgrad,
+            attn_fwd=attn_fwd,
+            mlp_fwd=mlp,
+            up_proj_fwd=up_proj,
+            shared_fwd=shared,
+            elementwise_fwd=elementwise,
+            tp_fwd=tp_fwd,
+            ep_fwd=ep_fwd,
+        )
+
+
+def _replay(d: Derived, lt: _Layer, is_moe: bool) -> float:
+    """Forward work selective recompute replays in the backward (Megatron-Core's modules)."""
+    mods = d.recompute_modules
+    extra = 0.0
+    if "core_attn" in mods:
+        extra += lt.attn_fwd
+    if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
+        extra += lt.mlp_fwd
+    elif "shared_experts" in mods and is_moe:
+        extra += lt.shared_fwd
+    if "layernorm" in mods:
+        extra += lt.elementwise_fwd * 2 / K.ELEMENTWISE_PASSES_FWD
+    if "moe_act" in mods and is_moe:
+        extra += lt.elementwise_fwd / K.ELEMENTWISE_PASSES_FWD
+    if "mla_up_proj" in mods:
+        extra += lt.up_proj_fwd
+    return extra
+
+
+def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
+    """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``)."""
+    from memtune.estimate.params import layer_params
+    from memtune.perf.model import model_flops_per_token
+
+    gpu = gpu or get_gpu(d.job.cluster.gpu)
+    m, job = d.model, d.job
+    frozen = job.peft is not None
+    pricer = _Pricer(d, gpu)
+    kinds = {moe: pricer.layer(moe, frozen) for moe in set(d.moe_layer_pattern)}
+    counts = {moe: layer_params(d, moe) for moe in set(d.moe_layer_pattern)}
+    h = m.hidden_size
+    T = d.micro_batch_size * m.seq_length / d.cp
+    tokens_res = T / d.tp if d.sequence_parallel else T
+    vocab = d.padded_vocab_size / d.tp
+    output_fwd = pricer.gemm(T, vocab, h)
+    output_wgrad = 0.0 if frozen else output_fwd
+    loss = 3 * 4 * T * vocab / pricer.hbm  # fp32 logits: softmax, log and gradient passes
+    full = m.recompute_granularity == "full"
+    grad_bytes = DTYPE_BYTES[d.grad_dtype]
+    weight_bytes = DTYPE_BYTES[d.param_dtype]
+    dp_group = Group(d.dp * d.cp, stride=d.tp)
+    expert_group = Group(d.edp, stride=d.tp * d.cp * d.ep)
+    sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
+    stage_stride = d.tp * d.cp * d.dp
+    send = send_recv(BF16 * tokens_res * h, stage_stride >= d.network.gpus_per_nvlink_domain, d.network)
+    bucket = d.ddp_bucket_size(d.dp * d.cp)  # None: one bucket per buffer
+
+    stages = []
+    for rank_chunks in d.chunks:
+        works = []
+        stage_params = 0.0
+        for chunk in rank_chunks:
+            fwd = bwd = wgrad = tp = ep = 0.0
+            dense_params = expert_params = 0.0
+            replayed = 0
+            if full:
+                groups = d.full_recompute_groups(len(chunk.layers))
+                replayed = sum(n for n, checkpointed in groups if checkpointed)
+            for i, layer in enumerate(chunk.layers):
+                is_moe = d.moe_layer_pattern[layer]
+                lt = kinds[is_moe]
+                fwd += lt.fwd
+                bwd += lt.bwd + (lt.fwd if i < replayed else 0.0)
+                if m.recompute_granularity == "selective":
+                    bwd += _replay(d, lt, is_moe)
+                wgrad += lt.wgrad
+                tp += lt.tp_fwd
+                ep += lt.ep_fwd
+                c = counts[is_moe]
+                dense_params += c.dense / d.tp + c.replicated
+                expert_params += c.expert / (d.ep * d.etp)
+            out_wgrad = 0.0
+            if chunk.has_embedding or (chunk.has_output and not m.share_embeddings_and_output_weights):
+                dense_params += m.vocab_size * h / d.tp
+            if chunk.has_embedding:
+                fwd += BF16 * tokens_res * h / pricer.hbm
+            if chunk.has_output:
+                fwd += output_fwd + loss
+                bwd += output_fwd + output_wgrad + loss
+                out_wgrad = output_wgrad
+            fwd += K.MICROBATCH_FIXED_S / len(rank_chunks)
+            trainable_dense = 0.0 if frozen else dense_params
+            trainable_expert = 0.0 if frozen else expert_params
+            if d.fsdp_strategy == "optim_grads_params":
+                # Megatron-FSDP gathers weights for forward and backward and reduce-scatters
+                # gradients every microbatch, on its own stream behind the layers' compute.
+                per_mb = (
+                    2
+                    * collective(
+                        Op.ALL_GATHER, weight_bytes * dense_params, dp_group, d.network, gpu.name
+                    ).seconds
+                    + collective(
+                        Op.REDUCE_SCATTER, grad_bytes * trainable_dense, dp_group, d.network, gpu.name
+                    ).seconds
+                )
+                bwd += max(0.0, per_mb - (fwd + bwd) * K.DP_OVERLAP_WINDOW_FRACTION)
+                reduce = gather = 0.0
+            else:
+                op = Op.REDUCE_SCATTER if sharded else Op.ALL_REDUCE
+                reduce = collective(op, grad_bytes * trainable_dense, dp_group, d.network, gpu.name).seconds
+                reduce += collective(
+                    op, grad_bytes * trainable_expert, expert_group, d.network, gpu.name
+                ).seconds
+                gather = 0.0
+                if d.use_distributed_optimizer:
+                    gather = collective(
+                        Op.ALL_GATHER, weight_bytes * trainable_dense, dp_group, d.network, gpu.name
+                    ).seconds
+                    gather += collective(
+                        Op.ALL_GATHER, weight_bytes * trainable_expert, expert_group, d.network, gpu.name
+                    ).seconds
+            works.append(
+                ChunkWork(
+                    forward_s=fwd,
+                    backward_s=bwd,
+                    tp_forward_s=tp,
+                    tp_backward_s=tp,
+                    ep_forward_s=ep,
+                    ep_backward_s=ep,
+                    output_wgrad_s=out_wgrad,
+                    grad_reduce_s=reduce,
+                    param_gather_s=gather,
+                    buckets=max(1, math.ceil((dense_params + expert_params) / bucket)) if bucket else 1,
+                )
+            )
+            stage_params += dense_params / (d.dp * d.cp if sharded else 1)
+            stage_params += expert_params / (d.edp if sharded else 1)
+        opt_params = 0.0 if frozen else stage_params
+        host = job.optimizer.optimizer_offload_fraction if job.optimizer.optimizer_cpu_offload else 0.0
+        optimizer = opt_params * (1 - host) * K.OPTIMIZER_BYTES_PER_PARAM / pricer.hbm + K.STEP_FIXED_S
+        if host:
+            optimizer += opt_params * host * (6 / (K.PCIE_GBPS * 1e9) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
+        stages.append(StageWork(tuple(works), send, optimizer))
+
+    overlap = Overlap(
+        tp_comm_overlap=m.tp_comm_overlap,
+        overlap_grad_reduce=job.ddp.overlap_grad_reduce,
+        overlap_param_gather=job.ddp.overlap_param_gather,
+        deferred_output_wgrad_microbatches=d.deferred_wgrad_microbatches,
+        # Megatron-LM and Bridge switch overlap_p2p_comm on with VPP
+        # (megatron/core/transformer/moe/README.md, "auto-enabled with VPP").
+        overlap_p2p_comm=d.vpp > 1,
+        single_device_connection=d.device_max_connections == "1",
+    )
+    group = m.microbatch_group_size_per_vp_stage or d.pp
+    sim = simulate(stages, d.num_microbatches, group, overlap)
+    tokens = d.num_microbatches * d.micro_batch_size * m.seq_length * d.dp
+    world = d.tp * d.pp * d.cp * d.dp
+    flops = 3 * model_flops_per_token(d) * tokens
+    return StepPrediction(
+        step_time_s=sim.step_s,
+        tokens_per_s_per_gpu=tokens / sim.step_s / world,
+        model_tflops_per_gpu=flops / sim.step_s / world / 1e12,
+        simulated=sim,
+        unmeasured=tuple(sorted(pricer.unmeasured)),
+    )

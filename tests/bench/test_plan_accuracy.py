@@ -1,0 +1,76 @@
+"""bench plan --accuracy: the per-group and pair-weighted scores on hand-made groups."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memtune.bench.plan import GroupScore, RunScore, accuracy, split_of, summarize
+from memtune.bench.render import plan_accuracy_json
+
+
+def group(set_id: str, measured: list[float], predicted: list[float], tflops: list[float]) -> GroupScore:
+    runs = [
+        RunScore(set_id, "tune", f"run{i}", "tokens_per_s_per_gpu", m, p, t, 2 * p)
+        for i, (m, p, t) in enumerate(zip(measured, predicted, tflops, strict=True))
+    ]
+    best = max(runs, key=lambda r: r.measured)
+    for r in runs:
+        r.measured_relative, r.predicted_relative = r.measured / best.measured, r.predicted / best.predicted
+    return GroupScore(set_id, "tune", "", runs, [])
+
+
+def test_group_scores() -> None:
+    # Measured order a > b > c; predicted a > c > b: 2 of 3 pairs agree, tau 1/3.
+    g = group("g", [100, 80, 60], [50, 30, 36], [300, 240, 180])
+    assert g.tau == pytest.approx(1 / 3)
+    assert g.top1 is True
+    # Relative to a: b measured 0.8, predicted 0.6 (-25%); c 0.6 against 0.72 (+20%).
+    assert sorted(g.relative_errors) == pytest.approx([0.20, 0.25])
+    # Predicted TFLOP/s 2 x predicted: 100/300, 60/240, 72/180.
+    assert [r.tflops_error for r in g.runs] == pytest.approx([100 / 300 - 1, 60 / 240 - 1, 72 / 180 - 1])
+
+
+def test_summary_weights_tau_by_pairs_and_pools_errors() -> None:
+    three = group("g3", [100, 80, 60], [50, 30, 36], [300, 240, 180])  # 3 pairs, +1 net
+    two = group("g2", [10, 20], [2, 1], [10, 20])  # 1 pair, discordant; top-1 miss
+    s = summarize([three, two])
+    assert s.tau == pytest.approx((1 - 1) / 4)
+    assert (s.top1_hits, s.top1_groups) == (1, 2)
+    # Pooled |relative errors|: 0.20, 0.25 and g2's run0: measured 0.5, predicted 2.0 (+300%).
+    assert s.median_relative_error == pytest.approx(0.25)
+    assert s.runs == 5
+
+
+def test_split_filter_never_scores_the_other_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "sets.yaml"
+    path.write_text(
+        "sets:\n"
+        "  - id: llama3-70b-sft-parallelism\n"  # holdout (sha256 starts with 2)
+        "    model: no-such-model\n    gpus: 8\n    gpu: H100-80GB\n    gpus_per_node: 8\n"
+        "    seq: 4096\n    gbs: 8\n    mode: pretrain\n    runs: []\n"
+    )
+    assert split_of("llama3-70b-sft-parallelism") == "holdout"
+    assert accuracy([path], "tune") == []
+
+
+def test_json_has_summary_per_split_and_groups() -> None:
+    doc = plan_accuracy_json([group("g3", [100, 80, 60], [50, 30, 36], [300, 240, 180])])
+    assert doc["schema_version"] == 1
+    assert set(doc["summary"]) == {"tune", "all"}
+    assert doc["groups"][0]["kendall_tau"] == pytest.approx(1 / 3)
+    json.dumps(doc)
+
+
+def test_ci_runs_split_as_their_readme_says() -> None:
+    # benchmarks/published/layouts/README.md: 53 functional-test runs, 39 tune and 14 holdout.
+    from pathlib import Path
+
+    import yaml
+
+    from memtune.bench.plan import ci_split_of
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts" / "megatron-lm-ci"
+    splits = [ci_split_of(yaml.safe_load(f.read_text())["id"]) for f in sorted(root.glob("*.yaml"))]
+    assert (len(splits), splits.count("tune"), splits.count("holdout")) == (53, 39, 14)

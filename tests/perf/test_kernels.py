@@ -1,0 +1,43 @@
+"""Measured kernel tables: the package's copy is the raw results, measured shapes come back
+exactly, and shapes outside the measured range fall back to the calibrated curve."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from memtune.catalog.gpus import get_gpu
+from memtune.perf import constants as K
+from memtune.perf.kernels import attention_fractions, gemm_fraction
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_packaged_table_is_the_raw_measurement() -> None:
+    packaged = resources.files("memtune.perf").joinpath("data", "gemm-h200.json").read_bytes()
+    assert packaged == (ROOT / "benchmarks" / "gpu" / "results" / "gemm-h200.json").read_bytes()
+
+
+def test_a_measured_shape_returns_its_measurement() -> None:
+    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "gemm-h200.json").read_text())
+    first = raw["gemm"][0]  # llama3-8b tp1 qkv: 4096 x 6144 x 4096
+    peak = get_gpu("H200").bf16_tflops
+    assert gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
+    att = raw["attention"][0]
+    fwd, bwd = attention_fractions(att["seq"], att["heads"] * att["batch"])
+    assert (fwd, bwd) == pytest.approx((att["fwd_tflops"] / peak, att["bwd_tflops"] / peak))
+
+
+def test_outside_the_measured_range_the_curve_applies() -> None:
+    # 16 x 16 x 16 lies far below the smallest measured side (128): the half-size curve.
+    h = K.GEMM_HALF_SIZE
+    assert gemm_fraction(16, 16, 16) == pytest.approx(K.GEMM_PEAK_FRACTION / (1 + 3 * h / 16))
+
+
+def test_interpolation_stays_between_neighbours() -> None:
+    # Halfway (in log2) between measured rows 4096 and 8192 of one shape family.
+    low, high = gemm_fraction(4096, 6144, 4096), gemm_fraction(8192, 6144, 4096)
+    assert min(low, high) * 0.9 <= gemm_fraction(5793, 6144, 4096) <= max(low, high) * 1.1

@@ -1,0 +1,35 @@
+"""`memtune bench step`: the job's simulated step as JSON, text and a Gantt chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memtune.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama3-70b-sft.yaml"
+
+
+def test_json_stages_add_up_to_the_step(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "step", str(EXAMPLE), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    assert len(doc["stages"]) == 4  # the example's PP 4
+    for stage in doc["stages"]:
+        assert stage["compute_s"] + stage["exposed_comm_s"] + stage["idle_s"] == pytest.approx(
+            doc["step_time_s"]
+        )
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "step.png"
+    assert main(["bench", "step", str(EXAMPLE), "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "model TFLOP/s per GPU" in capsys.readouterr().out
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "step", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err

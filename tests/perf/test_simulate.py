@@ -1,0 +1,129 @@
+"""The simulated iteration on schedules small enough to work out by hand (forward 1 s,
+backward 2 s per chunk and microbatch unless a test says otherwise)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune.perf.simulate import ChunkWork, Overlap, StageWork, simulate, stage_order
+
+NO_OVERLAP = Overlap(single_device_connection=False)
+
+
+def stages(p: int, v: int = 1, send: float = 0.0, optimizer: float = 0.0, **work: float) -> list[StageWork]:
+    chunk = ChunkWork(forward_s=1.0, backward_s=2.0, **work)  # type: ignore[arg-type]
+    return [StageWork((chunk,) * v, send, optimizer) for _ in range(p)]
+
+
+def test_single_stage_runs_back_to_back() -> None:
+    sim = simulate(stages(1, optimizer=0.5), 3, 1, NO_OVERLAP)
+    assert sim.step_s == pytest.approx(3 * 3 + 0.5)
+    assert sim.stage_idle_s == (0.0,)
+
+
+def test_1f1b_bubble_is_p_minus_1_microbatches() -> None:
+    # r0: F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9]; r1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7].
+    sim = simulate(stages(2), 2, 2, NO_OVERLAP)
+    assert sim.step_s == pytest.approx((2 + 2 - 1) * 3)
+    assert sim.stage_idle_s == pytest.approx((3.0, 3.0))
+    r1 = [(e.kind, e.microbatch, e.start) for e in sim.events if e.stage == 1 and e.stream == "compute"]
+    assert r1[:4] == [("forward", 0, 1.0), ("backward", 0, 2.0), ("forward", 1, 4.0), ("backward", 1, 5.0)]
+
+
+def test_blocking_sends_sit_on_the_senders_timeline() -> None:
+    # Worked through in the module's order: the last backward of r0 starts at 7.3, ends at 9.3.
+    sim = simulate(stages(2, send=0.1), 2, 2, NO_OVERLAP)
+    assert sim.step_s == pytest.approx(9.3)
+    overlapped = simulate(
+        stages(2, send=0.1), 2, 2, Overlap(single_device_connection=False, overlap_p2p_comm=True)
+    )
+    # Non-blocking: r1's F1 waits only for its own clock (4.1), r0's last backward runs [7.2, 9.2].
+    assert overlapped.step_s == pytest.approx(9.2)
+
+
+def test_interleaved_order_and_bubble() -> None:
+    # p=2, v=2, M=2: rank 0 warms up all four forwards; rank 1 two.
+    assert stage_order(2, 2, 2, 2, 0) == [
+        [("F", 0, 0)], [("F", 1, 0)], [("F", 0, 1)], [("F", 1, 1)],
+        [("B", 0, 1)], [("B", 1, 1)], [("B", 0, 0)], [("B", 1, 0)],
+    ]  # fmt: skip
+    assert stage_order(2, 2, 2, 2, 1)[2:4] == [[("F", 0, 1), ("B", 0, 1)], [("F", 1, 1), ("B", 1, 1)]]
+    # 12 s of work per rank plus (p - 1) x (F + B) of one chunk: 15 s.
+    assert simulate(stages(2, v=2), 2, 2, NO_OVERLAP).step_s == pytest.approx(15.0)
+
+
+def test_grad_reduce_overlaps_the_last_backward_bucket_by_bucket() -> None:
+    # Last backward [4, 6]; buckets ready at 4.67, 5.33, 6.0, each 0.5 s: the last ends at 6.5.
+    overlapped = simulate(stages(1, grad_reduce_s=1.5, buckets=3), 2, 1, Overlap(overlap_grad_reduce=True))
+    assert overlapped.step_s == pytest.approx(6.5)
+    assert simulate(stages(1, grad_reduce_s=1.5, buckets=3), 2, 1, Overlap()).step_s == pytest.approx(7.5)
+
+
+def test_param_gather_overlaps_the_first_forward() -> None:
+    # Gather 1 s in two buckets: the forward starts after the first (0.5 s) and runs to 1.5 s.
+    work = stages(1, param_gather_s=1.0, buckets=2)
+    assert simulate(work, 1, 1, Overlap(overlap_param_gather=True)).step_s == pytest.approx(3.5)
+    assert simulate(work, 1, 1, Overlap()).step_s == pytest.approx(4.0)
+
+
+def test_tp_collectives_hide_only_where_megatron_overlaps_them() -> None:
+    work = stages(1, tp_forward_s=0.2, tp_backward_s=0.4)
+    assert simulate(work, 1, 1, NO_OVERLAP).step_s == pytest.approx(3.6)
+    # CUDA_DEVICE_MAX_CONNECTIONS=1: the column-parallel half of the backward's collectives hides.
+    assert simulate(work, 1, 1, Overlap()).step_s == pytest.approx(3.4)
+    assert simulate(work, 1, 1, Overlap(tp_comm_overlap=True)).step_s == pytest.approx(3.0)
+
+
+def test_deferred_output_wgrad_fills_the_last_stages_flush() -> None:
+    # The last stage's backward drops to 1.5 s and its 2 x 0.5 s of wgrad run after its last
+    # backward, while rank 0 still runs its own: r0's last backward runs [6, 8].
+    work = [
+        StageWork((ChunkWork(1.0, 2.0),), 0.0, 0.0),
+        StageWork((ChunkWork(1.0, 2.0, output_wgrad_s=0.5),), 0.0, 0.0),
+    ]
+    assert simulate(work, 2, 2, NO_OVERLAP).step_s == pytest.approx(9.0)
+    deferred = Overlap(single_device_connection=False, deferred_output_wgrad_microbatches=2)
+    assert simulate(work, 2, 2, deferred).step_s == pytest.approx(8.0)
+
+
+def test_expert_all_to_all_hides_in_combined_1f1b_pairs() -> None:
+    work = stages(1, ep_forward_s=0.5, ep_backward_s=0.5)
+    assert simulate(work, 2, 1, NO_OVERLAP).step_s == pytest.approx(2 * 4.0)
+    # One extra warm-up forward, then (F1, B0) paired: F1's all-to-all hides under B0.
+    paired = Overlap(single_device_connection=False, overlap_moe_expert_parallel_comm=True)
+    assert simulate(work, 2, 1, paired).step_s == pytest.approx(8.0 - 0.5)
+    delayed = Overlap(
+        single_device_connection=False, overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True
+    )
+    assert simulate(work, 2, 1, delayed).step_s == pytest.approx(8.0 - 1.0)
+    # Megatron needs CUDA_DEVICE_MAX_CONNECTIONS > 1 for it: with 1, nothing hides.
+    single = Overlap(overlap_moe_expert_parallel_comm=True)
+    assert simulate(work, 2, 1, single).step_s == pytest.approx(8.0)
+
+
+def test_uneven_stages_wait_for_the_slowest() -> None:
+    # Stage 1 twice as slow: 1F1B over 2 microbatches is bounded by its 2 x 6 s plus r0's F0 and B1.
+    work = [StageWork((ChunkWork(1.0, 2.0),), 0.0, 0.0), StageWork((ChunkWork(2.0, 4.0),), 0.0, 0.0)]
+    sim = simulate(work, 2, 2, NO_OVERLAP)
+    assert sim.step_s == pytest.approx(1.0 + 12.0 + 2.0)
+    assert sim.stage_idle_s[1] == pytest.approx(3.0)
+
+
+def test_unaligned_param_gathers_follow_the_previous_chunks_first_forward() -> None:
+    # p=1, v=2, M=1: chunk 0's gather (1 s, one bucket) starts at 0, chunk 1's only when chunk
+    # 0's first forward starts (1 s, after its gather): forward c0 [1, 2], c1 waits to 2 -> [2, 3].
+    work = [StageWork((ChunkWork(1.0, 2.0, param_gather_s=1.0),) * 2, 0.0, 0.0)]
+    unaligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True))
+    gathers = [(e.chunk, e.start, e.end) for e in unaligned.events if e.kind == "param gather"]
+    assert gathers == [(0, 0.0, 1.0), (1, 1.0, 2.0)]
+    aligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True, align_param_gather=True))
+    assert [(e.chunk, e.start) for e in aligned.events if e.kind == "param gather"] == [(0, 0.0), (1, 1.0)]
+    # Either way: forwards [1, 2] and [2, 3], backwards of 2 s each: 7 s.
+    assert unaligned.step_s == pytest.approx(7.0)
+
+
+def test_a_schedule_beyond_the_limit_is_refused_in_one_line() -> None:
+    from memtune.errors import InputError
+
+    with pytest.raises(InputError, match="the simulation stops at 1,000,000"):
+        simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP)
