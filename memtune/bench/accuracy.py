@@ -17,6 +17,7 @@ from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
+from memtune.estimate.verdict import families_of
 
 # Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
 FAMILIES = {
@@ -40,6 +41,7 @@ class RunResult:
     megatron_lm: int
     collected: int  # the estimate once a full garbage collection has run; below ``estimated``
     # only where it counts a replaced offloading optimizer's device copies (estimate/state.py)
+    families: tuple[str, ...] = ("dense",)  # the verdict's families of the config (estimate/verdict.py)
 
     @property
     def error(self) -> float:
@@ -110,6 +112,7 @@ def evaluate(run: dict[str, Any]) -> RunResult:
         estimated=rank.peak_bytes,
         megatron_lm=round(megatron_lm_estimate(est.derived)),
         collected=rank.peak_bytes - round(rank.state.orphaned_optimizer_copies),
+        families=families_of(est.derived),
     )
 
 

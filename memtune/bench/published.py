@@ -3,9 +3,9 @@
 Each run is one YAML file: ``id``, ``rank`` (the global rank whose peak was published),
 ``published.bytes`` (its ``max_memory_allocated``) and ``config`` (memtune's format), plus its
 source. The split follows the measured set's rule (holdout iff sha1 of the id mod 10 < 3),
-fixed before any comparison. Each run also falls into the feature families it exercises
-(:func:`families_of`); the report summarizes every family apart, since one family's errors hide
-in the mean of the others.
+fixed before any comparison. Each run also falls into the feature families it exercises (the
+verdict's, ``memtune/estimate/verdict.py`` :func:`families_of`); the report summarizes every
+family apart, since one family's errors hide in the mean of the others.
 """
 
 from __future__ import annotations
@@ -19,24 +19,9 @@ import yaml
 
 from memtune.check import gate
 from memtune.config import validate
-from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.estimate import estimate
-
-# The order reports list them in; a run without any of these features is "dense".
-FAMILIES = (
-    "TE MoE",
-    "CUDA graphs",
-    "FP8 delayed",
-    "FP8 tensorwise",
-    "FP8 blockwise",
-    "FP8 mxfp8",
-    "TP overlap",
-    "FSDP",
-    "offload",
-    "MLA",
-    "dense",
-)
+from memtune.estimate.verdict import FAMILIES, families_of
 
 HOLDOUT_SHARE = 3  # of 10
 
@@ -45,25 +30,6 @@ def split_of(run_id: str) -> str:
     return (
         "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < HOLDOUT_SHARE else "tune"
     )
-
-
-def families_of(d: Derived) -> tuple[str, ...]:
-    """The feature families a run exercises (a run may be in several)."""
-    m = d.model
-    found = [
-        name
-        for name, present in (
-            ("TE MoE", d.transformer_engine and d.is_moe),
-            ("CUDA graphs", d.cuda_graphs),
-            (f"FP8 {m.fp8_recipe}", m.fp8 is not None and d.transformer_engine),
-            ("TP overlap", m.tp_comm_overlap and d.tp > 1),
-            ("FSDP", d.megatron_fsdp),
-            ("offload", m.fine_grained_activation_offloading or m.cpu_offloading),
-            ("MLA", m.multi_latent_attention),
-        )
-        if present
-    ]
-    return tuple(found) or ("dense",)
 
 
 @dataclass(frozen=True)

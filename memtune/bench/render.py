@@ -10,6 +10,7 @@ from rich.table import Table
 
 from memtune.bench.accuracy import AccuracyReport
 from memtune.bench.published import PublishedReport, PublishedSummary
+from memtune.estimate.verdict import MIN_RUNS, Calibration
 from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
@@ -116,6 +117,29 @@ def _family_cell(s: PublishedSummary | None) -> str:
     if s is None:
         return "-"
     return f"{s.runs}, {s.mean_error:+.1%} / {s.mean_abs_error:.1%} / {s.max_abs_error:.1%}"
+
+
+def print_calibration(console: Console, cal: Calibration) -> None:
+    table = Table(
+        title="The verdict's calibration: worst under-estimate per family on tune runs (share of the estimate)",
+        title_justify="left",
+    )
+    for col in ("family", "measured runs", "published runs", "worst under", "confidence", "run"):
+        table.add_column(col, justify="left" if col in ("family", "run") else "right")
+    for f in cal.families.values():
+        table.add_row(
+            f.family,
+            str(f.measured_runs),
+            str(f.published_runs),
+            f"{f.worst_under:.1%}",
+            f"{f.confidence:.0%}" if f.runs >= MIN_RUNS else f"{f.confidence:.0%} (< {MIN_RUNS} runs)",
+            f.worst_id or "-",
+        )
+    console.print(table)
+    console.print(
+        f"{len(cal.combinations)} family combinations on tune runs; a job outside them, or in a family of "
+        f"fewer than {MIN_RUNS} runs, gets the widest margin, {cal.widest:.1%}"
+    )
 
 
 def print_plan_accuracy(console: Console, sets: list[list[Any]]) -> None:
