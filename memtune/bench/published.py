@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from memtune.bench.accuracy import FalseFits, false_fits
 from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
@@ -39,6 +40,18 @@ class PublishedResult:
     published: int
     estimated: int
     families: tuple[str, ...] = ("dense",)
+    error_margin: float = 0.0  # the verdict's margin beyond fragmentation (estimate/verdict.py Margin.error)
+
+    @property
+    def false_fit(self) -> bool:
+        """As the measured set's (memtune/bench/accuracy.py ``RunResult.false_fit``)."""
+        return self.excess > 0
+
+    @property
+    def excess(self) -> float:
+        """How far the peak lies above the estimate beyond the verdict's margin, as a share of the
+        estimate (the under-estimate as ``memtune/bench/calibrate.py`` computes it, less the margin)."""
+        return (self.published - self.estimated) / self.estimated - self.error_margin
 
     @property
     def error(self) -> float:
@@ -87,6 +100,7 @@ def evaluate_published(run: dict[str, Any]) -> PublishedResult:
         published=int(run["published"]["bytes"]),
         estimated=est.rank(int(run["rank"])).peak_bytes,
         families=families_of(checked.derived),
+        error_margin=est.verdict_margin.error,
     )
 
 
@@ -117,6 +131,7 @@ class PublishedReport:
     shown: list[PublishedResult]
     splits: dict[str, PublishedSummary | None]
     families: list[FamilySummary]  # families with at least one shown run, in FAMILIES order
+    false_fits: dict[str, FalseFits | None]  # per split, as ``splits``
 
 
 def published_report(results: list[PublishedResult], split: str = "all") -> PublishedReport:
@@ -133,4 +148,7 @@ def published_report(results: list[PublishedResult], split: str = "all") -> Publ
         for family in FAMILIES
         if (members := [r for r in shown if family in r.families])
     ]
-    return PublishedReport(shown, splits, families)
+    unfit = {
+        name: false_fits([(r.id, r.excess) for r in results if name in ("all", r.split)]) for name in splits
+    }
+    return PublishedReport(shown, splits, families, unfit)

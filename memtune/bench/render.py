@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from memtune.bench.accuracy import AccuracyReport
+from memtune.bench.accuracy import AccuracyReport, FalseFits
 from memtune.bench.published import PublishedReport, PublishedSummary
 from memtune.estimate.verdict import MIN_RUNS, Calibration
 from memtune.output import SCHEMA_VERSION
@@ -25,7 +25,25 @@ def accuracy_json(report: AccuracyReport) -> dict[str, Any]:
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
         "families": {f"{family}/{split}": asdict(v) for (family, split), v in report.families.items()},
         "collection_range": asdict(report.collection_range) if report.collection_range else None,
+        "false_fits": _false_fits_json(report.false_fits),
     }
+
+
+def _false_fits_json(per_split: dict[str, FalseFits | None]) -> dict[str, Any]:
+    return {k: asdict(v) | {"rate": v.rate} if v else None for k, v in per_split.items()}
+
+
+def _print_false_fits(console: Console, per_split: dict[str, FalseFits | None]) -> None:
+    console.print(
+        "[bold]Verdict false fits[/bold] (each run on the GPU that puts its estimate exactly at the "
+        "'fits' boundary; false: the real peak would not have fit; docs/verdict.md)"
+    )
+    for name, f in per_split.items():
+        if f:
+            console.print(
+                f"  {name:8} {f.false_fits:3} of {f.runs:3} runs ({f.rate:.1%})"
+                + (f", up to {f.worst_excess:.1%} beyond the margin: {', '.join(f.ids)}" if f.ids else "")
+            )
 
 
 def print_accuracy(console: Console, report: AccuracyReport) -> None:
@@ -65,6 +83,7 @@ def print_accuracy(console: Console, report: AccuracyReport) -> None:
             f"between the figure once collected and that bound, to within {gc_range.worst_outside:.1%} "
             f"({gc_range.worst_id})"
         )
+    _print_false_fits(console, report.false_fits)
 
 
 def published_json(report: PublishedReport) -> dict[str, Any]:
@@ -75,6 +94,7 @@ def published_json(report: PublishedReport) -> dict[str, Any]:
         "families": {
             f.family: {k: asdict(v) if v else None for k, v in f.splits.items()} for f in report.families
         },
+        "false_fits": _false_fits_json(report.false_fits),
     }
 
 
@@ -111,6 +131,7 @@ def print_published(console: Console, report: PublishedReport) -> None:
     for f in report.families:
         families.add_row(f.family, *(_family_cell(f.splits[name]) for name in splits))
     console.print(families)
+    _print_false_fits(console, report.false_fits)
 
 
 def _family_cell(s: PublishedSummary | None) -> str:

@@ -122,6 +122,7 @@ class Margin:
     calibrated: float  # the family's worst tune under-estimate, or the widest when not measured
     families: tuple[str, ...]
     basis: FamilyFigure | None  # the family that sets ``calibrated``; None when not measured
+    thin: tuple[str, ...] = ()  # the job's families with fewer than MIN_RUNS tune runs
 
     @property
     def measured(self) -> bool:
@@ -130,6 +131,11 @@ class Margin:
     @property
     def total(self) -> float:
         return max(self.a_priori, self.fragmentation + self.calibrated)
+
+    @property
+    def error(self) -> float:
+        """The part beyond fragmentation: the allowance for the estimate falling short."""
+        return max(self.a_priori - self.fragmentation, self.calibrated)
 
 
 def calibration_json(cal: Calibration) -> dict[str, Any]:
@@ -161,7 +167,8 @@ def calibration() -> Calibration:
 def _margin(families: tuple[str, ...], fragmentation: float, a_priori: float) -> Margin:
     cal = calibration()
     if not cal.measured(families):
-        return Margin(fragmentation, a_priori, cal.widest, families, None)
+        thin = tuple(f for f in families if f not in cal.families or cal.families[f].runs < MIN_RUNS)
+        return Margin(fragmentation, a_priori, cal.widest, families, None, thin)
     basis = max((cal.families[f] for f in families), key=lambda f: f.worst_under)
     return Margin(fragmentation, a_priori, basis.worst_under, families, basis)
 
@@ -170,14 +177,14 @@ def margin_of(d: Derived) -> Margin:
     return _margin(families_of(d), d.fragmentation_margin, d.fit_margin)
 
 
-def needed(peak_bytes: int, non_pytorch_bytes: int, margin: Margin) -> int:
+def needed_bytes(peak_bytes: int, non_pytorch_bytes: int, margin: Margin) -> int:
     """Device memory a rank needs: its allocator peak with the margin, and memory outside PyTorch."""
     return round(peak_bytes * (1 + margin.total) + non_pytorch_bytes)
 
 
-def verdict(peak_bytes: int, non_pytorch_bytes: int, capacity_bytes: int, margin: Margin) -> str:
+def verdict_of(peak_bytes: int, non_pytorch_bytes: int, capacity_bytes: int, margin: Margin) -> str:
     """``fits`` (the headroom covers the margin), ``tight`` (the peak fits, the margin does not)
     or ``does not fit``."""
-    if needed(peak_bytes, non_pytorch_bytes, margin) <= capacity_bytes:
+    if needed_bytes(peak_bytes, non_pytorch_bytes, margin) <= capacity_bytes:
         return "fits"
     return "tight" if peak_bytes + non_pytorch_bytes <= capacity_bytes else "does not fit"

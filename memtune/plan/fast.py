@@ -41,6 +41,7 @@ from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
 from memtune.estimate.schedule import in_flight
 from memtune.estimate.state import ModelState, model_state
+from memtune.estimate.verdict import Margin, margin_of, needed_bytes, verdict_of
 from memtune.plan.space import Candidate, Recompute
 
 # What a chunk's activations and model state depend on besides the job-wide knobs: its layers'
@@ -136,7 +137,8 @@ class FastEstimator:
         self._rank_buffers: dict[BufferKey, list[float]] = {}
         self._rank_held: dict[HeldKey, list[Held]] = {}
         self._outside: dict[OutsideKey, int] = {}
-        self._margin: float | None = None
+        # The candidate's fields the verdict's feature families read (estimate/verdict.py families_of).
+        self._margins: dict[tuple[int, str, float, int], Margin] = {}
 
     def _d(self, c: Candidate) -> Derived:
         d = self._derived.get(c)
@@ -230,9 +232,10 @@ class FastEstimator:
         outside = self._outside.get(ok)
         if outside is None:
             outside = self._outside[ok] = non_pytorch_bytes(self._d(c))
-        if self._margin is None:
-            self._margin = self._d(c).fit_margin
-        margin = 1 + self._margin
+        mk = (c.tp, c.sharding, c.offload, c.act_offload)
+        margin = self._margins.get(mk)
+        if margin is None:
+            margin = self._margins[mk] = margin_of(self._d(c))
         ak: RankActivationKey = (
             c.tp,
             c.cp,
@@ -281,17 +284,15 @@ class FastEstimator:
             peak = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
             if peak > worst_peak:
                 worst_index, worst_peak = i, peak
-                if stop_when_over and round(peak * margin + outside) > self.capacity:
+                if stop_when_over and needed_bytes(peak, outside, margin) > self.capacity:
                     break
         i, r = worst_index, reps[worst_index]
         pieces = RankPieces(
             r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], held[i].deferred
         )
-        needed = round(worst_peak * margin + outside)
-        if needed <= self.capacity:
-            verdict = "fits"
-        elif worst_peak + outside <= self.capacity:
-            verdict = "tight"
-        else:
-            verdict = "does not fit"
-        return FastResult(worst_peak, needed, verdict, pieces)
+        return FastResult(
+            worst_peak,
+            needed_bytes(worst_peak, outside, margin),
+            verdict_of(worst_peak, outside, self.capacity, margin),
+            pieces,
+        )
