@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from io import StringIO
 
 import pytest
+from rich.console import Console
 
 from memtune.check import gate
 from memtune.config.changes import with_changes
 from memtune.config.derived import derive
 from memtune.estimate import estimate
+from memtune.estimate.render import estimate_json, print_table
 from memtune.estimate.verdict import (
     MIN_RUNS,
     _margin,
@@ -121,3 +124,22 @@ def test_plan_fast_path_uses_the_verdict_of_its_candidate_family(sharding):
         got = fast.evaluate(c)
         assert got.needed_bytes == est.needed_bytes(est.worst)
         assert got.verdict == replace(est, capacity_bytes=capacity).verdict()
+
+
+def test_the_verdict_line_and_json_name_the_family_or_say_it_was_not_measured():
+    measured = estimate(gate(make_job(peft=LORA)))
+    unmeasured = estimate(gate(make_job(model={"mtp_num_layers": 1}, peft=LORA)))
+    lora = calibration().families["LoRA"]
+    data = estimate_json(measured)["verdict_margin"]
+    assert data["basis"]["family"] == "LoRA" and data["basis"]["runs"] == lora.runs and data["measured"]
+    assert estimate_json(unmeasured)["verdict_margin"]["basis"] is None
+    lines = []
+    for est in (measured, unmeasured):
+        out = StringIO()
+        print_table(est, Console(file=out, width=400))
+        lines.append(next(line for line in out.getvalue().splitlines() if line.startswith("Verdict:")))
+    assert (
+        f"for LoRA (the peak exceeded the estimate by at most {lora.worst_under:.1%} on {lora.runs} tune runs"
+        in lines[0]
+    )
+    assert "the widest margin (MTP + LoRA never measured together)" in lines[1]
