@@ -19,7 +19,9 @@ def accuracy_json(report: AccuracyReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "runs": [
-            asdict(r) | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
+            asdict(r)
+            | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
+            | {"false_fit": r.false_fit}
             for r in report.shown
         ],
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
@@ -89,7 +91,9 @@ def print_accuracy(console: Console, report: AccuracyReport) -> None:
 def published_json(report: PublishedReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "runs": [asdict(r) | {"error": r.error, "under": r.under} for r in report.shown],
+        "runs": [
+            asdict(r) | {"error": r.error, "under": r.under, "false_fit": r.false_fit} for r in report.shown
+        ],
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
         "families": {
             f.family: {k: asdict(v) if v else None for k, v in f.splits.items()} for f in report.families
