@@ -16,6 +16,7 @@ from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
+from memtune.estimate.verdict import families_of
 from memtune.jsonl import read_jsonl
 
 # Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
@@ -40,6 +41,20 @@ class RunResult:
     megatron_lm: int
     collected: int  # the estimate once a full garbage collection has run; below ``estimated``
     # only where it counts a replaced offloading optimizer's device copies (estimate/state.py)
+    families: tuple[str, ...] = ("dense",)  # the verdict's families of the config (estimate/verdict.py)
+    error_margin: float = 0.0  # the verdict's margin beyond fragmentation (estimate/verdict.py Margin.error)
+
+    @property
+    def false_fit(self) -> bool:
+        """On the GPU whose capacity puts the estimate exactly at the ``fits`` boundary, the measured
+        peak with the same fragmentation allowance would not have fit (docs/verdict.md)."""
+        return self.excess > 0
+
+    @property
+    def excess(self) -> float:
+        """How far the peak lies above the estimate beyond the verdict's margin, as a share of the
+        estimate (the under-estimate as ``memtune/bench/calibrate.py`` computes it, less the margin)."""
+        return (self.measured - self.estimated) / self.estimated - self.error_margin
 
     @property
     def error(self) -> float:
@@ -102,6 +117,8 @@ def evaluate(run: dict[str, Any]) -> RunResult:
         estimated=rank.peak_bytes,
         megatron_lm=round(megatron_lm_estimate(est.derived)),
         collected=rank.peak_bytes - round(rank.state.orphaned_optimizer_copies),
+        families=families_of(est.derived),
+        error_margin=est.verdict_margin.error,
     )
 
 
@@ -129,11 +146,34 @@ class CollectionRange:
 
 
 @dataclass(frozen=True)
+class FalseFits:
+    """Runs the verdict calls ``fits`` at the boundary capacity whose real peak would not fit."""
+
+    runs: int
+    false_fits: int
+    ids: tuple[str, ...]
+    worst_excess: float  # how far the worst false fit's peak exceeded the margin (share of the estimate)
+
+    @property
+    def rate(self) -> float:
+        return self.false_fits / self.runs
+
+
+def false_fits(excesses: list[tuple[str, float]]) -> FalseFits | None:
+    """Over ``(run id, excess)`` pairs: a run is a false fit where its excess is positive."""
+    if not excesses:
+        return None
+    ids = tuple(run_id for run_id, excess in excesses if excess > 0)
+    return FalseFits(len(excesses), len(ids), ids, max(0.0, *(excess for _, excess in excesses)))
+
+
+@dataclass(frozen=True)
 class AccuracyReport:
     shown: list[RunResult]  # the runs of the split asked for
     splits: dict[str, Summary | None]  # per split over every family, and "all"
     families: dict[tuple[str, str], Summary]  # (family, split) -> summary, where there are runs
     collection_range: CollectionRange | None  # over the shown runs with a collection range
+    false_fits: dict[str, FalseFits | None]  # per split, as ``splits``
 
 
 def accuracy_report(results: list[RunResult], split: str = "all") -> AccuracyReport:
@@ -150,8 +190,11 @@ def accuracy_report(results: list[RunResult], split: str = "all") -> AccuracyRep
             if summary := summarize([r for r in results if r.family == family and r.split == name]):
                 families[(family, name)] = summary
     shown = [r for r in results if split in ("all", r.split)]
+    unfit = {
+        name: false_fits([(r.id, r.excess) for r in results if name in ("all", r.split)]) for name in splits
+    }
     return AccuracyReport(
-        shown, splits, families, collection_range([r for r in shown if r.collected < r.estimated])
+        shown, splits, families, collection_range([r for r in shown if r.collected < r.estimated]), unfit
     )
 
 

@@ -15,6 +15,7 @@ from memtune.bench.published import evaluate_published, published_report, read_p
 DEFAULT_SET = Path("benchmarks/measured")
 DEFAULT_PUBLISHED = Path("benchmarks/published/memory")
 DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
+CALIBRATION_TEXT = "memtune/estimate/calibration.json"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +59,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
     pub.set_defaults(handler=run_published)
+    cal = bench.add_parser(
+        "calibrate",
+        help="the verdict's margin per feature family, from the tune runs of both sets",
+        description="Evaluate the measured and the published set, keep their tune runs and write the worst "
+        f"under-estimate per feature family to {CALIBRATION_TEXT}, which the verdict reads (docs/verdict.md).",
+    )
+    cal.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when the committed table differs from what the sets give",
+    )
+    cal.set_defaults(handler=run_calibrate)
     plan = bench.add_parser(
         "plan",
         help="the planner's search speed; with --accuracy, the throughput model against published layouts",
@@ -113,6 +126,24 @@ def run_published(args: argparse.Namespace) -> int:
         print(json.dumps(render.published_json(report), indent=2))
     else:
         render.print_published(Console(), report)
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from memtune.bench.calibrate import calibrate
+    from memtune.estimate.verdict import CALIBRATION, calibration_json
+
+    table = calibrate(
+        [evaluate(r) for r in read_runs([DEFAULT_SET])],
+        [evaluate_published(r) for r in read_published([DEFAULT_PUBLISHED])],
+    )
+    text = json.dumps(calibration_json(table), indent=2) + "\n"
+    if args.check:
+        same = CALIBRATION.read_text(encoding="utf-8") == text
+        print(f"{CALIBRATION_TEXT}: {'up to date' if same else 'differs from what the sets give'}")
+        return 0 if same else 1
+    CALIBRATION.write_text(text, encoding="utf-8")
+    render.print_calibration(Console(), table)
     return 0
 
 

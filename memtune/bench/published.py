@@ -3,9 +3,9 @@
 Each run is one YAML file: ``id``, ``rank`` (the global rank whose peak was published),
 ``published.bytes`` (its ``max_memory_allocated``) and ``config`` (memtune's format), plus its
 source. The split follows the measured set's rule (holdout iff sha1 of the id mod 10 < 3),
-fixed before any comparison. Each run also falls into the feature families it exercises
-(:func:`families_of`); the report summarizes every family apart, since one family's errors hide
-in the mean of the others.
+fixed before any comparison. Each run also falls into the feature families it exercises (the
+verdict's, ``memtune/estimate/verdict.py`` :func:`families_of`); the report summarizes every
+family apart, since one family's errors hide in the mean of the others.
 """
 
 from __future__ import annotations
@@ -17,26 +17,12 @@ from typing import Any
 
 import yaml
 
+from memtune.bench.accuracy import FalseFits, false_fits
 from memtune.check import gate
 from memtune.config import validate
-from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.estimate import estimate
-
-# The order reports list them in; a run without any of these features is "dense".
-FAMILIES = (
-    "TE MoE",
-    "CUDA graphs",
-    "FP8 delayed",
-    "FP8 tensorwise",
-    "FP8 blockwise",
-    "FP8 mxfp8",
-    "TP overlap",
-    "FSDP",
-    "offload",
-    "MLA",
-    "dense",
-)
+from memtune.estimate.verdict import FAMILIES, families_of
 
 HOLDOUT_SHARE = 3  # of 10
 
@@ -47,25 +33,6 @@ def split_of(run_id: str) -> str:
     )
 
 
-def families_of(d: Derived) -> tuple[str, ...]:
-    """The feature families a run exercises (a run may be in several)."""
-    m = d.model
-    found = [
-        name
-        for name, present in (
-            ("TE MoE", d.transformer_engine and d.is_moe),
-            ("CUDA graphs", d.cuda_graphs),
-            (f"FP8 {m.fp8_recipe}", m.fp8 is not None and d.transformer_engine),
-            ("TP overlap", m.tp_comm_overlap and d.tp > 1),
-            ("FSDP", d.megatron_fsdp),
-            ("offload", m.fine_grained_activation_offloading or m.cpu_offloading),
-            ("MLA", m.multi_latent_attention),
-        )
-        if present
-    ]
-    return tuple(found) or ("dense",)
-
-
 @dataclass(frozen=True)
 class PublishedResult:
     id: str
@@ -73,6 +40,18 @@ class PublishedResult:
     published: int
     estimated: int
     families: tuple[str, ...] = ("dense",)
+    error_margin: float = 0.0  # the verdict's margin beyond fragmentation (estimate/verdict.py Margin.error)
+
+    @property
+    def false_fit(self) -> bool:
+        """As the measured set's (memtune/bench/accuracy.py ``RunResult.false_fit``)."""
+        return self.excess > 0
+
+    @property
+    def excess(self) -> float:
+        """How far the peak lies above the estimate beyond the verdict's margin, as a share of the
+        estimate (the under-estimate as ``memtune/bench/calibrate.py`` computes it, less the margin)."""
+        return (self.published - self.estimated) / self.estimated - self.error_margin
 
     @property
     def error(self) -> float:
@@ -121,6 +100,7 @@ def evaluate_published(run: dict[str, Any]) -> PublishedResult:
         published=int(run["published"]["bytes"]),
         estimated=est.rank(int(run["rank"])).peak_bytes,
         families=families_of(checked.derived),
+        error_margin=est.verdict_margin.error,
     )
 
 
@@ -151,6 +131,7 @@ class PublishedReport:
     shown: list[PublishedResult]
     splits: dict[str, PublishedSummary | None]
     families: list[FamilySummary]  # families with at least one shown run, in FAMILIES order
+    false_fits: dict[str, FalseFits | None]  # per split, as ``splits``
 
 
 def published_report(results: list[PublishedResult], split: str = "all") -> PublishedReport:
@@ -167,4 +148,7 @@ def published_report(results: list[PublishedResult], split: str = "all") -> Publ
         for family in FAMILIES
         if (members := [r for r in shown if family in r.families])
     ]
-    return PublishedReport(shown, splits, families)
+    unfit = {
+        name: false_fits([(r.id, r.excess) for r in results if name in ("all", r.split)]) for name in splits
+    }
+    return PublishedReport(shown, splits, families, unfit)

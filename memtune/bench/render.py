@@ -8,8 +8,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from memtune.bench.accuracy import AccuracyReport
+from memtune.bench.accuracy import AccuracyReport, FalseFits
 from memtune.bench.published import PublishedReport, PublishedSummary
+from memtune.estimate.verdict import MIN_RUNS, Calibration
 from memtune.output import SCHEMA_VERSION
 from memtune.tables import Column, print_table, print_text
 from memtune.units import GiB
@@ -19,12 +20,15 @@ def accuracy_json(report: AccuracyReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "runs": [
-            asdict(r) | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
+            asdict(r)
+            | {"family": r.family, "error": r.error, "megatron_lm_error": r.megatron_lm_error}
+            | {"false_fit": r.false_fit}
             for r in report.shown
         ],
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
         "families": {f"{family}/{split}": asdict(v) for (family, split), v in report.families.items()},
         "collection_range": asdict(report.collection_range) if report.collection_range else None,
+        "false_fits": _false_fits_json(report.false_fits),
     }
 
 
@@ -40,6 +44,25 @@ _ACCURACY_COLUMNS = (
     Column("Megatron-LM", keep=10),
     Column("its error", keep=20),
 )
+
+
+def _false_fits_json(per_split: dict[str, FalseFits | None]) -> dict[str, Any]:
+    return {k: asdict(v) | {"rate": v.rate} if v else None for k, v in per_split.items()}
+
+
+def _print_false_fits(console: Console, per_split: dict[str, FalseFits | None]) -> None:
+    print_text(
+        console,
+        "[bold]Verdict false fits[/bold] (each run on the GPU that puts its estimate exactly at the "
+        "'fits' boundary; false: the real peak would not have fit; docs/verdict.md)",
+    )
+    for name, f in per_split.items():
+        if f:
+            print_text(
+                console,
+                f"  {name:8} {f.false_fits:3} of {f.runs:3} runs ({f.rate:.1%})"
+                + (f", up to {f.worst_excess:.1%} beyond the margin: {', '.join(f.ids)}" if f.ids else ""),
+            )
 
 
 def print_accuracy(console: Console, report: AccuracyReport) -> None:
@@ -113,16 +136,20 @@ def print_accuracy(console: Console, report: AccuracyReport) -> None:
             f"between the figure once collected and that bound, to within {gc_range.worst_outside:.1%} "
             f"({gc_range.worst_id})",
         )
+    _print_false_fits(console, report.false_fits)
 
 
 def published_json(report: PublishedReport) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
-        "runs": [asdict(r) | {"error": r.error, "under": r.under} for r in report.shown],
+        "runs": [
+            asdict(r) | {"error": r.error, "under": r.under, "false_fit": r.false_fit} for r in report.shown
+        ],
         "summary": {k: asdict(v) if v else None for k, v in report.splits.items()},
         "families": {
             f.family: {k: asdict(v) if v else None for k, v in f.splits.items()} for f in report.families
         },
+        "false_fits": _false_fits_json(report.false_fits),
     }
 
 
@@ -167,6 +194,7 @@ def print_published(console: Console, report: PublishedReport) -> None:
         [(f.family, *(_family_cell(f.splits[name]) for name in splits)) for f in report.families],
         title="By feature family (a run counts in each family it exercises; mean error signed)",
     )
+    _print_false_fits(console, report.false_fits)
 
 
 def _family_cell(s: PublishedSummary | None) -> str:
@@ -179,6 +207,37 @@ def _pct(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "-"
     return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def print_calibration(console: Console, cal: Calibration) -> None:
+    print_table(
+        console,
+        (
+            Column("family", "left"),
+            Column("measured runs"),
+            Column("published runs"),
+            Column("worst under"),
+            Column("confidence"),
+            Column("run", "left", keep=10),
+        ),
+        [
+            (
+                f.family,
+                str(f.measured_runs),
+                str(f.published_runs),
+                f"{f.worst_under:.1%}",
+                f"{f.confidence:.0%}" if f.runs >= MIN_RUNS else f"{f.confidence:.0%} (< {MIN_RUNS} runs)",
+                f.worst_id or "-",
+            )
+            for f in cal.families.values()
+        ],
+        title="The verdict's calibration: worst under-estimate per family on tune runs (share of the estimate)",
+    )
+    print_text(
+        console,
+        f"{len(cal.combinations)} family combinations on tune runs; a job outside them, or in a family of "
+        f"fewer than {MIN_RUNS} runs, gets the widest margin, {cal.widest:.1%}",
+    )
 
 
 def _tau(value: float | None) -> str:

@@ -19,6 +19,7 @@ from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.overhead import OutsidePyTorch, outside_pytorch
+from memtune.estimate.verdict import Margin, margin_of, needed_bytes, verdict_of
 
 __all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
 
@@ -56,22 +57,29 @@ class Estimate:
         per_node = min(self.job.cluster.gpus_per_node, self.derived.world_size)
         return max(r.host_bytes for r in self.ranks) * per_node
 
+    @property
+    def verdict_margin(self) -> Margin:
+        """The margin the verdict adds to the peak: fragmentation and the job's feature families'
+        worst observed under-estimate (``memtune/estimate/verdict.py``)."""
+        return margin_of(self.derived)
+
     def needed_bytes(self, rank: RankEstimate) -> int:
-        """Device memory the rank needs: its allocator peak, the margins (``Derived.fit_margin``)
-        and memory outside PyTorch."""
-        return round(rank.peak_bytes * (1 + self.derived.fit_margin) + self.non_pytorch_bytes)
+        """Device memory the rank needs: its allocator peak, the verdict's margin and memory
+        outside PyTorch."""
+        return needed_bytes(rank.peak_bytes, self.non_pytorch_bytes, self.verdict_margin)
 
     def fits(self, rank: RankEstimate) -> bool:
         """Whether the rank fits with the fragmentation margin (its verdict is ``fits``)."""
         return self.needed_bytes(rank) <= self.capacity_bytes
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
-        """``fits``, ``tight`` (fits only if fragmentation and the TE uncertainty stay under the
-        margins) or ``does not fit``."""
-        rank = rank or self.worst
-        if self.fits(rank):
-            return "fits"
-        return "tight" if rank.peak_bytes + self.non_pytorch_bytes <= self.capacity_bytes else "does not fit"
+        """``fits``, ``tight`` (fits only if fragmentation and the estimate's error stay under
+        the margin) or ``does not fit``."""
+        return self.verdict_of_peak((rank or self.worst).peak_bytes)
+
+    def verdict_of_peak(self, peak_bytes: int) -> str:
+        """:meth:`verdict` for a peak of this job that was measured rather than estimated."""
+        return verdict_of(peak_bytes, self.non_pytorch_bytes, self.capacity_bytes, self.verdict_margin)
 
     def pp_rank_of(self, global_rank: int) -> int:
         """Pipeline rank of a global rank in Megatron-Core's default order tp-cp-ep-dp-pp."""

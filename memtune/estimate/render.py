@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from rich import box
@@ -12,6 +13,7 @@ from rich.text import Text
 
 from memtune.config.stacks import ReceivedDefault
 from memtune.estimate import Estimate, RankEstimate
+from memtune.estimate.verdict import MIN_RUNS, Margin
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
@@ -63,6 +65,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "capacity_bytes": est.capacity_bytes,
         "fragmentation_margin": est.margin,
         "uncertainty_margins": est.uncertainty,
+        "verdict_margin": verdict_margin_json(est.verdict_margin),
         "world_size": d.world_size,
         "parallelism": {
             "tp": d.tp,
@@ -79,6 +82,40 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
         "assumptions": assumptions(est),
+    }
+
+
+def _error_margin(m: Margin, uncertainty: dict[str, float]) -> str:
+    """The verdict's margin beyond fragmentation: the TE margins where they are the larger, else
+    the family's observed worst under-estimate, or the widest where the job is not measured."""
+    if m.a_priori >= m.fragmentation + m.calibrated:
+        return "".join(f" + {share:.0%} for {path} (not pinned down)" for path, share in uncertainty.items())
+    if m.basis is None:
+        why = (
+            f"{', '.join(m.thin)}: fewer than {MIN_RUNS} tune runs"
+            if m.thin
+            else f"{' + '.join(m.families)} never measured together"
+        )
+        return f" + {m.calibrated:.1%}, the widest margin ({why})"
+    b = m.basis
+    seen = (
+        f"the peak exceeded the estimate by at most {b.worst_under:.1%}"
+        if b.worst_under
+        else "no peak exceeded the estimate"
+    )
+    return f" + {m.calibrated:.1%} for {b.family} ({seen} on {b.runs} tune runs of this family, {b.confidence:.0%} confidence)"
+
+
+def verdict_margin_json(m: Margin) -> dict[str, Any]:
+    return {
+        "total": m.total,
+        "calibrated": m.calibrated,
+        "families": list(m.families),
+        "measured": m.measured,
+        "basis": asdict(m.basis) | {"runs": m.basis.runs, "confidence": m.basis.confidence}
+        if m.basis
+        else None,
+        "thin_families": list(m.thin),
     }
 
 
@@ -265,9 +302,7 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
             f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
-            + "".join(
-                f" + {share:.0%} for {path} (not pinned down)" for path, share in est.uncertainty.items()
-            )
+            + _error_margin(est.verdict_margin, est.uncertainty)
             + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
         )
     )

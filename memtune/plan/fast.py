@@ -52,6 +52,7 @@ from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
 from memtune.estimate.schedule import IN_FLIGHT_KNOBS, in_flight
 from memtune.estimate.state import MODEL_STATE_KNOBS, ModelState, model_state
+from memtune.estimate.verdict import MARGIN_KNOBS, Margin, margin_of, needed_bytes, verdict_of
 
 # What a chunk's activations and model state depend on besides the knobs: its layers' kinds (MoE
 # or dense), whether it holds the embedding, the output layer, and its MTP layers.
@@ -136,7 +137,7 @@ class FastEstimator:
         self._rank_deferred: dict[Key, list[float]] = {}
         self._rank_held: dict[Key, list[Held]] = {}
         self._outside: dict[Key, int] = {}
-        self._margin = self.base_derived.fit_margin  # no knob changes it (Derived.fit_uncertainty)
+        self._margins: dict[Key, Margin] = {}
 
     def derived(self, k: Knobs) -> Derived:
         """``Derived.with_knobs`` of the base job, kept for the candidates evaluated last."""
@@ -232,7 +233,10 @@ class FastEstimator:
         outside = self._outside.get(ok)
         if outside is None:
             outside = self._outside[ok] = non_pytorch_bytes(self.derived(k))
-        margin = 1 + self._margin
+        mk = MARGIN_KNOBS.key(k)
+        margin = self._margins.get(mk)
+        if margin is None:
+            margin = self._margins[mk] = margin_of(self.derived(k))
         ak = RANK_ACTIVATIONS.key(k)
         activations = self._rank_acts.get(ak)
         if activations is None:
@@ -272,17 +276,15 @@ class FastEstimator:
             peak = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
             if peak > worst_peak:
                 worst_index, worst_peak = i, peak
-                if stop_when_over and round(peak * margin + outside) > self.capacity:
+                if stop_when_over and needed_bytes(peak, outside, margin) > self.capacity:
                     break
         i, r = worst_index, reps[worst_index]
         pieces = RankPieces(
             r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], held[i].deferred
         )
-        needed = round(worst_peak * margin + outside)
-        if needed <= self.capacity:
-            verdict = "fits"
-        elif worst_peak + outside <= self.capacity:
-            verdict = "tight"
-        else:
-            verdict = "does not fit"
-        return FastResult(worst_peak, needed, verdict, pieces)
+        return FastResult(
+            worst_peak,
+            needed_bytes(worst_peak, outside, margin),
+            verdict_of(worst_peak, outside, self.capacity, margin),
+            pieces,
+        )

@@ -137,7 +137,7 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         console,
         f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
-        f"{est.margin:.0%} margin and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
+        f"{est.verdict_margin.total:.1%} margin (docs/verdict.md) and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
     pred = p.prediction
     tables.print_text(

@@ -69,14 +69,6 @@ def watched(est: Estimate, global_rank: int | None) -> RankEstimate:
     return est.rank(global_rank) if global_rank is not None else est.worst
 
 
-def verdict_of(est: Estimate, peak_bytes: int) -> str:
-    """:meth:`Estimate.verdict` for a peak that was measured rather than estimated."""
-    needed = round(peak_bytes * (1 + est.derived.fit_margin) + est.non_pytorch_bytes)
-    if needed <= est.capacity_bytes:
-        return FITS
-    return "tight" if peak_bytes + est.non_pytorch_bytes <= est.capacity_bytes else "does not fit"
-
-
 Evaluate = Callable[[JobConfig, int], Probe]  # (job, changes applied) -> probe; InputError if refused
 
 
@@ -106,7 +98,7 @@ def measurer(global_rank: int, python: str) -> Evaluate:
         except MeasurementFailed as exc:
             raise InputError(f"memtune measure failed with {applied} changes applied: {exc}") from None
         peak = int(result.measured["peak_allocated_bytes"])
-        return Probe(applied, peak, verdict_of(est, peak), result.pp_rank)
+        return Probe(applied, peak, est.verdict_of_peak(peak), result.pp_rank)
 
     return evaluate
 

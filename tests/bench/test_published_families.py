@@ -1,7 +1,8 @@
 """`memtune bench published` per feature family (memtune/bench/published.py)."""
 
-from memtune.bench.published import PublishedResult, families_of, published_report
+from memtune.bench.published import PublishedResult, published_report
 from memtune.config.derived import derive
+from memtune.estimate.verdict import families_of
 from tests.estimate.conftest import make_job
 
 TE = {"transformer_impl": "transformer_engine", "attention_backend": "flash"}

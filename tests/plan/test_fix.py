@@ -44,7 +44,11 @@ def test_no_layer_wise_cpu_offload_with_pp_and_no_allocator_fix_for_capacity():
     result = find_fixes(_failing(), fragmentation=False)
     changed = {c.key for s in result.suggestions for c in s.changes}
     assert "model.cpu_offloading" not in changed and not any(k.startswith("env.") for k in changed)
-    assert "model.fine_grained_activation_offloading" in changed
+    # Estimated, not refused: here it saves 6.01 GiB, short of what the verdict's margin needs.
+    assert (
+        "Fine-grained activation offload of qkv_linear, core_attn, attn_proj, mlp_norm",
+        "not enough: saves 6.01 GiB, still tight",
+    ) in result.not_chosen
     assert (
         "Layer-wise activation offload (model.cpu_offloading)",
         "Megatron-Core refuses it with PP > 1 (check OFF001); fine-grained offloading is tried instead",
