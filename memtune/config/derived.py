@@ -532,6 +532,39 @@ class Derived:
         """What the verdict adds to the peak: the fragmentation margin and the TE uncertainty."""
         return self.fragmentation_margin + sum(self.fit_uncertainty.values())
 
+    @cached_property
+    def resumes(self) -> bool:
+        """The job loads a checkpoint before training (``checkpoint.load``, Megatron-LM's --load)."""
+        return self.job.checkpoint.load is not None
+
+    @cached_property
+    def resume_format(self) -> str:
+        """The checkpoint format a resume reads (``checkpoint.ckpt_format``)."""
+        return self.job.checkpoint.ckpt_format
+
+    @cached_property
+    def optimizer_loaded_at_resume(self) -> bool:
+        """The resume loads the optimizer state (not with --no-load-optim or --finetune)."""
+        return self.resumes and self.job.checkpoint.load_optim
+
+    @cached_property
+    def te_fused_adam(self) -> bool:
+        """The optimizer is Transformer Engine's FusedAdam: Adam on the Transformer Engine spec
+        without the host optimizer (the local spec falls back to torch's AdamW, see
+        ``estimate/state.py``; optimizer_cpu_offload steps with torch's Adam)."""
+        opt = self.job.optimizer
+        return (
+            opt.optimizer == "adam"
+            and self.model.transformer_impl != "local"
+            and not opt.optimizer_cpu_offload
+        )
+
+    @cached_property
+    def glu_fc1_merged_at_load(self) -> bool:
+        """A torch_dist load rebuilds each gated linear_fc1 from its two saved halves
+        (megatron/core/transformer/mlp.py ``apply_swiglu_sharded_factory``, merged by ``torch.cat``)."""
+        return self.model.gated_linear_unit and self.resume_format == "torch_dist"
+
 
 def _softmax_batches_per_block(key_seq_len: int) -> int:
     """Rows of attention scores one block of the fused softmax kernel handles (128 threads,

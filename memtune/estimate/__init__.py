@@ -18,8 +18,9 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.overhead import non_pytorch_bytes
+from memtune.estimate.resume import ResumeEstimate, resume_estimate
 
-__all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
+__all__ = ["Estimate", "EstimateOptions", "RankEstimate", "ResumeEstimate", "estimate"]
 
 # Megatron-LM also offers muon (plain and distributed), adaptive_muon, lion and soap, whose state
 # and step temporaries (Muon's Newton-Schulz iterations on whole matrices) are not modeled.
@@ -49,18 +50,27 @@ class Estimate:
         per_node = min(self.job.cluster.gpus_per_node, self.derived.world_size)
         return max(r.host_bytes for r in self.ranks) * per_node
 
+    def resume(self, rank: RankEstimate) -> ResumeEstimate | None:
+        """The rank's resume phase (checkpoint load and first iteration); None without a resume."""
+        return resume_estimate(self.derived, rank)
+
+    def verdict_peak_bytes(self, rank: RankEstimate) -> int:
+        """The peak the verdict judges: the larger of training and, when the job resumes, the resume phase."""
+        resume = self.resume(rank)
+        return max(rank.peak_bytes, resume.peak_bytes) if resume else rank.peak_bytes
+
     def needed_bytes(self, rank: RankEstimate) -> int:
-        """Device memory the rank needs: its allocator peak, the margins (``Derived.fit_margin``)
-        and memory outside PyTorch."""
-        return round(rank.peak_bytes * (1 + self.derived.fit_margin) + self.non_pytorch_bytes)
+        """Device memory the rank needs: its allocator peak (:meth:`verdict_peak_bytes`), the
+        margins (``Derived.fit_margin``) and memory outside PyTorch."""
+        return round(self.verdict_peak_bytes(rank) * (1 + self.derived.fit_margin) + self.non_pytorch_bytes)
 
     def fits(self, rank: RankEstimate) -> bool:
-        return rank.peak_bytes + self.non_pytorch_bytes <= self.capacity_bytes
+        return self.verdict_peak_bytes(rank) + self.non_pytorch_bytes <= self.capacity_bytes
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
         """``fits``, ``tight`` (fits only if fragmentation and the TE uncertainty stay under the
         margins) or ``does not fit``."""
-        rank = rank or self.worst
+        rank = rank or max(self.ranks, key=self.verdict_peak_bytes)
         if self.needed_bytes(rank) <= self.capacity_bytes:
             return "fits"
         return "tight" if self.fits(rank) else "does not fit"

@@ -45,10 +45,26 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
         "needed_bytes": est.needed_bytes(rank),
         "fits": est.fits(rank),
         "verdict": est.verdict(rank),
+        "resume": resume_json(est, rank),
     }
     if global_rank is not None:
         data = {"rank": global_rank, **data}
     return data
+
+
+def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
+    """The rank's resume phase beside its training peak; None when the job does not resume."""
+    resume = est.resume(rank)
+    if resume is None:
+        return None
+    return {
+        "format": est.derived.resume_format,
+        "load_bytes": resume.load_bytes,
+        "first_step_bytes": resume.first_step_bytes,
+        "peak_bytes": resume.peak_bytes,
+        "phase": resume.phase,
+        "load_parts": {name: round(nbytes) for name, nbytes in resume.parts.items()},
+    }
 
 
 def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
@@ -147,6 +163,12 @@ def assumptions(est: Estimate) -> list[str]:
     if job.model.cuda_graph_impl != "none":
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
+        )
+    if est.derived.resumes:
+        notes.append(
+            f"resume ({est.derived.resume_format}): the checkpoint loads beside the model state, before any"
+            " activation; its copies are freed when load_checkpoint returns (docs/resume.md); modeled from"
+            " source, not measured"
         )
     notes.extend(not_modeled(est))
     notes.append(
@@ -249,6 +271,7 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         ]
         table.add_row(*row, style="bold" if rank is worst else "")
     console.print(table)
+    print_resume(est, console, [only] if only else est.ranks)
     rank = only or worst
     if len(est.ranks) > 1 and not only:
         console.print(
@@ -261,7 +284,9 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         Text.assemble(
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
-            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
+            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(est.verdict_peak_bytes(rank))}"
+            + (" at resume" if est.verdict_peak_bytes(rank) > rank.peak_bytes else "")
+            + f" + {est.margin:.0%} fragmentation margin"
             + "".join(
                 f" + {share:.0%} for {path} (not pinned down)" for path, share in est.uncertainty.items()
             )
@@ -277,6 +302,46 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
     console.print("Assumptions:", style="dim")
     for note in assumptions(est):
         console.print(f"  - {note}", style="dim")
+
+
+def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -> None:
+    """A row per rank for the resume phase, beside the training peak above it."""
+    d = est.derived
+    if not d.resumes:
+        return
+    if est.resume(ranks[0]) is None:
+        console.print(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
+        return
+    table = Table(
+        title=f"Resume from a {d.resume_format} checkpoint"
+        + ("" if d.optimizer_loaded_at_resume else " (no optimizer state)")
+        + ", GiB",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        show_edge=False,
+    )
+    for name in ("pp", "train", "load", "1st step", "resume", "free", "largest load part"):
+        table.add_column(
+            name, justify="left" if name in ("pp", "largest load part") else "right", no_wrap=True
+        )
+    for rank in ranks:
+        resume = est.resume(rank)
+        assert resume is not None  # the format is modeled for every rank alike
+        free = est.capacity_bytes - resume.peak_bytes - est.non_pytorch_bytes
+        part = max(resume.parts.items(), key=lambda kv: kv[1], default=None)
+        table.add_row(
+            str(rank.pp_rank),
+            gib(rank.peak_bytes),
+            gib(resume.load_bytes),
+            gib(resume.first_step_bytes),
+            gib(resume.peak_bytes),
+            Text(gib(free), style="red" if free < 0 else ""),
+            f"{part[0]} {gib(part[1])}" if part else "none",
+        )
+    console.print(table)
 
 
 def _host_contents(rank: RankEstimate) -> str:
