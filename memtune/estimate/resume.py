@@ -12,16 +12,15 @@ model state, each named with its source in docs/resume.md:
   scaffold its ``sharded_state_dict`` builds, then the loaded state) and once for the legacy
   format; the others once. Legacy ``torch`` without the distributed optimizer hands it host
   tensors, so its device copies replace the previous ones one tensor at a time: nothing extra.
-- ``optimizer.dummy_gradients``: for fsdp_dtensor the distributed optimizer first steps once on
-  zero gradients of the main-weight dtype to create its state; they exist until ``zero_grad``.
 - ``model.linear_fc1_merged`` and ``optimizer.linear_fc1_merged``: a torch_dist load rebuilds
   every gated ``linear_fc1`` (weight and bias) from its two saved halves with ``torch.cat``; the
   rebuilt tensors stay in the loaded state dict while the model and the optimizer load from it.
   Without the distributed optimizer the optimizer's per-parameter state goes through the same
   rebuild.
 
-The parts that exist together are added; the fsdp_dtensor step on dummy gradients comes before
-the load and is the larger of the two. ``--ckpt-fully-parallel-load`` broadcasts each shard into
+The parts exist together and are added. For fsdp_dtensor the distributed optimizer first steps
+once on zero gradients of the main-weight dtype to create its state, fewer bytes than the
+rebuild's two moments of that dtype, and freed before it. ``--ckpt-fully-parallel-load`` broadcasts each shard into
 the tensor that receives it and adds no device memory; it changes what each rank reads, not what
 it holds. After ``load_checkpoint`` returns, its state dict and copies are gone: the first
 iteration's peak is the training peak.
@@ -113,15 +112,9 @@ def resume_estimate(d: Derived, rank: RankEstimate) -> ResumeEstimate | None:
         if loaded and not d.use_distributed_optimizer and not frozen and state.optimizer_params:
             per_param = state.optimizer / state.optimizer_params
             parts["optimizer.linear_fc1_merged"] = per_param * (dense + expert)
-    extra = sum(parts.values())
-    if loaded and d.resume_format == "fsdp_dtensor" and d.megatron_fsdp:
-        dummy = DTYPE_BYTES[d.fsdp_main_params_dtype or d.param_dtype] * state.optimizer_params
-        if dummy > extra:
-            parts = {"optimizer.dummy_gradients": dummy}
-            extra = dummy
     parts = {name: nbytes for name, nbytes in parts.items() if nbytes}
     return ResumeEstimate(
-        load_bytes=round(resident + extra),
+        load_bytes=round(resident + sum(parts.values())),
         first_step_bytes=rank.peak_bytes,
         resident=resident,
         parts=parts,

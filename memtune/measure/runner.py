@@ -489,6 +489,10 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         # then the automatic collector stays off (memtune/measure/plan.py says why it matters).
         gc.disable()
         gc.collect()
+    resume = plan.get("resume")
+    resumed = None
+    if resume and resume["phase"] == "load":
+        resumed = _load_checkpoint(resume, model, optimizer)
     snapshot = os.environ.get("MEMTUNE_MEASURE_SNAPSHOT")
     iterations = []
     for index in range(1, plan["iterations"] + 1):
@@ -531,7 +535,12 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._dump_snapshot(snapshot)  # type: ignore[no-untyped-call]  # private, unannotated in torch
             torch.cuda.memory._record_memory_history(enabled=None)
-    steady = [it for it in iterations if it["iteration"] >= 2]
+    if resume and resume["phase"] == "save":
+        from memtune.measure import checkpoint
+
+        checkpoint.save(resume, model, optimizer)
+    # After a load the first iteration is the one measured.
+    steady = iterations if resumed else [it for it in iterations if it["iteration"] >= 2]
     measured = {
         "peak_allocated_bytes": max(it["peak_allocated_bytes"] for it in steady),
         "fwd_bwd_peak_bytes": max(it["fwd_bwd_peak_bytes"] for it in steady),
@@ -544,12 +553,36 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         **host.summary(steady),
         "iterations": iterations,
     }
+    if resumed:
+        measured["resume"] = {**resumed, "first_step_peak_bytes": iterations[0]["peak_allocated_bytes"]}
     return {
         "measured": measured,
         "environment": _environment(plan, chunks, optimizer)
         | ({"te_cpu_offload_flag": "stand-in"} if te_offload_flag_stand_in else {}),
         "pp_rank": plan["pp_rank"],
         "wall_seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _load_checkpoint(
+    resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer
+) -> dict[str, Any]:
+    """Load the checkpoint the save phase wrote; the allocator's peak while it loads."""
+    import torch
+
+    from memtune.measure import checkpoint
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    checkpoint.load(resume, model, optimizer)
+    torch.cuda.synchronize()
+    return {
+        "format": resume["format"],
+        "allocated_before_load": before,
+        "load_peak_bytes": torch.cuda.max_memory_allocated(),
+        "load_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "allocated_after_load": torch.cuda.memory_allocated(),
     }
 
 
