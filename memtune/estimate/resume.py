@@ -61,7 +61,7 @@ def optimizer_tensor_state(d: Derived, state: ModelState) -> float:
     under the precision-aware optimizer (not Megatron-FSDP's, whose main weights are a buffer)
     the main weights too; the ordinary main weights are the optimizer's parameters."""
     opt = d.job.optimizer
-    if opt.optimizer != "adam":
+    if opt.optimizer != "adam" or opt.optimizer_cpu_offload:  # the host optimizer's load is not modeled
         return 0.0
     if opt.use_precision_aware_optimizer:
         moments = DTYPE_BYTES[opt.exp_avg_dtype] + DTYPE_BYTES[opt.exp_avg_sq_dtype]
@@ -97,8 +97,9 @@ def resume_estimate(d: Derived, rank: RankEstimate) -> ResumeEstimate | None:
     state = rank.state
     loaded = d.optimizer_loaded_at_resume
     tensor_state = optimizer_tensor_state(d, state)
-    # Without the optimizer state nothing allocates it before the first step.
-    resident = state.total - (0.0 if loaded or not d.te_fused_adam else tensor_state)
+    # Without the optimizer state nothing allocates it before the first step (FusedAdam and
+    # torch's Adam alike create it there).
+    resident = state.total - (0.0 if loaded else tensor_state)
     parts: dict[str, float] = {}
     rebuilt = loaded and d.te_fused_adam
     if d.resume_format == "torch" and not d.use_distributed_optimizer:

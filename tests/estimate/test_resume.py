@@ -105,10 +105,12 @@ def test_precision_aware_optimizer_rebuilds_main_weights_and_moments():
 
 
 def test_torch_adamw_of_the_local_spec_loads_in_place():
-    _, _, resume = resume_of(
-        optimizer=DISTOPT, ddp=DISTOPT, model={"transformer_impl": "local", "gated_linear_unit": False}
-    )
+    local = {"transformer_impl": "local", "gated_linear_unit": False}
+    _, rank, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT, model=local)
     assert resume.parts == {}
+    assert resume.resident == rank.state.total
+    _, rank, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT, model=local, checkpoint={"load_optim": False})
+    assert resume.resident == rank.state.total - 8 * SHARD_PLAIN_MLP
 
 
 def test_routed_expert_fc1_is_merged_per_local_expert():
