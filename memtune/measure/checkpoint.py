@@ -39,9 +39,14 @@ def _metadata(resume: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sharded(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer, loading: bool) -> Any:
+    """The state dict Megatron-LM's ``generate_state_dict`` builds, from the unwrapped chunks
+    (its ``save_checkpoint`` and ``load_checkpoint`` call ``unwrap_model`` first)."""
+    from megatron.core.utils import unwrap_model
+
     metadata = _metadata(resume)
     state: dict[str, Any] = {}
-    for index, chunk in enumerate(model):
+    chunks = unwrap_model(model)
+    for index, chunk in enumerate(chunks):
         if resume["format"] == "torch_dist":
             state[_key(index, len(model))] = chunk.sharded_state_dict(metadata=metadata)
         else:
@@ -52,9 +57,8 @@ def _sharded(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimi
         from megatron.core.transformer.fsdp_dtensor_checkpoint import handle_swiglu_in_state_dict
 
         # Megatron-LM's preprocess_fsdp_dtensor_state_dict splits fused SwiGLU halves so.
-        unwrapped = getattr(model[0], "module", model[0])
         state["model"], optimizer_state = handle_swiglu_in_state_dict(
-            unwrapped, state["model"], state.get("optimizer")
+            chunks[0], state["model"], state.get("optimizer")
         )
         if "optimizer" in state:
             state["optimizer"] = optimizer_state
@@ -67,7 +71,10 @@ def save(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer)
     directory = resume["directory"]
     os.makedirs(directory, exist_ok=True)
     if resume["format"] == "torch":
-        state = {_key(i, len(model)): c.state_dict_for_save_checkpoint() for i, c in enumerate(model)}
+        from megatron.core.utils import unwrap_model
+
+        chunks = unwrap_model(model)
+        state = {_key(i, len(chunks)): c.state_dict_for_save_checkpoint() for i, c in enumerate(chunks)}
         state["optimizer"] = optimizer.state_dict()
         torch.save(state, os.path.join(directory, LEGACY_FILE))
         return
@@ -108,7 +115,7 @@ def load(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer)
         state = _sharded(resume, model, optimizer, loading=True)
         dcp_load(state_dict=state, checkpoint_id=directory)
     if resume["format"] != "fsdp_dtensor":  # Megatron-FSDP's DTensors were loaded in place
-        for index, chunk in enumerate(model):
+        for index, chunk in enumerate(model):  # the wrapped chunks, as load_checkpoint's ddp_model
             chunk.load_state_dict(state[_key(index, len(model))], strict=True)
     if resume["load_optim"]:
         optimizer.load_state_dict(state["optimizer"])

@@ -43,7 +43,9 @@ Breakdown = dict[str, int]  # component (and "peak") -> bytes
 
 
 def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
-    margin = est.needed_bytes(rank) - rank.peak_bytes - est.non_pytorch_bytes
+    # The training peak's margin (Estimate.needed_bytes judges a resume's larger peak instead).
+    needed = round(rank.peak_bytes * (1 + est.derived.fit_margin) + est.non_pytorch_bytes)
+    margin = needed - rank.peak_bytes - est.non_pytorch_bytes
     return {
         **components(rank),
         "outside PyTorch": est.non_pytorch_bytes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from rich.console import Console
 
 from memtune.check import gate
 from memtune.cli import main
@@ -14,7 +15,7 @@ from memtune.estimate import estimate
 from memtune.estimate.resume import ResumeEstimate
 from memtune.measure import run as measure_run
 from memtune.measure.plan import plan_measurement
-from memtune.measure.render import resume_report_json
+from memtune.measure.render import print_resume_report, resume_report_json
 from memtune.measure.run import Measurement, run_resume
 from tests.estimate.conftest import make_job
 from tests.measure.test_measured_set import load_matrix
@@ -108,7 +109,14 @@ def test_round_trip_saves_then_loads_in_a_fresh_process_into_the_same_directory(
         calls.append(plan_json)
         measured = {"peak_allocated_bytes": 10, "iterations": [{"iteration": 1, "peak_allocated_bytes": 7}]}
         if plan_json["resume"]["phase"] == "load":
-            measured["resume"] = {"format": "torch_dist", "load_peak_bytes": 9, "first_step_peak_bytes": 7}
+            measured["resume"] = {
+                "format": "torch_dist",
+                "allocated_before_load": 5,
+                "load_peak_bytes": 9,
+                "load_peak_reserved_bytes": 10,
+                "allocated_after_load": 6,
+                "first_step_peak_bytes": 7,
+            }
         return {"measured": measured, "environment": {}, "pp_rank": 0, "wall_seconds": 1.0}
 
     monkeypatch.setattr(measure_run, "run_plan_json", fake_run)
@@ -122,6 +130,10 @@ def test_round_trip_saves_then_loads_in_a_fresh_process_into_the_same_directory(
     assert doc["resume"]["estimate"]["load_difference_bytes"] == 8 - 9
     assert doc["resume"]["estimate"]["first_step_difference_bytes"] == 6 - 7
     assert isinstance(result.training, Measurement)
+    console = Console(record=True, width=80)
+    print_resume_report(console, result, estimate_resume)
+    text = console.export_text()
+    assert "resume from a torch_dist checkpoint" in text and "first iteration after it" in text
 
 
 def test_resume_runs_are_defined_across_formats_optimizers_and_models():
