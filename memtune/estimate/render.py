@@ -19,6 +19,12 @@ from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+# Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
+LOAD_PART_LABELS = {
+    "optimizer.rebuilt_by_load_state_dict": "optimizer rebuilt",
+    "model.linear_fc1_merged": "fc1 merged",
+    "optimizer.linear_fc1_merged": "fc1 state merged",
+}
 
 
 def components(rank: RankEstimate) -> dict[str, int]:
@@ -323,15 +329,15 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
         collapse_padding=True,
         show_edge=False,
     )
-    for name in ("pp", "train", "load", "1st step", "resume", "free", "largest load part"):
+    for name in ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"):
         table.add_column(
-            name, justify="left" if name in ("pp", "largest load part") else "right", no_wrap=True
+            name, justify="left" if name.startswith(("pp", "load adds")) else "right", no_wrap=True
         )
     for rank in ranks:
         resume = est.resume(rank)
         assert resume is not None  # the format is modeled for every rank alike
         free = est.capacity_bytes - resume.peak_bytes - est.non_pytorch_bytes
-        part = max(resume.parts.items(), key=lambda kv: kv[1], default=None)
+        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
         table.add_row(
             str(rank.pp_rank),
             gib(rank.peak_bytes),
@@ -339,7 +345,7 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
             gib(resume.first_step_bytes),
             gib(resume.peak_bytes),
             Text(gib(free), style="red" if free < 0 else ""),
-            f"{part[0]} {gib(part[1])}" if part else "none",
+            f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
         )
     console.print(table)
 

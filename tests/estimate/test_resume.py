@@ -203,3 +203,22 @@ def test_bridge_checkpoint_section(tmp_path):
         True,
     )
     assert loaded.ignored == ["checkpoint.save"]
+
+
+def test_text_shows_a_resume_row_per_rank_within_80_columns():
+    from rich.console import Console
+
+    from memtune.estimate.render import print_table
+
+    model = {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"}
+    est, _, _ = resume_of(model=model, optimizer=DISTOPT, ddp=DISTOPT)
+    console = Console(record=True, width=80)
+    print_table(est, console)
+    lines = console.export_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Resume from a torch_dist checkpoint"))
+    rows = [line.split() for line in lines[start + 3 : start + 3 + len(est.ranks)]]
+    assert [row[0] for row in rows] == ["0", "1"]
+    for row, rank in zip(rows, est.ranks):
+        resume = est.resume(rank)
+        assert row[2] == f"{resume.load_bytes / 2**30:.2f}" and row[4] == f"{resume.peak_bytes / 2**30:.2f}"
+    assert max(len(line.rstrip()) for line in lines) <= 80
