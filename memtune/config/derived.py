@@ -560,6 +560,26 @@ class Derived:
         )
 
     @cached_property
+    def optimizer_rebuilt_at_load(self) -> bool:
+        """Loading the optimizer state makes FusedAdam's ``load_state_dict`` allocate it a second
+        time (docs/resume.md): not for the legacy format without the distributed optimizer (its
+        host tensors are replaced one at a time), nor where Megatron-Bridge's setup loads a plain
+        distributed FusedAdam with torch's base loader (src/megatron/bridge/training/optim.py,
+        ``memory_efficient_fp32_optimizer_state_loading``: not precision-aware, not
+        Megatron-FSDP, not offloaded)."""
+        if not self.optimizer_loaded_at_resume or not self.te_fused_adam:
+            return False
+        if self.resume_format == "torch" and not self.use_distributed_optimizer:
+            return False
+        bridge_fast_path = (
+            self.stack == "megatron-bridge"
+            and self.use_distributed_optimizer
+            and not self.megatron_fsdp
+            and not self.job.optimizer.use_precision_aware_optimizer
+        )
+        return not bridge_fast_path
+
+    @cached_property
     def glu_fc1_merged_at_load(self) -> bool:
         """A torch_dist load rebuilds each gated linear_fc1 from its two saved halves
         (megatron/core/transformer/mlp.py ``apply_swiglu_sharded_factory``, merged by ``torch.cat``)."""

@@ -11,7 +11,9 @@ model state, each named with its source in docs/resume.md:
   optimizer's tensor state. The distributed optimizer calls it twice for a torch_dist load (the
   scaffold its ``sharded_state_dict`` builds, then the loaded state) and once for the legacy
   format; the others once. Legacy ``torch`` without the distributed optimizer hands it host
-  tensors, so its device copies replace the previous ones one tensor at a time: nothing extra.
+  tensors, so its device copies replace the previous ones one tensor at a time: nothing extra;
+  Megatron-Bridge loads a plain distributed FusedAdam with torch's base loader, which keeps the
+  scaffold (``Derived.optimizer_rebuilt_at_load``).
 - ``model.linear_fc1_merged`` and ``optimizer.linear_fc1_merged``: a torch_dist load rebuilds
   every gated ``linear_fc1`` (weight and bias) from its two saved halves with ``torch.cat``; the
   rebuilt tensors stay in the loaded state dict while the model and the optimizer load from it.
@@ -101,10 +103,7 @@ def resume_estimate(d: Derived, rank: RankEstimate) -> ResumeEstimate | None:
     # torch's Adam alike create it there).
     resident = state.total - (0.0 if loaded else tensor_state)
     parts: dict[str, float] = {}
-    rebuilt = loaded and d.te_fused_adam
-    if d.resume_format == "torch" and not d.use_distributed_optimizer:
-        rebuilt = False  # host tensors replaced one at a time
-    if rebuilt:
+    if d.optimizer_rebuilt_at_load:
         parts["optimizer.rebuilt_by_load_state_dict"] = tensor_state
     if d.glu_fc1_merged_at_load:
         dense, expert = glu_fc1_numel(d, rank)

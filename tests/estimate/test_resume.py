@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from memtune.check import gate
-from memtune.config import load_job
+from memtune.config import load_job, validate
 from memtune.estimate import estimate
 from memtune.estimate.render import estimate_json
 from tests.estimate.conftest import make_job
@@ -29,7 +29,7 @@ TE = {"transformer_impl": "transformer_engine", "attention_backend": "flash"}
 DISTOPT = {"use_distributed_optimizer": True}
 
 
-def resume_of(model=None, checkpoint=None, optimizer=None, ddp=None, **sections):
+def resume_of(model=None, checkpoint=None, optimizer=None, ddp=None, stack=None, **sections):
     job = make_job(
         model={**TE, **(model or {})},
         checkpoint={"load": "/ckpt", **(checkpoint or {})},
@@ -37,6 +37,8 @@ def resume_of(model=None, checkpoint=None, optimizer=None, ddp=None, **sections)
         ddp=ddp or {},
         **sections,
     )
+    if stack:  # the same values, built by another stack
+        job = validate({**job.model_dump(mode="json"), "defaults": stack})
     est = estimate(gate(job))
     rank = est.ranks[0]
     return est, rank, est.resume(rank)
@@ -52,6 +54,15 @@ def test_torch_dist_with_the_distributed_optimizer_rebuilds_the_moments_and_merg
     }
     assert resume.load_bytes == round(rank.state.total + 8 * SHARD + FC1_BF16)
     assert resume.first_step_bytes == rank.peak_bytes
+
+
+def test_megatron_bridge_keeps_the_scaffold_of_a_plain_distributed_fused_adam():
+    bridge = {"stack": "megatron-bridge"}
+    _, _, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT, **bridge)
+    assert "optimizer.rebuilt_by_load_state_dict" not in resume.parts
+    precision_aware = {**DISTOPT, "use_precision_aware_optimizer": True}
+    _, _, resume = resume_of(optimizer=precision_aware, ddp=DISTOPT, **bridge)
+    assert "optimizer.rebuilt_by_load_state_dict" in resume.parts  # Bridge keeps TE's loader there
 
 
 def test_fully_parallel_load_adds_and_saves_no_device_memory():
