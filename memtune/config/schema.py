@@ -433,7 +433,7 @@ class CheckpointConfig(Section):
     resumes (docs/resume.md)."""
 
     load: str | None = None
-    """Directory the job resumes from (Megatron-LM's --load); unset: a fresh start, no resume phase."""
+    """Directory the job resumes from when it holds a checkpoint (Megatron-LM's --load); unset: no resume phase."""
     load_optim: bool = True
     """Load the optimizer state with the weights (--no-load-optim and --finetune turn it off)."""
     ckpt_format: Literal["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"] = "torch_dist"
