@@ -301,6 +301,11 @@ def _resume_fixes(job: JobConfig | None, phase: str) -> list[Fix]:
                 saves_note="not estimated: the estimator models no copies left after the load",
             )
         ]
+    note = ""
+    if job is not None and not derive(job).resumes:
+        # The log shows the resume the config does not state: estimate the job as resuming.
+        job = with_changes(job, [Change("checkpoint.load", "the log's checkpoint")])
+        note = " (the config sets no checkpoint.load; estimated as resuming)"
     if job is not None and not derive(job).optimizer_loaded_at_resume:
         return []
     why = (
@@ -312,7 +317,10 @@ def _resume_fixes(job: JobConfig | None, phase: str) -> list[Fix]:
     saves = None
     if job is not None and row is not None:
         pp_rank, training, load = row
-        why += f"; the estimate's resume row: pipeline rank {pp_rank} needs {gib(load)} to load, {gib(training)} to train"
+        why += (
+            f"; the estimate's resume row{note}: pipeline rank {pp_rank} needs {gib(load)} to load,"
+            f" {gib(training)} to train"
+        )
         after = _resume_row(with_changes(job, [Change("checkpoint.load_optim", False)]))
         saves = load - after[2] if after else None
     return [

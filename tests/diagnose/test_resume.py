@@ -82,6 +82,14 @@ def test_oom_inside_load_checkpoint_points_at_the_resume_row_with_the_saving(tmp
     assert "resume row" in first.why
 
 
+def test_a_config_without_checkpoint_load_is_estimated_as_resuming(tmp_path):
+    path, _ = _config(tmp_path, checkpoint={"load": None})
+    d = diagnose_text(TRACEBACK_IN_LOAD.format(msg=MSG_211_CAPACITY), config=path)
+    first = d.fixes[0]
+    assert first.changes == ("checkpoint.load_optim=false",) and first.saves_bytes > 0
+    assert "the config sets no checkpoint.load" in first.why
+
+
 def test_oom_in_the_first_iteration_after_the_load_offers_a_collection(tmp_path):
     path, _ = _config(tmp_path)
     d = diagnose_text(AFTER_LOAD.format(msg=MSG_211_CAPACITY), config=path)
