@@ -286,17 +286,20 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             style="dim",
         )
     verdict = est.verdict(rank)
+    resume = est.resume(rank)
+    resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
+    phase = resume.phase if resume is not None and resumed else rank.peak_phase
     console.print(
         Text.assemble(
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
             f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(est.verdict_peak_bytes(rank))}"
-            + (" at resume" if est.verdict_peak_bytes(rank) > rank.peak_bytes else "")
+            + (" at resume" if resumed else "")
             + f" + {est.margin:.0%} fragmentation margin"
             + "".join(
                 f" + {share:.0%} for {path} (not pinned down)" for path, share in est.uncertainty.items()
             )
-            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
+            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {phase}",
         )
     )
     if est.host_bytes_per_node:
