@@ -550,8 +550,8 @@ class Derived:
     @cached_property
     def te_fused_adam(self) -> bool:
         """The optimizer is Transformer Engine's FusedAdam: Adam on the Transformer Engine spec
-        without the host optimizer (the local spec falls back to torch's AdamW, see
-        ``estimate/state.py``; optimizer_cpu_offload steps with torch's Adam)."""
+        (the local spec falls back to torch's AdamW, see ``estimate/state.py``), not wrapped in
+        the host optimizer of optimizer_cpu_offload, whose checkpoint load is not modeled."""
         opt = self.job.optimizer
         return (
             opt.optimizer == "adam"

@@ -10,6 +10,10 @@ W-rank world: every collective completes at once without moving data, and every 
 one rank R would see, so the model shard, gradient buffers, optimizer state and activations
 allocated here are rank R's.
 
+With a ``resume`` plan (``memtune measure --resume``) the ``save`` phase writes a checkpoint
+after the last iteration and the ``load`` phase, a fresh process, loads it before the first
+iteration (:mod:`memtune.measure.checkpoint`) and records the load in ``measured["resume"]``.
+
 RESULT.json gets either ``{"measured": ..., "environment": ...}`` or
 ``{"error": {"kind": ..., "message": ...}}``; ``kind`` is ``missing`` (no GPU, no
 megatron-core, no Transformer Engine), ``config`` (megatron-core rejected the configuration),
@@ -484,15 +488,16 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     vocab = plan["model"]["vocab_size"]
     batches = [_RandomBatches(vocab, schedule["micro_batch_size"], schedule["seq_length"]) for _ in model]
     forward_backward = get_forward_backward_func()
+    # A resume loads in setup, before train() (and its --manual-gc collection) starts.
+    resume = plan.get("resume")
+    resumed = None
+    if resume and resume["phase"] == "load":
+        resumed = _load_checkpoint(resume, model, optimizer)
     if plan["manual_gc"]:
         # Megatron-LM's and Megatron-Bridge's train() with --manual-gc: one full collection,
         # then the automatic collector stays off (memtune/measure/plan.py says why it matters).
         gc.disable()
         gc.collect()
-    resume = plan.get("resume")
-    resumed = None
-    if resume and resume["phase"] == "load":
-        resumed = _load_checkpoint(resume, model, optimizer)
     snapshot = os.environ.get("MEMTUNE_MEASURE_SNAPSHOT")
     iterations = []
     for index in range(1, plan["iterations"] + 1):
