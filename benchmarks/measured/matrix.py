@@ -1706,3 +1706,49 @@ def entries() -> list[Entry]:
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
     return found
+
+
+def resume_run(run_id, model, fmt, *, distopt, load_optim=True, fully_parallel_load=False, ddp=None) -> Entry:
+    """One ``memtune measure --resume`` run: train and save a checkpoint of the rank in format
+    ``fmt``, load it back in a fresh process and run the first iteration (docs/resume.md)."""
+    entry = run(run_id, model, distopt=distopt, ddp=ddp)
+    checkpoint = {
+        "load": "/checkpoint",  # the estimate's resume phase; measure saves to a directory of its own
+        "ckpt_format": fmt,
+        "load_optim": load_optim,
+        "fully_parallel_load": fully_parallel_load,
+    }
+    job = validate({**entry.config, "checkpoint": checkpoint})
+    return Entry(run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank)
+
+
+def resume_entries() -> list[Entry]:
+    """The resume runs: world size 1 (the distributed checkpoint does not run under the fake
+    process group), each format with the distributed optimizer on and off where Megatron allows
+    it (the legacy format's distributed optimizer needs Gloo; Megatron-FSDP needs fsdp_dtensor),
+    with and without the optimizer state, dense (gated and plain MLP) and MoE. Defined before any
+    of them was measured; split by the hash rule (``split_of``). Measured apart from ``entries()``
+    with ``memtune measure CONFIG --rank 0 --resume --json``."""
+    ogp = dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+    two = dict(num_layers=2)
+    return [
+        resume_run("resume-l1b-dist", L1B(), "torch_dist", distopt=False),
+        resume_run("resume-l1b-dist-do", L1B(), "torch_dist", distopt=True),
+        resume_run("resume-l1b-dist-do-fpl", L1B(), "torch_dist", distopt=True, fully_parallel_load=True),
+        resume_run("resume-l1b-dist-do-nooptim", L1B(), "torch_dist", distopt=True, load_optim=False),
+        resume_run("resume-l1b-torch", L1B(), "torch", distopt=False),
+        resume_run("resume-l1b-torch-nooptim", L1B(), "torch", distopt=False, load_optim=False),
+        resume_run("resume-l1b-fsdp-ogp", L1B(), "fsdp_dtensor", distopt=True, ddp=ogp),
+        resume_run(
+            "resume-l1b-fsdp-ogp-nooptim", L1B(), "fsdp_dtensor", distopt=True, ddp=ogp, load_optim=False
+        ),
+        resume_run("resume-gpt-dist", GPT(), "torch_dist", distopt=False),
+        resume_run("resume-gpt-dist-do", GPT(), "torch_dist", distopt=True),
+        resume_run("resume-gpt-torch", GPT(), "torch", distopt=False),
+        resume_run("resume-qm2-dist", QM(**two), "torch_dist", distopt=False),
+        resume_run("resume-qm2-dist-do", QM(**two), "torch_dist", distopt=True),
+        resume_run("resume-qm2-dist-do-nooptim", QM(**two), "torch_dist", distopt=True, load_optim=False),
+        resume_run("resume-qm2-torch", QM(**two), "torch", distopt=False),
+        resume_run("resume-mx2-dist-do", MX(), "torch_dist", distopt=True),
+        resume_run("resume-dsl-dist-do", DSL(), "torch_dist", distopt=True),
+    ]

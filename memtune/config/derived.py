@@ -692,6 +692,59 @@ class Derived:
 
         return network_of(self.job.cluster)
 
+    @cached_property
+    def resumes(self) -> bool:
+        """The job loads a checkpoint before training (``checkpoint.load``, Megatron-LM's --load)."""
+        return self.job.checkpoint.load is not None
+
+    @cached_property
+    def resume_format(self) -> str:
+        """The checkpoint format a resume reads (``checkpoint.ckpt_format``)."""
+        return self.job.checkpoint.ckpt_format
+
+    @cached_property
+    def optimizer_loaded_at_resume(self) -> bool:
+        """The resume loads the optimizer state (not with --no-load-optim or --finetune)."""
+        return self.resumes and self.job.checkpoint.load_optim
+
+    @cached_property
+    def te_fused_adam(self) -> bool:
+        """The optimizer is Transformer Engine's FusedAdam: Adam on the Transformer Engine spec
+        (the local spec falls back to torch's AdamW, see ``estimate/state.py``), not wrapped in
+        the host optimizer of optimizer_cpu_offload, whose checkpoint load is not modeled."""
+        opt = self.job.optimizer
+        return (
+            opt.optimizer == "adam"
+            and self.model.transformer_impl != "local"
+            and not opt.optimizer_cpu_offload
+        )
+
+    @cached_property
+    def optimizer_rebuilt_at_load(self) -> bool:
+        """Loading the optimizer state makes FusedAdam's ``load_state_dict`` allocate it a second
+        time (docs/resume.md): not for the legacy format without the distributed optimizer (its
+        host tensors are replaced one at a time), nor where Megatron-Bridge's setup loads a plain
+        distributed FusedAdam with torch's base loader (src/megatron/bridge/training/optim.py,
+        ``memory_efficient_fp32_optimizer_state_loading``: not precision-aware, not
+        Megatron-FSDP, not offloaded)."""
+        if not self.optimizer_loaded_at_resume or not self.te_fused_adam:
+            return False
+        if self.resume_format == "torch" and not self.use_distributed_optimizer:
+            return False
+        bridge_fast_path = (
+            self.stack == "megatron-bridge"
+            and self.use_distributed_optimizer
+            and not self.megatron_fsdp
+            and not self.job.optimizer.use_precision_aware_optimizer
+        )
+        return not bridge_fast_path
+
+    @cached_property
+    def glu_fc1_merged_at_load(self) -> bool:
+        """A torch_dist load rebuilds each gated linear_fc1 from its two saved halves
+        (megatron/core/transformer/mlp.py ``apply_swiglu_sharded_factory``, merged by ``torch.cat``)."""
+        return self.model.gated_linear_unit and self.resume_format == "torch_dist"
+
 
 # Derived facts no knob changes (``Derived.with_knobs`` carries them over;
 # tests/plan/test_fast.py checks every fact of a view against the validated job's).

@@ -449,6 +449,22 @@ class CheckSettings(Section):
     """Rules whose warnings and infos are not reported (errors always are): codes, prefixes or names."""
 
 
+class CheckpointConfig(Section):
+    """Megatron-LM's and Megatron-Bridge's ``checkpoint`` keys that change memory when a job
+    resumes (docs/resume.md)."""
+
+    load: str | None = None
+    """Directory the job resumes from when it holds a checkpoint (Megatron-LM's --load); unset: no resume phase."""
+    load_optim: bool = True
+    """Load the optimizer state with the weights (--no-load-optim and --finetune turn it off)."""
+    ckpt_format: Literal["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"] = "torch_dist"
+    """Checkpoint format: torch_dist (Megatron-Core's distributed checkpoint), fsdp_dtensor
+    (Megatron-FSDP), torch (legacy, one file per rank) or torch_dcp (torch FSDP2; not modeled)."""
+    fully_parallel_load: bool = False
+    """Megatron-LM's --ckpt-fully-parallel-load: each data-parallel rank reads a share of the
+    replicated tensors and broadcasts it to the others."""
+
+
 class JobConfig(Section):
     """A whole training job: what memtune estimates, checks, measures and plans."""
 
@@ -462,6 +478,8 @@ class JobConfig(Section):
     """Optimizer: kind, sharding, precision, offload."""
     ddp: DDPConfig = DDPConfig()
     """Data-parallel wrapper: gradient buffers, FSDP, overlap."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Resuming from a checkpoint: whether, in which format, with or without the optimizer."""
     peft: LoraConfig | None = None
     """LoRA fine-tuning; unset for full training."""
     env: EnvConfig = EnvConfig()

@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 
 from memtune.config import LoadedJob, derive
 from memtune.config.allocator import is_true
-from memtune.config.changes import Change
+from memtune.config.changes import Change, with_changes
 from memtune.config.schema import JobConfig
 from memtune.diagnose.classify import Verdict, significant
+from memtune.diagnose.detectors import RESUME_FIRST_STEP, RESUME_PHASES
 from memtune.diagnose.evidence import (
     CAPACITY,
     CONFIGURATION,
@@ -21,6 +22,7 @@ from memtune.diagnose.evidence import (
     NOT_OOM,
     OUTSIDE_PYTORCH,
 )
+from memtune.diagnose.sizes import gib
 from memtune.errors import InputError
 from memtune.fix.changes import EXPANDABLE, alloc_conf_change, estimate_job, ladder, peak_after
 from memtune.fix.search import FixResult, find_fixes
@@ -273,7 +275,70 @@ def advise(verdict: Verdict, loaded: LoadedJob | None = None) -> list[Fix]:
         if label == FRAGMENTATION and fixes and fixes[0].title.startswith("Turn on"):
             fixes = fixes[:1] + [replace(f, fallback=True) for f in fixes[1:]]
     fixes += _version_fixes(job)
+    if verdict.phase in RESUME_PHASES and label in (CAPACITY, FRAGMENTATION, OUTSIDE_PYTORCH):
+        fixes = _resume_fixes(job, verdict.phase) + fixes
     return with_savings(fixes, loaded) if loaded else fixes
+
+
+def _resume_row(job: JobConfig) -> tuple[int, int, int] | None:
+    """(pipeline rank, training peak, resume load peak) of the rank whose load peaks highest."""
+    try:
+        est = estimate_job(job)
+    except InputError:
+        return None
+    rows = [(r.pp_rank, r.peak_bytes, resume.load_bytes) for r in est.ranks if (resume := est.resume(r))]
+    return max(rows, key=lambda row: row[2]) if rows else None
+
+
+def _resume_fixes(job: JobConfig | None, phase: str) -> list[Fix]:
+    """A resume OOM (docs/resume.md): inside load_checkpoint, loading the weights without the
+    optimizer state avoids its rebuilt copy (the estimator says how much); in the first
+    iteration after it, a garbage collection frees copies reference cycles keep past the load."""
+    if phase == RESUME_FIRST_STEP:
+        if job is not None and job.train.manual_gc:
+            return []
+        return [
+            Fix(
+                "Collect garbage before the first step after the resume",
+                ("train.manual_gc=true",),
+                "with --manual-gc Megatron collects once before training, freeing checkpoint-load copies that "
+                "reference cycles keep; the estimate's first iteration after a resume is the training peak",
+                "none",
+                saves_note="not estimated: the estimator models no copies left after the load",
+            )
+        ]
+    note = ""
+    if job is not None and not derive(job).resumes:
+        # The log shows the resume the config does not state: estimate the job as resuming.
+        job = with_changes(job, [Change("checkpoint.load", "the log's checkpoint")])
+        note = " (the config sets no checkpoint.load; estimated as resuming)"
+    if job is not None and not derive(job).optimizer_loaded_at_resume:
+        return []
+    why = (
+        "the load holds the optimizer's state a second time where Transformer Engine's FusedAdam rebuilds it "
+        "in load_state_dict, and a gated linear_fc1 rebuilt from its halves; without the optimizer state only "
+        "the weights load"
+    )
+    row = _resume_row(job) if job is not None else None
+    saves = None
+    if job is not None and row is not None:
+        pp_rank, training, load = row
+        why += (
+            f"; the estimate's resume row{note}: pipeline rank {pp_rank} needs {gib(load)} to load,"
+            f" {gib(training)} to train"
+        )
+        after = _resume_row(with_changes(job, [Change("checkpoint.load_optim", False)]))
+        saves = load - after[2] if after else None
+    return [
+        Fix(
+            "Resume without loading the optimizer state",
+            ("checkpoint.load_optim=false",),
+            why,
+            "Adam's moments restart from zero (a warm-up's worth of noisier steps); Megatron-LM's --no-load-optim",
+            saves,
+            "estimated, on the resume row" if saves is not None else "",
+        )
+    ]
 
 
 def _version_fixes(job: JobConfig | None) -> list[Fix]:
@@ -305,7 +370,11 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
         return fixes
     result = []
     for fix in fixes:
-        if fix.saves_bytes is None and any(not key.startswith("env.") for key in fix.overrides):
+        if (
+            fix.saves_bytes is None
+            and not fix.saves_note
+            and any(not k.startswith("env.") for k in fix.overrides)
+        ):
             try:
                 after = peak_after(loaded.job, [Change.parse(o) for o in fix.overrides])
                 fix = replace(fix, saves_bytes=base - after, saves_note="estimated")

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from memtune.diagnose.detectors import ITERATION, RESUME_LOAD, RESUME_PHASES
 from memtune.diagnose.evidence import (
     CAPACITY,
     CIRCUMSTANTIAL,
@@ -23,6 +24,7 @@ from memtune.diagnose.evidence import (
     Fact,
     Failure,
 )
+from memtune.diagnose.logscan import KEEP_PER_KIND
 from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import GiB, MiB, gib
 
@@ -242,6 +244,25 @@ def expandable_state(
     return ExpandableState(None, "unknown")
 
 
+def resume_phase(failure: Failure, facts: list[Fact]) -> str | None:
+    """The resume phase ``failure`` happened in, from the facts before it in its file and rank: a
+    checkpoint-load frame, or a "loaded checkpoint" line not yet followed by an iteration line.
+    None also where the rank's iteration lines reached the scan's cap (later ones are not kept)."""
+    at = failure.where
+    phase, iterations = None, 0
+    for fact in facts:
+        where = fact.where
+        if where.source != at.source or where.line >= at.line:
+            continue
+        if where.rank is not None and at.rank is not None and where.rank != at.rank:
+            continue
+        if fact.kind == "phase" and fact.value in RESUME_PHASES:
+            phase = fact.value if isinstance(fact.value, str) else None
+        elif fact.kind == ITERATION:
+            phase, iterations = None, iterations + 1
+    return None if iterations >= KEEP_PER_KIND else phase
+
+
 def _rank_verdict(rank: int | None, readings: list[Reading]) -> RankVerdict:
     root = max(readings, key=lambda r: r.failure.strength)  # max keeps the earliest among equals
     others = tuple(r for r in readings if r is not root)
@@ -279,7 +300,7 @@ def _without_refuted_kills(failures: list[Failure], facts: list[Fact]) -> list[F
 def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableState) -> Verdict:
     failures = _without_refuted_kills(failures, facts)
     if not failures:
-        phases = [f for f in facts if f.kind == "phase"]
+        phases = [f for f in facts if f.kind == "phase" and f.value not in RESUME_PHASES]
         if not phases:
             return Verdict(
                 None,
@@ -319,9 +340,20 @@ def verdict(failures: list[Failure], facts: list[Fact], expandable: ExpandableSt
     result.failed_ranks = sorted(v.rank for v in ranks if v.rank is not None)
     result.known_ranks = _known_ranks(failures, facts)
     result.numbers = lead.root.failure.numbers
-    phase_names = [f.value for f in facts if f.kind == "phase" and isinstance(f.value, str)]
-    result.phase = phase_names[-1] if phase_names else None
+    phase_names = [
+        f.value
+        for f in facts
+        if f.kind == "phase" and isinstance(f.value, str) and f.value not in RESUME_PHASES
+    ]
+    resume = resume_phase(lead.root.failure, facts)
+    result.phase = resume or (phase_names[-1] if phase_names else None)
     result.reasons.append(f"{lead.root.failure.where}: " + "; ".join(lead.reasons))
+    if resume:
+        result.reasons.append(
+            "it failed while loading the checkpoint (a load_checkpoint frame precedes it)"
+            if resume == RESUME_LOAD
+            else "it failed in the first iteration after loading the checkpoint (no iteration was logged since)"
+        )
     if len(counts) > 1:
         result.reasons.append(
             "ranks disagree: " + ", ".join(f"{n} × {lab}" for lab, n in counts.most_common())

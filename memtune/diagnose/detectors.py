@@ -57,6 +57,8 @@ TRIGGERS: tuple[bytes, ...] = (
     b"ersion",  # torch version, PyTorch Version
     b"torch==",
     b"NCCL error",
+    b"checkpoint",  # a resume: load_checkpoint's frames and its "successfully loaded checkpoint"
+    b"iteration ",  # Megatron's training log, one line per logged iteration
 )
 
 
@@ -594,6 +596,17 @@ _GRAPH_CAPTURE_FRAME = re.compile(r"\b(make_graphed_callables|create_cudagraphs|
 
 
 RANK_MEMORY = "rank_memory"  # the kind of fact a Megatron memory report line gives
+# A resume (docs/resume.md): a traceback frame of Megatron-LM's or Megatron-Bridge's checkpoint
+# loading puts the failure inside the load; their "successfully loaded checkpoint" line starts the
+# first iteration after it, which the training log's first iteration line ends.
+RESUME_LOAD = "checkpoint load"
+RESUME_FIRST_STEP = "first iteration after resume"
+RESUME_PHASES = (RESUME_LOAD, RESUME_FIRST_STEP)
+ITERATION = "iteration"  # the kind of fact a training-log iteration line gives
+_LOAD_FRAME = re.compile(
+    r"\bin (?:load_checkpoint|_load_base_checkpoint|_load_global_dist_base_checkpoint|_load_checkpoint_from_path)\b"
+)
+_ITERATION_LINE = re.compile(r"\biteration\s+\d+/\s*\d+\s*\|")
 
 
 @dataclass(frozen=True)
@@ -674,6 +687,13 @@ def facts(line: Line) -> list[Failure | Fact]:
         found.append(Fact("exit_code", where, _excerpt(text), int(m.group(1))))
     if ("graph" in lower or "capture_end" in lower) and (m := _GRAPH_CAPTURE_FRAME.search(text)):
         found.append(Fact("phase", where, _excerpt(text), "CUDA-graph capture"))
+    if "checkpoint" in lower:
+        if "successfully loaded checkpoint" in lower:
+            found.append(Fact("phase", where, _excerpt(text), RESUME_FIRST_STEP))
+        elif _LOAD_FRAME.search(text):
+            found.append(Fact("phase", where, _excerpt(text), RESUME_LOAD))
+    if "iteration " in lower and _ITERATION_LINE.search(text):
+        found.append(Fact(ITERATION, where, _excerpt(text)))
     return found
 
 

@@ -19,9 +19,10 @@ from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.flavour import Flavour, flavour_of
 from memtune.estimate.overhead import OutsidePyTorch, outside_pytorch
+from memtune.estimate.resume import ResumeEstimate, resume_estimate
 from memtune.estimate.verdict import Margin, margin_of, needed_bytes, verdict_of
 
-__all__ = ["Estimate", "EstimateOptions", "RankEstimate", "estimate"]
+__all__ = ["Estimate", "EstimateOptions", "RankEstimate", "ResumeEstimate", "estimate"]
 
 # Megatron-LM also offers muon (plain and distributed), adaptive_muon, lion and soap, whose state
 # and step temporaries (Muon's Newton-Schulz iterations on whole matrices) are not modeled.
@@ -63,19 +64,29 @@ class Estimate:
         worst observed under-estimate (``memtune/estimate/verdict.py``)."""
         return margin_of(self.derived)
 
+    def resume(self, rank: RankEstimate) -> ResumeEstimate | None:
+        """The rank's resume phase (checkpoint load and first iteration); None without a resume."""
+        return resume_estimate(self.derived, rank)
+
+    def verdict_peak_bytes(self, rank: RankEstimate) -> int:
+        """The peak the verdict judges: the larger of training and, when the job resumes, the resume phase."""
+        resume = self.resume(rank)
+        return max(rank.peak_bytes, resume.peak_bytes) if resume else rank.peak_bytes
+
     def needed_bytes(self, rank: RankEstimate) -> int:
-        """Device memory the rank needs: its allocator peak, the verdict's margin and memory
-        outside PyTorch."""
-        return needed_bytes(rank.peak_bytes, self.non_pytorch_bytes, self.verdict_margin)
+        """Device memory the rank needs: the peak the verdict judges (:meth:`verdict_peak_bytes`),
+        the verdict's margin and memory outside PyTorch."""
+        return needed_bytes(self.verdict_peak_bytes(rank), self.non_pytorch_bytes, self.verdict_margin)
 
     def fits(self, rank: RankEstimate) -> bool:
-        """Whether the rank fits with the fragmentation margin (its verdict is ``fits``)."""
+        """Whether the rank fits with the verdict's margin (its verdict is ``fits``)."""
         return self.needed_bytes(rank) <= self.capacity_bytes
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
         """``fits``, ``tight`` (fits only if fragmentation and the estimate's error stay under
-        the margin) or ``does not fit``."""
-        return self.verdict_of_peak((rank or self.worst).peak_bytes)
+        the margin) or ``does not fit``; of the rank whose judged peak is highest by default."""
+        rank = rank or max(self.ranks, key=self.verdict_peak_bytes)
+        return self.verdict_of_peak(self.verdict_peak_bytes(rank))
 
     def verdict_of_peak(self, peak_bytes: int) -> str:
         """:meth:`verdict` for a peak of this job that was measured rather than estimated."""

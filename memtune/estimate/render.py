@@ -19,6 +19,12 @@ from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+# Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
+LOAD_PART_LABELS = {
+    "optimizer.rebuilt_by_load_state_dict": "optimizer rebuilt",
+    "model.linear_fc1_merged": "fc1 merged",
+    "optimizer.linear_fc1_merged": "fc1 state merged",
+}
 
 
 def components(rank: RankEstimate) -> dict[str, int]:
@@ -45,10 +51,26 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
         "needed_bytes": est.needed_bytes(rank),
         "fits": est.fits(rank),
         "verdict": est.verdict(rank),
+        "resume": resume_json(est, rank),
     }
     if global_rank is not None:
         data = {"rank": global_rank, **data}
     return data
+
+
+def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
+    """The rank's resume phase beside its training peak; None when the job does not resume."""
+    resume = est.resume(rank)
+    if resume is None:
+        return None
+    return {
+        "format": est.derived.resume_format,
+        "load_bytes": resume.load_bytes,
+        "first_step_bytes": resume.first_step_bytes,
+        "peak_bytes": resume.peak_bytes,
+        "phase": resume.phase,
+        "load_parts": {name: round(nbytes) for name, nbytes in resume.parts.items()},
+    }
 
 
 def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
@@ -187,6 +209,12 @@ def assumptions(est: Estimate) -> list[str]:
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
         )
+    if est.derived.resumes:
+        notes.append(
+            f"resume ({est.derived.resume_format}): the checkpoint loads beside the model state, before any"
+            " activation; its copies are freed when load_checkpoint returns (docs/resume.md); modeled from"
+            " source, not measured"
+        )
     notes.extend(not_modeled(est))
     notes.append(
         f"fragmentation margin {est.margin:.0%} of the peak"
@@ -289,6 +317,7 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
         ]
         table.add_row(*row, style="bold" if rank is worst else "")
     console.print(table)
+    print_resume(est, console, [only] if only else est.ranks)
     rank = only or worst
     if len(est.ranks) > 1 and not only:
         console.print(
@@ -297,13 +326,18 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             style="dim",
         )
     verdict = est.verdict(rank)
+    resume = est.resume(rank)
+    resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
+    phase = resume.phase if resume is not None and resumed else rank.peak_phase
     console.print(
         Text.assemble(
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
-            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(rank.peak_bytes)} + {est.margin:.0%} fragmentation margin"
+            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(est.verdict_peak_bytes(rank))}"
+            + (" at resume" if resumed else "")
+            + f" + {est.margin:.0%} fragmentation margin"
             + _error_margin(est.verdict_margin, est.uncertainty)
-            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {rank.peak_phase}",
+            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {phase}",
         )
     )
     if est.host_bytes_per_node:
@@ -315,6 +349,46 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
     console.print("Assumptions:", style="dim")
     for note in assumptions(est):
         console.print(f"  - {note}", style="dim")
+
+
+def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -> None:
+    """A row per rank for the resume phase, beside the training peak above it."""
+    d = est.derived
+    if not d.resumes:
+        return
+    if est.resume(ranks[0]) is None:
+        console.print(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
+        return
+    table = Table(
+        title=f"Resume from a {d.resume_format} checkpoint"
+        + ("" if d.optimizer_loaded_at_resume else " (no optimizer state)")
+        + ", GiB",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        show_edge=False,
+    )
+    for name in ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"):
+        table.add_column(
+            name, justify="left" if name.startswith(("pp", "load adds")) else "right", no_wrap=True
+        )
+    for rank in ranks:
+        resume = est.resume(rank)
+        assert resume is not None  # the format is modeled for every rank alike
+        free = est.capacity_bytes - resume.peak_bytes - est.non_pytorch_bytes
+        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
+        table.add_row(
+            str(rank.pp_rank),
+            gib(rank.peak_bytes),
+            gib(resume.load_bytes),
+            gib(resume.first_step_bytes),
+            gib(resume.peak_bytes),
+            Text(gib(free), style="red" if free < 0 else ""),
+            f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
+        )
+    console.print(table)
 
 
 def _host_contents(rank: RankEstimate) -> str:

@@ -1,4 +1,4 @@
-"""``memtune measure CONFIG --rank R [--iters N] [--json]``."""
+"""``memtune measure CONFIG --rank R [--iters N] [--resume] [--json]``."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 
 from rich.console import Console
 
-from memtune.check import gate
+from memtune.check import CheckedJob, gate
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.estimate import estimate
-from memtune.measure.plan import DEFAULT_ITERATIONS, plan_measurement
-from memtune.measure.render import print_report, report_json
-from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_interpreter, run_plan
+from memtune.measure.plan import DEFAULT_ITERATIONS, MeasurePlan, plan_measurement
+from memtune.measure.render import print_report, print_resume_report, report_json, resume_report_json
+from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_interpreter, run_plan, run_resume
 
 EXIT_FAILED = 1
 
@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(read it with `memtune diagnose --snapshot` or pytorch.org/memory_viz)",
     )
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="also save a checkpoint of the rank in the job's checkpoint.ckpt_format and load it back in a "
+        "fresh process, recording the load's peak and the first iteration's (docs/resume.md)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
@@ -70,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune measure CONFIG|--recipe NAME --rank R [key=value ...]")
     report_ignored(loaded, args.command)
     checked = gate(loaded.job)
-    plan = plan_measurement(checked, args.rank, args.iters)
+    plan = plan_measurement(checked, args.rank, args.iters, resume=args.resume)
     check_interpreter(args.python)
+    if args.resume:
+        return _run_resume(args, checked, plan)
     try:
         result = run_plan(plan, python=args.python, timeout_s=args.timeout, snapshot=args.snapshot)
     except MeasurementFailed as exc:
@@ -82,4 +90,23 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report_json(plan, result, estimate_bytes), indent=2))
     else:
         print_report(Console(), plan, result, estimate_bytes)
+    return 0
+
+
+def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan) -> int:
+    try:
+        result = run_resume(plan, python=args.python, timeout_s=args.timeout)
+    except MeasurementFailed as exc:
+        print(f"memtune measure: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    est = estimate(checked)
+    rank = est.rank(args.rank)
+    resume = est.resume(rank)
+    assert resume is not None  # plan_measurement refuses a job that does not resume
+    if args.json:
+        print(json.dumps(resume_report_json(plan, result, rank.peak_bytes, resume), indent=2))
+    else:
+        console = Console()
+        print_report(console, plan, result.training, rank.peak_bytes)
+        print_resume_report(console, result, resume)
     return 0

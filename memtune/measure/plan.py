@@ -148,6 +148,8 @@ class MeasurePlan:
     peft: dict[str, Any] | None = None  # memtune.peft.LoRA keyword arguments; None: full training
     env: dict[str, str] = field(default_factory=dict)  # process environment for the subprocess
     config: dict[str, Any] = field(default_factory=dict)  # the memtune job, exclude_defaults, for the record
+    # ``memtune measure --resume``: the checkpoint round trip (:func:`resume_plan`); None: training only
+    resume: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -320,11 +322,62 @@ def _optimizer_offload(job: JobConfig) -> dict[str, Any]:
     )
 
 
-def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_ITERATIONS) -> MeasurePlan:
-    """The plan for measuring global rank ``rank`` of a checked job; InputError lists what cannot
-    run on one GPU (the job's own errors were refused by the gate already)."""
+def _resume_refusals(job: JobConfig, d: Derived) -> list[str]:
+    """What ``--resume`` cannot measure here: the checkpoint round trip runs for real, and the
+    fake process group moves no data between ranks."""
+    fmt = d.resume_format
+    if not d.resumes:
+        return [
+            "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)"
+        ]
+    if fmt == "torch_dcp":
+        return ["--resume: checkpoint.ckpt_format torch_dcp (torch FSDP2's) is not measured or modeled"]
+    problems = []
+    if fmt in ("torch_dist", "fsdp_dtensor") and d.world_size > 1:
+        problems.append(
+            f"--resume with checkpoint.ckpt_format {fmt}: the distributed checkpoint exchanges its metadata "
+            "between ranks, which the fake process group does not carry; measure a world size 1 job"
+        )
+    if fmt == "torch" and d.use_distributed_optimizer:
+        problems.append(
+            "--resume with checkpoint.ckpt_format torch and the distributed optimizer: the legacy format "
+            "gathers the optimizer state over Gloo, which the measurement does not create"
+        )
+    if d.megatron_fsdp != (fmt == "fsdp_dtensor"):
+        problems.append(
+            "--resume: Megatron-FSDP saves and loads only checkpoint.ckpt_format fsdp_dtensor, and "
+            "fsdp_dtensor needs ddp.use_megatron_fsdp"
+        )
+    return problems
+
+
+def resume_plan(d: Derived) -> dict[str, Any]:
+    """The checkpoint round trip: the runner's ``save`` phase trains and saves, the ``load``
+    phase (a fresh process) loads and runs the first iteration; ``directory`` is set per run."""
+    if d.use_distributed_optimizer or d.megatron_fsdp:
+        sharding = "fsdp_dtensor" if d.resume_format == "fsdp_dtensor" else "dp_reshardable"
+    else:
+        sharding = None
+    return {
+        "format": d.resume_format,
+        "load_optim": d.optimizer_loaded_at_resume,
+        "fully_parallel_load": d.job.checkpoint.fully_parallel_load,
+        # What Megatron-LM's _build_sharded_state_dict_metadata asks the distributed optimizer for.
+        "distrib_optim_sharding_type": sharding,
+        "gated_linear_unit": d.model.gated_linear_unit,  # fsdp_dtensor splits SwiGLU's fc1 halves
+        "phase": "save",
+        "directory": None,
+    }
+
+
+def plan_measurement(
+    checked: CheckedJob, rank: int, iterations: int = DEFAULT_ITERATIONS, resume: bool = False
+) -> MeasurePlan:
+    """The plan for measuring global rank ``rank`` of a checked job (with ``resume``, its
+    checkpoint round trip too); InputError lists what cannot run on one GPU (the job's own
+    errors were refused by the gate already)."""
     job, d = checked.job, checked.derived
-    problems = _refusals(job, d, rank, iterations)
+    problems = _refusals(job, d, rank, iterations) + (_resume_refusals(job, d) if resume else [])
     if problems:
         raise InputError(problems)
     m = job.model
@@ -386,4 +439,5 @@ def plan_measurement(checked: CheckedJob, rank: int, iterations: int = DEFAULT_I
         peft=job.peft.model_dump(mode="json") if job.peft is not None else None,
         env=_process_env(job),
         config=job.model_dump(mode="json", exclude_defaults=True),
+        resume=resume_plan(d) if resume else None,
     )

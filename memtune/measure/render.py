@@ -7,8 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from memtune.estimate.resume import ResumeEstimate
 from memtune.measure.plan import MeasurePlan
-from memtune.measure.run import Measurement
+from memtune.measure.run import Measurement, ResumeMeasurement
 from memtune.output import SCHEMA_VERSION
 from memtune.units import GiB
 
@@ -71,3 +72,45 @@ def print_report(console: Console, plan: MeasurePlan, result: Measurement, estim
     if env.get("expert_mlp"):
         notes.append(f"experts {env['expert_mlp']}, routing forced balanced")
     console.print(f"[dim]{'; '.join(notes)}[/dim]")
+
+
+def resume_report_json(
+    plan: MeasurePlan, result: ResumeMeasurement, estimate: int, resume: ResumeEstimate
+) -> dict[str, Any]:
+    """The training record of the save run, with the load run's resume phase beside the estimate's."""
+    measured = result.resumed.measured["resume"]
+    return {
+        **report_json(plan, result.training, estimate),
+        "resume": {
+            "measured": measured,
+            "first_iteration": result.resumed.measured["iterations"][0],
+            "estimate": {
+                "load_bytes": resume.load_bytes,
+                "first_step_bytes": resume.first_step_bytes,
+                "load_parts": {name: round(nbytes) for name, nbytes in resume.parts.items()},
+                "load_difference_bytes": resume.load_bytes - measured["load_peak_bytes"],
+                "first_step_difference_bytes": resume.first_step_bytes - measured["first_step_peak_bytes"],
+            },
+        },
+    }
+
+
+def print_resume_report(console: Console, result: ResumeMeasurement, resume: ResumeEstimate) -> None:
+    m = result.resumed.measured["resume"]
+    rows = (
+        ("checkpoint load", m["load_peak_bytes"], resume.load_bytes),
+        ("first iteration after it", m["first_step_peak_bytes"], resume.first_step_bytes),
+    )
+    table = Table(title=f"resume from a {m['format']} checkpoint (fresh process), GiB", title_justify="left")
+    for column in ("phase", "peak allocated", "estimate", "difference"):
+        table.add_column(column, justify="left" if column == "phase" else "right")
+    for phase, peak, estimated in rows:
+        diff = estimated - peak
+        table.add_row(
+            phase, f"{peak / GiB:.2f}", f"{estimated / GiB:.2f}", f"{diff / GiB:+.2f} ({diff / peak:+.1%})"
+        )
+    console.print(table)
+    console.print(
+        f"[dim]allocated before the load {m['allocated_before_load'] / GiB:.2f}, "
+        f"after it {m['allocated_after_load'] / GiB:.2f}[/dim]"
+    )

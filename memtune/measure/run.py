@@ -91,6 +91,30 @@ def run_plan(
     return parse_result(run_plan_json(plan.to_json(), env, python, timeout_s))
 
 
+@dataclass(frozen=True)
+class ResumeMeasurement:
+    """``memtune measure --resume``: the run that trained and saved, and the fresh process that
+    loaded the checkpoint and ran the first iteration after it (``measured["resume"]``)."""
+
+    training: Measurement
+    resumed: Measurement
+
+
+def run_resume(
+    plan: MeasurePlan, python: str = sys.executable, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ResumeMeasurement:
+    """Train and save a checkpoint of the rank in one subprocess, then load it in a fresh one
+    and run one iteration; the checkpoint lives in a temporary directory removed afterwards."""
+    base = plan.to_json()
+    with tempfile.TemporaryDirectory(prefix="memtune-resume-") as tmp:
+        directory = str(Path(tmp, "checkpoint"))
+        save = dict(base, resume={**base["resume"], "phase": "save", "directory": directory})
+        training = parse_result(run_plan_json(save, plan.env, python, timeout_s))
+        load = dict(base, iterations=1, resume={**base["resume"], "phase": "load", "directory": directory})
+        resumed = parse_result(run_plan_json(load, plan.env, python, timeout_s))
+    return ResumeMeasurement(training, resumed)
+
+
 def run_plan_json(
     plan: dict[str, Any],
     job_env: Mapping[str, str],

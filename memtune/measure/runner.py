@@ -10,6 +10,10 @@ W-rank world: every collective completes at once without moving data, and every 
 one rank R would see, so the model shard, gradient buffers, optimizer state and activations
 allocated here are rank R's.
 
+With a ``resume`` plan (``memtune measure --resume``) the ``save`` phase writes a checkpoint
+after the last iteration and the ``load`` phase, a fresh process, loads it before the first
+iteration (:mod:`memtune.measure.checkpoint`) and records the load in ``measured["resume"]``.
+
 RESULT.json gets either ``{"measured": ..., "environment": ...}`` or
 ``{"error": {"kind": ..., "message": ...}}``; ``kind`` is ``missing`` (no GPU, no
 megatron-core, no Transformer Engine), ``config`` (megatron-core rejected the configuration),
@@ -484,6 +488,11 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     vocab = plan["model"]["vocab_size"]
     batches = [_RandomBatches(vocab, schedule["micro_batch_size"], schedule["seq_length"]) for _ in model]
     forward_backward = get_forward_backward_func()
+    # A resume loads in setup, before train() (and its --manual-gc collection) starts.
+    resume = plan.get("resume")
+    resumed = None
+    if resume and resume["phase"] == "load":
+        resumed = _load_checkpoint(resume, model, optimizer)
     if plan["manual_gc"]:
         # Megatron-LM's and Megatron-Bridge's train() with --manual-gc: one full collection,
         # then the automatic collector stays off (memtune/measure/plan.py says why it matters).
@@ -531,7 +540,12 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._dump_snapshot(snapshot)  # type: ignore[no-untyped-call]  # private, unannotated in torch
             torch.cuda.memory._record_memory_history(enabled=None)
-    steady = [it for it in iterations if it["iteration"] >= 2]
+    if resume and resume["phase"] == "save":
+        from memtune.measure import checkpoint
+
+        checkpoint.save(resume, model, optimizer)
+    # After a load the first iteration is the one measured.
+    steady = iterations if resumed else [it for it in iterations if it["iteration"] >= 2]
     measured = {
         "peak_allocated_bytes": max(it["peak_allocated_bytes"] for it in steady),
         "fwd_bwd_peak_bytes": max(it["fwd_bwd_peak_bytes"] for it in steady),
@@ -544,12 +558,36 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         **host.summary(steady),
         "iterations": iterations,
     }
+    if resumed:
+        measured["resume"] = {**resumed, "first_step_peak_bytes": iterations[0]["peak_allocated_bytes"]}
     return {
         "measured": measured,
         "environment": _environment(plan, chunks, optimizer)
         | ({"te_cpu_offload_flag": "stand-in"} if te_offload_flag_stand_in else {}),
         "pp_rank": plan["pp_rank"],
         "wall_seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _load_checkpoint(
+    resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer
+) -> dict[str, Any]:
+    """Load the checkpoint the save phase wrote; the allocator's peak while it loads."""
+    import torch
+
+    from memtune.measure import checkpoint
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    checkpoint.load(resume, model, optimizer)
+    torch.cuda.synchronize()
+    return {
+        "format": resume["format"],
+        "allocated_before_load": before,
+        "load_peak_bytes": torch.cuda.max_memory_allocated(),
+        "load_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "allocated_after_load": torch.cuda.memory_allocated(),
     }
 
 

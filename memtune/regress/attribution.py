@@ -17,6 +17,7 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.render import components
+from memtune.estimate.verdict import needed_bytes
 from memtune.regress.jobs import (
     KeyChange,
     UnreadDifference,
@@ -45,7 +46,9 @@ Breakdown = dict[str, int]  # component (and "peak") -> bytes
 
 
 def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
-    margin = est.needed_bytes(rank) - rank.peak_bytes - est.non_pytorch_bytes
+    # The training peak's margin (Estimate.needed_bytes judges a resume's larger peak instead).
+    needed = needed_bytes(rank.peak_bytes, est.non_pytorch_bytes, est.verdict_margin)
+    margin = needed - rank.peak_bytes - est.non_pytorch_bytes
     return {
         **components(rank),
         "outside PyTorch": est.non_pytorch_bytes,

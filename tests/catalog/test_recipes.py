@@ -110,7 +110,7 @@ def test_model_preset_works_as_a_dotted_override_and_inside_bridge_files(tmp_pat
     loaded = load_job(dump)
     assert loaded.format == "bridge" and loaded.job.model.hidden_size == 4096
     assert loaded.job.model.tensor_model_parallel_size == 2
-    assert loaded.ignored == ["checkpoint"]
+    assert loaded.ignored == ["checkpoint.save"]
 
 
 def test_bridge_override_file_lays_over_a_hugging_face_config(tmp_path):

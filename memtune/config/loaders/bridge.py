@@ -1,7 +1,7 @@
 """A Megatron-Bridge ``ConfigContainer`` dumped to YAML (``config.yaml`` of a run, ``to_yaml()``).
 
-Bridge's sections ``model``, ``train``, ``optimizer``, ``ddp`` and ``peft`` carry Megatron-Core
-key names, so memtune takes the keys its schema knows and reports the rest as ignored. Two
+Bridge's sections ``model``, ``train``, ``optimizer``, ``ddp``, ``checkpoint`` and ``peft`` carry
+Megatron-Core key names, so memtune takes the keys its schema knows and reports the rest as ignored. Two
 sections change others the way Bridge applies them at setup: ``mixed_precision`` (a recipe name
 such as ``bf16_mixed`` or a ``MixedPrecisionConfig``) overwrites precision keys of model and
 ddp, and explicit ``comm_overlap`` DP-overlap settings overwrite ddp's. ``env`` and ``cluster``,
@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from memtune.config.loaders._targets import plain
-from memtune.config.schema import DDPConfig, LoraConfig, ModelConfig, OptimizerConfig, TrainConfig
+from memtune.config.schema import (
+    CheckpointConfig,
+    DDPConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
 from memtune.errors import InputError
 from memtune.numbers import cut, echo
 
@@ -50,6 +57,7 @@ SCHEMA_SECTIONS: dict[str, type[BaseModel]] = {
     "train": TrainConfig,
     "optimizer": OptimizerConfig,
     "ddp": DDPConfig,
+    "checkpoint": CheckpointConfig,
 }
 MEMTUNE_ONLY_SECTIONS = ("env", "cluster")
 # memtune's own top-level keys, taken as they are: the stack and the check selection

@@ -184,6 +184,12 @@ FLAGS: dict[str, Value | Switch] = {
     "micro-batch-size": Value("train.micro_batch_size", _number),
     "global-batch-size": Value("train.global_batch_size", _number),
     "manual-gc": _on("train.manual_gc"),
+    # resuming from a checkpoint (docs/resume.md)
+    "load": Value("checkpoint.load"),
+    "no-load-optim": Switch({"checkpoint.load_optim": False}),
+    "finetune": Switch({"checkpoint.load_optim": False}),
+    "ckpt-format": Value("checkpoint.ckpt_format"),
+    "ckpt-fully-parallel-load": _on("checkpoint.fully_parallel_load"),
     # optimizer and data parallelism
     "optimizer": Value("optimizer.optimizer"),
     "use-distributed-optimizer": Switch(
@@ -345,6 +351,7 @@ def _map_flags(args: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
         "train": {},
         "optimizer": {},
         "ddp": {},
+        "checkpoint": {},
         "env": {},
         "_": {},
     }
