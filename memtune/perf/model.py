@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.check import CheckedJob
@@ -204,9 +204,20 @@ def _layer(d: Derived, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes
     )
 
 
-def _recompute_fwd(d: Derived, lt: _LayerTimes, is_moe: bool) -> float:
+class ForwardParts(Protocol):
+    """A layer's forward times by the parts selective recompute can replay."""
+
+    attn_fwd: float
+    mlp_fwd: float
+    up_proj_fwd: float
+    shared_fwd: float
+    elementwise_fwd: float
+
+
+def recompute_forward(d: Derived, lt: ForwardParts, is_moe: bool) -> float:
     """Forward time one layer replays under selective recompute (Megatron-Core's modules: ``mlp``
-    is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation)."""
+    is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation); the
+    analytic model and the step model (``perf/step.py``) both read it."""
     mods = d.recompute_modules
     extra = 0.0
     if "core_attn" in mods:
@@ -282,7 +293,7 @@ def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) ->
     recompute_layer = 0.0
     if d.recompute_granularity == "selective":
         recompute_layer = sum(
-            share * _recompute_fwd(d, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
+            share * recompute_forward(d, kinds[moe], moe) for moe, share in _shares(kinds, moe_share)
         )
     vocab = math.ceil(m.vocab_size / (m.make_vocab_size_divisible_by * d.tp)) * m.make_vocab_size_divisible_by
     output_fwd = gemm_time(hw, T, vocab, h)

@@ -179,29 +179,10 @@ class _Pricer:
         )
 
 
-def _replay(d: Derived, lt: _Layer, is_moe: bool) -> float:
-    """Forward work selective recompute replays in the backward (Megatron-Core's modules)."""
-    mods = d.recompute_modules
-    extra = 0.0
-    if "core_attn" in mods:
-        extra += lt.attn_fwd
-    if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
-        extra += lt.mlp_fwd
-    elif "shared_experts" in mods and is_moe:
-        extra += lt.shared_fwd
-    if "layernorm" in mods:
-        extra += lt.elementwise_fwd * 2 / K.ELEMENTWISE_PASSES_FWD
-    if "moe_act" in mods and is_moe:
-        extra += lt.elementwise_fwd / K.ELEMENTWISE_PASSES_FWD
-    if "mla_up_proj" in mods:
-        extra += lt.up_proj_fwd
-    return extra
-
-
 def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
     """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``)."""
     from memtune.estimate.params import layer_params
-    from memtune.perf.model import model_flops_per_token
+    from memtune.perf.model import model_flops_per_token, recompute_forward
 
     gpu = gpu or get_gpu(d.job.cluster.gpu)
     m, job = d.model, d.job
@@ -243,7 +224,7 @@ def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
                 fwd += lt.fwd
                 bwd += lt.bwd + (lt.fwd if i < replayed else 0.0)
                 if m.recompute_granularity == "selective":
-                    bwd += _replay(d, lt, is_moe)
+                    bwd += recompute_forward(d, lt, is_moe)
                 wgrad += lt.wgrad
                 tp += lt.tp_fwd
                 ep += lt.ep_fwd
