@@ -51,7 +51,9 @@ def gemm_shapes() -> list[tuple[str, int, int, int]]:
     return shapes
 
 
-def time_ms(fn, torch) -> float:
+def time_ms(fn, torch, budget_ms: float = 50.0, max_reps: int = 200) -> float:
+    """Milliseconds one call of ``fn`` takes on the GPU: CUDA events, after three warm-up calls,
+    over enough repetitions (3 to ``max_reps``) to last about ``budget_ms``."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -61,7 +63,7 @@ def time_ms(fn, torch) -> float:
     end.record()
     torch.cuda.synchronize()
     once = max(start.elapsed_time(end), 1e-3)
-    reps = max(3, min(200, math.ceil(50 / once)))
+    reps = max(3, min(max_reps, math.ceil(budget_ms / once)))
     start.record()
     for _ in range(reps):
         fn()

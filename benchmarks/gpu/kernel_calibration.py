@@ -2,7 +2,8 @@
 and write them as a table that ``memtune/perf/kernels.py`` loads (interpolating between the
 measured shapes).
 
-Runs on the GPU machine with torch only (no memtune, no Megatron, no Transformer Engine):
+Runs on the GPU machine with torch only (no memtune, no Megatron, no Transformer Engine), next to
+``gemm_calibration.py`` (whose CUDA-event timer it shares):
 
     python3 benchmarks/gpu/kernel_calibration.py benchmarks/gpu/results/kernels-h200.json [--quick]
 
@@ -34,6 +35,8 @@ import time
 from functools import partial
 from typing import Any
 
+import gemm_calibration  # benchmarks/gpu/ is on sys.path when this runs as a script
+
 GEMM_MODELS = {  # hidden, heads, query groups, ffn (gated), head dim
     "llama3-8b": (4096, 32, 8, 14336, 128),
     "llama3-70b": (8192, 64, 8, 28672, 128),
@@ -50,22 +53,7 @@ TOKENS_QUICK = (4096,)
 
 
 def time_ms(fn: Any, torch: Any, budget_ms: float = 50.0) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    once = max(start.elapsed_time(end), 1e-3)
-    reps = max(3, min(1000, int(budget_ms / once)))
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end) / reps)
+    return float(gemm_calibration.time_ms(fn, torch, budget_ms=budget_ms, max_reps=1000))
 
 
 def gemm_shapes(tokens: tuple[int, ...]) -> list[tuple[str, int, int, int]]:

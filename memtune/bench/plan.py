@@ -194,12 +194,17 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
                 pred.model_tflops_per_gpu,
             )
         )
+    relative_to_best(scores)
+    return GroupScore(entry["id"], split_of(entry["id"]), entry.get("source", ""), scores, unscored)
+
+
+def relative_to_best(scores: list[RunScore]) -> None:
+    """Set each run's measured and predicted value relative to those of the group's measured best run."""
     if scores:
         best = max(scores, key=lambda s: s.measured)
         for s in scores:
             s.measured_relative = s.measured / best.measured
             s.predicted_relative = s.predicted / best.predicted
-    return GroupScore(entry["id"], split_of(entry["id"]), entry.get("source", ""), scores, unscored)
 
 
 def layout_files(paths: list[Path]) -> list[Path]:
@@ -243,11 +248,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
                 pred.model_tflops_per_gpu,
             )
         )
-    if scores:
-        best = max(scores, key=lambda s: s.measured)
-        for s in scores:
-            s.measured_relative = s.measured / best.measured
-            s.predicted_relative = s.predicted / best.predicted
+    relative_to_best(scores)
     return GroupScore(group, split, "Megatron-LM functional tests (golden iteration-time)", scores, unscored)
 
 

@@ -1,12 +1,24 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from memtune.cli import main
 
 CORPUS = Path(__file__).parent / "corpus"
+
+EXAMPLES = int(os.environ.get("MEMTUNE_PROPERTY_EXAMPLES", "60"))
+# The properties that take pytest's function-scoped fixtures (tmp_path, capsys): derandomized at the
+# default number of examples, no deadline.
+FIXTURE_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=EXAMPLES <= 60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @pytest.fixture(scope="session")

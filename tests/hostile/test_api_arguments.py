@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from memtune.errors import ArgumentError, ArgumentTypeError, InputError
 from memtune.peft import LoRA
 from memtune.runtime import MemoryMonitor, capture_oom, configure_allocator, write_snapshot
+from tests.hostile.conftest import FIXTURE_SETTINGS
 
-EXAMPLES = int(os.environ.get("MEMTUNE_PROPERTY_EXAMPLES", "60"))
 HUGE = 10**100
 
 PROBES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
@@ -329,12 +329,7 @@ KEYWORDS: dict[str, Callable[..., Any]] = {
 }
 
 
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=EXAMPLES <= 60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FIXTURE_SETTINGS
 @given(argument=st.sampled_from(sorted(KEYWORDS)), value=ANY)
 def test_any_value_is_accepted_or_refused_naming_the_argument(tmp_path, argument, value):
     try:

@@ -83,19 +83,7 @@ def test_three_thousand_skipped_commits_stop_at_the_limit(tmp_path, capsys, monk
     repo = tmp_path / "repo"
     commits = history(repo, [OK, *[BROKEN] * 3000, OOM])
     before = state(repo)
-    status, _, err = run_cli(
-        capsys,
-        "bisect",
-        "--repo",
-        str(repo),
-        "--good",
-        commits[0],
-        "--bad",
-        commits[-1],
-        "--",
-        "sh",
-        "run.sh",
-    )
+    status, _, err = bisect(capsys, repo, commits[0], commits[-1], command=("sh", "run.sh"))
     assert status == 2
     lines = err.splitlines()
     assert len([line for line in lines if line.endswith("-> skip")]) == 10
@@ -118,6 +106,18 @@ VANDALS = {
 RUN_SCRIPT = ("sh", "-c", 'script=$(cat run.sh); eval "$script"')
 
 
+def bisect(
+    capsys: pytest.CaptureFixture[str], repo: Path, good: str, bad: str, *args: str, command=RUN_SCRIPT
+) -> tuple[int, str, str]:
+    """`memtune bisect --repo REPO --good GOOD --bad BAD [ARGS] -- COMMAND`: (exit status, stdout, stderr)."""
+    return run_cli(capsys, "bisect", "--repo", str(repo), "--good", good, "--bad", bad, *args, "--", *command)
+
+
+def assert_left_as_found(repo: Path, before: dict[str, bytes]) -> None:
+    assert state(repo) == before
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
 @pytest.mark.parametrize("action", sorted(VANDALS))
 def test_hostile_commands_leave_the_repository_as_found(action, tmp_path, capsys):
     repo = tmp_path / "repo"
@@ -125,32 +125,17 @@ def test_hostile_commands_leave_the_repository_as_found(action, tmp_path, capsys
     commits = history(repo, [pass_, pass_, pass_, fail, fail])
     (repo / "mine.txt").write_text("untracked, the user's\n")
     before = state(repo)
-    status, out, err = run_cli(
-        capsys,
-        "bisect",
-        "--repo",
-        str(repo),
-        "--good",
-        commits[0],
-        "--bad",
-        commits[-1],
-        "--json",
-        "--",
-        *RUN_SCRIPT,
-    )
+    status, out, err = bisect(capsys, repo, commits[0], commits[-1], "--json")
     assert "Traceback" not in err
     assert (status, json.loads(out)["first_bad"]) == (0, commits[3]), err
-    assert state(repo) == before
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_left_as_found(repo, before)
 
 
 def test_binary_output_hides_the_oom_and_says_so(tmp_path, capsys):
     repo = tmp_path / "repo"
     commits = history(repo, [OK, f"echo '{CAPACITY}' >&2\nhead -c 300000 /dev/urandom\nexit 1\n"])
     before = state(repo)
-    status, _, err = run_cli(
-        capsys, "bisect", "--repo", str(repo), "--good", commits[0], "--bad", commits[1], "--", *RUN_SCRIPT
-    )
+    status, _, err = bisect(capsys, repo, commits[0], commits[1])
     assert status == 2
     assert err.splitlines()[-1] == (
         f"memtune bisect: --bad {commits[1]}: the command does not fail with an out-of-memory there "
@@ -178,22 +163,9 @@ def test_a_checkout_replaced_by_a_link_to_the_repository_is_not_followed(tmp_pat
     vandal = 'cd .. && rm -rf tree && ln -s "$MEMTUNE_TEST_REPO" tree'
     commits = history(repo, [f"{vandal}\nexit 0\n"] * 3 + [f"echo '{CAPACITY}' >&2\n{vandal}\nexit 1\n"] * 2)
     before = state(repo)
-    status, out, err = run_cli(
-        capsys,
-        "bisect",
-        "--repo",
-        str(repo),
-        "--good",
-        commits[0],
-        "--bad",
-        commits[-1],
-        "--json",
-        "--",
-        *RUN_SCRIPT,
-    )
+    status, out, err = bisect(capsys, repo, commits[0], commits[-1], "--json")
     assert (status, json.loads(out)["first_bad"]) == (0, commits[3]), err
-    assert state(repo) == before
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_left_as_found(repo, before)
 
 
 def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(tmp_path, capsys, monkeypatch):
@@ -214,22 +186,10 @@ def test_a_command_deaf_to_sigterm_is_killed_after_the_grace(tmp_path, capsys, m
     sender = threading.Thread(target=terminate_when_it_runs)
     sender.start()
     try:
-        status, _, err = run_cli(
-            capsys,
-            "bisect",
-            "--repo",
-            str(repo),
-            "--good",
-            commits[0],
-            "--bad",
-            commits[2],
-            "--",
-            *RUN_SCRIPT,
-        )
+        status, _, err = bisect(capsys, repo, commits[0], commits[2])
     finally:
         sender.join()
     assert status == 128 + signal.SIGTERM
     assert err.splitlines()[-1] == "memtune bisect: stopped by SIGTERM; the repository is as it was"
     assert [alive(int(pid)) for pid in pid_file.read_text().split()] == [False, False]
-    assert state(repo) == before
-    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_left_as_found(repo, before)

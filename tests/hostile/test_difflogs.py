@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from memtune.diagnose.logscan import CHUNK_BYTES
 from memtune.limits import MAX_LINE_BYTES
 from memtune.regress.logs import ALLOCATED, RESERVED_ONLY, diff_runs
 from memtune.units import GiB, MiB
-from tests.hostile.conftest import assert_well_behaved, run_cli
-
-EXAMPLES = int(os.environ.get("MEMTUNE_PROPERTY_EXAMPLES", "60"))
+from tests.hostile.conftest import FIXTURE_SETTINGS, assert_well_behaved, run_cli
 
 
 def record(rank: int, step: int, allocated: int, reserved: int) -> str:
@@ -218,12 +215,7 @@ TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 VALUES = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | TEXT
 
 
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=EXAMPLES <= 60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FIXTURE_SETTINGS
 @given(
     fields=st.dictionaries(
         st.sampled_from(["rank", "step", "peak_allocated_bytes", "peak_reserved_bytes"]), VALUES, max_size=4

@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from memtune.bench.accuracy import read_runs
 from memtune.errors import InputError
 from memtune.jsonl import read_jsonl
 from memtune.limits import MAX_JSONL_LINE_BYTES, MAX_PARALLEL
-from tests.hostile.conftest import assert_well_behaved, run_cli
+from tests.hostile.conftest import FIXTURE_SETTINGS, assert_well_behaved, run_cli
 
 START = {"schema_version": 1, "kind": "start", "rank": 0, "time": 0.0, "world_size": 1}
 STEP = {
@@ -26,7 +26,6 @@ STEP = {
     "step": 1,
     "peak_allocated_bytes": 1 << 30,
 }
-EXAMPLES = int(os.environ.get("MEMTUNE_PROPERTY_EXAMPLES", "60"))
 
 
 def write_records(directory: Path, *records: dict[str, object] | str) -> Path:
@@ -148,12 +147,7 @@ FIELDS = st.sampled_from(
 )
 
 
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=EXAMPLES <= 60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FIXTURE_SETTINGS
 @given(
     changes=st.dictionaries(FIELDS, JSON_VALUES, max_size=4),
     kind=st.sampled_from(["start", "step", "gather", "event"]),
