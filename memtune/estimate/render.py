@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -17,6 +17,9 @@ from memtune.estimate.verdict import MIN_RUNS, Margin
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
 from memtune.units import GiB, gib
+
+if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.md)
+    from memtune.perf.step import Throughput
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
 # Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
@@ -73,7 +76,29 @@ def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
     }
 
 
-def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
+def throughput_json(throughput: Throughput) -> dict[str, Any]:
+    """The predicted step's figures, null with the reason when the step was not simulated."""
+    p = throughput.prediction
+    return {
+        "step_time_s": p.step_time_s if p else None,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu if p else None,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu if p else None,
+        "unmeasured": list(p.unmeasured) if p else [],
+        "not_simulated": throughput.not_simulated,
+    }
+
+
+def throughput_line(throughput: Throughput) -> str:
+    p = throughput.prediction
+    if p is None:
+        return f"Predicted step: not simulated, {throughput.not_simulated}"
+    return (
+        f"Predicted step: {p.step_time_s:.3g} s, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+        f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
+    )
+
+
+def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None = None) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
     rank's pipeline stage, tagged with the global rank."""
     d = est.derived
@@ -103,6 +128,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "verdict": est.verdict(),
         "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
+        "throughput": throughput_json(throughput),
         "assumptions": assumptions(est),
     }
 
@@ -281,7 +307,9 @@ def not_modeled(est: Estimate) -> list[str]:
     return notes
 
 
-def print_table(est: Estimate, console: Console, only: RankEstimate | None = None) -> None:
+def print_table(
+    est: Estimate, console: Console, throughput: Throughput, only: RankEstimate | None = None
+) -> None:
     d = est.derived
     title = (
         f"Peak memory per pipeline rank, GiB (2^30 B) · {est.gpu.name}: {est.capacity_bytes / GiB:.2f} GiB\n"
@@ -340,6 +368,7 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {phase}",
         )
     )
+    console.print(throughput_line(throughput), markup=False)
     if est.host_bytes_per_node:
         console.print(
             f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
