@@ -15,6 +15,7 @@ from memtune.estimate import Estimate, EstimateOptions, estimate, render
 from memtune.limits import MAX_MOE_IMBALANCE
 from memtune.perf.step import throughput_of
 from memtune.plotfile import check_plot_path
+from memtune.tables import print_text
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         render.print_explain(est, console, rank, loaded.defaults)
     if args.plot:
-        console.print(f"[dim]plot written to {args.plot}[/dim]")
+        print_text(console, f"[dim]plot written to {args.plot}[/dim]")
     return _status(est, args.strict)
 
 

@@ -170,3 +170,12 @@ def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(
     out = capsys.readouterr().out
     assert "Predicted step: not simulated, 2,000,000,000 passes to simulate (limit 50,000)\n" in out
     assert "Verdict:" in out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_text_fits_the_width_without_trailing_blanks(capsys, monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["estimate", EXAMPLE, "--explain"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= width and line == line.rstrip() for line in lines)
+    assert " pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines
