@@ -19,6 +19,7 @@ MAX_COUNT = 1 << 40  # any other count (bucket sizes, ...)
 MAX_GPU_MEMORY_GIB = 1 << 20  # 1 PiB per GPU
 MAX_LINK_GB_PER_S = 1e6  # cluster.network bandwidths: 1 PB/s per GPU or adapter
 MAX_SIMULATED_OPERATIONS = 1_000_000  # forwards + backwards over all stages of one simulated step
+MAX_ESTIMATE_SIMULATED_OPERATIONS = 50_000  # the same, for the step `memtune estimate` prices beside memory
 MAX_MOE_IMBALANCE = 1e6  # --moe-imbalance: the hottest expert rank's share relative to balanced
 
 # --- configuration files ---------------------------------------------------------------------

@@ -13,7 +13,9 @@ from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 from memtune.limits import MAX_MOE_IMBALANCE
+from memtune.perf.step import throughput_of
 from memtune.plotfile import check_plot_path
+from memtune.tables import print_text
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,17 +62,18 @@ def run(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
+    throughput = throughput_of(est.derived)
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
-        print(json.dumps(render.estimate_json(est, args.rank), indent=2))
+        print(json.dumps(render.estimate_json(est, throughput, args.rank), indent=2))
         return _status(est, args.strict)
     console = Console()
-    render.print_table(est, console, only=rank)
+    render.print_table(est, console, throughput, only=rank)
     if args.explain:
         render.print_explain(est, console, rank, loaded.defaults)
     if args.plot:
-        console.print(f"[dim]plot written to {args.plot}[/dim]")
+        print_text(console, f"[dim]plot written to {args.plot}[/dim]")
     return _status(est, args.strict)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -16,7 +16,11 @@ from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.verdict import MIN_RUNS, Margin
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
+from memtune.tables import print_lines
 from memtune.units import GiB, gib
+
+if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.md)
+    from memtune.perf.step import Throughput
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
 # Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
@@ -73,7 +77,29 @@ def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
     }
 
 
-def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, Any]:
+def throughput_json(throughput: Throughput) -> dict[str, Any]:
+    """The predicted step's figures, null with the reason when the step was not simulated."""
+    p = throughput.prediction
+    return {
+        "step_time_s": p.step_time_s if p else None,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu if p else None,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu if p else None,
+        "unmeasured": list(p.unmeasured) if p else [],
+        "not_simulated": throughput.not_simulated,
+    }
+
+
+def throughput_line(throughput: Throughput) -> str:
+    p = throughput.prediction
+    if p is None:
+        return f"Predicted step: not simulated, {throughput.not_simulated}"
+    return (
+        f"Predicted step: {p.step_time_s:.3g} s, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+        f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
+    )
+
+
+def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None = None) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
     rank's pipeline stage, tagged with the global rank."""
     d = est.derived
@@ -103,6 +129,7 @@ def estimate_json(est: Estimate, global_rank: int | None = None) -> dict[str, An
         "verdict": est.verdict(),
         "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
+        "throughput": throughput_json(throughput),
         "assumptions": assumptions(est),
     }
 
@@ -281,7 +308,9 @@ def not_modeled(est: Estimate) -> list[str]:
     return notes
 
 
-def print_table(est: Estimate, console: Console, only: RankEstimate | None = None) -> None:
+def print_table(
+    est: Estimate, console: Console, throughput: Throughput, only: RankEstimate | None = None
+) -> None:
     d = est.derived
     title = (
         f"Peak memory per pipeline rank, GiB (2^30 B) · {est.gpu.name}: {est.capacity_bytes / GiB:.2f} GiB\n"
@@ -316,20 +345,24 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             Text(gib(headroom), style="red" if headroom < 0 else ""),
         ]
         table.add_row(*row, style="bold" if rank is worst else "")
-    console.print(table)
+    print_lines(console, table)
     print_resume(est, console, [only] if only else est.ranks)
     rank = only or worst
     if len(est.ranks) > 1 and not only:
-        console.print(
-            "* most-loaded rank · mb: microbatch-chunks held at the peak · activ: saved activations · "
-            "trans: working set at the peak + workspaces · other: memory outside PyTorch · free: capacity left",
-            style="dim",
+        print_lines(
+            console,
+            Text(
+                "* most-loaded rank · mb: microbatch-chunks held at the peak · activ: saved activations · "
+                "trans: working set at the peak + workspaces · other: memory outside PyTorch · free: capacity left",
+                style="dim",
+            ),
         )
     verdict = est.verdict(rank)
     resume = est.resume(rank)
     resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
     phase = resume.phase if resume is not None and resumed else rank.peak_phase
-    console.print(
+    print_lines(
+        console,
         Text.assemble(
             ("Verdict: ", "bold"),
             (verdict, VERDICT_STYLE[verdict]),
@@ -338,17 +371,21 @@ def print_table(est: Estimate, console: Console, only: RankEstimate | None = Non
             + f" + {est.margin:.0%} fragmentation margin"
             + _error_margin(est.verdict_margin, est.uncertainty)
             + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {phase}",
-        )
+        ),
     )
+    print_lines(console, Text(throughput_line(throughput)))
     if est.host_bytes_per_node:
-        console.print(
-            f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
-            f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
-            f"pageable per rank, {_host_contents(rank)} offloaded to the host)"
+        print_lines(
+            console,
+            Text(
+                f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
+                f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
+                f"pageable per rank, {_host_contents(rank)} offloaded to the host)"
+            ),
         )
-    console.print("Assumptions:", style="dim")
+    print_lines(console, Text("Assumptions:", style="dim"))
     for note in assumptions(est):
-        console.print(f"  - {note}", style="dim")
+        print_lines(console, Text(f"  - {note}", style="dim"))
 
 
 def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -> None:
@@ -357,7 +394,9 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
     if not d.resumes:
         return
     if est.resume(ranks[0]) is None:
-        console.print(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
+        print_lines(
+            console, Text(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
+        )
         return
     table = Table(
         title=f"Resume from a {d.resume_format} checkpoint"
@@ -388,7 +427,7 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
             Text(gib(free), style="red" if free < 0 else ""),
             f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
         )
-    console.print(table)
+    print_lines(console, table)
 
 
 def _host_contents(rank: RankEstimate) -> str:
@@ -417,32 +456,44 @@ def print_explain(
     total = sum(rank.modules.values()) or 1.0
     for name, nbytes in sorted(rank.modules.items(), key=lambda kv: -kv[1]):
         table.add_row(name, gib(nbytes), f"{nbytes / total:.1%}")
-    console.print(table)
+    print_lines(console, table)
     s = rank.state
-    console.print(
-        f"Model state: {gib(s.weights)} weights + {gib(s.grads)} gradient buffer + {gib(s.optimizer)} optimizer"
-        f" ({s.trainable / 1e9:.3f} B trainable parameters, optimizer state for {s.optimizer_params / 1e9:.3f} B);"
-        f" optimizer-step temporaries {gib(s.optimizer_step_transient)} GiB."
+    print_lines(
+        console,
+        Text(
+            f"Model state: {gib(s.weights)} weights + {gib(s.grads)} gradient buffer + {gib(s.optimizer)} optimizer"
+            f" ({s.trainable / 1e9:.3f} B trainable parameters, optimizer state for {s.optimizer_params / 1e9:.3f} B);"
+            f" optimizer-step temporaries {gib(s.optimizer_step_transient)} GiB."
+        ),
     )
-    console.print(
-        f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB."
+    print_lines(
+        console,
+        Text(
+            f"Transient at the peak (largest module working set + persistent workspaces): {gib(rank.transient)} GiB."
+        ),
     )
     if rank.te_allocations:
-        console.print(
-            "Transformer Engine's own buffers, kept all run (in the transient): "
-            + ", ".join(f"{name} {gib(nbytes)} GiB" for name, nbytes in rank.te_allocations.items())
-            + "."
+        print_lines(
+            console,
+            Text(
+                "Transformer Engine's own buffers, kept all run (in the transient): "
+                + ", ".join(f"{name} {gib(nbytes)} GiB" for name, nbytes in rank.te_allocations.items())
+                + "."
+            ),
         )
-    console.print("How the layers were modeled:", style="dim")
+    print_lines(console, Text("How the layers were modeled:", style="dim"))
     for note in flavour_notes(est):
-        console.print(f"  - {note}", style="dim")
-    console.print(
-        f"Defaults the job took from its stack ({est.job.defaults}; memtune/config/stacks.py):"
-        + ("" if defaults else " none"),
-        style="dim",
+        print_lines(console, Text(f"  - {note}", style="dim"))
+    print_lines(
+        console,
+        Text(
+            f"Defaults the job took from its stack ({est.job.defaults}; memtune/config/stacks.py):"
+            + ("" if defaults else " none"),
+            style="dim",
+        ),
     )
     for default in defaults:
-        console.print(f"  - {default}", style="dim", markup=False)
+        print_lines(console, Text(f"  - {default}", style="dim"))
 
 
 def flavour_notes(est: Estimate) -> list[str]:

@@ -126,13 +126,18 @@ def stage_order(
     return steps
 
 
+def simulated_operations(stages: int, chunks: int, num_microbatches: int) -> int:
+    """Forward and backward passes the simulation of one step places: its cost grows with them."""
+    return 2 * stages * chunks * num_microbatches
+
+
 def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap: Overlap) -> Simulated:
     """Simulate one iteration; ``group`` is ``microbatch_group_size_per_vp_stage`` (default PP)."""
     p, v, m = len(stages), len(stages[0].chunks), num_microbatches
-    if 2 * p * v * m > MAX_SIMULATED_OPERATIONS:
+    if simulated_operations(p, v, m) > MAX_SIMULATED_OPERATIONS:
         raise InputError(
-            f"the step has {2 * p * v * m:,} forward and backward passes over its stages; the simulation "
-            f"stops at {MAX_SIMULATED_OPERATIONS:,} (memtune.limits)"
+            f"the step has {simulated_operations(p, v, m):,} forward and backward passes over its stages; "
+            f"the simulation stops at {MAX_SIMULATED_OPERATIONS:,} (memtune.limits)"
         )
     last = p * v - 1
     ep_pairs = overlap.overlap_moe_expert_parallel_comm and not overlap.single_device_connection

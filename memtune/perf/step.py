@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
 from memtune.perf.kernels import attention_fractions, gemm_fraction
-from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate
+from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
 # What every step prediction rests on, in a line each (shown by `memtune fix`).
@@ -48,6 +49,26 @@ class StepPrediction:
     model_tflops_per_gpu: float
     simulated: Simulated
     unmeasured: tuple[str, ...]  # what the prediction took from assumptions instead of measurements
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The step of the job as configured, beside its memory estimate: a prediction, or why none was made."""
+
+    prediction: StepPrediction | None
+    not_simulated: str | None  # why the step was not simulated; None when it was
+
+
+def throughput_of(d: Derived) -> Throughput:
+    """:func:`predict_step` of the job of ``d`` within a bounded time: a step with more than
+    ``MAX_ESTIMATE_SIMULATED_OPERATIONS`` passes to place (``memtune/limits.py``) gets the reason
+    instead, so the memory estimate beside it is never refused for the step model."""
+    operations = simulated_operations(d.pp, d.vpp, d.num_microbatches)
+    if operations > MAX_ESTIMATE_SIMULATED_OPERATIONS:
+        return Throughput(
+            None, f"{operations:,} passes to simulate (limit {MAX_ESTIMATE_SIMULATED_OPERATIONS:,})"
+        )
+    return Throughput(predict_step(d), None)
 
 
 @dataclass

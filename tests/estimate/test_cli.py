@@ -1,8 +1,11 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from memtune.check import gate
 from memtune.cli import main
+from memtune.config import load_job
 from memtune.estimate import estimate
 from memtune.estimate.render import assumptions
 
@@ -122,3 +125,57 @@ def test_cuda_graphs_are_named_outside_pytorch(job_factory):
         "outside PyTorch: CUDA context and kernels ~0.6 GiB + ~0.48 GiB per NCCL communicator"
         " (data x context) + ~1 GiB of instantiated CUDA graphs"
     ) in notes
+
+
+def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
+    from memtune.perf.step import predict_step
+
+    assert main(["estimate", EXAMPLE, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["throughput"]
+    d = gate(load_job(EXAMPLE).job).derived
+    p = predict_step(d)
+    assert doc == {
+        "step_time_s": p.step_time_s,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu,
+        "unmeasured": list(p.unmeasured),
+        "not_simulated": None,
+    }
+    # GBS 32 x seq 4096 tokens over 32 GPUs per step
+    assert doc["tokens_per_s_per_gpu"] == pytest.approx(32 * 4096 / 32 / doc["step_time_s"])
+    assert main(["estimate", EXAMPLE]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Predicted step:"))
+    tokens = f"{p.tokens_per_s_per_gpu:,.0f}"
+    assert line == (
+        f"Predicted step: {p.step_time_s:.3g} s, {tokens} tokens/s per GPU, "
+        f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
+    )
+    assert len(line) <= 80
+
+
+def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(capsys):
+    # PP4 x VPP5 chunks x 1,260 microbatches (GBS 2,520 over DP 2) x forward and backward: 50,400
+    assert main(["estimate", EXAMPLE, "--json", "train.global_batch_size=2520"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] in ("fits", "tight", "does not fit") and doc["num_microbatches"] == 1260
+    assert doc["throughput"] == {
+        "step_time_s": None,
+        "tokens_per_s_per_gpu": None,
+        "model_tflops_per_gpu": None,
+        "unmeasured": [],
+        "not_simulated": "50,400 passes to simulate (limit 50,000)",
+    }
+    # the largest batch the schema admits: refused by the bound before anything is priced
+    assert main(["estimate", EXAMPLE, "train.global_batch_size=100000000"]) == 0
+    out = capsys.readouterr().out
+    assert "Predicted step: not simulated, 2,000,000,000 passes to simulate (limit 50,000)\n" in out
+    assert "Verdict:" in out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_text_fits_the_width_without_trailing_blanks(capsys, monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["estimate", EXAMPLE, "--explain"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= width and line == line.rstrip() for line in lines)
+    assert " pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines

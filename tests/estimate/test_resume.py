@@ -19,6 +19,7 @@ from memtune.check import gate
 from memtune.config import load_job, validate
 from memtune.estimate import estimate
 from memtune.estimate.render import estimate_json
+from memtune.perf.step import throughput_of
 from tests.estimate.conftest import make_job
 
 PARAMS = 374_336
@@ -154,7 +155,7 @@ def test_the_verdict_judges_the_larger_peak():
 
 def test_json_carries_both_figures():
     est, rank, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT)
-    doc = estimate_json(est)["ranks"][0]
+    doc = estimate_json(est, throughput_of(est.derived))["ranks"][0]
     assert doc["peak_bytes"] == rank.peak_bytes
     assert doc["resume"] == {
         "format": "torch_dist",
@@ -168,7 +169,7 @@ def test_json_carries_both_figures():
         },
     }
     fresh = estimate(gate(make_job(model=TE)))
-    assert estimate_json(fresh)["ranks"][0]["resume"] is None
+    assert estimate_json(fresh, throughput_of(fresh.derived))["ranks"][0]["resume"] is None
 
 
 def test_torch_dcp_is_not_modeled():
@@ -224,7 +225,7 @@ def test_text_shows_a_resume_row_per_rank_within_80_columns():
     model = {"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"}
     est, _, _ = resume_of(model=model, optimizer=DISTOPT, ddp=DISTOPT)
     console = Console(record=True, width=80)
-    print_table(est, console)
+    print_table(est, console, throughput_of(est.derived))
     lines = console.export_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Resume from a torch_dist checkpoint"))
     rows = [line.split() for line in lines[start + 3 : start + 3 + len(est.ranks)]]

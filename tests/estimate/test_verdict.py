@@ -23,6 +23,7 @@ from memtune.estimate.verdict import (
     needed_bytes,
     verdict_of,
 )
+from memtune.perf.step import throughput_of
 from memtune.plan.fast import FastEstimator
 from memtune.plan.query import Query, base_job
 from memtune.plan.space import changes_of
@@ -131,13 +132,13 @@ def test_the_verdict_line_and_json_name_the_family_or_say_it_was_not_measured():
     measured = estimate(gate(make_job(peft=LORA)))
     unmeasured = estimate(gate(make_job(model={"mtp_num_layers": 1}, peft=LORA)))
     lora = calibration().families["LoRA"]
-    data = estimate_json(measured)["verdict_margin"]
+    data = estimate_json(measured, throughput_of(measured.derived))["verdict_margin"]
     assert data["basis"]["family"] == "LoRA" and data["basis"]["runs"] == lora.runs and data["measured"]
-    assert estimate_json(unmeasured)["verdict_margin"]["basis"] is None
+    assert estimate_json(unmeasured, throughput_of(unmeasured.derived))["verdict_margin"]["basis"] is None
     lines = []
     for est in (measured, unmeasured):
         out = StringIO()
-        print_table(est, Console(file=out, width=400))
+        print_table(est, Console(file=out, width=400), throughput_of(est.derived))
         lines.append(next(line for line in out.getvalue().splitlines() if line.startswith("Verdict:")))
     assert (
         f"for LoRA (the peak exceeded the estimate by at most {lora.worst_under:.1%} on {lora.runs} tune runs"
