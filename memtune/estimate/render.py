@@ -320,15 +320,7 @@ def print_table(
         + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "")
         + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
     )
-    table = Table(
-        title=title,
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        show_edge=False,
-    )
+    table = _rank_table(title)
     columns = ("pp", "layers", "mb", "weights", "grads", "optim", "activ", "trans", "peak", "other", "free")
     for name in columns:
         table.add_column(name, justify="left" if name == "pp" else "right", no_wrap=True)
@@ -398,16 +390,10 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
             console, Text(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
         )
         return
-    table = Table(
-        title=f"Resume from a {d.resume_format} checkpoint"
+    table = _rank_table(
+        f"Resume from a {d.resume_format} checkpoint"
         + ("" if d.optimizer_loaded_at_resume else " (no optimizer state)")
-        + ", GiB",
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        show_edge=False,
+        + ", GiB"
     )
     for name in ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"):
         table.add_column(
@@ -566,3 +552,16 @@ def plot(est: Estimate, path: str) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
     plt.close(fig)
+
+
+def _rank_table(title: str) -> Table:
+    """The per-rank tables' one style (training peaks and the resume phase)."""
+    return Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        collapse_padding=True,
+        show_edge=False,
+    )
