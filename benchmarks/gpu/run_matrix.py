@@ -4,7 +4,7 @@ Two steps, because the GPU machine has torch and megatron-core but not memtune's
 dependencies (pydantic):
 
     # here: turn matrix entries into measurement plans (JSON lines)
-    python benchmarks/gpu/run_matrix.py plan OUT.jsonl [--smoke | --rest | --ids a,b] [--shard K/N]
+    python benchmarks/gpu/run_matrix.py plan OUT.jsonl [--smoke | --rest | --ids a,b] [--shard K/N] [--resume]
     # on the GPU machine: run the plans, several at once, each in its own process
     python3 benchmarks/gpu/run_matrix.py run PLANS.jsonl RESULTS.jsonl --logs DIR [--budget-gib 120]
     # here: fold results into the measured set, checking each against the current matrix
@@ -53,13 +53,13 @@ def need_gib(job, rank: int) -> float:
 
 
 def make_plans(args) -> int:
-    from matrix import entries, split_of
+    from matrix import entries, resume_entries, split_of
 
     from memtune.check import gate
     from memtune.config import validate
     from memtune.measure.plan import plan_measurement
 
-    chosen = entries()
+    chosen = resume_entries() if args.resume else entries()
     if args.smoke:
         chosen = [e for e in chosen if e.smoke]
     if args.rest:
@@ -73,7 +73,7 @@ def make_plans(args) -> int:
     with open(args.out, "w") as fh:
         for entry in chosen:
             job = validate(entry.config)
-            plan = plan_measurement(gate(job), entry.rank, args.iters)
+            plan = plan_measurement(gate(job), entry.rank, args.iters, resume=args.resume)
             line = {
                 "id": entry.id,
                 "split": split_of(entry.id),
@@ -182,7 +182,7 @@ class Packer:
 
 
 def run_plans(args) -> int:
-    from memtune.measure.run import run_plan_json
+    from memtune.measure.run import run_plan_json, run_resume_json
 
     items = [json.loads(line) for line in Path(args.plans).read_text().splitlines() if line.strip()]
     logs = Path(args.logs)
@@ -194,7 +194,16 @@ def run_plans(args) -> int:
     def measure(item: dict) -> dict:
         timeout = args.timeout_solo if item["solo"] else args.timeout
         with open(logs / f"{item['id']}.log", "a") as log:
-            return run_plan_json(item["plan"], item["plan"]["env"], sys.executable, timeout, log)
+            if not item["plan"].get("resume"):
+                return run_plan_json(item["plan"], item["plan"]["env"], sys.executable, timeout, log)
+            both = run_resume_json(item["plan"], item["plan"]["env"], sys.executable, timeout, log)
+            if "error" in both:
+                return both
+            # The save run's training record, with the load run's phase and first iteration.
+            result = both["training"]
+            resumed = both["resumed"]["measured"]
+            result["measured"]["resume"] = {**resumed["resume"], "first_iteration": resumed["iterations"][0]}
+            return result
 
     with open(args.results, "a") as out, ThreadPoolExecutor(max_workers=args.jobs) as pool:
         while packer.pending or packer.running:
@@ -238,6 +247,7 @@ def main() -> int:
     p.add_argument("--ids", help="comma-separated run ids")
     p.add_argument("--shard", metavar="K/N", help="every N-th entry starting at the K-th")
     p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--resume", action="store_true", help="the checkpoint round trips of resume_entries()")
     p.set_defaults(fn=make_plans)
     r = sub.add_parser("run")
     r.add_argument("plans")

@@ -1636,6 +1636,36 @@ def _lora_moe() -> list[Entry]:
     return e
 
 
+def _lora_scale() -> list[Entry]:
+    """Where LoRA's alpha/dim multiplies (``lora-scale-*``): each shape twice, with the scale on
+    the full-width output (``-output``, Megatron-Bridge before its PR #5906) and on the rank-sized
+    bottleneck (``-bottleneck``, memtune.peft's default), at long sequences where the full-width
+    transient the output position adds is large: TP 1 and TP 2 with SP (re-gather on and off),
+    the widest adapter alone (fc1), micro-batch 2. Defined before any was measured, split by the
+    hash rule (``split_of``)."""
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    shapes = {
+        "l8w-tp1-s16k": (L8W(seq_length=16384), {}),
+        "l8w-tp2-sp-s16k": (L8W(seq_length=16384, **tp2), {}),
+        "l8w-tp2-sp-s16k-regather": (L8W(seq_length=16384, **tp2), {"regather": True}),
+        "l8w-tp1-s16k-fc1": (L8W(seq_length=16384), {"target_modules": ["linear_fc1"]}),
+        "l1b-tp1-mbs2-s8k": (L1B(seq_length=8192), {}),
+    }
+    e = []
+    for shape, (model, options) in shapes.items():
+        for position in ("output", "bottleneck"):
+            mbs = 2 if "mbs2" in shape else 1
+            e.append(
+                run(
+                    f"lora-scale-{shape}-{position}",
+                    model,
+                    mbs=mbs,
+                    peft=lora(scale_position=position, **options),
+                )
+            )
+    return e
+
+
 def _mla_recompute() -> list[Entry]:
     """Multi-latent attention under each recompute choice (``mla-``): none, ``mla_up_proj``
     (which frees q, k and v once the core attention has run), ``core_attn``, both, with ``moe``,
@@ -1702,6 +1732,7 @@ def entries() -> list[Entry]:
         + _precision()
         + _lora_moe()
         + _mla_recompute()
+        + _lora_scale()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"

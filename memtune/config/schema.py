@@ -377,6 +377,10 @@ class LoraConfig(Section):
     """The linear layers that get adapters."""
     sequence_parallel_input_regather: bool = False
     """Under SP, re-gather an adapter's input in backward instead of keeping the gathered copy."""
+    scale_position: Literal["bottleneck", "output"] = "bottleneck"
+    """Where alpha/dim multiplies: the rank-sized bottleneck (Megatron-Bridge's dense adapters
+    since its PR #5906) or the full-width output (Bridge before it, and its grouped-expert
+    adapters), which keeps one more full-width tensor alive while the multiply runs."""
 
 
 class EnvConfig(Section):

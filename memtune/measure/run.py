@@ -105,14 +105,32 @@ def run_resume(
 ) -> ResumeMeasurement:
     """Train and save a checkpoint of the rank in one subprocess, then load it in a fresh one
     and run one iteration; the checkpoint lives in a temporary directory removed afterwards."""
-    base = plan.to_json()
+    result = run_resume_json(plan.to_json(), plan.env, python, timeout_s)
+    if "error" in result:
+        parse_result(result)  # raises the error's own exception
+    return ResumeMeasurement(parse_result(result["training"]), parse_result(result["resumed"]))
+
+
+def run_resume_json(
+    plan: dict[str, Any],
+    job_env: Mapping[str, str],
+    python: str,
+    timeout_s: float,
+    log: IO[str] | None = None,
+) -> dict[str, Any]:
+    """The checkpoint round trip of one resume plan (as JSON): ``{"training", "resumed"}``, the
+    runner's results of the save and the load process, or the first one's ``error``."""
     with tempfile.TemporaryDirectory(prefix="memtune-resume-") as tmp:
         directory = str(Path(tmp, "checkpoint"))
-        save = dict(base, resume={**base["resume"], "phase": "save", "directory": directory})
-        training = parse_result(run_plan_json(save, plan.env, python, timeout_s))
-        load = dict(base, iterations=1, resume={**base["resume"], "phase": "load", "directory": directory})
-        resumed = parse_result(run_plan_json(load, plan.env, python, timeout_s))
-    return ResumeMeasurement(training, resumed)
+        save = dict(plan, resume={**plan["resume"], "phase": "save", "directory": directory})
+        training = run_plan_json(save, job_env, python, timeout_s, log)
+        if "error" in training:
+            return training
+        load = dict(plan, iterations=1, resume={**plan["resume"], "phase": "load", "directory": directory})
+        resumed = run_plan_json(load, job_env, python, timeout_s, log)
+        if "error" in resumed:
+            return resumed
+    return {"training": training, "resumed": resumed}
 
 
 def run_plan_json(

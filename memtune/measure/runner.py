@@ -435,7 +435,13 @@ def _init_distributed(plan: dict[str, Any]) -> None:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     torch.cuda.set_device(0)
-    dist.init_process_group("fake", store=FakeStore(), rank=plan["rank"], world_size=plan["world_size"])
+    if plan.get("resume") and plan["world_size"] == 1:
+        # The distributed checkpoint gathers metadata with object collectives, which the fake
+        # group cannot answer; one real rank can (plan.py's resume refusals keep it to world 1).
+        store = dist.HashStore()  # type: ignore[attr-defined]  # exported at run time, absent from torch's stubs
+        dist.init_process_group("cpu:gloo,cuda:nccl", store=store, rank=0, world_size=1)
+    else:
+        dist.init_process_group("fake", store=FakeStore(), rank=plan["rank"], world_size=plan["world_size"])
     parallel_state.initialize_model_parallel(**plan["parallel_state"], create_gloo_process_groups=False)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     assert pp_rank == plan["pp_rank"], (
@@ -580,15 +586,45 @@ def _load_checkpoint(
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    # Megatron-FSDP's fsdp_dtensor path creates its optimizer state itself (with a dummy step).
+    fsdp = resume["format"] == "fsdp_dtensor"
+    stand_in = resume["load_optim"] and not fsdp and _stand_in_for_empty_optimizer_state(optimizer)
     checkpoint.load(resume, model, optimizer)
     torch.cuda.synchronize()
     return {
         "format": resume["format"],
+        "optimizer_state_stand_in": stand_in,
         "allocated_before_load": before,
         "load_peak_bytes": torch.cuda.max_memory_allocated(),
         "load_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
         "allocated_after_load": torch.cuda.memory_allocated(),
     }
+
+
+def _stand_in_for_empty_optimizer_state(optimizer: MegatronOptimizer) -> bool:
+    """Create the distributed optimizer's Adam state as torch's AdamW creates it at its first
+    step, inside the load's peak. megatron-core 0.19.2's ``DistributedOptimizer.state_dict()``
+    without Transformer Engine or Apex reads the step from torch's per-parameter state and
+    asserts it exists, so a fresh process cannot build the state dict a load needs; with TE's
+    FusedAdam the same call allocates this state itself (its ``load_state_dict(state_dict())``
+    before a load). True when a stand-in was made."""
+    import torch
+    from megatron.core.optimizer.distrib_optimizer import HAVE_APEX_OR_TE, DistributedOptimizer
+
+    made = False
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        inner = part.optimizer
+        if HAVE_APEX_OR_TE or not isinstance(part, DistributedOptimizer) or inner.state:
+            continue
+        for group in inner.param_groups:
+            for param in group["params"]:
+                inner.state[param] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+                }
+        made = True
+    return made
 
 
 def _environment(plan: dict[str, Any], chunks: list[Any], optimizer: MegatronOptimizer) -> dict[str, Any]:

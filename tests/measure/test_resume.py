@@ -105,7 +105,7 @@ def test_round_trip_saves_then_loads_in_a_fresh_process_into_the_same_directory(
     plan = plan_measurement(gate(make_job(cluster=ONE_GPU, checkpoint=RESUME)), 0, resume=True)
     calls = []
 
-    def fake_run(plan_json, env, python, timeout_s):
+    def fake_run(plan_json, env, python, timeout_s, log=None):
         calls.append(plan_json)
         measured = {"peak_allocated_bytes": 10, "iterations": [{"iteration": 1, "peak_allocated_bytes": 7}]}
         if plan_json["resume"]["phase"] == "load":
