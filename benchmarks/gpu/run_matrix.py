@@ -99,7 +99,7 @@ def merge(args) -> int:
     """Fold successful results into the set, in matrix order. A result is taken only if its
     entry is still in the matrix and the matrix's config still plans exactly what ran, so a
     record never claims a config other than the one measured; its config is then the matrix's."""
-    from matrix import entries, split_of
+    from matrix import entries, resume_entries, split_of
 
     from memtune.check import gate
     from memtune.config import validate
@@ -118,13 +118,19 @@ def merge(args) -> int:
                 record = json.loads(line)
                 if "measured" in record:
                     results[record["id"]] = record
-    merged, skipped = [], []
-    for entry in entries():
+    merged, skipped, unstepped = [], [], []
+    for entry in resume_entries() if args.resume else entries():
         record = results.get(entry.id)
         if record is None:
             continue
+        if any(not it.get("optimizer_stepped", True) for it in record["measured"]["iterations"][1:]):
+            unstepped.append(entry.id)  # no Adam state: not the job's steady state
+            continue
         planned = plan_measurement(
-            gate(validate(entry.config)), entry.rank, len(record["measured"]["iterations"])
+            gate(validate(entry.config)),
+            entry.rank,
+            len(record["measured"]["iterations"]),
+            resume=args.resume,
         )
         if entry.id in ran and _plan_without_record(planned.to_json()) != _plan_without_record(ran[entry.id]):
             skipped.append(entry.id)
@@ -137,6 +143,8 @@ def merge(args) -> int:
     print(f"{len(merged)} runs ({', '.join(f'{n} {name}' for name, n in counts.items())}) -> {args.into}")
     if skipped:
         print(f"not taken, the matrix now plans them differently: {', '.join(skipped)}")
+    if unstepped:
+        print(f"not taken, the optimizer skipped a measured step (fp16 loss scaler): {', '.join(unstepped)}")
     return 0
 
 
@@ -262,6 +270,7 @@ def main() -> int:
     m.add_argument("results", nargs="+")
     m.add_argument("--plans", nargs="+", required=True, help="the plan files the results were run from")
     m.add_argument("--into", required=True)
+    m.add_argument("--resume", action="store_true", help="results of resume round trips (resume_entries())")
     m.set_defaults(fn=merge)
     args = parser.parse_args()
     return args.fn(args)

@@ -528,11 +528,14 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         )
         torch.cuda.synchronize()
         fwd_bwd_peak = torch.cuda.max_memory_allocated()
-        optimizer.step()
+        # False when the fp16 loss scaler found an overflow and skipped the update: then Adam's
+        # state is not created (megatron-core's MixedPrecisionOptimizer.step).
+        stepped = bool(optimizer.step()[0])
         torch.cuda.synchronize()
         iterations.append(
             {
                 "iteration": index,
+                "optimizer_stepped": stepped,
                 "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
                 "fwd_bwd_peak_bytes": fwd_bwd_peak,
                 "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
