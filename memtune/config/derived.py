@@ -216,6 +216,14 @@ class Derived:
         return self.model.expert_tensor_parallel_size or self.tp
 
     @cached_property
+    def experts_use_expert_groups(self) -> bool:
+        """Routed-expert parameters take the expert process groups, and with them optimizer
+        param groups of their own, only when EP > 1 or ETP differs from TP
+        (megatron/core/tensor_parallel/layers.py ``use_expert_pgs``, megatron-core 0.19.2);
+        otherwise Megatron steps them with the dense parameters."""
+        return self.num_experts > 0 and (self.ep > 1 or self.etp != self.tp)
+
+    @cached_property
     def sequence_parallel(self) -> bool:
         """Megatron-LM and Megatron-Bridge turn SP off when TP is 1 (Megatron-Core refuses it)."""
         return self.model.sequence_parallel and self.tp > 1

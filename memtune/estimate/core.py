@@ -102,6 +102,7 @@ class RankEstimate:
     modules: dict[str, float] = field(default_factory=dict)  # activation bytes by tensor, all in-flight
     activation_host_pinned: float = 0.0  # pinned host bytes of fine-grained activation offloading
     te_allocations: dict[str, float] = field(default_factory=dict)  # TE's run-long buffers, in transient
+    buffers: float = 0.0  # run-long buffers beside state and activations, in transient at either phase
 
     @property
     def peak_bytes(self) -> int:
@@ -593,4 +594,5 @@ def combine(
         peak_phase=phase,
         modules=modules,
         activation_host_pinned=host,
+        buffers=buffers,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from memtune.config.derived import Derived
 from memtune.estimate.activations import Dims, Saved
 from memtune.estimate.flavour import Flavour
-from memtune.peft.model import AdapterParams, adapters_in_layer, kept_input_bytes
+from memtune.peft.model import Adapter, AdapterParams, adapters_in_layer, kept_input_bytes
 from memtune.peft.model import adapter_params as adapter_params
 
 __all__ = ["AdapterParams", "adapter_params", "apply_lora"]
@@ -45,6 +45,23 @@ def apply_lora(d: Derived, x: Dims, fl: Flavour, saved: Saved, is_moe: bool) -> 
         # LoRA-A's output and LoRA-B's input are small (rank-wide); the adapter's output is not kept.
         saved.add(f"{name}.rank_tensors", 2 * x.activation_bytes * x.tokens * d.job.peft.dim)
         saved.add(f"{name}.input", kept_input_bytes(d, a))
+    scaled_copy = max((output_scale_copy_bytes(d, x, a) for a in adapters_in_layer(d, is_moe)), default=0.0)
+    saved.fwd_transient = max(saved.fwd_transient, scaled_copy)
+    saved.bwd_transient = max(saved.bwd_transient, scaled_copy)
+
+
+def output_scale_copy_bytes(d: Derived, x: Dims, adapter: Adapter) -> float:
+    """With ``peft.scale_position: output`` the adapter's full-width output and its scaled copy
+    are alive together while the multiply runs, and in backward so are the output's gradient
+    and its scaled copy: one more tensor of the adapter's output, a transient of one call. On the
+    bottleneck the copy is rank-wide (``rank_tensors``). Routed experts are left out: each
+    expert's call sees only its share of the tokens."""
+    peft = d.job.peft
+    if peft is None or peft.scale_position != "output" or adapter.kind == "routed_expert":
+        return 0.0
+    if adapter.parallel == "column":  # the whole (gathered) sequence, output split over TP
+        return x.activation_bytes * x.tokens * adapter.out_features / adapter.split
+    return x.activation_bytes * x.residual_tokens * adapter.out_features  # reduced, scattered under SP
 
 
 def _drop_frozen_expert_inputs(d: Derived, kept: dict[str, float]) -> None:

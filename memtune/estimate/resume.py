@@ -21,11 +21,14 @@ model state, each named with its source in docs/resume.md:
   rebuild.
 
 The parts exist together and are added. For fsdp_dtensor the distributed optimizer first steps
-once on zero gradients of the main-weight dtype to create its state, fewer bytes than the
-rebuild's two moments of that dtype, and freed before it. ``--ckpt-fully-parallel-load`` broadcasts each shard into
-the tensor that receives it and adds no device memory; it changes what each rank reads, not what
-it holds. After ``load_checkpoint`` returns, its state dict and copies are gone: the first
-iteration's peak is the training peak.
+once on zero gradients to create its state (``_init_optimizer_states_with_dummy_values``):
+``optimizer.dummy_step``, the zero gradients in the main weights' dtype plus what the step
+itself materialises (torch's foreach Adam on the local spec, nothing under FusedAdam); the
+checkpoint then loads into that state in place. ``--ckpt-fully-parallel-load`` broadcasts each
+shard into the tensor that receives it and adds no device memory; it changes what each rank
+reads, not what it holds. After ``load_checkpoint`` returns, its state dict and copies are gone:
+the first iteration's peak is the training peak, except where the optimizer state was not
+loaded: then its forward and backward run before Adam's state exists, which the step creates.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.estimate.core import RankEstimate
-from memtune.estimate.state import ModelState
+from memtune.estimate.state import ModelState, foreach_adam_temporaries
 
 # Formats whose resume is modeled (torch_dcp, torch FSDP2's, is not).
 MODELED_FORMATS = ("torch_dist", "fsdp_dtensor", "torch")
@@ -112,10 +115,25 @@ def resume_estimate(d: Derived, rank: RankEstimate) -> ResumeEstimate | None:
         if loaded and not d.use_distributed_optimizer and not frozen and state.optimizer_params:
             per_param = state.optimizer / state.optimizer_params
             parts["optimizer.linear_fc1_merged"] = per_param * (dense + expert)
+    if loaded and d.resume_format == "fsdp_dtensor":
+        main_bytes = DTYPE_BYTES[d.fsdp_main_params_dtype or d.param_dtype]
+        step = foreach_adam_temporaries(d, state.optimizer_params, 0.0)
+        parts["optimizer.dummy_step"] = main_bytes * state.optimizer_params + step
     parts = {name: nbytes for name, nbytes in parts.items() if nbytes}
     return ResumeEstimate(
         load_bytes=round(resident + sum(parts.values())),
-        first_step_bytes=rank.peak_bytes,
+        first_step_bytes=rank.peak_bytes
+        if loaded
+        else first_step_without_optimizer_state(rank, tensor_state),
         resident=resident,
         parts=parts,
     )
+
+
+def first_step_without_optimizer_state(rank: RankEstimate, tensor_state: float) -> int:
+    """The first iteration after a load that left the optimizer out: forward and backward run
+    without Adam's tensor state, then the step creates it and runs as every step does."""
+    step_peak = rank.state.total + rank.state.optimizer_step_transient + rank.buffers
+    if rank.peak_phase != "forward/backward":
+        return round(step_peak)
+    return round(max(rank.peak_bytes - tensor_state, step_peak))

@@ -114,11 +114,13 @@ def model_state(
 
     # bf16 gradients are copied to fp32 for the step; torch's foreach Adam (used where neither
     # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every
-    # parameter of one param group at a time, and Megatron puts routed experts in their own groups.
+    # parameter of one param group at a time; routed experts have groups of their own only under
+    # the expert process groups.
     step = 0.0
     if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
         step += 4 * optimizer_params
-    step += _foreach_adam_temporaries(d, optimizer_params, expert_optimizer_params)
+    grouped_apart = expert_optimizer_params if d.experts_use_expert_groups else 0.0
+    step += foreach_adam_temporaries(d, optimizer_params, grouped_apart)
     return ModelState(
         weights=weights,
         grads=grads,
@@ -129,7 +131,9 @@ def model_state(
     )
 
 
-def _foreach_adam_temporaries(d: Derived, optimizer_params: float, expert_optimizer_params: float) -> float:
+def foreach_adam_temporaries(d: Derived, optimizer_params: float, expert_optimizer_params: float) -> float:
+    """What torch's foreach Adam materialises in one step (sqrt(v) of the largest param group):
+    only on the local spec, where neither Transformer Engine nor Apex provides FusedAdam."""
     if d.model.transformer_impl != "local" or d.job.optimizer.optimizer != "adam":
         return 0.0
     return 4 * max(optimizer_params - expert_optimizer_params, expert_optimizer_params)
@@ -176,7 +180,9 @@ def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCou
 
     optimizer_params = shard(trainable, expert)
     if strategy == "optim_grads_params":
-        weights = weight_bytes * (shard(total, local.expert) + total - units.total)
+        # The parameters outside transformer layers stay gathered, where their group is sharded.
+        outside = total - units.total if d.fsdp_sharded_groups[0] else 0.0
+        weights = weight_bytes * (shard(total, local.expert) + outside)
     else:
         weights = weight_bytes * total
     grads = grad_bytes * (
@@ -198,7 +204,7 @@ def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCou
     gathered_after_step = weight_bytes * fsdp_gathered(d, units) if strategy == "optim_grads_params" else 0.0
     # Megatron-FSDP's optimizer parameters do not carry the ``allreduce`` attribute that puts
     # routed experts in their own param group, so torch's foreach Adam takes them all at once.
-    foreach = _foreach_adam_temporaries(d, optimizer_params, 0.0)
+    foreach = foreach_adam_temporaries(d, optimizer_params, 0.0)
     step = cast + max(foreach, gathered_after_step)
     return ModelState(
         weights=weights,

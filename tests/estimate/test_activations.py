@@ -218,3 +218,31 @@ def test_fp32_model_state_is_about_a_bf16_jobs_as_check_opt011_says(job_factory)
         for label, model in (("bf16", {}), ("fp32", {"bf16": False}))
     }
     assert activations["bf16"] < activations["fp32"] <= 2 * activations["bf16"]
+
+
+def _lora_dense_layer(job_factory, position, targets, **model):
+    from memtune.estimate.peft import apply_lora
+
+    peft = {"dim": 8, "alpha": 16, "target_modules": targets, "scale_position": position}
+    d = derive(job_factory(model={"attention_backend": "flash", **model}, peft=peft))
+    x, fl = act.dims_of(d), flavour_of(d)
+    saved = act.transformer_layer(d, x, fl, is_moe=False, imbalance=1.0)
+    apply_lora(d, x, fl, saved, is_moe=False)
+    return saved
+
+
+def test_lora_scale_on_the_output_adds_one_full_width_copy_as_a_transient(job_factory):
+    fc1 = ["linear_fc1"]
+    bottleneck = _lora_dense_layer(job_factory, "bottleneck", fc1)
+    output = _lora_dense_layer(job_factory, "output", fc1)
+    assert output.tensors == bottleneck.tensors  # nothing more is kept for backward
+    copy = 2 * T * 2 * 256  # bf16, every token, the gated fc1's 512 outputs (TP 1)
+    assert copy > bottleneck.fwd_transient
+    assert output.fwd_transient == max(bottleneck.fwd_transient, copy)
+    assert output.bwd_transient == max(bottleneck.bwd_transient, copy)
+    # A row-parallel adapter's output is reduced and scattered over the sequence under SP.
+    sp = {"tensor_model_parallel_size": 2, "sequence_parallel": True}
+    fc2 = _lora_dense_layer(job_factory, "output", ["linear_fc2"], **sp)
+    base = _lora_dense_layer(job_factory, "bottleneck", ["linear_fc2"], **sp)
+    assert base.fwd_transient < 2 * (T / 2) * H
+    assert fc2.fwd_transient == 2 * (T / 2) * H

@@ -42,17 +42,23 @@ def test_persistent_buffers_count_two_cublas_workspaces_scores_and_pipeline_rece
 
 
 def test_adam_step_temporaries_follow_megatrons_param_groups(job_factory):
-    # Local spec => torch's foreach AdamW: one fp32 sqrt(v) per param group at a time; routed
-    # experts are their own group. With bf16 gradients every fp32 gradient copy exists at once.
-    d = derive(
-        job_factory(
-            model={"num_moe_experts": 8, "moe_ffn_hidden_size": 32}, ddp={"grad_reduce_in_fp32": False}
-        )
-    )
-    state = model_state(d, ParamCounts(dense=600.0, replicated=0.0, expert=1000.0), lora=AdapterParams())
-    assert state.optimizer_step_transient == 4 * 1600 + 4 * max(600, 1000)
+    # Local spec => torch's foreach AdamW: one fp32 sqrt(v) per param group at a time. Routed
+    # experts are a group of their own only under the expert process groups (EP > 1 or ETP != TP,
+    # megatron/core/tensor_parallel/layers.py); at EP 1 they step with the dense parameters. With
+    # bf16 gradients every fp32 gradient copy exists at once.
+    counts = ParamCounts(dense=600.0, replicated=0.0, expert=1000.0)
+    moe = {"num_moe_experts": 8, "moe_ffn_hidden_size": 32}
+    bf16_grads = {"grad_reduce_in_fp32": False}
+    d = derive(job_factory(model=moe, ddp=bf16_grads))
+    assert not d.experts_use_expert_groups
+    state = model_state(d, counts, lora=AdapterParams())
+    assert state.optimizer_step_transient == 4 * 1600 + 4 * 1600
     assert state.weights == 2 * 1600 and state.grads == 2 * 1600
     assert state.optimizer == 12 * 1600
+    d = derive(job_factory(model={**moe, "expert_model_parallel_size": 2}, ddp=bf16_grads))
+    assert d.experts_use_expert_groups
+    state = model_state(d, counts, lora=AdapterParams())
+    assert state.optimizer_step_transient == 4 * 1600 + 4 * max(600, 1000)
 
 
 def test_loss_keeps_fp32_softmax_and_adds_bf16_logits_at_its_peak(job_factory):

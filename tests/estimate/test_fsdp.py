@@ -33,9 +33,9 @@ MODEL = dict(
 )
 
 
-def fsdp(strategy: str, **ddp):
+def fsdp(strategy: str, gpus: int = 4, **ddp):
     job = build_job(
-        {"defaults": "megatron-core", "model": MODEL, "cluster": {"num_gpus": 4}},
+        {"defaults": "megatron-core", "model": MODEL, "cluster": {"num_gpus": gpus}},
         ddp={"use_megatron_fsdp": True, "data_parallel_sharding_strategy": strategy, **ddp},
     )
     return derive(job)
@@ -74,6 +74,13 @@ def test_optim_grads_params_keeps_the_layers_sharded_and_the_rest_gathered():
     assert s.optimizer == 12 * 57424
     # after the step every layer is gathered again (2 * 98560), beside the fp32 gradient cast
     assert s.optimizer_step_transient == 4 * 57424 + max(4 * 57424, 2 * 98560)
+
+
+def test_optim_grads_params_on_one_rank_gathers_nothing():
+    # A data-parallel group of one keeps its whole buffer: no second, gathered copy of the
+    # parameters outside the layers (measured: benchmarks/measured/resume/, resume-l1b-fsdp-ogp).
+    s = state_of(fsdp("optim_grads_params", gpus=1))
+    assert s.weights == 2 * 229696
 
 
 def test_fp32_main_gradients_need_no_cast_for_the_step():

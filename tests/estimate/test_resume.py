@@ -234,3 +234,34 @@ def test_text_shows_a_resume_row_per_rank_within_80_columns():
         resume = est.resume(rank)
         assert row[2] == f"{resume.load_bytes / 2**30:.2f}" and row[4] == f"{resume.peak_bytes / 2**30:.2f}"
     assert max(len(line.rstrip()) for line in lines) <= 80
+
+
+def test_first_step_without_the_optimizer_state_runs_forward_and_backward_before_adam_exists():
+    _, rank, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT, checkpoint={"load_optim": False})
+    assert rank.peak_phase == "forward/backward"
+    without_moments = rank.peak_bytes - 8 * SHARD
+    step = rank.state.total + rank.state.optimizer_step_transient + rank.buffers
+    assert resume.first_step_bytes == round(max(without_moments, step))
+    assert resume.first_step_bytes < rank.peak_bytes
+    _, rank, resume = resume_of(optimizer=DISTOPT, ddp=DISTOPT)
+    assert resume.first_step_bytes == rank.peak_bytes  # the loaded state is there from the start
+
+
+def test_fsdp_dtensor_creates_the_optimizer_state_with_one_step_on_zero_gradients():
+    # Megatron-FSDP at DP 2, local spec (torch's foreach AdamW): the zero gradients are fp32 main
+    # weights' worth of the shard, and the step adds its foreach sqrt(v) of the same size.
+    fsdp = {**DISTOPT, "use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+    ddp = {**fsdp, "megatron_fsdp_main_params_dtype": "fp32"}
+    local = {"transformer_impl": "local", "gated_linear_unit": False}
+    _, rank, resume = resume_of(
+        model=local, optimizer=DISTOPT, ddp=ddp, checkpoint={"ckpt_format": "fsdp_dtensor"}
+    )
+    assert rank.state.optimizer_params == SHARD_PLAIN_MLP
+    assert resume.parts == {"optimizer.dummy_step": 4 * SHARD_PLAIN_MLP + 4 * SHARD_PLAIN_MLP}
+    _, _, resume = resume_of(
+        model=local,
+        optimizer=DISTOPT,
+        ddp=ddp,
+        checkpoint={"ckpt_format": "fsdp_dtensor", "load_optim": False},
+    )
+    assert resume.parts == {}
