@@ -14,6 +14,7 @@ from memtune.bench.published import evaluate_published, published_report, read_p
 
 DEFAULT_SET = Path("benchmarks/measured")
 DEFAULT_PUBLISHED = Path("benchmarks/published/memory")
+DEFAULT_RESUME_SET = Path("benchmarks/measured/resume")
 DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 CALIBRATION_TEXT = "memtune/estimate/calibration.json"
 
@@ -59,6 +60,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
     pub.set_defaults(handler=run_published)
+    res = bench.add_parser(
+        "resume",
+        help="estimate every measured checkpoint round trip and report the error",
+        description="Compare the estimate's resume phase (the checkpoint load and the first iteration "
+        "after it) with `memtune measure --resume` round trips (docs/resume.md).",
+    )
+    res.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[DEFAULT_RESUME_SET],
+        help=f"*.jsonl files or folders (default {DEFAULT_RESUME_SET})",
+    )
+    res.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    res.set_defaults(handler=run_resume)
     cal = bench.add_parser(
         "calibrate",
         help="the verdict's margin per feature family, from the tune runs of both sets",
@@ -126,6 +142,17 @@ def run_published(args: argparse.Namespace) -> int:
         print(json.dumps(render.published_json(report), indent=2))
     else:
         render.print_published(Console(), report)
+    return 0
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    from memtune.bench.resume import evaluate_resume, resume_splits
+
+    results = [evaluate_resume(r) for r in read_runs(args.paths)]
+    if args.json:
+        print(json.dumps(render.resume_json(results, resume_splits(results)), indent=2))
+    else:
+        render.print_resume(Console(), results, resume_splits(results))
     return 0
 
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from memtune.bench.accuracy import AccuracyReport, FalseFits
 from memtune.bench.published import PublishedReport, PublishedSummary
+from memtune.bench.resume import ResumeResult, ResumeSummary
 from memtune.estimate.verdict import MIN_RUNS, Calibration
 from memtune.output import SCHEMA_VERSION
 from memtune.tables import Column, print_table, print_text
@@ -353,3 +354,52 @@ def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> 
         f"{n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit) in {result.wall_s:.2f} s wall, "
         f"{result.cpu_s:.2f} s CPU over {workers} process(es)",
     )
+
+
+def resume_json(results: list[ResumeResult], splits: dict[str, ResumeSummary | None]) -> dict[str, Any]:
+    return {
+        "runs": [
+            asdict(r) | {"load_error": r.load_error, "first_step_error": r.first_step_error} for r in results
+        ],
+        "splits": {name: asdict(s) if s else None for name, s in splits.items()},
+    }
+
+
+def print_resume(
+    console: Console, results: list[ResumeResult], splits: dict[str, ResumeSummary | None]
+) -> None:
+    rows = [
+        (
+            r.id,
+            r.split,
+            f"{r.load_measured / GiB:.2f}",
+            f"{r.load_estimated / GiB:.2f}",
+            f"{r.load_error:+.1%}",
+            f"{r.first_step_measured / GiB:.2f}",
+            f"{r.first_step_estimated / GiB:.2f}",
+            f"{r.first_step_error:+.1%}",
+        )
+        for r in results
+    ]
+    print_table(
+        console,
+        (
+            Column("run", "left"),
+            Column("split", "left", keep=50),
+            Column("load"),
+            Column("est"),
+            Column("err"),
+            Column("1st it"),
+            Column("est"),
+            Column("err"),
+        ),
+        rows,
+        title="Resume: measured vs estimated peak of the load and the first iteration (GiB)",
+    )
+    for name, s in splits.items():
+        if s:
+            print_text(
+                console,
+                f"[bold]{name:8}[/bold] {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%} over both "
+                f"phases, max {s.max_abs_error:.1%} ({s.worst})",
+            )

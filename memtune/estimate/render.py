@@ -239,8 +239,8 @@ def assumptions(est: Estimate) -> list[str]:
     if est.derived.resumes:
         notes.append(
             f"resume ({est.derived.resume_format}): the checkpoint loads beside the model state, before any"
-            " activation; its copies are freed when load_checkpoint returns (docs/resume.md); modeled from"
-            " source, not measured"
+            " activation; its copies are freed when load_checkpoint returns (docs/resume.md); measured with"
+            " torch's AdamW (`memtune bench resume`), Transformer Engine's FusedAdam path modeled from source"
         )
     notes.extend(not_modeled(est))
     notes.append(

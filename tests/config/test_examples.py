@@ -81,7 +81,22 @@ def test_main_example_is_the_model_bridge_builds_and_the_readme_shows_its_estima
     readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("$ memtune estimate examples/llama3-70b-sft.yaml\n", 1)[1].split("```", 1)[0]
     shown = block.splitlines()
-    assert shown[:8] == printed[:8]  # titles, header, rule and the four pipeline ranks
-    verdict = printed.index(shown[8])
-    assert shown[8:] == printed[verdict : verdict + len(shown) - 8]
-    assert "61.29" in shown[4] and shown[8].startswith("Verdict: fits")
+    # titles, header, rule and the four pipeline ranks, then the resume table's title, header,
+    # rule and ranks (the example resumes its own checkpoint)
+    assert shown[:15] == printed[:15]
+    verdict = printed.index(shown[15])
+    assert shown[15:] == printed[verdict : verdict + len(shown) - 15]
+    assert "61.29" in shown[4] and shown[8].startswith("Resume from a torch_dist")
+    assert shown[15].startswith("Verdict: fits")
+
+
+def test_a_memtune_file_with_a_checkpoint_section_is_read_as_memtune(tmp_path):
+    # memtune's schema and Bridge's ConfigContainer both have `checkpoint`; it marks no format.
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "model: {preset: llama3-8b}\ncheckpoint: {load: /ckpt}\ncluster: {num_gpus: 8, gpu: H100-80GB}\n",
+        encoding="utf-8",
+    )
+    loaded = load_job(path)
+    assert loaded.format == "memtune"
+    assert loaded.job.checkpoint.load == "/ckpt"

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from memtune.check import gate
 from memtune.cli import main
+from memtune.config import derive, validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.estimate.resume import ResumeEstimate
@@ -18,7 +19,7 @@ from memtune.measure.plan import plan_measurement
 from memtune.measure.render import print_resume_report, resume_report_json
 from memtune.measure.run import Measurement, run_resume
 from tests.estimate.conftest import make_job
-from tests.measure.test_measured_set import load_matrix
+from tests.measure.test_measured_set import SET_DIR, load_matrix
 
 ONE_GPU = {"num_gpus": 1}
 RESUME = {"load": "/ckpt"}
@@ -158,3 +159,21 @@ def test_resume_runs_are_defined_across_formats_optimizers_and_models():
     assert {loaded for *_, loaded in seen} == {True, False}
     splits = {r.id: matrix.split_of(r.id) for r in runs}
     assert set(splits.values()) == {"tune", "holdout"}
+
+
+def test_every_resume_run_is_measured_once_with_its_matrix_config_and_split():
+    matrix = load_matrix()
+    wanted = {r.id: r for r in matrix.resume_entries()}
+    records = [
+        json.loads(line) for line in (SET_DIR / "resume" / "h200-mcore0.19.2.jsonl").read_text().splitlines()
+    ]
+    assert sorted(r["id"] for r in records) == sorted(wanted)
+    for record in records:
+        entry = wanted[record["id"]]
+        assert record["split"] == matrix.split_of(record["id"])
+        assert validate(record["config"]) == validate(entry.config) and record["rank"] == entry.rank
+        phase = record["measured"]["resume"]
+        assert phase["format"] == derive(validate(entry.config)).resume_format
+        # the load ran in a fresh process: it starts from the model state, before the first step
+        assert phase["allocated_before_load"] <= phase["load_peak_bytes"]
+        assert phase["first_step_peak_bytes"] == phase["first_iteration"]["peak_allocated_bytes"]

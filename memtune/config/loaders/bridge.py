@@ -32,12 +32,12 @@ if TYPE_CHECKING:
     from memtune.catalog.recipes import Recipe
 
 # Top-level sections only a ConfigContainer has; any of them marks a file as a Bridge dump.
+# (``checkpoint`` is not one: memtune's own schema has that section too.)
 BRIDGE_ONLY_SECTIONS = frozenset(
     {
         "dataset",
         "logger",
         "tokenizer",
-        "checkpoint",
         "dist",
         "rng",
         "rerun_state_machine",
@@ -121,7 +121,14 @@ _COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket
 
 
 def is_bridge_dump(data: dict[str, Any]) -> bool:
-    return bool(BRIDGE_ONLY_SECTIONS & data.keys()) or _has_target(data)
+    return bool(BRIDGE_ONLY_SECTIONS & data.keys()) or _has_target(data) or _bridge_checkpoint(data)
+
+
+def _bridge_checkpoint(data: dict[str, Any]) -> bool:
+    """A ``checkpoint`` section with keys only Bridge's CheckpointConfig has (``save``,
+    ``save_interval``, ...); memtune's own section holds a subset of Bridge's keys."""
+    section = data.get("checkpoint")
+    return isinstance(section, dict) and bool(section.keys() - CheckpointConfig.model_fields.keys())
 
 
 def _has_target(value: object) -> bool:
