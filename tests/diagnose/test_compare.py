@@ -243,3 +243,19 @@ def test_megatron_s_schedule_names_do_not_decide_the_phase():
     ]
     p = profile(_snapshot(events, {0x1000: (MiB, events[0][3]), 0x2000: (MiB, events[1][3])}), "a")
     assert p.by_phase == {FORWARD: MiB, BACKWARD: MiB}
+
+
+def test_the_h200_pair_names_unfused_attention_s_softmax_as_the_growth():
+    # benchmarks/gpu/snapshot-pair/: two `memtune measure --snapshot` runs on the H200 that
+    # differ only in model.attention_backend (flash, unfused).
+    from memtune.diagnose.snapshot import read_snapshot
+
+    pair = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "snapshot-pair"
+    flash, unfused = (profile(read_snapshot(pair / f"snap-{name}.pickle"), name) for name in ("flash", "unfused"))
+    c = compare(flash, unfused)
+    assert (flash.peak_phase, unfused.peak_phase) == ("forward", "backward")
+    assert c.growth == unfused.peak_bytes - flash.peak_bytes > 0
+    named = [d for d in c.sites if d.key != "(no stack outside PyTorch)"]
+    grown = max(named, key=lambda d: d.change)
+    assert grown.key.startswith("fusions/fused_softmax.py:") and "forward_torch_softmax" in grown.key
+    assert grown.a == 0 and grown.change == 2 * 32 * 2048 * 2048 * 4  # fp32 probabilities, 2 layers
