@@ -251,7 +251,9 @@ def test_the_h200_pair_names_unfused_attention_s_softmax_as_the_growth():
     from memtune.diagnose.snapshot import read_snapshot
 
     pair = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "snapshot-pair"
-    flash, unfused = (profile(read_snapshot(pair / f"snap-{name}.pickle"), name) for name in ("flash", "unfused"))
+    flash, unfused = (
+        profile(read_snapshot(pair / f"snap-{name}.pickle"), name) for name in ("flash", "unfused")
+    )
     c = compare(flash, unfused)
     assert (flash.peak_phase, unfused.peak_phase) == ("forward", "backward")
     assert c.growth == unfused.peak_bytes - flash.peak_bytes > 0

@@ -1,0 +1,49 @@
+"""`memtune bench resume`: the README's resume figures come from the committed round trips, and
+a record without a resume phase is one line of bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memtune.bench.accuracy import read_runs
+from memtune.bench.resume import evaluate_resume, resume_splits
+from memtune.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_resume_figures_are_reproduced():
+    results = [evaluate_resume(r) for r in read_runs([ROOT / "benchmarks" / "measured" / "resume"])]
+    splits = resume_splits(results)
+    tune, holdout = splits["tune"], splits["holdout"]
+    assert tune is not None and holdout is not None
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert (
+        f"tune {tune.runs} runs {tune.mean_abs_error:.1%} mean / {tune.max_abs_error:.1%} worst over both "
+        f"phases, holdout {holdout.runs} run {holdout.max_abs_error:.1%}"
+    ) in readme
+    # the one run the README names: the load above the training peak
+    qm2 = next(r for r in results if r.id == "resume-qm2-dist")
+    assert qm2.load_measured > qm2.first_step_measured
+
+
+def test_a_record_without_a_resume_phase_is_refused_in_one_line(tmp_path, capsys):
+    record = json.loads(
+        (ROOT / "benchmarks" / "measured" / "h200-mcore0.19.2.jsonl").read_text().splitlines()[0]
+    )
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert main(["bench", "resume", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{record['id']}: no measured.resume (not a `memtune measure --resume` record)")
+    assert len(err.splitlines()) == 1
+
+
+def test_json_carries_both_phases_of_every_run(capsys):
+    assert main(["bench", "resume", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["runs"]) == 17
+    run = data["runs"][0]
+    assert run["load_error"] == (run["load_estimated"] - run["load_measured"]) / run["load_measured"]
+    assert set(data["splits"]) == {"tune", "holdout", "all"}
