@@ -334,6 +334,9 @@ class OptimizerConfig(Section):
     """Precision-aware optimizer: dtype of Adam's first moment."""
     exp_avg_sq_dtype: StateDtype = "fp32"
     """Precision-aware optimizer: dtype of Adam's second moment."""
+    initial_loss_scale: float = Field(2.0**32, gt=0.0)
+    """fp16: the dynamic loss scaler's first scale; a step that overflows is skipped and halves it
+    (after ``hysteresis`` 2 overflows), so from 2**32 the first steps of a run update nothing."""
     optimizer_cpu_offload: bool = False
     """Run part of the optimizer on the host (HybridDeviceOptimizer)."""
     optimizer_offload_fraction: float = Field(1.0, ge=0.0, le=1.0)

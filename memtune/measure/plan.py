@@ -422,6 +422,7 @@ def plan_measurement(
             lr=1e-4,
             bf16=dtype == "bf16",
             fp16=dtype == "fp16",
+            initial_loss_scale=job.optimizer.initial_loss_scale,
             params_dtype=DTYPES[dtype],
             use_distributed_optimizer=distributed,
             overlap_param_gather=job.ddp.overlap_param_gather,
