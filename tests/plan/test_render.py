@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -86,4 +87,5 @@ def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
     args = [*SEARCH, "--pin", "model.recompute_granularity=selective", "--explain", "1", "--top", "1"]
     code, lines = _plan(capsys, monkeypatch, 80, args)
     assert code == 0 and all(len(line) <= 80 for line in lines)
-    assert "model.recompute_modules=[core_attn]" in " ".join(lines)  # not taken for rich markup
+    # the brackets are not taken for rich markup
+    assert re.search(r"model\.recompute_modules=\[core_attn(,[a-z_]+)*\]", " ".join(lines))
