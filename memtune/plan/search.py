@@ -193,6 +193,8 @@ def _score_block(bounds: tuple[int, int]) -> BlockResult:
                 pruned_by[code] += 1
                 continue
             counts["estimated"] += 1
+            if fast.state_exceeds(c):
+                continue
             result = fast.evaluate(c, stop_when_over=True)
             if result.verdict != "fits":
                 continue

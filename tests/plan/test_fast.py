@@ -30,7 +30,7 @@ def moe_offload_base():
     return with_changes(base, changes)
 
 
-@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base"])
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base", "uneven_base"])
 def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
     fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
@@ -57,12 +57,18 @@ def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     assert compared >= 30
 
 
-def test_unvalidated_job_equals_validated_job(dense_base, sample):
-    d = derive(dense_base)
-    for c in sample(dense_base, 40, seed=3):
+@pytest.mark.parametrize("which", ["dense_base", "uneven_base"])
+def test_unvalidated_job_equals_validated_job(which, request, sample):
+    base = request.getfixturevalue(which)
+    d = derive(base)
+    splits = set()
+    for c in sample(base, 40, seed=3):
         view = d.with_knobs(c)
-        assert job_data(view.job) == job_data(with_changes(dense_base, changes_of(dense_base, c)))
+        assert job_data(view.job) == job_data(with_changes(base, changes_of(base, c)))
         assert view.knobs == c
+        splits.add(c.split)
+    if which == "uneven_base":
+        assert {"uneven", "layout"} <= splits
 
 
 @pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])

@@ -45,14 +45,16 @@ def test_one_line_per_layout_within_the_width_without_trailing_blanks(capsys, mo
         assert rows[0].split()[5] == "4" and "not shown" not in "\n".join(lines)
 
 
-def test_seven_gpus_name_divisibility_not_memory(capsys, monkeypatch):
+def test_thirteen_gpus_name_divisibility_not_memory(capsys, monkeypatch):
+    # 32 heads and 32 layers: no TP and no split of the layers over 13 stages (uneven first/last
+    # stages would need a middle stage of 3 layers and the edges -1 between them)
     code, lines = _plan(
-        capsys, monkeypatch, 80, ["plan", "llama3-8b", "--gpus", "7", "--seq", "4096", "--gbs", "64"]
+        capsys, monkeypatch, 80, ["plan", "llama3-8b", "--gpus", "13", "--seq", "4096", "--gbs", "64"]
     )
     assert code == 1
     assert lines[:6] == [
-        "No layout fits: every one of the 1,710 layouts breaks a divisibility rule.",
-        "  PAR001  1,596  The GPU count is not a multiple of TP × PP × CP",
+        "No layout fits: every one of the 3,192 layouts breaks a divisibility rule.",
+        "  PAR001  3,078  The GPU count is not a multiple of TP × PP × CP",
         "  BAT001    114  The global batch is not a multiple of micro-batch ×",
         "                 data-parallel size",
         "Try a GPU count with small factors (a multiple of 8) or a global batch size",
@@ -76,11 +78,11 @@ def test_the_json_names_the_constraint_too(capsys, monkeypatch):
         capsys,
         monkeypatch,
         80,
-        ["plan", "llama3-8b", "--gpus", "7", "--seq", "4096", "--gbs", "64", "--json"],
+        ["plan", "llama3-8b", "--gpus", "13", "--seq", "4096", "--gbs", "64", "--json"],
     )
     found = json.loads("\n".join(lines))["obstacle"]
-    assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 1710
-    assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 1596), ("BAT001", 114)]
+    assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 3192
+    assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 3078), ("BAT001", 114)]
 
 
 def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
