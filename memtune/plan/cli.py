@@ -23,6 +23,7 @@ from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.plan import render
+from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Query, base_job, pin_filter
 from memtune.plan.search import default_workers, search
 from memtune.plan.space import MODES, Space, default_space
@@ -197,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         # Nothing matching the pins got past arithmetic: the pins, not memory, rule every layout out.
         rules = {code: find_rule(code) for code in result.pruned_by}
         reasons = ", ".join(f"{code}: {r.summary.rstrip('.')}" if r else code for code, r in rules.items())
+        if line := unsplittable_line(obstacle(result)):
+            reasons = f"{reasons}; {line}" if reasons else line
         raise InputError(
             f"--pin {' '.join(str(p) for p in pins)}: no layout on {derive(base).world_size} GPUs has it"
             + (f" ({reasons})" if reasons else "")

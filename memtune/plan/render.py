@@ -14,7 +14,7 @@ from memtune.errors import InputError
 from memtune.perf import ASSUMPTIONS
 from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
-from memtune.plan.obstacle import obstacle
+from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.search import Planned, PlanResult
 from memtune.tables import Column
 from memtune.units import GiB
@@ -124,6 +124,8 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
         for r in found.refusals:
             grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
         tables.print_lines(console, grid)
+    if line := unsplittable_line(found):
+        tables.print_text(console, "  " + line)
     if remedies := found.remedies:
         listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
         tables.print_text(console, f"Try {listed}.")
@@ -291,6 +293,7 @@ def _obstacle_json(result: PlanResult) -> dict[str, Any]:
             {"code": r.code, "candidates": r.candidates, "summary": r.summary} for r in found.refusals
         ],
         "remedies": list(found.remedies),
+        "unsplittable_pp": list(found.unsplittable_pp),
     }
 
 

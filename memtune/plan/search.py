@@ -35,7 +35,16 @@ from memtune.estimate import Estimate, estimate
 from memtune.perf import Prediction, PredictionMemo, predict_derived
 from memtune.perf.step import StepPrediction, Throughput, throughput_of
 from memtune.plan.fast import FastEstimator
-from memtune.plan.space import Group, Space, changes_of, default_space, layouts, pruned, pruned_layout
+from memtune.plan.space import (
+    Group,
+    Space,
+    changes_of,
+    default_space,
+    layouts,
+    pruned,
+    pruned_layout,
+    unsplittable,
+)
 
 
 @dataclass
@@ -127,6 +136,9 @@ class PlanResult:
     refused_by: dict[str, int]
     seconds: float
     scored: list[Scored] = field(default_factory=list)
+    unsplittable_pp: tuple[
+        int, ...
+    ] = ()  # pipeline sizes no split of the layers serves (``space.unsplittable``)
 
 
 def pareto_front(items: list[Scored]) -> list[Scored]:
@@ -337,4 +349,5 @@ def search(
         refused_by=dict(refused_by),
         seconds=time.perf_counter() - start,
         scored=scored,
+        unsplittable_pp=unsplittable(base_d, space),
     )

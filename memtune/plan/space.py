@@ -271,6 +271,12 @@ def splits(d: Derived, pp: int, vpp: int) -> list[Split]:
     return list(kept.values())
 
 
+def unsplittable(d: Derived, space: Space) -> tuple[int, ...]:
+    """Pipeline sizes of ``space`` that no searched split of the layers serves at any of its VPP
+    sizes: no candidate has them."""
+    return tuple(p for p in space.pp if p > 1 and not any(splits(d, p, v) for v in space.vpp))
+
+
 def _edge_stages(num_layers: int, pp: int, vpp: int) -> tuple[int, int]:
     """First/last stage sizes that lighten the edge stages: each middle stage holds the smallest
     multiple of VPP at least ``num_layers / pp``, the first stage as many of the rest as that

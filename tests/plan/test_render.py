@@ -52,11 +52,14 @@ def test_thirteen_gpus_name_divisibility_not_memory(capsys, monkeypatch):
         capsys, monkeypatch, 80, ["plan", "llama3-8b", "--gpus", "13", "--seq", "4096", "--gbs", "64"]
     )
     assert code == 1
-    assert lines[:6] == [
+    assert lines[:9] == [
         "No layout fits: every one of the 3,192 layouts breaks a divisibility rule.",
         "  PAR001  3,078  The GPU count is not a multiple of TP × PP × CP",
         "  BAT001    114  The global batch is not a multiple of micro-batch ×",
         "                 data-parallel size",
+        "  PP 13: the 32 layers split over that many stages neither evenly, nor with",
+        "first/last stage sizes Megatron accepts (PIP001, PIP006-008), nor with an",
+        "explicit layout",
         "Try a GPU count with small factors (a multiple of 8) or a global batch size",
         "divisible by the data-parallel size.",
     ]
@@ -83,6 +86,21 @@ def test_the_json_names_the_constraint_too(capsys, monkeypatch):
     found = json.loads("\n".join(lines))["obstacle"]
     assert code == 0 and found["constraint"] == "divisibility" and found["candidates"] == 3192
     assert [(r["code"], r["candidates"]) for r in found["refusals"]] == [("PAR001", 3078), ("BAT001", 114)]
+    assert found["unsplittable_pp"] == [13]
+
+
+def test_a_pinned_pipeline_size_no_split_serves_is_named(capsys):
+    args = ["plan", "llama3-8b", "--gpus", "13", "--seq", "4096", "--gbs", "64", "--workers", "1"]
+    code = main([*args, "--pin", "model.pipeline_model_parallel_size=13"])
+    assert code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "no layout on 13 GPUs has it (PP 13: the 32 layers split over that many stages neither evenly, nor "
+            "with first/last stage sizes Megatron accepts (PIP001, PIP006-008), nor with an explicit layout)"
+        )
+    )
 
 
 def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
