@@ -17,7 +17,7 @@ compute and collectives (``memtune/perf/collectives.py``); this module only plac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 from memtune.errors import InputError
 from memtune.estimate.schedule import forward_order, warmup_count
@@ -78,8 +78,9 @@ class Overlap:
     single_device_connection: bool = True
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
+    """One interval of a stage's timeline (a tuple: a step places up to 10^5 of them)."""
+
     stage: int
     stream: str  # "compute" (the stage's timeline) or "dp" (the data-parallel stream)
     kind: str  # forward, backward, exposed comm, send, output wgrad, grad reduce, param gather, optimizer

@@ -94,3 +94,16 @@ def test_explain_with_plot_draws_the_gantt_chart_of_that_layout(capsys, monkeypa
     code, lines = _plan(capsys, monkeypatch, ["--explain", "1", "--top", "1", "--plot", str(path)])
     assert code == 0 and "plot written to" in " ".join(lines)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_answer_does_not_depend_on_the_worker_count(pipelined):
+    base, one = pipelined
+    pins = [
+        Change("model.tensor_model_parallel_size", 2),
+        Change("model.pipeline_model_parallel_size", 2),
+    ]
+    two = search(base, top=5, keep=_pinned(base, pins), workers=2)
+    assert [(p.candidate, p.tokens_per_s_per_gpu) for p in two.layouts] == [
+        (p.candidate, p.tokens_per_s_per_gpu) for p in one.layouts
+    ]
+    assert two.layouts[0].step == one.layouts[0].step
