@@ -330,10 +330,16 @@ def search(
     shown = [shown_as(g) for g in rescored[:top]]
     front: list[Planned] = []
     if pareto:
-        for s in pareto_front(scored):
-            g = admit(s)
-            if g is not None:
-                front.append(shown_as(g))
+        # The analytic model's frontier over every layout that fits, gated, priced by the step
+        # model and filtered again by that price: what it shows is a frontier of what it shows.
+        priced = [shown_as(g) for s in pareto_front(scored) if (g := admit(s)) is not None]
+        best_rate = -1.0
+        for p in sorted(
+            priced, key=lambda p: (p.estimate.needed_bytes(p.estimate.worst), -p.tokens_per_s_per_gpu)
+        ):
+            if p.tokens_per_s_per_gpu > best_rate:
+                front.append(p)
+                best_rate = p.tokens_per_s_per_gpu
     best = shown[0].tokens_per_s_per_gpu if shown else 1.0
     for i, p in enumerate(shown, 1):
         p.rank = i

@@ -107,3 +107,18 @@ def test_the_answer_does_not_depend_on_the_worker_count(pipelined):
         (p.candidate, p.tokens_per_s_per_gpu) for p in one.layouts
     ]
     assert two.layouts[0].step == one.layouts[0].step
+
+
+def test_the_frontier_shown_is_a_frontier_of_the_step_model(pipelined):
+    base, _ = pipelined
+    pins = [
+        Change("model.tensor_model_parallel_size", 2),
+        Change("model.pipeline_model_parallel_size", 2),
+    ]
+    result = search(base, top=1, pareto=True, keep=_pinned(base, pins))
+    needed = [p.estimate.needed_bytes(p.estimate.worst) for p in result.pareto]
+    rates = [p.tokens_per_s_per_gpu for p in result.pareto]
+    # less memory first, and each further layout faster by the simulated step than every one before
+    assert len(rates) >= 2 and needed == sorted(needed)
+    assert all(later > earlier for earlier, later in zip(rates, rates[1:]))
+    assert all(p.step is not None for p in result.pareto)
