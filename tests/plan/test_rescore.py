@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -120,5 +121,5 @@ def test_the_frontier_shown_is_a_frontier_of_the_step_model(pipelined):
     rates = [p.tokens_per_s_per_gpu for p in result.pareto]
     # less memory first, and each further layout faster by the simulated step than every one before
     assert len(rates) >= 2 and needed == sorted(needed)
-    assert all(later > earlier for earlier, later in zip(rates, rates[1:]))
+    assert all(later > earlier for earlier, later in itertools.pairwise(rates))
     assert all(p.step is not None for p in result.pareto)
