@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from memtune.config.changes import Change
 from memtune.config.derived import Derived, derive
 from memtune.config.knobs import SHARDINGS, Knobs, Recompute
-from memtune.config.layout import balanced_layout, layout_problems
+from memtune.config.layout import balanced_layout, layout_problems, layout_text, parse_layout
 from memtune.config.schema import JobConfig
 
 # megatron-core 0.16 accepts query groups that divide TP (see check rule PAR004).
@@ -239,8 +239,8 @@ def splits(d: Derived, pp: int, vpp: int) -> list[Split]:
     """The layer splits searched for ``pp`` stages of ``vpp`` chunks: the even split and the one
     counting the embedding and loss as layers where they divide; where neither does, explicit
     first/last stage sizes and Megatron-Bridge's explicit layout (``balanced_layout``), each kept
-    only when the gate's own rules accept it. The job's own uneven split or layout is kept at its
-    PP and VPP."""
+    only when the gate's own rules accept it. The job's own first/last stage sizes or layout (as
+    written, or pinned) are kept at every PP and VPP where the gate accepts them."""
     m = d.model
     if pp == 1:
         return [Split("even")] if vpp == 1 else []
@@ -249,9 +249,18 @@ def splits(d: Derived, pp: int, vpp: int) -> list[Split]:
         for name, layers in (("even", m.num_layers), ("accounted", m.num_layers + 2))
         if layers % pp == 0 and (layers // pp) % vpp == 0
     ]
-    own = d.knobs
-    if own.split in ("uneven", "layout") and (own.pp, own.vpp) == (pp, vpp):
-        out.append(Split(own.split, own.first_stage_layers, own.last_stage_layers, own.pipeline_layout))
+    own_first, own_last = m.num_layers_in_first_pipeline_stage, m.num_layers_in_last_pipeline_stage
+    if own_first or own_last:
+        own = Split("uneven", own_first or 0, own_last or 0)
+        if not _uneven_refused(d, pp, vpp, own):
+            out.append(own)
+    written = m.pipeline_model_parallel_layout
+    if (
+        written is not None
+        and len(parse_layout(written)) == pp * vpp
+        and not layout_problems(written, pp, m.num_layers, d.mtp_num_layers)
+    ):
+        out.append(Split("layout", pipeline_layout=layout_text(written)))
     if any(s.split in ("even", "accounted") for s in out) or vpp not in UNEVEN_VPP:
         return out
     first, last = _edge_stages(m.num_layers, pp, vpp)
@@ -296,16 +305,7 @@ def _uneven_refused(d: Derived, pp: int, vpp: int, split: Split) -> bool:
     from memtune.check.context import Context
     from memtune.check.registry import find_rule
 
-    knobs = replace(
-        d.knobs,
-        pp=pp,
-        vpp=vpp,
-        split=split.split,
-        first_stage_layers=split.first_stage_layers,
-        last_stage_layers=split.last_stage_layers,
-        pipeline_layout=None,
-    )
-    view = d.with_knobs(knobs)
+    view = _view(d, pp, vpp, split)
     ctx = Context(job=view.job, d=view, mcore=view.mcore_version, torch=view.torch_version)
     rules = [find_rule(code) for code in _UNEVEN_RULES]
     return any(r is not None and r.run(ctx) is not None for r in rules)

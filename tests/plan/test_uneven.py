@@ -87,3 +87,22 @@ def test_plan_scores_nvidias_deepseek_layout(deepseek):
     assert best.checked.derived.layers_per_stage == (7, 8, 8, 8, 8, 8, 8, 6)
     assert best.step is not None and best.step.tokens_per_s_per_gpu > 0
     assert gate(with_changes(base, best.changes)).derived.stage_layout is not None
+
+
+def test_pinned_first_and_last_stage_sizes_are_searched_wherever_the_gate_accepts_them():
+    from memtune.config.changes import Change
+    from memtune.plan.query import pin_filter
+
+    pins = (
+        Change("model.num_layers_in_first_pipeline_stage", 4),
+        Change("model.num_layers_in_last_pipeline_stage", 4),
+    )
+    base = base_job(Query("llama3-8b", 16, "H100-80GB", 8, 4096, 64, "pretrain", pins))
+    d = derive(base)
+    # 32 layers, 4 on each edge: 24 in the middle, over 2 stages of 12 at PP 4 (and at VPP 2
+    # and 4: 12 and 4 divide), 14 stages at PP 16 do not take 24 evenly (PIP007)
+    assert Split("uneven", 4, 4) in splits(d, 4, 4)
+    assert Split("uneven", 4, 4) not in splits(d, 16, 1)
+    space = replace(default_space(d), tp=(1,), cp=(1,), mbs=(1,), pp=(4,), vpp=(4,))
+    result = search(base, space, top=1, keep=pin_filter(base, pins))
+    assert result.layouts[0].checked.derived.layers_per_stage == (4, 12, 12, 4)
