@@ -57,11 +57,12 @@ class Scored:
 
 
 # How many of the analytic model's best candidates (that pass the gate) the step model re-prices.
-# Its simulation costs about 10 us per forward or backward pass it places: 0.05-0.5 CPU-s per
-# layout of a 1,024-GPU job, so 16 keep a search within seconds, while the analytic model's
-# errors against the step model (a few percent between neighbours of its order,
-# docs/plan.md) rarely reach past its first 16.
-RESCORED_CANDIDATES = 16
+# Its simulation costs about 10 us per forward or backward pass it places, 0.05-0.5 CPU-s per
+# layout of a 1,024-GPU job: 32 cost 6-12 CPU-s there. Re-pricing the analytic top 64 of three
+# searches put the step model's best at analytic positions 6 (Llama 3.1 405B, 1,024 H100s), 17
+# (Llama 3 70B, 64) and 60 (Qwen3-30B-A3B, 16; docs/plan.md): 16 would miss the second, 32
+# finds both dense ones.
+RESCORED_CANDIDATES = 32
 
 
 def step_price(checked: CheckedJob) -> Throughput:
