@@ -13,15 +13,15 @@ from typing import Any
 
 import yaml
 
-from memtune.check import gate
+from memtune.check import CheckedJob, gate
 from memtune.config import validate
 from memtune.config.changes import Change, with_changes
 from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
-from memtune.perf.step import predict_step
+from memtune.perf.step import StepPrediction
 from memtune.plan.query import Query, base_job
-from memtune.plan.search import PlanResult, search
+from memtune.plan.search import PlanResult, search, step_price
 
 DEFAULT_LAYOUTS = Path("benchmarks/published/layouts")
 
@@ -170,6 +170,15 @@ def _base(entry: dict[str, Any]) -> JobConfig:
     return base
 
 
+def _priced(checked: CheckedJob) -> StepPrediction:
+    """The step ``memtune plan`` ranks ``checked`` by (``step_price``); a step too long to simulate
+    is refused with the reason, so the run is listed as unscored."""
+    throughput = step_price(checked)
+    if throughput.prediction is None:
+        raise InputError(f"step not simulated: {throughput.not_simulated}")
+    return throughput.prediction
+
+
 def score_set(entry: dict[str, Any]) -> GroupScore:
     base = _base(entry)
     common = [Change.parse(text) for text in entry.get("common", [])]
@@ -177,7 +186,7 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
     for run in entry["runs"]:
         try:
             job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
-            pred = predict_step(gate(job).derived)
+            pred = _priced(gate(job))
         except InputError as exc:
             unscored.append((run["label"], exc.problems[0]))
             continue
@@ -226,7 +235,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
     for doc in docs:
         try:
             job = validate(native.read(doc["config"]))
-            pred = predict_step(gate(job).derived)
+            pred = _priced(gate(job))
         except InputError as exc:
             unscored.append((doc["id"], exc.problems[0]))
             continue

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.knobs import Knobs, KnobSubset, Recompute
-from memtune.config.layout import StageLayers, parse_layout, stage_grid
+from memtune.config.layout import StageLayers, layout_text, parse_layout, stage_grid
 from memtune.config.schema import JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
 
@@ -81,6 +81,14 @@ class Derived:
             recompute = Recompute()
         sharding = "fsdp" if self.megatron_fsdp else "distopt" if self.use_distributed_optimizer else "ddp"
         accounted = m.account_for_embedding_in_pipeline_split and m.account_for_loss_in_pipeline_split
+        first, last = m.num_layers_in_first_pipeline_stage, m.num_layers_in_last_pipeline_stage
+        layout = m.pipeline_model_parallel_layout
+        if layout is not None:
+            split = "layout"
+        elif (first or last) and self.pp > 1:
+            split = "uneven"
+        else:
+            split = "accounted" if accounted else "even"
         return Knobs(
             tp=self.tp,
             pp=self.pp,
@@ -95,8 +103,11 @@ class Derived:
             offload=opt.optimizer_offload_fraction if opt.optimizer_cpu_offload else 0.0,
             act_offload=m.cpu_offloading_num_layers if m.cpu_offloading else 0,
             regather=bool(job.peft is not None and job.peft.sequence_parallel_input_regather),
-            split="accounted" if accounted else "even",
+            split=split,
             fsdp_strategy=ddp.data_parallel_sharding_strategy if self.megatron_fsdp else "optim_grads_params",
+            first_stage_layers=(first or 0) if split == "uneven" else 0,
+            last_stage_layers=(last or 0) if split == "uneven" else 0,
+            pipeline_layout=layout_text(layout) if layout is not None else None,
         )
 
     def with_knobs(self, knobs: Knobs) -> Derived:
@@ -569,7 +580,9 @@ class Derived:
 
     # --- pipeline layout ----------------------------------------------------------------
     # The knobs the layer layout per stage and chunk depends on (with the job's layer counts).
-    CHUNK_KNOBS: ClassVar[KnobSubset] = KnobSubset("pp", "vpp", "split")
+    CHUNK_KNOBS: ClassVar[KnobSubset] = KnobSubset(
+        "pp", "vpp", "split", "first_stage_layers", "last_stage_layers", "pipeline_layout"
+    )
 
     @cached_property
     def layers_per_stage(self) -> tuple[int, ...]:

@@ -33,7 +33,7 @@ FSDP_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
 # Megatron-FSDP strategies that shard gradients, and so keep unsharded gradient buckets while a
 # chunk runs backward (estimate/core.py, ``_with_fsdp_buckets``).
 FSDP_GRADIENT_SHARDING = ("optim_grads", "optim_grads_params")
-SPLITS = ("even", "accounted")
+SPLITS = ("even", "accounted", "uneven", "layout")
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,18 @@ class Knobs:
     """LoRA's ``sequence_parallel_input_regather``; False without LoRA."""
     split: str = "even"
     """``accounted`` when the embedding and the loss count as layers in the pipeline split
-    (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``), else ``even``."""
+    (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``); ``uneven`` with explicit
+    first/last stage sizes (``first_stage_layers``, ``last_stage_layers``); ``layout`` with an
+    explicit ``pipeline_layout``; else ``even``."""
     fsdp_strategy: str = "optim_grads_params"
     """Megatron-FSDP's ``data_parallel_sharding_strategy`` when ``sharding`` is ``fsdp`` (the
     planner enumerates ``optim_grads_params``); ``optim_grads_params`` otherwise."""
+    first_stage_layers: int = 0
+    """``num_layers_in_first_pipeline_stage`` with split ``uneven`` (0: not set)."""
+    last_stage_layers: int = 0
+    """``num_layers_in_last_pipeline_stage`` with split ``uneven`` (0: not set)."""
+    pipeline_layout: str | None = None
+    """``pipeline_model_parallel_layout`` in Megatron's shorthand with split ``layout``; None otherwise."""
 
     def __post_init__(self) -> None:
         # One test on the common path: the planner builds a Knobs per candidate.
@@ -121,6 +129,9 @@ class Knobs:
             and self.split in SPLITS
             and self.fsdp_strategy in FSDP_STRATEGIES
             and (self.sharding == "fsdp" or self.fsdp_strategy == "optim_grads_params")
+            and ((self.first_stage_layers or self.last_stage_layers) > 0) == (self.split == "uneven")
+            and min(self.first_stage_layers, self.last_stage_layers) >= 0
+            and (self.pipeline_layout is not None) == (self.split == "layout")
         ):
             raise InputError(self._problem())
 
@@ -137,6 +148,15 @@ class Knobs:
             return f"layout knobs: activation-offload layers must be >= 0, got {self.act_offload}"
         if self.split not in SPLITS:
             return f"layout knobs: split must be one of {', '.join(SPLITS)}, got {self.split!r}"
+        if min(self.first_stage_layers, self.last_stage_layers) < 0 or (
+            (self.first_stage_layers or self.last_stage_layers) > 0
+        ) != (self.split == "uneven"):
+            return (
+                "layout knobs: first/last stage layers must be >= 0, and one of them > 0 exactly with split "
+                f"uneven; got {self.first_stage_layers}/{self.last_stage_layers} with {self.split}"
+            )
+        if (self.pipeline_layout is not None) != (self.split == "layout"):
+            return f"layout knobs: a pipeline layout goes with split layout exactly, got {self.split}"
         return (
             f"layout knobs: fsdp_strategy must be one of {', '.join(FSDP_STRATEGIES)}, and differ from "
             f"optim_grads_params only with sharding fsdp; got {self.fsdp_strategy!r} with {self.sharding}"
@@ -171,6 +191,9 @@ class Knobs:
             ("model", "pipeline_dtype", param_dtype),
             ("model", "account_for_embedding_in_pipeline_split", self.split == "accounted"),
             ("model", "account_for_loss_in_pipeline_split", self.split == "accounted"),
+            ("model", "num_layers_in_first_pipeline_stage", self.first_stage_layers or None),
+            ("model", "num_layers_in_last_pipeline_stage", self.last_stage_layers or None),
+            ("model", "pipeline_model_parallel_layout", self.pipeline_layout),
             ("model", "recompute_granularity", r.granularity),
             ("model", "recompute_method", r.method if full else None),
             ("model", "recompute_num_layers", r.layers if full else None),
@@ -211,6 +234,12 @@ class Knobs:
             parts.append("SP")
         if self.split == "accounted":
             parts.append("(embedding+loss as layers)")
+        elif self.split == "uneven":
+            first = self.first_stage_layers or "-"
+            last = self.last_stage_layers or "-"
+            parts.append(f"(first/last stage {first}/{last} layers)")
+        elif self.split == "layout":
+            parts.append(f"(layout {self.pipeline_layout})")
         return " ".join(parts)
 
 

@@ -90,3 +90,39 @@ def layout_problems(layout: str | list[list[str]], pp: int, num_layers: int, mtp
             f"mtp_num_layers is {mtp_layers}"
         )
     return problems
+
+
+_CODES = {name: code for code, name in LAYER_CODES.items()}
+
+
+def layout_text(layout: str | list[list[str]]) -> str:
+    """A layout in Megatron's shorthand: a string as written, a list of stages spelled out."""
+    if isinstance(layout, str):
+        return layout
+    return "|".join("".join(_CODES.get(str(name).strip().lower(), "?") for name in stage) for stage in layout)
+
+
+def balanced_layout(num_layers: int, mtp_layers: int, stages: int) -> str | None:
+    """The explicit layout Megatron-Bridge builds for a model whose layers do not split evenly
+    (``recipes/deepseek/h100/deepseek_v3.py``, ``_get_deepseek_v3_pipeline_layout``, at
+    NVIDIA-NeMo/Megatron-Bridge 067f987d; its 1,024-H100 performance recipe's
+    ``Et|(tt|)*30mL`` follows the same rule): every virtual stage but the first and last holds
+    ``ceil(num_layers / stages)`` decoder layers, the first as many of the rest as fit, after the
+    embedding, and the last what remains with the MTP layers and the loss. None when ``stages``
+    are too few or too many for that (fewer than 3, or a stage left with fewer than no layers)."""
+    if stages < 3:
+        return None
+    per_stage = -(-num_layers // stages)
+    rest = num_layers - (stages - 2) * per_stage
+    if rest < 0:
+        return None
+    first = min(per_stage, rest)
+    last = rest - first
+    middle = stages - 2
+    body = f"({_run(per_stage)}|)*{middle}" if middle > 1 else _run(per_stage) + "|"
+    return f"E{_run(first)}|{body}{_run(last)}{'m' * mtp_layers}L"
+
+
+def _run(layers: int) -> str:
+    """``layers`` decoder layers in the shorthand: ``tt`` up to two, ``t*n`` beyond."""
+    return "t" * layers if layers <= 2 else f"t*{layers}"

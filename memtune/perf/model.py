@@ -236,6 +236,17 @@ def recompute_forward(d: Derived, lt: ForwardParts, is_moe: bool) -> float:
     return extra
 
 
+def activation_offload_exposed_s(d: Derived, layer_compute_s: float) -> float:
+    """What one offloaded layer's copies to the host and back (one microbatch, layer-wise
+    ``cpu_offloading``) leave exposed beyond ``layer_compute_s``, the forward and backward compute
+    they overlap (``ACTIVATION_OFFLOAD_OVERLAP``)."""
+    m = d.model
+    tokens = d.micro_batch_size * m.seq_length / d.cp
+    per_layer = BF16 * (tokens / d.tp if d.sequence_parallel else tokens) * m.hidden_size * 17
+    transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
+    return max(0.0, transfer - layer_compute_s)
+
+
 def model_flops_per_token(d: Derived) -> float:
     """Forward FLOPs per token of the whole model (active experts only), at TP = CP = 1."""
     m = d.model
@@ -369,9 +380,7 @@ def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) ->
             host * 6 / (K.PCIE_GBPS * 1e9) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
         )
     if d.activation_offload_layers:
-        per_layer = BF16 * (T / d.tp if d.sequence_parallel else T) * h * 17
-        transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
-        exposed = max(0.0, transfer - (fwd_layer + bwd_layer))
+        exposed = activation_offload_exposed_s(d, fwd_layer + bwd_layer)
         breakdown["activation offload"] = M * d.activation_offload_layers * exposed
 
     step = sum(breakdown.values())

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from memtune.output import SCHEMA_VERSION
 from memtune.perf.step import StepPrediction
+from memtune.tables import Column
 
 COMPUTE = {"forward", "backward", "output wgrad", "optimizer"}
 
@@ -29,6 +30,26 @@ def step_json(p: StepPrediction) -> dict[str, Any]:
         ],
         "unmeasured": list(p.unmeasured),
     }
+
+
+STAGE_COLUMNS = (Column("stage"), Column("compute s"), Column("exposed comm s"), Column("idle (bubble) s"))
+
+
+def stage_rows(p: StepPrediction) -> list[tuple[str, str, str, str]]:
+    """Per pipeline stage: its compute, the communication on its critical path and its idle time."""
+    sim = p.simulated
+    return [
+        (str(r), f"{c:.3f}", f"{e:.3f}", f"{i:.3f}")
+        for r, (c, e, i) in enumerate(
+            zip(sim.stage_compute_s, sim.stage_exposed_comm_s, sim.stage_idle_s, strict=True)
+        )
+    ]
+
+
+def busiest_stage(p: StepPrediction) -> int:
+    """The stage with the least idle time (the one ``Simulated.bubble_fraction`` reads)."""
+    idle = p.simulated.stage_idle_s
+    return idle.index(min(idle))
 
 
 def print_step(console: Console, p: StepPrediction) -> None:

@@ -17,6 +17,7 @@ compute and collectives (``memtune/perf/collectives.py``); this module only plac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple, cast
 
 from memtune.errors import InputError
 from memtune.estimate.schedule import forward_order, warmup_count
@@ -77,8 +78,9 @@ class Overlap:
     single_device_connection: bool = True
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
+    """One interval of a stage's timeline (a tuple: a step places up to 10^5 of them)."""
+
     stage: int
     stream: str  # "compute" (the stage's timeline) or "dp" (the data-parallel stream)
     kind: str  # forward, backward, exposed comm, send, output wgrad, grad reduce, param gather, optimizer
@@ -179,8 +181,8 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
             return 0.0 if s == 0 else forward_done.get((mb, s - 1))
         return forward_done.get((mb, s)) if s == last else backward_done.get((mb, s + 1))
 
-    def run(r: int, step: list[Op]) -> None:
-        start = max([clock[r], *(ready(r, op) or 0.0 for op in step)])
+    def run(r: int, step: list[Op], inputs: list[float]) -> None:
+        start = max(clock[r], *inputs)
         busy_of = [_compute_of(stages[r].chunks[op[2]], op, op[2] * p + r == last, overlap) for op in step]
         paired = ep_pairs and len(step) == 2
         t = start
@@ -227,9 +229,10 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
         for r in range(p):
             while position[r] < len(orders[r]):
                 step = orders[r][position[r]]
-                if any(ready(r, op) is None for op in step):
+                inputs = [ready(r, op) for op in step]  # when each operation's input arrives
+                if None in inputs:
                     break
-                run(r, step)
+                run(r, step, cast(list[float], inputs))
                 position[r] += 1
                 progressed = True
     if any(position[r] < len(orders[r]) for r in range(p)):

@@ -203,7 +203,7 @@ class _Pricer:
 def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
     """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``)."""
     from memtune.estimate.params import layer_params
-    from memtune.perf.model import model_flops_per_token, recompute_forward
+    from memtune.perf.model import activation_offload_exposed_s, model_flops_per_token, recompute_forward
 
     gpu = gpu or get_gpu(d.job.cluster.gpu)
     m, job = d.model, d.job
@@ -244,6 +244,9 @@ def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
                 lt = kinds[is_moe]
                 fwd += lt.fwd
                 bwd += lt.bwd + (lt.fwd if i < replayed else 0.0)
+                if layer < d.activation_offload_layers:
+                    # the host copies of layer-wise CPU offloading beyond the compute they overlap
+                    bwd += activation_offload_exposed_s(d, lt.fwd + lt.bwd)
                 if m.recompute_granularity == "selective":
                     bwd += recompute_forward(d, lt, is_moe)
                 wgrad += lt.wgrad

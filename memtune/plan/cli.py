@@ -23,6 +23,7 @@ from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.plan import render
+from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Query, base_job, pin_filter
 from memtune.plan.search import default_workers, search
 from memtune.plan.space import MODES, Space, default_space
@@ -63,7 +64,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many layouts to show (default 5)")
     p.add_argument("--pareto", action="store_true", help="also show the memory / throughput frontier")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="memory against throughput of every layout that fits")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="memory against throughput of every layout that fits; with --explain N, layout N's simulated "
+        "step as a Gantt chart per pipeline stage",
+    )
     p.add_argument(
         "--pin",
         action="append",
@@ -71,7 +77,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="KEY=VALUE",
         help="hold a config key fixed, e.g. --pin model.tensor_model_parallel_size=4 (repeatable)",
     )
-    p.add_argument("--explain", type=int, metavar="N", help="why layout N ranks where it does")
+    p.add_argument(
+        "--explain",
+        type=int,
+        metavar="N",
+        help="layout N's simulated step beside #1's: why it ranks where it does",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -178,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
             base,
             space,
             top=max(args.top, args.explain or 0),
-            pareto=args.pareto or bool(args.plot),
+            pareto=args.pareto or (bool(args.plot) and not args.explain),
             keep=pin_filter(base, pins),
             progress=progress,
             workers=args.workers or default_workers(),
@@ -187,11 +198,17 @@ def run(args: argparse.Namespace) -> int:
         # Nothing matching the pins got past arithmetic: the pins, not memory, rule every layout out.
         rules = {code: find_rule(code) for code in result.pruned_by}
         reasons = ", ".join(f"{code}: {r.summary.rstrip('.')}" if r else code for code, r in rules.items())
+        if line := unsplittable_line(obstacle(result)):
+            reasons = f"{reasons}; {line}" if reasons else line
         raise InputError(
             f"--pin {' '.join(str(p) for p in pins)}: no layout on {derive(base).world_size} GPUs has it"
             + (f" ({reasons})" if reasons else "")
         )
-    if args.plot:
+    explained = args.explain is not None and args.explain <= len(result.layouts)
+    if args.plot and args.explain:
+        if explained:
+            render.plot_explained(result, args.explain, args.plot)
+    elif args.plot:
         render.plot(result, args.plot)
     if args.json:
         print(json.dumps(render.result_json(result), indent=2))
@@ -207,6 +224,6 @@ def run(args: argparse.Namespace) -> int:
     render.print_summary(result, console)
     if args.explain:
         render.print_explain(result, args.explain, console)
-    if args.plot:
+    if args.plot and (explained or not args.explain):
         console.print(f"[dim]plot written to {args.plot}[/dim]")
     return 0

@@ -222,13 +222,7 @@ class FastEstimator:
             out.append(model_state(d, *params))
         return out
 
-    def evaluate(self, k: Knobs, stop_when_over: bool = False) -> FastResult:
-        """The most-loaded rank of ``k`` and its verdict, as ``estimate`` gives them.
-
-        With ``stop_when_over`` the walk over ranks stops at the first rank that does not fit
-        with the margin; the result then names that rank (the layout does not fit either way).
-        """
-        chunks_all, _, reps = self.layout(k)
+    def _outside_and_margin(self, k: Knobs) -> tuple[int, Margin]:
         ok = OUTSIDE.key(k)
         outside = self._outside.get(ok)
         if outside is None:
@@ -237,14 +231,38 @@ class FastEstimator:
         margin = self._margins.get(mk)
         if margin is None:
             margin = self._margins[mk] = margin_of(self.derived(k))
-        ak = RANK_ACTIVATIONS.key(k)
-        activations = self._rank_acts.get(ak)
-        if activations is None:
-            activations = self._rank_acts[ak] = self._activations(k)
+        return outside, margin
+
+    def _rank_states_of(self, k: Knobs) -> list[ModelState]:
         sk = RANK_STATES.key(k)
         states = self._rank_states.get(sk)
         if states is None:
             states = self._rank_states[sk] = self._states(k)
+        return states
+
+    def state_exceeds(self, k: Knobs) -> bool:
+        """Whether the model state alone of some rank, with the margin and memory outside
+        PyTorch, is beyond the GPU: a rank's peak is its state plus activations, transients and
+        buffers, none negative (``core.peak_parts``), so ``evaluate`` would not find it fits.
+        The state is a small cached piece; the activations it spares are not."""
+        outside, margin = self._outside_and_margin(k)
+        return any(
+            needed_bytes(round(s.total), outside, margin) > self.capacity for s in self._rank_states_of(k)
+        )
+
+    def evaluate(self, k: Knobs, stop_when_over: bool = False) -> FastResult:
+        """The most-loaded rank of ``k`` and its verdict, as ``estimate`` gives them.
+
+        With ``stop_when_over`` the walk over ranks stops at the first rank that does not fit
+        with the margin; the result then names that rank (the layout does not fit either way).
+        """
+        chunks_all, _, reps = self.layout(k)
+        outside, margin = self._outside_and_margin(k)
+        ak = RANK_ACTIVATIONS.key(k)
+        activations = self._rank_acts.get(ak)
+        if activations is None:
+            activations = self._rank_acts[ak] = self._activations(k)
+        states = self._rank_states_of(k)
         fk = RANK_FLIGHTS.key(k)
         flights = self._rank_flights.get(fk)
         if flights is None:

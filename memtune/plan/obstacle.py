@@ -3,7 +3,7 @@ search's own counts (``PlanResult.counts``, ``pruned_by``, ``refused_by``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memtune.check.registry import find_rule
 from memtune.plan.search import PlanResult
@@ -25,10 +25,18 @@ class Obstacle:
     candidates: int  # how many candidates the search considered
     refusals: tuple[Refusal, ...]  # by the most candidates refused
     remedies: tuple[str, ...]  # what would open layouts, cheapest first
+    unsplittable_pp: tuple[int, ...] = ()  # pipeline sizes the model's layers cannot be split over
+    num_layers: int = 0
 
 
 def obstacle(result: PlanResult) -> Obstacle:
-    """The constraint that left ``result`` without a layout (call only when it has none)."""
+    """The constraint that left ``result`` without a layout (call only when it has none), with
+    the pipeline sizes no split of the layers serves (searched at no candidate)."""
+    found = _obstacle(result)
+    return replace(found, unsplittable_pp=result.unsplittable_pp, num_layers=result.base.model.num_layers)
+
+
+def _obstacle(result: PlanResult) -> Obstacle:
     n = result.counts
     enumerated = n.get("enumerated", 0)
     if enumerated and not n.get("estimated", 0) and result.pruned_by:
@@ -56,6 +64,17 @@ def obstacle(result: PlanResult) -> Obstacle:
     if n.get("fit", 0) and result.refused_by:
         return Obstacle("check", enumerated, _refusals(result.refused_by), ())
     return Obstacle("pins", enumerated, (), ("fewer --pin values",))
+
+
+def unsplittable_line(found: Obstacle) -> str | None:
+    """One line naming the pipeline sizes the layers split over in no searched way, or None."""
+    if not found.unsplittable_pp:
+        return None
+    sizes = ", ".join(str(p) for p in found.unsplittable_pp)
+    return (
+        f"PP {sizes}: the {found.num_layers} layers split over that many stages neither evenly, nor with "
+        "first/last stage sizes Megatron accepts (PIP001, PIP006-008), nor with an explicit layout"
+    )
 
 
 def _refusals(counts: dict[str, int]) -> tuple[Refusal, ...]:

@@ -89,7 +89,8 @@ def base_job(q: Query) -> JobConfig:
     else:
         data.pop("peft", None)
     job = validate(data)
-    fixed = [p for p in q.pins if p.key not in CANDIDATE_KEYS]
+    # A pinned split is also the job's own, so that the search offers it (plan/space.py, splits).
+    fixed = [p for p in q.pins if p.key not in CANDIDATE_KEYS or p.key in SPLIT_KEYS]
     return with_changes(job, fixed) if fixed else job
 
 
@@ -106,6 +107,9 @@ CANDIDATE_KEYS = {
     "model.pipeline_dtype",
     "model.account_for_embedding_in_pipeline_split",
     "model.account_for_loss_in_pipeline_split",
+    "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage",
+    "model.pipeline_model_parallel_layout",
     "model.recompute_granularity",
     "model.recompute_method",
     "model.recompute_num_layers",
@@ -122,6 +126,14 @@ CANDIDATE_KEYS = {
     "optimizer.optimizer_offload_fraction",
     "optimizer.use_precision_aware_optimizer",
     "peft.sequence_parallel_input_regather",
+}
+
+
+# The candidate keys of the layer split.
+SPLIT_KEYS = {
+    "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage",
+    "model.pipeline_model_parallel_layout",
 }
 
 

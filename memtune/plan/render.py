@@ -10,8 +10,11 @@ from rich.table import Table
 
 from memtune import tables
 from memtune.config.changes import Change
+from memtune.errors import InputError
 from memtune.perf import ASSUMPTIONS
-from memtune.plan.obstacle import obstacle
+from memtune.perf import render as perf_render
+from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
+from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.search import Planned, PlanResult
 from memtune.tables import Column
 from memtune.units import GiB
@@ -61,8 +64,8 @@ def print_table(
             optimizer_label(p),
             f"{p.peak_bytes / GiB:.1f}",
             f"{p.headroom_bytes / GiB:.1f}",
-            f"{p.prediction.tokens_per_s_per_gpu:,.0f}",
-            f"{p.prediction.model_tflops_per_gpu:.0f}",
+            f"{p.tokens_per_s_per_gpu:,.0f}" + ("" if p.step else "*"),
+            f"{p.model_tflops_per_gpu:.0f}",
             f"{p.relative:.1%}",
         )
         for p in rows
@@ -87,7 +90,13 @@ def print_summary(result: PlanResult, console: Console) -> None:
         f"{n.get('fit', 0):,} fit with the fragmentation margin, {n.get('checked', 0)} passed memtune check"
         + (f" ({refused} refused)" if refused else "")
         + (f", {n['not matching pins']:,} excluded by --pin" if n.get("not matching pins") else "")
-        + ". Peak and free memory in GiB on the most-loaded rank; throughput predicted by memtune's model "
+        + f", {n.get('simulated', 0)} priced by the step model"
+        + (
+            f" ({n['not simulated']} too long to simulate: * analytic figure)"
+            if n.get("not simulated")
+            else ""
+        )
+        + ". Peak and free memory in GiB on the most-loaded rank; throughput from the simulated step "
         "(`--explain N`, docs/plan.md).[/dim]",
     )
 
@@ -115,6 +124,8 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
         for r in found.refusals:
             grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
         tables.print_lines(console, grid)
+    if line := unsplittable_line(found):
+        tables.print_text(console, "  " + line)
     if remedies := found.remedies:
         listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
         tables.print_text(console, f"Try {listed}.")
@@ -122,6 +133,7 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
 
 
 def print_explain(result: PlanResult, n: int, console: Console) -> None:
+    """Layout ``n``'s overrides, memory, and its simulated step beside #1's."""
     if not 1 <= n <= len(result.layouts):
         console.print(f"[red]--explain {n}: only {len(result.layouts)} layouts are shown[/red]")
         return
@@ -139,44 +151,53 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
         f"{est.verdict_margin.total:.1%} margin (docs/verdict.md) and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
-    pred = p.prediction
     tables.print_text(
         console,
-        f"  step {pred.step_time_s:.3f} s · {pred.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
-        f"{pred.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1",
+        f"  step {p.step_time_s:.3f} s · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
+        f"{p.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1 "
+        f"(analytic pruning pass: {p.prediction.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)",
     )
-    names = list(dict.fromkeys(list(pred.breakdown) + list(best.prediction.breakdown)))
-    rows = []
-    for name in names:
-        mine = pred.breakdown.get(name, 0.0)
-        theirs = best.prediction.breakdown.get(name, 0.0)
-        if mine or theirs:
-            rows.append(
-                (
-                    name,
-                    f"{mine:.3f}",
-                    f"{mine / pred.step_time_s:.1%}",
-                    f"{theirs:.3f}",
-                    f"{mine - theirs:+.3f}",
-                )
-            )
-    columns = (
-        Column("step component (slowest stage)", "left"),
-        Column(f"#{n} s"),
-        Column("share", keep=50),
-        Column("#1 s"),
-        Column("difference", keep=40),
-    )
-    tables.print_table(console, columns, rows)
-    if n > 1:
-        deltas = sorted(
-            ((pred.breakdown.get(k, 0.0) - best.prediction.breakdown.get(k, 0.0), k) for k in names),
-            reverse=True,
+    step = p.step
+    if step is None:
+        tables.print_text(
+            console,
+            f"  not simulated: {p.throughput.not_simulated}; ranked by the analytic figure after the simulated layouts",
         )
-        worse = [f"{k} (+{v:.3f} s)" for v, k in deltas if v > 1e-4][:3]
-        if worse:
-            tables.print_text(console, "  ranks below #1 because of: " + ", ".join(worse))
-    tables.print_text(console, "[dim]assumptions: " + "; ".join(ASSUMPTIONS) + "[/dim]")
+        return
+    tables.print_text(
+        console, f"  simulated step: bubble {step.simulated.bubble_fraction:.1%} of the busiest stage"
+    )
+    tables.print_table(console, perf_render.STAGE_COLUMNS, perf_render.stage_rows(step))
+    if best.step is not None:
+        mine, theirs = _step_parts(step), _step_parts(best.step)
+        rows = [
+            (name, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
+            for (name, a), (_, b) in zip(mine, theirs, strict=True)
+        ]
+        columns = (Column("busiest stage", "left"), Column(f"#{n} s"), Column("#1 s"), Column("difference"))
+        tables.print_table(console, columns, rows)
+        if n > 1:
+            worse = [
+                f"{name} (+{a - b:.3f} s)"
+                for (name, a), (_, b) in zip(mine[1:], theirs[1:], strict=True)
+                if a - b > 1e-4
+            ]
+            if worse:
+                tables.print_text(console, "  ranks below #1 because of: " + ", ".join(worse))
+    for note in step.unmeasured:
+        tables.print_text(console, f"  unmeasured: {escape(note)}")
+    tables.print_text(console, "[dim]step model: " + "; ".join(STEP_MODEL_NOTES) + "[/dim]")
+
+
+def _step_parts(step: StepPrediction) -> list[tuple[str, float]]:
+    """The step and, on its busiest stage, compute, exposed communication and idle time."""
+    sim, r = step.simulated, perf_render.busiest_stage(step)
+    return [
+        ("step", step.step_time_s),
+        ("compute", sim.stage_compute_s[r]),
+        ("exposed communication", sim.stage_exposed_comm_s[r]),
+        ("idle (bubble)", sim.stage_idle_s[r]),
+    ]
 
 
 def changed_keys(result: PlanResult, p: Planned) -> list[Change]:
@@ -228,11 +249,17 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
         "headroom_bytes": p.headroom_bytes,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
-        "step_time_s": p.prediction.step_time_s,
-        "tokens_per_s_per_gpu": p.prediction.tokens_per_s_per_gpu,
-        "model_tflops_per_gpu": p.prediction.model_tflops_per_gpu,
+        "step_time_s": p.step_time_s,
+        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "relative_throughput": p.relative,
-        "breakdown_s": p.prediction.breakdown,
+        "simulated_step": None if p.step is None else _step_json(p.step),
+        "not_simulated": p.throughput.not_simulated,
+        "analytic": {
+            "step_time_s": p.prediction.step_time_s,
+            "tokens_per_s_per_gpu": p.prediction.tokens_per_s_per_gpu,
+            "breakdown_s": p.prediction.breakdown,
+        },
     }
 
 
@@ -246,8 +273,15 @@ def result_json(result: PlanResult) -> dict[str, Any]:
         "layouts": [planned_json(p, result) for p in result.layouts],
         "pareto": [planned_json(p, result) for p in result.pareto],
         "obstacle": None if result.layouts else _obstacle_json(result),
-        "assumptions": list(ASSUMPTIONS),
+        "step_model": list(STEP_MODEL_NOTES),
+        "analytic_assumptions": list(ASSUMPTIONS),
     }
+
+
+def _step_json(step: StepPrediction) -> dict[str, Any]:
+    document = perf_render.step_json(step)
+    del document["schema_version"]  # the plan document carries it at its top level
+    return document
 
 
 def _obstacle_json(result: PlanResult) -> dict[str, Any]:
@@ -259,7 +293,18 @@ def _obstacle_json(result: PlanResult) -> dict[str, Any]:
             {"code": r.code, "candidates": r.candidates, "summary": r.summary} for r in found.refusals
         ],
         "remedies": list(found.remedies),
+        "unsplittable_pp": list(found.unsplittable_pp),
     }
+
+
+def plot_explained(result: PlanResult, n: int, path: str) -> None:
+    """The simulated step of layout ``n`` as a Gantt chart per pipeline stage."""
+    step = result.layouts[n - 1].step
+    if step is None:
+        raise InputError(
+            f"--plot: layout {n}'s step was not simulated ({result.layouts[n - 1].throughput.not_simulated})"
+        )
+    perf_render.plot_step(step, path)
 
 
 def plot(result: PlanResult, path: str) -> None:
@@ -272,12 +317,12 @@ def plot(result: PlanResult, path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [s.needed_bytes / GiB for s in result.scored]
     ys = [s.prediction.tokens_per_s_per_gpu for s in result.scored]
-    ax.scatter(xs, ys, s=4, alpha=0.3, color="grey", label="fits (not checked)")
+    ax.scatter(xs, ys, s=4, alpha=0.3, color="grey", label="fits (analytic model, not checked)")
     if result.pareto:
         front = sorted(result.pareto, key=lambda p: p.estimate.needed_bytes(p.estimate.worst))
         ax.plot(
             [p.estimate.needed_bytes(p.estimate.worst) / GiB for p in front],
-            [p.prediction.tokens_per_s_per_gpu for p in front],
+            [p.tokens_per_s_per_gpu for p in front],
             "-o",
             color="tab:blue",
             markersize=3,
@@ -285,13 +330,13 @@ def plot(result: PlanResult, path: str) -> None:
         )
     for p in result.layouts:
         x = p.estimate.needed_bytes(p.estimate.worst) / GiB
-        ax.scatter([x], [p.prediction.tokens_per_s_per_gpu], color="tab:red", s=18)
-        ax.annotate(f"#{p.rank}", (x, p.prediction.tokens_per_s_per_gpu), fontsize=7)
+        ax.scatter([x], [p.tokens_per_s_per_gpu], color="tab:red", s=18)
+        ax.annotate(f"#{p.rank}", (x, p.tokens_per_s_per_gpu), fontsize=7)
     capacity = result.layouts[0].estimate.capacity_bytes / GiB if result.layouts else None
     if capacity:
         ax.axvline(capacity, color="black", linestyle="--", label="GPU capacity")
     ax.set_xlabel("memory needed on the most-loaded rank, GiB (2^30 bytes)")
-    ax.set_ylabel("predicted tokens/s per GPU")
+    ax.set_ylabel("predicted tokens/s per GPU (shown layouts: simulated step)")
     ax.set_title("memtune plan: layouts that fit")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -5,10 +5,13 @@
 3. estimate the most-loaded rank with the estimator's cached fast path (``fast``) and keep
    candidates whose verdict is ``fits`` (peak, fragmentation margin and memory outside PyTorch
    within the GPU);
-4. predict throughput (``memtune.perf``) and sort, fastest first;
-5. walk that order through ``memtune.check.gate`` on the real job: a candidate any check refuses
-   is dropped, until ``top`` (and the Pareto frontier) are filled. Shown layouts are estimated
-   again by ``memtune.estimate.estimate`` on the gated job.
+4. predict throughput with the fast analytic model (``memtune.perf.predict_derived``) and sort,
+   fastest first: the pruning pass;
+5. walk that order through ``memtune.check.gate`` on the real job (a candidate any check refuses
+   is dropped) until ``RESCORED_CANDIDATES`` (at least ``top``) have passed;
+6. price those with the step model (``step_price``: ``memtune.perf.step.throughput_of`` of the
+   gated job, bounded like ``estimate``) and order them by it; the first ``top`` are shown,
+   estimated again by ``memtune.estimate.estimate`` on the gated job.
 """
 
 from __future__ import annotations
@@ -30,8 +33,18 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
 from memtune.perf import Prediction, PredictionMemo, predict_derived
+from memtune.perf.step import StepPrediction, Throughput, throughput_of
 from memtune.plan.fast import FastEstimator
-from memtune.plan.space import Group, Space, changes_of, default_space, layouts, pruned, pruned_layout
+from memtune.plan.space import (
+    Group,
+    Space,
+    changes_of,
+    default_space,
+    layouts,
+    pruned,
+    pruned_layout,
+    unsplittable,
+)
 
 
 @dataclass
@@ -43,17 +56,67 @@ class Scored:
     order: tuple[int, int]  # position in the enumeration: ties go to the earlier (smaller) layout
 
 
+# How many of the analytic model's best candidates (that pass the gate) the step model re-prices.
+# Its simulation costs about 10 us per forward or backward pass it places, 0.05-0.5 CPU-s per
+# layout of a 1,024-GPU job: 32 cost 6-12 CPU-s there. Re-pricing the analytic top 64 of three
+# searches put the step model's best at analytic positions 6 (Llama 3.1 405B, 1,024 H100s), 17
+# (Llama 3 70B, 64) and 60 (Qwen3-30B-A3B, 16; docs/plan.md): 16 would miss the second, 32
+# finds both dense ones.
+RESCORED_CANDIDATES = 32
+
+
+def step_price(checked: CheckedJob) -> Throughput:
+    """What ``plan`` ranks by: the step model of the gated job exactly as it would run,
+    bounded like ``estimate`` (``memtune bench plan --accuracy`` scores this same function)."""
+    return throughput_of(checked.derived)
+
+
+@dataclass
+class Gated:
+    """A candidate that passed the gate, priced by the step model."""
+
+    scored: Scored
+    changes: list[Change]
+    checked: CheckedJob
+    throughput: Throughput
+
+    def rank_key(self) -> tuple[bool, float, tuple[int, int]]:
+        """Simulated steps first, fastest first (ties to the earlier layout); a step too long to
+        simulate keeps its analytic figure, after them."""
+        step = self.throughput.prediction
+        return (step is None, -(step or self.scored.prediction).tokens_per_s_per_gpu, self.scored.order)
+
+
 @dataclass
 class Planned:
-    """A shown layout: gated, estimated by ``estimate`` and predicted."""
+    """A shown layout: gated, priced by the step model, estimated by ``estimate``."""
 
     rank: int  # 1-based position among the layouts that passed
     candidate: Knobs
     changes: list[Change]
     checked: CheckedJob
     estimate: Estimate
-    prediction: Prediction
+    prediction: Prediction  # the analytic model's (the pruning pass)
     relative: float  # throughput relative to the best layout
+    throughput: Throughput  # the step model's, or why it was not simulated
+
+    @property
+    def step(self) -> StepPrediction | None:
+        return self.throughput.prediction
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """The figure the layout is ranked by: the step model's, the analytic one where the step
+        was not simulated."""
+        return (self.step or self.prediction).tokens_per_s_per_gpu
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        return (self.step or self.prediction).model_tflops_per_gpu
+
+    @property
+    def step_time_s(self) -> float:
+        return (self.step or self.prediction).step_time_s
 
     @property
     def peak_bytes(self) -> int:
@@ -74,6 +137,9 @@ class PlanResult:
     refused_by: dict[str, int]
     seconds: float
     scored: list[Scored] = field(default_factory=list)
+    unsplittable_pp: tuple[
+        int, ...
+    ] = ()  # pipeline sizes no split of the layers serves (``space.unsplittable``)
 
 
 def pareto_front(items: list[Scored]) -> list[Scored]:
@@ -140,6 +206,8 @@ def _score_block(bounds: tuple[int, int]) -> BlockResult:
                 pruned_by[code] += 1
                 continue
             counts["estimated"] += 1
+            if fast.state_exceeds(c):
+                continue
             result = fast.evaluate(c, stop_when_over=True)
             if result.verdict != "fits":
                 continue
@@ -222,10 +290,10 @@ def search(
     _WORK = None
     scored.sort(key=lambda s: (-s.prediction.tokens_per_s_per_gpu, s.order))
     refused_by: Counter[str] = Counter()
-    shown: list[Planned] = []
-    gated: dict[Knobs, Planned | None] = {}
+    gated: dict[Knobs, Gated | None] = {}
 
-    def admit(s: Scored) -> Planned | None:
+    def admit(s: Scored) -> Gated | None:
+        """``s`` gated and priced by the step model, or None when a check refuses it."""
         if s.candidate in gated:
             return gated[s.candidate]
         changes = changes_of(base, s.candidate)
@@ -236,27 +304,48 @@ def search(
             gated[s.candidate] = None
             return None
         counts["checked"] += 1
-        planned = Planned(0, s.candidate, changes, checked, estimate(checked), s.prediction, 0.0)
-        gated[s.candidate] = planned
-        return planned
+        throughput = step_price(checked)
+        counts["simulated" if throughput.prediction else "not simulated"] += 1
+        g = gated[s.candidate] = Gated(s, changes, checked, throughput)
+        return g
 
+    rescored: list[Gated] = []
     for s in scored:
-        if len(shown) >= top:
+        if len(rescored) >= max(top, RESCORED_CANDIDATES):
             break
-        planned = admit(s)
-        if planned is not None:
-            shown.append(planned)
+        g = admit(s)
+        if g is not None:
+            rescored.append(g)
+    rescored.sort(key=Gated.rank_key)
+    planned: dict[Knobs, Planned] = {}
+
+    def shown_as(g: Gated) -> Planned:
+        p = planned.get(g.scored.candidate)
+        if p is None:
+            s = g.scored
+            p = planned[s.candidate] = Planned(
+                0, s.candidate, g.changes, g.checked, estimate(g.checked), s.prediction, 0.0, g.throughput
+            )
+        return p
+
+    shown = [shown_as(g) for g in rescored[:top]]
     front: list[Planned] = []
     if pareto:
-        for s in pareto_front(scored):
-            planned = admit(s)
-            if planned is not None:
-                front.append(planned)
-    best = shown[0].prediction.tokens_per_s_per_gpu if shown else 1.0
+        # The analytic model's frontier over every layout that fits, gated, priced by the step
+        # model and filtered again by that price: what it shows is a frontier of what it shows.
+        priced = [shown_as(g) for s in pareto_front(scored) if (g := admit(s)) is not None]
+        best_rate = -1.0
+        for p in sorted(
+            priced, key=lambda p: (p.estimate.needed_bytes(p.estimate.worst), -p.tokens_per_s_per_gpu)
+        ):
+            if p.tokens_per_s_per_gpu > best_rate:
+                front.append(p)
+                best_rate = p.tokens_per_s_per_gpu
+    best = shown[0].tokens_per_s_per_gpu if shown else 1.0
     for i, p in enumerate(shown, 1):
         p.rank = i
     for p in shown + front:
-        p.relative = p.prediction.tokens_per_s_per_gpu / best
+        p.relative = p.tokens_per_s_per_gpu / best
     counts["pruned"] = sum(pruned_by.values())
     return PlanResult(
         base=base,
@@ -267,4 +356,5 @@ def search(
         refused_by=dict(refused_by),
         seconds=time.perf_counter() - start,
         scored=scored,
+        unsplittable_pp=unsplittable(base_d, space),
     )

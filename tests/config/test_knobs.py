@@ -54,7 +54,21 @@ def test_a_view_derives_every_layout_fact_from_the_knobs():
         ({"sharding": "zero3"}, "layout knobs: sharding must be one of ddp, distopt, fsdp, got 'zero3'"),
         ({"offload": 1.5}, "layout knobs: the optimizer offload fraction must be in [0, 1], got 1.5"),
         ({"act_offload": -1}, "layout knobs: activation-offload layers must be >= 0, got -1"),
-        ({"split": "uneven"}, "layout knobs: split must be one of even, accounted, got 'uneven'"),
+        (
+            {"split": "diagonal"},
+            "layout knobs: split must be one of even, accounted, uneven, layout, got 'diagonal'",
+        ),
+        (
+            {"split": "uneven"},
+            "layout knobs: first/last stage layers must be >= 0, and one of them > 0 exactly with split "
+            "uneven; got 0/0 with uneven",
+        ),
+        (
+            {"first_stage_layers": 4},
+            "layout knobs: first/last stage layers must be >= 0, and one of them > 0 exactly with split "
+            "uneven; got 4/0 with even",
+        ),
+        ({"split": "layout"}, "layout knobs: a pipeline layout goes with split layout exactly, got layout"),
         (
             {"fsdp_strategy": "optim"},
             "layout knobs: fsdp_strategy must be one of no_shard, optim, optim_grads, optim_grads_params, "

@@ -55,3 +55,19 @@ def test_small_layers_hit_the_host_floor() -> None:
 def test_fp8_is_reported_unmeasured() -> None:
     p = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=tensorwise"))
     assert any("FP8" in u for u in p.unmeasured)
+
+
+def test_layer_wise_activation_offload_costs_its_exposed_host_copies() -> None:
+    # TP 1, PP 1, DP 8, GBS 32: 4 microbatches of 4,096 tokens. A layer's activations at the
+    # analytic model's 17 bytes per token and hidden unit in bf16 are 2 x 4,096 x 4,096 x 17 =
+    # 570 MB, down and back over PCIe at 50 GB/s: 22.8 ms per layer and microbatch at most.
+    common = [
+        "model.tensor_model_parallel_size=1",
+        "train.micro_batch_size=1",
+        "ddp.overlap_grad_reduce=false",
+    ]
+    plain = predict_step(job(*common)).step_time_s
+    offload = ["model.cpu_offloading=true", "model.cpu_offloading_num_layers=16"]
+    offloaded = predict_step(job(*common, *offload)).step_time_s
+    transfer = 2 * 2 * 4096 * 4096 * 17 / 50e9
+    assert 0 < offloaded - plain <= 4 * 16 * transfer

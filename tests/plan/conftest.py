@@ -19,6 +19,13 @@ def moe_lora_base():
     return base_job(Query("qwen3-30b-a3b", 16, "H100-80GB", 8, 4096, 32, "lora"))
 
 
+@pytest.fixture(scope="module")
+def uneven_base():
+    """Llama-3 8B (32 layers) on 24 H100s: PP 3, 6, 12 and 24 split the layers only with
+    explicit first/last stage sizes or an explicit layout."""
+    return base_job(Query("llama3-8b", 24, "H100-80GB", 8, 4096, 48, "pretrain"))
+
+
 @pytest.fixture
 def sample():
     return sample_candidates

@@ -30,7 +30,7 @@ def moe_offload_base():
     return with_changes(base, changes)
 
 
-@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base"])
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base", "uneven_base"])
 def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
     fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
@@ -57,12 +57,40 @@ def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     assert compared >= 30
 
 
-def test_unvalidated_job_equals_validated_job(dense_base, sample):
-    d = derive(dense_base)
-    for c in sample(dense_base, 40, seed=3):
+def test_a_state_beyond_the_gpu_skips_the_estimate_of_a_layout_that_cannot_fit(dense_base):
+    fast = FastEstimator(
+        dense_base, capacity_bytes(dense_base.cluster.gpu, dense_base.cluster.gpu_memory_gib)
+    )
+    # Llama-3 8B replicated by DDP: 8.03e9 parameters x (2 bf16 weight + 2 bf16 gradient + 12
+    # optimizer) bytes = 119.7 GiB of state, beyond the 79.1 GiB of an H100
+    ddp = Knobs(1, 1, 1, 1, 1, 1, 1, False, Recompute(), "ddp", 0.0, 0, False)
+    assert fast.state_exceeds(ddp) and fast.evaluate(ddp).verdict == "does not fit"
+    # Megatron-FSDP over 16 ranks keeps 9.4 GiB of it: the estimate decides
+    fsdp = Knobs(1, 1, 1, 1, 1, 1, 1, False, Recompute(), "fsdp", 0.0, 0, False)
+    assert not fast.state_exceeds(fsdp)
+
+
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "uneven_base"])
+def test_a_state_beyond_the_gpu_never_fits(which, request, sample):
+    base = request.getfixturevalue(which)
+    fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
+    for c in sample(base, 80, seed=13):
+        if fast.state_exceeds(c):
+            assert fast.evaluate(c).verdict != "fits", c.label()
+
+
+@pytest.mark.parametrize("which", ["dense_base", "uneven_base"])
+def test_unvalidated_job_equals_validated_job(which, request, sample):
+    base = request.getfixturevalue(which)
+    d = derive(base)
+    splits = set()
+    for c in sample(base, 40, seed=3):
         view = d.with_knobs(c)
-        assert job_data(view.job) == job_data(with_changes(dense_base, changes_of(dense_base, c)))
+        assert job_data(view.job) == job_data(with_changes(base, changes_of(base, c)))
         assert view.knobs == c
+        splits.add(c.split)
+    if which == "uneven_base":
+        assert {"uneven", "layout"} <= splits
 
 
 @pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
