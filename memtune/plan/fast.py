@@ -50,6 +50,7 @@ from memtune.estimate.flavour import flavour_of
 from memtune.estimate.overhead import non_pytorch_bytes
 from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
+from memtune.estimate.resume import resume_estimate
 from memtune.estimate.schedule import IN_FLIGHT_KNOBS, in_flight
 from memtune.estimate.state import MODEL_STATE_KNOBS, ModelState, model_state
 from memtune.estimate.verdict import MARGIN_KNOBS, Margin, margin_of, needed_bytes, verdict_of
@@ -286,23 +287,34 @@ class FastEstimator:
                 Held(*held_and_transient(chunks_all[r], flights[i], activations[i], deferred[i]), deferred[i])
                 for i, r in enumerate(reps)
             ]
-        worst_index, worst_peak = -1, -1
+
+        def pieces_of(i: int) -> RankPieces:
+            r = reps[i]
+            return RankPieces(
+                r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], held[i].deferred
+            )
+
+        # As ``Estimate``: the worst rank by its training peak; the verdict judges each rank's
+        # larger of training and resume (``Estimate.verdict_peak_bytes``).
+        resumes = self.base_derived.resumes
+        worst_index, worst_peak, worst_judged, judged_max = -1, -1, -1, -1
         for i in range(len(reps)):
             activ, transient, _ = peak_parts(
                 states[i], held[i].activations, held[i].worst_transient, buffers[i]
             )
-            peak = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
-            if peak > worst_peak:
-                worst_index, worst_peak = i, peak
-                if stop_when_over and needed_bytes(peak, outside, margin) > self.capacity:
-                    break
-        i, r = worst_index, reps[worst_index]
-        pieces = RankPieces(
-            r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], held[i].deferred
-        )
+            peak = judged = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
+            if resumes:
+                resume = resume_estimate(self.derived(k), combine(*pieces_of(i), by_module=False))
+                judged = max(peak, resume.peak_bytes) if resume else peak
+            judged_max = max(judged_max, judged)
+            over = stop_when_over and needed_bytes(judged, outside, margin) > self.capacity
+            if peak > worst_peak or over:
+                worst_index, worst_peak, worst_judged = i, peak, judged
+            if over:
+                break
         return FastResult(
             worst_peak,
-            needed_bytes(worst_peak, outside, margin),
-            verdict_of(worst_peak, outside, self.capacity, margin),
-            pieces,
+            needed_bytes(worst_judged, outside, margin),
+            verdict_of(judged_max, outside, self.capacity, margin),
+            pieces_of(worst_index),
         )

@@ -30,7 +30,16 @@ def moe_offload_base():
     return with_changes(base, changes)
 
 
-@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "moe_offload_base", "uneven_base"])
+@pytest.fixture(scope="module")
+def resuming_base(dense_base):
+    """The dense base resuming from a torch_dist checkpoint: the verdict judges each rank's
+    larger of training and resume (``Estimate.verdict_peak_bytes``)."""
+    return with_changes(dense_base, [Change("checkpoint.load", "/ckpt")])
+
+
+@pytest.mark.parametrize(
+    "which", ["dense_base", "moe_lora_base", "moe_offload_base", "uneven_base", "resuming_base"]
+)
 def test_fast_path_equals_estimate_on_random_candidates(which, request, sample):
     base = request.getfixturevalue(which)
     fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
