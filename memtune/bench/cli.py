@@ -19,6 +19,18 @@ DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 CALIBRATION_TEXT = "memtune/estimate/calibration.json"
 
 
+def _set_arguments(parser: argparse.ArgumentParser, pattern: str, default: Path) -> None:
+    """The files of runs a benchmark reads, and ``--json``."""
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[default],
+        help=f"{pattern} files or folders (default {default})",
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks: estimator accuracy against measured runs")
     bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
@@ -28,14 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Compare memtune's estimate (and Megatron-LM's theoretical formula) with measured "
         "steady-state peaks (max_memory_allocated, iteration 2 onward).",
     )
-    acc.add_argument(
-        "paths",
-        nargs="*",
-        type=Path,
-        default=[DEFAULT_SET],
-        help=f"*.jsonl files or folders (default {DEFAULT_SET})",
-    )
-    acc.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _set_arguments(acc, "*.jsonl", DEFAULT_SET)
     acc.add_argument(
         "--split",
         default="all",
@@ -50,14 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "multi-GPU runs (benchmarks/published/README.md). Under-estimates are flagged: they say 'fits' "
         "before an out-of-memory.",
     )
-    pub.add_argument(
-        "paths",
-        nargs="*",
-        type=Path,
-        default=[DEFAULT_PUBLISHED],
-        help=f"*.yaml files or folders (default {DEFAULT_PUBLISHED})",
-    )
-    pub.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _set_arguments(pub, "*.yaml", DEFAULT_PUBLISHED)
     pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
     pub.set_defaults(handler=run_published)
     res = bench.add_parser(
@@ -66,14 +64,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Compare the estimate's resume phase (the checkpoint load and the first iteration "
         "after it) with `memtune measure --resume` round trips (docs/resume.md).",
     )
-    res.add_argument(
-        "paths",
-        nargs="*",
-        type=Path,
-        default=[DEFAULT_RESUME_SET],
-        help=f"*.jsonl files or folders (default {DEFAULT_RESUME_SET})",
-    )
-    res.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _set_arguments(res, "*.jsonl", DEFAULT_RESUME_SET)
     res.set_defaults(handler=run_resume)
     cal = bench.add_parser(
         "calibrate",
