@@ -101,8 +101,26 @@ def read_runs(paths: list[Path]) -> list[dict[str, Any]]:
                     raise InputError(f"{file}:{number}: not a JSON object (a measured run is one)")
                 if "error" in run or "measured" not in run:
                     continue  # a run that failed on the GPU carries its error instead of figures
+                if problem := record_problem(run):
+                    raise InputError(f"{file}:{number}: {problem}")
                 runs.append(run)
     return runs
+
+
+def record_problem(run: dict[str, Any]) -> str | None:
+    """What a measured run's record lacks to be compared (README beside the measured set), or None."""
+    if not isinstance(run.get("id"), str):
+        return "no run id (`id`, a string)"
+    if not isinstance(run.get("config"), dict):
+        return f"{run['id']}: no `config` (the memtune config the run measured, an object)"
+    rank = run.get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        return f"{run['id']}: `rank` must be the global rank measured, an integer >= 0"
+    measured = run["measured"]
+    peak = measured.get("peak_allocated_bytes") if isinstance(measured, dict) else None
+    if not isinstance(peak, int) or isinstance(peak, bool) or peak <= 0:
+        return f"{run['id']}: `measured.peak_allocated_bytes` must be a positive integer"
+    return None
 
 
 def evaluate(run: dict[str, Any]) -> RunResult:

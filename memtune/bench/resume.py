@@ -45,11 +45,14 @@ class ResumeSummary:
 
 
 def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
+    """One round trip of the set (``read_runs`` checked the training record's shape)."""
     measured = run["measured"].get("resume")
     if not isinstance(measured, dict):
-        raise InputError(
-            f"{run.get('id', '?')}: no measured.resume (not a `memtune measure --resume` record)"
-        )
+        raise InputError(f"{run['id']}: no measured.resume (not a `memtune measure --resume` record)")
+    for key in ("load_peak_bytes", "first_step_peak_bytes"):
+        value = measured.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise InputError(f"{run['id']}: `measured.resume.{key}` must be a positive integer")
     est = estimate(gate(validate(run["config"])))
     phase = est.resume(est.rank(run["rank"]))
     if phase is None:
@@ -57,7 +60,7 @@ def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
     return ResumeResult(
         id=run["id"],
         split=run.get("split", "tune"),
-        format=measured["format"],
+        format=str(measured.get("format", "?")),
         load_measured=int(measured["load_peak_bytes"]),
         load_estimated=phase.load_bytes,
         first_step_measured=int(measured["first_step_peak_bytes"]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memtune.bench.accuracy import read_runs
 from memtune.bench.resume import evaluate_resume, resume_splits
 from memtune.cli import main
@@ -47,3 +49,45 @@ def test_json_carries_both_phases_of_every_run(capsys):
     run = data["runs"][0]
     assert run["load_error"] == (run["load_estimated"] - run["load_measured"]) / run["load_measured"]
     assert set(data["splits"]) == {"tune", "holdout", "all"}
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"measured": {"peak_allocated_bytes": 5}}, "runs.jsonl:1: no run id (`id`, a string)"),
+        (
+            {"id": "r", "measured": {"peak_allocated_bytes": 5}},
+            "runs.jsonl:1: r: no `config` (the memtune config the run measured, an object)",
+        ),
+        (
+            {"id": "r", "config": {}, "rank": -1, "measured": {"peak_allocated_bytes": 5}},
+            "runs.jsonl:1: r: `rank` must be the global rank measured, an integer >= 0",
+        ),
+        (
+            {"id": "r", "config": {}, "rank": 0, "measured": {"peak_allocated_bytes": "5"}},
+            "runs.jsonl:1: r: `measured.peak_allocated_bytes` must be a positive integer",
+        ),
+    ],
+)
+@pytest.mark.parametrize("benchmark", ["accuracy", "resume"])
+def test_a_malformed_record_is_one_line_naming_its_line(tmp_path, capsys, benchmark, record, message):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert main(["bench", benchmark, str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith(message)
+
+
+def test_a_resume_phase_without_its_peaks_is_refused(tmp_path, capsys):
+    record = json.loads(
+        (ROOT / "benchmarks" / "measured" / "resume" / "h200-mcore0.19.2.jsonl").read_text().splitlines()[0]
+    )
+    del record["measured"]["resume"]["first_step_peak_bytes"]
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    assert main(["bench", "resume", str(path)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"{record['id']}: `measured.resume.first_step_peak_bytes` must be a positive integer")
+    )

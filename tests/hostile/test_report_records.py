@@ -113,7 +113,7 @@ def test_a_line_without_an_end_is_read_up_to_the_cap_only(tmp_path):
 
 def test_bench_accuracy_reads_through_the_same_reader(tmp_path):
     file = tmp_path / "runs.jsonl"
-    file.write_text('{"id": "a", "measured": {"peak_allocated_bytes": 1}}\n[1, 2]\n')
+    file.write_text('{"id": "a", "config": {}, "rank": 0, "measured": {"peak_allocated_bytes": 1}}\n[1, 2]\n')
     with pytest.raises(InputError, match=r"runs\.jsonl:2: not a JSON object \(a measured run is one\)$"):
         read_runs([file])
     file.write_text('{"id": "a", "measured": {"peak_allocated_bytes": ' + "9" * 40 + "}}\n")
