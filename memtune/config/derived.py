@@ -761,6 +761,13 @@ class Derived:
         return not bridge_fast_path
 
     @cached_property
+    def optimizer_state_made_by_dummy_step_at_load(self) -> bool:
+        """Loading an fsdp_dtensor checkpoint with the optimizer state first creates that state
+        by one optimizer step on zero gradients (megatron/core/optimizer/distrib_optimizer.py,
+        ``sharded_param_state_fsdp_dtensor`` → ``_init_optimizer_states_with_dummy_values``)."""
+        return self.optimizer_loaded_at_resume and self.resume_format == "fsdp_dtensor"
+
+    @cached_property
     def glu_fc1_merged_at_load(self) -> bool:
         """A torch_dist load rebuilds each gated linear_fc1 from its two saved halves
         (megatron/core/transformer/mlp.py ``apply_swiglu_sharded_factory``, merged by ``torch.cat``)."""

@@ -115,7 +115,7 @@ def resume_estimate(d: Derived, rank: RankEstimate) -> ResumeEstimate | None:
         if loaded and not d.use_distributed_optimizer and not frozen and state.optimizer_params:
             per_param = state.optimizer / state.optimizer_params
             parts["optimizer.linear_fc1_merged"] = per_param * (dense + expert)
-    if loaded and d.resume_format == "fsdp_dtensor":
+    if d.optimizer_state_made_by_dummy_step_at_load:
         main_bytes = DTYPE_BYTES[d.fsdp_main_params_dtype or d.param_dtype]
         step = foreach_adam_temporaries(d, state.optimizer_params, 0.0)
         parts["optimizer.dummy_step"] = main_bytes * state.optimizer_params + step
