@@ -1746,6 +1746,37 @@ def _mla_recompute() -> list[Entry]:
     return e
 
 
+def _microbatch_sweep() -> list[Entry]:
+    """Micro-batch sizes 1 to 8 at one shape each (``mbs-``): the per-microbatch fixed cost and
+    the GEMM efficiency at larger M that the step model's compute time must follow
+    (benchmarks/compute_accuracy.py times them alone). Defined before any was measured, split by
+    the hash rule."""
+    e = []
+    for mbs in (1, 2, 4, 8):
+        e.append(run(f"mbs-l1b-tp1-s1k-mbs{mbs}", L1B(seq_length=1024), mbs=mbs))
+    for mbs in (1, 4, 8):
+        e.append(
+            run(
+                f"mbs-l8w-tp4-sp-s2k-mbs{mbs}",
+                L8W(tensor_model_parallel_size=4, seq_length=2048, **SP),
+                mbs=mbs,
+            )
+        )
+    for mbs in (2, 8):
+        e.append(
+            run(
+                f"mbs-gpt-tp2-unfused-s1k-mbs{mbs}",
+                GPT(tensor_model_parallel_size=2, seq_length=1024),
+                mbs=mbs,
+            )
+        )
+    for mbs in (1, 4):
+        e.append(
+            run(f"mbs-qm-ep8-s1k-mbs{mbs}", QM(expert_model_parallel_size=8, seq_length=1024), dp=8, mbs=mbs)
+        )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -1761,6 +1792,7 @@ def entries() -> list[Entry]:
         + _lora_moe()
         + _mla_recompute()
         + _lora_scale()
+        + _microbatch_sweep()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
