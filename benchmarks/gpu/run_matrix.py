@@ -111,29 +111,42 @@ def merge(args) -> int:
             if line.strip():
                 item = json.loads(line)
                 ran[item["id"]] = item["plan"]
-    results = {}
-    for path in ([args.into] if Path(args.into).exists() else []) + args.results:
-        for line in Path(path).read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if "measured" in record:
-                    results[record["id"]] = record
+
+    def measured_records(paths):
+        found = {}
+        for path in paths:
+            for line in Path(path).read_text().splitlines():
+                if line.strip():
+                    record = json.loads(line)
+                    if "measured" in record:
+                        found[record["id"]] = record
+        return found
+
+    already = measured_records([args.into] if Path(args.into).exists() else [])
+    results = measured_records(args.results)
     merged, skipped, unstepped = [], [], []
     for entry in resume_entries() if args.resume else entries():
         record = results.get(entry.id)
-        if record is None:
-            continue
-        if any(not it.get("optimizer_stepped", True) for it in record["measured"]["iterations"][1:]):
+        if record is not None and any(
+            not it.get("optimizer_stepped", True) for it in record["measured"]["iterations"][1:]
+        ):
             unstepped.append(entry.id)  # no Adam state: not the job's steady state
-            continue
-        planned = plan_measurement(
-            gate(validate(entry.config)),
-            entry.rank,
-            len(record["measured"]["iterations"]),
-            resume=args.resume,
-        )
-        if entry.id in ran and _plan_without_record(planned.to_json()) != _plan_without_record(ran[entry.id]):
-            skipped.append(entry.id)
+            record = None
+        if record is not None:
+            planned = plan_measurement(
+                gate(validate(entry.config)),
+                entry.rank,
+                len(record["measured"]["iterations"]),
+                resume=args.resume,
+            )
+            if entry.id in ran and _plan_without_record(planned.to_json()) != _plan_without_record(
+                ran[entry.id]
+            ):
+                skipped.append(entry.id)
+                record = None
+        # a result not taken leaves the set's earlier record of that run as it was
+        record = record or already.get(entry.id)
+        if record is None:
             continue
         merged.append(dict(record, split=split_of(entry.id), config=entry.config, rank=entry.rank))
     with open(args.into, "w") as fh:

@@ -38,3 +38,20 @@ def test_merge_refuses_a_run_whose_optimizer_skipped_a_measured_step(tmp_path, c
         assert [r["id"] for r in merged] == ([record["id"]] if taken else [])
         out = capsys.readouterr().out
         assert ("not taken, the optimizer skipped a measured step (fp16 loss scaler)" in out) != taken
+
+
+def test_a_result_not_taken_leaves_the_earlier_record_of_that_run(tmp_path, capsys):
+    record = json.loads((SET_DIR / "h200-mcore0.19.2.jsonl").read_text().splitlines()[0])
+    rerun = copy.deepcopy(record)
+    for it in rerun["measured"]["iterations"]:
+        it["optimizer_stepped"] = False
+    rerun["measured"]["peak_allocated_bytes"] += 1
+    results, into = tmp_path / "results.jsonl", tmp_path / "set.jsonl"
+    results.write_text(json.dumps(rerun) + "\n")
+    into.write_text(json.dumps(record) + "\n")
+    _run_matrix().merge(argparse.Namespace(results=[str(results)], plans=[], into=str(into), resume=False))
+    merged = [json.loads(line) for line in into.read_text().splitlines()]
+    assert [r["measured"]["peak_allocated_bytes"] for r in merged] == [
+        record["measured"]["peak_allocated_bytes"]
+    ]
+    assert "not taken, the optimizer skipped a measured step" in capsys.readouterr().out
