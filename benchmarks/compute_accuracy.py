@@ -7,7 +7,8 @@ measured again one at a time (``run_matrix.py run --jobs 1``, plans in
 ``compute-timing-h200.plans.jsonl``): under the fake process group no collective moves data, so
 the median iteration time from the second iteration on is the rank's own compute and optimizer
 step. The prediction is ``predict_step(...).simulated.stage_compute_s`` of that rank's stage
-(forward, backward, deferred weight gradients and the optimizer step; memtune/perf/step.py).
+(forward, backward, deferred weight gradients and the optimizer step; memtune/perf/step.py),
+with the host floor of memtune's own loop (``MEASURE_RUNNER``, memtune/perf/constants.py).
 The split is the measured set's sha1 rule (benchmarks/measured/README.md).
 """
 
@@ -29,12 +30,14 @@ def main() -> int:
     from matrix import split_of
 
     from memtune.config import derive, validate
+    from memtune.perf.constants import MEASURE_RUNNER
     from memtune.perf.step import predict_step
 
     rows = []
     for line in RESULTS.read_text(encoding="utf-8").splitlines():
         run = json.loads(line)
-        predicted = predict_step(derive(validate(run["config"]))).simulated.stage_compute_s[run["pp_rank"]]
+        job = derive(validate(run["config"]))
+        predicted = predict_step(job, floor=MEASURE_RUNNER).simulated.stage_compute_s[run["pp_rank"]]
         measured = statistics.median(it["seconds"] for it in run["measured"]["iterations"][1:])
         rows.append((split_of(run["id"]), run["id"], measured, predicted, (predicted - measured) / measured))
     for split in ("tune", "holdout"):

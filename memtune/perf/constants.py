@@ -24,6 +24,8 @@ fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach les
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- compute -------------------------------------------------------------------------------
 # Fitted to the H200's shard-shaped GEMMs (see the module docstring).
 GEMM_HALF_SIZE = 299.5
@@ -57,10 +59,16 @@ INTER_NODE_BUS_FRACTION = 0.80
 # (about 40% of NVLink) and 40-47 GB/s inter-node over 400 Gb/s RDMA (80-90% of the NIC).
 ALL_TO_ALL_NVLINK_FRACTION = 0.40
 ALL_TO_ALL_INTER_NODE_FRACTION = 0.85
-# Tensor-parallel collectives sit on the critical path unless Transformer Engine's userbuffer
-# overlap (tp_comm_overlap) is on; memtune's schema has no such key, so a fixed share of them is
-# counted as exposed. Megatron-LM's 2023 overlap work reports that about half of TP communication
-# can be hidden by the pipelined GEMM+collective kernels that Bridge recipes enable.
+# Transformer Engine's userbuffer overlap (tp_comm_overlap), its default configuration
+# (TransformerEngine d0067d0, transformer_engine/pytorch/module/base.py initialize_ub): the
+# pipelined reduce-scatters split their GEMM in 4 and, like the bulk overlaps, run their
+# communication on 16 SMs the GEMM gives up (``num_sm``, ``set_sm_margin``); 16 of an H100's or
+# H200's 132 SMs. memtune/perf/step.py `userbuffer_overlap` prices each overlapped GEMM with it.
+UB_PIPELINE_SPLITS = 4
+UB_SM_MARGIN = 16 / 132
+# The analytic pruning model (memtune/perf/model.py) counts this share of TP communication as
+# exposed: Megatron-LM's 2023 overlap work reports about half of it hidden by the pipelined
+# GEMM+collective kernels Bridge recipes enable.
 TP_COMM_EXPOSED_FRACTION = 0.5
 # Pipeline send/receive of one microbatch's boundary tensor overlaps poorly in 1F1B; counted in full.
 PP_P2P_EXPOSED_FRACTION = 1.0
@@ -84,21 +92,46 @@ CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
 # part longer than that compute shows.
 ACTIVATION_OFFLOAD_OVERLAP = True
 
+
 # --- fixed costs and FP8 (the step model, memtune/perf/step.py) -----------------------------
-# Host-side cost of one layer's forward (Python, kernel launches, small kernels) and the backward's
-# multiple of it, a microbatch's own (schedule, P2P bookkeeping, loss) and a step's (optimizer
-# launches over many tensors, gradient norm, finalize_model_grads): a latency floor small models
-# and small shards hit. Fitted to the tune runs of the Megatron-LM functional tests
-# (benchmarks/published/layouts/megatron-lm-ci, `memtune bench plan --accuracy --split tune`).
-LAYER_FIXED_FWD_S = 1.2e-3
-BACKWARD_FIXED_FACTOR = 2.0
-MICROBATCH_FIXED_S = 2.0e-3
-STEP_FIXED_S = 30e-3
+@dataclass(frozen=True)
+class HostFloor:
+    """The host side of a training loop: Python, kernel launches and small kernels per layer,
+    per microbatch and per step, which small models and small shards cannot hide."""
+
+    layer_fwd_s: float  # one layer's forward: a pass takes the longer of this and its kernels
+    backward_factor: float  # a layer's backward, as a multiple of its forward
+    microbatch_s: float  # a microbatch's own (schedule, P2P bookkeeping, loss)
+    step_s: float  # a step's (optimizer launches over many tensors, gradient norm, finalize)
+
+
+# Megatron-LM's and Bridge's training loop (timers, loss reduction, logging around
+# get_forward_backward_func): fitted, with the shared factors below, to the tune runs of the
+# Megatron-LM functional tests (benchmarks/published/layouts/megatron-lm-ci) by
+# benchmarks/fit_step_constants.py. Every prediction of a user's job uses it.
+MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch_s=3.0e-3, step_s=30e-3)
+# `memtune measure`'s own loop (memtune/measure/runner.py: get_forward_backward_func and
+# optimizer.step, nothing around them): fitted by the same script to the tune runs timed alone
+# on the H200; benchmarks/compute_accuracy.py compares those runs under it.
+MEASURE_RUNNER = HostFloor(layer_fwd_s=0.3e-3, backward_factor=2.0, microbatch_s=0.0, step_s=30e-3)
+# Kernels inside a training step run this much longer than the same kernels timed alone
+# (benchmarks/gpu/kernel_calibration.py): clocks under sustained load, caches, and the small
+# kernels the model does not price one by one (bias, dropout, copies, casts). Fitted by
+# benchmarks/fit_step_constants.py on both tune sets.
+IN_STEP_KERNEL_FACTOR = 1.02
+# Megatron-Core's SequentialMLP (moe_grouped_gemm off) runs the local experts one after
+# another, each its own module: per local expert and layer its forward adds this (small
+# kernels and Python the GPU waits for), its backward backward_factor times it. Fitted by
+# benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
+SEQUENTIAL_EXPERT_FWD_S = 0.4e-3
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6
-# FP8 GEMMs are unmeasured (benchmarks/gpu/kernel_calibration.py times them once it runs): they
-# reach this share of the bf16-measured fraction of the FP8 peak at the same shape, amax and
-# cast kernels included. Fitted to the tune set llama3-70b-sft-recompute's absolute model
-# TFLOP/s (benchmarks/published/layouts/bridge-h100.yaml).
-FP8_PEAK_SHARE = 0.7
+# Transformer Engine quantises each FP8 GEMM's bf16 input before the GEMM: bytes moved per
+# element at HBM speed. Current scaling (Megatron's ``tensorwise``) first reads the tensor for its
+# amax, then reads it again and writes one byte (TransformerEngine d0067d0,
+# transformer_engine/pytorch/csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl:
+# nvte_compute_amax, then nvte_quantize_v2); delayed scaling and the block-scaled recipes cast
+# in one pass (read 2, write 1, scales negligible). Weights are cast once per step and cached
+# across microbatches, so they are not counted.
+FP8_CAST_BYTES_PER_ELEMENT = {"tensorwise": 5, "delayed": 3, "blockwise": 3, "mxfp8": 3}

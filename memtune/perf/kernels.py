@@ -4,15 +4,15 @@ A table is what ``benchmarks/gpu/kernel_calibration.py`` (or the earlier
 ``benchmarks/gpu/gemm_calibration.py``) wrote on a GPU: GEMM TFLOP/s by (M, N, K) and flash
 attention TFLOP/s by sequence and heads x batch. The package carries the tables that were
 really measured (``memtune/perf/data/``, byte-identical copies of ``benchmarks/gpu/results/``;
-a test keeps them so); today that is bf16 GEMMs and causal flash attention (head dim 128) on the
-H200. A GEMM's efficiency (the fraction of the GPU's bf16 peak it reaches) is interpolated in
-log2(M, N, K) by inverse distance over the nearest measured shapes when the shape lies inside the
-measured range, and otherwise taken from the half-size curve of ``memtune/perf/constants.py``.
-Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
-
-FP8 GEMMs are not measured (no FP8 table yet: the calibration script times them with
-``torch._scaled_mm`` once it runs on the GPU machine): they take the bf16 efficiency at the same
-shape times ``FP8_PEAK_SHARE`` of the FP8 peak, and every prediction that uses it says so.
+a test keeps them so): bf16 GEMMs and causal flash attention (head dim 128) from
+``gemm-h200.json``, FP8 GEMMs with tensorwise scaling (``torch._scaled_mm``) from
+``kernels-h200.json``, both on the H200. A GEMM's efficiency (the fraction of the GPU's bf16,
+or FP8, peak it reaches) is interpolated in log2(M, N, K) by inverse distance over the nearest
+measured shapes when the shape lies inside the measured range, and otherwise taken from the
+half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
+peak). Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
+Blockwise FP8 could not be measured (torch 2.11 refused the scaling configuration): its GEMMs,
+and MXFP8's, take the tensorwise fraction, and predictions that use it say so.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from memtune.perf import constants as K
 # (memtune/catalog/data/gpus.yaml), which is what lets them transfer to other GPUs' peaks.
 MEASURED_ON = "H200"
 TABLES = {MEASURED_ON: "gemm-h200.json"}
+FP8_TABLES = {MEASURED_ON: "kernels-h200.json"}
 NEAREST = 4  # measured shapes an interpolation weighs
 RANGE_MARGIN_LOG2 = 1.0  # extrapolate at most a factor of 2 beyond the measured shapes
 
@@ -121,3 +122,32 @@ def gemm_fraction(m: int, n: int, k: int) -> float:
 def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
     """Forward and backward fractions of the bf16 peak of causal flash attention (head dim 128)."""
     return _tables()[1].fractions(seq, heads_x_batch)
+
+
+@cache
+def _fp8_table() -> GemmTable:
+    from memtune.catalog.gpus import get_gpu
+
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    peak = get_gpu(MEASURED_ON).fp8_tflops
+    assert peak is not None, "the GPU the FP8 table was measured on has an FP8 peak"
+    points = tuple(
+        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak)
+        for g in raw["gemm"]["fp8_tensorwise"]
+    )
+    lows = tuple(min(p[i] for p in points) for i in range(3))
+    highs = tuple(max(p[i] for p in points) for i in range(3))
+    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2]))
+
+
+@cache
+def fp8_gemm_fraction(m: int, n: int, k: int) -> float:
+    """Fraction of the FP8 peak an FP8 (tensorwise-scaled) GEMM of this shape reaches: measured
+    table, else the curve."""
+    measured = _fp8_table().fraction(m, n, k)
+    if measured is not None:
+        return measured
+    h = K.GEMM_HALF_SIZE
+    return K.GEMM_PEAK_FRACTION / (1 + h / max(m, 1) + h / max(n, 1) + h / max(k, 1))

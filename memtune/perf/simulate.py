@@ -51,8 +51,6 @@ class StageWork:
 class Overlap:
     """Which communication Megatron hides, from the job's settings."""
 
-    # Transformer Engine's userbuffer GEMM+collective overlap: TP collectives run inside the GEMMs.
-    tp_comm_overlap: bool = False
     # DDP's bucketed reduce-scatter/all-reduce starts while the last backward of a chunk still
     # runs (param_and_grad_buffer.py, grad sync enabled on the last microbatch only).
     overlap_grad_reduce: bool = False
@@ -305,16 +303,14 @@ def _compute_of(work: ChunkWork, op: Op, holds_output: bool, overlap: Overlap) -
 def _exposed_comm(work: ChunkWork, op: Op, overlap: Overlap, paired: bool, partner_compute: float) -> float:
     """Communication of one operation left on the stage's critical path."""
     if op[0] == "F":
+        # tp_forward_s / tp_backward_s are what stays exposed: under Transformer Engine's
+        # userbuffer overlap the step model has already priced it inside the GEMMs
         tp, ep, own = work.tp_forward_s, work.ep_forward_s, work.forward_s
-        tp_hidden = min(tp, own) if overlap.tp_comm_overlap else 0.0
+        tp_hidden = 0.0
     else:
         tp, ep, own = work.tp_backward_s, work.ep_backward_s, work.backward_s
-        if overlap.tp_comm_overlap:
-            tp_hidden = min(tp, own)
-        elif overlap.single_device_connection:
-            tp_hidden = min(tp / 2, own)  # the column-parallel half of the layer's backward collectives
-        else:
-            tp_hidden = 0.0
+        # CUDA_DEVICE_MAX_CONNECTIONS=1: the column-parallel half of the layer's backward collectives
+        tp_hidden = min(tp / 2, own) if overlap.single_device_connection else 0.0
     ep_hidden = 0.0
     # Combined 1F1B: the forward's all-to-alls run under the partner's backward; the backward's
     # only under delayed weight gradients.

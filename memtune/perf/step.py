@@ -6,7 +6,8 @@ own settings through it): nothing is switched on that the job did not ask for. P
 each pipeline stage and per microbatch it prices
 
 - compute: every GEMM of a layer at its shard shape (``memtune/perf/kernels.py``: measured
-  H200 tables, interpolated; FP8 at ``FP8_PEAK_SHARE`` of the FP8 peak, unmeasured), causal
+  H200 tables, interpolated; FP8 GEMMs from the measured tensorwise table plus Transformer
+  Engine's input casts), causal
   flash attention from its measured table, elementwise work at HBM bandwidth, the output layer
   and loss on the last chunk, replays of recompute in the backward, and fixed costs per layer,
   per microbatch and per step (kernel launches and Python, ``memtune/perf/constants.py``);
@@ -28,7 +29,7 @@ from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
-from memtune.perf.kernels import attention_fractions, gemm_fraction
+from memtune.perf.kernels import attention_fractions, fp8_gemm_fraction, gemm_fraction
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
@@ -73,39 +74,44 @@ def throughput_of(d: Derived) -> Throughput:
 
 @dataclass
 class _Layer:
-    fwd: float  # compute
+    fwd: float  # device compute
     bwd: float
+    host_fwd: float  # the host's launch work for the forward (Python, kernel launches)
     wgrad: float  # part of bwd
     attn_fwd: float
     mlp_fwd: float  # dense MLP or MoE block, forward (selective recompute of mlp / moe)
     up_proj_fwd: float
     shared_fwd: float
     elementwise_fwd: float
-    tp_fwd: float  # TP collectives of the forward; the backward has the same
+    tp_fwd: float  # TP collectives of the forward left exposed
+    tp_bwd: float  # and of the backward
+    mlp_tp_fwd: float  # the MLP side's share of the forward's (a recompute of mlp or moe replays it)
     ep_fwd: float  # EP dispatch + combine of the forward; likewise
 
 
 class _Pricer:
-    def __init__(self, d: Derived, gpu: GPU) -> None:
+    def __init__(self, d: Derived, gpu: GPU, floor: K.HostFloor) -> None:
         self.d = d
         self.gpu = gpu
+        self.floor = floor
         self.fp8 = d.model.fp8 is not None
         self.hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
         self.net = d.network
         self.unmeasured: set[str] = set()
         if gpu.name != "H200":
             self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
-        if self.fp8:
-            self.unmeasured.add(
-                f"FP8 GEMMs at {K.FP8_PEAK_SHARE:.0%} of the bf16-measured fraction of the FP8 peak"
-            )
+        self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
+        if self.fp8 and d.model.fp8_recipe in ("blockwise", "mxfp8"):
+            self.unmeasured.add(f"{d.model.fp8_recipe} FP8 GEMMs at the measured tensorwise fraction")
 
     def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
-        fraction = gemm_fraction(round(m), round(n), round(k))
         if self.fp8 and self.gpu.fp8_flops:
-            return count * 2 * m * n * k / (self.gpu.fp8_flops * fraction * K.FP8_PEAK_SHARE)
+            fraction = fp8_gemm_fraction(round(m), round(n), round(k))
+            cast = self.fp8_cast_bytes * m * k / self.hbm
+            return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
+        fraction = gemm_fraction(round(m), round(n), round(k))
         return count * 2 * m * n * k / (self.gpu.bf16_flops * fraction)
 
     def layer(self, is_moe: bool, frozen: bool) -> _Layer:
@@ -115,6 +121,9 @@ class _Pricer:
         T = d.micro_batch_size * seq / cp
         heads = m.num_attention_heads / t
         gemm = up_proj = shared = 0.0
+        # (M, N, K) of the GEMMs around the TP collectives: the input side consumes the
+        # all-gathered activations, the output side's result is reduce-scattered
+        shapes: dict[str, tuple[float, float, float]] = {}
         if m.multi_latent_attention:
             qk = m.qk_head_dim + m.qk_pos_emb_head_dim
             if m.q_lora_rank is not None:
@@ -128,8 +137,9 @@ class _Pricer:
             attn_flops = 2 * T * seq * heads * (qk + m.v_head_dim) * 0.5
         else:
             kv = d.kv_channels
-            gemm += self.gemm(T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
-            gemm += self.gemm(T, h, heads * kv)
+            shapes["attention in"] = (T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
+            shapes["attention out"] = (T, h, heads * kv)
+            gemm += self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"])
             attn_flops = 4 * T * seq * heads * kv * 0.5
         fwd_frac, bwd_frac = attention_fractions(seq, round(heads * d.micro_batch_size))
         attn_fwd = attn_flops / (self.gpu.bf16_flops * fwd_frac)
@@ -154,23 +164,32 @@ class _Pricer:
                 ep_fwd = 2 * all_to_all(routed, Group(d.ep, stride=t * cp), self.net)
         else:
             f = d.ffn_hidden_size / t
-            mlp += self.gemm(T, gate * f, h) + self.gemm(T, h, f)
+            shapes["mlp in"], shapes["mlp out"] = (T, gate * f, h), (T, h, f)
+            mlp += self.gemm(*shapes["mlp in"]) + self.gemm(*shapes["mlp out"])
         gemm += mlp
         wgrad = 0.0 if frozen else gemm
         elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / self.hbm
-        tp_fwd = 0.0
+        tp_fwd = tp_bwd = ub_fwd = ub_bwd = mlp_tp_fwd = 0.0
         if t > 1:
             group = Group(t)
             full = BF16 * T * h
             if d.sequence_parallel:
-                ops = 2 * (
-                    collective(Op.ALL_GATHER, full, group, self.net, self.gpu.name).seconds
-                    + collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
-                )
+                gather = collective(Op.ALL_GATHER, full, group, self.net, self.gpu.name).seconds
+                scatter = collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
+                ops = 2 * (gather + scatter)
             else:
                 ops = 2 * collective(Op.ALL_REDUCE, full, group, self.net, self.gpu.name).seconds
             # the backward has the same collectives, in reverse; each also costs its launch
-            tp_fwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
+            tp_fwd = tp_bwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
+            mlp_tp_fwd = tp_fwd / 2
+            if m.tp_comm_overlap and d.sequence_parallel:
+                sides = self.userbuffer_overlap(shapes, T * h, frozen)
+                launches = 4 * K.COLLECTIVE_LAUNCH_S
+                ub_fwd = sum(side.extra_fwd for side in sides.values())
+                ub_bwd = sum(side.extra_bwd for side in sides.values())
+                tp_fwd = sum(side.exposed_fwd for side in sides.values()) + launches
+                tp_bwd = sum(side.exposed_bwd for side in sides.values()) + launches
+                mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + launches / 2
         cp_fwd = 0.0
         if cp > 1:
             kv_width = (
@@ -181,14 +200,18 @@ class _Pricer:
             step = send_recv(BF16 * T * kv_width, t * cp > self.net.gpus_per_nvlink_domain, self.net)
             # each ring step hides behind one block's attention; its launch does not
             cp_fwd = max(0.0, (cp - 1) * step - attn_fwd) + (cp - 1) * K.COLLECTIVE_LAUNCH_S
-        # The host issues a layer's kernels while the GPU runs earlier ones: the layer takes the
-        # longer of its kernels and the host's launch work, which only small layers exceed.
-        device_bwd = gemm + wgrad + attn_bwd + 2 * elementwise + 2 * cp_fwd
-        fwd = max(gemm + attn_fwd + elementwise + cp_fwd, K.LAYER_FIXED_FWD_S)
-        bwd = max(device_bwd, K.BACKWARD_FIXED_FACTOR * K.LAYER_FIXED_FWD_S)
+        fwd = gemm + attn_fwd + elementwise + ub_fwd
+        bwd = gemm + wgrad + attn_bwd + 2 * elementwise + ub_bwd
+        if is_moe and not m.moe_grouped_gemm:
+            # SequentialMLP runs each local expert as its own module, one after another: small
+            # kernels and Python per expert that the GPU waits for
+            experts_s = (m.num_moe_experts or 1) / d.ep * K.SEQUENTIAL_EXPERT_FWD_S
+            fwd += experts_s
+            bwd += self.floor.backward_factor * experts_s
         return _Layer(
-            fwd=fwd,
-            bwd=bwd,
+            fwd=fwd * K.IN_STEP_KERNEL_FACTOR + cp_fwd,
+            bwd=bwd * K.IN_STEP_KERNEL_FACTOR + 2 * cp_fwd,
+            host_fwd=self.floor.layer_fwd_s,
             wgrad=wgrad,
             attn_fwd=attn_fwd,
             mlp_fwd=mlp,
@@ -196,26 +219,109 @@ class _Pricer:
             shared_fwd=shared,
             elementwise_fwd=elementwise,
             tp_fwd=tp_fwd,
+            tp_bwd=tp_bwd,
+            mlp_tp_fwd=mlp_tp_fwd,
             ep_fwd=ep_fwd,
         )
 
+    def userbuffer_overlap(
+        self, shapes: dict[str, tuple[float, float, float]], elements: float, frozen: bool
+    ) -> dict[str, _Overlapped]:
+        """Transformer Engine's userbuffer GEMM+collective overlap of one layer's attention and
+        MLP sides, as its default configuration sets it up (TransformerEngine d0067d0,
+        ``transformer_engine/pytorch/module/base.py`` ``initialize_ub``): the input-side
+        all-gathers (qkv and fc1 forward, proj and fc2 data gradients) by ring exchange, the GEMM
+        split in TP chunks each waiting for its slice; the output-side reduce-scatters (proj and
+        fc2 forward) pipelined over ``UB_PIPELINE_SPLITS`` chunks, the last chunk's exposed; the
+        data-gradient reduce-scatter and the weight-gradient input gather of qkv and fc1 in bulk
+        beside their GEMMs. The pipelined and bulk GEMMs run without ``UB_SM_MARGIN`` of the
+        GPU's SMs. A side whose GEMMs are not the plain pair (MLA's projections, MoE experts)
+        keeps its collectives exposed."""
+        t = self.d.tp
+        # all-gather buffers are FP8 under an FP8 recipe (the same file's layers_all_gather_overlap)
+        gather = collective(
+            Op.ALL_GATHER, (1 if self.fp8 else BF16) * elements, Group(t), self.net, self.gpu.name
+        ).seconds
+        scatter = collective(Op.REDUCE_SCATTER, BF16 * elements, Group(t), self.net, self.gpu.name).seconds
+        slowed = 1 / (1 - K.UB_SM_MARGIN)
 
-def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
-    """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``)."""
+        def ring(m: float, n: float, k: float) -> tuple[float, float]:
+            chunk = self.gemm(m / t, n, k)
+            return t * chunk - self.gemm(m, n, k), (t - 1) * max(0.0, gather / (t - 1) - chunk)
+
+        def pipelined(m: float, n: float, k: float) -> tuple[float, float]:
+            splits = K.UB_PIPELINE_SPLITS
+            chunk = self.gemm(m / splits, n, k) * slowed
+            exposed = scatter / splits + (splits - 1) * max(0.0, scatter / splits - chunk)
+            return splits * chunk - self.gemm(m, n, k), exposed
+
+        def bulk(m: float, n: float, k: float) -> tuple[float, float]:
+            dgrad = self.gemm(m, n, k)
+            wgrad = 0.0 if frozen else dgrad
+            exposed = max(0.0, gather - dgrad * slowed) + max(0.0, scatter - wgrad * slowed)
+            return (dgrad + wgrad) * (slowed - 1), exposed
+
+        sides = {}
+        for side in ("attention", "mlp"):
+            if f"{side} in" not in shapes:
+                sides[side] = _Overlapped(0.0, gather + scatter, 0.0, gather + scatter)
+                continue
+            m_in, n_in, k_in = shapes[f"{side} in"]
+            m_out, n_out, k_out = shapes[f"{side} out"]
+            (gather_extra, gather_exposed), (scatter_extra, scatter_exposed) = (
+                ring(m_in, n_in, k_in),
+                pipelined(m_out, n_out, k_out),
+            )
+            # the output side's data gradient (M, K, N) gathers by ring; the input side's in bulk
+            (dgrad_extra, dgrad_exposed), (bulk_extra, bulk_exposed) = (
+                ring(m_out, k_out, n_out),
+                bulk(m_in, k_in, n_in),
+            )
+            sides[side] = _Overlapped(
+                gather_extra + scatter_extra,
+                gather_exposed + scatter_exposed,
+                dgrad_extra + bulk_extra,
+                dgrad_exposed + bulk_exposed,
+            )
+        return sides
+
+
+@dataclass(frozen=True)
+class _Overlapped:
+    """One side of a layer under userbuffer overlap, against its plain GEMMs and collectives."""
+
+    extra_fwd: float  # longer GEMMs: split in chunks, or on fewer SMs
+    exposed_fwd: float  # communication the GEMMs do not hide
+    extra_bwd: float
+    exposed_bwd: float
+
+
+def _pass_time(pieces: list[tuple[float, float]]) -> float:
+    """One pass (a chunk's forward or backward of one microbatch): the host issues the kernels of
+    each piece after its launch work and runs ahead of the GPU, across passes too (nothing
+    synchronises until the optimizer), so in the steady stream of passes one takes the longer of
+    the two totals. Small layers and shards leave the GPU waiting for the host."""
+    return max(sum(host for host, _ in pieces), sum(device for _, device in pieces))
+
+
+def predict_step(d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None = None) -> StepPrediction:
+    """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``), in a training
+    loop with host floor ``floor`` (Megatron-LM's unless told)."""
     from memtune.estimate.params import layer_params
     from memtune.perf.model import activation_offload_exposed_s, model_flops_per_token, recompute_forward
 
     gpu = gpu or get_gpu(d.job.cluster.gpu)
     m, job = d.model, d.job
     frozen = job.peft is not None
-    pricer = _Pricer(d, gpu)
+    floor = floor or K.MEGATRON_LM_LOOP
+    pricer = _Pricer(d, gpu, floor)
     kinds = {moe: pricer.layer(moe, frozen) for moe in set(d.moe_layer_pattern)}
     counts = {moe: layer_params(d, moe) for moe in set(d.moe_layer_pattern)}
     h = m.hidden_size
     T = d.micro_batch_size * m.seq_length / d.cp
     tokens_res = T / d.tp if d.sequence_parallel else T
     vocab = d.padded_vocab_size / d.tp
-    output_fwd = pricer.gemm(T, vocab, h)
+    output_fwd = pricer.gemm(T, vocab, h) * K.IN_STEP_KERNEL_FACTOR
     output_wgrad = 0.0 if frozen else output_fwd
     loss = 3 * 4 * T * vocab / pricer.hbm  # fp32 logits: softmax, log and gradient passes
     full = m.recompute_granularity == "full"
@@ -233,38 +339,49 @@ def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
         works = []
         stage_params = 0.0
         for chunk in rank_chunks:
-            fwd = bwd = wgrad = tp = ep = 0.0
+            wgrad = tp = tp_back = ep = 0.0
+            # (host launch work, device time) of each piece of the chunk's passes, in order
+            forward = [(floor.microbatch_s / len(rank_chunks), 0.0)]
+            backward: list[tuple[float, float]] = []
             dense_params = expert_params = 0.0
             replayed = 0
             if full:
                 groups = d.full_recompute_groups(len(chunk.layers))
                 replayed = sum(n for n, checkpointed in groups if checkpointed)
+            if chunk.has_embedding:
+                forward.append((0.0, BF16 * tokens_res * h / pricer.hbm))
             for i, layer in enumerate(chunk.layers):
                 is_moe = d.moe_layer_pattern[layer]
                 lt = kinds[is_moe]
-                fwd += lt.fwd
-                bwd += lt.bwd + (lt.fwd if i < replayed else 0.0)
+                forward.append((lt.host_fwd, lt.fwd))
+                back = lt.bwd + (lt.fwd if i < replayed else 0.0)
                 if layer < d.activation_offload_layers:
                     # the host copies of layer-wise CPU offloading beyond the compute they overlap
-                    bwd += activation_offload_exposed_s(d, lt.fwd + lt.bwd)
+                    back += activation_offload_exposed_s(d, lt.fwd + lt.bwd)
                 if m.recompute_granularity == "selective":
-                    bwd += recompute_forward(d, lt, is_moe)
+                    back += recompute_forward(d, lt, is_moe)
+                    modules = d.recompute_modules
+                    if ("mlp" in modules and not is_moe) or ("moe" in modules and is_moe):
+                        # the replayed MLP or MoE block runs its collectives again
+                        tp_back += lt.mlp_tp_fwd + (lt.ep_fwd if is_moe else 0.0)
+                replay_host = lt.host_fwd if i < replayed else 0.0
+                backward.append((floor.backward_factor * lt.host_fwd + replay_host, back))
                 wgrad += lt.wgrad
                 tp += lt.tp_fwd
+                tp_back += lt.tp_bwd
                 ep += lt.ep_fwd
                 c = counts[is_moe]
                 dense_params += c.dense / d.tp + c.replicated
                 expert_params += c.expert / (d.ep * d.etp)
+            backward.reverse()
             out_wgrad = 0.0
             if chunk.has_embedding or (chunk.has_output and not m.share_embeddings_and_output_weights):
                 dense_params += m.vocab_size * h / d.tp
-            if chunk.has_embedding:
-                fwd += BF16 * tokens_res * h / pricer.hbm
             if chunk.has_output:
-                fwd += output_fwd + loss
-                bwd += output_fwd + output_wgrad + loss
+                forward.append((0.0, output_fwd + loss))
+                backward.insert(0, (0.0, output_fwd + output_wgrad + loss))
                 out_wgrad = output_wgrad
-            fwd += K.MICROBATCH_FIXED_S / len(rank_chunks)
+            fwd, bwd = _pass_time(forward), _pass_time(backward)
             trainable_dense = 0.0 if frozen else dense_params
             trainable_expert = 0.0 if frozen else expert_params
             if d.fsdp_strategy == "optim_grads_params":
@@ -300,7 +417,7 @@ def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
                     forward_s=fwd,
                     backward_s=bwd,
                     tp_forward_s=tp,
-                    tp_backward_s=tp,
+                    tp_backward_s=tp_back,
                     ep_forward_s=ep,
                     ep_backward_s=ep,
                     output_wgrad_s=out_wgrad,
@@ -313,13 +430,12 @@ def predict_step(d: Derived, gpu: GPU | None = None) -> StepPrediction:
             stage_params += expert_params / (d.edp if sharded else 1)
         opt_params = 0.0 if frozen else stage_params
         host = job.optimizer.optimizer_offload_fraction if job.optimizer.optimizer_cpu_offload else 0.0
-        optimizer = opt_params * (1 - host) * K.OPTIMIZER_BYTES_PER_PARAM / pricer.hbm + K.STEP_FIXED_S
+        optimizer = opt_params * (1 - host) * K.OPTIMIZER_BYTES_PER_PARAM / pricer.hbm + floor.step_s
         if host:
             optimizer += opt_params * host * (6 / (K.PCIE_GBPS * 1e9) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
         stages.append(StageWork(tuple(works), send, optimizer))
 
     overlap = Overlap(
-        tp_comm_overlap=m.tp_comm_overlap,
         overlap_grad_reduce=job.ddp.overlap_grad_reduce,
         overlap_param_gather=job.ddp.overlap_param_gather,
         deferred_output_wgrad_microbatches=d.deferred_wgrad_microbatches,

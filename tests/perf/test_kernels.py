@@ -11,14 +11,22 @@ import pytest
 
 from memtune.catalog.gpus import get_gpu
 from memtune.perf import constants as K
-from memtune.perf.kernels import attention_fractions, gemm_fraction
+from memtune.perf.kernels import attention_fractions, fp8_gemm_fraction, gemm_fraction
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_packaged_table_is_the_raw_measurement() -> None:
-    packaged = resources.files("memtune.perf").joinpath("data", "gemm-h200.json").read_bytes()
-    assert packaged == (ROOT / "benchmarks" / "gpu" / "results" / "gemm-h200.json").read_bytes()
+@pytest.mark.parametrize("name", ["gemm-h200.json", "kernels-h200.json"])
+def test_packaged_table_is_the_raw_measurement(name: str) -> None:
+    packaged = resources.files("memtune.perf").joinpath("data", name).read_bytes()
+    assert packaged == (ROOT / "benchmarks" / "gpu" / "results" / name).read_bytes()
+
+
+def test_a_measured_fp8_shape_returns_its_measurement() -> None:
+    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "kernels-h200.json").read_text())
+    first = raw["gemm"]["fp8_tensorwise"][0]  # llama3-8b tp1 qkv: 1024 x 6144 x 4096
+    peak = get_gpu("H200").fp8_tflops
+    assert fp8_gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
 
 
 def test_a_measured_shape_returns_its_measurement() -> None:

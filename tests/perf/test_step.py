@@ -42,19 +42,41 @@ def test_pipeline_adds_a_bubble() -> None:
 
 
 def test_small_layers_hit_the_host_floor() -> None:
-    # A 512-wide layer's kernels take far less than the host's launch work: each layer's forward
-    # costs the floor, so the step grows with layers at LAYER_FIXED_FWD_S x (1 + backward factor).
+    # A 512-wide layer's kernels at 4,096 tokens take far less than the host's launch work, and a
+    # 1,024-token vocabulary leaves no large kernel for the host to run ahead under: each layer
+    # costs the loop's floor, so the step grows with layers at that floor x (1 + backward factor)
+    # for each of the rank's 4 microbatches (GBS 32 over DP 8, MBS 1).
     small = ["model.hidden_size=512", "model.ffn_hidden_size=2048", "model.num_attention_heads=8",
-             "model.num_query_groups=8", "model.kv_channels=64", "train.micro_batch_size=4"]  # fmt: skip
+             "model.num_query_groups=8", "model.kv_channels=64", "model.vocab_size=1024",
+             "train.micro_batch_size=1", "ddp.overlap_grad_reduce=false"]  # fmt: skip
     twelve = predict_step(job(*small, "model.num_layers=12")).step_time_s
     six = predict_step(job(*small, "model.num_layers=6")).step_time_s
-    per_layer = K.LAYER_FIXED_FWD_S * (1 + K.BACKWARD_FIXED_FACTOR)
-    assert twelve - six == pytest.approx(6 * per_layer * 1, rel=0.05)  # one microbatch per rank
+    per_layer = K.MEGATRON_LM_LOOP.layer_fwd_s * (1 + K.MEGATRON_LM_LOOP.backward_factor)
+    assert twelve - six == pytest.approx(4 * 6 * per_layer, rel=0.05)
 
 
-def test_fp8_is_reported_unmeasured() -> None:
-    p = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=tensorwise"))
-    assert any("FP8" in u for u in p.unmeasured)
+def test_a_pass_takes_the_longer_of_host_and_device_work() -> None:
+    from memtune.perf.step import _pass_time
+
+    # the host runs ahead under a long kernel wherever it sits in the pass
+    assert _pass_time([(0.0, 10.0), (1.0, 0.1), (1.0, 0.1)]) == pytest.approx(10.2)
+    assert _pass_time([(1.0, 0.1), (1.0, 0.1), (0.0, 10.0)]) == pytest.approx(10.2)
+    # small kernels only: the GPU waits for the launches
+    assert _pass_time([(1.0, 0.1), (1.0, 0.1)]) == pytest.approx(2.0)
+
+
+def test_fp8_gemms_are_measured_for_tensorwise_and_reported_for_blockwise() -> None:
+    tensorwise = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=tensorwise"))
+    assert not any("FP8" in u for u in tensorwise.unmeasured)
+    blockwise = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=blockwise"))
+    assert "blockwise FP8 GEMMs at the measured tensorwise fraction" in blockwise.unmeasured
+
+
+def test_current_scaling_pays_its_amax_pass() -> None:
+    # tensorwise (current) scaling reads each GEMM input once more than delayed scaling casts it
+    delayed = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=delayed")).step_time_s
+    current = predict_step(job("model.fp8=hybrid", "model.fp8_recipe=tensorwise")).step_time_s
+    assert current > delayed
 
 
 def test_layer_wise_activation_offload_costs_its_exposed_host_copies() -> None:
