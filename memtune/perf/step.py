@@ -35,10 +35,10 @@ from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simu
 BF16 = 2
 # What every step prediction rests on, in a line each (shown by `memtune fix`).
 STEP_MODEL_NOTES = (
-    "kernels from the measured H200 GEMM and flash-attention tables, interpolated",
+    "kernels from the measured H200 bf16/FP8 GEMM and flash-attention tables, interpolated",
     "collectives as NCCL's ring/tree alpha-beta costs on the declared cluster.network fabric",
     "the iteration simulated in Megatron-Core's order; communication hidden only where the job's settings do",
-    "a host floor per layer, microbatch, step and collective fitted to Megatron-LM's functional tests",
+    "a host floor per layer, microbatch, step and collective fitted to tune runs (Megatron-LM CI, H200)",
     "balanced MoE routing; model TFLOP/s counts 3x forward FLOPs without recompute (Megatron's convention)",
 )
 
