@@ -30,6 +30,7 @@ class GPU:
     datasheet_memory_gb: float
     bf16_tflops: float  # dense tensor-core peak
     fp8_tflops: float | None  # None: no fp8 tensor cores
+    fp32_tflops: float | None  # plain fp32 (no TF32), the datasheet's; None: not in the datasheet used
     hbm_tbps: float
     link_gbps: float  # NVLink / Infinity Fabric per GPU, all links, both directions
     source: str
@@ -45,6 +46,10 @@ class GPU:
     @property
     def fp8_flops(self) -> float | None:
         return None if self.fp8_tflops is None else self.fp8_tflops * 1e12
+
+    @property
+    def fp32_flops(self) -> float | None:
+        return None if self.fp32_tflops is None else self.fp32_tflops * 1e12
 
 
 @cache
@@ -66,6 +71,7 @@ def _gpus() -> tuple[GPU, ...]:
                 datasheet_memory_gb=e["datasheet_memory_gb"],
                 bf16_tflops=e["bf16_tflops"],
                 fp8_tflops=e.get("fp8_tflops"),
+                fp32_tflops=e.get("fp32_tflops"),
                 hbm_tbps=e["hbm_tbps"],
                 link_gbps=e["link_gbps"],
                 source=e["source"],

@@ -101,6 +101,16 @@ class _Pricer:
         if gpu.name != "H200":
             self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
         self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
+        # An fp32 job's matmuls run on the plain fp32 units: neither PyTorch (allow_tf32 off by
+        # default) nor Megatron-LM switches TF32 on. The bf16 tables' fraction is applied to the
+        # fp32 peak, and attention slows by the same ratio (unmeasured: no fp32 table).
+        self.matmul_flops = gpu.bf16_flops
+        if d.activation_dtype == "fp32":
+            if gpu.fp32_flops is None:
+                self.unmeasured.add(f"fp32 matmuls at the bf16 peak ({gpu.name} has no fp32 figure)")
+            else:
+                self.matmul_flops = gpu.fp32_flops
+                self.unmeasured.add("fp32 matmuls at the bf16 tables' fraction of the fp32 peak")
         if self.fp8 and d.model.fp8_recipe in ("blockwise", "mxfp8"):
             self.unmeasured.add(f"{d.model.fp8_recipe} FP8 GEMMs at the measured tensorwise fraction")
 
@@ -112,7 +122,7 @@ class _Pricer:
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
         fraction = gemm_fraction(round(m), round(n), round(k))
-        return count * 2 * m * n * k / (self.gpu.bf16_flops * fraction)
+        return count * 2 * m * n * k / (self.matmul_flops * fraction)
 
     def layer(self, is_moe: bool, frozen: bool) -> _Layer:
         d, m = self.d, self.d.model
@@ -142,8 +152,8 @@ class _Pricer:
             gemm += self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"])
             attn_flops = 4 * T * seq * heads * kv * 0.5
         fwd_frac, bwd_frac = attention_fractions(seq, round(heads * d.micro_batch_size))
-        attn_fwd = attn_flops / (self.gpu.bf16_flops * fwd_frac)
-        attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (self.gpu.bf16_flops * bwd_frac)
+        attn_fwd = attn_flops / (self.matmul_flops * fwd_frac)
+        attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (self.matmul_flops * bwd_frac)
         gate = 2 if m.gated_linear_unit else 1
         mlp = ep_fwd = 0.0
         tokens_res = T / t if d.sequence_parallel else T

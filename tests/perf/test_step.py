@@ -93,3 +93,14 @@ def test_layer_wise_activation_offload_costs_its_exposed_host_copies() -> None:
     offloaded = predict_step(job(*common, *offload)).step_time_s
     transfer = 2 * 2 * 4096 * 4096 * 17 / 50e9
     assert 0 < offloaded - plain <= 4 * 16 * transfer
+
+
+def test_an_fp32_job_runs_its_matmuls_on_the_fp32_units() -> None:
+    # H100 SXM: 989.5 bf16 against 67 fp32 TFLOP/s (datasheet): the same job in fp32 is many
+    # times slower, and the prediction says what it assumed
+    bf16 = predict_step(job("model.tensor_model_parallel_size=2", "model.sequence_parallel=true"))
+    fp32 = predict_step(
+        job("model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "model.bf16=false")
+    )
+    assert fp32.step_time_s > 5 * bf16.step_time_s
+    assert "fp32 matmuls at the bf16 tables' fraction of the fp32 peak" in fp32.unmeasured
