@@ -17,9 +17,11 @@ Llama-3 8B/70B/405B-, Qwen3-32B- and GPT-3-175B-like layers split over TP 1-8 at
 routed-expert GEMMs, and causal flash attention (torch SDPA, head dim 128) on the project's H200
 (torch 2.11, 2026-12-01); ``--fit`` gives the two GEMM numbers below (mean error 6.0% over the
 shapes; the worst, an expert GEMM of 128 rows, runs 82% slower than the curve says) and the
-attention fractions. Raw timings: ``benchmarks/gpu/results/gemm-h200.json``. Other GPUs scale by their catalog peak: the fraction
-reached is assumed to be the same on every GPU, and fp8 GEMMs are assumed to reach the same
-fraction of the fp8 peak (an optimistic assumption: published FP8 runs reach less).
+attention fractions. Raw timings: ``benchmarks/gpu/results/gemm-h200.json``. The curve is what
+the analytic pruning model (``memtune/perf/model.py``) uses everywhere and the step model
+(``memtune/perf/step.py``) only outside its measured tables (``memtune/perf/kernels.py``: bf16
+and FP8-tensorwise GEMMs, flash attention). Other GPUs scale by their catalog peak: the fraction
+reached is assumed to be the same on every GPU.
 """
 
 from __future__ import annotations
