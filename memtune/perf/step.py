@@ -350,7 +350,7 @@ def predict_step(d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None =
         stage_params = 0.0
         for chunk in rank_chunks:
             wgrad = tp = tp_back = ep = 0.0
-            # (host launch work, device time) of each piece of the chunk's passes, in order
+            # (host launch work, device time) of each piece of the chunk's passes
             forward = [(floor.microbatch_s / len(rank_chunks), 0.0)]
             backward: list[tuple[float, float]] = []
             dense_params = expert_params = 0.0
@@ -383,13 +383,12 @@ def predict_step(d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None =
                 c = counts[is_moe]
                 dense_params += c.dense / d.tp + c.replicated
                 expert_params += c.expert / (d.ep * d.etp)
-            backward.reverse()
             out_wgrad = 0.0
             if chunk.has_embedding or (chunk.has_output and not m.share_embeddings_and_output_weights):
                 dense_params += m.vocab_size * h / d.tp
             if chunk.has_output:
                 forward.append((0.0, output_fwd + loss))
-                backward.insert(0, (0.0, output_fwd + output_wgrad + loss))
+                backward.append((0.0, output_fwd + output_wgrad + loss))
                 out_wgrad = output_wgrad
             fwd, bwd = _pass_time(forward), _pass_time(backward)
             trainable_dense = 0.0 if frozen else dense_params
