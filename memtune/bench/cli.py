@@ -191,7 +191,7 @@ def run_step(args: argparse.Namespace) -> int:
 
     loaded = load_job(args.config, args.overrides)
     report_ignored(loaded, args.command)
-    prediction = predict_step(gate(loaded.job).derived)
+    prediction = predict_step(gate(loaded.job).derived, record_events=bool(args.plot))
     if args.json:
         print(json.dumps(perf_render.step_json(prediction), indent=2))
     else:

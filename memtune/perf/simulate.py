@@ -94,7 +94,7 @@ class Simulated:
     stage_compute_s: tuple[float, ...]  # forward, backward, deferred wgrad, optimizer
     stage_exposed_comm_s: tuple[float, ...]  # communication on the stage's critical path
     stage_idle_s: tuple[float, ...]  # waiting: the pipeline bubble and waits for the slowest stage
-    events: tuple[Event, ...]
+    events: tuple[Event, ...]  # every placed pass, when the simulation was asked to record them
 
     @property
     def bubble_fraction(self) -> float:
@@ -131,8 +131,12 @@ def simulated_operations(stages: int, chunks: int, num_microbatches: int) -> int
     return 2 * stages * chunks * num_microbatches
 
 
-def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap: Overlap) -> Simulated:
-    """Simulate one iteration; ``group`` is ``microbatch_group_size_per_vp_stage`` (default PP)."""
+def simulate(
+    stages: list[StageWork], num_microbatches: int, group: int, overlap: Overlap, record_events: bool = False
+) -> Simulated:
+    """Simulate one iteration; ``group`` is ``microbatch_group_size_per_vp_stage`` (default PP).
+    ``record_events`` keeps every placed pass for a Gantt chart (``Simulated.events``); ranking
+    needs only the times."""
     p, v, m = len(stages), len(stages[0].chunks), num_microbatches
     if simulated_operations(p, v, m) > MAX_SIMULATED_OPERATIONS:
         raise InputError(
@@ -162,7 +166,7 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
         start = max(dp_free[r], at)
         gather_first[r][chunk] = start + work.param_gather_s / work.buckets
         gather_end[r][chunk] = dp_free[r] = start + work.param_gather_s
-        if work.param_gather_s:
+        if work.param_gather_s and record_events:
             events.append(Event(r, "dp", "param gather", -1, chunk, start, dp_free[r]))
 
     if overlap.overlap_param_gather:
@@ -179,12 +183,35 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
             return 0.0 if s == 0 else forward_done.get((mb, s - 1))
         return forward_done.get((mb, s)) if s == last else backward_done.get((mb, s + 1))
 
+    # Each chunk's compute and, outside combined 1F1B pairs, its exposed communication per pass
+    # are fixed: looked up per pass instead of computed (a step of a large job places 10^4-10^5).
+    deferral = overlap.deferred_output_wgrad_microbatches
+    busy_fwd = [[w.forward_s for w in st.chunks] for st in stages]
+    busy_bwd = [[w.backward_s for w in st.chunks] for st in stages]
+    busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
+    comm_alone = {
+        kind: [
+            [_exposed_comm(w, (kind, 0, c), overlap, False, 0.0) for c, w in enumerate(st.chunks)]
+            for st in stages
+        ]
+        for kind in ("F", "B")
+    }
+
+    def busy_of(r: int, op: Op) -> float:
+        kind, mb, chunk = op
+        if kind == "F":
+            return busy_fwd[r][chunk]
+        # Megatron defers the first wgrad_deferral_limit microbatches (all of them when 0).
+        if chunk * p + r == last and mb < deferral:
+            return busy_bwd_deferred[r][chunk]
+        return busy_bwd[r][chunk]
+
     def run(r: int, step: list[Op], inputs: list[float]) -> None:
         start = max(clock[r], *inputs)
-        busy_of = [_compute_of(stages[r].chunks[op[2]], op, op[2] * p + r == last, overlap) for op in step]
+        busies = [busy_of(r, op) for op in step]
         paired = ep_pairs and len(step) == 2
         t = start
-        for op, busy in zip(step, busy_of, strict=True):
+        for op, busy in zip(step, busies, strict=True):
             kind, mb, chunk = op
             work = stages[r].chunks[chunk]
             s = chunk * p + r
@@ -195,23 +222,32 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
                 # next chunk's gather (param_and_grad_buffer.py, finish_param_sync).
                 if not overlap.align_param_gather and chunk + 1 < v:
                     issue_gather(r, chunk + 1, t)
-            comm = _exposed_comm(work, op, overlap, paired, sum(busy_of) - busy)
+            comm = (
+                _exposed_comm(work, op, overlap, paired, sum(busies) - busy)
+                if paired
+                else comm_alone[kind][r][chunk]
+            )
             end = t + busy
             if kind == "F" and overlap.overlap_param_gather:
                 end = max(end, gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
-            events.append(Event(r, "compute", "forward" if kind == "F" else "backward", mb, chunk, t, end))
+            if record_events:
+                events.append(
+                    Event(r, "compute", "forward" if kind == "F" else "backward", mb, chunk, t, end)
+                )
             compute[r] += busy
             exposed[r] += end - t - busy
             t = end
             if comm:
-                events.append(Event(r, "compute", "exposed comm", mb, chunk, t, t + comm))
+                if record_events:
+                    events.append(Event(r, "compute", "exposed comm", mb, chunk, t, t + comm))
                 exposed[r] += comm
                 t += comm
             sends = s != last if kind == "F" else s != 0
             link = s % p if kind == "F" else (s - 1) % p
             arrival = t + (stages[link].send_s if sends else 0.0)
             if arrival > t and not overlap.overlap_p2p_comm:
-                events.append(Event(r, "compute", "send", mb, chunk, t, arrival))
+                if record_events:
+                    events.append(Event(r, "compute", "send", mb, chunk, t, arrival))
                 exposed[r] += arrival - t
                 t = arrival
             (forward_done if kind == "F" else backward_done)[(mb, s)] = arrival
@@ -242,7 +278,8 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
         deferred = overlap.deferred_output_wgrad_microbatches if r == p - 1 else 0
         if deferred:
             span = min(deferred, m) * stages[r].chunks[-1].output_wgrad_s
-            events.append(Event(r, "compute", "output wgrad", -1, v - 1, t, t + span))
+            if record_events:
+                events.append(Event(r, "compute", "output wgrad", -1, v - 1, t, t + span))
             compute[r] += span
             t += span
             grads_ready[r][v - 1] = (t - span, span)  # the output layer's bucket is ready last
@@ -256,9 +293,11 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
                     bucket_ready = start + busy * (b + 1) / work.buckets
                     begin = max(dp_free[r], bucket_ready)
                     dp_free[r] = begin + work.grad_reduce_s / work.buckets
-                    events.append(Event(r, "dp", "grad reduce", -1, chunk, begin, dp_free[r]))
+                    if record_events:
+                        events.append(Event(r, "dp", "grad reduce", -1, chunk, begin, dp_free[r]))
             else:
-                events.append(Event(r, "compute", "grad reduce", -1, chunk, t, t + work.grad_reduce_s))
+                if record_events:
+                    events.append(Event(r, "compute", "grad reduce", -1, chunk, t, t + work.grad_reduce_s))
                 exposed[r] += work.grad_reduce_s
                 t += work.grad_reduce_s
         if overlap.overlap_grad_reduce and dp_free[r] > t:
@@ -272,13 +311,17 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
     finish = []
     for r in range(p):
         t = sync
-        events.append(Event(r, "compute", "optimizer", -1, -1, t, t + stages[r].optimizer_s))
+        if record_events:
+            events.append(Event(r, "compute", "optimizer", -1, -1, t, t + stages[r].optimizer_s))
         compute[r] += stages[r].optimizer_s
         t += stages[r].optimizer_s
         if not overlap.overlap_param_gather:
             for chunk, work in enumerate(stages[r].chunks):
                 if work.param_gather_s:
-                    events.append(Event(r, "compute", "param gather", -1, chunk, t, t + work.param_gather_s))
+                    if record_events:
+                        events.append(
+                            Event(r, "compute", "param gather", -1, chunk, t, t + work.param_gather_s)
+                        )
                     exposed[r] += work.param_gather_s
                     t += work.param_gather_s
         finish.append(t)
@@ -290,14 +333,6 @@ def simulate(stages: list[StageWork], num_microbatches: int, group: int, overlap
         stage_idle_s=tuple(step_s - compute[r] - exposed[r] for r in range(p)),
         events=tuple(events),
     )
-
-
-def _compute_of(work: ChunkWork, op: Op, holds_output: bool, overlap: Overlap) -> float:
-    if op[0] == "F":
-        return work.forward_s
-    # Megatron defers the first wgrad_deferral_limit microbatches (all of them when 0).
-    deferred = holds_output and op[1] < overlap.deferred_output_wgrad_microbatches
-    return work.backward_s - (work.output_wgrad_s if deferred else 0.0)
 
 
 def _exposed_comm(work: ChunkWork, op: Op, overlap: Overlap, paired: bool, partner_compute: float) -> float:

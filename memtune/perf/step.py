@@ -314,9 +314,12 @@ def _pass_time(pieces: list[tuple[float, float]]) -> float:
     return max(sum(host for host, _ in pieces), sum(device for _, device in pieces))
 
 
-def predict_step(d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None = None) -> StepPrediction:
+def predict_step(
+    d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None = None, record_events: bool = False
+) -> StepPrediction:
     """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``), in a training
-    loop with host floor ``floor`` (Megatron-LM's unless told)."""
+    loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
+    simulated passes for a Gantt chart."""
     from memtune.estimate.params import layer_params
     from memtune.perf.model import activation_offload_exposed_s, model_flops_per_token, recompute_forward
 
@@ -454,7 +457,7 @@ def predict_step(d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None =
         single_device_connection=d.device_max_connections == "1",
     )
     group = m.microbatch_group_size_per_vp_stage or d.pp
-    sim = simulate(stages, d.num_microbatches, group, overlap)
+    sim = simulate(stages, d.num_microbatches, group, overlap, record_events)
     tokens = d.num_microbatches * d.micro_batch_size * m.seq_length * d.dp
     world = d.tp * d.pp * d.cp * d.dp
     flops = 3 * model_flops_per_token(d) * tokens

@@ -22,10 +22,11 @@ from memtune.config.changes import Change, with_changes
 from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
+from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Query, base_job, pin_filter
-from memtune.plan.search import default_workers, search
+from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
 from memtune.plotfile import check_plot_path
 
@@ -207,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     explained = args.explain is not None and args.explain <= len(result.layouts)
     if args.plot and args.explain:
         if explained:
-            render.plot_explained(result, args.explain, args.plot)
+            render.plot_explained(_recorded_step(result, args.explain), args.plot)
     elif args.plot:
         render.plot(result, args.plot)
     if args.json:
@@ -227,3 +228,14 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and (explained or not args.explain):
         console.print(f"[dim]plot written to {args.plot}[/dim]")
     return 0
+
+
+def _recorded_step(result: PlanResult, n: int) -> StepPrediction:
+    """Layout ``n``'s step simulated again with its passes recorded (the search ranks without
+    them): what ``--explain N --plot`` draws."""
+    from memtune.perf.step import predict_step
+
+    shown = result.layouts[n - 1]
+    if shown.step is None:
+        raise InputError(f"--plot: layout {n}'s step was not simulated ({shown.throughput.not_simulated})")
+    return predict_step(shown.checked.derived, record_events=True)

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from memtune import tables
 from memtune.config.changes import Change
-from memtune.errors import InputError
 from memtune.perf import ASSUMPTIONS
 from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
@@ -297,13 +296,8 @@ def _obstacle_json(result: PlanResult) -> dict[str, Any]:
     }
 
 
-def plot_explained(result: PlanResult, n: int, path: str) -> None:
-    """The simulated step of layout ``n`` as a Gantt chart per pipeline stage."""
-    step = result.layouts[n - 1].step
-    if step is None:
-        raise InputError(
-            f"--plot: layout {n}'s step was not simulated ({result.layouts[n - 1].throughput.not_simulated})"
-        )
+def plot_explained(step: StepPrediction, path: str) -> None:
+    """A shown layout's simulated step, its passes recorded, as a Gantt chart per pipeline stage."""
     perf_render.plot_step(step, path)
 
 

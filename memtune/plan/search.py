@@ -219,6 +219,14 @@ def _score_block(bounds: tuple[int, int]) -> BlockResult:
     return scored, counts, pruned_by
 
 
+# The gated jobs ``search`` prices by the step model (set just before it forks).
+_PRICED: list[CheckedJob] = []
+
+
+def _price(index: int) -> Throughput:
+    return step_price(_PRICED[index])
+
+
 def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 8))
 
@@ -292,10 +300,8 @@ def search(
     refused_by: Counter[str] = Counter()
     gated: dict[Knobs, Gated | None] = {}
 
-    def admit(s: Scored) -> Gated | None:
-        """``s`` gated and priced by the step model, or None when a check refuses it."""
-        if s.candidate in gated:
-            return gated[s.candidate]
+    def checked_of(s: Scored) -> tuple[list[Change], CheckedJob] | None:
+        """``s`` through the gate, or None when a check refuses it."""
         changes = changes_of(base, s.candidate)
         try:
             checked = gate(with_changes(base, changes))
@@ -304,18 +310,42 @@ def search(
             gated[s.candidate] = None
             return None
         counts["checked"] += 1
-        throughput = step_price(checked)
+        return changes, checked
+
+    def admitted(s: Scored, changes: list[Change], checked: CheckedJob, throughput: Throughput) -> Gated:
         counts["simulated" if throughput.prediction else "not simulated"] += 1
         g = gated[s.candidate] = Gated(s, changes, checked, throughput)
         return g
 
-    rescored: list[Gated] = []
+    def admit(s: Scored) -> Gated | None:
+        """``s`` gated and priced by the step model, or None when a check refuses it."""
+        if s.candidate in gated:
+            return gated[s.candidate]
+        passed = checked_of(s)
+        return None if passed is None else admitted(s, *passed, step_price(passed[1]))
+
+    # The best that pass the gate, priced by the step model: over the workers, each simulation
+    # being independent (forked workers inherit the gated jobs; only the prices come back).
+    chosen: list[tuple[Scored, list[Change], CheckedJob]] = []
     for s in scored:
-        if len(rescored) >= max(top, RESCORED_CANDIDATES):
+        if len(chosen) >= max(top, RESCORED_CANDIDATES):
             break
-        g = admit(s)
-        if g is not None:
-            rescored.append(g)
+        if (passed := checked_of(s)) is not None:
+            chosen.append((s, *passed))
+    global _PRICED  # noqa: PLW0603
+    _PRICED = [checked for _, _, checked in chosen]
+    try:
+        if workers > 1 and len(chosen) > 1:
+            with multiprocessing.get_context("fork").Pool(min(workers, len(chosen))) as pool:
+                prices = pool.map(_price, range(len(chosen)))
+        else:
+            prices = [_price(i) for i in range(len(chosen))]
+    finally:
+        _PRICED = []
+    rescored = [
+        admitted(s, changes, checked, price)
+        for (s, changes, checked), price in zip(chosen, prices, strict=True)
+    ]
     rescored.sort(key=Gated.rank_key)
     planned: dict[Knobs, Planned] = {}
 

@@ -23,7 +23,7 @@ def test_single_stage_runs_back_to_back() -> None:
 
 def test_1f1b_bubble_is_p_minus_1_microbatches() -> None:
     # r0: F0 [0,1] F1 [1,2] B0 [4,6] B1 [7,9]; r1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7].
-    sim = simulate(stages(2), 2, 2, NO_OVERLAP)
+    sim = simulate(stages(2), 2, 2, NO_OVERLAP, record_events=True)
     assert sim.step_s == pytest.approx((2 + 2 - 1) * 3)
     assert sim.stage_idle_s == pytest.approx((3.0, 3.0))
     r1 = [(e.kind, e.microbatch, e.start) for e in sim.events if e.stage == 1 and e.stream == "compute"]
@@ -112,10 +112,12 @@ def test_unaligned_param_gathers_follow_the_previous_chunks_first_forward() -> N
     # p=1, v=2, M=1: chunk 0's gather (1 s, one bucket) starts at 0, chunk 1's only when chunk
     # 0's first forward starts (1 s, after its gather): forward c0 [1, 2], c1 waits to 2 -> [2, 3].
     work = [StageWork((ChunkWork(1.0, 2.0, param_gather_s=1.0),) * 2, 0.0, 0.0)]
-    unaligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True))
+    unaligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True), record_events=True)
     gathers = [(e.chunk, e.start, e.end) for e in unaligned.events if e.kind == "param gather"]
     assert gathers == [(0, 0.0, 1.0), (1, 1.0, 2.0)]
-    aligned = simulate(work, 1, 1, Overlap(overlap_param_gather=True, align_param_gather=True))
+    aligned = simulate(
+        work, 1, 1, Overlap(overlap_param_gather=True, align_param_gather=True), record_events=True
+    )
     assert [(e.chunk, e.start) for e in aligned.events if e.kind == "param gather"] == [(0, 0.0), (1, 1.0)]
     # Either way: forwards [1, 2] and [2, 3], backwards of 2 s each: 7 s.
     assert unaligned.step_s == pytest.approx(7.0)
@@ -126,3 +128,14 @@ def test_a_schedule_beyond_the_limit_is_refused_in_one_line() -> None:
 
     with pytest.raises(InputError, match="the simulation stops at 1,000,000"):
         simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP)
+
+
+def test_events_are_recorded_only_when_asked_and_change_no_time() -> None:
+    work = stages(2)
+    quiet, recorded = simulate(work, 4, 2, NO_OVERLAP), simulate(work, 4, 2, NO_OVERLAP, record_events=True)
+    assert quiet.events == () and len(recorded.events) >= 2 * 2 * 4
+    assert (quiet.step_s, quiet.stage_compute_s, quiet.stage_exposed_comm_s) == (
+        recorded.step_s,
+        recorded.stage_compute_s,
+        recorded.stage_exposed_comm_s,
+    )
