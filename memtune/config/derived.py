@@ -173,6 +173,14 @@ class Derived:
         return self.num_experts > 0
 
     @cached_property
+    def experts_are_sequential_modules(self) -> bool:
+        """The routed experts are Megatron-Core's ``SequentialMLP``, one module per local expert
+        run one after another: always on the local spec, and on Transformer Engine's without
+        ``moe_grouped_gemm`` (megatron-core 0.19.2 ``models/backends.py`` and
+        ``extensions/transformer_engine_spec_provider.py`` ``grouped_mlp_modules``)."""
+        return self.is_moe and (not self.transformer_engine or not self.model.moe_grouped_gemm)
+
+    @cached_property
     def moe_layer_pattern(self) -> tuple[bool, ...]:
         """Whether each decoder layer is an MoE layer (Megatron's ``moe_layer_freq``)."""
         n = self.model.num_layers

@@ -121,9 +121,9 @@ MEASURE_RUNNER = HostFloor(layer_fwd_s=0.3e-3, backward_factor=2.0, microbatch_s
 # kernels the model does not price one by one (bias, dropout, copies, casts). Fitted by
 # benchmarks/fit_step_constants.py on both tune sets.
 IN_STEP_KERNEL_FACTOR = 1.02
-# Megatron-Core's SequentialMLP (moe_grouped_gemm off) runs the local experts one after
-# another, each its own module: per local expert and layer its forward adds this (small
-# kernels and Python the GPU waits for), its backward backward_factor times it. Fitted by
+# Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
+# experts one after another, each its own module: per local expert and layer its forward adds
+# this (small kernels and Python the GPU waits for), its backward backward_factor times it. Fitted by
 # benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
 SEQUENTIAL_EXPERT_FWD_S = 0.4e-3
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),

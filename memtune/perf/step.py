@@ -212,9 +212,9 @@ class _Pricer:
             cp_fwd = max(0.0, (cp - 1) * step - attn_fwd) + (cp - 1) * K.COLLECTIVE_LAUNCH_S
         fwd = gemm + attn_fwd + elementwise + ub_fwd
         bwd = gemm + wgrad + attn_bwd + 2 * elementwise + ub_bwd
-        if is_moe and not m.moe_grouped_gemm:
-            # SequentialMLP runs each local expert as its own module, one after another: small
-            # kernels and Python per expert that the GPU waits for
+        if is_moe and d.experts_are_sequential_modules:
+            # each local expert its own module, one after another: small kernels and Python per
+            # expert that the GPU waits for
             experts_s = (m.num_moe_experts or 1) / d.ep * K.SEQUENTIAL_EXPERT_FWD_S
             fwd += experts_s
             bwd += self.floor.backward_factor * experts_s

@@ -265,3 +265,22 @@ def test_no_fact_is_computed_outside_its_home():
             if attr in FACT_READS and relative not in FACT_READS[attr][0]:
                 offenders.append(f"{relative}:{line} reads .{attr}; use {FACT_READS[attr][1]}")
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    "impl, grouped, sequential",
+    [
+        ("local", True, True),
+        ("local", False, True),
+        ("transformer_engine", True, False),
+        ("transformer_engine", False, True),
+    ],
+)
+def test_sequential_experts_follow_the_spec_and_grouped_gemm(impl, grouped, sequential):
+    # megatron-core 0.19.2: the local backend always builds SequentialMLP; TE builds TEGroupedMLP
+    # only with moe_grouped_gemm
+    job = with_changes(
+        load_job(ROOT / "examples" / "qwen3-30b-a3b-ep8.yaml").job,
+        [Change("model.transformer_impl", impl), Change("model.moe_grouped_gemm", grouped)],
+    )
+    assert derive(job).experts_are_sequential_modules is sequential
