@@ -1777,6 +1777,92 @@ def _microbatch_sweep() -> list[Entry]:
     return e
 
 
+def _compute_timing() -> list[Entry]:
+    """The step model's second set of compute timings (``ctime-``): dense and MoE shapes at
+    MBS 1-8, every recompute choice, VPP chunks, the distributed optimizer, LoRA and both
+    offloads, a Llama 3 70B width among them, each timed alone with forward+backward and the
+    optimizer step recorded apart (benchmarks/compute_accuracy.py). Defined after the step
+    model of commit a1d5dd8 and before any was measured, split by the hash rule."""
+    e = []
+    tp2, tp4 = dict(tensor_model_parallel_size=2, **SP), dict(tensor_model_parallel_size=4, **SP)
+    full = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    block = dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2)
+
+    def selective(*modules):
+        return dict(recompute_granularity="selective", recompute_modules=list(modules))
+
+    def l70w(**kw):
+        return _model("llama3-70b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    e.append(run("ctime-l8w-tp1-s4k", L8W()))
+    e.append(run("ctime-l8w-tp2-sp-s8k-mbs2", L8W(**tp2, seq_length=8192), mbs=2))
+    e.append(run("ctime-l8w-tp4-sp-s4k-mbs4", L8W(**tp4), mbs=4))
+    e.append(run("ctime-l8w-tp1-s2k-mbs8", L8W(seq_length=2048), mbs=8))
+    e.append(run("ctime-l8w-tp2-sp-m4", L8W(**tp2), microbatches=4))
+    e.append(run("ctime-l8w-tp2-sp-rc-mlp", L8W(**tp2, **selective("mlp"))))
+    e.append(run("ctime-l8w-tp2-sp-rc-coreattn-m2", L8W(**tp2, **selective("core_attn")), microbatches=2))
+    e.append(run("ctime-l8w-tp4-sp-rc-full-uniform1", L8W(**tp4, **full)))
+    e.append(run("ctime-l8w-tp2-sp-rc-full-block2", L8W(**tp2, **block)))
+    e.append(run("ctime-l1b-tp1-s8k-mbs2", L1B(seq_length=8192), mbs=2))
+    e.append(run("ctime-l1b-tp2-sp-s4k-mbs4", L1B(**tp2), mbs=4))
+    e.append(run("ctime-l1b-tp1-dp4-do-m4", L1B(), dp=4, distopt=True, microbatches=4))
+    e.append(run("ctime-q8-tp2-sp-s4k", Q8(**tp2, seq_length=4096)))
+    e.append(run("ctime-q8-tp4-sp-s8k-rc-coreattn", Q8(**tp4, **selective("core_attn"))))
+    e.append(run("ctime-l70w-tp8-sp-s4k", l70w(tensor_model_parallel_size=8, **SP)))
+    e.append(run("ctime-l70w-tp4-sp-s4k-m2", l70w(**tp4), microbatches=2))
+    e.append(run("ctime-gpt-tp1-flash-s2k-mbs4", GPT(attention_backend="flash"), mbs=4))
+    e.append(run("ctime-gpt-tp2-sp-unfused-s2k", GPT(**tp2)))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2, **tp2)
+    vpp = dict(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, **tp2)
+    e.append(run("ctime-l8w-pp2-m4-first", L8W(**pp2), microbatches=4))
+    e.append(run("ctime-l8w-pp2-vpp2-m4-last", L8W(**vpp), microbatches=4, stage=-1))
+    e.append(
+        run(
+            "ctime-l8w-pp4-vpp2-m8-first",
+            L8W(**{**vpp, "pipeline_model_parallel_size": 4, "num_layers": 16}),
+            microbatches=8,
+        )
+    )
+    a2a = dict(moe_token_dispatcher_type="alltoall")
+    e.append(run("ctime-mx-ep4-s4k-mbs2", MX(expert_model_parallel_size=4, **a2a), dp=4, mbs=2))
+    e.append(run("ctime-mx-tp2-sp-ep4", MX(expert_model_parallel_size=4, **tp2, **a2a), dp=4))
+    e.append(run("ctime-qm-ep8-s4k-do", QM(expert_model_parallel_size=8, **a2a), dp=8, distopt=True))
+    e.append(run("ctime-qm-ep4-rc-moe", QM(expert_model_parallel_size=4, **a2a, **selective("moe")), dp=4))
+    e.append(run("ctime-dsl-ep8-mbs2", DSL(expert_model_parallel_size=8), dp=8, mbs=2))
+    e.append(
+        run(
+            "ctime-dsl-tp2-sp-ep4-rc-upproj",
+            DSL(expert_model_parallel_size=4, **tp2, **selective("mla_up_proj")),
+            dp=4,
+        )
+    )
+    e.append(run("ctime-lora-l8w-tp2-sp-s8k", L8W(**tp2, seq_length=8192), peft=lora()))
+    e.append(run("ctime-lora-q8-tp1-s4k-regather", Q8(seq_length=4096), peft=lora(True)))
+    e.append(
+        run(
+            "ctime-aoff-l8w-tp2-sp-all",
+            L8W(
+                **tp2,
+                num_layers=8,
+                vocab_size=32768,
+                fine_grained_activation_offloading=True,
+                offload_modules=["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"],
+            ),
+            dp=2,
+            distopt=True,
+            mbs=2,
+        )
+    )
+    offloaded = run("ctime-ooff-l8w-tp2-sp-dp2-f05", L8W(**tp2), dp=2, distopt=True)
+    config = copy.deepcopy(offloaded.config)
+    config["optimizer"].update(
+        use_precision_aware_optimizer=True, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5
+    )
+    job = validate(config)
+    e.append(Entry(offloaded.id, job.model_dump(mode="json", exclude_defaults=True), offloaded.rank))
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -1793,6 +1879,7 @@ def entries() -> list[Entry]:
         + _mla_recompute()
         + _lora_scale()
         + _microbatch_sweep()
+        + _compute_timing()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"

@@ -527,11 +527,13 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
             forward_only=False,
         )
         torch.cuda.synchronize()
+        forward_backward_done = time.monotonic()
         fwd_bwd_peak = torch.cuda.max_memory_allocated()
         # False when the fp16 loss scaler found an overflow and skipped the update: then Adam's
         # state is not created (megatron-core's MixedPrecisionOptimizer.step).
         stepped = bool(optimizer.step()[0])
         torch.cuda.synchronize()
+        optimizer_done = time.monotonic()
         iterations.append(
             {
                 "iteration": index,
@@ -543,6 +545,11 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
                 "reserved_after_step": torch.cuda.memory_reserved(),
                 "num_alloc_retries": torch.cuda.memory_stats()["num_alloc_retries"],
                 "seconds": round(time.monotonic() - tick, 3),
+                # the step's compute apart (benchmarks/compute_accuracy.py): zeroing the gradient
+                # buffers and the forward and backward passes of every microbatch, then the
+                # optimizer step (gradient norm, Adam, the copy back into the model's weights)
+                "forward_backward_seconds": round(forward_backward_done - tick, 4),
+                "optimizer_seconds": round(optimizer_done - forward_backward_done, 4),
                 **host.iteration(),
             }
         )
