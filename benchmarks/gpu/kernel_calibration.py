@@ -6,6 +6,8 @@ Runs on the GPU machine with torch only (no memtune, no Megatron, no Transformer
 ``gemm_calibration.py`` (whose CUDA-event timer it shares):
 
     python3 benchmarks/gpu/kernel_calibration.py benchmarks/gpu/results/kernels-h200.json [--quick]
+        [--sections NAME,NAME]   # only these, into the existing table
+
 
 What it times (CUDA events, after a warm-up, repeated to last about 50 ms each):
 
@@ -16,6 +18,9 @@ What it times (CUDA events, after a warm-up, repeated to last about 50 ms each):
 - routed-expert GEMMs at small M: per expert and grouped (``torch._grouped_mm``);
 - causal flash attention forward and backward (``scaled_dot_product_attention``) by sequence,
   heads, head dim (64, 128, MLA's 192/128) and query groups (GQA);
+- the same attention restricted to PyTorch's memory-efficient kernel at MLA's head dims (what
+  ``memtune/measure/sdpa_attention.py`` runs when q/k and v head dims differ, which the flash
+  kernel does not take);
 - elementwise work: RMSNorm/LayerNorm forward+backward, RoPE, SwiGLU, bias-dropout-add;
 - cross-entropy over the vocabulary (plain, and chunked the way a fused kernel streams it);
 - MoE router (linear + softmax + top-k) and token permute/unpermute (index_select/index_add);
@@ -169,6 +174,40 @@ def attention(torch: Any, quick: bool) -> list[dict[str, Any]]:
              "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
              "bwd_tflops": 2.5 * flops / bwd_ms / 1e9}
         )  # fmt: skip
+    return out
+
+
+def memory_efficient_attention(torch: Any) -> list[dict[str, Any]]:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = []
+    # 16k tokens per call, and one sequence of each length (the small heads x batch of one
+    # microbatch on a TP shard)
+    cases = [
+        (seq, heads, max(1, 16384 // seq))
+        for seq in (1024, 2048, 4096, 8192, 16384)
+        for heads in (8, 16, 32, 64, 128)
+    ]
+    cases += [(seq, heads, 1) for seq in (2048, 4096, 8192) for heads in (4, 8, 16, 32)]
+    for seq, heads, batch in cases:
+        dqk, dv = 192, 128
+        q = torch.randn(batch, heads, seq, dqk, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(batch, heads, seq, dqk, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(batch, heads, seq, dv, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            fwd = partial(F.scaled_dot_product_attention, q, k, v, is_causal=True)
+            fwd_ms = time_ms(fwd, torch)
+            o = fwd()
+            grad = torch.randn_like(o)
+            bwd_ms = time_ms(partial(torch.autograd.grad, o, (q, k, v), grad, retain_graph=True), torch)
+        flops = 2 * batch * heads * seq * seq * (dqk + dv) * 0.5
+        out.append(
+            {"seq": seq, "heads": heads, "groups": heads, "qk_dim": dqk, "v_dim": dv, "batch": batch,
+             "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
+             "bwd_tflops": 2.5 * flops / bwd_ms / 1e9}
+        )  # fmt: skip
+        del q, k, v, o, grad
     return out
 
 
@@ -343,15 +382,25 @@ def cpu_adam(torch: Any) -> list[dict[str, Any]]:
 def main() -> None:
     import torch
 
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    quick = "--quick" in sys.argv
+    argv = sys.argv[1:]
+    only = None
+    if "--sections" in argv:
+        at = argv.index("--sections")
+        only = set(argv[at + 1].split(","))
+        argv = argv[:at] + argv[at + 2 :]
+    args = [a for a in argv if not a.startswith("--")]
+    quick = "--quick" in argv
     if len(args) != 1:
         sys.exit(__doc__)
     result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if only:
+        with open(args[0], encoding="utf-8") as f:
+            result = {**json.load(f), **result}
     sections = {
         "gemm": lambda: gemms(torch, TOKENS_QUICK if quick else TOKENS),
         "experts": lambda: experts(torch),
         "attention": lambda: attention(torch, quick),
+        "attention_memory_efficient": lambda: memory_efficient_attention(torch),
         "elementwise": lambda: elementwise(torch),
         "cross_entropy": lambda: cross_entropy(torch),
         "router": lambda: router_and_permute(torch),
@@ -360,6 +409,8 @@ def main() -> None:
         "cpu_adam": lambda: cpu_adam(torch),
     }
     for name, run in sections.items():
+        if only and name not in only:
+            continue
         started = time.perf_counter()
         try:
             result[name] = run()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.knobs import Knobs, KnobSubset, Recompute
@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# attention_backend values that `memtune measure` runs on the local spec as PyTorch's SDPA
+# restricted to its flash and memory-efficient kernels (memtune/measure/sdpa_attention.py); the
+# others are Megatron-Core's DotProductAttention
+FLASH_BACKENDS = ("flash", "fused")
 FSDP_MIN_COMMUNICATION_UNIT = 1_000_000_000  # elements
 # The modules fine-grained activation offloading accepts (megatron-core 0.19.2, TransformerConfig).
 OFFLOAD_MODULES = (
@@ -428,6 +432,33 @@ class Derived:
     @cached_property
     def transformer_engine(self) -> bool:
         return self.model.transformer_impl == "transformer_engine"
+
+    @cached_property
+    def eager_elementwise(self) -> bool:
+        """The work around the GEMMs (norms, RoPE, activation, residual additions) runs as
+        PyTorch's eager kernels: Megatron-Core's local spec (torch norms, unfused RoPE);
+        Transformer Engine fuses it."""
+        return self.model.transformer_impl == "local"
+
+    @cached_property
+    def memory_efficient_sdpa(self) -> bool:
+        """The core attention runs PyTorch's memory-efficient SDPA kernel: the local spec's SDPA
+        stand-in (``FLASH_BACKENDS``) for multi-latent attention, whose q/k head dim (with the
+        RoPE part) differs from v's, which PyTorch's flash kernel does not take."""
+        m = self.model
+        return (
+            m.transformer_impl == "local"
+            and m.attention_backend in FLASH_BACKENDS
+            and m.multi_latent_attention
+            and m.qk_head_dim + m.qk_pos_emb_head_dim != m.v_head_dim
+        )
+
+    @cached_property
+    def adam_kernel(self) -> Literal["fused", "foreach"]:
+        """Which Adam step runs: Transformer Engine's (or Apex's) fused multi-tensor Adam, or,
+        on the local spec (neither installed), torch's AdamW in its default foreach form, which
+        Megatron-Core falls back to (benchmarks/measured/README.md, "Optimizer")."""
+        return "foreach" if self.model.transformer_impl == "local" else "fused"
 
     @cached_property
     def separate_input_norm(self) -> bool:

@@ -134,7 +134,7 @@ def model_state(
 def foreach_adam_temporaries(d: Derived, optimizer_params: float, expert_optimizer_params: float) -> float:
     """What torch's foreach Adam materialises in one step (sqrt(v) of the largest param group):
     only on the local spec, where neither Transformer Engine nor Apex provides FusedAdam."""
-    if d.model.transformer_impl != "local" or d.job.optimizer.optimizer != "adam":
+    if d.adam_kernel != "foreach" or d.job.optimizer.optimizer != "adam":
         return 0.0
     return 4 * max(optimizer_params - expert_optimizer_params, expert_optimizer_params)
 

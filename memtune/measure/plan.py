@@ -38,10 +38,10 @@ from typing import Any, TypedDict
 
 from memtune.check import CheckedJob
 from memtune.config import Derived, JobConfig
+from memtune.config.derived import FLASH_BACKENDS
 from memtune.errors import InputError
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-FLASH_BACKENDS = ("flash", "fused")
 # Recompute modules that megatron-core 0.19.2 runs through CheckpointWithoutOutput() without an
 # fp8 argument, which then takes its FP8 path and so needs Transformer Engine.
 OUTPUT_DISCARDING_RECOMPUTE = {"layernorm", "moe_act"}

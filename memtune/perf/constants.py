@@ -81,8 +81,16 @@ DP_OVERLAP_WINDOW_FRACTION = 0.9
 # --- optimizer and offload -----------------------------------------------------------------
 # Adam with fp32 master weights touches per parameter: the fp32 gradient (4 B read), master
 # weight, first and second moment (read + write, 24 B) and the bf16 weight (2 B write): 30 B,
-# all at HBM speed (Megatron's fused Adam is memory bound).
+# all at HBM speed (Megatron's fused Adam is memory bound). The analytic pruning model uses it;
+# the step model times Adam from the measured table (memtune/perf/kernels.py) and adds
+# Megatron's own work around it, below.
 OPTIMIZER_BYTES_PER_PARAM = 30
+# Megatron's optimizer step around Adam, per parameter, at HBM speed, keyed by
+# use_distributed_optimizer: the gradient norm (read 4 B) and clipping (read + write 8 B), the
+# copy of the fp32 main weights into the bf16 model (6 B); the distributed optimizer also copies
+# the gradient shard in and the weight shard out of its buffers. Fitted by
+# benchmarks/fit_step_constants.py to the optimizer seconds of the ctime- tune runs.
+OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 22.4, True: 78.4}
 # Host side of optimizer offload: the gradient goes down (4 B) and the weight comes back (2 B)
 # over PCIe Gen5 x16 (64 GB/s per direction, about 80% reached), and the CPU runs Adam. ZeRO-Offload
 # (Ren et al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
@@ -115,20 +123,26 @@ MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch
 # `memtune measure`'s own loop (memtune/measure/runner.py: get_forward_backward_func and
 # optimizer.step, nothing around them): fitted by the same script to the tune runs timed alone
 # on the H200; benchmarks/compute_accuracy.py compares those runs under it.
-MEASURE_RUNNER = HostFloor(layer_fwd_s=0.3e-3, backward_factor=2.0, microbatch_s=0.0, step_s=30e-3)
+MEASURE_RUNNER = HostFloor(layer_fwd_s=2.0e-3, backward_factor=1.5, microbatch_s=7e-3, step_s=1.2e-3)
 # Kernels inside a training step run this much longer than the same kernels timed alone
 # (benchmarks/gpu/kernel_calibration.py): clocks under sustained load, caches, and the small
 # kernels the model does not price one by one (bias, dropout, copies, casts). Fitted by
 # benchmarks/fit_step_constants.py on both tune sets.
-IN_STEP_KERNEL_FACTOR = 1.02
+IN_STEP_KERNEL_FACTOR = 1.04
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
-# experts one after another, each its own module: per local expert and layer its forward adds
-# this (small kernels and Python the GPU waits for), its backward backward_factor times it. Fitted by
-# benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
-SEQUENTIAL_EXPERT_FWD_S = 0.4e-3
+# experts one after another, each its own module: per local expert and layer the host's launch
+# work for the forward grows by this (the backward's by backward_factor times it); the GPU waits
+# for it only where its kernels are shorter. Fitted by benchmarks/fit_step_constants.py on the
+# single-rank tune runs (the only ones with it).
+SEQUENTIAL_EXPERT_FWD_S = 0.5e-3
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6
+# Megatron's VocabParallelCrossEntropy (megatron-core 0.19.2,
+# megatron/core/tensor_parallel/cross_entropy.py) moves per logit 38 B forward (the fp32 copy 6,
+# max 4, subtract 8, exp 8, sum 4, divide 8) and 14 B backward (the in-place multiply 8, the
+# cast back to bf16 6): the forward's share of the measured forward + backward.
+CROSS_ENTROPY_FORWARD_SHARE = 38 / 52
 # Transformer Engine quantises each FP8 GEMM's bf16 input before the GEMM: bytes moved per
 # element at HBM speed. Current scaling (Megatron's ``tensorwise``) first reads the tensor for its
 # amax, then reads it again and writes one byte (TransformerEngine d0067d0,

@@ -13,10 +13,19 @@ half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction 
 peak). Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
 Blockwise FP8 could not be measured (torch 2.11 refused the scaling configuration): its GEMMs,
 and MXFP8's, take the tensorwise fraction, and predictions that use it say so.
+
+``kernels-h200.json`` also times the work around the GEMMs in PyTorch's own eager kernels, what
+Megatron-Core's local spec runs: RMSNorm/LayerNorm, SwiGLU, bias-dropout-add and RoPE by tensor
+size; the unfused cross-entropy (fp32 logits, forward and backward) by tokens x vocabulary; the
+MoE router with token permute and unpermute by tokens x top-k x hidden; and Adam (torch's
+fused and foreach AdamW) per parameter. Each is read as a time against its element count,
+linear between the measured sizes, the smallest size's time below them (a kernel does not
+get faster than its launch) and the largest segment's rate above them.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -151,3 +160,125 @@ def fp8_gemm_fraction(m: int, n: int, k: int) -> float:
         return measured
     h = K.GEMM_HALF_SIZE
     return K.GEMM_PEAK_FRACTION / (1 + h / max(m, 1) + h / max(n, 1) + h / max(k, 1))
+
+
+@dataclass(frozen=True)
+class SizeCurve:
+    """Seconds against element count, from measured (elements, seconds) points."""
+
+    points: tuple[tuple[float, float], ...]  # sorted by elements, one per size
+
+    @classmethod
+    def of(cls, samples: list[tuple[float, float]]) -> SizeCurve:
+        by_size: dict[float, list[float]] = {}
+        for elements, seconds in samples:
+            by_size.setdefault(elements, []).append(seconds)
+        return cls(tuple(sorted((e, sum(t) / len(t)) for e, t in by_size.items())))
+
+    def seconds(self, elements: float) -> float:
+        points = self.points
+        if elements <= points[0][0]:
+            return points[0][1]
+        for (e0, t0), (e1, t1) in itertools.pairwise(points):
+            if elements <= e1:
+                return t0 + (t1 - t0) * (elements - e0) / (e1 - e0)
+        (e0, t0), (e1, t1) = points[-2], points[-1]
+        return t1 + (t1 - t0) / (e1 - e0) * (elements - e1)
+
+
+@dataclass(frozen=True)
+class EagerKernels:
+    """The measured eager kernels of ``kernels-h200.json`` (module docstring), on its GPU."""
+
+    elementwise: dict[str, SizeCurve]  # by the table's name: "rmsnorm fwd", "rope", ...
+    cross_entropy: SizeCurve  # forward + backward over tokens x vocabulary logits
+    route_and_permute: SizeCurve  # router, permute and unpermute over tokens x top-k x hidden
+    adam_params_per_s: dict[str, float]  # "fused" / "foreach": torch AdamW
+
+
+@cache
+def eager_kernels() -> EagerKernels:
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    samples: dict[str, list[tuple[float, float]]] = {}
+    for e in raw["elementwise"]:
+        samples.setdefault(e["name"], []).append((e["tokens"] * e["hidden"], e["ms"] / 1e3))
+    routing = [
+        (r["tokens"] * r["topk"] * r["hidden"], (r["router_ms"] + r["permute_ms"] + r["unpermute_ms"]) / 1e3)
+        for r in raw["router"]
+    ]
+    adam: dict[str, list[float]] = {}
+    for o in raw["optimizer"]:
+        adam.setdefault(o["impl"], []).append(o["params_per_s"])
+    return EagerKernels(
+        elementwise={name: SizeCurve.of(points) for name, points in samples.items()},
+        cross_entropy=SizeCurve.of(
+            [(c["tokens"] * c["vocab"], c["plain_ms"] / 1e3) for c in raw["cross_entropy"]]
+        ),
+        route_and_permute=SizeCurve.of(routing),
+        adam_params_per_s={impl: min(rates) for impl, rates in adam.items()},
+    )
+
+
+@cache
+def _memory_efficient_table() -> AttentionTable | None:
+    from memtune.catalog.gpus import get_gpu
+
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    rows = raw.get("attention_memory_efficient")
+    if not isinstance(rows, list):
+        return None
+    peak = get_gpu(MEASURED_ON).bf16_tflops
+    return AttentionTable(
+        tuple(
+            (
+                math.log2(a["seq"]),
+                math.log2(a["heads"] * a["batch"]),
+                a["fwd_tflops"] / peak,
+                a["bwd_tflops"] / peak,
+            )
+            for a in rows
+        )
+    )
+
+
+@cache
+def memory_efficient_attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float] | None:
+    """Forward and backward fractions of the bf16 peak of PyTorch's memory-efficient causal
+    attention at multi-latent attention's head dims (q/k 192, v 128), or None where the table
+    has no such section."""
+    table = _memory_efficient_table()
+    return None if table is None else table.fractions(seq, heads_x_batch)
+
+
+@cache
+def _expert_tables() -> dict[str, GemmTable]:
+    from memtune.catalog.gpus import get_gpu
+
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    peak = get_gpu(MEASURED_ON).bf16_tflops
+    tables = {}
+    for kind in ("per_expert", "grouped"):
+        by_shape: dict[tuple[float, float, float], list[float]] = {}
+        for g in raw["experts"][kind]:
+            if g["experts"] > 1:  # a layer's local experts, not one alone
+                key = (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]))
+                by_shape.setdefault(key, []).append(g["tflops"] / peak)
+        points = tuple((*key, sum(v) / len(v)) for key, v in by_shape.items())
+        lows = tuple(min(p[i] for p in points) for i in range(3))
+        highs = tuple(max(p[i] for p in points) for i in range(3))
+        tables[kind] = GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2]))
+    return tables
+
+
+@cache
+def expert_gemm_fraction(m: int, n: int, k: int, sequential: bool) -> float | None:
+    """Fraction of the bf16 peak a routed expert's GEMM of ``m`` rows reaches among a layer's
+    local experts: one ``torch.matmul`` per expert after another (SequentialMLP), or one
+    ``torch._grouped_mm`` over all (grouped GEMM); None outside the measured shapes."""
+    return _expert_tables()["per_expert" if sequential else "grouped"].fraction(m, n, k)

@@ -92,6 +92,7 @@ class Event(NamedTuple):
 class Simulated:
     step_s: float
     stage_compute_s: tuple[float, ...]  # forward, backward, deferred wgrad, optimizer
+    stage_optimizer_s: tuple[float, ...]  # of which the optimizer step
     stage_exposed_comm_s: tuple[float, ...]  # communication on the stage's critical path
     stage_idle_s: tuple[float, ...]  # waiting: the pipeline bubble and waits for the slowest stage
     events: tuple[Event, ...]  # every placed pass, when the simulation was asked to record them
@@ -329,6 +330,7 @@ def simulate(
     return Simulated(
         step_s=step_s,
         stage_compute_s=tuple(compute),
+        stage_optimizer_s=tuple(stage.optimizer_s for stage in stages),
         stage_exposed_comm_s=tuple(exposed),
         stage_idle_s=tuple(step_s - compute[r] - exposed[r] for r in range(p)),
         events=tuple(events),

@@ -6,11 +6,15 @@ own settings through it): nothing is switched on that the job did not ask for. P
 each pipeline stage and per microbatch it prices
 
 - compute: every GEMM of a layer at its shard shape (``memtune/perf/kernels.py``: measured
-  H200 tables, interpolated; FP8 GEMMs from the measured tensorwise table plus Transformer
-  Engine's input casts), causal
-  flash attention from its measured table, elementwise work at HBM bandwidth, the output layer
-  and loss on the last chunk, replays of recompute in the backward, and fixed costs per layer,
-  per microbatch and per step (kernel launches and Python, ``memtune/perf/constants.py``);
+  H200 tables, interpolated; routed experts from the measured per-expert or grouped table; FP8
+  GEMMs from the measured tensorwise table plus Transformer Engine's input casts), causal flash
+  attention from its measured table (PyTorch's memory-efficient kernel for MLA on the local
+  spec's SDPA stand-in), the work around the GEMMs from the measured eager-kernel tables on the
+  local spec (norms, RoPE, activation, residual additions; at HBM bandwidth under Transformer
+  Engine), the MoE router and token permutes, the output layer and the unfused cross-entropy on
+  the last chunk, replays of recompute in the backward, Adam from its measured kernel with
+  Megatron's work around it, and fixed costs per layer, per microbatch and per step (kernel
+  launches and Python, ``memtune/perf/constants.py``);
 - communication: TP all-gathers/reduce-scatters (all-reduces without SP), EP dispatch and
   combine, CP's K/V ring, pipeline sends, the DP gradient reduction and parameter gather, each
   an α-β cost of its real message size on its group (``memtune/perf/collectives.py``);
@@ -29,13 +33,21 @@ from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
-from memtune.perf.kernels import attention_fractions, fp8_gemm_fraction, gemm_fraction
+from memtune.perf.kernels import (
+    MEASURED_ON,
+    attention_fractions,
+    eager_kernels,
+    expert_gemm_fraction,
+    fp8_gemm_fraction,
+    gemm_fraction,
+    memory_efficient_attention_fractions,
+)
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
 # What every step prediction rests on, in a line each (shown by `memtune fix`).
 STEP_MODEL_NOTES = (
-    "kernels from the measured H200 bf16/FP8 GEMM and flash-attention tables, interpolated",
+    "kernels from the measured H200 GEMM, expert, attention and eager-kernel tables, interpolated",
     "collectives as NCCL's ring/tree alpha-beta costs on the declared cluster.network fabric",
     "the iteration simulated in Megatron-Core's order; communication hidden only where the job's settings do",
     "a host floor per layer, microbatch, step and collective fitted to tune runs (Megatron-LM CI, H200)",
@@ -101,6 +113,9 @@ class _Pricer:
         if gpu.name != "H200":
             self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
         self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
+        # the eager kernels were timed on the H200; memory-bound, they scale by HBM bandwidth
+        self.eager = eager_kernels()
+        self.hbm_ratio = get_gpu(MEASURED_ON).hbm_tbps / gpu.hbm_tbps
         # An fp32 job's matmuls run on the plain fp32 units: neither PyTorch (allow_tf32 off by
         # default) nor Megatron-LM switches TF32 on. The bf16 tables' fraction is applied to the
         # fp32 peak, and attention slows by the same ratio (unmeasured: no fp32 table).
@@ -123,6 +138,16 @@ class _Pricer:
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
         fraction = gemm_fraction(round(m), round(n), round(k))
         return count * 2 * m * n * k / (self.matmul_flops * fraction)
+
+    def expert_gemm(self, m: float, n: float, k: float, count: float) -> float:
+        """``count`` local experts' GEMMs of ``m`` rows each: the measured expert table (one
+        after another, or grouped) where the shape lies in it, else as any GEMM."""
+        if not self.fp8 and m > 0:
+            sequential = self.d.experts_are_sequential_modules
+            fraction = expert_gemm_fraction(round(m), round(n), round(k), sequential)
+            if fraction is not None:
+                return count * 2 * m * n * k / (self.matmul_flops * fraction)
+        return self.gemm(m, n, k, count)
 
     def layer(self, is_moe: bool, frozen: bool) -> _Layer:
         d, m = self.d, self.d.model
@@ -152,6 +177,12 @@ class _Pricer:
             gemm += self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"])
             attn_flops = 4 * T * seq * heads * kv * 0.5
         fwd_frac, bwd_frac = attention_fractions(seq, round(heads * d.micro_batch_size))
+        if d.memory_efficient_sdpa:
+            measured = memory_efficient_attention_fractions(seq, round(heads * d.micro_batch_size))
+            if measured is None:
+                self.unmeasured.add("memory-efficient SDPA attention at the flash kernel's rate")
+            else:
+                fwd_frac, bwd_frac = measured
         attn_fwd = attn_flops / (self.matmul_flops * fwd_frac)
         attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (self.matmul_flops * bwd_frac)
         gate = 2 if m.gated_linear_unit else 1
@@ -163,7 +194,7 @@ class _Pricer:
             rows = T * k * d.etp * d.ep / (t * experts)
             local = experts / d.ep
             mlp += self.gemm(tokens_res, experts, h)
-            mlp += self.gemm(rows, gate * f, h, local) + self.gemm(rows, h, f, local)
+            mlp += self.expert_gemm(rows, gate * f, h, local) + self.expert_gemm(rows, h, f, local)
             if m.moe_shared_expert_intermediate_size:
                 fs = m.moe_shared_expert_intermediate_size / t
                 shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
@@ -178,7 +209,19 @@ class _Pricer:
             mlp += self.gemm(*shapes["mlp in"]) + self.gemm(*shapes["mlp out"])
         gemm += mlp
         wgrad = 0.0 if frozen else gemm
-        elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / self.hbm
+        if d.eager_elementwise:
+            elementwise, elementwise_bwd = self.eager_elementwise(is_moe)
+        else:
+            elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / self.hbm
+            elementwise_bwd = 2 * elementwise
+        if is_moe:
+            # the router's top-k and the token permute and unpermute around the experts; their
+            # backward moves the same tokens the other way (the same kernels, unmeasured)
+            routing = (
+                self.eager.route_and_permute.seconds(tokens_res * m.moe_router_topk * h) * self.hbm_ratio
+            )
+            elementwise += routing
+            elementwise_bwd += routing
         tp_fwd = tp_bwd = ub_fwd = ub_bwd = mlp_tp_fwd = 0.0
         if t > 1:
             group = Group(t)
@@ -211,17 +254,16 @@ class _Pricer:
             # each ring step hides behind one block's attention; its launch does not
             cp_fwd = max(0.0, (cp - 1) * step - attn_fwd) + (cp - 1) * K.COLLECTIVE_LAUNCH_S
         fwd = gemm + attn_fwd + elementwise + ub_fwd
-        bwd = gemm + wgrad + attn_bwd + 2 * elementwise + ub_bwd
+        bwd = gemm + wgrad + attn_bwd + elementwise_bwd + ub_bwd
+        host_fwd = self.floor.layer_fwd_s
         if is_moe and d.experts_are_sequential_modules:
-            # each local expert its own module, one after another: small kernels and Python per
-            # expert that the GPU waits for
-            experts_s = (m.num_moe_experts or 1) / d.ep * K.SEQUENTIAL_EXPERT_FWD_S
-            fwd += experts_s
-            bwd += self.floor.backward_factor * experts_s
+            # each local expert its own module, one after another: the host's launch work and
+            # Python per expert, which the GPU waits for only where its kernels are shorter
+            host_fwd += (m.num_moe_experts or 1) / d.ep * K.SEQUENTIAL_EXPERT_FWD_S
         return _Layer(
             fwd=fwd * K.IN_STEP_KERNEL_FACTOR + cp_fwd,
             bwd=bwd * K.IN_STEP_KERNEL_FACTOR + 2 * cp_fwd,
-            host_fwd=self.floor.layer_fwd_s,
+            host_fwd=host_fwd,
             wgrad=wgrad,
             attn_fwd=attn_fwd,
             mlp_fwd=mlp,
@@ -233,6 +275,46 @@ class _Pricer:
             mlp_tp_fwd=mlp_tp_fwd,
             ep_fwd=ep_fwd,
         )
+
+    def eager_elementwise(self, is_moe: bool) -> tuple[float, float]:
+        """Forward and backward seconds of one layer's work around its GEMMs in PyTorch's eager
+        kernels (Megatron-Core's local spec), each from the measured table by its size: the two
+        norms (and Qwen3's norms of q and k) and the two residual additions with dropout on the
+        layer's own tokens, RoPE on q and k, and the MLP's activation on what the GEMM before
+        it wrote. Backward: the norms' measured backward (RMSNorm's, for LayerNorm too); RoPE
+        and the residual additions move what their forward did; the activation twice its
+        forward (two inputs and the gradient read, two gradients written): unmeasured."""
+        d, m = self.d, self.d.model
+        t, h = d.tp, m.hidden_size
+        T = d.micro_batch_size * m.seq_length / d.cp
+        tokens_res = T / t if d.sequence_parallel else T
+        curves = self.eager.elementwise
+        norm_fwd = curves["rmsnorm fwd" if m.normalization == "RMSNorm" else "layernorm fwd"]
+        heads, groups = m.num_attention_heads / t, d.query_groups_per_tp_rank
+        if m.multi_latent_attention:
+            rotated = T * (heads + 1) * m.qk_pos_emb_head_dim  # the decoupled RoPE part of q and k
+        else:
+            rotated = T * (heads + groups) * d.kv_channels
+        gate = 2 if m.gated_linear_unit else 1
+        if is_moe:
+            # every local expert's rows (the rank's tokens x top-k, gathered over the experts'
+            # TP) at its share of the expert width
+            activation = T * m.moe_router_topk / t * gate * d.moe_ffn_hidden_size
+            if m.moe_shared_expert_intermediate_size:
+                activation += T * gate * m.moe_shared_expert_intermediate_size / t
+        else:
+            activation = T * gate * d.ffn_hidden_size / t
+        norms = [tokens_res * h, tokens_res * h]
+        if m.qk_layernorm and not m.multi_latent_attention:
+            norms += [T * heads * d.kv_channels, T * groups * d.kv_channels]
+        fwd = sum(norm_fwd.seconds(n) for n in norms)
+        bwd = sum(curves["rmsnorm bwd"].seconds(n) for n in norms)
+        residual = 2 * curves["bias dropout add"].seconds(tokens_res * h)
+        rope = curves["rope"].seconds(rotated) if m.position_embedding_type in ("rope", "yarn") else 0.0
+        act = curves["swiglu fwd"].seconds(activation)
+        fwd += residual + rope + act
+        bwd += residual + rope + 2 * act
+        return fwd * self.hbm_ratio, bwd * self.hbm_ratio
 
     def userbuffer_overlap(
         self, shapes: dict[str, tuple[float, float, float]], elements: float, frozen: bool
@@ -320,7 +402,7 @@ def predict_step(
     """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``), in a training
     loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
     simulated passes for a Gantt chart."""
-    from memtune.estimate.params import layer_params
+    from memtune.estimate.params import chunk_params
     from memtune.perf.model import activation_offload_exposed_s, model_flops_per_token, recompute_forward
 
     gpu = gpu or get_gpu(d.job.cluster.gpu)
@@ -329,14 +411,20 @@ def predict_step(
     floor = floor or K.MEGATRON_LM_LOOP
     pricer = _Pricer(d, gpu, floor)
     kinds = {moe: pricer.layer(moe, frozen) for moe in set(d.moe_layer_pattern)}
-    counts = {moe: layer_params(d, moe) for moe in set(d.moe_layer_pattern)}
     h = m.hidden_size
     T = d.micro_batch_size * m.seq_length / d.cp
     tokens_res = T / d.tp if d.sequence_parallel else T
     vocab = d.padded_vocab_size / d.tp
     output_fwd = pricer.gemm(T, vocab, h) * K.IN_STEP_KERNEL_FACTOR
     output_wgrad = 0.0 if frozen else output_fwd
-    loss = 3 * 4 * T * vocab / pricer.hbm  # fp32 logits: softmax, log and gradient passes
+    if d.cross_entropy == "unfused":
+        # Megatron's VocabParallelCrossEntropy, forward and backward from the measured table,
+        # split by the bytes each moves per logit (K.CROSS_ENTROPY_FORWARD_SHARE)
+        both = pricer.eager.cross_entropy.seconds(T * vocab) * pricer.hbm_ratio
+        loss_fwd, loss_bwd = both * K.CROSS_ENTROPY_FORWARD_SHARE, both * (1 - K.CROSS_ENTROPY_FORWARD_SHARE)
+    else:
+        # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
+        loss_fwd = loss_bwd = 3 * 4 * T * vocab / pricer.hbm
     full = m.recompute_granularity == "full"
     grad_bytes = DTYPE_BYTES[d.grad_dtype]
     weight_bytes = DTYPE_BYTES[d.param_dtype]
@@ -356,7 +444,6 @@ def predict_step(
             # (host launch work, device time) of each piece of the chunk's passes
             forward = [(floor.microbatch_s / len(rank_chunks), 0.0)]
             backward: list[tuple[float, float]] = []
-            dense_params = expert_params = 0.0
             replayed = 0
             if full:
                 groups = d.full_recompute_groups(len(chunk.layers))
@@ -383,15 +470,12 @@ def predict_step(
                 tp += lt.tp_fwd
                 tp_back += lt.tp_bwd
                 ep += lt.ep_fwd
-                c = counts[is_moe]
-                dense_params += c.dense / d.tp + c.replicated
-                expert_params += c.expert / (d.ep * d.etp)
             out_wgrad = 0.0
-            if chunk.has_embedding or (chunk.has_output and not m.share_embeddings_and_output_weights):
-                dense_params += m.vocab_size * h / d.tp
+            held = chunk_params(d, chunk)  # what the rank holds of the chunk (memtune/estimate/params.py)
+            dense_params, expert_params = held.dense + held.replicated, held.expert
             if chunk.has_output:
-                forward.append((0.0, output_fwd + loss))
-                backward.append((0.0, output_fwd + output_wgrad + loss))
+                forward.append((0.0, output_fwd + loss_fwd))
+                backward.append((0.0, output_fwd + output_wgrad + loss_bwd))
                 out_wgrad = output_wgrad
             fwd, bwd = _pass_time(forward), _pass_time(backward)
             trainable_dense = 0.0 if frozen else dense_params
@@ -442,7 +526,12 @@ def predict_step(
             stage_params += expert_params / (d.edp if sharded else 1)
         opt_params = 0.0 if frozen else stage_params
         host = job.optimizer.optimizer_offload_fraction if job.optimizer.optimizer_cpu_offload else 0.0
-        optimizer = opt_params * (1 - host) * K.OPTIMIZER_BYTES_PER_PARAM / pricer.hbm + floor.step_s
+        # Adam's own kernel from the measured table, and Megatron's work around it per parameter
+        # (gradient norm and clipping, the copy back into the model's weights; the distributed
+        # optimizer's shard copies) at HBM speed
+        adam_s = pricer.hbm_ratio / pricer.eager.adam_params_per_s[d.adam_kernel]
+        around = K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / pricer.hbm
+        optimizer = opt_params * (1 - host) * (adam_s + around) + floor.step_s
         if host:
             optimizer += opt_params * host * (6 / (K.PCIE_GBPS * 1e9) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
         stages.append(StageWork(tuple(works), send, optimizer))

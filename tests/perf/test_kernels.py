@@ -11,7 +11,13 @@ import pytest
 
 from memtune.catalog.gpus import get_gpu
 from memtune.perf import constants as K
-from memtune.perf.kernels import attention_fractions, fp8_gemm_fraction, gemm_fraction
+from memtune.perf.kernels import (
+    SizeCurve,
+    attention_fractions,
+    eager_kernels,
+    fp8_gemm_fraction,
+    gemm_fraction,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +55,26 @@ def test_interpolation_stays_between_neighbours() -> None:
     # Halfway (in log2) between measured rows 4096 and 8192 of one shape family.
     low, high = gemm_fraction(4096, 6144, 4096), gemm_fraction(8192, 6144, 4096)
     assert min(low, high) * 0.9 <= gemm_fraction(5793, 6144, 4096) <= max(low, high) * 1.1
+
+
+def test_a_size_curve_interpolates_floors_and_extends_its_last_rate() -> None:
+    curve = SizeCurve.of([(1.0, 1.0), (3.0, 5.0), (3.0, 7.0)])  # two samples of one size averaged
+    assert curve.points == ((1.0, 1.0), (3.0, 6.0))
+    assert curve.seconds(2.0) == 3.5
+    assert curve.seconds(0.5) == 1.0  # a kernel is no faster than its launch
+    assert curve.seconds(5.0) == 11.0  # the last segment's 2.5 per element
+
+
+def test_eager_tables_return_their_measurements() -> None:
+    raw = json.loads((ROOT / "benchmarks/gpu/results/kernels-h200.json").read_text(encoding="utf-8"))
+    kernels = eager_kernels()
+    ce = raw["cross_entropy"][1]
+    assert kernels.cross_entropy.seconds(ce["tokens"] * ce["vocab"]) == pytest.approx(ce["plain_ms"] / 1e3)
+    norm = next(
+        e
+        for e in raw["elementwise"]
+        if e["name"] == "rmsnorm bwd" and e["tokens"] == 4096 and e["hidden"] == 4096
+    )
+    assert kernels.elementwise["rmsnorm bwd"].seconds(4096 * 4096) == pytest.approx(norm["ms"] / 1e3)
+    foreach = [o["params_per_s"] for o in raw["optimizer"] if o["impl"] == "foreach"]
+    assert kernels.adam_params_per_s["foreach"] == min(foreach)

@@ -104,3 +104,69 @@ def test_an_fp32_job_runs_its_matmuls_on_the_fp32_units() -> None:
     )
     assert fp32.step_time_s > 5 * bf16.step_time_s
     assert "fp32 matmuls at the bf16 tables' fraction of the fp32 peak" in fp32.unmeasured
+
+
+def local(*overrides: str):  # type: ignore[no-untyped-def]
+    return job("model.transformer_impl=local", "model.attention_backend=flash", *overrides)
+
+
+def test_the_optimizer_step_is_adams_kernel_and_megatrons_bytes_around_it() -> None:
+    from memtune.estimate.params import chunk_params
+    from memtune.perf.kernels import eager_kernels
+
+    for d, kernel in ((local(), "foreach"), (job("model.transformer_impl=transformer_engine"), "fused")):
+        assert d.adam_kernel == kernel
+        # each of the 8 ranks holds its whole stage (PP 1) and DP shards it (distributed optimizer)
+        held = sum(chunk_params(d, c).total for c in d.chunks[0])
+        shard = held / d.dp if d.use_distributed_optimizer else held
+        hbm = 3.35e12 * K.HBM_FRACTION  # the H100's catalog bandwidth
+        per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s[kernel]  # timed on the H200
+        per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / hbm
+        expected = shard * per_param + K.MEGATRON_LM_LOOP.step_s
+        assert predict_step(d).simulated.stage_optimizer_s[0] == pytest.approx(expected)
+
+
+def test_a_stage_with_both_ends_holds_the_embedding_and_an_untied_output_layer() -> None:
+    from memtune.perf.kernels import eager_kernels
+
+    tied = predict_step(job("model.share_embeddings_and_output_weights=true")).simulated
+    d = job("model.share_embeddings_and_output_weights=false")
+    untied = predict_step(d).simulated
+    output_layer = d.padded_vocab_size * d.model.hidden_size / d.tp
+    if d.use_distributed_optimizer:
+        output_layer /= d.dp
+    per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s["fused"]
+    per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / (3.35e12 * K.HBM_FRACTION)
+    difference = untied.stage_optimizer_s[0] - tied.stage_optimizer_s[0]
+    assert difference == pytest.approx(output_layer * per_param)
+
+
+def test_local_spec_elementwise_work_comes_from_the_eager_tables() -> None:
+    # the local spec's norms, RoPE, SwiGLU and residual additions are PyTorch's eager kernels,
+    # timed slower than Transformer Engine's fused ones are priced (HBM passes)
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.kernels import eager_kernels
+    from memtune.perf.step import _Pricer
+
+    d = local("model.tensor_model_parallel_size=1")
+    fwd, _ = _Pricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).eager_elementwise(is_moe=False)
+
+    curves = eager_kernels().elementwise
+    T, h, f = 4096, 4096, 14336
+    on_h200 = (
+        2 * curves["rmsnorm fwd"].seconds(T * h)
+        + 2 * curves["bias dropout add"].seconds(T * h)
+        + curves["rope"].seconds(T * (32 + 8) * 128)
+        + curves["swiglu fwd"].seconds(T * 2 * f)
+    )
+    assert fwd == pytest.approx(on_h200 * 4.8 / 3.35)
+    assert d.eager_elementwise and not job("model.transformer_impl=transformer_engine").eager_elementwise
+
+
+def test_mla_on_the_sdpa_stand_in_runs_the_memory_efficient_kernel() -> None:
+    mla = ["model.multi_latent_attention=true", "model.q_lora_rank=null", "model.kv_lora_rank=512",
+           "model.qk_head_dim=128", "model.qk_pos_emb_head_dim=64", "model.v_head_dim=128"]  # fmt: skip
+    assert local(*mla).memory_efficient_sdpa
+    assert not job("model.transformer_impl=transformer_engine", *mla).memory_efficient_sdpa
+    assert not local(*mla[:-1], "model.v_head_dim=192").memory_efficient_sdpa
+    assert not local().memory_efficient_sdpa
