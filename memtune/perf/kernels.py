@@ -222,15 +222,12 @@ def eager_kernels() -> EagerKernels:
 
 
 @cache
-def _memory_efficient_table() -> AttentionTable | None:
+def _memory_efficient_table() -> AttentionTable:
     from memtune.catalog.gpus import get_gpu
 
     raw = json.loads(
         resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
     )
-    rows = raw.get("attention_memory_efficient")
-    if not isinstance(rows, list):
-        return None
     peak = get_gpu(MEASURED_ON).bf16_tflops
     return AttentionTable(
         tuple(
@@ -240,18 +237,16 @@ def _memory_efficient_table() -> AttentionTable | None:
                 a["fwd_tflops"] / peak,
                 a["bwd_tflops"] / peak,
             )
-            for a in rows
+            for a in raw["attention_memory_efficient"]
         )
     )
 
 
 @cache
-def memory_efficient_attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float] | None:
+def memory_efficient_attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
     """Forward and backward fractions of the bf16 peak of PyTorch's memory-efficient causal
-    attention at multi-latent attention's head dims (q/k 192, v 128), or None where the table
-    has no such section."""
-    table = _memory_efficient_table()
-    return None if table is None else table.fractions(seq, heads_x_batch)
+    attention at multi-latent attention's head dims (q/k 192, v 128)."""
+    return _memory_efficient_table().fractions(seq, heads_x_batch)
 
 
 @cache

@@ -176,13 +176,8 @@ class _Pricer:
             shapes["attention out"] = (T, h, heads * kv)
             gemm += self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"])
             attn_flops = 4 * T * seq * heads * kv * 0.5
-        fwd_frac, bwd_frac = attention_fractions(seq, round(heads * d.micro_batch_size))
-        if d.memory_efficient_sdpa:
-            measured = memory_efficient_attention_fractions(seq, round(heads * d.micro_batch_size))
-            if measured is None:
-                self.unmeasured.add("memory-efficient SDPA attention at the flash kernel's rate")
-            else:
-                fwd_frac, bwd_frac = measured
+        attention = memory_efficient_attention_fractions if d.memory_efficient_sdpa else attention_fractions
+        fwd_frac, bwd_frac = attention(seq, round(heads * d.micro_batch_size))
         attn_fwd = attn_flops / (self.matmul_flops * fwd_frac)
         attn_bwd = K.ATTENTION_BWD_FLOPS_FACTOR * attn_flops / (self.matmul_flops * bwd_frac)
         gate = 2 if m.gated_linear_unit else 1
