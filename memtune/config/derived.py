@@ -454,6 +454,13 @@ class Derived:
         )
 
     @cached_property
+    def rotary_embeddings(self) -> bool:
+        """q and k are rotated in every layer: RoPE and its YaRN scaling (Megatron-Core's
+        ``RotaryEmbedding`` / ``YarnRotaryEmbedding``); learned absolute positions are added once
+        at the embedding."""
+        return self.model.position_embedding_type in ("rope", "yarn")
+
+    @cached_property
     def adam_kernel(self) -> Literal["fused", "foreach"]:
         """Which Adam step runs: Transformer Engine's (or Apex's) fused multi-tensor Adam, or,
         on the local spec (neither installed), torch's AdamW in its default foreach form, which

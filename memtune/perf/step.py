@@ -305,7 +305,7 @@ class _Pricer:
         fwd = sum(norm_fwd.seconds(n) for n in norms)
         bwd = sum(curves["rmsnorm bwd"].seconds(n) for n in norms)
         residual = 2 * curves["bias dropout add"].seconds(tokens_res * h)
-        rope = curves["rope"].seconds(rotated) if m.position_embedding_type in ("rope", "yarn") else 0.0
+        rope = curves["rope"].seconds(rotated) if d.rotary_embeddings else 0.0
         act = curves["swiglu fwd"].seconds(activation)
         fwd += residual + rope + act
         bwd += residual + rope + 2 * act

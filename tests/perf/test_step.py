@@ -170,3 +170,9 @@ def test_mla_on_the_sdpa_stand_in_runs_the_memory_efficient_kernel() -> None:
     assert not job("model.transformer_impl=transformer_engine", *mla).memory_efficient_sdpa
     assert not local(*mla[:-1], "model.v_head_dim=192").memory_efficient_sdpa
     assert not local().memory_efficient_sdpa
+
+
+def test_only_rotary_embeddings_rotate_q_and_k() -> None:
+    assert job("model.position_embedding_type=rope").rotary_embeddings
+    assert job("model.position_embedding_type=yarn").rotary_embeddings
+    assert not job("model.position_embedding_type=learned_absolute").rotary_embeddings
