@@ -16,8 +16,9 @@ compute and collectives (``memtune/perf/collectives.py``); this module only plac
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from memtune.errors import InputError
 from memtune.estimate.schedule import forward_order, warmup_count
@@ -132,6 +133,18 @@ def simulated_operations(stages: int, chunks: int, num_microbatches: int) -> int
     return 2 * stages * chunks * num_microbatches
 
 
+@functools.lru_cache(maxsize=256)
+def _steps(
+    pp: int, chunks: int, num_microbatches: int, group: int, pp_rank: int, paired: bool
+) -> tuple[tuple[Op, ...], ...]:
+    """:func:`stage_order` as the simulation walks it: pairs kept only where they are simulated
+    as pairs. Cached: a plan prices dozens of layouts with a handful of schedules between them."""
+    order = stage_order(pp, chunks, num_microbatches, group, pp_rank, paired)
+    if paired:
+        return tuple(tuple(step) for step in order)
+    return tuple((op,) for step in order for op in step)  # each operation waits for its own input only
+
+
 def simulate(
     stages: list[StageWork], num_microbatches: int, group: int, overlap: Overlap, record_events: bool = False
 ) -> Simulated:
@@ -146,17 +159,18 @@ def simulate(
         )
     last = p * v - 1
     ep_pairs = overlap.overlap_moe_expert_parallel_comm and not overlap.single_device_connection
-    orders = [stage_order(p, v, m, group, r, ep_pairs) for r in range(p)]
-    if not ep_pairs:  # each operation waits for its own input only
-        orders = [[[op] for step in order for op in step] for order in orders]
+    orders = [_steps(p, v, m, group, r, ep_pairs) for r in range(p)]
     position = [0] * p
     clock = [0.0] * p
     dp_free = [0.0] * p
     compute = [0.0] * p
     exposed = [0.0] * p
     events: list[Event] = []
-    forward_done: dict[tuple[int, int], float] = {}  # (microbatch, virtual stage) -> output arrives
-    backward_done: dict[tuple[int, int], float] = {}
+    # When each microbatch's output (forward) or input gradient (backward) of each virtual stage
+    # arrives where it is needed; None until it has run.
+    no_times: list[float | None] = [None] * m
+    forward_done = [list(no_times) for _ in range(p * v)]
+    backward_done = [list(no_times) for _ in range(p * v)]
     backwards_left = [[m] * v for _ in range(p)]
     first_forward_seen = [[False] * v for _ in range(p)]
     gather_first = [[0.0] * v for _ in range(p)]
@@ -177,18 +191,13 @@ def simulate(
 
     grads_ready = [[(0.0, 0.0)] * v for _ in range(p)]  # (start, length) of each chunk's last backward
 
-    def ready(r: int, op: Op) -> float | None:
-        kind, mb, chunk = op
-        s = chunk * p + r
-        if kind == "F":
-            return 0.0 if s == 0 else forward_done.get((mb, s - 1))
-        return forward_done.get((mb, s)) if s == last else backward_done.get((mb, s + 1))
-
     # Each chunk's compute and, outside combined 1F1B pairs, its exposed communication per pass
     # are fixed: looked up per pass instead of computed (a step of a large job places 10^4-10^5).
     deferral = overlap.deferred_output_wgrad_microbatches
-    busy_fwd = [[w.forward_s for w in st.chunks] for st in stages]
-    busy_bwd = [[w.backward_s for w in st.chunks] for st in stages]
+    pass_compute = {
+        "F": [[w.forward_s for w in st.chunks] for st in stages],
+        "B": [[w.backward_s for w in st.chunks] for st in stages],
+    }
     busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
     comm_alone = {
         kind: [
@@ -197,79 +206,95 @@ def simulate(
         ]
         for kind in ("F", "B")
     }
+    # The send after each pass, by the stage that sends it (the gradient back costs the same).
+    forward_send = [stages[s % p].send_s if s != last else 0.0 for s in range(p * v)]
+    backward_send = [stages[(s - 1) % p].send_s if s != 0 else 0.0 for s in range(p * v)]
+    gather_waits = overlap.overlap_param_gather
+    sends_block = not overlap.overlap_p2p_comm
 
     def busy_of(r: int, op: Op) -> float:
         kind, mb, chunk = op
-        if kind == "F":
-            return busy_fwd[r][chunk]
         # Megatron defers the first wgrad_deferral_limit microbatches (all of them when 0).
-        if chunk * p + r == last and mb < deferral:
+        if kind == "B" and mb < deferral and chunk * p + r == last:
             return busy_bwd_deferred[r][chunk]
-        return busy_bwd[r][chunk]
+        return pass_compute[kind][r][chunk]
 
-    def run(r: int, step: list[Op], inputs: list[float]) -> None:
-        start = max(clock[r], *inputs)
-        busies = [busy_of(r, op) for op in step]
-        paired = ep_pairs and len(step) == 2
-        t = start
-        for op, busy in zip(step, busies, strict=True):
-            kind, mb, chunk = op
-            work = stages[r].chunks[chunk]
-            s = chunk * p + r
-            if kind == "F" and overlap.overlap_param_gather and not first_forward_seen[r][chunk]:
-                first_forward_seen[r][chunk] = True
-                t = max(t, gather_first[r][chunk])
-                # The forward pre-hook waits for this chunk's first bucket, then dispatches the
-                # next chunk's gather (param_and_grad_buffer.py, finish_param_sync).
-                if not overlap.align_param_gather and chunk + 1 < v:
-                    issue_gather(r, chunk + 1, t)
-            comm = (
-                _exposed_comm(work, op, overlap, paired, sum(busies) - busy)
-                if paired
-                else comm_alone[kind][r][chunk]
-            )
-            end = t + busy
-            if kind == "F" and overlap.overlap_param_gather:
-                end = max(end, gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
+    def place(r: int, op: Op, t: float, own: float, pair_compute: float | None) -> float:
+        """Place ``op`` (``own`` seconds of compute) on stage ``r`` from ``t``; returns when the
+        stage is free again. ``pair_compute`` is the compute of its combined 1F1B pair, None
+        outside one."""
+        kind, mb, chunk = op
+        s = chunk * p + r
+        forward = kind == "F"
+        if forward and gather_waits and not first_forward_seen[r][chunk]:
+            first_forward_seen[r][chunk] = True
+            t = max(t, gather_first[r][chunk])
+            # The forward pre-hook waits for this chunk's first bucket, then dispatches the
+            # next chunk's gather (param_and_grad_buffer.py, finish_param_sync).
+            if not overlap.align_param_gather and chunk + 1 < v:
+                issue_gather(r, chunk + 1, t)
+        comm = (
+            comm_alone[kind][r][chunk]
+            if pair_compute is None
+            else _exposed_comm(stages[r].chunks[chunk], op, overlap, True, pair_compute - own)
+        )
+        end = t + own
+        if forward and gather_waits:
+            end = max(end, gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
+        if record_events:
+            events.append(Event(r, "compute", "forward" if forward else "backward", mb, chunk, t, end))
+        compute[r] += own
+        exposed[r] += end - t - own
+        t = end
+        if comm:
             if record_events:
-                events.append(
-                    Event(r, "compute", "forward" if kind == "F" else "backward", mb, chunk, t, end)
-                )
-            compute[r] += busy
-            exposed[r] += end - t - busy
-            t = end
-            if comm:
-                if record_events:
-                    events.append(Event(r, "compute", "exposed comm", mb, chunk, t, t + comm))
-                exposed[r] += comm
-                t += comm
-            sends = s != last if kind == "F" else s != 0
-            link = s % p if kind == "F" else (s - 1) % p
-            arrival = t + (stages[link].send_s if sends else 0.0)
-            if arrival > t and not overlap.overlap_p2p_comm:
-                if record_events:
-                    events.append(Event(r, "compute", "send", mb, chunk, t, arrival))
-                exposed[r] += arrival - t
-                t = arrival
-            (forward_done if kind == "F" else backward_done)[(mb, s)] = arrival
-            if kind == "B":
-                backwards_left[r][chunk] -= 1
-                if backwards_left[r][chunk] == 0:
-                    grads_ready[r][chunk] = (end - busy, busy)
-        clock[r] = t
+                events.append(Event(r, "compute", "exposed comm", mb, chunk, t, t + comm))
+            exposed[r] += comm
+            t += comm
+        arrival = t + (forward_send[s] if forward else backward_send[s])
+        if arrival > t and sends_block:
+            if record_events:
+                events.append(Event(r, "compute", "send", mb, chunk, t, arrival))
+            exposed[r] += arrival - t
+            t = arrival
+        (forward_done if forward else backward_done)[s][mb] = arrival
+        if not forward:
+            backwards_left[r][chunk] -= 1
+            if backwards_left[r][chunk] == 0:
+                grads_ready[r][chunk] = (end - own, own)
+        return t
 
     progressed = True
     while progressed:
         progressed = False
         for r in range(p):
-            while position[r] < len(orders[r]):
-                step = orders[r][position[r]]
-                inputs = [ready(r, op) for op in step]  # when each operation's input arrives
-                if None in inputs:
-                    break
-                run(r, step, cast(list[float], inputs))
-                position[r] += 1
-                progressed = True
+            order = orders[r]
+            while position[r] < len(order):
+                step = order[position[r]]
+                start = clock[r]
+                for kind, mb, chunk in step:  # each operation's input must have arrived
+                    s = chunk * p + r
+                    if kind == "F":
+                        arrived = 0.0 if s == 0 else forward_done[s - 1][mb]
+                    else:
+                        arrived = forward_done[s][mb] if s == last else backward_done[s + 1][mb]
+                    if arrived is None:
+                        break
+                    if arrived > start:
+                        start = arrived
+                else:
+                    if len(step) == 1:
+                        clock[r] = place(r, step[0], start, busy_of(r, step[0]), None)
+                    else:
+                        first, second = step
+                        busies = (busy_of(r, first), busy_of(r, second))
+                        pair = sum(busies)
+                        t = place(r, first, start, busies[0], pair)
+                        clock[r] = place(r, second, t, busies[1], pair)
+                    position[r] += 1
+                    progressed = True
+                    continue
+                break
     if any(position[r] < len(orders[r]) for r in range(p)):
         raise AssertionError("the pipeline schedule deadlocked")  # Megatron's order never does
 

@@ -245,6 +245,27 @@ def search(
     ``workers`` > 1 forks that many processes over blocks of layouts (the result is the same);
     ``progress(done, total)`` is called as blocks finish, in candidates.
     """
+    # The search allocates millions of small objects and frees almost none of them until it
+    # ends: the cyclic garbage collector's passes over them are pure cost, in the workers as
+    # here, and they slow the step model's simulations after the memory pass twofold.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _search(base, space, top, pareto, keep, progress, workers)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _search(
+    base: JobConfig,
+    space: Space | None,
+    top: int,
+    pareto: bool,
+    keep: Callable[[Knobs], bool] | None,
+    progress: Callable[[int, int], None] | None,
+    workers: int,
+) -> PlanResult:
     start = time.perf_counter()
     base_d = derive(base)
     space = space or default_space(base_d)
@@ -263,7 +284,7 @@ def search(
     )
     # Contiguous blocks share tensor-parallel sizes, and so the estimator's cached pieces: a few
     # large blocks per worker duplicate little work between processes.
-    block = 16 if workers <= 1 else max(16, -(-len(groups) // (workers * 6)))
+    block = 16 if workers <= 1 else max(16, -(-len(groups) // (workers * 3)))
     blocks = [(i, min(i + block, len(groups))) for i in range(0, len(groups), block)]
     total = sum(sizes)
     counts: Counter[str] = Counter()
@@ -280,21 +301,13 @@ def search(
         if progress:
             progress(done, total)
 
-    # The search allocates millions of small objects and frees none of them until it ends: the
-    # cyclic garbage collector's passes over them are pure cost, in the workers as here.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        if workers > 1 and len(blocks) > 1:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                for bounds, result in zip(blocks, pool.imap(_score_block, blocks)):
-                    gather(result, bounds)
-        else:
-            for bounds in blocks:
-                gather(_score_block(bounds), bounds)
-    finally:
-        if collecting:
-            gc.enable()
+    if workers > 1 and len(blocks) > 1:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for bounds, result in zip(blocks, pool.imap(_score_block, blocks)):
+                gather(result, bounds)
+    else:
+        for bounds in blocks:
+            gather(_score_block(bounds), bounds)
     _WORK = None
     scored.sort(key=lambda s: (-s.prediction.tokens_per_s_per_gpu, s.order))
     refused_by: Counter[str] = Counter()
