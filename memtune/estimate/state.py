@@ -9,6 +9,7 @@ dense parameters and over expert-DP for routed experts. Megatron-FSDP keeps its 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -272,10 +273,20 @@ def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank
     elements, split into buckets (one per chunk after the first, or without
     ``overlap_grad_reduce``) whose ends are padded to a multiple of lcm(shards, 128); the rank
     owns the ``rank``-th of ``shards`` equal slices of every bucket."""
+    return list(_pieces_of(d.ddp_bucket_size(shards), tuple(tuple(c) for c in chunks), shards, rank))
+
+
+# Cached: the planner walks the same shards once per optimizer offload fraction it tries, one
+# fraction after the other (a few entries suffice; a large model's shards hold many pieces).
+@functools.lru_cache(maxsize=64)
+def _pieces_of(
+    bucket_size: int | None, chunks: tuple[tuple[ParamTensor, ...], ...], shards: int, rank: int
+) -> tuple[ParamTensor, ...]:
+    """:func:`_shard_pieces` with the first chunk's bucket size (None: one bucket per chunk)."""
     pieces: list[ParamTensor] = []
     multiple = math.lcm(shards, 128)
     for index, tensors in enumerate(chunks):
-        bucket_size = d.ddp_bucket_size(shards) if index == 0 else None
+        chunk_bucket_size = bucket_size if index == 0 else None
         buckets: list[tuple[int, int]] = []
         placed: list[tuple[int, int, ParamTensor]] = []
         position = bucket_start = 0
@@ -284,7 +295,7 @@ def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank
             end = start + round(tensor.numel)
             placed.append((start, end, tensor))
             position = end
-            if bucket_size is not None and end - bucket_start >= bucket_size:
+            if chunk_bucket_size is not None and end - bucket_start >= chunk_bucket_size:
                 position = math.ceil(end / multiple) * multiple
                 buckets.append((bucket_start, position))
                 bucket_start = position
@@ -302,7 +313,7 @@ def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank
                 numel = min(end, high) - max(start, low)
                 if numel > 0:
                     pieces.append(ParamTensor(numel, tensor.decayed, tensor.expert))
-    return pieces
+    return tuple(pieces)
 
 
 def _hybrid_device_state(
