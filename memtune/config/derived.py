@@ -123,7 +123,20 @@ class Derived:
         for section, key, value in knobs.settings(self.job, self.param_dtype):
             sections.setdefault(section, {})[key] = value
         job = self.job
-        update = {name: getattr(job, name).model_copy(update=values) for name, values in sections.items()}
+        # The model section differs from one candidate to the next; the others take a few
+        # values each over a whole search, so their copies are kept on this Derived and shared
+        # (as the sections no knob touches are shared with this job).
+        copies: dict[tuple[Any, ...], Any] = self.__dict__.setdefault("_sections_by_knobs", {})
+        update = {}
+        for name, values in sections.items():
+            if name == "model":
+                update[name] = job.model.model_copy(update=values)
+                continue
+            key = (name, *values.items())
+            copy = copies.get(key)
+            if copy is None:
+                copy = copies[key] = getattr(job, name).model_copy(update=values)
+            update[name] = copy
         view = Derived(job.model_copy(update=update))
         # What the knobs do not change carries over, and views with the same pipeline knobs share
         # one layer layout (kept on this Derived, outside its fields): the planner builds a view
