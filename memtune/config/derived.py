@@ -132,10 +132,10 @@ class Derived:
             if name == "model":
                 update[name] = job.model.model_copy(update=values)
                 continue
-            key = (name, *values.items())
-            copy = copies.get(key)
+            values_key = (name, *values.items())
+            copy = copies.get(values_key)
             if copy is None:
-                copy = copies[key] = getattr(job, name).model_copy(update=values)
+                copy = copies[values_key] = getattr(job, name).model_copy(update=values)
             update[name] = copy
         view = Derived(job.model_copy(update=update))
         # What the knobs do not change carries over, and views with the same pipeline knobs share
