@@ -130,13 +130,14 @@ class FastEstimator:
         self._assemblies: dict[tuple[Key, ChunkSignature], ChunkAssembly] = {}
         self._chunk_params: dict[tuple[Key, ChunkSignature], ChunkParams] = {}
         self._params: dict[tuple[Key, int], RankParams] = {}
-        # Per representative rank, under each piece's key.
-        self._rank_acts: dict[Key, list[list[ChunkActivations]]] = {}
+        # Per representative rank: a list under each piece's key, or, for the pieces built only
+        # when ``evaluate`` reaches the rank, one entry under (key, index of the representative).
+        self._rank_acts: dict[tuple[Key, int], list[ChunkActivations]] = {}
         self._rank_states: dict[Key, list[ModelState]] = {}
         self._rank_flights: dict[Key, list[dict[int, int]]] = {}
-        self._rank_buffers: dict[Key, list[float]] = {}
+        self._rank_buffers: dict[tuple[Key, int], float] = {}
         self._rank_deferred: dict[Key, list[float]] = {}
-        self._rank_held: dict[Key, list[Held]] = {}
+        self._rank_held: dict[tuple[Key, int], Held] = {}
         self._outside: dict[Key, int] = {}
         self._margins: dict[Key, Margin] = {}
 
@@ -177,39 +178,36 @@ class FastEstimator:
             hit = self._layouts[key] = PipelineLayout(d.chunks, tuple(signatures), tuple(reps))
         return hit
 
-    def _activations(self, k: Knobs) -> list[list[ChunkActivations]]:
-        """Per representative rank, its chunks' activations (one microbatch each)."""
+    def _activations(self, k: Knobs, i: int) -> list[ChunkActivations]:
+        """The chunks' activations (one microbatch each) of representative rank ``i``."""
         act_key = CHUNK_ACTIVATION_KNOBS.key(k)
         layer_key = LAYER_KNOBS.key(k)
         chunks_all, signatures, reps = self.layout(k)
-        kinds = self._kinds.setdefault(layer_key, {})
-        out: list[list[ChunkActivations]] = []
+        r = reps[i]
         fsdp = None
         if k.fsdp_gradient_sharding is not None:
             fsdp = self.derived(k).fsdp_sharded_groups
-        for r in reps:
-            per_chunk: list[ChunkActivations] = []
-            for chunk, sig in zip(chunks_all[r], signatures[r]):
-                key = (act_key, sig, fsdp)
-                acts = self._acts.get(key)
-                if acts is None:
-                    d = self.derived(k)
-                    params = None
-                    if k.fsdp_gradient_sharding is not None:
-                        pk = (CHUNK_PARAMS_KNOBS.key(k), sig)
-                        params = self._chunk_params.get(pk)
-                        if params is None:
-                            params = self._chunk_params[pk] = chunk_param_counts(d, chunk)
-                    assembly = self._assemblies.get((layer_key, sig))
-                    if assembly is None:
-                        if len(self._assemblies) > 512:
-                            self._assemblies.clear()
-                        assembly = assemble_chunk(d, chunk, self.options, kinds)
-                        self._assemblies[(layer_key, sig)] = assembly
-                    acts = self._acts[key] = chunk_activations(d, chunk, self.options, None, params, assembly)
-                per_chunk.append(acts)
-            out.append(per_chunk)
-        return out
+        per_chunk: list[ChunkActivations] = []
+        for chunk, sig in zip(chunks_all[r], signatures[r]):
+            key = (act_key, sig, fsdp)
+            acts = self._acts.get(key)
+            if acts is None:
+                d = self.derived(k)
+                params = None
+                if k.fsdp_gradient_sharding is not None:
+                    pk = (CHUNK_PARAMS_KNOBS.key(k), sig)
+                    params = self._chunk_params.get(pk)
+                    if params is None:
+                        params = self._chunk_params[pk] = chunk_param_counts(d, chunk)
+                assembly = self._assemblies.get((layer_key, sig))
+                if assembly is None:
+                    if len(self._assemblies) > 512:
+                        self._assemblies.clear()
+                    assembly = assemble_chunk(d, chunk, self.options, self._kinds.setdefault(layer_key, {}))
+                    self._assemblies[(layer_key, sig)] = assembly
+                acts = self._acts[key] = chunk_activations(d, chunk, self.options, None, params, assembly)
+            per_chunk.append(acts)
+        return per_chunk
 
     def _states(self, k: Knobs) -> list[ModelState]:
         chunks_all, _, reps = self.layout(k)
@@ -259,39 +257,51 @@ class FastEstimator:
         """
         chunks_all, _, reps = self.layout(k)
         outside, margin = self._outside_and_margin(k)
-        ak = RANK_ACTIVATIONS.key(k)
-        activations = self._rank_acts.get(ak)
-        if activations is None:
-            activations = self._rank_acts[ak] = self._activations(k)
         states = self._rank_states_of(k)
         fk = RANK_FLIGHTS.key(k)
         flights = self._rank_flights.get(fk)
         if flights is None:
             d = self.derived(k)
             flights = self._rank_flights[fk] = [in_flight(d, r) for r in reps]
-        bk = RANK_BUFFERS.key(k)
-        buffers = self._rank_buffers.get(bk)
-        if buffers is None:
-            d = self.derived(k)
-            fl = flavour_of(d)
-            buffers = self._rank_buffers[bk] = [persistent_buffers(d, fl, chunks_all[r]) for r in reps]
-        hk = RANK_HELD.key(k)
-        held = self._rank_held.get(hk)
-        if held is None:
-            dk = RANK_DEFERRED.key(k)
-            deferred = self._rank_deferred.get(dk)
-            if deferred is None:
+        ak, bk, hk = RANK_ACTIVATIONS.key(k), RANK_BUFFERS.key(k), RANK_HELD.key(k)
+
+        # A rank's activations, buffers and held bytes are built when the walk below reaches
+        # it: most layouts that do not fit stop at the first rank.
+        def activations_of(i: int) -> list[ChunkActivations]:
+            activations = self._rank_acts.get((ak, i))
+            if activations is None:
+                activations = self._rank_acts[(ak, i)] = self._activations(k, i)
+            return activations
+
+        def buffers_of(i: int) -> float:
+            buffers = self._rank_buffers.get((bk, i))
+            if buffers is None:
                 d = self.derived(k)
-                deferred = self._rank_deferred[dk] = [deferred_wgrad_bytes(d, chunks_all[r]) for r in reps]
-            held = self._rank_held[hk] = [
-                Held(*held_and_transient(chunks_all[r], flights[i], activations[i], deferred[i]), deferred[i])
-                for i, r in enumerate(reps)
-            ]
+                buffers = self._rank_buffers[(bk, i)] = persistent_buffers(
+                    d, flavour_of(d), chunks_all[reps[i]]
+                )
+            return buffers
+
+        def held_of(i: int) -> Held:
+            held = self._rank_held.get((hk, i))
+            if held is None:
+                dk = RANK_DEFERRED.key(k)
+                deferred = self._rank_deferred.get(dk)
+                if deferred is None:
+                    d = self.derived(k)
+                    deferred = self._rank_deferred[dk] = [
+                        deferred_wgrad_bytes(d, chunks_all[r]) for r in reps
+                    ]
+                chunks, acts = chunks_all[reps[i]], activations_of(i)
+                held = self._rank_held[(hk, i)] = Held(
+                    *held_and_transient(chunks, flights[i], acts, deferred[i]), deferred[i]
+                )
+            return held
 
         def pieces_of(i: int) -> RankPieces:
             r = reps[i]
             return RankPieces(
-                r, chunks_all[r], flights[i], states[i], activations[i], buffers[i], held[i].deferred
+                r, chunks_all[r], flights[i], states[i], activations_of(i), buffers_of(i), held_of(i).deferred
             )
 
         # As ``Estimate``: the worst rank by its training peak; the verdict judges each rank's
@@ -299,9 +309,8 @@ class FastEstimator:
         resumes = self.base_derived.resumes
         worst_index, worst_peak, worst_judged, judged_max = -1, -1, -1, -1
         for i in range(len(reps)):
-            activ, transient, _ = peak_parts(
-                states[i], held[i].activations, held[i].worst_transient, buffers[i]
-            )
+            held = held_of(i)
+            activ, transient, _ = peak_parts(states[i], held.activations, held.worst_transient, buffers_of(i))
             peak = judged = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
             if resumes:
                 resume = resume_estimate(self.derived(k), combine(*pieces_of(i), by_module=False))
