@@ -5,14 +5,14 @@ A table is what ``benchmarks/gpu/kernel_calibration.py`` (or the earlier
 attention TFLOP/s by sequence and heads x batch. The package carries the tables that were
 really measured (``memtune/perf/data/``, byte-identical copies of ``benchmarks/gpu/results/``;
 a test keeps them so): bf16 GEMMs and causal flash attention (head dim 128) from
-``gemm-h200.json``, FP8 GEMMs with tensorwise scaling (``torch._scaled_mm``) from
-``kernels-h200.json``, both on the H200. A GEMM's efficiency (the fraction of the GPU's bf16,
+``gemm-h200.json``, FP8 GEMMs with tensorwise and with blockwise scaling (``torch._scaled_mm``)
+from ``kernels-h200.json``, both on the H200. A GEMM's efficiency (the fraction of the GPU's bf16,
 or FP8, peak it reaches) is interpolated in log2(M, N, K) by inverse distance over the nearest
 measured shapes when the shape lies inside the measured range, and otherwise taken from the
 half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
 peak). Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
-Blockwise FP8 could not be measured (torch 2.11 refused the scaling configuration): its GEMMs,
-and MXFP8's, take the tensorwise fraction, and predictions that use it say so.
+MXFP8 cannot be measured on the H200 (no block-scaled MMA before Blackwell): its GEMMs take
+the tensorwise fraction, and predictions that use it say so.
 
 ``kernels-h200.json`` also times the work around the GEMMs in PyTorch's own eager kernels, what
 Megatron-Core's local spec runs: RMSNorm/LayerNorm, SwiGLU, bias-dropout-add and RoPE by tensor
@@ -133,8 +133,20 @@ def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
     return _tables()[1].fractions(seq, heads_x_batch)
 
 
+# Megatron-Core's fp8_recipe -> the measured table its GEMMs run at. Delayed and current
+# (tensorwise) scaling both hand cuBLAS one scale per tensor; blockwise (DeepSeek-V3's) one per
+# 1x128 block of the activations and 128x128 block of the weights. MXFP8 needs Blackwell's
+# block-scaled MMA, which the H200 lacks: its GEMMs take the tensorwise table (reported).
+FP8_GEMM_TABLES = {
+    "delayed": "tensorwise",
+    "tensorwise": "tensorwise",
+    "blockwise": "blockwise",
+    "mxfp8": "tensorwise",
+}
+
+
 @cache
-def _fp8_table() -> GemmTable:
+def _fp8_table(scaling: str) -> GemmTable:
     from memtune.catalog.gpus import get_gpu
 
     raw = json.loads(
@@ -142,9 +154,9 @@ def _fp8_table() -> GemmTable:
     )
     peak = get_gpu(MEASURED_ON).fp8_tflops
     assert peak is not None, "the GPU the FP8 table was measured on has an FP8 peak"
+    rows = raw["gemm"]["fp8_tensorwise"] if scaling == "tensorwise" else raw["gemm_fp8_blockwise"]["shapes"]
     points = tuple(
-        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak)
-        for g in raw["gemm"]["fp8_tensorwise"]
+        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak) for g in rows
     )
     lows = tuple(min(p[i] for p in points) for i in range(3))
     highs = tuple(max(p[i] for p in points) for i in range(3))
@@ -152,10 +164,10 @@ def _fp8_table() -> GemmTable:
 
 
 @cache
-def fp8_gemm_fraction(m: int, n: int, k: int) -> float:
-    """Fraction of the FP8 peak an FP8 (tensorwise-scaled) GEMM of this shape reaches: measured
-    table, else the curve."""
-    measured = _fp8_table().fraction(m, n, k)
+def fp8_gemm_fraction(m: int, n: int, k: int, recipe: str = "tensorwise") -> float:
+    """Fraction of the FP8 peak an FP8 GEMM of this shape reaches under Megatron-Core's
+    ``fp8_recipe`` ``recipe``: its measured table (``FP8_GEMM_TABLES``), else the curve."""
+    measured = _fp8_table(FP8_GEMM_TABLES[recipe]).fraction(m, n, k)
     if measured is not None:
         return measured
     h = K.GEMM_HALF_SIZE

@@ -7,7 +7,7 @@ each pipeline stage and per microbatch it prices
 
 - compute: every GEMM of a layer at its shard shape (``memtune/perf/kernels.py``: measured
   H200 tables, interpolated; routed experts from the measured per-expert or grouped table; FP8
-  GEMMs from the measured tensorwise table plus Transformer Engine's input casts), causal flash
+  GEMMs from the measured table of their scaling plus Transformer Engine's input casts), causal flash
   attention from its measured table (PyTorch's memory-efficient kernel for MLA on the local
   spec's SDPA stand-in), the work around the GEMMs from the measured eager-kernel tables on the
   local spec (norms, RoPE, activation, residual additions; at HBM bandwidth under Transformer
@@ -126,14 +126,14 @@ class _Pricer:
             else:
                 self.matmul_flops = gpu.fp32_flops
                 self.unmeasured.add("fp32 matmuls at the bf16 tables' fraction of the fp32 peak")
-        if self.fp8 and d.model.fp8_recipe in ("blockwise", "mxfp8"):
-            self.unmeasured.add(f"{d.model.fp8_recipe} FP8 GEMMs at the measured tensorwise fraction")
+        if self.fp8 and d.model.fp8_recipe == "mxfp8":
+            self.unmeasured.add("mxfp8 FP8 GEMMs at the measured tensorwise fraction")
 
     def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         if self.fp8 and self.gpu.fp8_flops:
-            fraction = fp8_gemm_fraction(round(m), round(n), round(k))
+            fraction = fp8_gemm_fraction(round(m), round(n), round(k), self.d.model.fp8_recipe)
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
         fraction = gemm_fraction(round(m), round(n), round(k))

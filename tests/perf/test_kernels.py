@@ -33,6 +33,22 @@ def test_a_measured_fp8_shape_returns_its_measurement() -> None:
     first = raw["gemm"]["fp8_tensorwise"][0]  # llama3-8b tp1 qkv: 1024 x 6144 x 4096
     peak = get_gpu("H200").fp8_tflops
     assert fp8_gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
+    # delayed scaling runs the same per-tensor-scaled GEMM; blockwise reads its own table
+    assert fp8_gemm_fraction(first["m"], first["n"], first["k"], "delayed") == pytest.approx(
+        first["tflops"] / peak
+    )
+    block = raw["gemm_fp8_blockwise"]["shapes"][0]
+    assert (block["m"], block["n"], block["k"]) == (first["m"], first["n"], first["k"])
+    assert block["tflops"] < first["tflops"]
+    assert fp8_gemm_fraction(block["m"], block["n"], block["k"], "blockwise") == pytest.approx(
+        block["tflops"] / peak
+    )
+
+
+def test_the_blockwise_table_was_checked_against_a_dequantized_product() -> None:
+    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "kernels-h200.json").read_text())
+    # block scales read one per 1x128 / 128x128 block: fp32 output within rounding of the reference
+    assert raw["gemm_fp8_blockwise"]["check_relative_error"] < 1e-3
 
 
 def test_a_measured_shape_returns_its_measurement() -> None:
