@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
+from memtune.peft.model import adapters_in_layer, gathered_input_bytes, regathers
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
 from memtune.perf.kernels import (
@@ -238,6 +239,13 @@ class _Pricer:
                 tp_fwd = sum(side.exposed_fwd for side in sides.values()) + launches
                 tp_bwd = sum(side.exposed_bwd for side in sides.values()) + launches
                 mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + launches / 2
+            # LoRA adapters that re-gather their sequence-parallel input gather it once more in
+            # the backward (docs/peft.md, "Re-gather"); the only work that gather is issued ahead
+            # of is LoRA-A's input-gradient GEMM, a product of rank width
+            regathering = sum(regathers(d, a) for a in adapters_in_layer(d, is_moe))
+            if regathering:
+                again = collective(Op.ALL_GATHER, gathered_input_bytes(d), group, self.net, self.gpu.name)
+                tp_bwd += regathering * (again.seconds + K.COLLECTIVE_LAUNCH_S)
         cp_fwd = 0.0
         if cp > 1:
             kv_width = (

@@ -182,3 +182,30 @@ def test_only_rotary_embeddings_rotate_q_and_k() -> None:
     assert job("model.position_embedding_type=rope").rotary_embeddings
     assert job("model.position_embedding_type=yarn").rotary_embeddings
     assert not job("model.position_embedding_type=learned_absolute").rotary_embeddings
+
+
+def test_lora_regather_pays_one_more_sequence_all_gather_per_regathering_adapter() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.peft.model import adapters_in_layer, regathers
+    from memtune.perf.collectives import Group, Op, collective
+    from memtune.perf.step import _Pricer
+
+    base = base_job(Query("llama3-8b", 8, "H100-80GB", 8, 4096, 32, "lora"))
+
+    def lora(regather: bool):  # type: ignore[no-untyped-def]
+        changes = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"]
+        changes.append(f"peft.sequence_parallel_input_regather={str(regather).lower()}")
+        return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+
+    plain, regather = lora(False), lora(True)
+    adapters = sum(regathers(regather, a) for a in adapters_in_layer(regather, False))
+    assert adapters == 2  # the column-parallel ones: linear_qkv and linear_fc1
+    gpu = get_gpu("H100-80GB")
+    extra = (
+        _Pricer(regather, gpu, K.MEGATRON_LM_LOOP).layer(False, True).tp_bwd
+        - _Pricer(plain, gpu, K.MEGATRON_LM_LOOP).layer(False, True).tp_bwd
+    )
+    # each gathers the [s, b, h] bf16 input over TP 2 once more in the backward
+    gather = collective(Op.ALL_GATHER, 2 * 4096 * 4096, Group(2), regather.network, gpu.name).seconds
+    assert extra == pytest.approx(adapters * (gather + K.COLLECTIVE_LAUNCH_S))
+    assert predict_step(regather).step_time_s > predict_step(plain).step_time_s
