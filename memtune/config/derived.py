@@ -589,6 +589,21 @@ class Derived:
         return m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
 
     @cached_property
+    def lora_input_gathered_by_te(self) -> bool:
+        """Megatron-Bridge hands the LoRA adapters of a dense layer's ``linear_qkv`` and
+        ``linear_fc1`` the full-sequence layernorm output Transformer Engine's
+        LayerNormColumnParallelLinear has already gathered, so they gather nothing themselves,
+        under TE with SP and without TP comm overlap (``get_adapter_attributes_from_linear``:
+        ``return_layernorm_output_gathered``; ../shared/reference notes, Bridge §2.2). An
+        adapter that re-gathers asks TE for the local shard instead and gathers it itself."""
+        return bool(
+            self.job.peft is not None
+            and self.transformer_engine
+            and self.sequence_parallel
+            and not self.model.tp_comm_overlap
+        )
+
+    @cached_property
     def lora_regather(self) -> bool:
         """LoRA adapters are asked to re-gather their sequence-parallel input
         (``sequence_parallel_input_regather`` with SP in effect); which adapters can is

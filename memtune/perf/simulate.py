@@ -33,6 +33,8 @@ class ChunkWork:
     backward_s: float  # dgrad + wgrad compute (the output layer's wgrad included)
     tp_forward_s: float = 0.0  # tensor-parallel collectives of the forward
     tp_backward_s: float = 0.0
+    # TP collectives of the backward issued synchronously, which nothing hides (LoRA adapters' own)
+    tp_backward_blocking_s: float = 0.0
     ep_forward_s: float = 0.0  # expert-parallel dispatch + combine of the forward
     ep_backward_s: float = 0.0
     output_wgrad_s: float = 0.0  # the output layer's weight-gradient GEMM (post-process chunk)
@@ -378,4 +380,5 @@ def _exposed_comm(work: ChunkWork, op: Op, overlap: Overlap, paired: bool, partn
     # only under delayed weight gradients.
     if paired and (op[0] == "F" or overlap.delay_wgrad_compute):
         ep_hidden = min(ep, partner_compute)
-    return tp - tp_hidden + ep - ep_hidden
+    blocking = work.tp_backward_blocking_s if op[0] == "B" else 0.0
+    return tp - tp_hidden + ep - ep_hidden + blocking

@@ -98,6 +98,7 @@ class _Layer:
     elementwise_fwd: float
     tp_fwd: float  # TP collectives of the forward left exposed
     tp_bwd: float  # and of the backward
+    tp_bwd_blocking: float  # the backward's that nothing hides (LoRA adapters' own)
     mlp_tp_fwd: float  # the MLP side's share of the forward's (a recompute of mlp or moe replays it)
     ep_fwd: float  # EP dispatch + combine of the forward; likewise
 
@@ -218,7 +219,7 @@ class _Pricer:
             )
             elementwise += routing
             elementwise_bwd += routing
-        tp_fwd = tp_bwd = ub_fwd = ub_bwd = mlp_tp_fwd = 0.0
+        tp_fwd = tp_bwd = tp_bwd_blocking = ub_fwd = ub_bwd = mlp_tp_fwd = 0.0
         if t > 1:
             group = Group(t)
             full = BF16 * T * h
@@ -239,13 +240,9 @@ class _Pricer:
                 tp_fwd = sum(side.exposed_fwd for side in sides.values()) + launches
                 tp_bwd = sum(side.exposed_bwd for side in sides.values()) + launches
                 mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + launches / 2
-            # LoRA adapters that re-gather their sequence-parallel input gather it once more in
-            # the backward (docs/peft.md, "Re-gather"); the only work that gather is issued ahead
-            # of is LoRA-A's input-gradient GEMM, a product of rank width
-            regathering = sum(regathers(d, a) for a in adapters_in_layer(d, is_moe))
-            if regathering:
-                again = collective(Op.ALL_GATHER, gathered_input_bytes(d), group, self.net, self.gpu.name)
-                tp_bwd += regathering * (again.seconds + K.COLLECTIVE_LAUNCH_S)
+            lora_fwd, tp_bwd_blocking, lora_mlp_fwd = self.adapter_collectives(is_moe, group)
+            tp_fwd += lora_fwd
+            mlp_tp_fwd += lora_mlp_fwd
         cp_fwd = 0.0
         if cp > 1:
             kv_width = (
@@ -275,9 +272,61 @@ class _Pricer:
             elementwise_fwd=elementwise,
             tp_fwd=tp_fwd,
             tp_bwd=tp_bwd,
+            tp_bwd_blocking=tp_bwd_blocking,
             mlp_tp_fwd=mlp_tp_fwd,
             ep_fwd=ep_fwd,
         )
+
+    def adapter_collectives(self, is_moe: bool, group: Group) -> tuple[float, float, float]:
+        """Forward and backward seconds of one layer's LoRA adapters' own TP collectives, and
+        the forward's share on the MLP side (``linear_fc1``, ``linear_fc2``), each with its
+        launch. Per adapter on a TP-split dense or shared-expert linear, as Megatron-Bridge's
+        ``ParallelLinearAdapter`` (and ``memtune/peft/modules.py``) runs them: a column adapter
+        gathers LoRA-A's output and all-reduces its gradient, and under SP gathers its input over
+        the sequence (reduce-scattering the gradient back) unless Transformer Engine hands it
+        the gathered input (``Derived.lora_input_gathered_by_te``); without SP the input
+        gradient is all-reduced. One that re-gathers gathers its input itself and again in the
+        backward (docs/peft.md, "Re-gather"; the only work that gather and the reduce-scatter
+        are issued ahead of are LoRA-A's GEMMs, products of rank width). A row adapter all-reduces
+        LoRA-A's partial output (and its gradient), gathers LoRA-B's output to the full width and,
+        under SP, gathers the gradient of its sequence shard. Routed experts' adapters leave
+        their TP communication to the token dispatcher."""
+        d, peft = self.d, self.d.job.peft
+        if peft is None:
+            return 0.0, 0.0, 0.0
+        tokens = d.micro_batch_size * d.model.seq_length / d.cp
+        full = gathered_input_bytes(d)  # a [T, h] activation, the input or the output of a layer
+        bottleneck = BF16 * tokens * peft.dim  # LoRA-A's output, gathered over the rank width
+
+        def seconds(op: Op, nbytes: float) -> float:
+            return collective(op, nbytes, group, self.net, self.gpu.name).seconds + K.COLLECTIVE_LAUNCH_S
+
+        fwd = bwd = mlp_fwd = 0.0
+        for adapter in adapters_in_layer(d, is_moe):
+            if adapter.kind == "routed_expert":
+                continue
+            if adapter.parallel == "column":
+                own_fwd = seconds(Op.ALL_GATHER, bottleneck)
+                own_bwd = seconds(Op.ALL_REDUCE, bottleneck)
+                shared_input = d.lora_input_gathered_by_te and adapter.kind == "dense"
+                if not d.sequence_parallel:
+                    own_bwd += seconds(Op.ALL_REDUCE, full)
+                elif regathers(d, adapter):
+                    own_fwd += seconds(Op.ALL_GATHER, full)
+                    own_bwd += seconds(Op.ALL_GATHER, full) + seconds(Op.REDUCE_SCATTER, full)
+                elif not shared_input:
+                    own_fwd += seconds(Op.ALL_GATHER, full)
+                    own_bwd += seconds(Op.REDUCE_SCATTER, full)
+            else:
+                own_fwd = seconds(Op.ALL_REDUCE, bottleneck) + seconds(Op.ALL_GATHER, full)
+                own_bwd = seconds(Op.ALL_REDUCE, bottleneck)
+                if d.sequence_parallel:
+                    own_bwd += seconds(Op.ALL_GATHER, full)
+            fwd += adapter.copies * own_fwd
+            bwd += adapter.copies * own_bwd
+            if adapter.target in ("linear_fc1", "linear_fc2"):
+                mlp_fwd += adapter.copies * own_fwd
+        return fwd, bwd, mlp_fwd
 
     def eager_elementwise(self, is_moe: bool) -> tuple[float, float]:
         """Forward and backward seconds of one layer's work around its GEMMs in PyTorch's eager
@@ -443,7 +492,7 @@ def predict_step(
         works = []
         stage_params = 0.0
         for chunk in rank_chunks:
-            wgrad = tp = tp_back = ep = 0.0
+            wgrad = tp = tp_back = tp_blocking = ep = 0.0
             # (host launch work, device time) of each piece of the chunk's passes
             forward = [(floor.microbatch_s / len(rank_chunks), 0.0)]
             backward: list[tuple[float, float]] = []
@@ -472,6 +521,7 @@ def predict_step(
                 wgrad += lt.wgrad
                 tp += lt.tp_fwd
                 tp_back += lt.tp_bwd
+                tp_blocking += lt.tp_bwd_blocking
                 ep += lt.ep_fwd
             out_wgrad = 0.0
             held = chunk_params(d, chunk)  # what the rank holds of the chunk (memtune/estimate/params.py)
@@ -517,6 +567,7 @@ def predict_step(
                     backward_s=bwd,
                     tp_forward_s=tp,
                     tp_backward_s=tp_back,
+                    tp_backward_blocking_s=tp_blocking,
                     ep_forward_s=ep,
                     ep_backward_s=ep,
                     output_wgrad_s=out_wgrad,

@@ -71,6 +71,9 @@ def test_tp_collectives_hide_only_where_megatron_overlaps_them() -> None:
     assert simulate(work, 1, 1, NO_OVERLAP).step_s == pytest.approx(3.6)
     # CUDA_DEVICE_MAX_CONNECTIONS=1: the column-parallel half of the backward's collectives hides.
     assert simulate(work, 1, 1, Overlap()).step_s == pytest.approx(3.4)
+    # blocking collectives (LoRA adapters' own) stay on the critical path either way
+    blocking = stages(1, tp_forward_s=0.2, tp_backward_s=0.4, tp_backward_blocking_s=0.3)
+    assert simulate(blocking, 1, 1, Overlap()).step_s == pytest.approx(3.7)
 
 
 def test_deferred_output_wgrad_fills_the_last_stages_flush() -> None:

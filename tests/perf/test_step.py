@@ -184,7 +184,7 @@ def test_only_rotary_embeddings_rotate_q_and_k() -> None:
     assert not job("model.position_embedding_type=learned_absolute").rotary_embeddings
 
 
-def test_lora_regather_pays_one_more_sequence_all_gather_per_regathering_adapter() -> None:
+def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
     from memtune.catalog.gpus import get_gpu
     from memtune.peft.model import adapters_in_layer, regathers
     from memtune.perf.collectives import Group, Op, collective
@@ -192,20 +192,45 @@ def test_lora_regather_pays_one_more_sequence_all_gather_per_regathering_adapter
 
     base = base_job(Query("llama3-8b", 8, "H100-80GB", 8, 4096, 32, "lora"))
 
-    def lora(regather: bool):  # type: ignore[no-untyped-def]
-        changes = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"]
-        changes.append(f"peft.sequence_parallel_input_regather={str(regather).lower()}")
+    def lora(*more: str):  # type: ignore[no-untyped-def]
+        changes = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true", *more]
         return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
 
-    plain, regather = lora(False), lora(True)
-    adapters = sum(regathers(regather, a) for a in adapters_in_layer(regather, False))
-    assert adapters == 2  # the column-parallel ones: linear_qkv and linear_fc1
+    te, local = lora(), lora("model.transformer_impl=local")
+    regather = lora("peft.sequence_parallel_input_regather=true")
+    assert te.transformer_engine and te.lora_input_gathered_by_te and not local.lora_input_gathered_by_te
     gpu = get_gpu("H100-80GB")
-    extra = (
-        _Pricer(regather, gpu, K.MEGATRON_LM_LOOP).layer(False, True).tp_bwd
-        - _Pricer(plain, gpu, K.MEGATRON_LM_LOOP).layer(False, True).tp_bwd
-    )
-    # each gathers the [s, b, h] bf16 input over TP 2 once more in the backward
-    gather = collective(Op.ALL_GATHER, 2 * 4096 * 4096, Group(2), regather.network, gpu.name).seconds
-    assert extra == pytest.approx(adapters * (gather + K.COLLECTIVE_LAUNCH_S))
-    assert predict_step(regather).step_time_s > predict_step(plain).step_time_s
+
+    def price(op: Op, nbytes: float) -> float:
+        return collective(op, nbytes, Group(2), te.network, gpu.name).seconds + K.COLLECTIVE_LAUNCH_S
+
+    def collectives(d):  # type: ignore[no-untyped-def]
+        return _Pricer(d, gpu, K.MEGATRON_LM_LOOP).adapter_collectives(False, Group(2))
+
+    full = 2 * 4096 * 4096  # a [T, h] bf16 activation: MBS 1, sequence 4,096, hidden 4,096
+    bottleneck = 2 * 4096 * te.job.peft.dim  # LoRA-A's output
+    # two row adapters (linear_proj, linear_fc2) all-reduce LoRA-A's output and gather LoRA-B's,
+    # and under SP gather the gradient of their sequence shard
+    row_fwd = price(Op.ALL_REDUCE, bottleneck) + price(Op.ALL_GATHER, full)
+    row_bwd = price(Op.ALL_REDUCE, bottleneck) + price(Op.ALL_GATHER, full)
+    # two column adapters (linear_qkv, linear_fc1) gather LoRA-A's output; under TE the input
+    # arrives gathered, on the local spec each gathers it and reduce-scatters its gradient
+    column_fwd = price(Op.ALL_GATHER, bottleneck)
+    column_bwd = price(Op.ALL_REDUCE, bottleneck)
+    gather = price(Op.ALL_GATHER, full)
+    scatter = price(Op.REDUCE_SCATTER, full)
+    expected = {
+        "te": (column_fwd, column_bwd),
+        "local": (column_fwd + gather, column_bwd + scatter),
+        # a re-gathering adapter gathers its shard itself, again in the backward, and scatters back
+        "regather": (column_fwd + gather, column_bwd + gather + scatter),
+    }
+    for name, d in {"te": te, "local": local, "regather": regather}.items():
+        fwd, bwd, mlp_fwd = collectives(d)
+        col_fwd, col_bwd = expected[name]
+        assert fwd == pytest.approx(2 * col_fwd + 2 * row_fwd), name
+        assert bwd == pytest.approx(2 * col_bwd + 2 * row_bwd), name
+        assert mlp_fwd == pytest.approx(col_fwd + row_fwd), name  # linear_fc1 and linear_fc2
+    assert sum(regathers(regather, a) for a in adapters_in_layer(regather, False)) == 2
+    # nothing hides the adapters' collectives: re-gathering costs what they add
+    assert predict_step(regather).step_time_s > predict_step(te).step_time_s
