@@ -244,6 +244,45 @@ def regathers(d: Derived, adapter: Adapter) -> bool:
     return peft is not None and peft.sequence_parallel_input_regather and adapter.regather_blocker is None
 
 
+@dataclass(frozen=True)
+class AdapterCollective:
+    """One TP collective an adapter runs per microbatch, on the compute stream."""
+
+    backward: bool  # in the backward pass (else the forward)
+    op: Literal["all_gather", "reduce_scatter", "all_reduce"]
+    activation: bool  # of a [s/CP, b, h] activation (``gathered_input_bytes``); else of LoRA-A's output
+
+
+def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective, ...]:
+    """The TP collectives one adapter of ``adapter``'s kind runs per microbatch, as
+    Megatron-Bridge's ``ParallelLinearAdapter`` runs them (``memtune/peft/modules.py`` alike).
+
+    Column adapter: LoRA-A's output is gathered over its split rank dimension (its gradient
+    all-reduced). Under SP its input is gathered over the sequence, the gradient reduce-scattered
+    back, unless Transformer Engine hands it the gathered layernorm output
+    (``Derived.lora_input_gathered_by_te``); one that re-gathers gathers its shard itself, again
+    in the backward, and reduce-scatters the gradient. Without SP the input gradient is
+    all-reduced. Row adapter: LoRA-A's partial output is all-reduced (its gradient too), LoRA-B's
+    output gathered to the full width and, under SP, the gradient of its sequence shard gathered.
+    Routed experts' adapters leave their TP communication to the token dispatcher: none here.
+    """
+    if adapter.split <= 1 or adapter.kind == "routed_expert":
+        return ()
+    c = AdapterCollective
+    sp = d.sequence_parallel
+    if adapter.parallel == "row":
+        out = [c(False, "all_reduce", False), c(True, "all_reduce", False), c(False, "all_gather", True)]
+        return (*out, c(True, "all_gather", True)) if sp else tuple(out)
+    out = [c(False, "all_gather", False), c(True, "all_reduce", False)]
+    if not sp:
+        out.append(c(True, "all_reduce", True))
+    elif regathers(d, adapter):
+        out += [c(False, "all_gather", True), c(True, "all_gather", True), c(True, "reduce_scatter", True)]
+    elif not (d.lora_input_gathered_by_te and adapter.kind == "dense"):
+        out += [c(False, "all_gather", True), c(True, "reduce_scatter", True)]
+    return tuple(out)
+
+
 def gathered_input_bytes(d: Derived) -> int:
     """The full-sequence input of a column-parallel linear, per microbatch: ``2·(s/CP)·b·h`` bytes."""
     return ACTIVATION_BYTES * d.model.seq_length // d.cp * d.micro_batch_size * d.model.hidden_size

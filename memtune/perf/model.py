@@ -18,6 +18,7 @@ from memtune.catalog.gpus import GPU, get_gpu
 from memtune.check import CheckedJob
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.config.knobs import KnobSubset
+from memtune.peft.model import adapter_collectives, adapters_in_layer
 from memtune.perf import constants as K
 
 BF16 = 2
@@ -44,7 +45,7 @@ ASSUMPTIONS = [
     "pipeline send/receive exposed; interleaved 1F1B bubble (p-1)/(v·m) of the slowest stage",
     "DP reduce-scatter / all-gather hidden behind the last/first microbatch when the overlap flags are on",
     "one 400 Gb/s NIC per GPU between nodes; NVLink inside a node",
-    "LoRA: frozen base weights skip their weight-gradient GEMMs; adapter FLOPs neglected",
+    "LoRA: frozen base weights skip their weight-gradient GEMMs; the adapters' activation-sized TP collectives exposed; adapter FLOPs neglected",
     "model TFLOP/s counts 3x forward FLOPs without recompute (Megatron's convention)",
 ]
 
@@ -91,11 +92,10 @@ class _LayerTimes:
     tp_comm: float  # one direction (forward); backward is the same
     ep_comm: float
     cp_comm: float
-    regather: float
 
 
 # The knobs one layer's times depend on (``_layer``); the memo keys them by these.
-LAYER_KNOBS = KnobSubset("tp", "cp", "mbs", "ep", "etp", "sp", "regather")
+LAYER_KNOBS = KnobSubset("tp", "cp", "mbs", "ep", "etp", "sp")
 # The knobs a stage's parameter count depends on (``_rank_params``), besides its layers and
 # whether it is the first or the last stage.
 STAGE_PARAMS_KNOBS = KnobSubset("tp", "ep", "etp", "pp")
@@ -170,13 +170,10 @@ def _layer(d: Derived, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes
     tokens_res = T / t if d.sequence_parallel else T
     elementwise = K.ELEMENTWISE_PASSES_FWD * BF16 * tokens_res * h / hw.hbm
     tp_comm = 0.0
-    regather = 0.0
     if t > 1:
         bw = hw.ib if t > gpus_per_node else hw.nvlink
         # Two all-gathers and two reduce-scatters (or two all-reduces) of the [T, h] activation.
         tp_comm = 4 * ring_time(BF16 * T * h, t, bw) * K.TP_COMM_EXPOSED_FRACTION
-        if d.lora_regather:
-            regather = 2 * ring_time(BF16 * T * h, t, bw)
     cp_comm = 0.0
     if cp > 1:
         kv_width = (
@@ -200,7 +197,24 @@ def _layer(d: Derived, hw: _Hardware, is_moe: bool, frozen: bool) -> _LayerTimes
         tp_comm,
         ep_comm,
         cp_comm,
-        regather,
+    )
+
+
+def _adapter_comm(d: Derived, hw: _Hardware, is_moe: bool) -> float:
+    """One layer's LoRA adapters' activation-sized TP collectives, forward and backward
+    (``memtune/peft/model.py adapter_collectives``; an all-reduce is two ring passes), none
+    hidden. Not memoized with the layer: whether an adapter re-gathers depends on recompute."""
+    t = d.tp
+    if d.job.peft is None or t <= 1:
+        return 0.0
+    bw = hw.ib if t > d.job.cluster.gpus_per_node else hw.nvlink
+    tokens = d.micro_batch_size * d.model.seq_length / d.cp
+    ring = ring_time(BF16 * tokens * d.model.hidden_size, t, bw)
+    return sum(
+        adapter.copies * ring * (2 if c.op == "all_reduce" else 1)
+        for adapter in adapters_in_layer(d, is_moe)
+        for c in adapter_collectives(d, adapter)
+        if c.activation
     )
 
 
@@ -300,7 +314,9 @@ def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) ->
     avg = _average_layer(kinds, moe_share)
     fwd_layer = avg.gemm_fwd + avg.attn_fwd + avg.elementwise_fwd
     bwd_layer = avg.gemm_fwd + avg.gemm_wgrad + avg.attn_bwd + 2 * avg.elementwise_fwd
-    comm_layer = 2 * (avg.tp_comm + avg.ep_comm) + 3 * avg.cp_comm + avg.regather
+    comm_layer = 2 * (avg.tp_comm + avg.ep_comm) + 3 * avg.cp_comm
+    if frozen:
+        comm_layer += sum(share * _adapter_comm(d, hw, moe) for moe, share in _shares(kinds, moe_share))
     recompute_layer = 0.0
     if d.recompute_granularity == "selective":
         recompute_layer = sum(

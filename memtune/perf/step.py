@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
-from memtune.peft.model import adapters_in_layer, gathered_input_bytes, regathers
+from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
 from memtune.perf.kernels import (
@@ -278,54 +278,29 @@ class _Pricer:
         )
 
     def adapter_collectives(self, is_moe: bool, group: Group) -> tuple[float, float, float]:
-        """Forward and backward seconds of one layer's LoRA adapters' own TP collectives, and
-        the forward's share on the MLP side (``linear_fc1``, ``linear_fc2``), each with its
-        launch. Per adapter on a TP-split dense or shared-expert linear, as Megatron-Bridge's
-        ``ParallelLinearAdapter`` (and ``memtune/peft/modules.py``) runs them: a column adapter
-        gathers LoRA-A's output and all-reduces its gradient, and under SP gathers its input over
-        the sequence (reduce-scattering the gradient back) unless Transformer Engine hands it
-        the gathered input (``Derived.lora_input_gathered_by_te``); without SP the input
-        gradient is all-reduced. One that re-gathers gathers its input itself and again in the
-        backward (docs/peft.md, "Re-gather"; the only work that gather and the reduce-scatter
-        are issued ahead of are LoRA-A's GEMMs, products of rank width). A row adapter all-reduces
-        LoRA-A's partial output (and its gradient), gathers LoRA-B's output to the full width and,
-        under SP, gathers the gradient of its sequence shard. Routed experts' adapters leave
-        their TP communication to the token dispatcher."""
+        """Forward and backward seconds of one layer's LoRA adapters' own TP collectives
+        (``memtune/peft/model.py adapter_collectives``), each with its launch, and the forward's
+        share on the MLP side (``linear_fc1``, ``linear_fc2``: a recompute of the MLP replays
+        it). Issued on the compute stream: the only work a re-gathering adapter's backward
+        gather and reduce-scatter are issued ahead of are LoRA-A's GEMMs, products of rank
+        width."""
         d, peft = self.d, self.d.job.peft
         if peft is None:
             return 0.0, 0.0, 0.0
         tokens = d.micro_batch_size * d.model.seq_length / d.cp
-        full = gathered_input_bytes(d)  # a [T, h] activation, the input or the output of a layer
-        bottleneck = BF16 * tokens * peft.dim  # LoRA-A's output, gathered over the rank width
-
-        def seconds(op: Op, nbytes: float) -> float:
-            return collective(op, nbytes, group, self.net, self.gpu.name).seconds + K.COLLECTIVE_LAUNCH_S
-
+        sizes = {True: gathered_input_bytes(d), False: BF16 * tokens * peft.dim}
+        ops = {"all_gather": Op.ALL_GATHER, "reduce_scatter": Op.REDUCE_SCATTER, "all_reduce": Op.ALL_REDUCE}
         fwd = bwd = mlp_fwd = 0.0
         for adapter in adapters_in_layer(d, is_moe):
-            if adapter.kind == "routed_expert":
-                continue
-            if adapter.parallel == "column":
-                own_fwd = seconds(Op.ALL_GATHER, bottleneck)
-                own_bwd = seconds(Op.ALL_REDUCE, bottleneck)
-                shared_input = d.lora_input_gathered_by_te and adapter.kind == "dense"
-                if not d.sequence_parallel:
-                    own_bwd += seconds(Op.ALL_REDUCE, full)
-                elif regathers(d, adapter):
-                    own_fwd += seconds(Op.ALL_GATHER, full)
-                    own_bwd += seconds(Op.ALL_GATHER, full) + seconds(Op.REDUCE_SCATTER, full)
-                elif not shared_input:
-                    own_fwd += seconds(Op.ALL_GATHER, full)
-                    own_bwd += seconds(Op.REDUCE_SCATTER, full)
-            else:
-                own_fwd = seconds(Op.ALL_REDUCE, bottleneck) + seconds(Op.ALL_GATHER, full)
-                own_bwd = seconds(Op.ALL_REDUCE, bottleneck)
-                if d.sequence_parallel:
-                    own_bwd += seconds(Op.ALL_GATHER, full)
-            fwd += adapter.copies * own_fwd
-            bwd += adapter.copies * own_bwd
-            if adapter.target in ("linear_fc1", "linear_fc2"):
-                mlp_fwd += adapter.copies * own_fwd
+            for c in adapter_collectives(d, adapter):
+                seconds = collective(ops[c.op], sizes[c.activation], group, self.net, self.gpu.name).seconds
+                seconds = adapter.copies * (seconds + K.COLLECTIVE_LAUNCH_S)
+                if c.backward:
+                    bwd += seconds
+                else:
+                    fwd += seconds
+                    if adapter.target in ("linear_fc1", "linear_fc2"):
+                        mlp_fwd += seconds
         return fwd, bwd, mlp_fwd
 
     def eager_elementwise(self, is_moe: bool) -> tuple[float, float]:
