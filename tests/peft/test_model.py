@@ -116,3 +116,37 @@ def test_blockers_in_order():
         lm.first_blocker(lm.RegatherFacts(**{**f.__dict__, "target": "linear_qkv", "mlp_recompute": True}))
         is None
     )
+
+
+def test_adapter_collectives_follow_bridge_paths():
+    def kinds(*overrides: str) -> dict[str, list[tuple[bool, str, bool]]]:
+        d = derive(make_job("peft.dim=16", "model.tensor_model_parallel_size=2", *overrides))
+        return {
+            a.target: [(c.backward, c.op, c.activation) for c in lm.adapter_collectives(d, a)]
+            for a in lm.adapters(d)
+        }
+
+    sp = ("model.sequence_parallel=true",)
+    te = kinds(*sp, "model.transformer_impl=transformer_engine")
+    # TE hands linear_qkv's adapter the layernorm output it has gathered: only LoRA-A's output moves
+    assert te["linear_qkv"] == [(False, "all_gather", False), (True, "all_reduce", False)]
+    # a row adapter: LoRA-A's partial output reduced, LoRA-B's gathered, the shard's gradient gathered
+    assert te["linear_proj"] == [
+        (False, "all_reduce", False),
+        (True, "all_reduce", False),
+        (False, "all_gather", True),
+        (True, "all_gather", True),
+    ]
+    local = kinds(*sp, "model.transformer_impl=local")
+    assert local["linear_qkv"][2:] == [(False, "all_gather", True), (True, "reduce_scatter", True)]
+    regather = kinds(
+        *sp, "model.transformer_impl=transformer_engine", "peft.sequence_parallel_input_regather=true"
+    )
+    assert regather["linear_qkv"][2:] == [
+        (False, "all_gather", True),
+        (True, "all_gather", True),
+        (True, "reduce_scatter", True),
+    ]
+    no_sp = kinds("model.sequence_parallel=false")
+    assert no_sp["linear_qkv"][2:] == [(True, "all_reduce", True)]
+    assert kinds("model.tensor_model_parallel_size=1")["linear_qkv"] == []
