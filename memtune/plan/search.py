@@ -8,7 +8,8 @@
 4. predict throughput with the fast analytic model (``memtune.perf.predict_derived``) and sort,
    fastest first: the pruning pass;
 5. walk that order through ``memtune.check.gate`` on the real job (a candidate any check refuses
-   is dropped) until ``RESCORED_CANDIDATES`` (at least ``top``) have passed;
+   is dropped) until ``RESCORED_CANDIDATES`` (at least ``top``) have passed, then add the best
+   that passes of every TP size not among them;
 6. price those with the step model (``step_price``: ``memtune.perf.step.throughput_of`` of the
    gated job, bounded like ``estimate``) and order them by it; the first ``top`` are shown,
    estimated again by ``memtune.estimate.estimate`` on the gated job.
@@ -56,12 +57,14 @@ class Scored:
     order: tuple[int, int]  # position in the enumeration: ties go to the earlier (smaller) layout
 
 
-# How many of the analytic model's best candidates (that pass the gate) the step model re-prices.
-# Its simulation costs about 10 us per forward or backward pass it places, 0.05-0.5 CPU-s per
-# layout of a 1,024-GPU job: 32 cost 6-12 CPU-s there. Re-pricing the analytic top 64 of three
-# searches put the step model's best at analytic positions 6 (Llama 3.1 405B, 1,024 H100s), 17
-# (Llama 3 70B, 64) and 60 (Qwen3-30B-A3B, 16; docs/plan.md): 16 would miss the second, 32
-# finds both dense ones.
+# How many of the analytic model's best candidates (that pass the gate) the step model re-prices,
+# besides the best of each TP size not among them. Its simulation costs about 1 us per forward
+# or backward pass it places, 0.005-0.1 CPU-s per layout of a 1,024-GPU job: 32 cost about
+# 0.7 CPU-s there. Re-pricing the analytic top 64 of three searches put the step model's best at
+# analytic positions 6 (Llama 3.1 405B, 1,024 H100s), 17 (Llama 3 70B, 64) and 60 (Qwen3-30B-A3B,
+# 16; docs/plan.md): 16 would miss the second, 32 finds both dense ones. The best of each TP size
+# found what the top 32 missed for Llama 3 70B LoRA on 8 GPUs (TP 1 at analytic position 449,
+# 15% faster by the step model than the top 32's best) and Llama 3 70B on 64 (TP 1, 3%).
 RESCORED_CANDIDATES = 32
 
 
@@ -345,6 +348,15 @@ def _search(
             break
         if (passed := checked_of(s)) is not None:
             chosen.append((s, *passed))
+    # and the analytic best of every TP size that has none among them (the analytic model's TP
+    # communication is its crudest term)
+    sizes_seen = {s.candidate.tp for s, _, _ in chosen}
+    for s in scored:
+        if s.candidate.tp in sizes_seen or s.candidate in gated:  # gated: refused above
+            continue
+        if (passed := checked_of(s)) is not None:
+            chosen.append((s, *passed))
+            sizes_seen.add(s.candidate.tp)
     global _PRICED  # noqa: PLW0603
     _PRICED = [checked for _, _, checked in chosen]
     try:

@@ -123,3 +123,18 @@ def test_the_frontier_shown_is_a_frontier_of_the_step_model(pipelined):
     assert len(rates) >= 2 and needed == sorted(needed)
     assert all(later > earlier for earlier, later in itertools.pairwise(rates))
     assert all(p.step is not None for p in result.pareto)
+
+
+def test_the_best_of_every_tp_size_is_priced_too():
+    """Llama 3 70B LoRA on 8 H100s: the analytic model's top 32 are all TP 2 (it prices the
+    adapters' TP traffic more kindly than the step model); the best TP 1 layout, far down its
+    order, is priced as well and is the step model's fastest."""
+    base = base_job(Query("llama3-70b", 8, "H100-80GB", 8, 4096, 32, "lora"))
+    result = search(base, top=3)
+    analytic_top = result.scored[:RESCORED_CANDIDATES]
+    assert {s.candidate.tp for s in analytic_top} == {2}
+    best = result.layouts[0]
+    assert best.candidate.tp == 1
+    position = [s.candidate for s in result.scored].index(best.candidate)
+    assert position >= RESCORED_CANDIDATES
+    assert result.counts["simulated"] > RESCORED_CANDIDATES
