@@ -259,8 +259,8 @@ def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective
 
     Column adapter: LoRA-A's output is gathered over its split rank dimension (its gradient
     all-reduced). Under SP its input is gathered over the sequence, the gradient reduce-scattered
-    back, unless Transformer Engine hands it the gathered layernorm output
-    (``Derived.lora_input_gathered_by_te``); one that re-gathers gathers its shard itself, again
+    back, unless it arrives gathered (``input_arrives_gathered``: Transformer Engine's
+    gathered layernorm output, an overlapped shared expert's input); one that re-gathers gathers its shard itself, again
     in the backward, and reduce-scatters the gradient. Without SP the input gradient is
     all-reduced. Row adapter: LoRA-A's partial output is all-reduced (its gradient too), LoRA-B's
     output gathered to the full width and, under SP, the gradient of its sequence shard gathered.
@@ -278,9 +278,18 @@ def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective
         out.append(c(True, "all_reduce", True))
     elif regathers(d, adapter):
         out += [c(False, "all_gather", True), c(True, "all_gather", True), c(True, "reduce_scatter", True)]
-    elif not (d.lora_input_gathered_by_te and adapter.kind == "dense"):
+    elif not input_arrives_gathered(d, adapter):
         out += [c(False, "all_gather", True), c(True, "reduce_scatter", True)]
     return tuple(out)
+
+
+def input_arrives_gathered(d: Derived, adapter: Adapter) -> bool:
+    """A column adapter whose input is already gathered over the sequence when it gets it: a
+    dense layer's under ``Derived.lora_input_gathered_by_te``, an overlapped shared expert's
+    (its base linear receives the gathered input)."""
+    if adapter.kind == "shared_expert":
+        return d.model.moe_shared_expert_overlap
+    return adapter.kind == "dense" and d.lora_input_gathered_by_te
 
 
 def gathered_input_bytes(d: Derived) -> int:

@@ -150,3 +150,30 @@ def test_adapter_collectives_follow_bridge_paths():
     no_sp = kinds("model.sequence_parallel=false")
     assert no_sp["linear_qkv"][2:] == [(True, "all_reduce", True)]
     assert kinds("model.tensor_model_parallel_size=1")["linear_qkv"] == []
+
+
+def test_expert_adapters_move_no_activations_of_their_own():
+    moe = (
+        LORA,
+        "model.num_moe_experts=8",
+        "model.add_bias_linear=false",
+        "model.moe_shared_expert_intermediate_size=1024",
+        "model.expert_model_parallel_size=2",
+        "model.tensor_model_parallel_size=2",
+        "model.sequence_parallel=true",
+        "cluster.num_gpus=16",
+    )
+
+    def shared_fc1(*more: str) -> list[tuple[bool, str, bool]]:
+        d = derive(make_job(*moe, *more))
+        by_label = {a.label: a for a in lm.adapters_in_layer(d, True)}
+        assert lm.adapter_collectives(d, by_label["linear_fc1 (routed experts)"]) == ()  # the dispatcher's
+        return [
+            (c.backward, c.op, c.activation)
+            for c in lm.adapter_collectives(d, by_label["linear_fc1 (shared experts)"])
+        ]
+
+    # a shared expert's fc1 is no layernorm-fused TE linear: its adapter gathers its input itself,
+    # unless the shared experts overlap, which hands it the gathered input
+    assert (False, "all_gather", True) in shared_fc1("model.transformer_impl=transformer_engine")
+    assert not any(c[2] for c in shared_fc1("model.moe_shared_expert_overlap=true"))
