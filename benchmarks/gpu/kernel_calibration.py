@@ -26,7 +26,9 @@ What it times (CUDA events, after a warm-up, repeated to last about 50 ms each):
 - MoE router (linear + softmax + top-k) and token permute/unpermute (index_select/index_add);
 - the optimizer step: ``torch.optim.AdamW`` fused and foreach on fp32 master weights;
 - PCIe: pinned host<->device copies (H2D and D2H) of 1 MiB to 1 GiB;
-- CPU Adam (``torch.optim.AdamW`` foreach on CPU tensors) for optimizer offload.
+- CPU Adam (``torch.optim.AdamW`` foreach on CPU tensors) for optimizer offload;
+- LoRA adapters' compute on one rank (dropout, the two small GEMMs, the add to the base output;
+  forward and backward), their collectives left out.
 
 A section that fails on this torch is recorded with its error and skipped; the model then keeps
 its fallback for it and says so.
@@ -289,6 +291,69 @@ def elementwise(torch: Any) -> list[dict[str, Any]]:
     return out
 
 
+def lora_adapter(x: Any, a: Any, b: Any, base: Any, dropout: float, parts: int) -> Any:
+    """A LoRA adapter's compute on one rank, its collectives left out: the base output plus
+    B(A(dropout(x))), the scale on the rank-wide bottleneck (Bridge's default). A column
+    adapter's A output is split over ``parts`` ranks: concatenated as its all-gather would."""
+    import torch
+    import torch.nn.functional as F
+
+    bottleneck = F.linear(F.dropout(x, dropout), a)
+    if parts > 1:
+        bottleneck = torch.cat([bottleneck] * parts, dim=-1)
+    return base + F.linear(bottleneck * 2.0, b)
+
+
+def lora_adapter_step(x: Any, a: Any, b: Any, base: Any, dropout: float, parts: int, grad: Any) -> None:
+    lora_adapter(x, a, b, base, dropout, parts).backward(grad)
+
+
+def lora_adapters(torch: Any) -> list[dict[str, Any]]:
+    """LoRA adapters of Llama-3 8B- and 70B-like layers over TP 1-8, forward and backward (the
+    gradients of the input, both adapter weights and the base output's): column adapters
+    (``linear_qkv``, ``linear_fc1``: A ``[dim/t, in]``, B ``[out/t, dim]``) and row adapters
+    (``linear_proj``, ``linear_fc2``: A ``[dim, in/t]``, B ``[out/t, dim]``), rank 16 with and
+    without dropout and rank 32 without, at 128 tokens (launch-bound) and 4,096 and 8,192."""
+    out = []
+    for name in ("llama3-8b", "llama3-70b"):
+        h, heads, groups, ffn, kv = GEMM_MODELS[name]
+        for tp in (1, 2, 4, 8):
+            shapes = {  # target: (in on one rank, out on one rank, column-parallel)
+                "linear_qkv": (h, (heads + 2 * max(groups // tp, 1) * tp) * kv // tp, True),
+                "linear_proj": (heads * kv // tp, h // tp, False),
+                "linear_fc1": (h, 2 * ffn // tp, True),
+                "linear_fc2": (ffn // tp, h // tp, False),
+            }
+            for tokens in (128, 4096, 8192):  # 128: what the launches alone cost
+                for dim, dropout in ((16, 0.0), (16, 0.1), (32, 0.0)):
+                    for target, (fan_in, fan_out, column) in shapes.items():
+                        rank_dim = dim // tp if column else dim
+                        kw = dict(device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                        x = torch.randn(tokens, fan_in, **kw)
+                        a = torch.randn(rank_dim, fan_in, **kw)
+                        b = torch.randn(fan_out, dim, **kw)
+                        base = torch.randn(tokens, fan_out, **kw)
+                        g = torch.randn(tokens, fan_out, device="cuda", dtype=torch.bfloat16)
+                        parts = tp if column else 1
+                        fwd = time_ms(partial(lora_adapter, x, a, b, base, dropout, parts), torch)
+                        both = time_ms(partial(lora_adapter_step, x, a, b, base, dropout, parts, g), torch)
+                        out.append(
+                            {
+                                "name": f"{name} tp{tp} {target}",
+                                "tokens": tokens,
+                                "in": fan_in,
+                                "out": fan_out,
+                                "rank_dim": rank_dim,
+                                "dim": dim,
+                                "dropout": dropout,
+                                "fwd_ms": fwd,
+                                "bwd_ms": max(both - fwd, 0.0),
+                            }
+                        )
+                        del x, a, b, base, g
+    return out
+
+
 def plain_cross_entropy(logits: Any, target: Any) -> None:
     import torch.nn.functional as F
 
@@ -433,6 +498,7 @@ def main() -> None:
         "optimizer": lambda: optimizer(torch),
         "pcie": lambda: pcie(torch),
         "cpu_adam": lambda: cpu_adam(torch),
+        "lora_adapters": lambda: lora_adapters(torch),
     }
     for name, run in sections.items():
         if only and name not in only:
