@@ -130,6 +130,9 @@ class _Pricer:
                 self.unmeasured.add("fp32 matmuls at the bf16 tables' fraction of the fp32 peak")
         if self.fp8 and d.model.fp8_recipe == "mxfp8":
             self.unmeasured.add("mxfp8 FP8 GEMMs at the measured tensorwise fraction")
+        if d.job.peft is not None:
+            # measured (kernels-h200.json, lora_adapters) but not priced: docs/plan.md, Limits
+            self.unmeasured.add("LoRA adapters' own GEMMs, dropout and additions: not priced")
 
     def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:

@@ -234,3 +234,5 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
     assert sum(regathers(regather, a) for a in adapters_in_layer(regather, False)) == 2
     # nothing hides the adapters' collectives: re-gathering costs what they add
     assert predict_step(regather).step_time_s > predict_step(te).step_time_s
+    # and what the step model leaves out of a LoRA job, it says
+    assert "LoRA adapters' own GEMMs, dropout and additions: not priced" in predict_step(te).unmeasured
