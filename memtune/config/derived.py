@@ -589,6 +589,17 @@ class Derived:
         return m.cpu_offloading_num_layers if m.cpu_offloading and m.cpu_offloading_activations else 0
 
     @cached_property
+    def fp8_gemm_scaling(self) -> str | None:
+        """How an FP8 job's GEMMs are scaled, which sets the kernel they run: ``tensorwise``
+        for delayed and current scaling (one scale per tensor either way), ``blockwise`` for
+        Megatron-Core's ``blockwise`` recipe (1x128 activation, 128x128 weight blocks). MXFP8
+        needs Blackwell's block-scaled MMA; its GEMMs are priced as ``tensorwise`` and the step
+        model says so. None without FP8."""
+        if self.model.fp8 is None:
+            return None
+        return "blockwise" if self.model.fp8_recipe == "blockwise" else "tensorwise"
+
+    @cached_property
     def lora_input_gathered_by_te(self) -> bool:
         """Megatron-Bridge hands the LoRA adapters of a dense layer's ``linear_qkv`` and
         ``linear_fc1`` the full-sequence layernorm output Transformer Engine's

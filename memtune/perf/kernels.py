@@ -133,18 +133,6 @@ def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
     return _tables()[1].fractions(seq, heads_x_batch)
 
 
-# Megatron-Core's fp8_recipe -> the measured table its GEMMs run at. Delayed and current
-# (tensorwise) scaling both hand cuBLAS one scale per tensor; blockwise (DeepSeek-V3's) one per
-# 1x128 block of the activations and 128x128 block of the weights. MXFP8 needs Blackwell's
-# block-scaled MMA, which the H200 lacks: its GEMMs take the tensorwise table (reported).
-FP8_GEMM_TABLES = {
-    "delayed": "tensorwise",
-    "tensorwise": "tensorwise",
-    "blockwise": "blockwise",
-    "mxfp8": "tensorwise",
-}
-
-
 @cache
 def _fp8_table(scaling: str) -> GemmTable:
     from memtune.catalog.gpus import get_gpu
@@ -164,10 +152,10 @@ def _fp8_table(scaling: str) -> GemmTable:
 
 
 @cache
-def fp8_gemm_fraction(m: int, n: int, k: int, recipe: str = "tensorwise") -> float:
-    """Fraction of the FP8 peak an FP8 GEMM of this shape reaches under Megatron-Core's
-    ``fp8_recipe`` ``recipe``: its measured table (``FP8_GEMM_TABLES``), else the curve."""
-    measured = _fp8_table(FP8_GEMM_TABLES[recipe]).fraction(m, n, k)
+def fp8_gemm_fraction(m: int, n: int, k: int, scaling: str = "tensorwise") -> float:
+    """Fraction of the FP8 peak an FP8 GEMM of this shape reaches with ``scaling``
+    (``Derived.fp8_gemm_scaling``): its measured table, else the curve."""
+    measured = _fp8_table(scaling).fraction(m, n, k)
     if measured is not None:
         return measured
     h = K.GEMM_HALF_SIZE

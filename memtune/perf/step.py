@@ -138,7 +138,9 @@ class _Pricer:
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         if self.fp8 and self.gpu.fp8_flops:
-            fraction = fp8_gemm_fraction(round(m), round(n), round(k), self.d.model.fp8_recipe)
+            fraction = fp8_gemm_fraction(
+                round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
+            )
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
         fraction = gemm_fraction(round(m), round(n), round(k))

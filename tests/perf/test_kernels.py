@@ -33,10 +33,7 @@ def test_a_measured_fp8_shape_returns_its_measurement() -> None:
     first = raw["gemm"]["fp8_tensorwise"][0]  # llama3-8b tp1 qkv: 1024 x 6144 x 4096
     peak = get_gpu("H200").fp8_tflops
     assert fp8_gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
-    # delayed scaling runs the same per-tensor-scaled GEMM; blockwise reads its own table
-    assert fp8_gemm_fraction(first["m"], first["n"], first["k"], "delayed") == pytest.approx(
-        first["tflops"] / peak
-    )
+    # blockwise scaling reads its own table
     block = raw["gemm_fp8_blockwise"]["shapes"][0]
     assert (block["m"], block["n"], block["k"]) == (first["m"], first["n"], first["k"])
     assert block["tflops"] < first["tflops"]
@@ -94,3 +91,17 @@ def test_eager_tables_return_their_measurements() -> None:
     assert kernels.elementwise["rmsnorm bwd"].seconds(4096 * 4096) == pytest.approx(norm["ms"] / 1e3)
     foreach = [o["params_per_s"] for o in raw["optimizer"] if o["impl"] == "foreach"]
     assert kernels.adam_params_per_s["foreach"] == min(foreach)
+
+
+def test_each_fp8_recipe_names_the_scaling_its_gemms_run_with() -> None:
+    from memtune.config.derived import derive
+    from tests.check.check_fixtures import make_job
+
+    def scaling(*overrides: str) -> str | None:
+        return derive(make_job("model.transformer_impl=transformer_engine", *overrides)).fp8_gemm_scaling
+
+    assert scaling() is None
+    assert scaling("model.fp8=hybrid", "model.fp8_recipe=delayed") == "tensorwise"
+    assert scaling("model.fp8=hybrid", "model.fp8_recipe=tensorwise") == "tensorwise"
+    assert scaling("model.fp8=hybrid", "model.fp8_recipe=blockwise") == "blockwise"
+    assert scaling("model.fp8=e4m3", "model.fp8_recipe=mxfp8") == "tensorwise"  # no H200 kernel
