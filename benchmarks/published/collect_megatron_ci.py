@@ -272,6 +272,9 @@ def translate(args: dict) -> dict:
                 _flag(args, "--num-distributed-optimizer-instances", 1)
             ),
         },
+        # The format only, which Megatron-LM ties to Megatron-FSDP (check OPT012/OPT014); the
+        # published peak is of the training iterations, so no load phase.
+        "checkpoint": {"ckpt_format": _flag(args, "--ckpt-format", "torch_dist")},
         "cluster": {"num_gpus": WORLD_SIZE, "gpu": "H100-80GB"},
     }
 

@@ -9,7 +9,7 @@ import json
 from rich.console import Console
 
 from memtune.catalog.gpus import capacity_bytes
-from memtune.check import INFO, run_checks
+from memtune.check import INFO
 from memtune.check.registry import Rule, catalogue, find_rule
 from memtune.check.report import (
     catalogue_json,
@@ -22,6 +22,7 @@ from memtune.check.report import (
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
+from memtune.estimate import check_with_estimate
 from memtune.output import SCHEMA_VERSION
 
 
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     capacity_bytes(
         loaded.job.cluster.gpu, loaded.job.cluster.gpu_memory_gib
     )  # an unknown cluster.gpu is refused as estimate refuses it
-    findings = run_checks(loaded.job, _codes(args.select), _codes(args.ignore) or ())
+    findings = check_with_estimate(loaded.job, _codes(args.select), _codes(args.ignore) or ())
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)
     if args.json:

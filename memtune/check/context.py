@@ -12,21 +12,35 @@ from memtune.config.versions import Version
 
 
 @dataclass(frozen=True)
+class MemoryFacts:
+    """What the estimate says of a job that passed the gate, for the rules that judge memory
+    (the estimate is computed after the gate, so it comes in from above: ``memtune/estimate``,
+    ``Estimate.memory_facts``)."""
+
+    verdict: str  # the whole-run verdict: fits, tight or does not fit
+    peak_bytes: int  # the judged peak of the rank the verdict is about
+    needed_bytes: int  # that peak with the verdict's margins and memory outside PyTorch
+    capacity_bytes: int
+    fragmentation_margin: float  # the share of the peak the allocator setting in effect costs
+    needed_with_expandable_bytes: int | None  # the same need with expandable segments on; None when on
+
+    @property
+    def fragmentation_bytes(self) -> int:
+        return round(self.peak_bytes * self.fragmentation_margin)
+
+
+@dataclass(frozen=True)
 class Context:
     job: JobConfig
     d: Derived
     mcore: Version
     torch: Version
+    memory: MemoryFacts | None = None  # only where the caller estimated the job (memtune check)
 
     @classmethod
-    def of(cls, job: JobConfig) -> Context:
+    def of(cls, job: JobConfig, memory: MemoryFacts | None = None) -> Context:
         d = derive(job)
-        return cls(
-            job=job,
-            d=d,
-            mcore=d.mcore_version,
-            torch=d.torch_version,
-        )
+        return cls(job=job, d=d, mcore=d.mcore_version, torch=d.torch_version, memory=memory)
 
     @property
     def model(self) -> ModelConfig:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memtune.check.context import Context
+from memtune.check.context import Context, MemoryFacts
 from memtune.check.finding import ERROR, UNIGNORABLE, Finding
 from memtune.check.registry import catalogue, selected
 from memtune.config.derived import Derived, derive
@@ -35,14 +35,18 @@ class CheckedJob:
 
 
 def run_checks(
-    job: JobConfig, select: list[str] | None = None, ignore: list[str] | tuple[str, ...] = ()
+    job: JobConfig,
+    select: list[str] | None = None,
+    ignore: list[str] | tuple[str, ...] = (),
+    memory: MemoryFacts | None = None,
 ) -> list[Finding]:
     """The findings for ``job``, in catalogue order. Every rule runs: an error Megatron raises at
     start-up is always returned, marked ``deselected`` when the selection leaves its rule out (as
     ruff never lets a syntax error be ignored); warnings and infos only from the selected rules.
     The job's own ``check.select``/``check.ignore`` apply first; ``select`` narrows and ``ignore``
-    widens them."""
-    ctx = Context.of(job)
+    widens them. The rules that judge memory need ``memory``, the estimate's facts; without it
+    they stay silent (the gate runs before anything is estimated)."""
+    ctx = Context.of(job, memory)
     rules = catalogue()
     chosen = selected(rules, job.check.select, job.check.ignore)
     chosen = selected(chosen, select, list(ignore)) if select or ignore else chosen

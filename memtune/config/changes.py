@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from memtune.config.derived import Derived
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.validation import validate
@@ -39,6 +40,12 @@ class Change:
         except yaml.YAMLError:
             parsed = value
         return cls(key.strip(), parsed)
+
+
+def expandable_segments_changes(d: Derived) -> tuple[Change, ...] | None:
+    """``Derived.expandable_segments_settings`` as changes: () when on, None when refused."""
+    settings = d.expandable_segments_settings
+    return None if settings is None else tuple(Change(key, value) for key, value in settings)
 
 
 def _yaml_text(value: Any) -> str:

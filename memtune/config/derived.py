@@ -645,6 +645,22 @@ class Derived:
         return self.allocator.fragmentation_margin
 
     @cached_property
+    def expandable_segments_settings(self) -> tuple[tuple[str, str], ...] | None:
+        """The environment keys and values that turn expandable segments on as Megatron's guards
+        read them (in ``PYTORCH_CUDA_ALLOC_CONF``, beside the options in effect;
+        ``NCCL_GRAPH_REGISTER=0`` under CUDA graphs, docs/allocator.md S2): () when they are on
+        already, None where Megatron-Core refuses them beside NCCL user buffers (check ENV001)."""
+        if self.allocator.expandable_segments:
+            return ()
+        if self.job.env.use_nccl_ub:
+            return None
+        options = {**self.allocator.options, "expandable_segments": "True"}
+        settings = [("env.PYTORCH_CUDA_ALLOC_CONF", ",".join(f"{k}:{v}" for k, v in options.items()))]
+        if self.cuda_graphs and self.job.env.NCCL_GRAPH_REGISTER != "0":
+            settings.append(("env.NCCL_GRAPH_REGISTER", "0"))
+        return tuple(settings)
+
+    @cached_property
     def blackwell_or_newer(self) -> bool:
         """The GPU is a B100/B200/B300 or a GB200/GB300 (compute capability 10 and up), told by
         its catalogue name."""
@@ -854,6 +870,24 @@ class Derived:
         by one optimizer step on zero gradients (megatron/core/optimizer/distrib_optimizer.py,
         ``sharded_param_state_fsdp_dtensor`` → ``_init_optimizer_states_with_dummy_values``)."""
         return self.optimizer_loaded_at_resume and self.resume_format == "fsdp_dtensor"
+
+    @cached_property
+    def checkpoint_format_tied_to_fsdp(self) -> bool:
+        """The stack refuses Megatron-FSDP with a checkpoint format other than ``fsdp_dtensor``,
+        and ``fsdp_dtensor`` without Megatron-FSDP: Megatron-LM always
+        (megatron/training/arguments.py ``validate_args``, Megatron-LM d98e8a64dd),
+        Megatron-Bridge when the job loads or saves a checkpoint
+        (src/megatron/bridge/training/config.py ``_validate_and_apply_megatron_fsdp_v1_configs``
+        and ``validate``, Megatron-Bridge 067f987); Megatron-Core itself has no such guard."""
+        if self.stack == "megatron-lm":
+            return True
+        return self.stack == "megatron-bridge" and self.resumes
+
+    @cached_property
+    def fsdp_device_connections_refused(self) -> bool:
+        """Megatron-LM and Megatron-Bridge refuse Megatron-FSDP with ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+        ("FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."; same files as above)."""
+        return self.stack != "megatron-core" and self.job.env.CUDA_DEVICE_MAX_CONNECTIONS == "1"
 
     @cached_property
     def glu_fc1_merged_at_load(self) -> bool:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
-from memtune.check import CheckedJob
-from memtune.config.derived import Derived
+from memtune.check import ERROR, CheckedJob, Finding, gate, run_checks
+from memtune.check.context import MemoryFacts
+from memtune.config.changes import expandable_segments_changes, with_changes
+from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
@@ -22,7 +24,14 @@ from memtune.estimate.overhead import OutsidePyTorch, outside_pytorch
 from memtune.estimate.resume import ResumeEstimate, resume_estimate
 from memtune.estimate.verdict import Margin, margin_of, needed_bytes, verdict_of
 
-__all__ = ["Estimate", "EstimateOptions", "RankEstimate", "ResumeEstimate", "estimate"]
+__all__ = [
+    "Estimate",
+    "EstimateOptions",
+    "RankEstimate",
+    "ResumeEstimate",
+    "check_with_estimate",
+    "estimate",
+]
 
 # Megatron-LM also offers muon (plain and distributed), adaptive_muon, lion and soap, whose state
 # and step temporaries (Muon's Newton-Schulz iterations on whole matrices) are not modeled.
@@ -92,6 +101,25 @@ class Estimate:
         """:meth:`verdict` for a peak of this job that was measured rather than estimated."""
         return verdict_of(peak_bytes, self.non_pytorch_bytes, self.capacity_bytes, self.verdict_margin)
 
+    def memory_facts(self) -> MemoryFacts:
+        """What the rules that judge memory read (``memtune.check``): the verdict of the rank
+        whose judged peak is highest, and what it would need with expandable segments on."""
+        rank = max(self.ranks, key=self.verdict_peak_bytes)
+        peak = self.verdict_peak_bytes(rank)
+        changes = expandable_segments_changes(self.derived)
+        with_expandable = None
+        if changes:
+            margin = margin_of(derive(with_changes(self.job, changes)))
+            with_expandable = needed_bytes(peak, self.non_pytorch_bytes, margin)
+        return MemoryFacts(
+            verdict=self.verdict(rank),
+            peak_bytes=peak,
+            needed_bytes=self.needed_bytes(rank),
+            capacity_bytes=self.capacity_bytes,
+            fragmentation_margin=self.margin,
+            needed_with_expandable_bytes=with_expandable,
+        )
+
     def pp_rank_of(self, global_rank: int) -> int:
         """Pipeline rank of a global rank in Megatron-Core's default order tp-cp-ep-dp-pp."""
         d = self.derived
@@ -137,3 +165,18 @@ def estimate(checked: CheckedJob, options: EstimateOptions | None = None) -> Est
         options=options,
         uncertainty=d.fit_uncertainty,
     )
+
+
+def check_with_estimate(
+    job: JobConfig, select: list[str] | None = None, ignore: list[str] | tuple[str, ...] = ()
+) -> list[Finding]:
+    """Every finding ``memtune check`` reports: the rules on the job as written, and, for a job
+    Megatron would start, the rules that judge its estimated memory as well."""
+    findings = run_checks(job, select, ignore)
+    if any(f.severity == ERROR for f in findings):
+        return findings
+    try:
+        facts = estimate(gate(job)).memory_facts()
+    except InputError:
+        return findings  # what the estimator cannot model (an optimizer), estimate itself says
+    return run_checks(job, select, ignore, memory=facts)

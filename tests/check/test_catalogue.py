@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memtune.check import run_checks
 from memtune.check.registry import FAMILIES, catalogue, find_rule
 from memtune.check.report import catalogue_markdown
 from memtune.config.changes import with_changes
 from memtune.config.validation import validate
+from memtune.estimate import check_with_estimate
 from tests.check.check_fixtures import BASE
 
 RULES = catalogue()
@@ -55,7 +55,7 @@ def test_explain_has_all_sections_in_order(rule):
 def test_documented_example_triggers_the_rule(rule):
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", rule.explain, re.S).group(1))
     job = validate(_merge(BASE, example))
-    assert rule.code in {f.code for f in run_checks(job)}
+    assert rule.code in {f.code for f in check_with_estimate(job)}
 
 
 def test_find_rule_by_code_or_name():
@@ -75,8 +75,8 @@ def test_a_findings_changes_clear_it(rule):
     """Where a fix is spelled out as dotted changes, applying them makes the finding go away."""
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", rule.explain, re.S).group(1))
     job = validate(_merge(BASE, example))
-    finding = next(f for f in run_checks(job) if f.code == rule.code)
+    finding = next(f for f in check_with_estimate(job) if f.code == rule.code)
     if not finding.changes:
         pytest.skip(f"{rule.code}'s fix is not a plain set of key changes: {finding.fix}")
     fixed = with_changes(job, finding.changes)
-    assert rule.code not in {f.code for f in run_checks(fixed)}
+    assert rule.code not in {f.code for f in check_with_estimate(fixed)}

@@ -6,7 +6,9 @@ from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import Applies, rule
 from memtune.config.allocator import TORCH_READS_PYTORCH_ALLOC_CONF
+from memtune.config.changes import expandable_segments_changes
 from memtune.config.versions import format_version
+from memtune.units import gib, human
 
 # torch 2.11 lets custom-allocator pools (NCCL user buffers) fall back to plain segments
 # instead of raising.
@@ -470,3 +472,86 @@ def unknown_allocator_option(c: Context) -> Hit | None:
                     else None,
                 )
     return None
+
+
+@rule("ENV013", "tp-cp-need-one-device-connection", ERROR)
+def tp_cp_need_one_device_connection(c: Context) -> Hit | None:
+    """Megatron-LM with TP or CP above 1 and `CUDA_DEVICE_MAX_CONNECTIONS` set to another value than 1.
+
+    ## What it does
+    Checks, for Megatron-LM jobs on GPUs before Blackwell with tensor or context parallelism
+    and without Megatron-FSDP, that `env.CUDA_DEVICE_MAX_CONNECTIONS` is `"1"` when it is set.
+
+    ## Why it matters
+    Megatron-Core orders its sequence-parallel all-gathers before the GEMMs that wait on them by
+    relying on one hardware queue; Megatron-LM's `validate_args` asserts the variable is 1 on
+    Hopper and older (Blackwell no longer needs it, and Megatron-FSDP only warns). memtune reads an
+    unset variable as set to 1, as Megatron-LM's own launch scripts do.
+
+    ## Example
+    ```yaml
+    defaults: megatron-lm
+    env: {CUDA_DEVICE_MAX_CONNECTIONS: "32"}
+    ```
+
+    ## Fix
+    Set `env.CUDA_DEVICE_MAX_CONNECTIONS: "1"`.
+    """
+    d = c.d
+    if d.stack != "megatron-lm" or (d.tp == 1 and d.cp == 1) or c.blackwell_or_newer or c.megatron_fsdp:
+        return None
+    value = c.job.env.CUDA_DEVICE_MAX_CONNECTIONS
+    if value is None or value == "1":
+        return None
+    return Hit(
+        message=f"env.CUDA_DEVICE_MAX_CONNECTIONS={value} with tensor_model_parallel_size={d.tp}, "
+        f"context_parallel_size={d.cp} under Megatron-LM",
+        fix='set env.CUDA_DEVICE_MAX_CONNECTIONS="1"',
+        upstream="Using tensor model parallelism or context parallelism require setting the environment "
+        "variable CUDA_DEVICE_MAX_CONNECTIONS to 1",
+    )
+
+
+@rule("ENV014", "expandable-segments-off-when-tight", WARNING)
+def expandable_segments_off_when_tight(c: Context) -> Hit | None:
+    """Expandable segments are off and the job has less to spare than fragmentation can take.
+
+    ## What it does
+    With the estimate at hand (`memtune check` computes it for a job without errors), flags a
+    job whose allocator runs without `expandable_segments:True` when its verdict is `tight`, or
+    when it fits with less room to spare than the fragmentation margin the allocator setting
+    costs.
+
+    ## Why it matters
+    Without expandable segments, PyTorch's caching allocator keeps blocks cut for one size that
+    cannot serve another, and a job whose allocated peak fits can still run out of memory with
+    gigabytes reserved but free: the field's first rule for an out-of-memory error. Expandable
+    segments grow a segment in place instead, at no cost in throughput; memtune's verdict allows
+    8% of the peak for fragmentation without them and 2% with them (docs/allocator.md).
+
+    ## Example
+    ```yaml
+    cluster: {gpu_memory_gib: 46}
+    ```
+
+    ## Fix
+    Set `env.PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True` (with CUDA graphs also
+    `env.NCCL_GRAPH_REGISTER: "0"`). It cannot be used with NCCL user buffers (`env.use_nccl_ub`).
+    """
+    facts, changes = c.memory, expandable_segments_changes(c.d)
+    if facts is None or not changes or facts.needed_with_expandable_bytes is None:
+        return None
+    spare = facts.capacity_bytes - facts.needed_bytes
+    if facts.verdict == "does not fit" or (facts.verdict == "fits" and spare >= facts.fragmentation_bytes):
+        return None
+    state = (
+        f"tight (needs {gib(facts.needed_bytes)} of {gib(facts.capacity_bytes)} GiB)"
+        if facts.verdict == "tight"
+        else f"fits with {human(spare)} to spare, less than the {human(facts.fragmentation_bytes)} "
+        "its fragmentation margin allows"
+    )
+    return Hit(
+        message=f"expandable segments are off and the job is {state}; with them it needs "
+        f"{gib(facts.needed_with_expandable_bytes)} GiB",
+        fix="set " + " and ".join(str(change) for change in changes),
+    )

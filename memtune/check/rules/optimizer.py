@@ -330,3 +330,115 @@ def fp32_training(c: Context) -> Hit | None:
         "fp32 copy)",
         fix="set model.bf16=true unless fp32 training is intended",
     )
+
+
+# Megatron-LM's and Megatron-Bridge's texts for the same refusals differ by a word or a sign.
+_FSDP_FORMAT = {
+    "megatron-lm": "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.",
+    "megatron-bridge": "Megatron-FSDP requires the fsdp_dtensor checkpointing format!",
+}
+_DTENSOR_WITHOUT_FSDP = {
+    "megatron-lm": "--ckpt-format fsdp_dtensor is only tested with Megatron FSDP.",
+    "megatron-bridge": "fsdp_dtensor checkpoint format only supports Megatron FSDP",
+}
+
+
+@rule("OPT012", "fsdp-checkpoint-format", ERROR)
+def fsdp_checkpoint_format(c: Context) -> Hit | None:
+    """Megatron-FSDP with a checkpoint format other than `fsdp_dtensor`.
+
+    ## What it does
+    Checks that a Megatron-FSDP job sets `checkpoint.ckpt_format: fsdp_dtensor`: always under
+    Megatron-LM, and under Megatron-Bridge when the job loads or saves a checkpoint.
+
+    ## Why it matters
+    Megatron-LM's `validate_args` and Megatron-Bridge's config validation assert the format at
+    start-up. Switching is more than a key: `fsdp_dtensor` checkpoints are not interchangeable
+    with `torch_dist` ones, so a job that resumes a `torch_dist` checkpoint cannot load it under
+    Megatron-FSDP without converting it first.
+
+    ## Example
+    ```yaml
+    defaults: megatron-lm
+    ddp: {use_megatron_fsdp: true, data_parallel_sharding_strategy: optim_grads_params}
+    checkpoint: {ckpt_format: torch_dist}
+    ```
+
+    ## Fix
+    Set `checkpoint.ckpt_format: fsdp_dtensor` (and convert an existing checkpoint), or leave
+    Megatron-FSDP off.
+    """
+    if not c.megatron_fsdp or not c.d.checkpoint_format_tied_to_fsdp:
+        return None
+    if c.job.checkpoint.ckpt_format == "fsdp_dtensor":
+        return None
+    return Hit(
+        message=f"ddp.use_megatron_fsdp=true with checkpoint.ckpt_format={c.job.checkpoint.ckpt_format}",
+        fix="set checkpoint.ckpt_format=fsdp_dtensor (an existing torch_dist checkpoint must be converted), "
+        "or ddp.use_megatron_fsdp=false",
+        upstream=_FSDP_FORMAT[c.d.stack],
+    )
+
+
+@rule("OPT013", "fsdp-single-device-connection", ERROR)
+def fsdp_single_device_connection(c: Context) -> Hit | None:
+    """Megatron-FSDP with `CUDA_DEVICE_MAX_CONNECTIONS=1`.
+
+    ## What it does
+    Checks that a Megatron-FSDP job built by Megatron-LM or Megatron-Bridge does not set
+    `env.CUDA_DEVICE_MAX_CONNECTIONS: "1"`.
+
+    ## Why it matters
+    FSDP overlaps its parameter all-gathers and gradient reduce-scatters with compute on other
+    streams, which one hardware queue would serialise; both launchers assert the variable is
+    unset or above 1. Jobs with tensor-parallel communication overlap set it to 1, so turning
+    Megatron-FSDP on for such a job also means unsetting the variable.
+
+    ## Example
+    ```yaml
+    defaults: megatron-bridge
+    ddp: {use_megatron_fsdp: true, data_parallel_sharding_strategy: optim_grads_params}
+    env: {CUDA_DEVICE_MAX_CONNECTIONS: "1"}
+    ```
+
+    ## Fix
+    Unset `env.CUDA_DEVICE_MAX_CONNECTIONS` (or set it above 1), or leave Megatron-FSDP off.
+    """
+    if not c.megatron_fsdp or not c.d.fsdp_device_connections_refused:
+        return None
+    return Hit(
+        message="ddp.use_megatron_fsdp=true with env.CUDA_DEVICE_MAX_CONNECTIONS=1",
+        fix="unset env.CUDA_DEVICE_MAX_CONNECTIONS, or set ddp.use_megatron_fsdp=false",
+        upstream="FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.",
+    )
+
+
+@rule("OPT014", "fsdp-dtensor-without-fsdp", ERROR)
+def fsdp_dtensor_without_fsdp(c: Context) -> Hit | None:
+    """The `fsdp_dtensor` checkpoint format without Megatron-FSDP.
+
+    ## What it does
+    Checks that `checkpoint.ckpt_format: fsdp_dtensor` comes with `ddp.use_megatron_fsdp: true`:
+    always under Megatron-LM, and under Megatron-Bridge when the job loads or saves a checkpoint.
+
+    ## Why it matters
+    Both launchers assert it at start-up: only Megatron-FSDP writes and reads that format.
+
+    ## Example
+    ```yaml
+    defaults: megatron-lm
+    checkpoint: {ckpt_format: fsdp_dtensor}
+    ```
+
+    ## Fix
+    Use `torch_dist`, or turn Megatron-FSDP on.
+    """
+    if c.megatron_fsdp or c.job.checkpoint.ckpt_format != "fsdp_dtensor":
+        return None
+    if not c.d.checkpoint_format_tied_to_fsdp:
+        return None
+    return Hit(
+        message="checkpoint.ckpt_format=fsdp_dtensor without ddp.use_megatron_fsdp=true",
+        fix="set checkpoint.ckpt_format=torch_dist, or ddp.use_megatron_fsdp=true",
+        upstream=_DTENSOR_WITHOUT_FSDP[c.d.stack],
+    )
