@@ -636,6 +636,17 @@ class Derived:
         return parse_version(self.job.env.megatron_core_version, "env.megatron_core_version")
 
     @cached_property
+    def te_version(self) -> Version:
+        return parse_version(self.job.env.transformer_engine_version, "env.transformer_engine_version")
+
+    @cached_property
+    def fine_grained_offload_needs_te_cpu_offload_v1(self) -> bool:
+        """Megatron-Bridge refuses fine-grained activation offloading under Transformer Engine
+        2.10 and newer unless ``NVTE_CPU_OFFLOAD_V1=1`` (src/megatron/bridge/training/config.py
+        ``_validate_fine_grained_activation_offloading``, Megatron-Bridge 067f987)."""
+        return self.stack == "megatron-bridge" and self.te_version >= (2, 10, 0)
+
+    @cached_property
     def allocator(self) -> AllocatorSettings:
         env = self.job.env
         return allocator_settings(env.PYTORCH_CUDA_ALLOC_CONF, env.PYTORCH_ALLOC_CONF, self.torch_version)
@@ -921,6 +932,7 @@ KNOB_FREE_FACTS = (
     "blackwell_or_newer",
     "torch_version",
     "mcore_version",
+    "te_version",
     "allocator",
     "fragmentation_margin",
     "network",

@@ -409,6 +409,10 @@ class EnvConfig(Section):
     """The megatron-core release the job runs, for version-dependent rules."""
     torch_version: str = "2.11.0"
     """The torch release the job runs, for version-dependent rules."""
+    transformer_engine_version: str = "2.18.0"
+    """The Transformer Engine release the job runs (Megatron-Bridge 067f987 locks 2.18), for version-dependent rules."""
+    NVTE_CPU_OFFLOAD_V1: str | None = None
+    """1 keeps Transformer Engine 2.10+'s CPU offload from offloading weights; Megatron-Bridge requires it for fine-grained activation offloading."""
 
 
 class NetworkConfig(Section):

@@ -370,6 +370,10 @@ def _fine_grained_offload(job: JobConfig) -> list[Remedy]:
     d = derive(job)
     attention = ["core_attn", "attn_proj"]
     wider = ["qkv_linear", *attention, "mlp_norm"] + (["moe_act"] if d.is_moe else [])
+    # Megatron-Bridge also wants Transformer Engine told not to offload weights (check OFF009).
+    te_flag = (
+        (Change("env.NVTE_CPU_OFFLOAD_V1", "1"),) if d.fine_grained_offload_needs_te_cpu_offload_v1 else ()
+    )
     return [
         Remedy(
             "activation-offload",
@@ -377,6 +381,7 @@ def _fine_grained_offload(job: JobConfig) -> list[Remedy]:
             (
                 Change("model.fine_grained_activation_offloading", True),
                 Change("model.offload_modules", modules),
+                *te_flag,
             ),
             "moves what these modules save for backward to host memory, and back in time for backward",
             "host transfers overlapped with compute (not priced by the throughput model); pinned host memory",

@@ -26,6 +26,7 @@ def moe_offload_base():
         Change("model.fine_grained_activation_offloading", True),
         Change("model.offload_modules", ["core_attn", "attn_proj", "mlp_norm", "expert_fc1"]),
         Change("model.activation_offload_fraction", 0.7),
+        Change("env.NVTE_CPU_OFFLOAD_V1", "1"),  # Megatron-Bridge's requirement (check OFF009)
     ]
     return with_changes(base, changes)
 

@@ -248,7 +248,8 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
     `fused_group_mlp`), `core_attn` whenever it names `attn_proj`, no module inside an MoE layer
     that selective recompute (`moe`) recomputes whole, no `attn_norm` with full recompute where
     the input norm is a module of its own (the local spec, or multi-latent attention), and, for
-    Megatron-LM, Transformer Engine's layer implementation.
+    Megatron-LM and Megatron-Bridge, Transformer Engine's layer implementation (for Bridge under
+    Transformer Engine 2.10 and newer also `env.NVTE_CPU_OFFLOAD_V1: "1"`).
 
     ## Why it matters
     Megatron-Core asserts on each at start-up: both offloads take over the saved activations,
@@ -256,8 +257,9 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
     recomputed MoE layer saves nothing inside it to offload. `attn_norm`'s commit frees the
     layer's input storage (`forced_released_tensors=[residual]`), which a full-recompute
     checkpoint needs to replay the layer: measured on the H200 (`memtune measure`), the first
-    backward then fails inside the norm. Megatron-LM's argument checks
-    accept the feature only with `--transformer-impl transformer_engine`.
+    backward then fails inside the norm. Megatron-LM's argument checks and Megatron-Bridge's
+    config validation accept the feature only with Transformer Engine's layers, and Bridge also
+    insists that Transformer Engine 2.10+ be told not to offload weights.
 
     ## Example
     ```yaml
@@ -313,11 +315,24 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             fix="remove attn_norm from model.offload_modules, or use selective recompute",
             upstream="The tensor has a non-zero number of elements, but its data is not allocated yet.",
         )
-    if c.d.stack == "megatron-lm" and m.transformer_impl != "transformer_engine":
+    if c.d.stack != "megatron-core" and m.transformer_impl != "transformer_engine":
+        upstream = (
+            "Fine-grained activation offloading is only supported with transformer_engine implementation"
+        )
+        if c.d.stack == "megatron-bridge":
+            upstream += f". Current transformer_impl: {m.transformer_impl}"
         return Hit(
             message=f"model.fine_grained_activation_offloading=true with model.transformer_impl={m.transformer_impl}",
-            fix="set model.transformer_impl=transformer_engine (Megatron-LM's --transformer-impl)",
-            upstream="Fine-grained activation offloading is only supported with transformer_engine implementation",
+            fix="set model.transformer_impl=transformer_engine",
+            upstream=upstream,
+        )
+    if c.d.fine_grained_offload_needs_te_cpu_offload_v1 and c.job.env.NVTE_CPU_OFFLOAD_V1 != "1":
+        return Hit(
+            message="model.fine_grained_activation_offloading=true under Transformer Engine "
+            f"{c.job.env.transformer_engine_version} without env.NVTE_CPU_OFFLOAD_V1=1",
+            fix='set env.NVTE_CPU_OFFLOAD_V1="1"',
+            upstream="For fine-grained activation offloading with TE >= 2.10.0, NVTE_CPU_OFFLOAD_V1 environment "
+            "variable should be set to 1 to avoid offloading weights.",
         )
     return None
 
