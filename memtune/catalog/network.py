@@ -21,8 +21,10 @@ from memtune.numbers import echo
 if TYPE_CHECKING:  # a type only: config imports the catalog (Derived.network), not the reverse
     from memtune.config.schema import ClusterConfig
 
-# Without a reference system: one adapter per GPU at ConnectX-7's NDR rate (400 Gb/s).
+# Without a reference system: one adapter per GPU at ConnectX-7's NDR rate (400 Gb/s), and a
+# PCIe Gen5 x16 host link (32 GT/s x 16 lanes, 128b/130b encoding: 63 GB/s each way).
 FALLBACK_NIC_GBIT_PER_S = 400.0
+FALLBACK_HOST_LINK_GB_PER_S = 63.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Network:
     nics_per_node: int
     nic_bytes_per_s: float  # one adapter, one direction
     rail_optimized: bool
+    host_link_bytes_per_s: float  # one GPU's line rate to host memory, one direction
 
     @property
     def nic_bytes_per_s_per_gpu(self) -> float:
@@ -73,6 +76,7 @@ def network_of(cluster: ClusterConfig) -> Network:
             "nics_per_node": node,
             "nic_gbit_per_s": FALLBACK_NIC_GBIT_PER_S,
             "rail_optimized": True,
+            "host_link_gb_per_s": FALLBACK_HOST_LINK_GB_PER_S,
         }
     else:
         defaults = system
@@ -90,4 +94,5 @@ def network_of(cluster: ClusterConfig) -> Network:
         nics_per_node=pick("nics_per_node"),
         nic_bytes_per_s=pick("nic_gbit_per_s") * 1e9 / 8,
         rail_optimized=pick("rail_optimized"),
+        host_link_bytes_per_s=pick("host_link_gb_per_s") * 1e9,
     )

@@ -2,12 +2,13 @@
 settings that silently do nothing, before a job waits in a queue.
 
 :func:`gate` is the only way to a :class:`CheckedJob`, which every other command requires, so a
-config is refused with the same messages everywhere.
+config is refused with the same messages everywhere; :func:`admit` is the same gate for a change
+memtune itself proposes, which must also bring no warning.
 """
 
 from __future__ import annotations
 
 from memtune.check.finding import ERROR, INFO, WARNING, Finding
-from memtune.check.gate import CheckedJob, gate, run_checks
+from memtune.check.gate import Admission, CheckedJob, admit, gate, run_checks
 
-__all__ = ["ERROR", "INFO", "WARNING", "CheckedJob", "Finding", "gate", "run_checks"]
+__all__ = ["ERROR", "INFO", "WARNING", "Admission", "CheckedJob", "Finding", "admit", "gate", "run_checks"]

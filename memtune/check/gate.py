@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memtune.check.context import Context, MemoryFacts
-from memtune.check.finding import ERROR, UNIGNORABLE, Finding
+from memtune.check.finding import ERROR, UNIGNORABLE, WARNING, Finding
 from memtune.check.registry import catalogue, selected
 from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
@@ -75,3 +75,29 @@ def gate(job: JobConfig) -> CheckedJob:
     if errors:
         raise InputError(errors)
     return CheckedJob(job=job, derived=derive(job), findings=tuple(findings), _token=_GATE)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the gate says of a change memtune proposes: the changed job checked, or why it is
+    not offered (``refusal``: "CODE message"; ``refused``: Megatron raises it at start-up rather
+    than memtune check warning that it is wasted)."""
+
+    checked: CheckedJob | None
+    refusal: str | None = None
+    refused: bool = False
+
+
+def admit(changed: JobConfig, original: JobConfig) -> Admission:
+    """The gate for advice: ``changed``, a change ``fix``, ``plan`` or ``diagnose`` would propose
+    to ``original``, passes only where a job the user wrote would (no error) and where it brings
+    no warning the original job did not have (memtune check calls the change useless or harmful)."""
+    try:
+        checked = gate(changed)
+    except InputError as exc:
+        return Admission(None, exc.problems[0], refused=True)
+    before = {f.code for f in run_checks(original) if f.severity == WARNING}
+    brought = [f for f in checked.findings if f.severity == WARNING and f.code not in before]
+    if brought:
+        return Admission(None, f"{brought[0].code} {brought[0].message}")
+    return Admission(checked)

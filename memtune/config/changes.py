@@ -42,6 +42,13 @@ class Change:
         return cls(key.strip(), parsed)
 
 
+def allocator_option_change(d: Derived | None, option: str, value: str) -> Change:
+    """The allocator options in effect with ``option`` set, under the name Megatron's guards read
+    (``PYTORCH_CUDA_ALLOC_CONF``, docs/allocator.md S2)."""
+    options = {**(d.allocator.options if d else {}), option: value}
+    return Change("env.PYTORCH_CUDA_ALLOC_CONF", ",".join(f"{k}:{v}" for k, v in options.items()))
+
+
 def expandable_segments_changes(d: Derived) -> tuple[Change, ...] | None:
     """``Derived.expandable_segments_settings`` as changes: () when on, None when refused."""
     settings = d.expandable_segments_settings

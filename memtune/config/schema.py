@@ -431,6 +431,8 @@ class NetworkConfig(Section):
     """Line rate of one of those adapters in Gb/s (400 for ConnectX-7 NDR)."""
     rail_optimized: bool | None = None
     """Whether adapter i of every node sits on the same leaf switch (NVIDIA's SuperPOD rails)."""
+    host_link_gb_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    """Line rate of one GPU's link to host memory in GB/s, one direction (PCIe, or its share of NVLink-C2C on Grace systems); what activation and optimizer offload copy over."""
 
 
 class ClusterConfig(Section):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from memtune.config import LoadedJob, derive
 from memtune.config.allocator import is_true
-from memtune.config.changes import Change, with_changes
+from memtune.config.changes import Change, allocator_option_change, expandable_segments_changes, with_changes
 from memtune.config.schema import JobConfig
 from memtune.diagnose.classify import Verdict, significant
 from memtune.diagnose.detectors import RESUME_FIRST_STEP, RESUME_PHASES
@@ -24,7 +24,7 @@ from memtune.diagnose.evidence import (
 )
 from memtune.diagnose.sizes import gib
 from memtune.errors import InputError
-from memtune.fix.changes import EXPANDABLE, alloc_conf_change, estimate_job, ladder, peak_after
+from memtune.fix.changes import estimate_job, ladder, peak_after
 from memtune.fix.search import FixResult, find_fixes
 from memtune.units import GiB
 
@@ -49,8 +49,8 @@ class Fix:
         return [c for c in self.changes if not c.startswith("export ") and "." in c.split("=", 1)[0]]
 
 
-def _alloc_conf(job: JobConfig | None, option: str) -> str:
-    return str(alloc_conf_change(job, option))
+def _alloc_conf(job: JobConfig | None, option: str, value: str) -> str:
+    return str(allocator_option_change(derive(job) if job else None, option, value))
 
 
 def _graphs_on(job: JobConfig | None) -> bool:
@@ -64,14 +64,15 @@ def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
     if job and job.env.use_nccl_ub:
         return Fix(
             "Cap block splitting (expandable segments are not an option with NCCL user buffers)",
-            (_alloc_conf(job, "max_split_size_mb:512"),),
+            (_alloc_conf(job, "max_split_size_mb", "512"),),
             "env.use_nccl_ub=true rules out expandable segments (torch.cuda.MemPool); max_split_size_mb keeps "
             "large blocks whole so they can be reused",
             "small; more cudaMalloc calls",
         )
-    changes = [_alloc_conf(job, EXPANDABLE)]
-    if job is not None and _graphs_on(job) and job.env.NCCL_GRAPH_REGISTER != "0":
-        changes.append("env.NCCL_GRAPH_REGISTER=0")
+    if job is None:
+        changes = [_alloc_conf(None, "expandable_segments", "True")]
+    else:
+        changes = [str(c) for c in expandable_segments_changes(derive(job)) or ()]
     why = "the allocator grows segments in place instead of stranding free pieces"
     if job is None:
         why += " (not with use_nccl_ub; with CUDA graphs also set NCCL_GRAPH_REGISTER=0)"
@@ -391,16 +392,16 @@ def memory_failure(verdict: Verdict) -> bool:
     return verdict.label in (FRAGMENTATION, CAPACITY, OUTSIDE_PYTORCH)
 
 
-def fixes_for_failure(job: JobConfig, verdict: Verdict | None) -> FixResult:
+def fixes_for_failure(job: JobConfig, verdict: Verdict | None, headroom: int = 0) -> FixResult:
     """The ranked fixes for ``job`` after a failure diagnose read as ``verdict`` (None: no logs).
 
     ``memtune fix --oom-log`` and ``memtune run --config`` (when the run fails) both print this
     list, so one failure gets one answer."""
     if verdict is None:
-        return find_fixes(job)
+        return find_fixes(job, headroom=headroom)
     n = verdict.numbers
     short = max(0, n.requested - n.free) if n and n.requested is not None and n.free is not None else 0
-    result = find_fixes(job, verdict.label == FRAGMENTATION, min_saving=short)
+    result = find_fixes(job, verdict.label == FRAGMENTATION, min_saving=short, headroom=headroom)
     capacity = result.before.capacity_bytes
     if n and n.total and abs(n.total - capacity) > GPU_CAPACITY_TOLERANCE * capacity:
         gpu = result.before.gpu.name

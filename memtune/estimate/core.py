@@ -163,6 +163,9 @@ class ChunkAssembly(NamedTuple):
 
     variants: tuple[Assembled, ...]
     host_pinned: float
+    # What activation offload copies to the host per microbatch, and back for its backward
+    # (the step model prices the copies: memtune/perf/offload.py).
+    offloaded: float = 0.0
 
 
 def assemble_chunk(
@@ -187,7 +190,9 @@ def assemble_chunk(
     offloaded = min(d.activation_offload_layers, len(layers))
     groups = _layer_groups(d, layers)
     if not (m.fine_grained_activation_offloading and m.offload_modules) or m.cpu_offloading:
-        return ChunkAssembly((_assemble(d, chunk, layers, groups, offloaded, None),), 0.0)
+        # Layer-wise offload (cpu_offloading) moves its first layers' saved tensors whole.
+        moved = sum(layer.total for layer in layers[:offloaded])
+        return ChunkAssembly((_assemble(d, chunk, layers, groups, offloaded, None),), 0.0, moved)
     # Fine-grained offloading: the layers outside full-recompute checkpoints open offload groups.
     position, eligible = 0, []
     for group, checkpointed in groups:
@@ -202,8 +207,19 @@ def assemble_chunk(
     slots = {p: k for k, (p, _) in enumerate(eligible)}
     variants = (plan.first, plan.other, plan.first_pipelined, plan.other_pipelined)
     return ChunkAssembly(
-        tuple(_assemble(d, chunk, layers, groups, offloaded, (slots, v)) for v in variants), plan.host_pinned
+        tuple(_assemble(d, chunk, layers, groups, offloaded, (slots, v)) for v in variants),
+        plan.host_pinned,
+        plan.other.total,  # the steady microbatch's groups (the first to run backward keeps more)
     )
+
+
+def offloaded_per_microbatch(d: Derived, chunk: Chunk) -> float:
+    """Bytes a chunk's activation offload (layer-wise or fine-grained) copies to the host per
+    microbatch in its forward, and back in its backward; 0 without offload."""
+    m = d.model
+    if not (m.cpu_offloading or (m.fine_grained_activation_offloading and m.offload_modules)):
+        return 0.0
+    return assemble_chunk(d, chunk, EstimateOptions()).offloaded
 
 
 # Megatron-FSDP's gradient buckets join a chunk's working set (``_with_fsdp_buckets``); under

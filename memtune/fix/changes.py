@@ -1,27 +1,26 @@
-"""The memory remedies memtune knows, as config changes: what ``diagnose``'s advice lists and what
-``memtune fix`` searches, in one place.
+"""The memory remedies memtune knows, as config changes: the one menu ``memtune fix`` searches
+and ``diagnose``'s advice quotes.
 
-A :class:`Remedy` is a titled set of :class:`~memtune.config.changes.Change` with its family, why
-it saves memory and what it costs in words. :func:`ladder` gives one rung per family in the
-field's order of preference (docs/fix-order.md): allocator setting -> LoRA input re-gather -> selective recompute -> distributed optimizer /
-more pipeline stages -> CPU offload -> more tensor parallelism. :func:`options` widens each family
-to the variants ``memtune fix`` estimates. :func:`peak_after` re-estimates a job with a remedy
-applied, for the saving both commands quote.
+A :class:`Remedy` is a titled set of :class:`~memtune.config.changes.Change` that Megatron
+accepts as one change (Megatron-FSDP with its checkpoint format and environment; more pipeline
+stages with the pipeline dtype), with its family, why it saves memory, what it costs in time and
+what it costs beyond throughput. :func:`menu` lists every remedy that applies to a job, family by
+family in the field's order of preference (docs/fix-order.md); whether Megatron accepts it and
+whether memtune check calls it useless is the gate's to say (``memtune.check.admit``), what it
+saves the estimator's and what it costs the step model's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memtune.check import gate
-from memtune.config.changes import Change, with_changes
-from memtune.config.derived import derive
+from memtune.check import admit, gate
+from memtune.config.changes import Change, expandable_segments_changes, with_changes
+from memtune.config.derived import Derived, derive
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
 from memtune.peft.model import adapters
-
-EXPANDABLE = "expandable_segments:True"
 
 # The field's order of preference (lower first); fix breaks ties in predicted cost with it.
 FAMILIES = (
@@ -29,14 +28,22 @@ FAMILIES = (
     "manual-gc",
     "lora-regather",
     "selective-recompute",
+    "optimizer-precision",
     "distributed-optimizer",
     "pipeline",
     "fsdp",
+    "context-parallel",
+    "expert-parallel",
+    "micro-batch",
     "optimizer-offload",
     "full-recompute",
     "activation-offload",
     "tensor-parallel",
 )
+
+# Megatron-Core's selective recompute modules (transformer_config.py ``recompute_modules``), in
+# its order, each with the Derived fact that says the module exists in the model.
+SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
 @dataclass(frozen=True)
@@ -44,336 +51,405 @@ class Remedy:
     family: str
     title: str
     changes: tuple[Change, ...]
-    why: str
-    cost: str
+    why: str  # how it saves memory
+    cost: str  # what it costs in time, in words (the step model gives the figure)
+    side_effects: tuple[str, ...] = ()  # what it costs beyond throughput
 
     @property
     def preference(self) -> int:
         return FAMILIES.index(self.family)
 
 
-def alloc_conf_change(job: JobConfig | None, option: str) -> Change:
-    """The job's allocator settings in effect with ``option`` set, under the name Megatron's
-    guards read (``PYTORCH_CUDA_ALLOC_CONF``, docs/allocator.md S2)."""
-    current = dict(derive(job).allocator.options) if job else {}
-    key, _, value = option.partition(":")
-    current[key] = value
-    return Change("env.PYTORCH_CUDA_ALLOC_CONF", ",".join(f"{k}:{v}" for k, v in current.items()))
-
-
 def allocator_remedy(job: JobConfig) -> Remedy | None:
-    """Expandable segments (with NCCL graph registration off under CUDA graphs); none with NCCL
-    user buffers, which Megatron-Core refuses beside expandable segments (check ENV001)."""
-    if job.env.use_nccl_ub or derive(job).allocator.expandable_segments:
+    """Expandable segments (with NCCL graph registration off under CUDA graphs); none when they
+    are on, or beside NCCL user buffers, which Megatron-Core refuses with them (check ENV001)."""
+    changes = expandable_segments_changes(derive(job))
+    if not changes:
         return None
-    changes = [alloc_conf_change(job, EXPANDABLE)]
-    graphs = derive(job).cuda_graphs
-    if graphs and job.env.NCCL_GRAPH_REGISTER != "0":
-        changes.append(Change("env.NCCL_GRAPH_REGISTER", "0"))
     why = "the allocator grows segments in place instead of stranding free pieces"
-    if graphs:
+    if len(changes) > 1:
         why += "; NCCL_GRAPH_REGISTER=0 because CUDA graphs are on (Megatron-Core's guard)"
-    return Remedy(
-        "allocator", "Turn on expandable segments", tuple(changes), why, "none (zero throughput cost)"
-    )
+    return Remedy("allocator", "Turn on expandable segments", changes, why, "none (zero throughput cost)")
 
 
-def manual_gc_remedy(job: JobConfig) -> Remedy | None:
-    """Megatron-LM's --manual-gc where optimizer offload leaves the replaced first optimizer's
-    device copies to Python's collector (estimate/state.py): one collection before training."""
-    if not job.optimizer.optimizer_cpu_offload or job.train.manual_gc:
-        return None
-    return Remedy(
-        "manual-gc",
-        "Collect garbage before training (--manual-gc)",
-        (Change("train.manual_gc", True),),
-        "frees the fp32 device copies of the offloading optimizer Megatron-Core builds first and replaces",
-        "none (one collection at start; periodic ones only with manual_gc_interval)",
-    )
-
-
-def _pipeline_dtype(job: JobConfig) -> tuple[Change, ...]:
-    # Megatron-Core refuses PP > 1 without it (check PAR006).
-    if job.model.pipeline_dtype is not None:
-        return ()
-    return (Change("model.pipeline_dtype", derive(job).param_dtype),)
-
-
-def passes_checks(job: JobConfig, changes: tuple[Change, ...]) -> bool:
-    """Whether ``job`` with ``changes`` passes every error-level check: the checks know every
-    layout rule (uneven and accounted stages, VPP), so only what they accept is proposed."""
-    try:
-        gate(with_changes(job, changes))
-    except InputError:
-        return False
-    return True
+def menu(job: JobConfig) -> list[Remedy]:
+    """Every remedy for ``job``, family by family in the field's order."""
+    d = derive(job)
+    found: list[Remedy] = []
+    for family in (
+        _allocator,
+        _manual_gc,
+        _lora_regather,
+        _selective,
+        _optimizer_precision,
+        _distributed_optimizer,
+        _pipeline,
+        _fsdp,
+        _context_parallel,
+        _expert_parallel,
+        _micro_batch,
+        _optimizer_offload,
+        _full_recompute,
+        _layer_wise_offload,
+        _fine_grained_offload,
+        _tensor_parallel,
+    ):
+        found += family(job, d)
+    return found
 
 
 def ladder(job: JobConfig) -> list[Remedy]:
-    """One remedy per family that applies to ``job``, in the field's order (allocator excluded:
-    it is the answer only to fragmentation, which the caller knows)."""
-    rungs: list[Remedy] = []
-    m = job.model
-    d = derive(job)
-    if gc := manual_gc_remedy(job):
-        rungs.append(gc)
+    """One remedy per family, the first of the menu's that the gate admits, in the field's order
+    (the allocator excluded: it answers fragmentation only, which the caller knows)."""
+    rungs: dict[str, Remedy] = {}
+    for remedy in menu(job):
+        if remedy.family in rungs or remedy.family == "allocator":
+            continue
+        try:
+            admitted = admit(with_changes(job, remedy.changes), job)
+        except InputError:
+            continue
+        if admitted.refusal is None:
+            rungs[remedy.family] = remedy
+    return list(rungs.values())
+
+
+def _allocator(job: JobConfig, d: Derived) -> list[Remedy]:
+    remedy = allocator_remedy(job)
+    return [remedy] if remedy else []
+
+
+def _manual_gc(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Megatron-LM's --manual-gc where optimizer offload leaves the replaced first optimizer's
+    device copies to Python's collector (estimate/state.py): one collection before training."""
+    if not job.optimizer.optimizer_cpu_offload or job.train.manual_gc:
+        return []
+    return [
+        Remedy(
+            "manual-gc",
+            "Collect garbage before training (--manual-gc)",
+            (Change("train.manual_gc", True),),
+            "frees the fp32 device copies of the offloading optimizer Megatron-Core builds first and replaces",
+            "none (one collection at start; periodic ones only with manual_gc_interval)",
+        )
+    ]
+
+
+def _lora_regather(job: JobConfig, d: Derived) -> list[Remedy]:
     if (
-        job.peft
-        and not job.peft.sequence_parallel_input_regather
-        and any(a.regather_blocker is None for a in adapters(d))
+        job.peft is None
+        or job.peft.sequence_parallel_input_regather
+        or all(a.regather_blocker is not None for a in adapters(d))
     ):
-        rungs.append(
-            Remedy(
-                "lora-regather",
-                "Re-gather LoRA adapter inputs under sequence parallelism",
-                (Change("peft.sequence_parallel_input_regather", True),),
-                "the adapters stop keeping their own full-sequence copy of the input",
-                "small",
-            )
+        return []
+    return [
+        Remedy(
+            "lora-regather",
+            "Re-gather LoRA adapter inputs under sequence parallelism",
+            (Change("peft.sequence_parallel_input_regather", True),),
+            "the adapters stop keeping their own full-sequence copy of the input",
+            "all-gathers of the adapters' inputs again in backward",
         )
-    if m.recompute_granularity is None:
-        rungs.append(
-            Remedy(
-                "selective-recompute",
-                "Selective activation recompute",
-                (Change("model.recompute_granularity", "selective"),),
-                "recomputes attention internals (core_attn) instead of storing them",
-                "a few % step time",
-            )
-        )
-    elif m.recompute_granularity == "selective":
-        rungs.append(
-            Remedy(
-                "full-recompute",
-                "Full activation recompute",
-                (
-                    Change("model.recompute_granularity", "full"),
-                    Change("model.recompute_method", "uniform"),
-                    Change("model.recompute_num_layers", 1),
-                ),
-                "stores only each layer's input",
-                "about a third more step time",
-            )
-        )
-    if not d.use_distributed_optimizer and d.dp > 1:
-        rungs.append(
-            Remedy(
-                "distributed-optimizer",
-                "Distributed optimizer",
-                (
-                    Change("ddp.use_distributed_optimizer", True),
-                    Change("optimizer.use_distributed_optimizer", True),
-                ),
-                "shards optimizer state and main weights across data-parallel ranks",
-                "small (overlapped gathers)",
-            )
-        )
-    more_stages = (Change("model.pipeline_model_parallel_size", 2 * d.pp), *_pipeline_dtype(job))
-    if passes_checks(job, more_stages):
-        cost = "pipeline bubble"
-        cost += (
-            f"; at a fixed GPU count DP drops {d.dp} → {d.dp // 2}"
-            if d.dp >= 2
-            else "; needs twice the GPUs (DP is already 1)"
-        )
-        rungs.append(
-            Remedy(
-                "pipeline",
-                "More pipeline stages",
-                more_stages,
-                "each rank holds fewer layers",
-                cost,
-            )
-        )
-    if d.pp == 1 and not d.cuda_graphs and not m.cpu_offloading:
-        keys = [
-            Change("model.cpu_offloading", True),
-            Change("model.cpu_offloading_num_layers", max(1, d.layers_per_stage[0] // 4)),
-        ]
-        if m.recompute_granularity is not None:
-            # Megatron-Core refuses CPU offloading together with any recompute (check OFF002).
-            keys.append(Change("model.recompute_granularity", None))
-        rungs.append(
-            Remedy(
-                "activation-offload",
-                "Offload activations to the CPU",
-                tuple(keys),
-                "keeps the offloaded layers' activations in host memory",
-                "large; watch host RAM",
-            )
-        )
-    if 2 * d.tp <= job.cluster.gpus_per_node:
-        rungs.append(
-            Remedy(
-                "tensor-parallel",
-                "More tensor parallelism (last resort)",
-                (Change("model.tensor_model_parallel_size", 2 * d.tp),),
-                "splits every layer's weights and activations further",
-                "the highest throughput cost",
-            )
-        )
-    return rungs
+    ]
 
 
-def _selective_sets(job: JobConfig) -> list[tuple[str, ...]]:
-    """Selective-recompute module sets, cheapest replay first, that exist for this model."""
-    d = derive(job)
-    m = job.model
-    current = set(d.recompute_modules)
-    sets: list[tuple[str, ...]] = [("core_attn",), ("core_attn", "layernorm")]
-    if d.is_moe and m.moe_grouped_gemm:
-        sets.insert(1, ("core_attn", "moe_act"))
-    if m.multi_latent_attention:
-        sets.append(("core_attn", "layernorm", "mla_up_proj"))
-    if not all(d.moe_layer_pattern):
-        sets.append(("core_attn", "layernorm", "mlp"))
-    if d.is_moe:
-        sets.append(("core_attn", "layernorm", "moe"))
-    return [s for s in sets if not set(s) <= current or not current]
+def _module_exists(d: Derived, module: str) -> bool:
+    m = d.model
+    return {
+        "core_attn": True,
+        "moe_act": d.is_moe,
+        "layernorm": True,
+        "mla_up_proj": m.multi_latent_attention,
+        "mlp": not all(d.moe_layer_pattern),
+        "moe": d.is_moe,
+        "shared_experts": d.is_moe and bool(m.moe_shared_expert_intermediate_size),
+    }[module]
 
 
-def options(job: JobConfig) -> list[Remedy]:
-    """Every remedy ``memtune fix`` estimates for ``job``, family by family in the field's order."""
-    d = derive(job)
-    m = job.model
-    out: list[Remedy] = []
-    alloc = allocator_remedy(job)
-    if alloc:
-        out.append(alloc)
-    for rung in ladder(job):
-        # the variants below cover these families (the ladder's TP rung is "Tensor parallelism 2TP")
-        if rung.family not in (
-            "selective-recompute",
-            "full-recompute",
-            "pipeline",
-            "activation-offload",
-            "tensor-parallel",
-        ):
-            out.append(rung)
-    if m.recompute_granularity != "full":
-        for modules in _selective_sets(job):
-            out.append(
-                Remedy(
-                    "selective-recompute",
-                    "Selective recompute of " + ", ".join(modules),
-                    (
-                        Change("model.recompute_granularity", "selective"),
-                        Change("model.recompute_modules", list(modules)),
-                        Change("model.recompute_method", None),
-                        Change("model.recompute_num_layers", None),
-                    ),
-                    "replays these modules in backward instead of keeping what they save",
-                    "their forward again",
-                )
-            )
-    chunk_layers = max(d.layers_per_stage) // d.vpp
-    for n in sorted({1, max(1, chunk_layers // 2), chunk_layers}):
-        if m.recompute_granularity == "full" and (m.recompute_num_layers or 0) >= n:
-            continue
-        out.append(
-            Remedy(
-                "full-recompute",
-                f"Full recompute of {n} layer{'s' if n > 1 else ''} per chunk",
-                (
-                    Change("model.recompute_granularity", "full"),
-                    Change("model.recompute_method", "block"),
-                    Change("model.recompute_num_layers", n),
-                    Change("model.recompute_modules", None),
-                ),
-                "keeps only the recomputed layers' inputs",
-                "their forward again",
-            )
+def _selective(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Each module Megatron-Core can recompute for this model, added to what the job recomputes
+    (``memtune fix`` then tries the admitted ones together). Not for a job under full recompute,
+    which keeps less already."""
+    if job.model.recompute_granularity == "full":
+        return []
+    current = selective_modules(job)
+    return [
+        selective_remedy(current | {m})
+        for m in SELECTIVE_MODULES
+        if _module_exists(d, m) and m not in current
+    ]
+
+
+def selective_modules(job: JobConfig) -> set[str]:
+    """The modules a job recomputes selectively (none under full recompute or none)."""
+    return set(derive(job).recompute_modules) if job.model.recompute_granularity == "selective" else set()
+
+
+def selective_remedy(modules: set[str]) -> Remedy:
+    ordered = [m for m in SELECTIVE_MODULES if m in modules]
+    return Remedy(
+        "selective-recompute",
+        "Selective recompute of " + ", ".join(ordered),
+        (
+            Change("model.recompute_granularity", "selective"),
+            Change("model.recompute_modules", ordered),
+            Change("model.recompute_method", None),
+            Change("model.recompute_num_layers", None),
+        ),
+        "replays these modules in backward instead of keeping what they save",
+        "their forward again",
+    )
+
+
+def _optimizer_precision(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Adam's moments in bf16 through Megatron's precision-aware optimizer (Megatron-Bridge's
+    memory-tuning guide, step 3); it needs the distributed optimizer (check OPT007)."""
+    opt = job.optimizer
+    if opt.optimizer != "adam" or (opt.exp_avg_dtype == "bf16" and opt.exp_avg_sq_dtype == "bf16"):
+        return []
+    return [
+        Remedy(
+            "optimizer-precision",
+            "Adam moments in bf16 (precision-aware optimizer)",
+            (
+                *_distributed_optimizer_changes(),
+                Change("optimizer.use_precision_aware_optimizer", True),
+                Change("optimizer.exp_avg_dtype", "bf16"),
+                Change("optimizer.exp_avg_sq_dtype", "bf16"),
+            ),
+            "keeps Adam's two moments in 2 bytes instead of 4",
+            "about nothing",
+            ("a numerical choice: check the loss curve and that no step is skipped",),
         )
-    world = d.world_size
+    ]
+
+
+def _distributed_optimizer_changes() -> tuple[Change, ...]:
+    return (
+        Change("ddp.use_distributed_optimizer", True),
+        Change("optimizer.use_distributed_optimizer", True),
+    )
+
+
+def _distributed_optimizer(job: JobConfig, d: Derived) -> list[Remedy]:
+    if d.use_distributed_optimizer or d.dp * d.cp == 1:
+        return []
+    return [
+        Remedy(
+            "distributed-optimizer",
+            "Distributed optimizer",
+            _distributed_optimizer_changes(),
+            "shards optimizer state and main weights across data-parallel ranks",
+            "a reduce-scatter and an all-gather in place of the all-reduce",
+        )
+    ]
+
+
+def _pipeline_dtype(job: JobConfig, d: Derived) -> tuple[Change, ...]:
+    # Megatron-Core refuses PP > 1 without it (check PAR006).
+    return () if job.model.pipeline_dtype is not None else (Change("model.pipeline_dtype", d.param_dtype),)
+
+
+def _dp_after(d: Derived, tp: int, pp: int, cp: int) -> str:
+    return f"DP {d.dp} → {max(1, d.world_size // (tp * pp * cp))} at this GPU count"
+
+
+def _pipeline(job: JobConfig, d: Derived) -> list[Remedy]:
+    found = []
     for pp in (2 * d.pp, 4 * d.pp):
-        if m.num_layers % pp or world % (d.tp * pp * d.cp):
+        if job.model.num_layers % pp or d.world_size % (d.tp * pp * d.cp):
             continue
-        vpp = d.vpp if (m.num_layers // pp) % d.vpp == 0 else 1
-        changes = [Change("model.pipeline_model_parallel_size", pp), *_pipeline_dtype(job)]
-        if vpp != d.vpp:
+        changes = [Change("model.pipeline_model_parallel_size", pp), *_pipeline_dtype(job, d)]
+        if d.vpp > 1 and (job.model.num_layers // pp) % d.vpp:
             changes.append(Change("model.virtual_pipeline_model_parallel_size", None))
-        out.append(
+        found.append(
             Remedy(
                 "pipeline",
                 f"{pp} pipeline stages",
                 tuple(changes),
                 "each rank holds fewer layers",
-                f"DP {d.dp} → {max(1, world // (d.tp * pp * d.cp))} at this GPU count, and a longer bubble",
+                f"{_dp_after(d, d.tp, pp, d.cp)}, and a longer bubble",
             )
         )
-    if d.dp * d.cp > 1 and d.fsdp_strategy == "no_shard":
-        out.append(
-            Remedy(
-                "fsdp",
-                "Megatron-FSDP (shard weights, gradients and optimizer state)",
-                (
-                    Change("ddp.use_megatron_fsdp", True),
-                    Change("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
-                    Change("ddp.use_distributed_optimizer", False),
-                    Change("optimizer.use_distributed_optimizer", False),
-                ),
-                "every data-parallel rank keeps 1/DP of the model state",
-                "weight all-gathers every micro-batch",
+    return found
+
+
+def _fsdp(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Megatron-FSDP as Megatron-LM and Megatron-Bridge accept it: with the distributed optimizer
+    they force on, the fsdp_dtensor checkpoint format (checks OPT012, OPT014) and without
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (check OPT013)."""
+    if d.megatron_fsdp or d.dp * d.cp == 1:
+        return []
+    changes = [
+        Change("ddp.use_megatron_fsdp", True),
+        Change("ddp.data_parallel_sharding_strategy", "optim_grads_params"),
+        *_distributed_optimizer_changes(),
+        Change("checkpoint.ckpt_format", "fsdp_dtensor"),
+    ]
+    side_effects = [
+        "checkpoints are written as fsdp_dtensor, which torch_dist checkpoints do not interchange with"
+    ]
+    if d.resumes and d.resume_format != "fsdp_dtensor":
+        side_effects.append(f"the {d.resume_format} checkpoint this job resumes must be converted first")
+    if job.env.CUDA_DEVICE_MAX_CONNECTIONS == "1" and d.stack != "megatron-core":
+        changes.append(Change("env.CUDA_DEVICE_MAX_CONNECTIONS", None))
+        if d.tp > 1 or d.cp > 1:
+            side_effects.append(
+                "CUDA_DEVICE_MAX_CONNECTIONS unset: TP/CP communication loses its one-queue ordering"
             )
+    return [
+        Remedy(
+            "fsdp",
+            "Megatron-FSDP (shard weights, gradients and optimizer state)",
+            tuple(changes),
+            "every data-parallel rank keeps 1/DP of the model state",
+            "weight all-gathers and gradient reduce-scatters every micro-batch",
+            tuple(side_effects),
         )
-    if d.dp * d.cp > 1 and not job.optimizer.optimizer_cpu_offload:
-        for fraction in (0.25, 0.5, 1.0):
-            out.append(
-                Remedy(
-                    "optimizer-offload",
-                    f"Offload {fraction:.0%} of the optimizer to the CPU",
-                    (
-                        Change("ddp.use_distributed_optimizer", True),
-                        Change("optimizer.use_distributed_optimizer", True),
-                        Change("optimizer.use_precision_aware_optimizer", True),
-                        Change("optimizer.optimizer_cpu_offload", True),
-                        Change("optimizer.optimizer_offload_fraction", fraction),
-                    ),
-                    "that share of main weights and Adam moments lives in host memory",
-                    "host transfers and a CPU Adam step",
-                )
-            )
-    if d.pp == 1 and not d.cuda_graphs and not m.cpu_offloading:
-        for n in sorted({max(1, m.num_layers // 4), max(1, m.num_layers // 2), m.num_layers - 1}):
-            keys = [Change("model.cpu_offloading", True), Change("model.cpu_offloading_num_layers", n)]
-            if m.recompute_granularity is not None:
-                keys.append(Change("model.recompute_granularity", None))
-            out.append(
-                Remedy(
-                    "activation-offload",
-                    f"Offload {n} layers' activations to the CPU",
-                    tuple(keys),
-                    "keeps the offloaded layers' activations in host memory",
-                    "PCIe transfers beside compute; watch host RAM",
-                )
-            )
-    if not m.cpu_offloading and not m.fine_grained_activation_offloading:
-        out += _fine_grained_offload(job)
-    for tp in (2 * d.tp, 4 * d.tp):
-        if tp <= job.cluster.gpus_per_node and world % (tp * d.pp * d.cp) == 0:
-            out.append(
-                Remedy(
-                    "tensor-parallel",
-                    f"Tensor parallelism {tp}",
-                    (Change("model.tensor_model_parallel_size", tp), Change("model.sequence_parallel", True)),
-                    "splits every layer's weights and activations further",
-                    "more TP communication and smaller GEMMs",
-                )
-            )
-    return out
+    ]
 
 
-def _fine_grained_offload(job: JobConfig) -> list[Remedy]:
-    """Fine-grained activation offloading: unlike the layer-wise ``cpu_offloading``, which
-    Megatron-Core refuses with PP > 1 (megatron/core/transformer/transformer_config.py,
-    "no support for Pipeline parallelism with CPU offloading"), it works at any PP."""
-    d = derive(job)
-    attention = ["core_attn", "attn_proj"]
-    wider = ["qkv_linear", *attention, "mlp_norm"] + (["moe_act"] if d.is_moe else [])
-    # Megatron-Bridge also wants Transformer Engine told not to offload weights (check OFF009).
+def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
+    cp = 2 * d.cp
+    if d.world_size % (d.tp * d.pp * cp):
+        return []
+    return [
+        Remedy(
+            "context-parallel",
+            f"Context parallelism {cp}",
+            (Change("model.context_parallel_size", cp),),
+            "each rank keeps the activations of 1/CP of the sequence",
+            f"{_dp_after(d, d.tp, d.pp, cp)}; K/V exchanged around the ring",
+        )
+    ]
+
+
+def _expert_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
+    if not d.is_moe:
+        return []
+    ep = 2 * d.ep
+    if (d.num_experts or 0) % ep:
+        return []
+    return [
+        Remedy(
+            "expert-parallel",
+            f"Expert parallelism {ep}",
+            (Change("model.expert_model_parallel_size", ep),),
+            "each rank holds fewer experts",
+            "all-to-all dispatch over more ranks",
+        )
+    ]
+
+
+def _micro_batch(job: JobConfig, d: Derived) -> list[Remedy]:
+    if d.micro_batch_size == 1:
+        return []
+    half = d.micro_batch_size // 2
+    return [
+        Remedy(
+            "micro-batch",
+            f"Micro-batch {half}",
+            (Change("train.micro_batch_size", half),),
+            "each microbatch keeps half the activations",
+            "smaller GEMMs and twice the microbatches",
+        )
+    ]
+
+
+def _optimizer_offload(job: JobConfig, d: Derived) -> list[Remedy]:
+    if d.dp * d.cp == 1 or job.optimizer.optimizer_cpu_offload:
+        return []
+    return [
+        Remedy(
+            "optimizer-offload",
+            f"Offload {fraction:.0%} of the optimizer to the CPU",
+            (
+                *_distributed_optimizer_changes(),
+                Change("optimizer.use_precision_aware_optimizer", True),
+                Change("optimizer.optimizer_cpu_offload", True),
+                Change("optimizer.optimizer_offload_fraction", fraction),
+            ),
+            "that share of main weights and Adam moments lives in host memory",
+            "host transfers and a CPU Adam step",
+            ("host memory for that share of the optimizer state",),
+        )
+        for fraction in (0.25, 0.5, 1.0)
+    ]
+
+
+def _full_recompute(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Full recompute of n layers per model chunk, at depths from one layer to the whole chunk."""
+    chunk_layers = max(d.layers_per_stage) // d.vpp
+    depths = {chunk_layers, max(1, chunk_layers // 2)}
+    n = 1
+    while n < chunk_layers:
+        depths.add(n)
+        n *= 2
+    current = (job.model.recompute_num_layers or 0) if job.model.recompute_granularity == "full" else 0
+    return [
+        Remedy(
+            "full-recompute",
+            f"Full recompute of {n} layer{'s' if n > 1 else ''} per chunk",
+            (
+                Change("model.recompute_granularity", "full"),
+                Change("model.recompute_method", "block"),
+                Change("model.recompute_num_layers", n),
+                Change("model.recompute_modules", None),
+            ),
+            "keeps only the recomputed layers' inputs",
+            "their forward again",
+        )
+        for n in sorted(depths)
+        if n > current
+    ]
+
+
+def _layer_wise_offload(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Layer-wise CPU offload, which Megatron-Core refuses with PP > 1, CUDA graphs or any
+    recompute (checks OFF001-OFF003): offered at PP 1 with the job's recompute dropped."""
+    m = job.model
+    if d.pp > 1 or d.cuda_graphs or m.cpu_offloading or m.fine_grained_activation_offloading:
+        return []
+    drop_recompute = (
+        (
+            Change("model.recompute_granularity", None),
+            Change("model.recompute_method", None),
+            Change("model.recompute_num_layers", None),
+            Change("model.recompute_modules", None),
+        )
+        if m.recompute_granularity is not None
+        else ()
+    )
+    layers = sorted({max(1, m.num_layers // 4), max(1, m.num_layers // 2), m.num_layers - 1})
+    return [
+        Remedy(
+            "activation-offload",
+            f"Offload {n} layers' activations to the CPU",
+            (
+                Change("model.cpu_offloading", True),
+                Change("model.cpu_offloading_num_layers", n),
+                *drop_recompute,
+            ),
+            "keeps the offloaded layers' activations in host memory",
+            "host copies one layer at a time beside the compute",
+            ("pinned host memory for the offloaded activations",),
+        )
+        for n in layers
+        if n > 0
+    ]
+
+
+def _fine_grained_offload(job: JobConfig, d: Derived) -> list[Remedy]:
+    """Fine-grained activation offloading: unlike the layer-wise ``cpu_offloading`` it works at
+    any PP; Megatron-Bridge also wants Transformer Engine told not to offload weights (OFF009)."""
+    m = job.model
+    if m.cpu_offloading or m.fine_grained_activation_offloading:
+        return []
     te_flag = (
         (Change("env.NVTE_CPU_OFFLOAD_V1", "1"),) if d.fine_grained_offload_needs_te_cpu_offload_v1 else ()
     )
+    attention = ["core_attn", "attn_proj"]
+    wider = ["qkv_linear", *attention, "mlp_norm"] + (["moe_act"] if d.is_moe else [])
     return [
         Remedy(
             "activation-offload",
@@ -384,9 +460,24 @@ def _fine_grained_offload(job: JobConfig) -> list[Remedy]:
                 *te_flag,
             ),
             "moves what these modules save for backward to host memory, and back in time for backward",
-            "host transfers overlapped with compute (not priced by the throughput model); pinned host memory",
+            "host copies on a side stream, hidden behind compute where it is long enough",
+            ("pinned host memory for the offloaded activations",),
         )
         for modules in (attention, wider)
+    ]
+
+
+def _tensor_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
+    return [
+        Remedy(
+            "tensor-parallel",
+            f"Tensor parallelism {tp}",
+            (Change("model.tensor_model_parallel_size", tp), Change("model.sequence_parallel", True)),
+            "splits every layer's weights and activations further",
+            f"more TP communication and smaller GEMMs; {_dp_after(d, tp, d.pp, d.cp)}",
+        )
+        for tp in (2 * d.tp, 4 * d.tp)
+        if tp <= job.cluster.gpus_per_node and d.world_size % (tp * d.pp * d.cp) == 0
     ]
 
 

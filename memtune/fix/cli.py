@@ -16,9 +16,12 @@ from memtune.config.changes import job_data
 from memtune.diagnose.advice import fixes_for_failure
 from memtune.errors import InputError
 from memtune.fix.render import render
-from memtune.fix.search import FixResult, Suggestion
+from memtune.fix.search import FITS, FixResult, Tried, judged_peak
+from memtune.limits import MAX_GPU_MEMORY_GIB
+from memtune.numbers import echo, float_or_none
 from memtune.outfile import check_output_path, write_atomically
 from memtune.perf.step import STEP_MODEL_NOTES
+from memtune.units import GiB
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +43,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write the first suggestion as a memtune YAML config (never over the input config)",
     )
     p.add_argument("--force", action="store_true", help="with --write: replace OUT.yaml if it exists")
+    p.add_argument(
+        "--headroom",
+        metavar="GIB",
+        help="ask for changes that leave this much device memory free beyond the verdict's margins "
+        "(a job that fits is otherwise told so, with no change)",
+    )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(handler=run)
 
@@ -57,54 +66,86 @@ def run(args: argparse.Namespace) -> int:
 
         verdict = diagnose(args.oom_log, snapshot=args.snapshot, config=loaded).verdict
     label = verdict.label if verdict else None
-    result = fixes_for_failure(loaded.job, verdict)
-    if target is not None and result.suggestions:
-        first = result.suggestions[0]
-        text = f"# written by memtune fix: {first.title}\n" + yaml.safe_dump(
-            job_data(first.job), sort_keys=False
+    headroom = _gib(args.headroom) if args.headroom is not None else 0
+    result = fixes_for_failure(loaded.job, verdict, headroom=headroom)
+    proposed = _proposed(result)
+    if target is not None and proposed is not None and proposed.job is not None:
+        text = f"# written by memtune fix: {proposed.title}\n" + yaml.safe_dump(
+            job_data(proposed.job), sort_keys=False
         )
         write_atomically(
             target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
         )
+    status = 0 if result.fits_already or _fits_in_the_end(result) else 1
     if args.json:
         print(json.dumps(to_json(result, label), indent=2))
-        return 0 if result.suggestions else 1
+        return status
     render(result, label, Console())
     if args.write:
-        if not result.suggestions:
-            raise InputError(f"--write {args.write}: no suggestion to write")
+        if proposed is None:
+            raise InputError(f"--write {args.write}: no suggestion that makes the job fit to write")
         Console().print(f"[dim]written to {args.write}[/dim]")
-    return 0 if result.suggestions else 1
+    return status
 
 
-def _suggestion_json(s: Suggestion, result: FixResult) -> dict[str, Any]:
-    failing = result.before.ranks[result.failing_rank]
+def _gib(text: str) -> int:
+    value = float_or_none(text)
+    if value is None or not 0 <= value <= MAX_GPU_MEMORY_GIB:
+        raise InputError(f"--headroom: a number of GiB between 0 and {MAX_GPU_MEMORY_GIB}, got {echo(text)}")
+    return round(value * GiB)
+
+
+def _proposed(result: FixResult) -> Tried | None:
+    """What --write writes: the first suggestion that makes the job fit (expandable segments
+    alone where they suffice, else the cheapest remedy with them on)."""
+    return next((s for s in result.suggestions if s.status == FITS), None)
+
+
+def _fits_in_the_end(result: FixResult) -> bool:
+    return any(s.status == FITS for s in result.suggestions)
+
+
+def _tried_json(s: Tried, result: FixResult) -> dict[str, Any]:
+    peak = judged_peak(result.before, result.failing_rank)
+    est = s.estimate
     return {
         "title": s.title,
-        "families": [r.family for r in s.remedies],
+        "families": list(s.families),
         "overrides": [str(c) for c in s.changes],
+        "status": s.status,
+        "reason": s.reason or None,
         "why": [r.why for r in s.remedies],
-        "peak_before_bytes": failing.peak_bytes,
-        "peak_after_bytes": failing.peak_bytes - s.saved_bytes,
+        "cost": [r.cost for r in s.remedies],
+        "side_effects": list(s.side_effects),
+        "peak_before_bytes": peak,
+        "peak_after_bytes": None if s.saved_bytes is None else peak - s.saved_bytes,
         "saved_bytes": s.saved_bytes,
-        "verdict_after": s.estimate.verdict(),
+        "verdict_after": est.verdict() if est is not None else None,
         "throughput_change": s.throughput_change,
-        "tokens_per_s_per_gpu": s.prediction.tokens_per_s_per_gpu,
+        "unpriced": s.unpriced,
+        "tokens_per_s_per_gpu": s.prediction.tokens_per_s_per_gpu if s.prediction else None,
     }
 
 
 def to_json(result: FixResult, label: str | None) -> dict[str, Any]:
     est = result.before
+    rank = est.ranks[result.failing_rank]
+    unmeasured = result.before_prediction.unmeasured if result.before_prediction else ()
     return {
         "schema_version": 1,
         "diagnosis": label,
         "fragmentation": result.fragmentation,
         "failing_pp_rank": result.failing_rank,
+        "phase": result.phase,
         "verdict_before": est.verdict(),
-        "needed_bytes": est.needed_bytes(est.worst),
+        "needed_bytes": est.needed_bytes(rank),
         "capacity_bytes": est.capacity_bytes,
-        "suggestions": [_suggestion_json(s, result) for s in result.suggestions],
-        "not_chosen": [{"change": title, "why": why} for title, why in result.not_chosen],
+        "headroom_bytes": result.headroom_bytes,
+        "fits_already": result.fits_already,
+        "lead": _tried_json(result.lead, result) if result.lead else None,
+        "suggestions": [_tried_json(s, result) for s in result.suggestions],
+        "not_chosen": [_tried_json(s, result) for s in result.not_chosen],
+        "not_tried": [{"change": title, "why": why} for title, why in result.notes],
         "warnings": result.warnings,
-        "throughput_assumptions": [*STEP_MODEL_NOTES, *result.before_prediction.unmeasured],
+        "throughput_assumptions": [*STEP_MODEL_NOTES, *unmeasured],
     }

@@ -97,6 +97,11 @@ OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 22.4, True: 78.4}
 # parameters on a multi-core host, shared here by the node's 8 GPUs.
 PCIE_GBPS = 50.0
 CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
+OPTIMIZER_OFFLOAD_BYTES_PER_PARAM = 6.0
+# The share of a GPU's host-link line rate (Network.host_link_bytes_per_s) that pinned copies on a
+# side stream reach, one direction (memtune/perf/offload.py); provisional until measured by
+# benchmarks/gpu/host_link.py.
+HOST_COPY_EFFICIENCY = 0.8
 # Activation offload moves each offloaded layer's saved activations down in forward and back up
 # in backward over PCIe; Megatron overlaps the copies with the next layers' compute, so only the
 # part longer than that compute shows.

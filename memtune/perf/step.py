@@ -43,6 +43,7 @@ from memtune.perf.kernels import (
     gemm_fraction,
     memory_efficient_attention_fractions,
 )
+from memtune.perf.offload import activation_offload_s, optimizer_offload_s
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
@@ -435,7 +436,7 @@ def predict_step(
     loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
     simulated passes for a Gantt chart."""
     from memtune.estimate.params import chunk_params
-    from memtune.perf.model import activation_offload_exposed_s, model_flops_per_token, recompute_forward
+    from memtune.perf.model import model_flops_per_token, recompute_forward
 
     gpu = gpu or get_gpu(d.job.cluster.gpu)
     m, job = d.model, d.job
@@ -487,9 +488,6 @@ def predict_step(
                 lt = kinds[is_moe]
                 forward.append((lt.host_fwd, lt.fwd))
                 back = lt.bwd + (lt.fwd if i < replayed else 0.0)
-                if layer < d.activation_offload_layers:
-                    # the host copies of layer-wise CPU offloading beyond the compute they overlap
-                    back += activation_offload_exposed_s(d, lt.fwd + lt.bwd)
                 if m.recompute_granularity == "selective":
                     back += recompute_forward(d, lt, is_moe)
                     modules = d.recompute_modules
@@ -511,6 +509,9 @@ def predict_step(
                 backward.append((0.0, output_fwd + output_wgrad + loss_bwd))
                 out_wgrad = output_wgrad
             fwd, bwd = _pass_time(forward), _pass_time(backward)
+            # the host copies of activation offload beyond the compute they hide behind
+            offload_fwd, offload_bwd = activation_offload_s(d, chunk, fwd, bwd)
+            fwd, bwd = fwd + offload_fwd, bwd + offload_bwd
             trainable_dense = 0.0 if frozen else dense_params
             trainable_expert = 0.0 if frozen else expert_params
             if d.fsdp_strategy == "optim_grads_params":
@@ -567,7 +568,7 @@ def predict_step(
         around = K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / pricer.hbm
         optimizer = opt_params * (1 - host) * (adam_s + around) + floor.step_s
         if host:
-            optimizer += opt_params * host * (6 / (K.PCIE_GBPS * 1e9) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
+            optimizer += optimizer_offload_s(d, opt_params * host)
         stages.append(StageWork(tuple(works), send, optimizer))
 
     overlap = Overlap(

@@ -14,6 +14,7 @@ from memtune.estimate import estimate
 EXAMPLES = Path(__file__).parents[2] / "examples"
 FORMATS = {
     "llama3-70b-sft.yaml": "memtune",
+    "llama3-70b-sft-fp8.yaml": "memtune",
     "qwen3-30b-a3b-ep8.yaml": "memtune",
     "llama3-8b-lora.yaml": "memtune",
     "broken-llama3-8b.yaml": "memtune",

@@ -82,7 +82,7 @@ def test_no_cpu_offload_with_pp_and_no_allocator_fix_when_already_expandable(tmp
     assert not any("cpu_offloading" in c for c in changes)
     assert not any("PYTORCH_CUDA_ALLOC_CONF" in c for c in changes)
     assert "model.pipeline_model_parallel_size=4" in changes  # 8 layers split over 4 stages
-    assert next(f.cost for f in d.fixes if f.title == "More pipeline stages").endswith("DP drops 4 → 2")
+    assert next(f.cost for f in d.fixes if f.title == "4 pipeline stages").startswith("DP 4 → 2")
 
 
 def test_lora_with_sp_gets_regather_first_and_no_change_that_does_not_help(tmp_path):

@@ -17,6 +17,7 @@ DGX_H100 = Network(
     nics_per_node=8,
     nic_bytes_per_s=50e9,
     rail_optimized=True,
+    host_link_bytes_per_s=63e9,
 )
 
 

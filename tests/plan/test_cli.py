@@ -50,5 +50,12 @@ def test_fix_json(capsys):
         ]
     )
     out = json.loads(capsys.readouterr().out)
-    assert code == 0 and out["schema_version"] == 1 and out["suggestions"]
-    assert all(s["verdict_after"] == "fits" and s["saved_bytes"] > 0 for s in out["suggestions"])
+    assert code == 0 and out["schema_version"] == 1 and out["fits_already"] and out["suggestions"] == []
+    # On 64 GiB GPUs it does not fit: each suggestion fits, with its saving and its price.
+    code = main(["fix", "examples/llama3-70b-sft.yaml", "cluster.gpu_memory_gib=64", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["verdict_before"] != "fits" and out["suggestions"]
+    for s in out["suggestions"]:
+        assert s["status"] == "fits" and s["verdict_after"] == "fits" and s["saved_bytes"] > 0
+        assert s["throughput_change"] is not None and s["unpriced"] is None
+    assert all("saved_bytes" in row and "throughput_change" in row for row in out["not_chosen"])

@@ -1,0 +1,187 @@
+"""memtune fix proposes only changes the gate for advice admits, that make the failing rank fit
+by the whole-run verdict, each with its saving and its price, cheapest first."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from io import StringIO
+from pathlib import Path
+
+from rich.console import Console
+
+from memtune.check import admit, gate
+from memtune.cli import main
+from memtune.config import load_job
+from memtune.config.changes import Change, with_changes
+from memtune.diagnose import diagnose
+from memtune.diagnose.advice import fixes_for_failure
+from memtune.estimate import estimate
+from memtune.fix.changes import Remedy, menu
+from memtune.fix.render import not_chosen_line, render
+from memtune.fix.search import FITS, SHORT, Tried, _cost_key, find_fixes, judged_peak
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "llama3-70b-sft.yaml"
+CAPACITY_LOG = ROOT / "tests" / "diagnose" / "fixtures" / "h200" / "capacity.log"
+# The example with an unfused SwiGLU, no recompute and the default allocator: rank 0 peaks at
+# 77.02 GiB and needs 85.21 of 79.11 GiB with the 8% margin ("tight": fits only below it).
+UNFUSED_NO_RECOMPUTE = [
+    "model.bias_activation_fusion=false",
+    "model.recompute_granularity=null",
+    "model.recompute_method=null",
+    "model.recompute_num_layers=null",
+    "env.PYTORCH_CUDA_ALLOC_CONF=null",
+]
+
+
+def _failing():
+    return load_job(EXAMPLE, UNFUSED_NO_RECOMPUTE).job
+
+
+def _text(result, width=80) -> list[str]:
+    out = StringIO()
+    render(result, None, Console(file=out, width=width))
+    return out.getvalue().splitlines()
+
+
+def test_every_suggestion_is_admitted_fits_and_saves_what_it_says():
+    job = _failing()
+    before = estimate(gate(job))
+    assert before.verdict() == "tight"
+    result = find_fixes(job)
+    fitting = [s for s in result.suggestions if s.status == FITS]
+    assert fitting
+    for s in fitting:
+        changed = with_changes(job, list(s.changes))
+        assert admit(changed, job).refusal is None
+        est = estimate(gate(changed))
+        assert est.verdict() == "fits"
+        assert s.saved_bytes == judged_peak(before, result.failing_rank) - judged_peak(
+            est, result.failing_rank
+        )
+
+
+def test_a_job_that_fits_is_told_so_unless_headroom_is_asked():
+    job = load_job(EXAMPLE).job
+    result = find_fixes(job)
+    assert result.fits_already and result.suggestions == [] and result.not_chosen == []
+    assert (
+        _text(result)[2] == "It fits with 12.81 GiB to spare beyond the verdict's margins: nothing to change."
+    )
+    roomy = find_fixes(job, headroom=20 * 2**30)
+    assert not roomy.fits_already and roomy.suggestions
+    for s in roomy.suggestions:
+        est = s.estimate
+        assert est.capacity_bytes - est.needed_bytes(max(est.ranks, key=est.verdict_peak_bytes)) >= 20 * 2**30
+
+
+def test_expandable_segments_lead_and_the_rest_is_judged_with_them():
+    result = find_fixes(_failing())
+    assert result.lead is result.suggestions[0] and result.lead.throughput_change == 0.0
+    # 77.02 x (1 + 2% + 2.85% for dense, docs/verdict.md) + 2.03 outside PyTorch = 82.79 GiB > 79.11
+    assert result.lead.reason == "still tight: needs 82.79 GiB of 79.11 GiB"
+    for s in result.suggestions[1:]:
+        assert result.lead.changes[0] in s.changes
+
+
+def test_a_log_that_is_not_fragmentation_gets_no_allocator_change():
+    result = find_fixes(_failing(), fragmentation=False)
+    assert result.lead is None
+    assert ("Expandable segments", "the logged failure is not fragmentation") in result.notes
+    changed = {c.key for s in result.suggestions for c in s.changes}
+    assert "env.PYTORCH_CUDA_ALLOC_CONF" not in changed and "model.cpu_offloading" not in changed
+
+
+def test_nccl_user_buffers_rule_out_expandable_segments():
+    job = with_changes(_failing(), [Change("env.use_nccl_ub", True)])
+    assert not any(r.family == "allocator" for r in menu(job))
+    result = find_fixes(job)
+    assert result.lead is None
+    assert dict(result.notes)["Expandable segments"].endswith("(check ENV001)")
+
+
+def test_every_remedy_tried_carries_its_saving_and_price(capsys):
+    code = main(["fix", str(EXAMPLE), *UNFUSED_NO_RECOMPUTE, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rows = out["suggestions"] + out["not_chosen"]
+    for row in rows:
+        if row["status"] in ("refused", "warned"):
+            assert row["reason"] and row["saved_bytes"] is None
+        else:
+            assert row["saved_bytes"] is not None
+            assert (row["throughput_change"] is None) == (row["unpriced"] is not None)
+    assert {row["title"] for row in rows} >= {"8 pipeline stages", "Tensor parallelism 8"}
+
+
+def test_a_remedy_check_calls_useless_is_never_offered():
+    # With flash attention, recomputing core_attn saves almost nothing (check REC011).
+    result = find_fixes(_failing())
+    core_attn = next(t for t in result.not_chosen if t.title == "Selective recompute of core_attn")
+    assert core_attn.status == "warned" and core_attn.reason.startswith("REC011")
+    assert all("REC011" not in s.reason for s in result.suggestions)
+
+
+def test_unpriced_remedies_rank_after_every_priced_one():
+    remedy = Remedy("activation-offload", "a", (), "", "")
+    dear = Tried((remedy,), (), FITS, throughput_change=-0.30, saved_bytes=2**30)
+    unpriced = Tried((remedy,), (), FITS, unpriced="too long to simulate", saved_bytes=5 * 2**30)
+    assert sorted([unpriced, dear], key=_cost_key) == [dear, unpriced]
+    assert not_chosen_line(unpriced) == "a: fits: saves 5.00 GiB, price unknown (too long to simulate)"
+
+
+def test_a_logged_shortfall_must_be_saved_too():
+    # The example fits by the estimate; a log that says the run was 12 GiB short raises the bar.
+    result = find_fixes(load_job(EXAMPLE).job, fragmentation=False, min_saving=12 * 2**30)
+    fitting = [s for s in result.suggestions if s.status == FITS]
+    assert fitting and all(s.saved_bytes >= 12 * 2**30 for s in fitting)
+    assert any(t.status == SHORT and "the log was short by 12.00 GiB" in t.reason for t in result.not_chosen)
+
+
+def test_offload_without_manual_gc_is_fixed_first_by_collecting_before_training():
+    # The replaced offloading optimizer's fp32 copies (estimate/state.py) are the cheapest saving.
+    offload = [
+        "model.bias_activation_fusion=false",
+        "optimizer.use_precision_aware_optimizer=true",
+        "optimizer.optimizer_cpu_offload=true",
+        "optimizer.optimizer_offload_fraction=0.5",
+        "cluster.gpu_memory_gib=68",
+    ]
+    job = load_job(EXAMPLE, offload).job
+    before = estimate(gate(job))
+    assert before.verdict() != "fits"
+    best = find_fixes(job, fragmentation=False).suggestions[0]
+    assert [c.key for c in best.changes] == ["train.manual_gc"]
+    assert best.saved_bytes == round(before.worst.state.orphaned_optimizer_copies)
+    assert best.throughput_change == 0.0
+    collected = with_changes(job, [Change("train.manual_gc", True)])
+    assert not any(r.family == "manual-gc" for r in menu(collected))
+
+
+def test_suggestions_are_distinct_jobs_and_the_output_fits_80_columns():
+    result = find_fixes(_failing())
+    jobs = [s.job.model_dump_json() for s in result.suggestions]
+    assert len(set(jobs)) == len(jobs) == 4  # the lead and three others
+    assert all(len(line) <= 80 and line == line.rstrip() for line in _text(result))
+    assert not any("saves -" in line for line in _text(result))
+
+
+def test_the_last_resort_is_named_only_when_nothing_else_fits():
+    result = find_fixes(_failing(), fragmentation=False, limit=20)
+    tp = next(s for s in result.suggestions if s.families == ("tensor-parallel",))
+    assert not any("last resort" in line for line in _text(result))
+    alone = _text(replace(result, suggestions=[tp], not_chosen=[], notes=[]))
+    assert alone[3:5] == [
+        "1. Tensor parallelism 8 (nothing else fits: more tensor parallelism is the last",
+        "resort)",
+    ]
+
+
+def test_a_log_from_another_gpu_is_flagged():
+    verdict = diagnose([str(CAPACITY_LOG)], config=str(EXAMPLE)).verdict
+    result = fixes_for_failure(load_job(EXAMPLE).job, verdict)
+    assert result.warnings == [
+        "the log's GPU has 139.80 GiB, the config's H100-80GB 79.11 GiB: the figures are for the config's "
+        "GPU (set cluster.gpu to the one that ran)"
+    ]
