@@ -25,7 +25,7 @@ from memtune.errors import InputError
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
-from memtune.plan.query import Query, base_job, pin_filter
+from memtune.plan.query import Query, base_job, pin_filter, with_recommended_allocator
 from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
 from memtune.plotfile import check_plot_path
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         args.recipe,
     )
     _check_pins(base_job(replace(query, pins=())), pins)
-    base = base_job(query)
+    base, allocator = with_recommended_allocator(base_job(query))
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.plot:
         render.plot(result, args.plot)
     if args.json:
-        print(json.dumps(render.result_json(result), indent=2))
+        print(json.dumps({**render.result_json(result), "allocator": [str(c) for c in allocator]}, indent=2))
         return 0
     if not result.layouts:
         render.print_no_layout(result, console)
@@ -223,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
             result, console, result.pareto, title="Pareto frontier: less memory or more throughput"
         )
     render.print_summary(result, console)
+    render.print_allocator_note(allocator, console)
     if args.explain:
         render.print_explain(result, args.explain, console)
     if args.plot and (explained or not args.explain):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
-from memtune.config import validate
+from memtune.config import derive, validate
 from memtune.config.arguments import RECIPE_WORD, is_override, load_from_words
-from memtune.config.changes import Change, job_data, with_changes
+from memtune.config.changes import Change, expandable_segments_changes, job_data, with_changes
 from memtune.config.knobs import Knobs
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
@@ -135,6 +135,14 @@ SPLIT_KEYS = {
     "model.num_layers_in_last_pipeline_stage",
     "model.pipeline_model_parallel_layout",
 }
+
+
+def with_recommended_allocator(job: JobConfig) -> tuple[JobConfig, tuple[Change, ...]]:
+    """The base job with expandable segments on where they are off and Megatron allows them (the
+    field's first rule, at no cost: every layout is judged with the fragmentation margin they
+    leave), and the changes that made it so; the job as it is otherwise."""
+    changes = expandable_segments_changes(derive(job)) or ()
+    return (with_changes(job, list(changes)), changes) if changes else (job, ())
 
 
 def pin_filter(base: JobConfig, pins: tuple[Change, ...]) -> Callable[[Knobs], bool] | None:

@@ -110,6 +110,16 @@ _HEADLINES = {
 }
 
 
+def print_allocator_note(changes: tuple[Change, ...], console: Console) -> None:
+    """Say that the layouts were judged with the allocator setting memtune recommends."""
+    if changes:
+        tables.print_text(
+            console,
+            "[dim]judged with " + " ".join(str(c) for c in changes) + " (memtune's recommendation: "
+            "expandable segments recover fragmented memory at no cost; set them in the job)[/dim]",
+        )
+
+
 def print_no_layout(result: PlanResult, console: Console) -> None:
     """What stopped every layout (memtune/plan/obstacle.py), then the search's counts."""
     found = obstacle(result)
