@@ -85,46 +85,19 @@ def allocator_fix(job: JobConfig | None, verdict: Verdict) -> Fix | None:
 
 
 def _capacity_ladder(job: JobConfig | None) -> list[Fix]:
+    """The shared model of remedies (memtune/fix/changes.py), each admitted by the gate for
+    advice, quoted with the job's keys; without a config no change holds for every job, so the
+    advice is to give one."""
     if job is not None:
-        # The shared model of remedies (memtune/fix/changes.py), quoted with the job's keys.
         return [Fix(r.title, tuple(str(c) for c in r.changes), r.why, r.cost) for r in ladder(job)]
     return [
         Fix(
-            "Re-gather LoRA adapter inputs under sequence parallelism (LoRA + SP only)",
-            ("peft.sequence_parallel_input_regather=true",),
-            "the adapters stop keeping their own full-sequence copy of the input",
-            "small",
-        ),
-        Fix(
-            "Selective activation recompute",
-            ("model.recompute_granularity=selective",),
-            "recomputes attention internals (core_attn) instead of storing them",
-            "a few % step time",
-        ),
-        Fix(
-            "Distributed optimizer",
-            ("ddp.use_distributed_optimizer=true", "optimizer.use_distributed_optimizer=true"),
-            "shards optimizer state and main weights across data-parallel ranks",
-            "small (overlapped gathers)",
-        ),
-        Fix(
-            "More pipeline stages",
-            ("model.pipeline_model_parallel_size=<2 × current>",),
-            "each rank holds fewer layers",
-            "pipeline bubble",
-        ),
-        Fix(
-            "Offload activations to the CPU (only with PP = 1, no CUDA graphs)",
-            ("model.cpu_offloading=true", "model.cpu_offloading_num_layers=<N>"),
-            "keeps the offloaded layers' activations in host memory",
-            "large; watch host RAM",
-        ),
-        Fix(
-            "More tensor parallelism (last resort)",
-            ("model.tensor_model_parallel_size=<2 × current>",),
-            "splits every layer's weights and activations further",
-            "the highest throughput cost",
-        ),
+            "Give the job's config (--config) for the changes that fit it",
+            (),
+            "which remedies Megatron accepts for this job, what each saves and what it costs depend on its "
+            "layout, recompute, optimizer and model: memtune fix CONFIG --oom-log LOG ranks them",
+            "none",
+        )
     ]
 
 
@@ -335,7 +308,9 @@ def _resume_fixes(job: JobConfig | None, phase: str) -> list[Fix]:
             "Resume without loading the optimizer state",
             ("checkpoint.load_optim=false",),
             why,
-            "Adam's moments restart from zero (a warm-up's worth of noisier steps); Megatron-LM's --no-load-optim",
+            "Adam's moments restart from zero, and the learning-rate scheduler's state is not loaded either "
+            "(Megatron-LM and Megatron-Bridge read it in the same branch of load_checkpoint), so its warm-up "
+            "and decay restart; Megatron-LM's --no-load-optim",
             saves,
             "estimated, on the resume row" if saves is not None else "",
         )
