@@ -180,10 +180,13 @@ def render(d: Diagnosis, console: Console, advice: bool = True) -> None:
         )
 
 
+# The rank, what it ran out of and where the log says so define a row; a long path is shortened
+# in the middle (its file name and :line kept), and the kind of finding gives way first.
 _RANK_COLUMNS = (
     Column("rank"),
     Column("verdict", "left"),
-    Column("evidence", "left", wrap=True),
+    Column("evidence", "left", path=True),
+    Column("kind", "left", keep=40),
     Column("numbers", "left", wrap=True),
 )
 
@@ -194,13 +197,14 @@ def _print_ranks(d: Diagnosis, console: Console) -> None:
         (
             "—" if r.rank is None else str(r.rank),
             r.label,
-            f"{r.root.failure.where.source}:{r.root.failure.where.line} {r.root.failure.kind}",
+            f"{r.root.failure.where.source}:{r.root.failure.where.line}",
+            r.root.failure.kind,
             _numbers_line(r.root.failure.numbers) or r.root.failure.text[:90],
         )
         for r in rows[:MAX_RANK_ROWS]
     ]
     if len(rows) > MAX_RANK_ROWS:
-        cells.append(("…", f"{len(rows) - MAX_RANK_ROWS} more", "", ""))
+        cells.append(("…", f"{len(rows) - MAX_RANK_ROWS} more", "", "", ""))
     styles = [_STYLE.get(r.label, "") for r in rows[:MAX_RANK_ROWS]] + [""] * (
         len(cells) - len(rows[:MAX_RANK_ROWS])
     )

@@ -179,4 +179,4 @@ def test_text_fits_the_width_without_trailing_blanks(capsys, monkeypatch, width)
     assert main(["estimate", EXAMPLE, "--explain"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= width and line == line.rstrip() for line in lines)
-    assert " pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines
+    assert "pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines
