@@ -188,14 +188,17 @@ def run_step(args: argparse.Namespace) -> int:
     from memtune.config import load_job, report_ignored
     from memtune.perf import render as perf_render
     from memtune.perf.step import predict_step
+    from memtune.perf.uncertainty import step_uncertainty
 
     loaded = load_job(args.config, args.overrides)
     report_ignored(loaded, args.command)
-    prediction = predict_step(gate(loaded.job).derived, record_events=bool(args.plot))
+    derived = gate(loaded.job).derived
+    prediction = predict_step(derived, record_events=bool(args.plot))
+    uncertainty = step_uncertainty(derived)
     if args.json:
-        print(json.dumps(perf_render.step_json(prediction), indent=2))
+        print(json.dumps(perf_render.step_json(prediction, uncertainty), indent=2))
     else:
-        perf_render.print_step(Console(), prediction)
+        perf_render.print_step(Console(), prediction, uncertainty)
     if args.plot:
         perf_render.plot_step(prediction, args.plot)
     return 0

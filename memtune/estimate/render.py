@@ -20,6 +20,7 @@ from memtune.units import GiB, gib
 
 if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.md)
     from memtune.perf.step import Throughput
+    from memtune.perf.uncertainty import StepUncertainty
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
 # Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
@@ -76,11 +77,13 @@ def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
     }
 
 
-def throughput_json(throughput: Throughput) -> dict[str, Any]:
-    """The predicted step's figures, null with the reason when the step was not simulated."""
+def throughput_json(throughput: Throughput, uncertainty: StepUncertainty | None = None) -> dict[str, Any]:
+    """The predicted step's figures with their uncertainty, null with the reason when the step
+    was not simulated."""
     p = throughput.prediction
     return {
         "step_time_s": p.step_time_s if p else None,
+        "step_time_uncertainty": uncertainty_json(uncertainty) if p and uncertainty else None,
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu if p else None,
         "model_tflops_per_gpu": p.model_tflops_per_gpu if p else None,
         "unmeasured": list(p.unmeasured) if p else [],
@@ -88,17 +91,35 @@ def throughput_json(throughput: Throughput) -> dict[str, Any]:
     }
 
 
-def throughput_line(throughput: Throughput) -> str:
+def uncertainty_json(u: StepUncertainty) -> dict[str, Any]:
+    """The step time's uncertainty (memtune/perf/uncertainty.py): a share of the prediction."""
+    return {
+        "relative": u.error,
+        "statistic": u.statistic,
+        "held_out_runs": u.runs,
+        "family": u.family,
+        "held_out_set": u.held_out,
+        "source": u.description,
+    }
+
+
+def throughput_line(throughput: Throughput, uncertainty: StepUncertainty | None = None) -> str:
     p = throughput.prediction
     if p is None:
         return f"Predicted step: not simulated, {throughput.not_simulated}"
+    error = f" ± {uncertainty.error:.0%}" if uncertainty else ""
     return (
-        f"Predicted step: {p.step_time_s:.3g} s, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+        f"Predicted step: {p.step_time_s:.3g} s{error}, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
         f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
     )
 
 
-def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None = None) -> dict[str, Any]:
+def estimate_json(
+    est: Estimate,
+    throughput: Throughput,
+    global_rank: int | None = None,
+    uncertainty: StepUncertainty | None = None,
+) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
     rank's pipeline stage, tagged with the global rank."""
     d = est.derived
@@ -128,7 +149,7 @@ def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None
         "verdict": est.verdict(),
         "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
-        "throughput": throughput_json(throughput),
+        "throughput": throughput_json(throughput, uncertainty),
         "assumptions": assumptions(est),
     }
 
@@ -347,7 +368,11 @@ def _free(est: Estimate, peak_bytes: int) -> Text:
 
 
 def print_table(
-    est: Estimate, console: Console, throughput: Throughput, only: RankEstimate | None = None
+    est: Estimate,
+    console: Console,
+    throughput: Throughput,
+    only: RankEstimate | None = None,
+    uncertainty: StepUncertainty | None = None,
 ) -> None:
     d = est.derived
     title = (
@@ -388,7 +413,7 @@ def print_table(
             ),
         )
     print_lines(console, verdict_line(est, rank))
-    print_lines(console, Text(throughput_line(throughput)))
+    print_lines(console, Text(throughput_line(throughput, uncertainty)))
     if est.host_bytes_per_node:
         print_lines(
             console,
@@ -492,6 +517,7 @@ def print_explain(
     console: Console,
     rank: RankEstimate | None = None,
     defaults: Sequence[ReceivedDefault] = (),
+    uncertainty: StepUncertainty | None = None,
 ) -> None:
     rank = rank or est.worst
     total = sum(rank.modules.values())
@@ -534,6 +560,8 @@ def print_explain(
             ),
         )
     print_lines(console, Text(safety_margin_explained(est.verdict_margin, est.uncertainty)))
+    if uncertainty:
+        print_lines(console, Text(uncertainty.basis() + "."))
     print_lines(console, Text("How the layers were modeled:", style="dim"))
     for note in flavour_notes(est):
         print_lines(console, Text(f"  - {note}", style="dim"))

@@ -10,9 +10,11 @@ from rich.table import Table
 
 from memtune import tables
 from memtune.config.changes import Change
+from memtune.estimate.render import uncertainty_json
 from memtune.perf import ASSUMPTIONS
 from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
+from memtune.perf.uncertainty import step_uncertainty
 from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.search import Planned, PlanResult
 from memtune.tables import Column
@@ -159,9 +161,10 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
         f"{est.verdict_margin.total:.1%} margin (docs/verdict.md) and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
+    error = f" ± {step_uncertainty(p.checked.derived).error:.0%}" if p.step else ""
     tables.print_text(
         console,
-        f"  step {p.step_time_s:.3f} s · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
+        f"  step {p.step_time_s:.3f} s{error} · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
         f"{p.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1 "
         f"(analytic pruning pass: {p.prediction.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)",
     )
@@ -180,6 +183,7 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         _print_comparison(console, p, step, other, other.step)
     for note in step.unmeasured:
         tables.print_text(console, f"  unmeasured: {escape(note)}")
+    tables.print_text(console, f"  {escape(step_uncertainty(p.checked.derived).basis())}")
     tables.print_text(console, "[dim]step model: " + "; ".join(STEP_MODEL_NOTES) + "[/dim]")
 
 
@@ -289,6 +293,7 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
         "step_time_s": p.step_time_s,
+        "step_time_uncertainty": uncertainty_json(step_uncertainty(p.checked.derived)) if p.step else None,
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "relative_throughput": p.relative,
@@ -320,6 +325,7 @@ def result_json(result: PlanResult) -> dict[str, Any]:
 def _step_json(step: StepPrediction) -> dict[str, Any]:
     document = perf_render.step_json(step)
     del document["schema_version"]  # the plan document carries it at its top level
+    del document["step_time_uncertainty"]  # and the layout its step time's uncertainty
     return document
 
 
