@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from memtune.bench.plan import accuracy
+from memtune.catalog.models import get_model
 from memtune.check import gate
 from memtune.cli import main
-from memtune.catalog.models import get_model
 from memtune.config import load_job
 from memtune.estimate.verdict import families_of
 from memtune.perf.uncertainty import TABLE, step_uncertainty
