@@ -16,6 +16,7 @@ from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
 from memtune.perf.uncertainty import step_uncertainty
 from memtune.plan.obstacle import obstacle, unsplittable_line
+from memtune.plan.query import Mode
 from memtune.plan.search import Planned, PlanResult
 from memtune.tables import Column
 from memtune.units import GiB
@@ -86,7 +87,7 @@ def print_table(
     )
 
 
-def print_summary(result: PlanResult, console: Console) -> None:
+def print_summary(result: PlanResult, console: Console, mode: Mode | None = None) -> None:
     n = result.counts
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
     refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
@@ -106,6 +107,9 @@ def print_summary(result: PlanResult, console: Console) -> None:
         + ". Peak and headroom (capacity left after the verdict's margins, docs/verdict.md) in GiB on the"
         " most-loaded rank; throughput from the simulated step (`--explain N`, docs/plan.md).[/dim]",
     )
+    if mode is not None:
+        overrides = "" if mode.why == "--mode" else "; --mode overrides"
+        tables.print_text(console, f"[dim]Planned as {mode.name}: {escape(mode.why)}{overrides}.[/dim]")
 
 
 _HEADLINES = {
@@ -118,7 +122,7 @@ _HEADLINES = {
 }
 
 
-def print_no_layout(result: PlanResult, console: Console) -> None:
+def print_no_layout(result: PlanResult, console: Console, mode: Mode | None = None) -> None:
     """What stopped every layout (memtune/plan/obstacle.py), then the search's counts."""
     found = obstacle(result)
     headline = _HEADLINES[found.constraint].format(n=found.candidates)
@@ -136,7 +140,7 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
     if remedies := found.remedies:
         listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
         tables.print_text(console, f"Try {listed}.")
-    print_summary(result, console)
+    print_summary(result, console, mode)
 
 
 def print_explain(result: PlanResult, n: int, console: Console) -> None:
@@ -307,9 +311,10 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
     }
 
 
-def result_json(result: PlanResult) -> dict[str, Any]:
+def result_json(result: PlanResult, mode: Mode | None = None) -> dict[str, Any]:
     return {
         "schema_version": 1,
+        "mode": None if mode is None else {"name": mode.name, "why": mode.why},
         "counts": result.counts,
         "pruned_by": result.pruned_by,
         "refused_by_check": result.refused_by,
