@@ -45,18 +45,19 @@ class StepUncertainty:
 
 
 @cache
-def _table() -> dict[str, Any]:
+def error_table() -> dict[str, Any]:
+    """The committed table of held-out errors (``data/step_error.json``)."""
     data: dict[str, Any] = json.loads(TABLE.read_text(encoding="utf-8"))
     return data
 
 
 def step_uncertainty(d: Derived) -> StepUncertainty:
     held_out = "single_rank" if d.world_size == 1 else "published"
-    chosen = _table()["sets"][held_out]
+    chosen = error_table()["sets"][held_out]
     figures = chosen["families"]
     measured = [f for f in families_of(d) if f in figures and figures[f]["runs"] >= MIN_RUNS]
     family = max(measured, key=lambda f: figures[f]["error"]) if measured else ALL
     figure = figures[family]
     return StepUncertainty(
-        figure["error"], figure["runs"], family, held_out, chosen["description"], _table()["statistic"]
+        figure["error"], figure["runs"], family, held_out, chosen["description"], error_table()["statistic"]
     )
