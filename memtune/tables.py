@@ -26,8 +26,8 @@ from rich.text import Text
 # A column that defines the row and is never left out (its name, the figure the table is about,
 # what tells one layout from another).
 ALWAYS = 100
-# A text column wraps no narrower than this (or its widest word with a digit in it): narrower it
-# reads worse than the stacked layout.
+# A text column wraps no narrower than this (or its widest word that must stay whole): narrower
+# it reads worse than the stacked layout.
 WRAP_FLOOR = 12
 # A path column is shortened no narrower than this.
 PATH_FLOOR = 24
@@ -167,9 +167,11 @@ def _least(column: Column, cells: list[Cell], natural: int) -> int:
     if column.path:
         return min(natural, max(PATH_FLOOR, cell_len(column.header)))
     if column.wrap:
-        # A word with a digit in it is never broken; a longer name folds onto the next line.
+        # A word with a digit in it, or any word of a column that defines the row, is never
+        # broken; a longer name in another column folds onto the next line.
         words = [w for c in [column.header, *map(_text, cells)] for w in c.split()]
-        return min(natural, max([WRAP_FLOOR, *(cell_len(w) for w in words if _has_digit(w))]))
+        whole = [cell_len(w) for w in words if column.defines or _has_digit(w)]
+        return min(natural, max([WRAP_FLOOR, *whole]))
     return natural
 
 
@@ -215,6 +217,7 @@ def _table(
             c.header,
             justify="left" if c.justify == "left" else "right",
             no_wrap=not c.wrap,
+            overflow="fold",  # a word longer than its column goes on, never "…"
             width=width,
         )
     for n, row in enumerate(rows):
