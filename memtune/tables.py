@@ -98,16 +98,17 @@ def print_lines(console: Console, renderable: RenderableType) -> None:
         console.print(text, no_wrap=True, crop=False)
 
 
-def print_wrapped(console: Console, line: str) -> None:
-    """A plain ``line`` wrapped between words at the console's width, its continuation lines
-    indented two past its own indent (a word longer than the width folds, a number never does in
-    practice: none is that long)."""
-    indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
-    first, *_ = Text(line).wrap(console, console.width)
+def print_wrapped(console: Console, line: str | Text, hanging: int | None = None) -> None:
+    """``line`` wrapped between words at the console's width, its continuation lines indented
+    ``hanging`` columns (default: two past its own indent); a word longer than the width folds."""
+    text = Text(line) if isinstance(line, str) else line
+    indent = " " * (hanging if hanging is not None else len(text.plain) - len(text.plain.lstrip(" ")) + 2)
+    first, *_ = text.wrap(console, console.width)
     print_lines(console, first)
-    rest = line[len(first.plain) :].strip()
-    if rest:
-        for part in Text(rest).wrap(console, max(1, console.width - len(indent))):
+    rest = text[len(first.plain) :]
+    rest = rest[len(rest.plain) - len(rest.plain.lstrip()) :]
+    if rest.plain:
+        for part in rest.wrap(console, max(1, console.width - len(indent))):
             print_lines(console, Text(indent) + part)
 
 

@@ -85,6 +85,8 @@ def _commands(tmp: Path) -> Iterator[tuple[str, list[str]]]:
     long.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(LOG, long)
     yield "diagnose", ["diagnose", str(long), "--config", str(EXAMPLES / "llama3-70b-sft.yaml")]
+    snapshot = ROOT / "tests" / "diagnose" / "fixtures" / "snapshot-fragmentation-torch2.11.pickle"
+    yield "diagnose --snapshot", ["diagnose", "--snapshot", str(snapshot)]
     yield "report", ["report", str(_monitor_run(tmp / "run"))]
     yield "models", ["models"]
     yield "recipes", ["recipes"]
@@ -200,6 +202,7 @@ _NAMES = [
     "bisect --configs",
     "diff deepseek-v3",
     "diagnose",
+    "diagnose --snapshot",
     "report",
     "models",
     "recipes",

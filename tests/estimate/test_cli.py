@@ -130,13 +130,23 @@ def test_cuda_graphs_are_named_outside_pytorch(job_factory):
 
 def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
     from memtune.perf.step import predict_step
+    from memtune.perf.uncertainty import step_uncertainty
 
     assert main(["estimate", EXAMPLE, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["throughput"]
     d = gate(load_job(EXAMPLE).job).derived
     p = predict_step(d)
+    u = step_uncertainty(d)
     assert doc == {
         "step_time_s": p.step_time_s,
+        "step_time_uncertainty": {
+            "relative": u.error,
+            "statistic": u.statistic,
+            "held_out_runs": u.runs,
+            "family": u.family,
+            "held_out_set": u.held_out,
+            "source": u.description,
+        },
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "unmeasured": list(p.unmeasured),
@@ -148,7 +158,7 @@ def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Predicted step:"))
     tokens = f"{p.tokens_per_s_per_gpu:,.0f}"
     assert line == (
-        f"Predicted step: {p.step_time_s:.3g} s, {tokens} tokens/s per GPU, "
+        f"Predicted step: {p.step_time_s:.3g} s ± {u.error:.0%}, {tokens} tokens/s per GPU, "
         f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
     )
     assert len(line) <= 80
@@ -161,6 +171,7 @@ def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(
     assert doc["verdict"] in ("fits", "tight", "does not fit") and doc["num_microbatches"] == 1260
     assert doc["throughput"] == {
         "step_time_s": None,
+        "step_time_uncertainty": None,
         "tokens_per_s_per_gpu": None,
         "model_tflops_per_gpu": None,
         "unmeasured": [],
