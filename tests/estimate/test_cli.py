@@ -129,6 +129,7 @@ def test_cuda_graphs_are_named_outside_pytorch(job_factory):
 
 
 def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
+    from memtune.estimate.render import uncertainty_json
     from memtune.perf.step import predict_step
     from memtune.perf.uncertainty import step_uncertainty
 
@@ -139,19 +140,16 @@ def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
     u = step_uncertainty(d)
     assert doc == {
         "step_time_s": p.step_time_s,
-        "step_time_uncertainty": {
-            "relative": u.error,
-            "statistic": u.statistic,
-            "held_out_runs": u.runs,
-            "family": u.family,
-            "held_out_set": u.held_out,
-            "source": u.description,
-        },
+        "step_time_uncertainty": uncertainty_json(u),
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "unmeasured": list(p.unmeasured),
         "not_simulated": None,
     }
+    assert (doc["step_time_uncertainty"]["relative"], doc["step_time_uncertainty"]["family"]) == (
+        u.error,
+        "dense",
+    )
     # GBS 32 x seq 4096 tokens over 32 GPUs per step
     assert doc["tokens_per_s_per_gpu"] == pytest.approx(32 * 4096 / 32 / doc["step_time_s"])
     assert main(["estimate", EXAMPLE]) == 0

@@ -28,6 +28,14 @@ BASE = {
 }
 
 
+# B's usual changes: a longer sequence, selective recompute, a larger micro-batch.
+LONGER = {
+    "model": {"seq_length": 8192, "recompute_granularity": "selective"},
+    "train": {"micro_batch_size": 2, "global_batch_size": 128},
+}
+SHARDED = {"use_distributed_optimizer": True}
+
+
 def write(tmp_path: Path, name: str, **sections: dict) -> str:
     # Megatron-Core's defaults: SP at TP 1 is an error there (SEQ001), which these tests lean on.
     data = {"defaults": "megatron-core", **{key: dict(value) for key, value in BASE.items()}}
@@ -74,14 +82,7 @@ def test_one_key_gets_exactly_the_estimators_difference(tmp_path):
 
 def test_singles_plus_interactions_equal_the_total(tmp_path):
     a = write(tmp_path, "a.yaml")
-    b = write(
-        tmp_path,
-        "b.yaml",
-        model={"seq_length": 8192, "recompute_granularity": "selective"},
-        train={"micro_batch_size": 2, "global_batch_size": 128},
-        optimizer={"use_distributed_optimizer": True},
-        ddp={"use_distributed_optimizer": True},
-    )
+    b = write(tmp_path, "b.yaml", **LONGER, optimizer=SHARDED, ddp=SHARDED)
     diff = diff_configs(*load_pair(a, b))
     before, after = breakdowns(a), breakdowns(b)
     assert diff.total == [{k: y[k] - x[k] for k in x} for x, y in zip(before, after)]
@@ -124,13 +125,7 @@ def test_text_names_key_values_component_and_rank(tmp_path, capsys, monkeypatch)
 def test_one_line_per_key_largest_first_then_the_interactions(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     a = write(tmp_path, "a.yaml")
-    b = write(
-        tmp_path,
-        "b.yaml",
-        model={"seq_length": 8192, "recompute_granularity": "selective"},
-        train={"micro_batch_size": 2, "global_batch_size": 128},
-        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-    )
+    b = write(tmp_path, "b.yaml", **LONGER, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
     diff = diff_configs(*load_pair(a, b))
     assert main(["diff", a, b]) == 0
     lines = capsys.readouterr().out.splitlines()
