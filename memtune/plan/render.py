@@ -131,7 +131,7 @@ def print_no_layout(result: PlanResult, console: Console, mode: Mode | None = No
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(justify="right", no_wrap=True)
-        grid.add_column()
+        grid.add_column(overflow="fold")  # a long word goes on, never "…"
         for r in found.refusals:
             grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
         tables.print_lines(console, grid)
