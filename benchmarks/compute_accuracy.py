@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,12 +34,19 @@ SETS = {
 }
 
 
-def main() -> int:
-    from matrix import split_of
-
+def simulated_and_measured(run: dict[str, Any]) -> tuple[Any, float]:
+    """The step model's simulated step of a timed run (its rank's stage is the prediction), and
+    the run's median iteration seconds from the second iteration on."""
     from memtune.config import derive, validate
     from memtune.perf.constants import MEASURE_RUNNER
     from memtune.perf.step import predict_step
+
+    sim = predict_step(derive(validate(run["config"])), floor=MEASURE_RUNNER).simulated
+    return sim, statistics.median(it["seconds"] for it in run["measured"]["iterations"][1:])
+
+
+def main() -> int:
+    from matrix import split_of
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--split", choices=("tune", "holdout"))
@@ -50,10 +58,9 @@ def main() -> int:
             chosen = [run for run in runs if split_of(run["id"]) == split]
             errors: dict[str, list[float]] = {"iteration": [], "forward+backward": [], "optimizer": []}
             for run in chosen:
-                sim = predict_step(derive(validate(run["config"])), floor=MEASURE_RUNNER).simulated
+                sim, measured = simulated_and_measured(run)
                 rank = run["pp_rank"]
                 iterations = run["measured"]["iterations"][1:]
-                measured = statistics.median(it["seconds"] for it in iterations)
                 predicted = sim.stage_compute_s[rank]
                 errors["iteration"].append((predicted - measured) / measured)
                 line = f"{split:8} {run['id']:38} {measured:6.3f} s  predicted {predicted:6.3f} s  {errors['iteration'][-1]:+6.1%}"

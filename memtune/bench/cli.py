@@ -116,6 +116,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     step.add_argument("--json", action="store_true", help="print machine-readable JSON")
     step.add_argument("--plot", metavar="FILE.png", help="draw the simulated step per stage (a Gantt chart)")
     step.set_defaults(handler=run_step)
+    fig = bench.add_parser(
+        "figures",
+        help="the figures README.md and docs/ quote (rule count, accuracy and false-fit tables, step error)",
+        description="Print every figure the documents quote, computed from the benchmarks; with --write put "
+        "them between their markers (<!-- figure: NAME --> ... <!-- /figure -->) in README.md, "
+        "docs/verdict.md and docs/plan.md; with --check exit 1 when a document differs. Run from the "
+        "repository's root.",
+    )
+    how = fig.add_mutually_exclusive_group()
+    how.add_argument("--write", action="store_true", help="rewrite the marked figures in the documents")
+    how.add_argument("--check", action="store_true", help="exit 1 when a document's figure differs")
+    fig.set_defaults(handler=run_figures)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -188,14 +200,43 @@ def run_step(args: argparse.Namespace) -> int:
     from memtune.config import load_job, report_ignored
     from memtune.perf import render as perf_render
     from memtune.perf.step import predict_step
+    from memtune.perf.uncertainty import step_uncertainty
 
     loaded = load_job(args.config, args.overrides)
     report_ignored(loaded, args.command)
-    prediction = predict_step(gate(loaded.job).derived, record_events=bool(args.plot))
+    derived = gate(loaded.job).derived
+    prediction = predict_step(derived, record_events=bool(args.plot))
+    uncertainty = step_uncertainty(derived)
     if args.json:
-        print(json.dumps(perf_render.step_json(prediction), indent=2))
+        print(json.dumps(perf_render.step_json(prediction, uncertainty), indent=2))
     else:
-        perf_render.print_step(Console(), prediction)
+        perf_render.print_step(Console(), prediction, uncertainty)
     if args.plot:
         perf_render.plot_step(prediction, args.plot)
+    return 0
+
+
+def run_figures(args: argparse.Namespace) -> int:
+    from memtune.bench import figures
+
+    if args.check:
+        drifted = figures.drift()
+        for d in drifted:
+            print(
+                f"{d.document}: figure {d.figure} differs from `memtune bench figures` (--write updates it)"
+            )
+        if not drifted:
+            print(f"{sum(len(p) for p in figures.marked().values())} marked figures are up to date")
+        return 1 if drifted else 0
+    if args.write:
+        for path in figures.DOCUMENTS:
+            text = path.read_text(encoding="utf-8")
+            if (new := figures.rewritten(text)) != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"{path}: updated")
+        return 0
+    where = figures.marked()
+    for name, make in figures.FIGURES.items():
+        shown = ", ".join(str(p) for p in where.get(name, [])) or "no document"
+        print(f"## {name} ({shown})\n{make().strip()}\n")
     return 0

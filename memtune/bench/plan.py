@@ -19,6 +19,7 @@ from memtune.config.changes import Change, with_changes
 from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
+from memtune.estimate.verdict import families_of
 from memtune.perf.step import StepPrediction
 from memtune.plan.query import Query, base_job
 from memtune.plan.search import PlanResult, search, step_price
@@ -58,6 +59,7 @@ class RunScore:
     predicted_tflops: float
     measured_relative: float = 0.0  # to the run the source measured fastest
     predicted_relative: float = 0.0  # to the prediction of that same run
+    families: tuple[str, ...] = ()  # the job's feature families (estimate/verdict.py families_of)
 
     @property
     def error(self) -> float:
@@ -186,7 +188,8 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
     for run in entry["runs"]:
         try:
             job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
-            pred = _priced(gate(job))
+            checked = gate(job)
+            pred = _priced(checked)
         except InputError as exc:
             unscored.append((run["label"], exc.problems[0]))
             continue
@@ -201,6 +204,7 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
                 getattr(pred, metric),
                 run["measured"].get("model_tflops_per_gpu"),
                 pred.model_tflops_per_gpu,
+                families=families_of(checked.derived),
             )
         )
     relative_to_best(scores)
@@ -235,7 +239,8 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
     for doc in docs:
         try:
             job = validate(native.read(doc["config"]))
-            pred = _priced(gate(job))
+            checked = gate(job)
+            pred = _priced(checked)
         except InputError as exc:
             unscored.append((doc["id"], exc.problems[0]))
             continue
@@ -255,6 +260,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
                 predicted,
                 measured_tflops,
                 pred.model_tflops_per_gpu,
+                families=families_of(checked.derived),
             )
         )
     relative_to_best(scores)

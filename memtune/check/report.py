@@ -58,7 +58,7 @@ def _family_table(findings: list[Finding]) -> Table:
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True, min_width=len(WARNING))
-    table.add_column()
+    table.add_column(overflow="fold")  # a long key=value goes on, never "…"
     for f in findings:
         details = [Text(f.message), Text.assemble(("fix: ", "green"), f.fix)]
         if f.deselected:
@@ -128,7 +128,7 @@ def render_list(console: Console) -> None:
         table.add_column(no_wrap=True, min_width=len(WARNING))
         if with_names:
             table.add_column(no_wrap=True, min_width=name_width)
-        table.add_column()
+        table.add_column(overflow="fold")
         for rule in (r for r in rules if r.family is family):
             name = [rule.name] if with_names else []
             table.add_row(

@@ -30,6 +30,7 @@ class LoadedJob:
     format: str  # memtune | bridge | megatron-args | hf | recipe
     ignored: list[str] = field(default_factory=list)  # keys or flags the loader did not use
     received: list[ReceivedDefault] = field(default_factory=list)  # values from the stack, not the file
+    fine_tuning: str | None = None  # why the file says the job fine-tunes; None when it does not
 
     @property
     def defaults(self) -> list[ReceivedDefault]:
@@ -68,7 +69,14 @@ def load_job(
         raise InputError(list(dict.fromkeys(_missing_line(raw, line) for line in exc.problems))) from None
     # an override may have replaced a value the loader took from the stack
     received = [d for d in raw.received if _value_at(job, d.key) == d.value]
-    return LoadedJob(job=job, source=source, format=raw.format, ignored=raw.ignored, received=received)
+    return LoadedJob(
+        job=job,
+        source=source,
+        format=raw.format,
+        ignored=raw.ignored,
+        received=received,
+        fine_tuning=raw.fine_tuning,
+    )
 
 
 def _missing_line(raw: RawJob, line: str) -> str:

@@ -219,13 +219,14 @@ class Knobs:
             out.append(("peft", "sequence_parallel_input_regather", self.regather))
         return out
 
-    def label(self) -> str:
+    def label(self, moe: bool = False) -> str:
+        """``TP2 PP4 VPP2 EP8 MBS1 SP``: sizes of 1 left out, but EP always for an MoE ``moe`` model."""
         parts = [f"TP{self.tp}", f"PP{self.pp}"]
         if self.vpp > 1:
             parts.append(f"VPP{self.vpp}")
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
-        if self.ep > 1:
+        if self.ep > 1 or moe:
             parts.append(f"EP{self.ep}")
         if self.etp != self.tp:
             parts.append(f"ETP{self.etp}")

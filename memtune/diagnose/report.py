@@ -6,7 +6,6 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from memtune.diagnose import Diagnosis
@@ -14,7 +13,7 @@ from memtune.diagnose.messages import AllocatorNumbers
 from memtune.diagnose.sizes import gib
 from memtune.diagnose.snapshot import SnapshotSummary
 from memtune.output import SCHEMA_VERSION
-from memtune.tables import Column, print_lines, print_table
+from memtune.tables import Column, print_lines, print_table, print_wrapped
 from memtune.units import MiB
 
 MAX_RANK_ROWS = 16
@@ -159,9 +158,9 @@ def render(d: Diagnosis, console: Console, advice: bool = True) -> None:
     if v.ranks:
         _print_ranks(d, console)
     if d.snapshot:
-        print_lines(console, _snapshot_table(d.snapshot))
+        _print_snapshot(console, d.snapshot)
     if d.fixes and advice:
-        print_lines(console, _fixes_list(d))
+        _print_fixes(console, d)
     skipped = [s for s in d.scan.sources if s.note]
     total = sum(s.bytes_read for s in d.scan.sources)
     lines = sum(s.lines for s in d.scan.sources)
@@ -180,10 +179,13 @@ def render(d: Diagnosis, console: Console, advice: bool = True) -> None:
         )
 
 
+# The rank, what it ran out of and where the log says so define a row; a long path is shortened
+# in the middle (its file name and :line kept), and the kind of finding gives way first.
 _RANK_COLUMNS = (
     Column("rank"),
     Column("verdict", "left"),
-    Column("evidence", "left", wrap=True),
+    Column("evidence", "left", path=True),
+    Column("kind", "left", keep=40),
     Column("numbers", "left", wrap=True),
 )
 
@@ -194,23 +196,25 @@ def _print_ranks(d: Diagnosis, console: Console) -> None:
         (
             "—" if r.rank is None else str(r.rank),
             r.label,
-            f"{r.root.failure.where.source}:{r.root.failure.where.line} {r.root.failure.kind}",
+            f"{r.root.failure.where.source}:{r.root.failure.where.line}",
+            r.root.failure.kind,
             _numbers_line(r.root.failure.numbers) or r.root.failure.text[:90],
         )
         for r in rows[:MAX_RANK_ROWS]
     ]
     if len(rows) > MAX_RANK_ROWS:
-        cells.append(("…", f"{len(rows) - MAX_RANK_ROWS} more", "", ""))
+        cells.append(("…", f"{len(rows) - MAX_RANK_ROWS} more", "", "", ""))
     styles = [_STYLE.get(r.label, "") for r in rows[:MAX_RANK_ROWS]] + [""] * (
         len(cells) - len(rows[:MAX_RANK_ROWS])
     )
     print_table(console, _RANK_COLUMNS, cells, title="per rank", row_styles=styles)
 
 
-def _snapshot_table(s: SnapshotSummary) -> Group:
-    table = Table(title=f"snapshot {s.source}", title_justify="left", show_header=False, show_edge=False)
-    table.add_column(style="dim")
-    table.add_column()
+_SNAPSHOT_COLUMNS = (Column("", "left"), Column("", "left", wrap=True))
+_SITE_COLUMNS = (Column("bytes"), Column("blocks", keep=50), Column("site", "left", wrap=True))
+
+
+def _print_snapshot(console: Console, s: SnapshotSummary) -> None:
     req = s.failed_request
     rows = [
         ("reserved / allocated", f"{gib(s.reserved)} / {gib(s.allocated)}"),
@@ -230,23 +234,18 @@ def _snapshot_table(s: SnapshotSummary) -> Group:
             ", ".join(f"{k}={v}" for k, v in s.allocator_settings.items()) or "not recorded",
         ),
     ]
-    for key, value in rows:
-        table.add_row(key, value)
-    sites = Table(title="top allocation sites (live bytes)", title_justify="left", show_edge=False)
-    sites.add_column("bytes", justify="right")
-    sites.add_column("blocks", justify="right")
-    sites.add_column("site", overflow="fold")
-    for site in s.top_sites:
-        sites.add_row(gib(site.bytes), str(site.blocks), site.frame)
-    return Group(table, sites) if s.top_sites else Group(table)
+    print_table(console, _SNAPSHOT_COLUMNS, rows, title=f"snapshot {s.source}")
+    if s.top_sites:
+        sites = [(gib(site.bytes), str(site.blocks), site.frame) for site in s.top_sites]
+        print_table(console, _SITE_COLUMNS, sites, title="top allocation sites (live bytes)")
 
 
-def _fixes_list(d: Diagnosis) -> Group:
-    parts = [Text("what to change, cheapest first", style="bold")]
+def _print_fixes(console: Console, d: Diagnosis) -> None:
+    print_lines(console, Text("what to change, cheapest first", style="bold"))
     shown_fallback = False
     for i, fix in enumerate(d.fixes, 1):
         if fix.fallback and not shown_fallback:
-            parts.append(Text("  if that is not enough:", style="dim"))
+            print_lines(console, Text("  if that is not enough:", style="dim"))
             shown_fallback = True
         head = Text.assemble((f"{i:>2}. ", "bold"), (fix.title, "bold"), (f"  cost: {fix.cost}", "dim"))
         if fix.saves_bytes is not None:
@@ -254,8 +253,7 @@ def _fixes_list(d: Diagnosis) -> Group:
             head.append(f"  {verb} {gib(fix.saves_bytes)}", style="green")
         elif fix.saves_note:
             head.append(f"  ({fix.saves_note})", style="dim")
-        parts.append(head)
+        print_wrapped(console, head, hanging=4)
         for change in fix.changes:
-            parts.append(Text(f"      {change}", style="cyan"))
-        parts.append(Text(f"      {fix.why}", style="dim"))
-    return Group(*parts)
+            print_wrapped(console, Text(f"      {change}", style="cyan"), hanging=8)
+        print_wrapped(console, Text(f"      {fix.why}", style="dim"), hanging=6)

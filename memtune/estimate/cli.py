@@ -14,6 +14,7 @@ from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 from memtune.limits import MAX_MOE_IMBALANCE
 from memtune.perf.step import throughput_of
+from memtune.perf.uncertainty import step_uncertainty
 from memtune.plotfile import check_plot_path
 from memtune.tables import print_text
 
@@ -63,15 +64,16 @@ def run(args: argparse.Namespace) -> int:
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
     rank = est.rank(args.rank) if args.rank is not None else None
     throughput = throughput_of(est.derived)
+    uncertainty = step_uncertainty(est.derived)
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
-        print(json.dumps(render.estimate_json(est, throughput, args.rank), indent=2))
+        print(json.dumps(render.estimate_json(est, throughput, args.rank, uncertainty), indent=2))
         return _status(est, args.strict)
     console = Console()
-    render.print_table(est, console, throughput, only=rank)
+    render.print_table(est, console, throughput, only=rank, uncertainty=uncertainty)
     if args.explain:
-        render.print_explain(est, console, rank, loaded.defaults)
+        render.print_explain(est, console, rank, loaded.defaults, uncertainty)
     if args.plot:
         print_text(console, f"[dim]plot written to {args.plot}[/dim]")
     return _status(est, args.strict)

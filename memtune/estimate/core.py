@@ -99,10 +99,13 @@ class RankEstimate:
     activations: float
     transient: float
     peak_phase: str  # "forward/backward" or "optimizer step"
-    modules: dict[str, float] = field(default_factory=dict)  # activation bytes by tensor, all in-flight
+    # Activation bytes by tensor, all in-flight microbatches, at the forward/backward peak (also
+    # when the optimizer step sets the rank's peak: what the job's recompute left on the device).
+    modules: dict[str, float] = field(default_factory=dict)
     activation_host_pinned: float = 0.0  # pinned host bytes of fine-grained activation offloading
     te_allocations: dict[str, float] = field(default_factory=dict)  # TE's run-long buffers, in transient
     buffers: float = 0.0  # run-long buffers beside state and activations, in transient at either phase
+    forward_backward_bytes: int = 0  # the peak during forward/backward, whichever phase sets the peak
 
     @property
     def peak_bytes(self) -> int:
@@ -586,7 +589,7 @@ def combine(
     held, worst_transient = held_and_transient(chunks, flight, per_chunk, deferred)
     activations, transient, phase = peak_parts(state, held, worst_transient, buffers)
     modules: dict[str, float] = {}
-    if by_module and phase == "forward/backward":
+    if by_module:
         for chunk, acts in zip(chunks, per_chunk):
             count = flight.get(chunk.vp_stage, 0)
             if count:
@@ -611,4 +614,5 @@ def combine(
         modules=modules,
         activation_host_pinned=host,
         buffers=buffers,
+        forward_backward_bytes=round(state.total + held + (worst_transient + buffers)),
     )

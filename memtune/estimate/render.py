@@ -6,9 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from memtune.config.stacks import ReceivedDefault
@@ -16,11 +14,13 @@ from memtune.estimate import Estimate, RankEstimate
 from memtune.estimate.verdict import MIN_RUNS, Margin
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
-from memtune.tables import print_lines
+from memtune.tables import Cell, Column, print_lines
+from memtune.tables import print_table as print_rows
 from memtune.units import GiB, gib
 
 if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.md)
     from memtune.perf.step import Throughput
+    from memtune.perf.uncertainty import StepUncertainty
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
 # Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
@@ -77,11 +77,13 @@ def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
     }
 
 
-def throughput_json(throughput: Throughput) -> dict[str, Any]:
-    """The predicted step's figures, null with the reason when the step was not simulated."""
+def throughput_json(throughput: Throughput, uncertainty: StepUncertainty | None = None) -> dict[str, Any]:
+    """The predicted step's figures with their uncertainty, null with the reason when the step
+    was not simulated."""
     p = throughput.prediction
     return {
         "step_time_s": p.step_time_s if p else None,
+        "step_time_uncertainty": uncertainty_json(uncertainty) if p and uncertainty else None,
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu if p else None,
         "model_tflops_per_gpu": p.model_tflops_per_gpu if p else None,
         "unmeasured": list(p.unmeasured) if p else [],
@@ -89,17 +91,35 @@ def throughput_json(throughput: Throughput) -> dict[str, Any]:
     }
 
 
-def throughput_line(throughput: Throughput) -> str:
+def uncertainty_json(u: StepUncertainty) -> dict[str, Any]:
+    """The step time's uncertainty (memtune/perf/uncertainty.py): a share of the prediction."""
+    return {
+        "relative": u.error,
+        "statistic": u.statistic,
+        "held_out_runs": u.runs,
+        "family": u.family,
+        "held_out_set": u.held_out,
+        "source": u.description,
+    }
+
+
+def throughput_line(throughput: Throughput, uncertainty: StepUncertainty | None = None) -> str:
     p = throughput.prediction
     if p is None:
         return f"Predicted step: not simulated, {throughput.not_simulated}"
+    error = f" ± {uncertainty.error:.0%}" if uncertainty else ""
     return (
-        f"Predicted step: {p.step_time_s:.3g} s, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+        f"Predicted step: {p.step_time_s:.3g} s{error}, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
         f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
     )
 
 
-def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None = None) -> dict[str, Any]:
+def estimate_json(
+    est: Estimate,
+    throughput: Throughput,
+    global_rank: int | None = None,
+    uncertainty: StepUncertainty | None = None,
+) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
     rank's pipeline stage, tagged with the global rank."""
     d = est.derived
@@ -129,30 +149,37 @@ def estimate_json(est: Estimate, throughput: Throughput, global_rank: int | None
         "verdict": est.verdict(),
         "host_bytes_per_node": est.host_bytes_per_node,
         "ranks": ranks,
-        "throughput": throughput_json(throughput),
+        "throughput": throughput_json(throughput, uncertainty),
         "assumptions": assumptions(est),
     }
 
 
-def _error_margin(m: Margin, uncertainty: dict[str, float]) -> str:
-    """The verdict's margin beyond fragmentation: the TE margins where they are the larger, else
-    the family's observed worst under-estimate, or the widest where the job is not measured."""
+def safety_margin_explained(m: Margin, uncertainty: dict[str, float]) -> str:
+    """What the verdict's safety margin (the part beyond fragmentation) rests on: the TE margins
+    where they are the larger, else the family's observed worst under-estimate, or the widest
+    where the job is not measured."""
     if m.a_priori >= m.fragmentation + m.calibrated:
-        return "".join(f" + {share:.0%} for {path} (not pinned down)" for path, share in uncertainty.items())
+        return (
+            f"The {m.error:.1%} safety margin covers Transformer Engine paths the source does not pin down: "
+            + (", ".join(f"{share:.0%} for {path}" for path, share in uncertainty.items()))
+        )
     if m.basis is None:
         why = (
             f"{', '.join(m.thin)}: fewer than {MIN_RUNS} tune runs"
             if m.thin
             else f"{' + '.join(m.families)} never measured together"
         )
-        return f" + {m.calibrated:.1%}, the widest margin ({why})"
+        return f"The {m.calibrated:.1%} safety margin is the widest margin any family needed ({why})."
     b = m.basis
     seen = (
         f"the peak exceeded the estimate by at most {b.worst_under:.1%}"
         if b.worst_under
         else "no peak exceeded the estimate"
     )
-    return f" + {m.calibrated:.1%} for {b.family} ({seen} on {b.runs} tune runs of this family, {b.confidence:.0%} confidence)"
+    return (
+        f"The {m.calibrated:.1%} safety margin is for {b.family} ({seen} on {b.runs} tune runs of this family,"
+        f" {b.confidence:.0%} confidence that a new job of the family stays within it; docs/verdict.md)."
+    )
 
 
 def verdict_margin_json(m: Margin) -> dict[str, Any]:
@@ -308,8 +335,44 @@ def not_modeled(est: Estimate) -> list[str]:
     return notes
 
 
+# A pipeline rank is its row: its name, its peak and what is left of the GPU at the peak define
+# it; the components and the counts behind them give way on a narrow terminal, the counts first.
+RANK_COLUMNS = (
+    Column("pp", "left"),
+    Column("layers", keep=20),
+    Column("mb", keep=30),
+    Column("weights", keep=70),
+    Column("grads", keep=60),
+    Column("optim", keep=65),
+    Column("activ", keep=80),
+    Column("trans", keep=55),
+    Column("peak"),
+    Column("other", keep=50),
+    Column("free"),
+)
+RESUME_COLUMNS = (
+    Column("pp", "left"),
+    Column("train", keep=60),
+    Column("load", keep=80),
+    Column("1st step", keep=70),
+    Column("resume"),
+    Column("free"),
+    Column("load adds (largest)", "left", keep=40, wrap=True),
+)
+
+
+def _free(est: Estimate, peak_bytes: int) -> Text:
+    """Capacity left at the peak, before any margin (docs/verdict.md, "free"); red below 0."""
+    free = est.capacity_bytes - peak_bytes - est.non_pytorch_bytes
+    return Text(gib(free), style="red" if free < 0 else "")
+
+
 def print_table(
-    est: Estimate, console: Console, throughput: Throughput, only: RankEstimate | None = None
+    est: Estimate,
+    console: Console,
+    throughput: Throughput,
+    only: RankEstimate | None = None,
+    uncertainty: StepUncertainty | None = None,
 ) -> None:
     d = est.derived
     title = (
@@ -320,52 +383,37 @@ def print_table(
         + (f" EP{d.ep} ETP{d.etp}" if d.is_moe else "")
         + f" DP{d.dp}, {d.world_size} GPUs, {d.num_microbatches} microbatches"
     )
-    table = _rank_table(title)
-    columns = ("pp", "layers", "mb", "weights", "grads", "optim", "activ", "trans", "peak", "other", "free")
-    for name in columns:
-        table.add_column(name, justify="left" if name == "pp" else "right", no_wrap=True)
     worst = est.worst
-    for rank in [only] if only else est.ranks:
-        headroom = est.capacity_bytes - rank.peak_bytes - est.non_pytorch_bytes
-        label = f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else "")
-        flight = str(sum(rank.in_flight.values()))
-        row: list[str | Text] = [label, str(rank.layers), flight]
-        row += [gib(v) for v in components(rank).values()]
-        row += [
+    shown = [only] if only else est.ranks
+    rows: list[list[Cell]] = [
+        [
+            f"{rank.pp_rank}" + ("*" if rank is worst and len(est.ranks) > 1 else ""),
+            str(rank.layers),
+            str(sum(rank.in_flight.values())),
+            *(gib(v) for v in components(rank).values()),
             gib(rank.peak_bytes),
             gib(est.non_pytorch_bytes),
-            Text(gib(headroom), style="red" if headroom < 0 else ""),
+            _free(est, rank.peak_bytes),
         ]
-        table.add_row(*row, style="bold" if rank is worst else "")
-    print_lines(console, table)
-    print_resume(est, console, [only] if only else est.ranks)
+        for rank in shown
+    ]
+    print_rows(
+        console, RANK_COLUMNS, rows, title=title, row_styles=["bold" if r is worst else "" for r in shown]
+    )
+    print_resume(est, console, shown)
     rank = only or worst
     if len(est.ranks) > 1 and not only:
         print_lines(
             console,
             Text(
                 "* most-loaded rank · mb: microbatch-chunks held at the peak · activ: saved activations · "
-                "trans: working set at the peak + workspaces · other: memory outside PyTorch · free: capacity left",
+                "trans: working set at the peak + workspaces · other: memory outside PyTorch · "
+                "free: capacity left at the peak, before margins",
                 style="dim",
             ),
         )
-    verdict = est.verdict(rank)
-    resume = est.resume(rank)
-    resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
-    phase = resume.phase if resume is not None and resumed else rank.peak_phase
-    print_lines(
-        console,
-        Text.assemble(
-            ("Verdict: ", "bold"),
-            (verdict, VERDICT_STYLE[verdict]),
-            f" — rank needs {gib(est.needed_bytes(rank))} GiB (peak {gib(est.verdict_peak_bytes(rank))}"
-            + (" at resume" if resumed else "")
-            + f" + {est.margin:.0%} fragmentation margin"
-            + _error_margin(est.verdict_margin, est.uncertainty)
-            + f" + {gib(est.non_pytorch_bytes)} outside PyTorch) of {gib(est.capacity_bytes)} GiB; peak during {phase}",
-        ),
-    )
-    print_lines(console, Text(throughput_line(throughput)))
+    print_lines(console, verdict_line(est, rank))
+    print_lines(console, Text(throughput_line(throughput, uncertainty)))
     if est.host_bytes_per_node:
         print_lines(
             console,
@@ -380,6 +428,44 @@ def print_table(
         print_lines(console, Text(f"  - {note}", style="dim"))
 
 
+PHASE_WORDS = {
+    "optimizer step": "the optimizer step",
+    "checkpoint load": "the checkpoint load",
+    "first iteration": "the first iteration after the load",
+}
+
+
+def margins_phrase(m: Margin) -> str:
+    """The verdict's margins in plain words: "a 2% fragmentation margin and a 2.9% safety margin"."""
+    return f"a {m.fragmentation:.0%} fragmentation margin and a {m.error:.1%} safety margin"
+
+
+def verdict_line(est: Estimate, rank: RankEstimate) -> Text:
+    """The verdict in plain words (docs/verdict.md), then what the rank needs and why; what the
+    safety margin rests on is ``--explain``'s."""
+    verdict = est.verdict(rank)
+    needed, capacity = est.needed_bytes(rank), est.capacity_bytes
+    peak = est.verdict_peak_bytes(rank)
+    resume = est.resume(rank)
+    resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
+    phase = resume.phase if resume is not None and resumed else rank.peak_phase
+    margins = margins_phrase(est.verdict_margin)
+    if verdict == "fits":
+        plain = f"fits, with {gib(capacity - needed)} GiB to spare after {margins}"
+    elif verdict == "tight":
+        plain = f"tight: the peak fits, but {gib(needed - capacity)} GiB short of {margins}"
+    else:
+        over = peak + est.non_pytorch_bytes - capacity
+        plain = f"does not fit: even before any margin it needs {gib(over)} GiB more than the GPU has"
+    return Text.assemble(
+        ("Verdict: ", "bold"),
+        (plain, VERDICT_STYLE[verdict]),
+        f". Pipeline rank {rank.pp_rank} needs {gib(needed)} of {gib(capacity)} GiB: peak {gib(peak)} "
+        f"during {PHASE_WORDS.get(phase, phase)}, {gib(needed - peak - est.non_pytorch_bytes)} of margins and "
+        f"{gib(est.non_pytorch_bytes)} outside PyTorch.",
+    )
+
+
 def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -> None:
     """A row per rank for the resume phase, beside the training peak above it."""
     d = est.derived
@@ -390,30 +476,28 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
             console, Text(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
         )
         return
-    table = _rank_table(
+    rows: list[list[Cell]] = []
+    for rank in ranks:
+        resume = est.resume(rank)
+        assert resume is not None  # the format is modeled for every rank alike
+        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
+        rows.append(
+            [
+                str(rank.pp_rank),
+                gib(rank.peak_bytes),
+                gib(resume.load_bytes),
+                gib(resume.first_step_bytes),
+                gib(resume.peak_bytes),
+                _free(est, resume.peak_bytes),
+                f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
+            ]
+        )
+    title = (
         f"Resume from a {d.resume_format} checkpoint"
         + ("" if d.optimizer_loaded_at_resume else " (no optimizer state)")
         + ", GiB"
     )
-    for name in ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"):
-        table.add_column(
-            name, justify="left" if name.startswith(("pp", "load adds")) else "right", no_wrap=True
-        )
-    for rank in ranks:
-        resume = est.resume(rank)
-        assert resume is not None  # the format is modeled for every rank alike
-        free = est.capacity_bytes - resume.peak_bytes - est.non_pytorch_bytes
-        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
-        table.add_row(
-            str(rank.pp_rank),
-            gib(rank.peak_bytes),
-            gib(resume.load_bytes),
-            gib(resume.first_step_bytes),
-            gib(resume.peak_bytes),
-            Text(gib(free), style="red" if free < 0 else ""),
-            f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
-        )
-    print_lines(console, table)
+    print_rows(console, RESUME_COLUMNS, rows, title=title)
 
 
 def _host_contents(rank: RankEstimate) -> str:
@@ -425,24 +509,32 @@ def _host_contents(rank: RankEstimate) -> str:
     return " and ".join(parts)
 
 
+ACTIVATION_COLUMNS = (Column("tensor", "left", wrap=True), Column("GiB"), Column("share"))
+
+
 def print_explain(
     est: Estimate,
     console: Console,
     rank: RankEstimate | None = None,
     defaults: Sequence[ReceivedDefault] = (),
+    uncertainty: StepUncertainty | None = None,
 ) -> None:
     rank = rank or est.worst
-    table = Table(
-        title=f"Activations held by pipeline rank {rank.pp_rank} at its peak (GiB, all in-flight microbatches)",
-        title_justify="left",
+    total = sum(rank.modules.values())
+    rows = [
+        (name, gib(nbytes), f"{nbytes / total:.1%}")
+        for name, nbytes in sorted(rank.modules.items(), key=lambda kv: -kv[1])
+    ]
+    title = (
+        f"Activations held by pipeline rank {rank.pp_rank} at its forward/backward peak: {gib(total)} of"
+        f" {gib(rank.forward_backward_bytes)} GiB, all in-flight microbatches"
     )
-    table.add_column("tensor")
-    table.add_column("GiB", justify="right")
-    table.add_column("share", justify="right")
-    total = sum(rank.modules.values()) or 1.0
-    for name, nbytes in sorted(rank.modules.items(), key=lambda kv: -kv[1]):
-        table.add_row(name, gib(nbytes), f"{nbytes / total:.1%}")
-    print_lines(console, table)
+    if rank.peak_phase != "forward/backward":
+        title += f" (its peak, {gib(rank.peak_bytes)} GiB, is in {PHASE_WORDS[rank.peak_phase]}, once they are freed)"
+    if rows:
+        print_rows(console, ACTIVATION_COLUMNS, rows, title=title)
+    else:
+        print_lines(console, Text(f"{title}: none", style="bold"))
     s = rank.state
     print_lines(
         console,
@@ -467,6 +559,9 @@ def print_explain(
                 + "."
             ),
         )
+    print_lines(console, Text(safety_margin_explained(est.verdict_margin, est.uncertainty)))
+    if uncertainty:
+        print_lines(console, Text(uncertainty.basis() + "."))
     print_lines(console, Text("How the layers were modeled:", style="dim"))
     for note in flavour_notes(est):
         print_lines(console, Text(f"  - {note}", style="dim"))
@@ -552,16 +647,3 @@ def plot(est: Estimate, path: str) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
     plt.close(fig)
-
-
-def _rank_table(title: str) -> Table:
-    """The per-rank tables' one style (training peaks and the resume phase)."""
-    return Table(
-        title=title,
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        padding=(0, 1),
-        collapse_padding=True,
-        show_edge=False,
-    )

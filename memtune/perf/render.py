@@ -7,20 +7,24 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from memtune.output import SCHEMA_VERSION
 from memtune.perf.step import StepPrediction
-from memtune.tables import Column
+from memtune.perf.uncertainty import StepUncertainty
+from memtune.tables import Column, print_lines, print_table
 
 COMPUTE = {"forward", "backward", "output wgrad", "optimizer"}
 
 
-def step_json(p: StepPrediction) -> dict[str, Any]:
+def step_json(p: StepPrediction, uncertainty: StepUncertainty | None = None) -> dict[str, Any]:
     sim = p.simulated
     return {
         "schema_version": SCHEMA_VERSION,
         "step_time_s": p.step_time_s,
+        "step_time_uncertainty": None
+        if uncertainty is None
+        else {"relative": uncertainty.error, "family": uncertainty.family, "held_out_runs": uncertainty.runs},
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "bubble_fraction": sim.bubble_fraction,
@@ -52,22 +56,19 @@ def busiest_stage(p: StepPrediction) -> int:
     return idle.index(min(idle))
 
 
-def print_step(console: Console, p: StepPrediction) -> None:
+def print_step(console: Console, p: StepPrediction, uncertainty: StepUncertainty) -> None:
     sim = p.simulated
-    console.print(
-        f"step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
-        f"{p.model_tflops_per_gpu:,.0f} model TFLOP/s per GPU, bubble {sim.bubble_fraction:.1%}"
+    print_lines(
+        console,
+        Text(
+            f"step {p.step_time_s:.3f} s ± {uncertainty.error:.0%}, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+            f"{p.model_tflops_per_gpu:,.0f} model TFLOP/s per GPU, bubble {sim.bubble_fraction:.1%}"
+        ),
     )
-    table = Table(title="Per pipeline stage (simulated)", title_justify="left")
-    for col in ("stage", "compute s", "exposed comm s", "idle s"):
-        table.add_column(col, justify="right")
-    for r, (c, e, i) in enumerate(
-        zip(sim.stage_compute_s, sim.stage_exposed_comm_s, sim.stage_idle_s, strict=True)
-    ):
-        table.add_row(str(r), f"{c:.3f}", f"{e:.3f}", f"{i:.3f}")
-    console.print(table)
+    print_table(console, STAGE_COLUMNS, stage_rows(p), title="Per pipeline stage (simulated)")
     for note in p.unmeasured:
-        console.print(f"unmeasured: {note}")
+        print_lines(console, Text(f"unmeasured: {note}"))
+    print_lines(console, Text(uncertainty.basis()))
 
 
 def plot_step(p: StepPrediction, path: str | Path) -> None:

@@ -25,7 +25,7 @@ from memtune.errors import InputError
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
-from memtune.plan.query import Query, base_job, pin_filter, with_recommended_allocator
+from memtune.plan.query import Query, base_job, mode_of, pin_filter, with_recommended_allocator
 from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
 from memtune.plotfile import check_plot_path
@@ -61,7 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node (default 8)")
     p.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's)")
     p.add_argument("--gbs", type=int, metavar="B", help="global batch size in sequences")
-    p.add_argument("--mode", choices=MODES, default="pretrain", help="pretrain, finetune (full) or lora")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        help="pretrain, finetune (full) or lora; default: what the job says (a peft section: lora; a "
+        "Bridge SFT recipe or dataset, checkpoint.pretrained_checkpoint or Megatron-LM's --finetune: "
+        "finetune; else pretrain)",
+    )
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many layouts to show (default 5)")
     p.add_argument("--pareto", action="store_true", help="also show the memory / throughput frontier")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -173,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     )
     _check_pins(base_job(replace(query, pins=())), pins)
     base, allocator = with_recommended_allocator(base_job(query))
+    mode = mode_of(query)
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()
@@ -212,17 +219,21 @@ def run(args: argparse.Namespace) -> int:
     elif args.plot:
         render.plot(result, args.plot)
     if args.json:
-        print(json.dumps({**render.result_json(result), "allocator": [str(c) for c in allocator]}, indent=2))
+        print(
+            json.dumps(
+                {**render.result_json(result, mode), "allocator": [str(c) for c in allocator]}, indent=2
+            )
+        )
         return 0
     if not result.layouts:
-        render.print_no_layout(result, console)
+        render.print_no_layout(result, console, mode)
         return 1
     render.print_table(result, console, result.layouts[: args.top])
     if args.pareto:
         render.print_table(
             result, console, result.pareto, title="Pareto frontier: less memory or more throughput"
         )
-    render.print_summary(result, console)
+    render.print_summary(result, console, mode)
     render.print_allocator_note(allocator, console)
     if args.explain:
         render.print_explain(result, args.explain, console)

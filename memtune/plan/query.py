@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
-from memtune.config import derive, validate
+from memtune.config import LoadedJob, derive, validate
 from memtune.config.arguments import RECIPE_WORD, is_override, load_from_words
 from memtune.config.changes import Change, expandable_segments_changes, job_data, with_changes
 from memtune.config.knobs import Knobs
@@ -29,25 +29,64 @@ class Query:
     gpus_per_node: int | None
     seq_length: int | None
     global_batch_size: int | None
-    mode: str
+    mode: str | None  # None: what the job says it trains (mode_of)
     pins: tuple[Change, ...] = ()
     overrides: tuple[str, ...] = ()  # Bridge override files, then dotted overrides (config/arguments.py)
     recipe: str | None = None
 
 
+@dataclass(frozen=True)
+class Mode:
+    """What the plan trains, and why: ``--mode``, or what the job says it is."""
+
+    name: str  # one of MODES
+    why: str
+
+
+def mode_of(q: Query, loaded: LoadedJob | None = None) -> Mode:
+    """``--mode`` when given; else LoRA for a job with a ``peft`` section, fine-tuning for one
+    whose file says it fine-tunes (a Bridge SFT or PEFT recipe or dataset, ``checkpoint.
+    pretrained_checkpoint``, Megatron-LM's ``--finetune``), pretraining otherwise."""
+    if q.mode is not None:
+        if q.mode not in MODES:
+            raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
+        return Mode(q.mode, "--mode")
+    if loaded is None and _written(q):
+        loaded = _load(q)
+    if loaded is None:
+        return Mode("pretrain", "a model preset, and no --mode")
+    if loaded.job.peft is not None:
+        return Mode("lora", "the job has a peft section")
+    if loaded.fine_tuning:
+        return Mode("finetune", loaded.fine_tuning)
+    return Mode("pretrain", "the job says nothing of fine-tuning")
+
+
+def _written(q: Query) -> bool:
+    """The model is a job as written (a config file or a recipe), not a preset."""
+    return (
+        q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD)
+    )
+
+
+def _load(q: Query) -> LoadedJob:
+    words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
+    return load_from_words(words, q.recipe, USAGE)
+
+
 def base_job(q: Query) -> JobConfig:
     """The job every candidate starts from: the model, cluster, batch and mode asked for."""
-    if q.mode not in MODES:
+    if q.mode is not None and q.mode not in MODES:
         raise InputError(f"--mode: must be one of {', '.join(MODES)}, got {q.mode!r}")
     if q.model is None and q.recipe is None:
         raise InputError(f"MODEL (a preset or a config file) or --recipe NAME is required: {USAGE}")
-    written = (
-        q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD)
-    )
-    if q.model is None or written:
-        words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
-        data = job_data(load_from_words(words, q.recipe, USAGE).job)
+    written = _written(q)
+    loaded = _load(q) if written else None
+    mode = mode_of(q, loaded).name
+    if loaded is not None:
+        data = job_data(loaded.job)
     else:
+        assert q.model is not None  # a preset: a job without a model is written (a recipe)
         try:
             find_model(q.model)
         except InputError as exc:
@@ -84,7 +123,7 @@ def base_job(q: Query) -> JobConfig:
         # A preset has no job as written: start from gradient-reduce overlap on, as Megatron-LM's
         # and Bridge's recipes run. A config keeps its own setting.
         data.setdefault("ddp", {}).setdefault("overlap_grad_reduce", True)
-    if q.mode == "lora":
+    if mode == "lora":
         data.setdefault("peft", {})
     else:
         data.pop("peft", None)

@@ -10,10 +10,13 @@ from rich.table import Table
 
 from memtune import tables
 from memtune.config.changes import Change
+from memtune.estimate.render import uncertainty_json
 from memtune.perf import ASSUMPTIONS
 from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
+from memtune.perf.uncertainty import step_uncertainty
 from memtune.plan.obstacle import obstacle, unsplittable_line
+from memtune.plan.query import Mode
 from memtune.plan.search import Planned, PlanResult
 from memtune.tables import Column
 from memtune.units import GiB
@@ -31,16 +34,22 @@ def optimizer_label(p: Planned) -> str:
     return label
 
 
-# Left out first when the terminal is narrow: TFLOP/s (tokens/s says the same), DP (the layout
-# implies it), the share of #1, then the recompute and optimizer labels.
+def layout_label(p: Planned) -> str:
+    """The layout's sizes, EP included for an MoE model even at 1."""
+    return p.candidate.label(moe=p.checked.derived.is_moe)
+
+
+# A layout is defined by its sizes, recompute and optimizer: those and the figures it is ranked
+# by are never left out. On a narrow terminal TFLOP/s (tokens/s says the same), DP (the layout
+# implies it), the share of #1 and the headroom give way, in that order.
 _COLUMNS = (
     Column("#"),
     Column("layout", "left", wrap=True),
     Column("DP", keep=10),
-    Column("recompute", "left", keep=60),
-    Column("optimizer", "left", keep=70, wrap=True),
+    Column("recompute", "left", wrap=True),
+    Column("optimizer", "left", wrap=True),
     Column("peak"),
-    Column("free", keep=50),
+    Column("headroom", keep=50),
     Column("tok/s/GPU"),
     Column("TFLOP/s", keep=20),
     Column("rel", keep=30),
@@ -57,7 +66,7 @@ def print_table(
     cells = [
         (
             str(p.rank) if p.rank else "-",
-            p.candidate.label(),
+            layout_label(p),
             str(p.checked.derived.dp),
             p.candidate.recompute.label(),
             optimizer_label(p),
@@ -78,7 +87,7 @@ def print_table(
     )
 
 
-def print_summary(result: PlanResult, console: Console) -> None:
+def print_summary(result: PlanResult, console: Console, mode: Mode | None = None) -> None:
     n = result.counts
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
     refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
@@ -95,9 +104,12 @@ def print_summary(result: PlanResult, console: Console) -> None:
             if n.get("not simulated")
             else ""
         )
-        + ". Peak and free memory in GiB on the most-loaded rank; throughput from the simulated step "
-        "(`--explain N`, docs/plan.md).[/dim]",
+        + ". Peak and headroom (capacity left after the verdict's margins, docs/verdict.md) in GiB on the"
+        " most-loaded rank; throughput from the simulated step (`--explain N`, docs/plan.md).[/dim]",
     )
+    if mode is not None:
+        overrides = "" if mode.why == "--mode" else "; --mode overrides"
+        tables.print_text(console, f"[dim]Planned as {mode.name}: {escape(mode.why)}{overrides}.[/dim]")
 
 
 _HEADLINES = {
@@ -120,7 +132,7 @@ def print_allocator_note(changes: tuple[Change, ...], console: Console) -> None:
         )
 
 
-def print_no_layout(result: PlanResult, console: Console) -> None:
+def print_no_layout(result: PlanResult, console: Console, mode: Mode | None = None) -> None:
     """What stopped every layout (memtune/plan/obstacle.py), then the search's counts."""
     found = obstacle(result)
     headline = _HEADLINES[found.constraint].format(n=found.candidates)
@@ -129,7 +141,7 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(justify="right", no_wrap=True)
-        grid.add_column()
+        grid.add_column(overflow="fold")  # a long word goes on, never "…"
         for r in found.refusals:
             grid.add_row(f"  {r.code}", f"{r.candidates:,}", r.summary)
         tables.print_lines(console, grid)
@@ -138,31 +150,35 @@ def print_no_layout(result: PlanResult, console: Console) -> None:
     if remedies := found.remedies:
         listed = ", ".join(remedies[:-1]) + " or " + remedies[-1] if len(remedies) > 1 else remedies[0]
         tables.print_text(console, f"Try {listed}.")
-    print_summary(result, console)
+    print_summary(result, console, mode)
 
 
 def print_explain(result: PlanResult, n: int, console: Console) -> None:
-    """Layout ``n``'s overrides, memory, and its simulated step beside #1's."""
+    """Layout ``n``'s overrides, memory, and its simulated step beside #1's (#1's beside #2's)."""
     if not 1 <= n <= len(result.layouts):
         console.print(f"[red]--explain {n}: only {len(result.layouts)} layouts are shown[/red]")
         return
-    p, best = result.layouts[n - 1], result.layouts[0]
+    p = result.layouts[n - 1]
+    other = result.layouts[0] if n > 1 else (result.layouts[1] if len(result.layouts) > 1 else None)
     est = p.estimate
     worst = est.worst
     tables.print_text(
         console,
-        f"[bold]#{n} {p.candidate.label()}[/bold] · {escape(p.candidate.recompute.label())} · {optimizer_label(p)}",
+        f"[bold]#{n} {layout_label(p)}[/bold] · {escape(p.candidate.recompute.label())} · {optimizer_label(p)}",
     )
     tables.print_text(console, "  overrides: " + escape(" ".join(str(ch) for ch in changed_keys(result, p))))
+    if other is not None:
+        tables.print_text(console, f"  differs from #{other.rank} in: " + escape(_differences(p, other)))
     tables.print_text(
         console,
         f"  memory: pipeline rank {worst.pp_rank} peaks at {worst.peak_bytes / GiB:.2f} GiB ({worst.peak_phase}); "
         f"needs {est.needed_bytes(worst) / GiB:.2f} of {est.capacity_bytes / GiB:.2f} GiB with the "
         f"{est.verdict_margin.total:.1%} margin (docs/verdict.md) and {est.non_pytorch_bytes / GiB:.2f} GiB outside PyTorch",
     )
+    error = f" ± {step_uncertainty(p.checked.derived).error:.0%}" if p.step else ""
     tables.print_text(
         console,
-        f"  step {p.step_time_s:.3f} s · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
+        f"  step {p.step_time_s:.3f} s{error} · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
         f"{p.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1 "
         f"(analytic pruning pass: {p.prediction.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)",
     )
@@ -177,25 +193,57 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         console, f"  simulated step: bubble {step.simulated.bubble_fraction:.1%} of the busiest stage"
     )
     tables.print_table(console, perf_render.STAGE_COLUMNS, perf_render.stage_rows(step))
-    if best.step is not None:
-        mine, theirs = _step_parts(step), _step_parts(best.step)
-        rows = [
-            (name, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
-            for (name, a), (_, b) in zip(mine, theirs, strict=True)
-        ]
-        columns = (Column("busiest stage", "left"), Column(f"#{n} s"), Column("#1 s"), Column("difference"))
-        tables.print_table(console, columns, rows)
-        if n > 1:
-            worse = [
-                f"{name} (+{a - b:.3f} s)"
-                for (name, a), (_, b) in zip(mine[1:], theirs[1:], strict=True)
-                if a - b > 1e-4
-            ]
-            if worse:
-                tables.print_text(console, "  ranks below #1 because of: " + ", ".join(worse))
+    if other is not None and other.step is not None:
+        _print_comparison(console, p, step, other, other.step)
     for note in step.unmeasured:
         tables.print_text(console, f"  unmeasured: {escape(note)}")
+    tables.print_text(console, f"  {escape(step_uncertainty(p.checked.derived).basis())}")
     tables.print_text(console, "[dim]step model: " + "; ".join(STEP_MODEL_NOTES) + "[/dim]")
+
+
+def _print_comparison(
+    console: Console, p: Planned, step: StepPrediction, other: Planned, other_step: StepPrediction
+) -> None:
+    """Layout ``p``'s step beside ``other``'s (#1, or #2 when ``p`` is #1), part by part, and the
+    parts that put the slower one below."""
+    mine, theirs = _step_parts(step), _step_parts(other_step)
+    rows = [
+        (name, f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}")
+        for (name, a), (_, b) in zip(mine, theirs, strict=True)
+    ]
+    columns = (
+        Column("busiest stage", "left"),
+        Column(f"#{p.rank} s"),
+        Column(f"#{other.rank} s"),
+        Column("difference"),
+    )
+    tables.print_table(console, columns, rows)
+    slower, faster = (mine, theirs) if p.rank > other.rank else (theirs, mine)
+    worse = [
+        f"{name} (+{a - b:.3f} s)"
+        for (name, a), (_, b) in zip(slower[1:], faster[1:], strict=True)
+        if a - b >= 0.0005  # shown to the millisecond
+    ]
+    if worse:
+        high, low = sorted((p.rank, other.rank))
+        tables.print_text(console, f"  #{low} ranks below #{high} because of: " + ", ".join(worse))
+
+
+def _differences(p: Planned, other: Planned) -> str:
+    """The keys whose values differ between two layouts: ``p``'s value, then ``other``'s."""
+    mine = {ch.key: ch for ch in p.changes}
+    theirs = {ch.key: ch for ch in other.changes}
+
+    def value(changes: dict[str, Change], key: str) -> str:
+        return str(changes[key]).partition("=")[2] if key in changes else "unset"
+
+    keys = [*mine, *(key for key in theirs if key not in mine)]
+    found = [
+        f"{key}={value(mine, key)} (#{other.rank}: {value(theirs, key)})"
+        for key in keys
+        if value(mine, key) != value(theirs, key)
+    ]
+    return ", ".join(found) or "nothing the layout sets"
 
 
 def _step_parts(step: StepPrediction) -> list[tuple[str, float]]:
@@ -246,7 +294,7 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
     est = p.estimate
     return {
         "rank": p.rank or None,
-        "layout": p.candidate.label(),
+        "layout": layout_label(p),
         "recompute": p.candidate.recompute.label(),
         "optimizer": optimizer_label(p),
         "overrides": [str(ch) for ch in (changed_keys(result, p) if result else p.changes)],
@@ -259,6 +307,7 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
         "step_time_s": p.step_time_s,
+        "step_time_uncertainty": uncertainty_json(step_uncertainty(p.checked.derived)) if p.step else None,
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "relative_throughput": p.relative,
@@ -272,9 +321,10 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
     }
 
 
-def result_json(result: PlanResult) -> dict[str, Any]:
+def result_json(result: PlanResult, mode: Mode | None = None) -> dict[str, Any]:
     return {
         "schema_version": 1,
+        "mode": None if mode is None else {"name": mode.name, "why": mode.why},
         "counts": result.counts,
         "pruned_by": result.pruned_by,
         "refused_by_check": result.refused_by,
@@ -290,6 +340,7 @@ def result_json(result: PlanResult) -> dict[str, Any]:
 def _step_json(step: StepPrediction) -> dict[str, Any]:
     document = perf_render.step_json(step)
     del document["schema_version"]  # the plan document carries it at its top level
+    del document["step_time_uncertainty"]  # and the layout its step time's uncertainty
     return document
 
 

@@ -1,18 +1,28 @@
-"""``memtune diff A B``: where the memory between two configs went, key by key.
+"""What one change does to a job's memory, and ``memtune diff A B``: where the memory between two
+configs went, key by key.
 
-For every differing key the estimate of A with that one change applied gives the key's effect
-alone; what the total change leaves over once those are added up is the interactions' part (two
-changes that multiply, such as a longer sequence and more in-flight microbatches). All of it is
-per pipeline rank and per component, in bytes, so singles plus interactions equal the total
-exactly. When A and B have different pipeline sizes the ranks do not correspond, and each
-estimate is represented by its most-loaded rank.
+:func:`effect_alone` is the one attribution ``diff``, ``bisect --configs`` and ``fix`` share: a
+change (one key, or keys that only go together) applied alone to a job, gated like any job the user
+wrote, estimated, and compared with the job's own estimate per pipeline rank and per component of
+what the rank needs (docs/verdict.md): the parts of its training peak, memory outside PyTorch,
+the fragmentation margin and the safety margin, which add up to what the training peak needs;
+then the peak itself and what the verdict judges the rank needs (the larger of training and a
+resume). An allocator setting thus moves the fragmentation margin, not the peak.
+
+For ``diff``, every differing key's effect alone is that; what the total change leaves over once
+those are added up is the interactions' part (two changes that multiply, such as a longer
+sequence and more in-flight microbatches), so singles plus interactions equal the total exactly.
+When A and B have different pipeline sizes the ranks do not correspond, and each estimate is
+represented by its most-loaded rank.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memtune.config import LoadedJob
+from memtune.config.changes import Change
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, RankEstimate
@@ -28,8 +38,10 @@ from memtune.regress.jobs import (
     unread_differences,
 )
 
-# What a rank needs, as the verdict counts it: the components of its allocator peak (as memtune
-# estimate shows them), memory outside PyTorch and the fragmentation margin; then the peak itself.
+# What a rank needs for its training peak, as the verdict counts it (docs/verdict.md): the
+# components of its allocator peak (as memtune estimate shows them), memory outside PyTorch and
+# the two margins; they add up to that need. Then the peak itself, and what the verdict judges
+# the rank needs (the training peak's, or a resume's when that is larger).
 COMPONENTS = (
     "weights",
     "grads",
@@ -38,27 +50,79 @@ COMPONENTS = (
     "transient",
     "outside PyTorch",
     "fragmentation margin",
+    "safety margin",
 )
 PEAK = "peak"
+NEEDED = "needed"
 MOST_LOADED = "most-loaded rank"
 
-Breakdown = dict[str, int]  # component (and "peak") -> bytes
+Breakdown = dict[str, int]  # component (and "peak", "needed") -> bytes
 
 
 def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
-    # The training peak's margin (Estimate.needed_bytes judges a resume's larger peak instead).
-    needed = needed_bytes(rank.peak_bytes, est.non_pytorch_bytes, est.verdict_margin)
-    margin = needed - rank.peak_bytes - est.non_pytorch_bytes
+    # The training peak's margins (Estimate.needed_bytes judges a resume's larger peak instead).
+    margin = est.verdict_margin
+    training = needed_bytes(rank.peak_bytes, est.non_pytorch_bytes, margin)
+    fragmentation = round(rank.peak_bytes * margin.fragmentation)
     return {
         **components(rank),
         "outside PyTorch": est.non_pytorch_bytes,
-        "fragmentation margin": margin,
+        "fragmentation margin": fragmentation,
+        "safety margin": training - rank.peak_bytes - est.non_pytorch_bytes - fragmentation,
         PEAK: rank.peak_bytes,
+        NEEDED: est.needed_bytes(rank),
     }
 
 
 def minus(after: Breakdown, before: Breakdown) -> Breakdown:
     return {name: after[name] - before[name] for name in before}
+
+
+def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
+    return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a change does alone to a job: the job's estimate before it and after it, compared per
+    pipeline rank, or most-loaded rank against most-loaded rank when the pipeline size changed."""
+
+    before: Estimate
+    after: Estimate
+
+    @property
+    def per_rank(self) -> bool:
+        return len(self.before.ranks) == len(self.after.ranks)
+
+    def parts(self, per_rank: bool | None = None) -> list[Breakdown]:
+        """Per compared rank (every pipeline rank, or with ``per_rank`` false or the pipeline size
+        changed, the most-loaded one), the change of each component, of the peak and of what the
+        rank needs."""
+        each = self.per_rank if per_rank is None else per_rank and self.per_rank
+        return [minus(a, b) for b, a in zip(compared(self.before, each), compared(self.after, each))]
+
+    def on(self, pp_rank: int | None = None) -> Breakdown:
+        """The change on pipeline rank ``pp_rank`` of the job (its most-loaded rank by default, and
+        most-loaded against most-loaded when the pipeline size changed)."""
+        if pp_rank is None or not self.per_rank:
+            return minus(breakdown(self.after, self.after.worst), breakdown(self.before, self.before.worst))
+        return minus(
+            breakdown(self.after, self.after.ranks[pp_rank]),
+            breakdown(self.before, self.before.ranks[pp_rank]),
+        )
+
+
+def effect_alone(before: Estimate, job: JobConfig, changes: Sequence[Change]) -> Effect | str:
+    """What ``changes`` do alone to ``job``, whose estimate is ``before``: ``job`` with only them
+    applied, gated and estimated like a job the user wrote; or the first reason the schema or
+    ``memtune check`` refuses it. A change of a whole optional section (``peft``) adds it or, with
+    a null value, removes it."""
+    try:
+        changed = apply(job, changes)
+    except InputError as exc:
+        return exc.problems[0]
+    after = estimate_or_refusal(changed)
+    return after if isinstance(after, str) else Effect(before, after)
 
 
 @dataclass
@@ -92,16 +156,13 @@ class ConfigDiff:
         return self.labels[0] != MOST_LOADED
 
 
-def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
-    return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
-
-
-def _applied(job: JobConfig, group: list[KeyChange]) -> JobConfig | str:
-    """``job`` with the group's changes, or the first reason the schema refuses the result."""
+def _valid(job: JobConfig, group: list[KeyChange]) -> bool:
+    """The schema accepts ``job`` with the group's changes (memtune check may still refuse it)."""
     try:
-        return apply(job, [c.change for c in group])
-    except InputError as exc:
-        return exc.problems[0]
+        apply(job, [c.change for c in group])
+    except InputError:
+        return False
+    return True
 
 
 def _groups(job: JobConfig, changes: list[KeyChange]) -> list[list[KeyChange]]:
@@ -109,13 +170,13 @@ def _groups(job: JobConfig, changes: list[KeyChange]) -> list[list[KeyChange]]:
     ``num_layers`` and an MoE model's per-layer ``moe_layer_freq`` list) is paired with the first
     other change that makes the pair valid, and the pair is attributed as one. A change no pair
     makes valid stays alone and is reported as refused, its effect inside the interactions."""
-    valid = [not isinstance(_applied(job, [c]), str) for c in changes]
+    valid = [_valid(job, [c]) for c in changes]
     partner: dict[int, int] = {}
     for i, change in enumerate(changes):
         if valid[i] or i in partner:
             continue
         for j, other in enumerate(changes):
-            if j != i and j not in partner and not isinstance(_applied(job, [change, other]), str):
+            if j != i and j not in partner and _valid(job, [change, other]):
                 partner[i], partner[j] = j, i
                 break
     groups = []
@@ -135,15 +196,13 @@ def diff_configs(a: LoadedJob, b: LoadedJob) -> ConfigDiff:
     total = [minus(e, s) for s, e in zip(start, end)]
     keys = []
     for group in _groups(a.job, differing_keys(a.job, b.job)):
-        job = _applied(a.job, group)
-        alone = job if isinstance(job, str) else estimate_or_refusal(job)
-        if isinstance(alone, str):
-            keys.append(KeyEffect(group[0], None, alone, group[1:]))
+        effect = effect_alone(before, a.job, [c.change for c in group])
+        if isinstance(effect, str):
+            keys.append(KeyEffect(group[0], None, effect, group[1:]))
             continue
         # One key alone changes the number of ranks only if it is the pipeline size, and then
         # A and B differ in it too, so each side is already its most-loaded rank.
-        parts = [minus(e, s) for s, e in zip(start, compared(alone, per_rank))]
-        keys.append(KeyEffect(group[0], parts, None, group[1:]))
+        keys.append(KeyEffect(group[0], effect.parts(per_rank), None, group[1:]))
     interactions = []
     for i, whole in enumerate(total):
         singles = [k.alone[i] for k in keys if k.alone is not None]

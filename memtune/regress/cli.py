@@ -7,12 +7,15 @@ import json
 import sys
 from typing import Any
 
+from rich.console import Console
+
 from memtune.config.arguments import is_override
 from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.limits import MAX_TIMEOUT_SECONDS
 from memtune.numbers import echo, float_or_none
 from memtune.regress import render
+from memtune.tables import print_wrapped
 
 EXIT_NO_ANSWER = 1
 
@@ -42,7 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_category_argument(d)
     d.add_argument("--plot", metavar="FILE.png", help="with --snapshots: both timelines by category")
-    d.add_argument("--all", action="store_true", help="with --logs: also list every rank and step")
+    d.add_argument(
+        "--all",
+        action="store_true",
+        help="configs: every component of every rank, each change alone and the interactions; "
+        "with --logs: also every rank and step",
+    )
     d.add_argument("--json", action="store_true", help="print machine-readable JSON")
     d.set_defaults(handler=run_diff, overrides=[])
 
@@ -99,8 +107,9 @@ def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> N
     if args.json:
         print(json.dumps(data, indent=2))
     else:
+        console = Console(highlight=False)
         for line in lines:
-            print(line)
+            print_wrapped(console, line)
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -115,8 +124,6 @@ def run_diff(args: argparse.Namespace) -> int:
     if len(paths) != 2:
         what = "runs" if args.logs else "configs"
         raise InputError(f"expected two {what} A B, got {len(paths)}: {' '.join(paths) or 'none'}")
-    if args.all and not args.logs:
-        raise InputError("--all goes with --logs (it lists every rank and step of two runs)")
     if args.logs:
         if overrides:
             raise InputError(f"--logs compares runs; overrides apply to configs only: {' '.join(overrides)}")
@@ -133,7 +140,7 @@ def run_diff(args: argparse.Namespace) -> int:
     for loaded in pair:
         report_ignored(loaded, args.command)
     diff = diff_configs(*pair)
-    _emit(args, render.diff_json(diff), render.diff_lines(diff))
+    _emit(args, render.diff_json(diff), render.diff_lines(diff, everything=args.all))
     return 0
 
 

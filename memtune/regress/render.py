@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtune.regress.attribution import COMPONENTS, PEAK, ConfigDiff, attributions
+from memtune.regress.attribution import COMPONENTS, NEEDED, PEAK, ConfigDiff, attributions, compared
 from memtune.regress.gitbisect import BisectResult
 from memtune.regress.logs import (
     ALLOCATED,
@@ -31,7 +31,10 @@ def signed(nbytes: int) -> str:
 # --- memtune diff A B -----------------------------------------------------------------------
 
 
-def diff_lines(diff: ConfigDiff) -> list[str]:
+def diff_lines(diff: ConfigDiff, everything: bool = False) -> list[str]:
+    """The peaks and what each rank needs before and after; then one line per changed key with
+    what it does alone to the rank B's verdict judges, largest first, and the interactions after
+    them; ``everything`` lists every component of every rank instead."""
     a, b = diff.a, diff.b
     lines = [f"A: {a.source} ({a.format})", f"B: {b.source} ({b.format})"]
     if not diff.per_rank:
@@ -40,10 +43,15 @@ def diff_lines(diff: ConfigDiff) -> list[str]:
             f"A has {len(diff.before.ranks)} pipeline ranks and B {len(diff.after.ranks)}: comparing the "
             f"most-loaded rank of each (A pp_rank {wa.pp_rank}, B pp_rank {wb.pp_rank})"
         )
-    lines.append("Peak per rank (before -> after):")
-    starts = [r.peak_bytes for r in diff.before.ranks] if diff.per_rank else [diff.before.worst.peak_bytes]
+    lines.append(
+        "Per rank, before -> after (needs: peak, memory outside PyTorch and margins; docs/verdict.md):"
+    )
+    starts = compared(diff.before, diff.per_rank)
     for label, start, total in zip(diff.labels, starts, diff.total):
-        lines.append(f"  {label}: {human(start)} -> {human(start + total[PEAK])} ({signed(total[PEAK])})")
+        lines.append(
+            f"  {label}: peak {human(start[PEAK])} -> {human(start[PEAK] + total[PEAK])} ({signed(total[PEAK])}), "
+            f"needs {human(start[NEEDED])} -> {human(start[NEEDED] + total[NEEDED])} ({signed(total[NEEDED])})"
+        )
     lines.append(
         f"Verdict: {diff.before.verdict()} -> {diff.after.verdict()} "
         f"(most-loaded rank, {diff.after.gpu.name} {human(diff.after.capacity_bytes)})"
@@ -54,12 +62,7 @@ def diff_lines(diff: ConfigDiff) -> list[str]:
             "Some peaks fall in the optimizer step, others in forward/backward: there activations are "
             "freed and the step's temporaries count as transient, so memory moves between the two."
         )
-    found = [x for x in attributions(diff) if abs(x.delta) >= SHOWN_FROM]
-    if found:
-        lines.append(
-            "Attributed (each change alone on A; interactions = total minus the singles; under 1 MiB not shown):"
-        )
-        lines += [f"  {x.what}: {signed(x.delta)} {x.component} on {x.rank}" for x in found]
+    lines += _every_part(diff) if everything else _each_key(diff)
     quiet = [k for k in diff.keys if k.alone is not None and not any(any(p.values()) for p in k.alone)]
     if quiet:
         lines.append("No effect on the estimate:")
@@ -76,7 +79,61 @@ def diff_lines(diff: ConfigDiff) -> list[str]:
             lines.append(f"  ... {len(diff.unread) - UNREAD_SHOWN} more (--json lists all)")
     if not diff.keys and not diff.unread:
         lines.append("The two configs describe the same job.")
+    elif not everything and diff.keys:
+        lines.append("--all lists every component of every rank, each change alone and the interactions.")
     return lines
+
+
+def _judged(diff: ConfigDiff) -> int:
+    """The compared rank B's verdict judges: B's most-loaded pipeline rank (the only one compared
+    when the pipeline sizes differ)."""
+    return diff.after.worst.pp_rank if diff.per_rank else 0
+
+
+MOVED_SHOWN = 3  # components named per change; --all lists every one
+
+
+def _moved(part: dict[str, int]) -> str:
+    """The components a change moved most, largest first: "activations +2.00 GiB, transient
+    +0.10 GiB"."""
+    moved = sorted((c for c in COMPONENTS if abs(part[c]) >= SHOWN_FROM), key=lambda c: -abs(part[c]))
+    more = len(moved) - MOVED_SHOWN
+    return ", ".join(f"{c} {signed(part[c])}" for c in moved[:MOVED_SHOWN]) + (
+        f" and {more} more" if more > 0 else ""
+    )
+
+
+def _each_key(diff: ConfigDiff) -> list[str]:
+    """One line per changed key: what it alone does to what the judged rank needs, largest first;
+    then the interactions, said as such."""
+    i = _judged(diff)
+    effects = sorted(
+        (k for k in diff.keys if k.alone is not None and abs(k.alone[i][NEEDED]) >= SHOWN_FROM),
+        key=lambda k: -abs(k.alone[i][NEEDED] if k.alone else 0),
+    )
+    lines = []
+    if effects:
+        lines.append(f"Each change alone on A, largest first (what {diff.labels[i]} needs):")
+        for k in effects:
+            assert k.alone is not None
+            lines.append(f"  {signed(k.alone[i][NEEDED])}  {k}  ({_moved(k.alone[i])})")
+    rest = diff.interactions[i]
+    if abs(rest[NEEDED]) >= SHOWN_FROM or _moved(rest):
+        lines.append(
+            f"Interactions between the changes (the total less the changes alone): {signed(rest[NEEDED])}"
+            + (f" ({_moved(rest)})" if _moved(rest) else "")
+        )
+    return lines
+
+
+def _every_part(diff: ConfigDiff) -> list[str]:
+    found = [x for x in attributions(diff) if abs(x.delta) >= SHOWN_FROM]
+    if not found:
+        return []
+    return [
+        "Attributed (each change alone on A; interactions = total minus the singles; under 1 MiB not shown):",
+        *(f"  {x.what}: {signed(x.delta)} {x.component} on {x.rank}" for x in found),
+    ]
 
 
 def _maybe(value: str | None) -> str:
@@ -100,7 +157,7 @@ def diff_json(diff: ConfigDiff) -> dict[str, Any]:
         "a": {"source": diff.a.source, "format": diff.a.format, **side(diff.before)},
         "b": {"source": diff.b.source, "format": diff.b.format, **side(diff.after)},
         "compared": "per_pp_rank" if diff.per_rank else "most_loaded_rank",
-        "components": [*COMPONENTS, PEAK],
+        "components": [*COMPONENTS, PEAK, NEEDED],
         "total": ranks(diff.total),
         "changes": [
             {
@@ -257,11 +314,14 @@ def walk_lines(w: Walk, a: str, b: str) -> list[str]:
         lines.append(f"B fits ({how}): no change between A and B makes it stop fitting.")
         return lines
     lines.append(
-        f"Order tried ({len(w.order)} changes; savings first, then growth smallest first; "
+        f"Order tried ({len(w.order)} changes, by what each alone does to what the rank needs: savings "
+        f"first, then growth smallest first; "
         f"{len(w.probes)} {how} prefixes):"
     )
     for i, (change, effect) in enumerate(zip(w.order, w.single_effects), 1):
-        alone = {None: "refused alone", 0: "no effect alone"}.get(effect) or f"{signed(effect or 0)} alone"
+        alone = {None: "refused alone", 0: "no effect alone"}.get(
+            effect
+        ) or f"needs {signed(effect or 0)} alone"
         lines.append(f"  {i:>2}. {change} ({alone})")
     assert w.before is not None and w.after is not None
     if len(w.culprits) == 1:
@@ -293,7 +353,7 @@ def walk_json(w: Walk, a: str, b: str) -> dict[str, Any]:
         "b": {"source": b, **(probe(w.end) or {})},
         "evaluated_by": "measure" if w.measured else "estimate",
         "order": [
-            {"key": c.key, "before": c.before, "after": c.change.value, "peak_delta_alone_bytes": e}
+            {"key": c.key, "before": c.before, "after": c.change.value, "needed_delta_alone_bytes": e}
             for c, e in zip(w.order, w.single_effects)
         ],
         "culprits": [{"key": c.key, "before": c.before, "after": c.change.value} for c in w.culprits],

@@ -1,11 +1,13 @@
 """``memtune bisect --configs A B``: the first change on the way from A to B after which the
 watched rank no longer fits.
 
-Order. Each differing key's effect alone on the watched rank's peak is estimated (cheap), and the
-changes are ordered: those that lower the peak first (largest saving first), then those memtune
-check refuses on their own (they only make sense with another change, e.g. a TP size with its
-sequence parallelism), then those with no effect, then those that raise it, smallest first.
-Along that order the peak of the prefixes falls, then rises, so "fits" holds for a run of
+Order. Each differing key's effect alone on what the watched rank needs (its peak, memory outside
+PyTorch and the verdict's margins: :func:`memtune.regress.attribution.effect_alone`, the
+attribution ``diff`` and ``fix`` use too) is estimated (cheap), and the changes are ordered: those
+that lower it first (largest saving first), then those memtune check refuses on their own (they
+only make sense with another change, e.g. a TP size with its sequence parallelism), then those
+with no effect, then those that raise it, smallest first. Along that order what the prefixes
+need falls, then rises, so "fits" holds for a run of
 prefixes and then stops: one binary search over the prefixes finds the boundary with about
 log2(n) evaluations. That matters for ``--measure``, where every evaluation is a GPU run; the
 ordering itself always uses the estimator. Raising changes go smallest first so that the change
@@ -32,6 +34,7 @@ from memtune.config import LoadedJob
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, RankEstimate, estimate
+from memtune.regress.attribution import NEEDED, effect_alone
 from memtune.regress.jobs import KeyChange, apply, differing_keys, estimate_named, estimate_or_refusal
 
 FITS = "fits"
@@ -54,7 +57,9 @@ class Probe:
 @dataclass
 class Walk:
     order: list[KeyChange]
-    single_effects: list[int | None]  # peak change of each key alone, aligned with order; None: refused
+    single_effects: list[
+        int | None
+    ]  # change of what the rank needs, each key alone, as ordered; None: refused
     start: Probe
     end: Probe
     culprits: list[KeyChange] = field(default_factory=list)  # empty when A does not fit or B fits
@@ -120,13 +125,12 @@ def walk(
     changes = differing_keys(a.job, b.job)
     if not changes:
         raise InputError(f"{a.source} and {b.source} describe the same job: nothing to bisect")
-    start_peak = watched(before, global_rank).peak_bytes
+    pp_rank = watched(before, global_rank).pp_rank
     effects: list[int | None] = []
     for change in changes:
-        alone = estimate_or_refusal(apply(a.job, [change.change]))
-        effects.append(
-            None if isinstance(alone, str) else watched(alone, global_rank).peak_bytes - start_peak
-        )
+        # What the watched rank needs (the verdict's figure), as `diff` and `fix` attribute it.
+        effect = effect_alone(before, a.job, [change.change])
+        effects.append(None if isinstance(effect, str) else effect.on(pp_rank)[NEEDED])
     ordered = sorted(zip(changes, effects), key=_order_key)
     order = [c for c, _ in ordered]
     evaluate = evaluate or estimator(global_rank)

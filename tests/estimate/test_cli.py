@@ -129,26 +129,34 @@ def test_cuda_graphs_are_named_outside_pytorch(job_factory):
 
 
 def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
+    from memtune.estimate.render import uncertainty_json
     from memtune.perf.step import predict_step
+    from memtune.perf.uncertainty import step_uncertainty
 
     assert main(["estimate", EXAMPLE, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["throughput"]
     d = gate(load_job(EXAMPLE).job).derived
     p = predict_step(d)
+    u = step_uncertainty(d)
     assert doc == {
         "step_time_s": p.step_time_s,
+        "step_time_uncertainty": uncertainty_json(u),
         "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "model_tflops_per_gpu": p.model_tflops_per_gpu,
         "unmeasured": list(p.unmeasured),
         "not_simulated": None,
     }
+    assert (doc["step_time_uncertainty"]["relative"], doc["step_time_uncertainty"]["family"]) == (
+        u.error,
+        "dense",
+    )
     # GBS 32 x seq 4096 tokens over 32 GPUs per step
     assert doc["tokens_per_s_per_gpu"] == pytest.approx(32 * 4096 / 32 / doc["step_time_s"])
     assert main(["estimate", EXAMPLE]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Predicted step:"))
     tokens = f"{p.tokens_per_s_per_gpu:,.0f}"
     assert line == (
-        f"Predicted step: {p.step_time_s:.3g} s, {tokens} tokens/s per GPU, "
+        f"Predicted step: {p.step_time_s:.3g} s ± {u.error:.0%}, {tokens} tokens/s per GPU, "
         f"{p.model_tflops_per_gpu:.3g} model TFLOP/s per GPU"
     )
     assert len(line) <= 80
@@ -161,6 +169,7 @@ def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(
     assert doc["verdict"] in ("fits", "tight", "does not fit") and doc["num_microbatches"] == 1260
     assert doc["throughput"] == {
         "step_time_s": None,
+        "step_time_uncertainty": None,
         "tokens_per_s_per_gpu": None,
         "model_tflops_per_gpu": None,
         "unmeasured": [],
@@ -179,4 +188,4 @@ def test_text_fits_the_width_without_trailing_blanks(capsys, monkeypatch, width)
     assert main(["estimate", EXAMPLE, "--explain"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= width and line == line.rstrip() for line in lines)
-    assert " pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines
+    assert "pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines

@@ -13,7 +13,7 @@ from memtune.config.changes import with_changes
 from memtune.config.derived import derive
 from memtune.config.knobs import Knobs, Recompute
 from memtune.estimate import estimate
-from memtune.estimate.render import estimate_json, print_table
+from memtune.estimate.render import estimate_json, print_explain, print_table
 from memtune.estimate.verdict import (
     MIN_RUNS,
     _margin,
@@ -134,13 +134,23 @@ def test_the_verdict_line_and_json_name_the_family_or_say_it_was_not_measured():
     data = estimate_json(measured, throughput_of(measured.derived))["verdict_margin"]
     assert data["basis"]["family"] == "LoRA" and data["basis"]["runs"] == lora.runs and data["measured"]
     assert estimate_json(unmeasured, throughput_of(unmeasured.derived))["verdict_margin"]["basis"] is None
-    lines = []
+    verdicts, explained = [], []
     for est in (measured, unmeasured):
         out = StringIO()
         print_table(est, Console(file=out, width=400), throughput_of(est.derived))
-        lines.append(next(line for line in out.getvalue().splitlines() if line.startswith("Verdict:")))
+        verdicts.append(next(line for line in out.getvalue().splitlines() if line.startswith("Verdict:")))
+        out = StringIO()
+        print_explain(est, Console(file=out, width=400))
+        explained.append(next(line for line in out.getvalue().splitlines() if "safety margin" in line))
+    # The verdict says it in plain words; --explain says what the safety margin rests on.
+    margin = measured.verdict_margin
     assert (
-        f"for LoRA (the peak exceeded the estimate by at most {lora.worst_under:.1%} on {lora.runs} tune runs"
-        in lines[0]
+        f"after a {margin.fragmentation:.0%} fragmentation margin and a {margin.error:.1%} safety margin"
+        in (verdicts[0])
     )
-    assert "the widest margin (MTP + LoRA never measured together)" in lines[1]
+    assert "tune runs" not in verdicts[0] and "confidence" not in verdicts[0]
+    assert (
+        f"is for LoRA (the peak exceeded the estimate by at most {lora.worst_under:.1%} on {lora.runs} tune runs"
+        in explained[0]
+    )
+    assert "the widest margin any family needed (MTP + LoRA never measured together)" in explained[1]

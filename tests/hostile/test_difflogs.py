@@ -56,7 +56,7 @@ def test_a_cut_gz_keeps_the_records_before_the_cut_and_says_so(capsys, run_a, tm
     cut.write_bytes(data[: len(data) - 200])
     status, out, _ = run_cli(capsys, "diff", "--logs", str(run_a), str(cut))
     assert status == 0
-    assert f"note: {cut}: truncated or corrupt compressed data after" in out
+    assert f"note: {cut}: truncated or corrupt compressed data after" in " ".join(out.split())
 
 
 def test_an_endless_line_is_cut_and_the_records_after_it_are_read(tmp_path, run_a):
@@ -189,14 +189,6 @@ def test_json_names_the_divergence_whatever_the_options(capsys, tmp_path):
     assert len(data["steps"]) == 160
     _, with_all, _ = run_cli(capsys, "diff", "--logs", str(a), str(b), "--json", "--all")
     assert json.loads(with_all) == data
-
-
-def test_all_goes_with_logs(capsys):
-    status, _, err = run_cli(capsys, "diff", "a.yaml", "b.yaml", "--all")
-    assert (status, err) == (
-        2,
-        "memtune diff: --all goes with --logs (it lists every rank and step of two runs)\n",
-    )
 
 
 def test_many_ranks_show_the_ones_that_changed_most(capsys, tmp_path):

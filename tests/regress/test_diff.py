@@ -9,7 +9,7 @@ from memtune.cli import main
 from memtune.config import load_job
 from memtune.estimate import estimate
 from memtune.estimate.render import components
-from memtune.regress.attribution import COMPONENTS, PEAK, attributions, diff_configs
+from memtune.regress.attribution import COMPONENTS, NEEDED, PEAK, attributions, diff_configs
 from memtune.regress.jobs import load_pair
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -26,6 +26,14 @@ BASE = {
     "ddp": {"use_distributed_optimizer": False},
     "cluster": {"num_gpus": 8, "gpu": "H100-80GB"},
 }
+
+
+# B's usual changes: a longer sequence, selective recompute, a larger micro-batch.
+LONGER = {
+    "model": {"seq_length": 8192, "recompute_granularity": "selective"},
+    "train": {"micro_batch_size": 2, "global_batch_size": 128},
+}
+SHARDED = {"use_distributed_optimizer": True}
 
 
 def write(tmp_path: Path, name: str, **sections: dict) -> str:
@@ -45,8 +53,13 @@ def breakdowns(path: str) -> list[dict[str, int]]:
         {
             **components(r),
             "outside PyTorch": est.non_pytorch_bytes,
-            "fragmentation margin": est.needed_bytes(r) - r.peak_bytes - est.non_pytorch_bytes,
+            "fragmentation margin": round(r.peak_bytes * est.margin),
+            "safety margin": est.needed_bytes(r)
+            - r.peak_bytes
+            - est.non_pytorch_bytes
+            - round(r.peak_bytes * est.margin),
             PEAK: r.peak_bytes,
+            NEEDED: est.needed_bytes(r),
         }
         for r in est.ranks
     ]
@@ -60,7 +73,7 @@ def test_one_key_gets_exactly_the_estimators_difference(tmp_path):
     assert effect.change.key == "optimizer.use_distributed_optimizer"
     before, after = breakdowns(a), breakdowns(b)
     assert effect.alone == [{k: y[k] - x[k] for k in x} for x, y in zip(before, after)]
-    assert diff.interactions == [{k: 0 for k in [*COMPONENTS, PEAK]}]
+    assert diff.interactions == [{k: 0 for k in [*COMPONENTS, PEAK, NEEDED]}]
     # By hand: the distributed optimizer shards the fp32 main weights and both Adam moments over
     # DP = 8 / TP2 = 4, so 3/4 of the optimizer state goes.
     optimizer_before = before[0]["optimizer"]
@@ -69,14 +82,7 @@ def test_one_key_gets_exactly_the_estimators_difference(tmp_path):
 
 def test_singles_plus_interactions_equal_the_total(tmp_path):
     a = write(tmp_path, "a.yaml")
-    b = write(
-        tmp_path,
-        "b.yaml",
-        model={"seq_length": 8192, "recompute_granularity": "selective"},
-        train={"micro_batch_size": 2, "global_batch_size": 128},
-        optimizer={"use_distributed_optimizer": True},
-        ddp={"use_distributed_optimizer": True},
-    )
+    b = write(tmp_path, "b.yaml", **LONGER, optimizer=SHARDED, ddp=SHARDED)
     diff = diff_configs(*load_pair(a, b))
     before, after = breakdowns(a), breakdowns(b)
     assert diff.total == [{k: y[k] - x[k] for k in x} for x, y in zip(before, after)]
@@ -99,20 +105,52 @@ def test_singles_plus_interactions_equal_the_total(tmp_path):
     assert sizes == sorted(sizes, reverse=True)
 
 
-def test_text_names_key_values_component_and_rank(tmp_path, capsys):
+def test_text_names_key_values_component_and_rank(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     a = write(tmp_path, "a.yaml", model={"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16"})
     b = write(
         tmp_path,
         "b.yaml",
         model={"pipeline_model_parallel_size": 2, "pipeline_dtype": "bf16", "seq_length": 8192},
     )
-    assert main(["diff", a, b]) == 0
+    assert main(["diff", a, b, "--all"]) == 0
     out = capsys.readouterr().out
     before, after = breakdowns(a), breakdowns(b)
     for rank in (0, 1):
         delta = (after[rank]["activations"] - before[rank]["activations"]) / 2**30
         assert f"model.seq_length 4096 -> 8192: +{delta:.2f} GiB activations on pp_rank {rank}" in out
     assert "interactions between the changes:" not in out  # one key: nothing left over
+
+
+def test_one_line_per_key_largest_first_then_the_interactions(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    a = write(tmp_path, "a.yaml")
+    b = write(tmp_path, "b.yaml", **LONGER, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    diff = diff_configs(*load_pair(a, b))
+    assert main(["diff", a, b]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = lines.index("Each change alone on A, largest first (what pp_rank 0 needs):")
+    # What each key alone does to what the rank needs, from the independent estimate of A with it.
+    before = breakdowns(a)[0]
+    expected = []
+    for effect in diff.keys:
+        section, name = effect.change.key.split(".")
+        alone = breakdowns(write(tmp_path, "alone.yaml", **{section: {name: effect.change.change.value}}))[0]
+        if alone[NEEDED] != before[NEEDED]:
+            expected.append((alone[NEEDED] - before[NEEDED], str(effect)))
+    expected.sort(key=lambda e: -abs(e[0]))
+    assert len(expected) == 3  # sequence, micro-batch and the allocator; the rest change nothing
+    keyed = lines[head + 1 : head + 1 + len(expected)]
+    assert [line.split("  ")[2] for line in keyed] == [what for _, what in expected]
+    assert [line.split()[0] for line in keyed] == [
+        ("+" if n >= 0 else "-") + f"{abs(n) / 2**30:.2f}" for n, _ in expected
+    ]
+    # The allocator change moves the fragmentation margin, not the peak: 8% -> 2% of the peak.
+    (allocator,) = [line for line in keyed if "PYTORCH_CUDA_ALLOC_CONF" in line]
+    assert allocator.startswith("  -") and "(fragmentation margin -" in allocator
+    interactions = lines[head + 1 + len(expected)]
+    assert interactions.startswith("Interactions between the changes (the total less the changes alone): ")
+    assert lines[-1].startswith("--all lists every component of every rank")
 
 
 def test_refused_single_goes_to_the_interactions(tmp_path, capsys):

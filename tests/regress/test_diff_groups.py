@@ -34,7 +34,8 @@ def test_the_layer_count_and_the_moe_layer_pattern_are_attributed_together(tmp_p
             assert singles + diff.interactions[i][name] == whole[name]
 
 
-def test_the_command_prints_the_pair_as_one_change(capsys, tmp_path):
+def test_the_command_prints_the_pair_as_one_change(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
     status, out, err = run_cli(capsys, "diff", *configs(tmp_path))
     assert (status, err) == (0, "")
     assert "  model.num_layers 32 -> 27 with model.moe_layer_freq 1 -> [0,1,1," in out

@@ -8,6 +8,7 @@ from memtune.check import gate
 from memtune.cli import main
 from memtune.config import load_job
 from memtune.estimate import estimate
+from memtune.regress.attribution import NEEDED, PEAK, diff_configs, effect_alone
 from memtune.regress.jobs import apply, load_pair
 from memtune.regress.walk import walk
 
@@ -29,7 +30,7 @@ def write(tmp_path, name, **sections):
     # Megatron-Core's defaults: SP at TP 1 is an error there (SEQ001), which these tests lean on.
     data = {"defaults": "megatron-core", **{key: dict(value) for key, value in BASE.items()}}
     for section, values in sections.items():
-        data[section] = {**data[section], **values}
+        data[section] = {**data.get(section, {}), **values}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     return str(path)
@@ -38,6 +39,11 @@ def write(tmp_path, name, **sections):
 def peak(path):
     est = estimate(gate(load_job(path).job))
     return est.worst.peak_bytes, est.verdict()
+
+
+def needed(path):
+    est = estimate(gate(load_job(path).job))
+    return est.needed_bytes(est.worst)
 
 
 def test_names_the_change_that_tips_it_over(tmp_path, capsys):
@@ -58,7 +64,7 @@ def test_names_the_change_that_tips_it_over(tmp_path, capsys):
         ("train.global_batch_size", 128),
     ]:
         section, name = key.split(".")
-        effects[key] = peak(write(tmp_path, "alone.yaml", **{section: {name: value}}))[0] - peak(a)[0]
+        effects[key] = needed(write(tmp_path, "alone.yaml", **{section: {name: value}})) - needed(a)
     assert [c.key for c in result.order] == sorted(
         effects,
         key=lambda k: (0, effects[k]) if effects[k] < 0 else (2, 0) if effects[k] == 0 else (3, effects[k]),
@@ -117,3 +123,28 @@ def test_bad_input(tmp_path, capsys):
         capsys.readouterr().err.strip()
         == "memtune bisect: --measure needs --rank R: the global rank to measure at each step"
     )
+
+
+def test_bisect_diff_and_the_attribution_agree_on_what_one_change_does(tmp_path, capsys):
+    # An allocator change moves no peak but the fragmentation margin (2% -> 8% of the peak):
+    # bisect orders by it, diff lists it, and effect_alone (what fix calls) gives the same bytes.
+    a = write(tmp_path, "a.yaml", env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    b = write(tmp_path, "b.yaml", model={"seq_length": 16384}, train={"micro_batch_size": 2})
+    pair = load_pair(a, b)
+    result = walk(*pair)
+    by_key = {c.key: e for c, e in zip(result.order, result.single_effects)}
+    diff = diff_configs(*pair)
+    alone = {k.change.key: k.alone[0][NEEDED] for k in diff.keys if k.alone is not None}
+    before = estimate(gate(pair[0].job))
+    change = next(k.change for k in diff.keys if k.change.key == "env.PYTORCH_CUDA_ALLOC_CONF")
+    effect = effect_alone(before, pair[0].job, [change.change])
+    assert not isinstance(effect, str)
+    assert by_key == alone
+    assert by_key["env.PYTORCH_CUDA_ALLOC_CONF"] == effect.on()[NEEDED] > 0
+    assert effect.on()[PEAK] == 0
+    # By hand: the needed bytes grow by the margin's 6 points of the peak.
+    peak = before.worst.peak_bytes
+    assert abs(effect.on()["fragmentation margin"] - round(peak * 0.06)) <= 1
+    assert main(["bisect", "--configs", a, b]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "env.PYTORCH_CUDA_ALLOC_CONF expandable_segments:True -> null (needs +" in out

@@ -121,8 +121,13 @@ def test_gather_without_a_process_group_summarises_this_rank(tmp_path):
 
 
 def test_on_cpu_the_allocator_fields_are_null_and_a_note_says_why(tmp_path):
-    with pytest.warns(MemoryWarning, match="CUDA is not available"), MemoryMonitor(tmp_path) as monitor:
+    with pytest.warns(MemoryWarning) as caught, MemoryMonitor(tmp_path) as monitor:
         record = monitor.step()
+    # Both notes are warned, once each: no MemoryWarning escapes the block.
+    assert sorted(str(w.message) for w in caught) == [
+        "memtune monitor: CUDA is not available: the allocator fields are null",
+        "memtune monitor: no CUDA device: the NVML fields are null",
+    ]
     start = read(tmp_path / "memtune-monitor-rank0.jsonl")[0]
     assert start["cuda"] is False and start["nvml"] is False
     assert "CUDA is not available: the allocator fields are null" in start["notes"]

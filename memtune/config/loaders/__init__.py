@@ -40,6 +40,8 @@ class RawJob:
     received: list[ReceivedDefault] = field(default_factory=list)
     # dotted key -> the line to report when no override supplies that required key
     missing: dict[str, str] = field(default_factory=dict)
+    # why the file says the job fine-tunes (an SFT recipe or dataset, --finetune); None: it does not
+    fine_tuning: str | None = None
 
 
 def read_raw(path: Path) -> RawJob:
@@ -53,8 +55,10 @@ def read_raw(path: Path) -> RawJob:
         raise InputError(f"{shown}: cannot open ({exc.strerror or exc.__class__.__name__})") from None
     text = read_config_text(path)
     if megatron_args.looks_like_launch(path, text):
-        data, ignored, missing = megatron_args.read(path, text)
-        return RawJob(data=data, format="megatron-args", ignored=ignored, missing=missing)
+        data, ignored, missing, fine_tuning = megatron_args.read(path, text)
+        return RawJob(
+            data=data, format="megatron-args", ignored=ignored, missing=missing, fine_tuning=fine_tuning
+        )
     mapping = native.parse_mapping(path, text)
     if "recipe" in mapping:
         rest = {k: v for k, v in mapping.items() if k != "recipe"}
@@ -65,7 +69,13 @@ def read_raw(path: Path) -> RawJob:
     if bridge.is_bridge_dump(mapping):
         data, ignored = bridge.read(mapping)
         missing = bridge.missing_architecture(data, path)
-        return RawJob(data=data, format="bridge", ignored=ignored, missing=missing)
+        return RawJob(
+            data=data,
+            format="bridge",
+            ignored=ignored,
+            missing=missing,
+            fine_tuning=bridge.fine_tuning(mapping),
+        )
     data = native.read(mapping)
     return RawJob(data=data, format="memtune", missing=bridge.missing_architecture(data, path))
 
@@ -76,8 +86,12 @@ def read_recipe(name: object) -> RawJob:
 
     if not isinstance(name, str):
         raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {name!r}")
-    data, ignored = bridge.read(find_recipe(name).container())
-    return RawJob(data=data, format="recipe", ignored=ignored)
+    recipe = find_recipe(name)
+    data, ignored = bridge.read(recipe.container())
+    fine_tuning = (
+        f"Bridge's {recipe.label} is an {recipe.mode.upper()} recipe" if recipe.mode != "pretrain" else None
+    )
+    return RawJob(data=data, format="recipe", ignored=ignored, fine_tuning=fine_tuning)
 
 
 def read_layer(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -112,6 +126,7 @@ def with_layer(raw: RawJob, layer: tuple[dict[str, Any], list[str]]) -> RawJob:
         ignored=[*raw.ignored, *ignored],
         received=raw.received,
         missing=raw.missing,
+        fine_tuning=raw.fine_tuning,
     )
 
 

@@ -214,6 +214,26 @@ def _at(data: dict[str, Any], dotted: str) -> object:
     return value.get(key) if isinstance(value, dict) else None
 
 
+# Megatron-Bridge's fine-tuning datasets (megatron.bridge.training.config.FinetuningDatasetConfig,
+# megatron.bridge.data.builders GPTSFTDatasetConfig and HFDatasetConfig): their class names.
+_SFT_DATASETS = ("FinetuningDatasetConfig", "GPTSFTDatasetConfig", "HFDatasetConfig")
+
+
+def fine_tuning(data: dict[str, Any]) -> str | None:
+    """Why a ``ConfigContainer`` dump or override file fine-tunes, in words; None when it says
+    nothing of it. Bridge's ``finetune()`` entry point starts from ``checkpoint.pretrained_checkpoint``
+    and reads an SFT dataset; ``checkpoint.finetune`` loads a checkpoint without its optimizer."""
+    dataset, checkpoint = _section(data, "dataset"), _section(data, "checkpoint")
+    target = str(dataset.get("_target_", ""))
+    if target.rsplit(".", 1)[-1] in _SFT_DATASETS:
+        return f"its dataset is {target.rsplit('.', 1)[-1]}"
+    if checkpoint.get("pretrained_checkpoint"):
+        return "it starts from checkpoint.pretrained_checkpoint"
+    if checkpoint.get("finetune") is True:
+        return "checkpoint.finetune is set"
+    return None
+
+
 def read(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     ignored: list[str] = []
     out: dict[str, Any] = {name: {} for name in (*SCHEMA_SECTIONS, "env")}

@@ -187,7 +187,7 @@ FLAGS: dict[str, Value | Switch] = {
     # resuming from a checkpoint (docs/resume.md)
     "load": Value("checkpoint.load"),
     "no-load-optim": Switch({"checkpoint.load_optim": False}),
-    "finetune": Switch({"checkpoint.load_optim": False}),
+    "finetune": Switch({"checkpoint.load_optim": False, "_.finetune": True}),
     "ckpt-format": Value("checkpoint.ckpt_format"),
     "ckpt-fully-parallel-load": _on("checkpoint.fully_parallel_load"),
     # optimizer and data parallelism
@@ -229,9 +229,9 @@ def looks_like_launch(path: Path, text: str) -> bool:
     )
 
 
-def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    """The job, the flags not used, and for keys the launch cannot give, the line to say if no
-    override supplies them."""
+def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, str], str | None]:
+    """The job, the flags not used, for keys the launch cannot give the line to say if no
+    override supplies them, and why the job fine-tunes (None when it does not say)."""
     script = parse_script(text)
     command = _training_command(script)
     if command is None:
@@ -247,7 +247,8 @@ def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, st
     _cluster(script, launcher, data, ignored)
     sections = {section: values for section, values in data.items() if values and section != "_"}
     missing = {"model.vocab_size": data["_"]["missing_vocab"]} if "missing_vocab" in data["_"] else {}
-    return {"defaults": "megatron-lm", **sections}, ignored, missing
+    fine_tuning = "Megatron-LM's --finetune" if data["_"].get("finetune") else None
+    return {"defaults": "megatron-lm", **sections}, ignored, missing, fine_tuning
 
 
 # Vocabulary sizes of tokenizers a launch names without --vocab-size: GPT-2's BPE files hold
