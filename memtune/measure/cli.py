@@ -12,6 +12,7 @@ from memtune.check import CheckedJob, gate
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.estimate import estimate
+from memtune.errors import InputError
 from memtune.measure.plan import DEFAULT_ITERATIONS, MeasurePlan, plan_measurement
 from memtune.measure.render import print_report, print_resume_report, report_json, resume_report_json
 from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_interpreter, run_plan, run_resume
@@ -94,6 +95,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan) -> int:
+    if not checked.derived.resumes:
+        raise InputError(
+            "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
+            " benchmarks/gpu/run_matrix.py, docs/save.md)"
+        )
     try:
         result = run_resume(plan, python=args.python, timeout_s=args.timeout)
     except MeasurementFailed as exc:

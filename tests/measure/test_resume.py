@@ -41,6 +41,12 @@ def test_resume_plan_carries_the_checkpoint_settings():
         "gated_linear_unit": True,
         "phase": "save",
         "directory": None,
+        "save_only": False,
+        "save_optim": True,
+        "fully_parallel_save": True,
+        "fully_reshardable_mem_efficient": False,
+        "async_save": False,
+        "gloo": False,
     }
     assert plan_measurement(gate(job), 0).resume is None
     json.dumps(plan.to_json())
@@ -51,7 +57,8 @@ def test_resume_plan_carries_the_checkpoint_settings():
     [
         (
             {"cluster": ONE_GPU},
-            "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)",
+            "--resume: the job neither resumes nor saves; set checkpoint.load or checkpoint.save (the"
+            " estimate's resume and save phases need them)",
         ),
         (
             {"checkpoint": RESUME},  # TINY has 2 GPUs
@@ -66,7 +73,7 @@ def test_resume_plan_carries_the_checkpoint_settings():
                 "ddp": {"use_distributed_optimizer": True},
             },
             "--resume with checkpoint.ckpt_format torch and the distributed optimizer: the legacy format "
-            "gathers the optimizer state over Gloo, which the measurement does not create",
+            "gathers the optimizer state over Gloo, which the measurement creates only to save at world size 1",
         ),
         (
             {"cluster": ONE_GPU, "checkpoint": {**RESUME, "ckpt_format": "fsdp_dtensor"}},
@@ -98,7 +105,8 @@ def test_cli_refuses_in_one_line_with_exit_2(tmp_path, capsys):
     assert main(["measure", str(config), "--rank", "0", "--resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(
-        "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)"
+        "--resume: the job neither resumes nor saves; set checkpoint.load or checkpoint.save (the"
+        " estimate's resume and save phases need them)"
     )
 
 
