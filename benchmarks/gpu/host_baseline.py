@@ -52,7 +52,9 @@ def main(out: str) -> int:
             def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
                 return {"tokens": torch.from_numpy(np.array(tokens[index], dtype=np.int64))}
 
-        loader = data.DataLoader(Tokens(), batch_size=1, num_workers=2, pin_memory=True, persistent_workers=True)
+        loader = data.DataLoader(
+            Tokens(), batch_size=1, num_workers=2, pin_memory=True, persistent_workers=True
+        )
         batches = iter(loader)
         for _ in range(64):
             next(batches)

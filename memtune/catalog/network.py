@@ -106,4 +106,4 @@ def host_memory_gib(cluster: ClusterConfig) -> float | None:
     memory = system["host_memory_gib"]
     if isinstance(memory, dict):
         memory = memory.get(get_gpu(cluster.gpu).name, min(memory.values()))
-    return float(memory) * cluster.gpus_per_node / system["gpus_per_node"]
+    return float(memory) * cluster.gpus_per_node / float(system["gpus_per_node"])

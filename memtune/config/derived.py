@@ -913,7 +913,9 @@ class Derived:
             return "dp_zero"
         if self.save_format != "torch_dist":
             return None
-        return "fully_reshardable" if self.job.checkpoint.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
+        return (
+            "fully_reshardable" if self.job.checkpoint.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
+        )
 
     @cached_property
     def fully_reshardable_gathered_on_device(self) -> bool:

@@ -121,13 +121,13 @@ class Estimate:
         return max(self.phase_peaks(rank).values())
 
     def judged_phase(self, rank: RankEstimate | None = None) -> str:
-        """What sets the verdict of ``rank`` (by default the verdict's rank): ``host memory``
-        when a node's RAM is exceeded, else the phase whose device peak is judged, one of
-        ``training``, ``checkpoint load``, ``first iteration``, ``checkpoint save`` (training
-        wins a tie)."""
-        rank = rank or self.verdict_rank
-        if not self.host(rank).fits:
+        """What sets the verdict of ``rank`` (by default the job's, as :meth:`verdict`):
+        ``host memory`` when a node's RAM is exceeded, else the phase whose device peak is
+        judged, one of ``training``, ``checkpoint load``, ``first iteration``, ``checkpoint
+        save`` (training wins a tie)."""
+        if not (self.host(rank).fits if rank else self.host_fits):
             return "host memory"
+        rank = rank or self.verdict_rank
         peaks = self.phase_peaks(rank)
         return max(peaks, key=lambda phase: (peaks[phase], phase == "training"))
 
@@ -149,12 +149,11 @@ class Estimate:
     def verdict(self, rank: RankEstimate | None = None) -> str:
         """``fits``, ``tight`` (fits only if fragmentation and the estimate's error stay under
         the margin), ``does not fit`` (the device, in the phase :meth:`judged_phase` names) or
-        ``does not fit (host)`` (a node's RAM); of the rank whose judged peak is highest by
-        default."""
-        rank = rank or self.verdict_rank
-        if not self.host(rank).fits:
+        ``does not fit (host)`` (a node's RAM). Of ``rank``, or by default of the job: host
+        memory on every node, and the rank whose judged peak is highest."""
+        if not (self.host(rank).fits if rank else self.host_fits):
             return HOST_VERDICT
-        return self.verdict_of_peak(self.verdict_peak_bytes(rank))
+        return self.verdict_of_peak(self.verdict_peak_bytes(rank or self.verdict_rank))
 
     def verdict_of_peak(self, peak_bytes: int) -> str:
         """:meth:`verdict` for a peak of this job that was measured rather than estimated."""

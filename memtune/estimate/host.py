@@ -65,11 +65,19 @@ class HostMemory:
 
 def host_memory(d: Derived, rank: RankEstimate, save: SaveEstimate | None) -> HostMemory:
     """The host memory of ``rank``'s processes (with ``save``, its save phase) and of a node."""
+    return host_memory_of(d, rank.state.host, rank.activation_host_pinned, save)
+
+
+def host_memory_of(
+    d: Derived, optimizer_host: float, activation_host: float, save: SaveEstimate | None
+) -> HostMemory:
+    """:func:`host_memory` from its pieces (``memtune.plan``'s fast path has them apart): the
+    host optimizer's state, the pinned activations of one rank's microbatches in flight."""
     parts = {
         "process": float(PROCESS),
         "dataloader workers": float(DATALOADER_WORKERS * DATALOADER_WORKER),
-        "optimizer offload": rank.state.host,
-        "activation offload": rank.activation_host_pinned,
+        "optimizer offload": optimizer_host,
+        "activation offload": activation_host,
     }
     if save is not None:
         parts["checkpoint staging"] = float(save.host_staged_bytes)

@@ -150,7 +150,9 @@ def written_by(d: Derived, rank: RankEstimate, tensors: list[list[ParamTensor]])
     gathered = cloned = 0.0
     sharding, per_param = d.optimizer_save_sharding, optimizer_bytes_per_param(d)
     if d.optimizer_saved and per_param:
-        if sharding is None:  # the model-space state of Megatron's other optimizers, replicated like the weights
+        if (
+            sharding is None
+        ):  # the model-space state of Megatron's other optimizers, replicated like the weights
             replicated += [FP32 * t.numel for t in flat] * round(per_param / FP32)  # a tensor per key
         elif sharding in ("dp_reshardable", "fsdp_dtensor"):
             own = own_shard_pieces(d, tensors, per_param)

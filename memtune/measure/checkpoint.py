@@ -117,7 +117,9 @@ def _save_torch_dist(resume: dict[str, Any], state: Any, directory: str) -> None
     from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
     queue = AsyncCallsQueue(persistent=True)
-    request = dist_checkpointing.save(state, directory, strategy, async_sharded_save=True, async_strategy="mcore")
+    request = dist_checkpointing.save(
+        state, directory, strategy, async_sharded_save=True, async_strategy="mcore"
+    )
     queue.schedule_async_request(request)
     queue.maybe_finalize_async_calls(blocking=True)
     queue.close()

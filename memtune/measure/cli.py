@@ -11,8 +11,8 @@ from rich.console import Console
 from memtune.check import CheckedJob, gate
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
-from memtune.estimate import estimate
 from memtune.errors import InputError
+from memtune.estimate import estimate
 from memtune.measure.plan import DEFAULT_ITERATIONS, MeasurePlan, plan_measurement
 from memtune.measure.render import print_report, print_resume_report, report_json, resume_report_json
 from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_interpreter, run_plan, run_resume

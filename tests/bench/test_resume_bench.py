@@ -38,7 +38,9 @@ def test_a_record_without_a_resume_phase_is_refused_in_one_line(tmp_path, capsys
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     assert main(["bench", "resume", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith(f"{record['id']}: no measured.resume (not a `memtune measure --resume` record)")
+    assert err.endswith(
+        f"{record['id']}: neither measured.resume nor measured.save (not a checkpoint round trip)"
+    )
     assert len(err.splitlines()) == 1
 
 

@@ -7,7 +7,7 @@ from memtune.config import derive
 from memtune.estimate import EstimateOptions, estimate
 from memtune.estimate.core import chunk_activations
 from memtune.estimate.params import ParamTensor, chunk_param_tensors, chunk_params
-from memtune.estimate.state import _offload_walk, PinnedHostCache, _shard_pieces
+from memtune.estimate.state import PinnedHostCache, _offload_walk, _shard_pieces
 from tests.jobs import build_job
 
 MODEL = dict(
