@@ -465,7 +465,7 @@ class CheckpointConfig(Section):
     load: str | None = None
     """Directory the job resumes from when it holds a checkpoint (Megatron-LM's --load); unset: no resume phase."""
     load_optim: bool = True
-    """Load the optimizer state with the weights (--no-load-optim and --finetune turn it off)."""
+    """Load the optimizer state with the weights (--no-load-optim turns it off; finetune skips it too)."""
     ckpt_format: Literal["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"] = "torch_dist"
     """Checkpoint format: torch_dist (Megatron-Core's distributed checkpoint), fsdp_dtensor
     (Megatron-FSDP), torch (legacy, one file per rank) or torch_dcp (torch FSDP2; not modeled)."""

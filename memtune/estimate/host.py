@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from memtune.config.derived import Derived
 from memtune.estimate.core import RankEstimate
 from memtune.estimate.save import SaveEstimate
-from memtune.units import GiB, MiB
+from memtune.units import GiB
 
 PROCESS = round(1.64 * GiB)
-# A data loader worker's unique set size (private pages), measured on the H100 machine: see
-# benchmarks/measured/save/README.md.
-DATALOADER_WORKER = 120 * MiB
+# A data loader worker's unique set size (the pages only it holds), the larger of the two
+# workers measured by benchmarks/gpu/host_baseline.py on the H100 machine (torch 2.11):
+# benchmarks/measured/resume/host-baseline-h100.json (7.5 and 7.7 MiB; the rest of a worker's
+# resident set is shared with the training process, which counts it already).
+DATALOADER_WORKER = 8_085_504
 DATALOADER_WORKERS = 4  # train and validation loaders, 2 persistent workers each
 
 

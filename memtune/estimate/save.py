@@ -56,12 +56,13 @@ class SaveEstimate:
 @dataclass(frozen=True)
 class Written:
     """What one rank writes from the device (bytes of each tensor, staged to pinned memory), and
-    what it holds on the host besides (the optimizer state gathered there, in fp32 elements, and
-    the bytes of the gather's temporaries and of the views the writer clones)."""
+    what it holds on the host besides: the optimizer state gathered there (fp32 elements), the
+    bytes of the gather's temporaries, and of the views the writer clones."""
 
     device_tensors: list[float]
-    host_gathered: float
-    host_extra: float
+    host_gathered: float = 0.0
+    host_gather_temporaries: float = 0.0
+    host_clones: float = 0.0
 
 
 def buffers_of(d: Derived, tensors: list[list[ParamTensor]]) -> list[tuple[list[list[ParamTensor]], int]]:
@@ -97,7 +98,7 @@ def save_estimate(d: Derived, rank: RankEstimate, tensors: list[list[ParamTensor
     if not d.saves or d.save_format not in MODELED_FORMATS:
         return None
     state = rank.state
-    resident = state.total + rank.buffers
+    resident = state.total + state.left_after_step + rank.buffers
     parts: dict[str, float] = {}
     sharding = d.optimizer_save_sharding
     if d.fully_reshardable_gathered_on_device:
@@ -108,19 +109,18 @@ def save_estimate(d: Derived, rank: RankEstimate, tensors: list[list[ParamTensor
     parts = {name: nbytes for name, nbytes in parts.items() if nbytes}
     written = written_by(d, rank, tensors)
     staged = PinnedHostCache()
-    staged.take(written.device_tensors)
-    transient = written.host_extra + FP32 * written.host_gathered
-    if d.save_format == "torch":
-        transient += max(written.device_tensors, default=0.0)  # torch.save's host copy, one storage
-    elif d.save_format == "fsdp_dtensor" and not d.async_save:
-        transient += max(written.device_tensors, default=0.0)  # DCP's serial loader, one tensor
-    pinned = staged.total if d.save_format == "torch_dist" or d.async_save else 0
+    if d.save_format != "torch":
+        staged.take(written.device_tensors)
+    # torch.save copies one storage to the host at a time while it writes
+    serialized = max(written.device_tensors, default=0.0) if d.save_format == "torch" else 0.0
+    # The gather's temporaries are freed before the writer clones the views it writes.
+    during = max(written.host_gather_temporaries, written.host_clones + serialized)
     return SaveEstimate(
         peak_bytes=round(resident + sum(parts.values())),
         resident=resident,
         parts=parts,
-        host_staged_bytes=pinned,
-        host_transient_bytes=round(transient),
+        host_staged_bytes=staged.total,
+        host_transient_bytes=round(FP32 * written.host_gathered + during),
     )
 
 
@@ -140,42 +140,53 @@ def written_by(d: Derived, rank: RankEstimate, tensors: list[list[ParamTensor]])
     if d.job.peft is not None:
         # Megatron-Bridge saves only the adapters of a LoRA job (apply_peft_adapter_filter_to_state_dict).
         adapters = rank.state.weights - weight_bytes * sum(t.numel for t in flat)
-        return Written([adapters] if adapters > 0 else [], 0.0, 0.0)
-    spread = d.save_spreads_replicated_tensors or d.save_format == "fsdp_dtensor"
-    share = 1 / max(1, d.dp * d.cp) if spread else 1.0
+        return Written([adapters] if adapters > 0 else [])
+    if d.save_format == "fsdp_dtensor":
+        return Written(fsdp_dtensor_written(d, tensors))
+    share = 1 / max(1, d.dp * d.cp) if d.save_spreads_replicated_tensors else 1.0
     replicated = [weight_bytes * t.numel for t in flat]
-    if d.save_format == "fsdp_dtensor" and d.fsdp_strategy != "optim_grads_params":
-        share = 1 / max(1, d.dp * d.cp)  # DCP writes each replicated weight from one rank
-    own: list[float] = []
-    gathered = cloned = 0.0
     sharding, per_param = d.optimizer_save_sharding, optimizer_bytes_per_param(d)
-    if d.optimizer_saved and per_param:
-        if (
-            sharding is None
-        ):  # the model-space state of Megatron's other optimizers, replicated like the weights
-            replicated += [FP32 * t.numel for t in flat] * round(per_param / FP32)  # a tensor per key
-        elif sharding in ("dp_reshardable", "fsdp_dtensor"):
-            own = own_shard_pieces(d, tensors, per_param)
-        else:  # fully_reshardable or dp_zero: gathered into fp32 buffers on the host
-            gathered, transient = host_gather(d, tensors)
-            cloned = transient
-            if sharding == "fully_reshardable":
-                # the writer clones the views of the gathered buffers it writes; only rank 0
-                # holds them when gathered over Gloo
-                written = 1.0 if not d.fully_reshardable_gathered_on_device else share
-                cloned += FP32 * gathered * written
-    return Written([b * share for b in replicated] + own, gathered, cloned)
+    if not d.optimizer_saved or not per_param:
+        return Written([b * share for b in replicated])
+    if sharding is None:  # the model-space state of Megatron's other optimizers, replicated like the weights
+        replicated += [FP32 * t.numel for t in flat] * round(per_param / FP32)  # a tensor per key
+        return Written([b * share for b in replicated])
+    if sharding == "dp_reshardable":
+        return Written([b * share for b in replicated] + own_shard_pieces(d, tensors, per_param))
+    # fully_reshardable or dp_zero: gathered into fp32 buffers on the host
+    gathered, temporaries = host_gather(d, tensors)
+    clones = 0.0
+    if sharding == "fully_reshardable":
+        # the writer clones the views of the gathered buffers it writes; only rank 0 holds them
+        # when they were gathered over Gloo
+        clones = FP32 * gathered * (share if d.fully_reshardable_gathered_on_device else 1.0)
+    return Written([b * share for b in replicated], gathered, temporaries, clones)
+
+
+def fsdp_dtensor_written(d: Derived, tensors: list[list[ParamTensor]]) -> list[float]:
+    """What a rank writes in Megatron-FSDP's format: its shard of the main weights (the model's
+    state dict hands Megatron-FSDP's main-weight DTensors) and of each Adam moment, in the main
+    weights' dtype, a tensor per parameter and key (measured: ``save-l1b-fsdp-ogp``, every byte
+    of them staged in pinned memory by torch 2.11's DCP ``FileSystemWriter``)."""
+    main = DTYPE_BYTES[d.fsdp_main_params_dtype or d.param_dtype]
+    keys = 1 + (2 if d.optimizer_saved and d.job.optimizer.optimizer == "adam" else 0)
+    pieces: list[float] = []
+    for chunks, shards in buffers_of(d, tensors):
+        sharded = shards if d.fsdp_strategy != "no_shard" else 1
+        pieces += [main * t.numel / sharded for chunk in chunks for t in chunk] * keys
+    return pieces
 
 
 def host_gather(d: Derived, tensors: list[list[ParamTensor]]) -> tuple[float, float]:
     """The distributed optimizer's gather to the host (``get_parameter_state_dp_zero``): fp32
     elements of the buffers it fills for the main weights and each moment, and the bytes of its
-    largest bucket's temporaries (the rank's shards of every key, the received shards and their
-    concatenation)."""
+    largest bucket's temporaries: the rank's shard of every key, and for the key being gathered
+    the received shards, their concatenation and the previous key's concatenation, which its
+    variable still holds."""
     buffers = [(chunk, shards) for chunks, shards in buffers_of(d, tensors) for chunk in chunks]
     elements = GATHERED_KEYS * sum(sum(t.numel for t in chunk) for chunk, _ in buffers)
     world, shards = largest_bucket(d, tensors)
-    return elements, FP32 * (GATHERED_KEYS * world / shards + 2 * world)
+    return elements, FP32 * GATHERED_KEYS * (world / shards + world)
 
 
 def optimizer_bytes_per_param(d: Derived) -> float:

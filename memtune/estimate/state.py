@@ -34,6 +34,10 @@ class ModelState:
     host_pinned: float = 0.0  # page-locked host memory the optimizer keeps
     host_pageable: float = 0.0  # ordinary host memory the optimizer keeps
     orphaned_optimizer_copies: float = 0.0  # device copies of a replaced optimizer (in ``optimizer``)
+    # Of the step's temporaries, what stays until the next iteration: the gradients cast to the
+    # main weights' dtype, which the optimizer holds as ``.grad`` until ``zero_grad``, and
+    # Megatron-FSDP's units, gathered after the step for the next forward.
+    left_after_step: float = 0.0
 
     @property
     def host(self) -> float:
@@ -117,11 +121,11 @@ def model_state(
     # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every
     # parameter of one param group at a time; routed experts have groups of their own only under
     # the expert process groups.
-    step = 0.0
-    if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
-        step += 4 * optimizer_params
+    # The fp32 copies are the main weights' ``.grad`` (``_copy_model_grads_to_main_grads``) until
+    # the next iteration's ``optimizer.zero_grad``.
+    cast = 4 * optimizer_params if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer else 0.0
     grouped_apart = expert_optimizer_params if d.experts_use_expert_groups else 0.0
-    step += foreach_adam_temporaries(d, optimizer_params, grouped_apart)
+    step = cast + foreach_adam_temporaries(d, optimizer_params, grouped_apart)
     return ModelState(
         weights=weights,
         grads=grads,
@@ -129,6 +133,7 @@ def model_state(
         optimizer_step_transient=step,
         trainable=trainable,
         optimizer_params=optimizer_params,
+        left_after_step=cast,
     )
 
 
@@ -214,6 +219,7 @@ def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCou
         optimizer_step_transient=step,
         trainable=trainable,
         optimizer_params=optimizer_params,
+        left_after_step=cast + gathered_after_step,
     )
 
 

@@ -52,7 +52,7 @@ from memtune.estimate.overhead import non_pytorch_bytes
 from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
 from memtune.estimate.resume import resume_estimate
-from memtune.estimate.save import save_estimate
+from memtune.estimate.save import SaveEstimate, save_estimate
 from memtune.estimate.schedule import IN_FLIGHT_KNOBS, in_flight
 from memtune.estimate.state import MODEL_STATE_KNOBS, ModelState, model_state
 from memtune.estimate.verdict import HOST_VERDICT, MARGIN_KNOBS, Margin, margin_of, needed_bytes, verdict_of
@@ -343,7 +343,7 @@ class FastEstimator:
         state: ModelState,
         activations: list[ChunkActivations],
         flight: dict[int, int],
-        save: Any,
+        save: SaveEstimate | None,
     ) -> bool:
         """Whether the nodes holding representative rank ``i`` fit in their RAM
         (``Estimate.host``; the pinned activations summed as ``core.combine`` sums them)."""

@@ -47,10 +47,14 @@ def test_a_record_without_a_resume_phase_is_refused_in_one_line(tmp_path, capsys
 def test_json_carries_both_phases_of_every_run(capsys):
     assert main(["bench", "resume", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert len(data["runs"]) == 17
-    run = data["runs"][0]
+    resumed = [run for run in data["runs"] if run["load_measured"] is not None]
+    saved = [run for run in data["runs"] if run["save_measured"] is not None]
+    assert (len(resumed), len(saved)) == (17, 16)
+    run = resumed[0]
     assert run["load_error"] == (run["load_estimated"] - run["load_measured"]) / run["load_measured"]
-    assert set(data["splits"]) == {"tune", "holdout", "all"}
+    run = saved[0]
+    assert run["save_error"] == (run["save_estimated"] - run["save_measured"]) / run["save_measured"]
+    assert set(data["splits"]) == set(data["save_splits"]) == {"tune", "holdout", "all"}
 
 
 @pytest.mark.parametrize(

@@ -52,8 +52,8 @@ def test_torch_dist_with_the_distributed_optimizer_saves_by_reference():
     rank's own shard of main weights and moments, piece by piece."""
     _, rank, save = save_of(optimizer=DISTOPT, ddp=DISTOPT)
     assert save.parts == {}
-    assert save.resident == rank.state.total + rank.buffers
-    assert save.peak_bytes == round(rank.state.total + rank.buffers)
+    assert save.resident == rank.state.total + rank.state.left_after_step + rank.buffers
+    assert save.peak_bytes == round(rank.state.total + rank.state.left_after_step + rank.buffers)
     # Rank 0's shard, in buffer order (tensors reversed): the output layer (64000), the final
     # norm, layer 4 and layer 3: 64000 + 64 + 2 * 61568 = 187200, each piece 3 fp32 keys.
     own = 3 * 4 * (65_536 + 64 + 2 * LAYER)
@@ -90,10 +90,14 @@ def test_fully_reshardable_gathers_each_bucket_on_the_device():
     )
     gather = 4 * (SHARD + 2 * BUCKET)
     assert save.parts == {"optimizer.fully_reshardable_gather": gather}
-    assert save.peak_bytes == round(rank.state.total + rank.buffers + gather)
+    assert save.peak_bytes == round(rank.state.total + rank.state.left_after_step + rank.buffers + gather)
     gathered = 4 * 3 * PARAMS
-    temporaries = 4 * (3 * SHARD + 2 * BUCKET)
-    assert save.host_transient_bytes == gathered + temporaries + gathered // 2
+    # each key's shard, and for the key being gathered its received shards, their concatenation
+    # and the previous key's concatenation; freed before the writer clones its half (smaller)
+    temporaries = 4 * 3 * (SHARD + BUCKET)
+    clones = gathered // 2
+    assert temporaries > clones
+    assert save.host_transient_bytes == gathered + temporaries
     assert save.host_staged_bytes == 2 * ROUNDED // 2  # only the weights come from the device
 
 
@@ -104,10 +108,12 @@ def test_fully_reshardable_over_gloo_stays_on_the_host_of_rank_0():
     }
     _, rank, save = save_of(optimizer=DISTOPT, ddp=DISTOPT, checkpoint=checkpoint)
     assert save.parts == {}
-    assert save.peak_bytes == round(rank.state.total + rank.buffers)
+    assert save.peak_bytes == round(rank.state.total + rank.state.left_after_step + rank.buffers)
     gathered = 4 * 3 * PARAMS
-    # rank 0 alone holds the gathered state and writes all of it
-    assert save.host_transient_bytes == gathered + 4 * (3 * SHARD + 2 * BUCKET) + gathered
+    # rank 0 alone holds the gathered state and clones all of it to write it, after the gather
+    clones = gathered
+    temporaries = 4 * 3 * (SHARD + BUCKET)
+    assert save.host_transient_bytes == gathered + max(temporaries, clones)
 
 
 def test_legacy_format_serializes_one_tensor_at_a_time_on_the_host():
@@ -116,14 +122,15 @@ def test_legacy_format_serializes_one_tensor_at_a_time_on_the_host():
     _, rank, save = save_of(checkpoint={"ckpt_format": "torch"})
     assert save.parts == {} and save.host_staged_bytes == 0
     assert save.host_transient_bytes == 4 * 64_000
-    assert save.peak_bytes == round(rank.state.total + rank.buffers)
+    assert save.peak_bytes == round(rank.state.total + rank.state.left_after_step + rank.buffers)
 
 
 def test_legacy_format_gathers_the_distributed_optimizer_to_rank_0_over_gloo():
     _, _, save = save_of(optimizer=DISTOPT, ddp=DISTOPT, checkpoint={"ckpt_format": "torch"})
     assert save.parts == {} and save.host_staged_bytes == 0
     gathered = 4 * 3 * PARAMS
-    assert save.host_transient_bytes == gathered + 4 * (3 * SHARD + 2 * BUCKET) + 2 * 64_000
+    # the gather's temporaries outweigh torch.save's copy of the largest weight (2 * 64000)
+    assert save.host_transient_bytes == gathered + 4 * 3 * (SHARD + BUCKET)
 
 
 def test_precision_aware_optimizer_copies_its_16_bit_state_to_fp32():
@@ -141,14 +148,16 @@ def test_precision_aware_optimizer_copies_its_16_bit_state_to_fp32():
     assert save.parts == {"optimizer.unscaled_state": 4 * 2 * shard}
 
 
-def test_fsdp_dtensor_saves_through_dcp_one_tensor_at_a_time():
+def test_fsdp_dtensor_stages_its_shard_of_main_weights_and_moments():
+    """The model's state dict hands Megatron-FSDP's fp32 main-weight DTensors; with the two
+    moments, each rank's half of every tensor, 3 keys of 4 bytes: 2 * n bytes per tensor per key,
+    a power of two for every per-layer tensor, 131072 for the 64000-element ones."""
     ddp = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
     _, rank, save = save_of(optimizer=DISTOPT, ddp=ddp, checkpoint={"ckpt_format": "fsdp_dtensor"})
-    assert save.parts == {} and save.host_staged_bytes == 0
-    assert save.peak_bytes == round(rank.state.total + rank.buffers)
-    # DCP's serial loader copies one tensor to the host at a time: a moment piece of the rank's
-    # shard (output layer, 64000 fp32 elements) is the largest
-    assert save.host_transient_bytes == 4 * 64_000
+    assert save.parts == {} and save.host_transient_bytes == 0
+    assert save.resident == rank.state.total + rank.state.left_after_step + rank.buffers
+    per_key = 2 * 4 * LAYER + 131_072 + 128 + 131_072
+    assert save.host_staged_bytes == 3 * per_key
 
 
 def test_async_save_stages_in_a_persistent_worker_with_its_own_cuda_context():
