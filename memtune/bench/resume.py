@@ -91,7 +91,11 @@ def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
         save = est.save(rank)
         if save is None:
             raise InputError(f"{run['id']}: the job does not save, or its checkpoint format is not modeled")
-        staged = saved.get("host_memory_stats", {}).get("reserved_bytes.current")
+        # the caching host allocator's peak while the save ran (reset before it); an async save
+        # stages in its worker process, which the training process's counters do not see
+        staged = (
+            None if est.derived.async_save else saved.get("host_memory_stats", {}).get("allocated_bytes.peak")
+        )
         fields |= {
             "save_measured": _positive(run, "save", "save_peak_bytes"),
             "save_estimated": save.peak_bytes,
