@@ -376,8 +376,20 @@ def _gib(nbytes: int | None) -> str:
     return "-" if nbytes is None else f"{nbytes / GiB:.2f}"
 
 
-def _err(error: float | None) -> str:
-    return "-" if error is None else f"{error:+.1%}"
+def _compared(measured: int | None, estimated: int | None, error: float | None) -> tuple[str, str, str]:
+    """A measured figure, the estimate and the error."""
+    return _gib(measured), _gib(estimated), "-" if error is None else f"{error:+.1%}"
+
+
+def _columns(*phases: str) -> tuple[Column, ...]:
+    """The run, its split, and for each phase its measured figure, the estimate and the error
+    (a phase written ``name/`` has no error column)."""
+    columns = [Column("run", "left"), Column("split", "left", keep=50)]
+    for phase in phases:
+        columns += [Column(phase.rstrip("/")), Column("est")] + (
+            [] if phase.endswith("/") else [Column("err")]
+        )
+    return tuple(columns)
 
 
 def print_resume(
@@ -388,61 +400,36 @@ def print_resume(
 ) -> None:
     resumed = [r for r in results if r.load_measured is not None]
     if resumed:
-        rows = [
-            (
-                r.id,
-                r.split,
-                _gib(r.load_measured),
-                _gib(r.load_estimated),
-                _err(r.load_error),
-                _gib(r.first_step_measured),
-                _gib(r.first_step_estimated),
-                _err(r.first_step_error),
-            )
-            for r in resumed
-        ]
         print_table(
             console,
-            (
-                Column("run", "left"),
-                Column("split", "left", keep=50),
-                Column("load"),
-                Column("est"),
-                Column("err"),
-                Column("1st it"),
-                Column("est"),
-                Column("err"),
-            ),
-            rows,
+            _columns("load", "1st it"),
+            [
+                (
+                    r.id,
+                    r.split,
+                    *_compared(r.load_measured, r.load_estimated, r.load_error),
+                    *_compared(r.first_step_measured, r.first_step_estimated, r.first_step_error),
+                )
+                for r in resumed
+            ],
             title="Resume: measured vs estimated peak of the load and the first iteration (GiB)",
         )
         _print_splits(console, splits, "over both phases")
     saved = [r for r in results if r.save_measured is not None]
     if saved:
-        save_rows = [
-            (
-                r.id,
-                r.split,
-                _gib(r.save_measured),
-                _gib(r.save_estimated),
-                _err(r.save_error),
-                _gib(r.host_staged_measured),
-                _gib(r.host_staged_estimated),
-            )
-            for r in saved
-        ]
         print_table(
             console,
-            (
-                Column("run", "left"),
-                Column("split", "left", keep=50),
-                Column("save"),
-                Column("est"),
-                Column("err"),
-                Column("pinned"),
-                Column("est"),
-            ),
-            save_rows,
+            _columns("save", "pinned/"),
+            [
+                (
+                    r.id,
+                    r.split,
+                    *_compared(r.save_measured, r.save_estimated, r.save_error),
+                    _gib(r.host_staged_measured),
+                    _gib(r.host_staged_estimated),
+                )
+                for r in saved
+            ],
             title="Save: measured vs estimated device peak of the save, and the pinned host memory it"
             " left cached (GiB)",
         )

@@ -498,25 +498,38 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
         + ("" if d.optimizer_loaded_at_resume else " (no optimizer state)")
         + ", GiB"
     )
-    for name in ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"):
-        table.add_column(
-            name, justify="left" if name.startswith(("pp", "load adds")) else "right", no_wrap=True
-        )
+    _add_phase_columns(table, ("pp", "train", "load", "1st step", "resume", "free", "load adds (largest)"))
     for rank in ranks:
         resume = est.resume(rank)
         assert resume is not None  # the format is modeled for every rank alike
-        free = est.capacity_bytes - resume.peak_bytes - est.non_pytorch_bytes
-        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
         table.add_row(
             str(rank.pp_rank),
             gib(rank.peak_bytes),
             gib(resume.load_bytes),
             gib(resume.first_step_bytes),
             gib(resume.peak_bytes),
-            Text(gib(free), style="red" if free < 0 else ""),
-            f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
+            _free(est, resume.peak_bytes),
+            _largest_addition(resume.load_bytes - resume.resident, resume.parts, LOAD_PART_LABELS),
         )
     print_lines(console, table)
+
+
+def _add_phase_columns(table: Table, names: tuple[str, ...]) -> None:
+    """A phase table's columns: the rank and what the phase adds left, the figures right."""
+    for index, name in enumerate(names):
+        edge = index in (0, len(names) - 1)
+        table.add_column(name, justify="left" if edge else "right", no_wrap=True)
+
+
+def _free(est: Estimate, peak_bytes: int) -> Text:
+    free = est.capacity_bytes - peak_bytes - est.non_pytorch_bytes
+    return Text(gib(free), style="red" if free < 0 else "")
+
+
+def _largest_addition(added: float, parts: dict[str, float], labels: dict[str, str]) -> str:
+    """What a phase adds over its resident state, named by its largest part."""
+    part = max(parts, key=parts.__getitem__, default=None)
+    return f"{gib(added)} ({labels[part]})" if part else "0.00"
 
 
 def host_line(est: Estimate, rank: RankEstimate) -> Text:
@@ -550,23 +563,18 @@ def print_save(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -
         + ("" if d.optimizer_saved else " (no optimizer state)")
         + ", GiB"
     )
-    for name in ("pp", "train", "save", "free", "staged", "host", "save adds (largest)"):
-        table.add_column(
-            name, justify="left" if name.startswith(("pp", "save adds")) else "right", no_wrap=True
-        )
+    _add_phase_columns(table, ("pp", "train", "save", "free", "staged", "host", "save adds (largest)"))
     for rank in ranks:
         save = est.save(rank)
         assert save is not None  # the format is modeled for every rank alike
-        free = est.capacity_bytes - save.peak_bytes - est.non_pytorch_bytes
-        part = max(save.parts, key=lambda name: save.parts[name], default=None)
         table.add_row(
             str(rank.pp_rank),
             gib(rank.peak_bytes),
             gib(save.peak_bytes),
-            Text(gib(free), style="red" if free < 0 else ""),
+            _free(est, save.peak_bytes),
             gib(save.host_staged_bytes),
             gib(save.host_transient_bytes),
-            f"{gib(save.peak_bytes - save.resident)} ({SAVE_PART_LABELS[part]})" if part else "0.00",
+            _largest_addition(save.peak_bytes - save.resident, save.parts, SAVE_PART_LABELS),
         )
     print_lines(console, table)
 

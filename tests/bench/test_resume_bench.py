@@ -13,14 +13,20 @@ from memtune.bench.resume import evaluate_resume, resume_splits, save_splits
 from memtune.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+SET = ROOT / "benchmarks" / "measured" / "resume"
+
+
+def _committed(summarize):
+    """The committed round trips, the tune and holdout summaries ``summarize`` gives, the README."""
+    results = [evaluate_resume(r) for r in read_runs([SET])]
+    splits = summarize(results)
+    assert splits["tune"] is not None and splits["holdout"] is not None
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    return results, splits["tune"], splits["holdout"], readme
 
 
 def test_readme_resume_figures_are_reproduced():
-    results = [evaluate_resume(r) for r in read_runs([ROOT / "benchmarks" / "measured" / "resume"])]
-    splits = resume_splits(results)
-    tune, holdout = splits["tune"], splits["holdout"]
-    assert tune is not None and holdout is not None
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    results, tune, holdout, readme = _committed(resume_splits)
     assert (
         f"tune {tune.runs} runs {tune.mean_abs_error:.1%} mean / {tune.max_abs_error:.1%} worst over both "
         f"phases, holdout {holdout.runs} run {holdout.max_abs_error:.1%}"
@@ -100,18 +106,14 @@ def test_a_resume_phase_without_its_peaks_is_refused(tmp_path, capsys):
 
 
 def test_readme_save_figures_are_reproduced():
-    results = [evaluate_resume(r) for r in read_runs([ROOT / "benchmarks" / "measured" / "resume"])]
-    splits = save_splits(results)
-    tune, holdout = splits["tune"], splits["holdout"]
-    assert tune is not None and holdout is not None
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    results, tune, holdout, readme = _committed(save_splits)
     assert (
         f"tune {tune.runs} runs {tune.mean_abs_error:.2%} mean / {tune.max_abs_error:.2%} worst, holdout "
         f"{holdout.runs} runs {holdout.mean_abs_error:.2%} / {holdout.max_abs_error:.2%}"
     ) in readme
     # the run the README names: the save above the training peak, by the gathered state
     fr = next(r for r in results if r.id == "save-l1b-dist-do-fr")
-    run = next(r for r in read_runs([ROOT / "benchmarks" / "measured" / "resume"]) if r["id"] == fr.id)
+    run = next(r for r in read_runs([SET]) if r["id"] == fr.id)
     assert fr.save_measured is not None and fr.save_measured > run["measured"]["peak_allocated_bytes"]
     assert f"saves at {fr.save_measured / 2**30:.2f} GiB against a training peak of" in readme
     # every synchronous save's pinned staging, to within the few bytes of other pinned tensors
