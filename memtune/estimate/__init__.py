@@ -15,7 +15,7 @@ names what sets it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
 from memtune.check import CheckedJob
@@ -61,6 +61,10 @@ class Estimate:
     flavour: Flavour  # the implementation path the layers were modeled on
     options: EstimateOptions
     uncertainty: dict[str, float]  # Derived.fit_uncertainty: TE paths not pinned down, share of the peak
+    # Each rank's save phase once computed (the verdict, the render and the host figure read it).
+    _saves: dict[int, tuple[RankEstimate, SaveEstimate | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def non_pytorch_bytes(self) -> int:
@@ -96,8 +100,11 @@ class Estimate:
         """The rank's save phase (``save_checkpoint``); None when the job does not save."""
         if not self.derived.saves:
             return None
-        tensors = [chunk_param_tensors(self.derived, c) for c in self.derived.chunks[rank.pp_rank]]
-        return save_estimate(self.derived, rank, tensors)
+        cached = self._saves.get(id(rank))
+        if cached is None or cached[0] is not rank:
+            tensors = [chunk_param_tensors(self.derived, c) for c in self.derived.chunks[rank.pp_rank]]
+            cached = self._saves[id(rank)] = (rank, save_estimate(self.derived, rank, tensors))
+        return cached[1]
 
     def host(self, rank: RankEstimate) -> HostMemory:
         """Host memory of the rank's processes, by part, and of its node."""

@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters, resume=args.resume)
+    if args.resume and not checked.derived.resumes:
+        raise InputError(
+            "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
+            " benchmarks/gpu/run_matrix.py --save, docs/save.md)"
+        )
     check_interpreter(args.python)
     if args.resume:
         return _run_resume(args, checked, plan)
@@ -95,11 +100,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan) -> int:
-    if not checked.derived.resumes:
-        raise InputError(
-            "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
-            " benchmarks/gpu/run_matrix.py, docs/save.md)"
-        )
     try:
         result = run_resume(plan, python=args.python, timeout_s=args.timeout)
     except MeasurementFailed as exc:

@@ -185,3 +185,39 @@ def test_every_resume_run_is_measured_once_with_its_matrix_config_and_split():
         # the load ran in a fresh process: it starts from the model state, before the first step
         assert phase["allocated_before_load"] <= phase["load_peak_bytes"]
         assert phase["first_step_peak_bytes"] == phase["first_iteration"]["peak_allocated_bytes"]
+
+
+def test_cli_refuses_a_job_that_only_saves_in_one_line(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "model": {"preset": "llama3-8b", "num_layers": 2},
+                "cluster": {"num_gpus": 1},
+                "checkpoint": {"save": "/ckpt"},
+            }
+        )
+    )
+    assert main(["measure", str(config), "--rank", "0", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
+        " benchmarks/gpu/run_matrix.py --save, docs/save.md)"
+    )
+
+
+def test_a_save_plan_carries_the_save_options():
+    job = make_job(
+        cluster=ONE_GPU,
+        checkpoint={
+            "save": "/ckpt",
+            "dist_ckpt_optim_fully_reshardable": True,
+            "distrib_optim_fully_reshardable_mem_efficient": True,
+        },
+        ddp={"use_distributed_optimizer": True},
+        optimizer={"use_distributed_optimizer": True},
+    )
+    resume = plan_measurement(gate(job), 0, resume=True).resume
+    assert resume["save_only"] and resume["gloo"]
+    assert resume["distrib_optim_sharding_type"] == "fully_reshardable"
+    assert resume["fully_reshardable_mem_efficient"] and not resume["async_save"]
