@@ -167,11 +167,15 @@ def test_async_save_stages_in_a_persistent_worker_with_its_own_cuda_context():
     assert save == sync  # the same tensors staged, now by the worker
     assert est.non_pytorch_bytes - sync_est.non_pytorch_bytes == CUDA_CONTEXT
     assert est.host(rank).parts["checkpoint worker"] == PROCESS
-    # Megatron-LM runs --async-save only with the persistent worker
+    # Megatron-LM runs --async-save only with the persistent worker; Megatron-Bridge defaults it on
     lm, _, _ = save_of(
         optimizer=DISTOPT, ddp=DISTOPT, checkpoint={"async_save": True}, defaults="megatron-lm"
     )
     assert not lm.derived.async_save
+    bridge, _, _ = save_of(
+        optimizer=DISTOPT, ddp=DISTOPT, checkpoint={"async_save": True}, defaults="megatron-bridge"
+    )
+    assert bridge.derived.async_save
 
 
 def test_a_job_that_does_not_save_has_no_save_phase():
