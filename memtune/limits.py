@@ -17,6 +17,7 @@ MAX_PARALLEL = 1_000_000  # each parallel size, num_gpus, gpus_per_node
 MAX_BATCH = 100_000_000  # micro and global batch sizes
 MAX_COUNT = 1 << 40  # any other count (bucket sizes, ...)
 MAX_GPU_MEMORY_GIB = 1 << 20  # 1 PiB per GPU
+MAX_HOST_MEMORY_GIB = 1 << 30  # cluster.host_memory_gib: 1 EiB per node
 MAX_LINK_GB_PER_S = 1e6  # cluster.network bandwidths: 1 PB/s per GPU or adapter
 MAX_SIMULATED_OPERATIONS = 1_000_000  # forwards + backwards over all stages of one simulated step
 MAX_ESTIMATE_SIMULATED_OPERATIONS = 50_000  # the same, for the step `memtune estimate` prices beside memory

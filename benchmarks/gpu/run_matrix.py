@@ -4,7 +4,7 @@ Two steps, because the GPU machine has torch and megatron-core but not memtune's
 dependencies (pydantic):
 
     # here: turn matrix entries into measurement plans (JSON lines)
-    python benchmarks/gpu/run_matrix.py plan OUT.jsonl [--smoke | --rest | --ids a,b] [--shard K/N] [--resume]
+    python benchmarks/gpu/run_matrix.py plan OUT.jsonl [--smoke | --rest | --ids a,b] [--shard K/N] [--resume | --save]
     # on the GPU machine: run the plans, several at once, each in its own process
     python3 benchmarks/gpu/run_matrix.py run PLANS.jsonl RESULTS.jsonl --logs DIR [--budget-gib 120]
     # here: fold results into the measured set, checking each against the current matrix
@@ -46,20 +46,21 @@ def need_gib(job, rank: int) -> float:
     from memtune.estimate import estimate
 
     try:
-        peak = estimate(gate(job)).rank(rank).peak_bytes
+        est = estimate(gate(job))
+        peak = est.verdict_peak_bytes(est.rank(rank))  # the largest phase: training, load or save
     except InputError:
         return UNKNOWN_NEED_GIB
     return round(peak / GiB * HEADROOM + CUDA_CONTEXT_GIB, 1)
 
 
 def make_plans(args) -> int:
-    from matrix import entries, resume_entries, split_of
+    from matrix import split_of
 
     from memtune.check import gate
     from memtune.config import validate
     from memtune.measure.plan import plan_measurement
 
-    chosen = resume_entries() if args.resume else entries()
+    chosen = _entries(args)
     if args.smoke:
         chosen = [e for e in chosen if e.smoke]
     if args.rest:
@@ -73,7 +74,7 @@ def make_plans(args) -> int:
     with open(args.out, "w") as fh:
         for entry in chosen:
             job = validate(entry.config)
-            plan = plan_measurement(gate(job), entry.rank, args.iters, resume=args.resume)
+            plan = plan_measurement(gate(job), entry.rank, args.iters, resume=args.resume or args.save)
             line = {
                 "id": entry.id,
                 "split": split_of(entry.id),
@@ -88,6 +89,14 @@ def make_plans(args) -> int:
     return 0
 
 
+def _entries(args) -> list:
+    """The matrix entries a plan or merge step works on: the training runs, the resume round
+    trips (``--resume``) or the save runs (``--save``)."""
+    from matrix import entries, resume_entries, save_entries
+
+    return save_entries() if args.save else resume_entries() if args.resume else entries()
+
+
 # --- merge (here) -----------------------------------------------------------------------
 
 
@@ -99,7 +108,7 @@ def merge(args) -> int:
     """Fold successful results into the set, in matrix order. A result is taken only if its
     entry is still in the matrix and the matrix's config still plans exactly what ran, so a
     record never claims a config other than the one measured; its config is then the matrix's."""
-    from matrix import entries, resume_entries, split_of
+    from matrix import split_of
 
     from memtune.check import gate
     from memtune.config import validate
@@ -125,7 +134,7 @@ def merge(args) -> int:
     already = measured_records([args.into] if Path(args.into).exists() else [])
     results = measured_records(args.results)
     merged, skipped, unstepped = [], [], []
-    for entry in resume_entries() if args.resume else entries():
+    for entry in _entries(args):
         record = results.get(entry.id)
         if record is not None and any(
             not it.get("optimizer_stepped", True) for it in record["measured"]["iterations"][1:]
@@ -137,7 +146,7 @@ def merge(args) -> int:
                 gate(validate(entry.config)),
                 entry.rank,
                 len(record["measured"]["iterations"]),
-                resume=args.resume,
+                resume=args.resume or args.save,
             )
             if entry.id in ran and _plan_without_record(planned.to_json()) != _plan_without_record(
                 ran[entry.id]
@@ -218,8 +227,8 @@ def run_plans(args) -> int:
             if not item["plan"].get("resume"):
                 return run_plan_json(item["plan"], item["plan"]["env"], sys.executable, timeout, log)
             both = run_resume_json(item["plan"], item["plan"]["env"], sys.executable, timeout, log)
-            if "error" in both:
-                return both
+            if "error" in both or item["plan"]["resume"].get("save_only"):
+                return both  # a save run's result is its one process's
             # The save run's training record, with the load run's phase and first iteration.
             result = both["training"]
             resumed = both["resumed"]["measured"]
@@ -269,6 +278,7 @@ def main() -> int:
     p.add_argument("--shard", metavar="K/N", help="every N-th entry starting at the K-th")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--resume", action="store_true", help="the checkpoint round trips of resume_entries()")
+    p.add_argument("--save", action="store_true", help="the checkpoint saves of save_entries()")
     p.set_defaults(fn=make_plans)
     r = sub.add_parser("run")
     r.add_argument("plans")
@@ -284,6 +294,7 @@ def main() -> int:
     m.add_argument("--plans", nargs="+", required=True, help="the plan files the results were run from")
     m.add_argument("--into", required=True)
     m.add_argument("--resume", action="store_true", help="results of resume round trips (resume_entries())")
+    m.add_argument("--save", action="store_true", help="results of checkpoint saves (save_entries())")
     m.set_defaults(fn=merge)
     args = parser.parse_args()
     return args.fn(args)

@@ -1930,3 +1930,51 @@ def resume_entries() -> list[Entry]:
         resume_run("resume-mx2-dist-do", MX(), "torch_dist", distopt=True),
         resume_run("resume-dsl-dist-do", DSL(), "torch_dist", distopt=True),
     ]
+
+
+def save_run(run_id, model, fmt, *, distopt, ddp=None, **checkpoint) -> Entry:
+    """One save run: train the rank and save a checkpoint of it in format ``fmt`` with the
+    ``checkpoint`` options, measuring the save's device peak and host memory (docs/save.md)."""
+    entry = run(run_id, model, distopt=distopt, ddp=ddp)
+    job = validate({**entry.config, "checkpoint": {"save": "/checkpoint", "ckpt_format": fmt, **checkpoint}})
+    return Entry(run_id, job.model_dump(mode="json", exclude_defaults=True), entry.rank)
+
+
+def save_entries() -> list[Entry]:
+    """The save runs: world size 1 (the distributed checkpoint does not run under the fake process
+    group), every format and option of Megatron-LM's save_checkpoint that runs without
+    Transformer Engine (torch_dist with the distributed optimizer's dp_reshardable and
+    fully_reshardable layouts, the latter over NCCL and over Gloo, with and without fully
+    parallel save, async through the persistent worker, without the optimizer state; the legacy
+    format with and without the distributed optimizer; Megatron-FSDP's fsdp_dtensor), dense and
+    MoE, with and without the distributed optimizer. Defined before any of them was measured;
+    split by the hash rule (``split_of``). Measured with ``run_matrix.py plan --save``."""
+    ogp = dict(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+    one = dict(num_layers=1)
+    fully = dict(dist_ckpt_optim_fully_reshardable=True)
+    persistent = dict(async_save=True, use_persistent_ckpt_worker=True)
+    return [
+        save_run("save-l1b-dist", L1B(), "torch_dist", distopt=False),
+        save_run("save-l1b-dist-do", L1B(), "torch_dist", distopt=True),
+        save_run("save-l1b-dist-do-fr", L1B(), "torch_dist", distopt=True, **fully),
+        save_run(
+            "save-l1b-dist-do-fr-gloo",
+            L1B(),
+            "torch_dist",
+            distopt=True,
+            **fully,
+            distrib_optim_fully_reshardable_mem_efficient=True,
+        ),
+        save_run("save-l1b-dist-do-nofps", L1B(), "torch_dist", distopt=True, fully_parallel_save=False),
+        save_run("save-l1b-dist-do-async", L1B(), "torch_dist", distopt=True, **persistent),
+        save_run("save-l1b-dist-do-nooptim", L1B(), "torch_dist", distopt=True, save_optim=False),
+        save_run("save-l1b-torch", L1B(), "torch", distopt=False),
+        save_run("save-l1b-torch-do", L1B(), "torch", distopt=True),
+        save_run("save-l1b-fsdp-ogp", L1B(), "fsdp_dtensor", distopt=True, ddp=ogp),
+        save_run("save-gpt-dist-do-fr", GPT(), "torch_dist", distopt=True, **fully),
+        save_run("save-gpt-torch-do", GPT(), "torch", distopt=True),
+        save_run("save-qm1-dist", QM(**one), "torch_dist", distopt=False),
+        save_run("save-qm1-dist-do", QM(**one), "torch_dist", distopt=True),
+        save_run("save-qm1-dist-do-fr", QM(**one), "torch_dist", distopt=True, **fully),
+        save_run("save-qm1-dist-do-async", QM(**one), "torch_dist", distopt=True, **persistent),
+    ]

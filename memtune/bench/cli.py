@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "resume",
         help="estimate every measured checkpoint round trip and report the error",
         description="Compare the estimate's resume phase (the checkpoint load and the first iteration "
-        "after it) with `memtune measure --resume` round trips (docs/resume.md).",
+        "after it) with `memtune measure --resume` round trips (docs/resume.md), and its save phase "
+        "with the measured saves (docs/save.md).",
     )
     _set_arguments(res, "*.jsonl", DEFAULT_RESUME_SET)
     res.set_defaults(handler=run_resume)
@@ -149,13 +150,13 @@ def run_published(args: argparse.Namespace) -> int:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from memtune.bench.resume import evaluate_resume, resume_splits
+    from memtune.bench.resume import evaluate_resume, resume_splits, save_splits
 
     results = [evaluate_resume(r) for r in read_runs(args.paths)]
     if args.json:
-        print(json.dumps(render.resume_json(results, resume_splits(results)), indent=2))
+        print(json.dumps(render.resume_json(results, resume_splits(results), save_splits(results)), indent=2))
     else:
-        render.print_resume(Console(), results, resume_splits(results))
+        render.print_resume(Console(), results, resume_splits(results), save_splits(results))
     return 0
 
 

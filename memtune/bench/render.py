@@ -356,50 +356,91 @@ def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> 
     )
 
 
-def resume_json(results: list[ResumeResult], splits: dict[str, ResumeSummary | None]) -> dict[str, Any]:
+def resume_json(
+    results: list[ResumeResult],
+    splits: dict[str, ResumeSummary | None],
+    save_splits: dict[str, ResumeSummary | None],
+) -> dict[str, Any]:
     return {
         "runs": [
-            asdict(r) | {"load_error": r.load_error, "first_step_error": r.first_step_error} for r in results
+            asdict(r)
+            | {"load_error": r.load_error, "first_step_error": r.first_step_error, "save_error": r.save_error}
+            for r in results
         ],
         "splits": {name: asdict(s) if s else None for name, s in splits.items()},
+        "save_splits": {name: asdict(s) if s else None for name, s in save_splits.items()},
     }
 
 
-def print_resume(
-    console: Console, results: list[ResumeResult], splits: dict[str, ResumeSummary | None]
-) -> None:
-    rows = [
-        (
-            r.id,
-            r.split,
-            f"{r.load_measured / GiB:.2f}",
-            f"{r.load_estimated / GiB:.2f}",
-            f"{r.load_error:+.1%}",
-            f"{r.first_step_measured / GiB:.2f}",
-            f"{r.first_step_estimated / GiB:.2f}",
-            f"{r.first_step_error:+.1%}",
+def _gib(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / GiB:.2f}"
+
+
+def _compared(measured: int | None, estimated: int | None, error: float | None) -> tuple[str, str, str]:
+    """A measured figure, the estimate and the error."""
+    return _gib(measured), _gib(estimated), "-" if error is None else f"{error:+.1%}"
+
+
+def _columns(*phases: str) -> tuple[Column, ...]:
+    """The run, its split, and for each phase its measured figure, the estimate and the error
+    (a phase written ``name/`` has no error column)."""
+    columns = [Column("run", "left"), Column("split", "left", keep=50)]
+    for phase in phases:
+        columns += [Column(phase.rstrip("/")), Column("est")] + (
+            [] if phase.endswith("/") else [Column("err")]
         )
-        for r in results
-    ]
-    print_table(
-        console,
-        (
-            Column("run", "left"),
-            Column("split", "left", keep=50),
-            Column("load"),
-            Column("est"),
-            Column("err"),
-            Column("1st it"),
-            Column("est"),
-            Column("err"),
-        ),
-        rows,
-        title="Resume: measured vs estimated peak of the load and the first iteration (GiB)",
-    )
+    return tuple(columns)
+
+
+def print_resume(
+    console: Console,
+    results: list[ResumeResult],
+    splits: dict[str, ResumeSummary | None],
+    save_splits: dict[str, ResumeSummary | None],
+) -> None:
+    resumed = [r for r in results if r.load_measured is not None]
+    if resumed:
+        print_table(
+            console,
+            _columns("load", "1st it"),
+            [
+                (
+                    r.id,
+                    r.split,
+                    *_compared(r.load_measured, r.load_estimated, r.load_error),
+                    *_compared(r.first_step_measured, r.first_step_estimated, r.first_step_error),
+                )
+                for r in resumed
+            ],
+            title="Resume: measured vs estimated peak of the load and the first iteration (GiB)",
+        )
+        _print_splits(console, splits, "over both phases")
+    saved = [r for r in results if r.save_measured is not None]
+    if saved:
+        print_table(
+            console,
+            _columns("save", "pinned/"),
+            [
+                (
+                    r.id,
+                    r.split,
+                    *_compared(r.save_measured, r.save_estimated, r.save_error),
+                    _gib(r.host_staged_measured),
+                    _gib(r.host_staged_estimated),
+                )
+                for r in saved
+            ],
+            title="Save: measured vs estimated device peak of the save, and the pinned host memory it"
+            " left cached (GiB)",
+        )
+        _print_splits(console, save_splits, "of the save")
+
+
+def _print_splits(console: Console, splits: dict[str, ResumeSummary | None], what: str) -> None:
     for name, s in splits.items():
         if s:
             print_text(
                 console,
-                f"[bold]{name:8}[/bold] {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%} over both "
-                f"phases, max {s.max_abs_error:.1%} ({s.worst})",
+                f"[bold]{name:8}[/bold] {s.runs:3} runs  mean |error| {s.mean_abs_error:.1%} {what}, "
+                f"max {s.max_abs_error:.1%} ({s.worst})",
             )

@@ -1,5 +1,6 @@
 """The fabric a job's collectives run over: the job's ``cluster.network`` keys, with every unset
-key taken from a reference system (``data/networks.yaml``, each figure cited there).
+key taken from a reference system (``data/networks.yaml``, each figure cited there); and a
+node's host memory (``cluster.host_memory_gib``, else the reference system's).
 
 The system is ``cluster.network.system`` when set, else the one whose GPU the job names. A GPU
 no reference system carries (H100 NVL, MI300X) gets the node as its NVLink domain at the GPU
@@ -96,3 +97,18 @@ def network_of(cluster: ClusterConfig) -> Network:
         rail_optimized=pick("rail_optimized"),
         host_link_bytes_per_s=pick("host_link_gb_per_s") * 1e9,
     )
+
+
+def host_memory_gib(cluster: ClusterConfig) -> float | None:
+    """A node's RAM in GiB: ``cluster.host_memory_gib``, else the reference system's for the job's
+    GPU, scaled to ``cluster.gpus_per_node`` GPUs when the job's node differs from the system's
+    (its RAM per GPU is what such a node has); None where no reference system carries the GPU."""
+    if cluster.host_memory_gib is not None:
+        return cluster.host_memory_gib
+    system = _system(cluster)
+    if system is None:
+        return None
+    memory = system["host_memory_gib"]
+    if isinstance(memory, dict):
+        memory = memory.get(get_gpu(cluster.gpu).name, min(memory.values()))
+    return float(memory) * cluster.gpus_per_node / float(system["gpus_per_node"])

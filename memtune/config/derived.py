@@ -830,8 +830,11 @@ class Derived:
 
     @cached_property
     def resumes(self) -> bool:
-        """The job loads a checkpoint before training (``checkpoint.load``, Megatron-LM's --load)."""
-        return self.job.checkpoint.load is not None
+        """The job loads a checkpoint before training: ``checkpoint.load`` (Megatron-LM's --load),
+        or ``pretrained_checkpoint``, which Megatron-LM's and Megatron-Bridge's ``load_checkpoint``
+        read when the load directory holds none."""
+        c = self.job.checkpoint
+        return c.load is not None or c.pretrained_checkpoint is not None
 
     @cached_property
     def resume_format(self) -> str:
@@ -840,8 +843,11 @@ class Derived:
 
     @cached_property
     def optimizer_loaded_at_resume(self) -> bool:
-        """The resume loads the optimizer state (not with --no-load-optim or --finetune)."""
-        return self.resumes and self.job.checkpoint.load_optim
+        """The resume loads the optimizer state: from ``load``, not with --no-load-optim or
+        --finetune (Megatron-LM's and Megatron-Bridge's ``load_checkpoint`` skip it under
+        ``finetune``, and a ``pretrained_checkpoint`` is loaded with ``finetune`` set)."""
+        c = self.job.checkpoint
+        return c.load is not None and c.load_optim and not c.finetune
 
     @cached_property
     def te_fused_adam(self) -> bool:
@@ -906,6 +912,84 @@ class Derived:
         (megatron/core/transformer/mlp.py ``apply_swiglu_sharded_factory``, merged by ``torch.cat``)."""
         return self.model.gated_linear_unit and self.resume_format == "torch_dist"
 
+    # --- saving checkpoints (docs/save.md) ------------------------------------------------
+    @cached_property
+    def saves(self) -> bool:
+        """The job saves checkpoints (``checkpoint.save``, Megatron-LM's --save)."""
+        return self.job.checkpoint.save is not None
+
+    @cached_property
+    def save_format(self) -> str:
+        """The format a save writes (``checkpoint.ckpt_format``, as a resume reads it)."""
+        return self.job.checkpoint.ckpt_format
+
+    @cached_property
+    def optimizer_saved(self) -> bool:
+        """A save writes the optimizer state (not with --no-save-optim)."""
+        return self.saves and self.job.checkpoint.save_optim
+
+    @cached_property
+    def async_save(self) -> bool:
+        """Saves run in the background, in a persistent worker process per rank: Megatron-LM runs
+        --async-save only with --use-persistent-ckpt-worker and otherwise saves synchronously
+        (megatron/training/arguments.py); Megatron-Bridge asserts the worker (its default);
+        neither offers it for the legacy format."""
+        c = self.job.checkpoint
+        return (
+            self.saves
+            and c.async_save
+            and c.use_persistent_ckpt_worker
+            and self.save_format in ("torch_dist", "fsdp_dtensor")
+        )
+
+    @cached_property
+    def optimizer_save_sharding(self) -> str | None:
+        """How a save lays out the distributed optimizer's state (megatron/training/checkpointing.py
+        ``_build_sharded_state_dict_metadata``, ``save_checkpoint``): ``dp_reshardable`` (its
+        buckets, as they are) or ``fully_reshardable`` (the model's layout, gathered over the
+        data-parallel ranks) for torch_dist, ``fsdp_dtensor`` for Megatron-FSDP, ``dp_zero``
+        (gathered to data-parallel rank 0 over Gloo by ``save_parameter_state``) for the legacy
+        format; None without the distributed optimizer or without its state in the save."""
+        if not self.optimizer_saved or not self.use_distributed_optimizer:
+            return None
+        if self.save_format == "fsdp_dtensor":
+            return "fsdp_dtensor"
+        if self.save_format == "torch":
+            return "dp_zero"
+        if self.save_format != "torch_dist":
+            return None
+        return (
+            "fully_reshardable" if self.job.checkpoint.dist_ckpt_optim_fully_reshardable else "dp_reshardable"
+        )
+
+    @cached_property
+    def fully_reshardable_gathered_on_device(self) -> bool:
+        """The fully_reshardable save gathers each bucket's state over NCCL on the device, to
+        every data-parallel rank; with ``distrib_optim_fully_reshardable_mem_efficient`` over Gloo
+        on the host, to rank 0 only (megatron/core/optimizer/distrib_optimizer.py,
+        ``sharded_param_state_fully_reshardable``)."""
+        return (
+            self.optimizer_save_sharding == "fully_reshardable"
+            and not self.job.checkpoint.distrib_optim_fully_reshardable_mem_efficient
+        )
+
+    @cached_property
+    def save_spreads_replicated_tensors(self) -> bool:
+        """A torch_dist save spreads the writing of tensors every data-parallel rank holds over
+        those ranks (``fully_parallel_save``, ``FullyParallelSaveStrategyWrapper``); otherwise the
+        data-parallel rank 0 of each copy writes them."""
+        return self.save_format == "torch_dist" and self.job.checkpoint.fully_parallel_save
+
+    @cached_property
+    def host_memory_bytes_per_node(self) -> int | None:
+        """A node's RAM: ``cluster.host_memory_gib``, else the reference system's for the job's
+        GPU (memtune/catalog/data/networks.yaml) over ``gpus_per_node`` GPUs; None for a GPU no
+        reference system carries."""
+        from memtune.catalog.network import host_memory_gib  # the catalog imports the schema
+
+        gib = host_memory_gib(self.job.cluster)
+        return None if gib is None else round(gib * 2**30)
+
 
 # Derived facts no knob changes (``Derived.with_knobs`` carries them over;
 # tests/plan/test_fast.py checks every fact of a view against the validated job's).
@@ -936,6 +1020,9 @@ KNOB_FREE_FACTS = (
     "allocator",
     "fragmentation_margin",
     "network",
+    "saves",
+    "save_format",
+    "host_memory_bytes_per_node",
 )
 
 

@@ -446,6 +446,8 @@ class ClusterConfig(Section):
     """GPUs per node (intra-node links, host memory per node)."""
     network: NetworkConfig = NetworkConfig()
     """The fabric: NVLink domain, adapters per node and their speed (memtune's own keys)."""
+    host_memory_gib: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_HOST_MEMORY_GIB)
+    """Host memory (RAM) of one node in GiB; default: the reference system's (`memtune/catalog/data/networks.yaml`) for the node's GPUs."""
 
 
 Stack = Literal["megatron-core", "megatron-lm", "megatron-bridge"]
@@ -464,18 +466,49 @@ class CheckSettings(Section):
 
 class CheckpointConfig(Section):
     """Megatron-LM's and Megatron-Bridge's ``checkpoint`` keys that change memory when a job
-    resumes (docs/resume.md)."""
+    resumes (docs/resume.md) or saves (docs/save.md)."""
 
     load: str | None = None
     """Directory the job resumes from when it holds a checkpoint (Megatron-LM's --load); unset: no resume phase."""
     load_optim: bool = True
-    """Load the optimizer state with the weights (--no-load-optim and --finetune turn it off)."""
+    """Load the optimizer state with the weights (--no-load-optim turns it off; finetune skips it too)."""
     ckpt_format: Literal["torch", "torch_dist", "torch_dcp", "fsdp_dtensor"] = "torch_dist"
     """Checkpoint format: torch_dist (Megatron-Core's distributed checkpoint), fsdp_dtensor
     (Megatron-FSDP), torch (legacy, one file per rank) or torch_dcp (torch FSDP2; not modeled)."""
     fully_parallel_load: bool = False
     """Megatron-LM's --ckpt-fully-parallel-load: each data-parallel rank reads a share of the
     replicated tensors and broadcasts it to the others."""
+    finetune: bool = False
+    """Load the weights only (Megatron-LM's --finetune, Bridge's checkpoint.finetune): neither the
+    optimizer state nor the RNG state is loaded."""
+    pretrained_checkpoint: str | None = None
+    """Checkpoint a job fine-tunes from when `load` holds none (Megatron-LM's --pretrained-checkpoint):
+    loaded as with `finetune`, without the optimizer state."""
+    load_rng: bool = True
+    """Load the RNG state (--no-load-rng turns it off); a few kilobytes, no memory effect."""
+    save: str | None = None
+    """Directory the job saves checkpoints to (Megatron-LM's --save); unset: no save phase."""
+    save_optim: bool = True
+    """Save the optimizer state with the weights (--no-save-optim turns it off)."""
+    save_rng: bool = True
+    """Save the RNG state (--no-save-rng turns it off); a few kilobytes, no memory effect."""
+    fully_parallel_save: bool = True
+    """Spread the writing of tensors every data-parallel rank holds over those ranks (Megatron-LM's
+    default; --no-ckpt-fully-parallel-save turns it off and data-parallel rank 0 writes them)."""
+    async_save: bool = False
+    """Write the checkpoint in the background (torch_dist, fsdp_dtensor): every tensor the rank
+    writes is staged in pinned host memory first."""
+    use_persistent_ckpt_worker: bool = False
+    """Run async saves in one persistent worker process per rank; Megatron-LM runs --async-save
+    only with it (else it saves synchronously), Megatron-Bridge requires it and defaults it on."""
+    ckpt_assume_constant_structure: bool = False
+    """Cache the save plan across saves (torch_dist); changes no memory memtune models."""
+    dist_ckpt_optim_fully_reshardable: bool = False
+    """Save the distributed optimizer's state in the model's layout (torch_dist): it is gathered
+    over the data-parallel ranks while saving (docs/save.md)."""
+    distrib_optim_fully_reshardable_mem_efficient: bool = False
+    """With fully_reshardable: gather over Gloo on the host to data-parallel rank 0 only, instead of
+    NCCL on the device to every rank."""
 
 
 class JobConfig(Section):
@@ -492,7 +525,7 @@ class JobConfig(Section):
     ddp: DDPConfig = DDPConfig()
     """Data-parallel wrapper: gradient buffers, FSDP, overlap."""
     checkpoint: CheckpointConfig = CheckpointConfig()
-    """Resuming from a checkpoint: whether, in which format, with or without the optimizer."""
+    """Checkpoints: resuming from one and saving them, in which format, with or without the optimizer."""
     peft: LoraConfig | None = None
     """LoRA fine-tuning; unset for full training."""
     env: EnvConfig = EnvConfig()

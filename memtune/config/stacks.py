@@ -34,6 +34,7 @@ model.cross_entropy_loss_fusion        true                     src/megatron/bri
 model.gradient_accumulation_fusion     true                     src/megatron/bridge/utils/fusions.py (on when Transformer Engine imports, as in NVIDIA's containers)
 model.deallocate_pipeline_outputs      true                     src/megatron/bridge/models/gpt_provider.py ``GPTModelProvider``
 model.pipeline_dtype                   the parameter dtype      src/megatron/bridge/models/transformer_config.py ``finalize()`` (PP > 1)
+checkpoint.use_persistent_ckpt_worker  true (with async_save)   src/megatron/bridge/training/config.py ``CheckpointConfig``
 =====================================  =======================  ===============================================
 
 Both stacks also switch ``sequence_parallel`` off at TP 1 (with a warning) instead of refusing it;
@@ -115,6 +116,11 @@ STACK_DEFAULTS: dict[str, tuple[StackDefault, ...]] = {
             "model.pipeline_dtype",
             _param_dtype_when_pipelined,
             "megatron/bridge/models/transformer_config.py finalize()",
+        ),
+        StackDefault(
+            "checkpoint.use_persistent_ckpt_worker",
+            lambda job: True if job.checkpoint.async_save else None,  # listed only where it matters
+            "megatron/bridge/training/config.py CheckpointConfig",
         ),
     ),
 }

@@ -5,11 +5,17 @@ The estimate is a pure function of the configuration: parameters (``params``), m
 (``schedule``), transients and memory outside PyTorch (``overhead``) combine per pipeline rank
 in ``core``. It takes a :class:`~memtune.check.CheckedJob`, so an invalid configuration is
 refused with ``memtune check``'s messages before it can be estimated.
+
+The verdict judges the whole run: each rank's largest device peak over its phases (training,
+the checkpoint load and the first iteration after it, ``resume``; the checkpoint save,
+``save``) and a node's host memory (``host``). :meth:`Estimate.verdict`, :meth:`Estimate.fits`
+and :meth:`Estimate.needed_bytes` are that one judgement, and :meth:`Estimate.judged_phase`
+names what sets it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
 from memtune.check import ERROR, CheckedJob, Finding, gate, run_checks
@@ -20,15 +26,22 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate.core import EstimateOptions, RankEstimate, rank_estimate
 from memtune.estimate.flavour import Flavour, flavour_of
+from memtune.estimate.host import HostMemory, host_memory
 from memtune.estimate.overhead import OutsidePyTorch, outside_pytorch
+from memtune.estimate.params import chunk_param_tensors
 from memtune.estimate.resume import ResumeEstimate, resume_estimate
-from memtune.estimate.verdict import Margin, margin_of, needed_bytes, verdict_of
+from memtune.estimate.save import SaveEstimate, save_estimate
+from memtune.estimate.verdict import HOST_VERDICT, PHASES, Margin, margin_of, needed_bytes, verdict_of
 
 __all__ = [
+    "HOST_VERDICT",
+    "PHASES",
     "Estimate",
     "EstimateOptions",
+    "HostMemory",
     "RankEstimate",
     "ResumeEstimate",
+    "SaveEstimate",
     "check_with_estimate",
     "estimate",
 ]
@@ -51,6 +64,10 @@ class Estimate:
     flavour: Flavour  # the implementation path the layers were modeled on
     options: EstimateOptions
     uncertainty: dict[str, float]  # Derived.fit_uncertainty: TE paths not pinned down, share of the peak
+    # Each rank's save phase once computed (the verdict, the render and the host figure read it).
+    _saves: dict[int, tuple[RankEstimate, SaveEstimate | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @property
     def non_pytorch_bytes(self) -> int:
@@ -62,10 +79,15 @@ class Estimate:
 
     @property
     def host_bytes_per_node(self) -> int:
-        """Host memory the ranks of one node take beside the device: ``gpus_per_node`` ranks of
-        the worst pipeline rank (ranks of a stage are consecutive, so a node holds one stage's)."""
-        per_node = min(self.job.cluster.gpus_per_node, self.derived.world_size)
-        return max(r.host_bytes for r in self.ranks) * per_node
+        """Host memory a node's ranks take (:meth:`host`): ``gpus_per_node`` ranks of the rank
+        whose host memory is largest (ranks of a stage are consecutive, so a node holds one
+        stage's)."""
+        return max(self.host(rank).per_node_bytes for rank in self.ranks)
+
+    @property
+    def host_fits(self) -> bool:
+        """Whether every node's ranks fit in its RAM (``cluster.host_memory_gib``)."""
+        return all(self.host(rank).fits for rank in self.ranks)
 
     @property
     def verdict_margin(self) -> Margin:
@@ -77,10 +99,52 @@ class Estimate:
         """The rank's resume phase (checkpoint load and first iteration); None without a resume."""
         return resume_estimate(self.derived, rank)
 
-    def verdict_peak_bytes(self, rank: RankEstimate) -> int:
-        """The peak the verdict judges: the larger of training and, when the job resumes, the resume phase."""
+    def save(self, rank: RankEstimate) -> SaveEstimate | None:
+        """The rank's save phase (``save_checkpoint``); None when the job does not save."""
+        if not self.derived.saves:
+            return None
+        cached = self._saves.get(id(rank))
+        if cached is None or cached[0] is not rank:
+            tensors = [chunk_param_tensors(self.derived, c) for c in self.derived.chunks[rank.pp_rank]]
+            cached = self._saves[id(rank)] = (rank, save_estimate(self.derived, rank, tensors))
+        return cached[1]
+
+    def host(self, rank: RankEstimate) -> HostMemory:
+        """Host memory of the rank's processes, by part, and of its node."""
+        return host_memory(self.derived, rank, self.save(rank))
+
+    def phase_peaks(self, rank: RankEstimate) -> dict[str, int]:
+        """The rank's device peak in each phase of the run it goes through, by the names of
+        :data:`~memtune.estimate.verdict.PHASES`."""
+        peaks = {"training": rank.peak_bytes}
         resume = self.resume(rank)
-        return max(rank.peak_bytes, resume.peak_bytes) if resume else rank.peak_bytes
+        if resume is not None:
+            peaks["checkpoint load"] = resume.load_bytes
+            peaks["first iteration"] = resume.first_step_bytes
+        save = self.save(rank)
+        if save is not None:
+            peaks["checkpoint save"] = save.peak_bytes
+        return peaks
+
+    def verdict_peak_bytes(self, rank: RankEstimate) -> int:
+        """The peak the verdict judges: the largest of the rank's phases (:meth:`phase_peaks`)."""
+        return max(self.phase_peaks(rank).values())
+
+    def judged_phase(self, rank: RankEstimate | None = None) -> str:
+        """What sets the verdict of ``rank`` (by default the job's, as :meth:`verdict`):
+        ``host memory`` when a node's RAM is exceeded, else the phase whose device peak is
+        judged, one of ``training``, ``checkpoint load``, ``first iteration``, ``checkpoint
+        save`` (training wins a tie)."""
+        if not (self.host(rank).fits if rank else self.host_fits):
+            return "host memory"
+        rank = rank or self.verdict_rank
+        peaks = self.phase_peaks(rank)
+        return max(peaks, key=lambda phase: (peaks[phase], phase == "training"))
+
+    @property
+    def verdict_rank(self) -> RankEstimate:
+        """The rank the job's verdict is of: the one whose judged peak is highest."""
+        return max(self.ranks, key=self.verdict_peak_bytes)
 
     def needed_bytes(self, rank: RankEstimate) -> int:
         """Device memory the rank needs: the peak the verdict judges (:meth:`verdict_peak_bytes`),
@@ -88,14 +152,18 @@ class Estimate:
         return needed_bytes(self.verdict_peak_bytes(rank), self.non_pytorch_bytes, self.verdict_margin)
 
     def fits(self, rank: RankEstimate) -> bool:
-        """Whether the rank fits with the verdict's margin (its verdict is ``fits``)."""
-        return self.needed_bytes(rank) <= self.capacity_bytes
+        """Whether the rank fits with the verdict's margin (its verdict is ``fits``): on the device
+        in every phase, and its node in host memory."""
+        return self.needed_bytes(rank) <= self.capacity_bytes and self.host(rank).fits
 
     def verdict(self, rank: RankEstimate | None = None) -> str:
         """``fits``, ``tight`` (fits only if fragmentation and the estimate's error stay under
-        the margin) or ``does not fit``; of the rank whose judged peak is highest by default."""
-        rank = rank or max(self.ranks, key=self.verdict_peak_bytes)
-        return self.verdict_of_peak(self.verdict_peak_bytes(rank))
+        the margin), ``does not fit`` (the device, in the phase :meth:`judged_phase` names) or
+        ``does not fit (host)`` (a node's RAM). Of ``rank``, or by default of the job: host
+        memory on every node, and the rank whose judged peak is highest."""
+        if not (self.host(rank).fits if rank else self.host_fits):
+            return HOST_VERDICT
+        return self.verdict_of_peak(self.verdict_peak_bytes(rank or self.verdict_rank))
 
     def verdict_of_peak(self, peak_bytes: int) -> str:
         """:meth:`verdict` for a peak of this job that was measured rather than estimated."""

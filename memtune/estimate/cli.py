@@ -68,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
-        print(json.dumps(render.estimate_json(est, throughput, args.rank, uncertainty), indent=2))
+        print(
+            json.dumps(
+                render.estimate_json(est, throughput, args.rank, uncertainty, loaded.ignored), indent=2
+            )
+        )
         return _status(est, args.strict)
     console = Console()
     render.print_table(est, console, throughput, only=rank, uncertainty=uncertainty)

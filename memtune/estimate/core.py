@@ -30,7 +30,7 @@ from memtune.estimate.params import (
 )
 from memtune.estimate.peft import AdapterParams, adapter_params, apply_lora
 from memtune.estimate.schedule import in_flight
-from memtune.estimate.state import ModelState, fsdp_gathered, model_state
+from memtune.estimate.state import ModelState, PinnedHostCache, fsdp_gathered, model_state
 from memtune.peft.model import regather_buffer_bytes
 from memtune.units import MiB
 
@@ -102,7 +102,7 @@ class RankEstimate:
     # Activation bytes by tensor, all in-flight microbatches, at the forward/backward peak (also
     # when the optimizer step sets the rank's peak: what the job's recompute left on the device).
     modules: dict[str, float] = field(default_factory=dict)
-    activation_host_pinned: float = 0.0  # pinned host bytes of fine-grained activation offloading
+    activation_host_pinned: float = 0.0  # pinned host bytes of activation offloading (either kind)
     te_allocations: dict[str, float] = field(default_factory=dict)  # TE's run-long buffers, in transient
     buffers: float = 0.0  # run-long buffers beside state and activations, in transient at either phase
     forward_backward_bytes: int = 0  # the peak during forward/backward, whichever phase sets the peak
@@ -162,7 +162,7 @@ class Assembled(NamedTuple):
 class ChunkAssembly(NamedTuple):
     """A chunk's microbatch assembled: one variant, or under fine-grained activation offloading
     four (the first microbatch to run backward and the others, each with and without a later
-    microbatch waiting), with the pinned host bytes per microbatch."""
+    microbatch waiting), with the pinned host bytes per microbatch of either activation offload."""
 
     variants: tuple[Assembled, ...]
     host_pinned: float
@@ -194,8 +194,9 @@ def assemble_chunk(
     groups = _layer_groups(d, layers)
     if not (m.fine_grained_activation_offloading and m.offload_modules) or m.cpu_offloading:
         # Layer-wise offload (cpu_offloading) moves its first layers' saved tensors whole.
+        only = _assemble(d, chunk, layers, groups, offloaded, None)
         moved = sum(layer.total for layer in layers[:offloaded])
-        return ChunkAssembly((_assemble(d, chunk, layers, groups, offloaded, None),), 0.0, moved)
+        return ChunkAssembly((only,), layerwise_offload_host_bytes(layers[:offloaded]), moved)
     # Fine-grained offloading: the layers outside full-recompute checkpoints open offload groups.
     position, eligible = 0, []
     for group, checkpointed in groups:
@@ -254,7 +255,9 @@ def chunk_activations(
 
     if len(assembly.variants) == 1:
         only = assembly.variants[0]
-        return ChunkActivations(saved=only.kept, layers=len(chunk.layers), extra=extra(only))
+        return ChunkActivations(
+            saved=only.kept, layers=len(chunk.layers), extra=extra(only), host_pinned=assembly.host_pinned
+        )
     first, other, first_pipelined, other_pipelined = assembly.variants
     return ChunkActivations(
         saved=other.kept,
@@ -264,6 +267,19 @@ def chunk_activations(
         extra_pipelined=max(extra(first_pipelined), extra(other_pipelined)),
         host_pinned=assembly.host_pinned,
     )
+
+
+def layerwise_offload_host_bytes(offloaded: list[act.Saved]) -> float:
+    """Pinned host memory of Megatron-Core's layer-wise activation offload for one microbatch
+    (PP 1: one microbatch at a time). Transformer Engine's ``get_cpu_offload_context``
+    (transformer_engine/pytorch/cpu_offload.py, ``OffloadableLayerState.start_offload``) copies
+    each saved tensor of an offloaded layer into ``torch.empty_like(..., pin_memory=True)``: all
+    offloaded layers are on the host when the last one's forward ends, each tensor rounded up to
+    a power of two by PyTorch's caching host allocator, which keeps the blocks for the next
+    microbatch (rounded here per named tensor of a layer)."""
+    cache = PinnedHostCache()
+    cache.take(nbytes for layer in offloaded for nbytes in layer.tensors.values())
+    return float(cache.total)
 
 
 def _assemble(

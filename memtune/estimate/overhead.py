@@ -6,6 +6,8 @@ cuBLAS handles; each NCCL communicator about 488 MiB before data buffers. Megatr
 communicator for every process group that has more than one member and is used in training.
 Instantiated CUDA graphs hold executable memory outside the allocator too; vLLM reports 1 to 3
 GiB per GPU, and memtune counts the low end (their static pools inside PyTorch are not modeled).
+An async checkpoint save's persistent worker process opens a CUDA context of its own on the
+rank's GPU.
 """
 
 from __future__ import annotations
@@ -44,11 +46,15 @@ class OutsidePyTorch:
     per_communicator_bytes: int
     communicators: tuple[str, ...]  # the process groups that get an NCCL communicator
     cuda_graph_bytes: int  # instantiated CUDA graphs; 0 without them
+    checkpoint_worker_bytes: int = 0  # the async save's persistent worker's CUDA context; 0 without
 
     @property
     def total_bytes(self) -> int:
         return (
-            self.context_bytes + self.per_communicator_bytes * len(self.communicators) + self.cuda_graph_bytes
+            self.context_bytes
+            + self.per_communicator_bytes * len(self.communicators)
+            + self.cuda_graph_bytes
+            + self.checkpoint_worker_bytes
         )
 
 
@@ -58,6 +64,10 @@ def outside_pytorch(d: Derived) -> OutsidePyTorch:
         per_communicator_bytes=NCCL_COMMUNICATOR,
         communicators=tuple(communicators(d)),
         cuda_graph_bytes=CUDA_GRAPH_EXEC if d.cuda_graphs else 0,
+        # The persistent worker of async saves (megatron/core/dist_checkpointing/strategies/
+        # async_utils.py, PersistentAsyncCaller.async_loop) calls torch.cuda.set_device on the
+        # rank's GPU: a CUDA context there from the first save on, for the rest of the run.
+        checkpoint_worker_bytes=CUDA_CONTEXT if d.async_save else 0,
     )
 
 

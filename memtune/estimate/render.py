@@ -11,7 +11,7 @@ from rich.text import Text
 
 from memtune.config.stacks import ReceivedDefault
 from memtune.estimate import Estimate, RankEstimate
-from memtune.estimate.verdict import MIN_RUNS, Margin
+from memtune.estimate.verdict import HOST_VERDICT, MIN_RUNS, Margin
 from memtune.output import SCHEMA_VERSION
 from memtune.plotfile import save_figure
 from memtune.tables import Cell, Column, print_lines
@@ -22,12 +22,18 @@ if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.
     from memtune.perf.step import Throughput
     from memtune.perf.uncertainty import StepUncertainty
 
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red"}
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "bold red", HOST_VERDICT: "bold red"}
 # Short names of what a checkpoint load adds (estimate/resume.py), for the 80-column table.
 LOAD_PART_LABELS = {
     "optimizer.rebuilt_by_load_state_dict": "optimizer rebuilt",
     "model.linear_fc1_merged": "fc1 merged",
     "optimizer.linear_fc1_merged": "fc1 state merged",
+    "optimizer.dummy_step": "dummy step",
+}
+# Short names of what a checkpoint save adds on the device (estimate/save.py).
+SAVE_PART_LABELS = {
+    "optimizer.fully_reshardable_gather": "state gathered",
+    "optimizer.unscaled_state": "fp32 state copies",
 }
 
 
@@ -55,7 +61,11 @@ def rank_json(est: Estimate, rank: RankEstimate, global_rank: int | None = None)
         "needed_bytes": est.needed_bytes(rank),
         "fits": est.fits(rank),
         "verdict": est.verdict(rank),
+        "judged_phase": est.judged_phase(rank),
+        "phase_peaks": est.phase_peaks(rank),
         "resume": resume_json(est, rank),
+        "save": save_json(est, rank),
+        "host": host_json(est, rank),
     }
     if global_rank is not None:
         data = {"rank": global_rank, **data}
@@ -74,6 +84,37 @@ def resume_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
         "peak_bytes": resume.peak_bytes,
         "phase": resume.phase,
         "load_parts": {name: round(nbytes) for name, nbytes in resume.parts.items()},
+    }
+
+
+def save_json(est: Estimate, rank: RankEstimate) -> dict[str, Any] | None:
+    """The rank's save phase beside its training peak; None when the job does not save."""
+    save = est.save(rank)
+    if save is None:
+        return None
+    d = est.derived
+    return {
+        "format": d.save_format,
+        "optimizer_sharding": d.optimizer_save_sharding,
+        "async": d.async_save,
+        "peak_bytes": save.peak_bytes,
+        "resident_bytes": round(save.resident),
+        "parts": {name: round(nbytes) for name, nbytes in save.parts.items()},
+        "host_staged_bytes": save.host_staged_bytes,
+        "host_transient_bytes": save.host_transient_bytes,
+    }
+
+
+def host_json(est: Estimate, rank: RankEstimate) -> dict[str, Any]:
+    """The host memory of the rank's processes by part, and of its node against the node's RAM."""
+    host = est.host(rank)
+    return {
+        "rank_bytes": host.rank_bytes,
+        "parts": {name: round(nbytes) for name, nbytes in host.parts.items()},
+        "ranks_per_node": host.ranks_per_node,
+        "per_node_bytes": host.per_node_bytes,
+        "node_capacity_bytes": host.capacity_bytes,
+        "fits": host.fits,
     }
 
 
@@ -119,9 +160,11 @@ def estimate_json(
     throughput: Throughput,
     global_rank: int | None = None,
     uncertainty: StepUncertainty | None = None,
+    ignored: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One document shape with or without ``global_rank``: with it, ``ranks`` holds only that
-    rank's pipeline stage, tagged with the global rank."""
+    rank's pipeline stage, tagged with the global rank. ``ignored`` are the keys the loader did
+    not use, which ``assumptions`` lists."""
     d = est.derived
     if global_rank is None:
         ranks = [rank_json(est, r) for r in est.ranks]
@@ -147,10 +190,13 @@ def estimate_json(
         "num_microbatches": d.num_microbatches,
         "worst_pp_rank": est.worst.pp_rank,
         "verdict": est.verdict(),
+        "judged_phase": est.judged_phase(),
         "host_bytes_per_node": est.host_bytes_per_node,
+        "host_capacity_bytes_per_node": est.derived.host_memory_bytes_per_node,
+        "host_fits": est.host_fits,
         "ranks": ranks,
         "throughput": throughput_json(throughput, uncertainty),
-        "assumptions": assumptions(est),
+        "assumptions": assumptions(est, ignored),
     }
 
 
@@ -195,9 +241,11 @@ def verdict_margin_json(m: Margin) -> dict[str, Any]:
     }
 
 
-def assumptions(est: Estimate) -> list[str]:
+def assumptions(est: Estimate, ignored: Sequence[str] = ()) -> list[str]:
     d, fl, job = est.derived, est.flavour, est.job
     notes = []
+    if ignored:
+        notes.append(f"not used, their memory effect not modeled: {', '.join(ignored)}")
     if d.world_size_assumed:
         notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
     # a Hugging Face config.json, for one, gives the architecture and none of the job's sizes
@@ -270,11 +318,71 @@ def assumptions(est: Estimate) -> list[str]:
             " torch's AdamW (`memtune bench resume`), Transformer Engine's FusedAdam path modeled from source"
         )
     notes.extend(not_modeled(est))
+    notes.extend(checkpoint_notes(est))
+    notes.extend(host_notes(est))
     notes.append(
         f"fragmentation margin {est.margin:.0%} of the peak"
         f" (expandable segments {'on' if est.expandable_segments else 'off'})"
     )
     return notes
+
+
+def checkpoint_notes(est: Estimate) -> list[str]:
+    """What the save phase assumes, and the checkpoint keys the job sets that change no memory."""
+    d, c = est.derived, est.job.checkpoint
+    notes = []
+    if not d.saves:
+        notes.append(
+            "checkpoint.save not set: no save phase is judged (a job that saves: set it, docs/save.md)"
+        )
+    elif est.save(est.ranks[0]) is None:
+        notes.append(f"save ({d.save_format}): not modeled; training and resume peaks only")
+    else:
+        sharding = d.optimizer_save_sharding
+        notes.append(
+            f"save ({d.save_format}"
+            + (f", distributed optimizer {sharding}" if sharding else "")
+            + (", async in a persistent worker" if d.async_save else "")
+            + "): between iterations, beside the model state and run-long buffers; modeled from"
+            " Megatron-Core's and Megatron-LM's source, measured on the local spec (`memtune bench resume`)"
+        )
+        if c.async_save and not d.async_save:
+            notes.append(
+                "checkpoint.async_save without use_persistent_ckpt_worker: Megatron-LM saves synchronously"
+                " (Megatron-Bridge refuses it); estimated as a synchronous save"
+            )
+    if d.resumes and c.load is None:
+        notes.append("checkpoint.pretrained_checkpoint: loaded as with finetune, without the optimizer state")
+    unused = [
+        name
+        for name, on in (
+            ("checkpoint.load_rng", c.load_rng is False),
+            ("checkpoint.save_rng", c.save_rng is False),
+            ("checkpoint.ckpt_assume_constant_structure", c.ckpt_assume_constant_structure),
+        )
+        if on
+    ]
+    if unused:
+        notes.append(
+            f"{', '.join(unused)}: no memory effect (the RNG state is kilobytes; a cached save plan)"
+        )
+    return notes
+
+
+def host_notes(est: Estimate) -> list[str]:
+    """Where the host memory figure comes from."""
+    host = est.host(est.ranks[0])
+    capacity = (
+        f"{host.capacity_bytes / GiB:,.0f} GiB per node"
+        + ("" if est.job.cluster.host_memory_gib is not None else " (the reference system's)")
+        if host.capacity_bytes is not None
+        else "unknown (no reference system for this GPU; set cluster.host_memory_gib)"
+    )
+    return [
+        f"host memory: {host.ranks_per_node} ranks per node, each a training process (measured resident set),"
+        " 4 data loader workers (train and validation, 2 each) and what it offloads or stages; node RAM "
+        + capacity
+    ]
 
 
 def not_modeled(est: Estimate) -> list[str]:
@@ -401,7 +509,8 @@ def print_table(
         console, RANK_COLUMNS, rows, title=title, row_styles=["bold" if r is worst else "" for r in shown]
     )
     print_resume(est, console, shown)
-    rank = only or worst
+    print_save(est, console, shown)
+    rank = only or est.verdict_rank
     if len(est.ranks) > 1 and not only:
         print_lines(
             console,
@@ -414,15 +523,7 @@ def print_table(
         )
     print_lines(console, verdict_line(est, rank))
     print_lines(console, Text(throughput_line(throughput, uncertainty)))
-    if est.host_bytes_per_node:
-        print_lines(
-            console,
-            Text(
-                f"Host memory: {gib(est.host_bytes_per_node)} GiB per node of {est.job.cluster.gpus_per_node} GPUs "
-                f"({gib(rank.host_pinned_bytes)} GiB pinned + {gib(rank.host_bytes - rank.host_pinned_bytes)} GiB "
-                f"pageable per rank, {_host_contents(rank)} offloaded to the host)"
-            ),
-        )
+    print_lines(console, host_line(est, rank))
     print_lines(console, Text("Assumptions:", style="dim"))
     for note in assumptions(est):
         print_lines(console, Text(f"  - {note}", style="dim"))
@@ -432,6 +533,7 @@ PHASE_WORDS = {
     "optimizer step": "the optimizer step",
     "checkpoint load": "the checkpoint load",
     "first iteration": "the first iteration after the load",
+    "checkpoint save": "the checkpoint save",
 }
 
 
@@ -446,11 +548,16 @@ def verdict_line(est: Estimate, rank: RankEstimate) -> Text:
     verdict = est.verdict(rank)
     needed, capacity = est.needed_bytes(rank), est.capacity_bytes
     peak = est.verdict_peak_bytes(rank)
-    resume = est.resume(rank)
-    resumed = resume is not None and resume.peak_bytes > rank.peak_bytes
-    phase = resume.phase if resume is not None and resumed else rank.peak_phase
+    device_phase = max(est.phase_peaks(rank).items(), key=lambda kv: (kv[1], kv[0] == "training"))[0]
+    phase = rank.peak_phase if device_phase == "training" else device_phase
     margins = margins_phrase(est.verdict_margin)
-    if verdict == "fits":
+    if verdict == HOST_VERDICT:
+        host = est.host(rank)
+        plain = (
+            f"does not fit in host memory: a node's ranks need {gib(host.per_node_bytes)} GiB of its "
+            f"{gib(host.capacity_bytes or 0)} GiB of RAM"
+        )
+    elif verdict == "fits":
         plain = f"fits, with {gib(capacity - needed)} GiB to spare after {margins}"
     elif verdict == "tight":
         plain = f"tight: the peak fits, but {gib(needed - capacity)} GiB short of {margins}"
@@ -498,15 +605,6 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
         + ", GiB"
     )
     print_rows(console, RESUME_COLUMNS, rows, title=title)
-
-
-def _host_contents(rank: RankEstimate) -> str:
-    parts = []
-    if rank.state.host:
-        parts.append("optimizer state")
-    if rank.activation_host_pinned:
-        parts.append("activations")
-    return " and ".join(parts)
 
 
 ACTIVATION_COLUMNS = (Column("tensor", "left", wrap=True), Column("GiB"), Column("share"))
@@ -647,3 +745,64 @@ def plot(est: Estimate, path: str) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
     plt.close(fig)
+
+
+def host_line(est: Estimate, rank: RankEstimate) -> Text:
+    """A node's host memory against its RAM, with the largest parts of one rank's."""
+    host = est.host(rank)
+    parts = sorted(host.parts.items(), key=lambda kv: -kv[1])
+    shown = ", ".join(f"{name} {gib(nbytes)}" for name, nbytes in parts[:3])
+    of = "" if host.capacity_bytes is None else f" of {gib(host.capacity_bytes)} GiB"
+    return Text.assemble(
+        ("Host memory: ", "bold"),
+        (f"{gib(host.per_node_bytes)} GiB per node{of}", "" if host.fits else "bold red"),
+        f" ({host.ranks_per_node} ranks x {gib(host.rank_bytes)} GiB: {shown})",
+    )
+
+
+SAVE_COLUMNS = (
+    Column("pp", "left"),
+    Column("train", keep=60),
+    Column("save"),
+    Column("free"),
+    Column("staged", keep=70),
+    Column("host", keep=50),
+    Column("save adds (largest)", "left", keep=40, wrap=True),
+)
+
+
+def print_save(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -> None:
+    """A row per rank for the save phase, beside the training peak, and what it holds on the host."""
+    d = est.derived
+    if not d.saves:
+        return
+    if est.save(ranks[0]) is None:
+        print_lines(
+            console, Text(f"Save: checkpoint format {d.save_format} is not modeled; training peak only")
+        )
+        return
+    rows: list[list[Cell]] = []
+    for rank in ranks:
+        save = est.save(rank)
+        assert save is not None  # the format is modeled for every rank alike
+        part = max(save.parts, key=save.parts.__getitem__, default=None)
+        rows.append(
+            [
+                str(rank.pp_rank),
+                gib(rank.peak_bytes),
+                gib(save.peak_bytes),
+                _free(est, save.peak_bytes),
+                gib(save.host_staged_bytes),
+                gib(save.host_transient_bytes),
+                f"{gib(save.peak_bytes - save.resident)} ({SAVE_PART_LABELS[part]})" if part else "0.00",
+            ]
+        )
+    how = d.optimizer_save_sharding
+    title = (
+        f"Save in {d.save_format}"
+        + (f" ({how})" if how else "")
+        + (", async" if d.async_save else "")
+        + ("" if d.optimizer_saved else " (no optimizer state)")
+        + ", GiB"
+    )
+    print_rows(console, SAVE_COLUMNS, rows, title=title)

@@ -34,6 +34,10 @@ class ModelState:
     host_pinned: float = 0.0  # page-locked host memory the optimizer keeps
     host_pageable: float = 0.0  # ordinary host memory the optimizer keeps
     orphaned_optimizer_copies: float = 0.0  # device copies of a replaced optimizer (in ``optimizer``)
+    # Of the step's temporaries, what stays until the next iteration: the gradients cast to the
+    # main weights' dtype, which the optimizer holds as ``.grad`` until ``zero_grad``, and
+    # Megatron-FSDP's units, gathered after the step for the next forward.
+    left_after_step: float = 0.0
 
     @property
     def host(self) -> float:
@@ -117,11 +121,11 @@ def model_state(
     # Transformer Engine nor Apex provides FusedAdam) also materialises sqrt(v) for every
     # parameter of one param group at a time; routed experts have groups of their own only under
     # the expert process groups.
-    step = 0.0
-    if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer:
-        step += 4 * optimizer_params
+    # The fp32 copies are the main weights' ``.grad`` (``_copy_model_grads_to_main_grads``) until
+    # the next iteration's ``optimizer.zero_grad``.
+    cast = 4 * optimizer_params if half and grad_bytes < 4 and not opt.use_precision_aware_optimizer else 0.0
     grouped_apart = expert_optimizer_params if d.experts_use_expert_groups else 0.0
-    step += foreach_adam_temporaries(d, optimizer_params, grouped_apart)
+    step = cast + foreach_adam_temporaries(d, optimizer_params, grouped_apart)
     return ModelState(
         weights=weights,
         grads=grads,
@@ -129,6 +133,7 @@ def model_state(
         optimizer_step_transient=step,
         trainable=trainable,
         optimizer_params=optimizer_params,
+        left_after_step=cast,
     )
 
 
@@ -214,10 +219,11 @@ def _fsdp_state(d: Derived, local: ParamCounts, adapters: float, units: ParamCou
         optimizer_step_transient=step,
         trainable=trainable,
         optimizer_params=optimizer_params,
+        left_after_step=cast + gathered_after_step,
     )
 
 
-class _PinnedHostCache:
+class PinnedHostCache:
     """PyTorch's caching host allocator, which every ``pin_memory`` tensor goes through: it
     rounds each request up to a power of two, hands a freed block to the next request of the
     same size, and keeps every block until ``empty_cache``; ``torch.cuda.host_memory_stats()``
@@ -278,29 +284,51 @@ def _shard_pieces(d: Derived, chunks: list[list[ParamTensor]], shards: int, rank
 
 # Cached: the planner walks the same shards once per optimizer offload fraction it tries, one
 # fraction after the other (a few entries suffice; a large model's shards hold many pieces).
+def _buffer_layout(
+    tensors: tuple[ParamTensor, ...], bucket_size: int | None, shards: int
+) -> tuple[list[tuple[int, int, ParamTensor]], list[tuple[int, int]]]:
+    """One chunk's gradient buffer: where each tensor sits (in reverse order, each starting at a
+    multiple of 64 elements) and the buckets, whose ends are padded to a multiple of
+    lcm(shards, 128); ``bucket_size`` None makes one bucket."""
+    multiple = math.lcm(shards, 128)
+    buckets: list[tuple[int, int]] = []
+    placed: list[tuple[int, int, ParamTensor]] = []
+    position = bucket_start = 0
+    for tensor in reversed(tensors):
+        start = math.ceil(position / 64) * 64
+        end = start + round(tensor.numel)
+        placed.append((start, end, tensor))
+        position = end
+        if bucket_size is not None and end - bucket_start >= bucket_size:
+            position = math.ceil(end / multiple) * multiple
+            buckets.append((bucket_start, position))
+            bucket_start = position
+    if position > bucket_start:
+        buckets.append((bucket_start, math.ceil(position / multiple) * multiple))
+    return placed, buckets
+
+
+def bucket_numels(d: Derived, chunks: list[list[ParamTensor]], shards: int) -> list[int]:
+    """Elements of each gradient bucket (padding included) of the buffers holding ``chunks``'
+    tensors, one buffer per chunk, sharded over ``shards`` data-parallel ranks (the first chunk
+    takes ``DDP.bucket_size``, the others one bucket each: :func:`_shard_pieces`)."""
+    bucket_size = d.ddp_bucket_size(shards)
+    numels = []
+    for index, tensors in enumerate(chunks):
+        if tensors:
+            _, buckets = _buffer_layout(tuple(tensors), bucket_size if index == 0 else None, shards)
+            numels += [end - start for start, end in buckets]
+    return numels
+
+
 @functools.lru_cache(maxsize=64)
 def _pieces_of(
     bucket_size: int | None, chunks: tuple[tuple[ParamTensor, ...], ...], shards: int, rank: int
 ) -> tuple[ParamTensor, ...]:
     """:func:`_shard_pieces` with the first chunk's bucket size (None: one bucket per chunk)."""
     pieces: list[ParamTensor] = []
-    multiple = math.lcm(shards, 128)
     for index, tensors in enumerate(chunks):
-        chunk_bucket_size = bucket_size if index == 0 else None
-        buckets: list[tuple[int, int]] = []
-        placed: list[tuple[int, int, ParamTensor]] = []
-        position = bucket_start = 0
-        for tensor in reversed(tensors):
-            start = math.ceil(position / 64) * 64
-            end = start + round(tensor.numel)
-            placed.append((start, end, tensor))
-            position = end
-            if chunk_bucket_size is not None and end - bucket_start >= chunk_bucket_size:
-                position = math.ceil(end / multiple) * multiple
-                buckets.append((bucket_start, position))
-                bucket_start = position
-        if position > bucket_start:
-            buckets.append((bucket_start, math.ceil(position / multiple) * multiple))
+        placed, buckets = _buffer_layout(tensors, bucket_size if index == 0 else None, shards)
         owned = [(b + (e - b) // shards * rank, b + (e - b) // shards * (rank + 1)) for b, e in buckets]
         # Tensors and owned ranges both run in buffer order: sweep them together.
         first = 0
@@ -366,7 +394,7 @@ def _hybrid_device_state(
             host_pinned=(param_bytes + 4) * fraction * optimizer_params,
             host_pageable=(4 + moments) * fraction * optimizer_params,
         )
-    pinned = _PinnedHostCache()
+    pinned = PinnedHostCache()
     orphaned = pageable = 0.0
     shard_device = 0.0
     shard_offloaded: list[float] = []

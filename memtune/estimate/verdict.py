@@ -47,6 +47,11 @@ FAMILIES = (
     "dense",
 )
 
+# The phases of a run whose device peak the verdict judges (``Estimate.phase_peaks``), and the
+# verdict of a job whose node RAM its ranks exceed, whatever its device peak.
+PHASES = ("training", "checkpoint load", "first iteration", "checkpoint save")
+HOST_VERDICT = "does not fit (host)"
+
 # Tune runs a family needs before its worst under-estimate is trusted: confidence 1 - 1/(4+1) = 80%.
 MIN_RUNS = 4
 

@@ -2,8 +2,8 @@
 
 Every remedy of :func:`memtune.fix.changes.menu` is applied and passed through the gate for advice
 (:func:`memtune.check.admit`: Megatron must accept it and memtune check must not call it
-useless); what passes is estimated, judged by the whole-run verdict ``estimate`` gives (training
-and checkpoint load), and priced by the step model. When expandable segments are off and the
+useless); what passes is estimated, judged by the whole-run verdict ``estimate`` gives (training,
+checkpoint load and save on the device, and host memory per node), and priced by the step model. When expandable segments are off and the
 job is short of memory or its logs show fragmentation, they come first at no cost and the other
 remedies are judged on top of them. When no single remedy is enough, pairs of the most useful
 ones are tried. Suggestions are ordered by predicted throughput loss (to a tenth of a percent),
@@ -86,13 +86,13 @@ class FixResult:
 
 
 def judged_peak(est: Estimate, pp_rank: int) -> int:
-    """The peak the verdict judges on a pipeline rank (the larger of training and load)."""
+    """The peak the verdict judges on a pipeline rank (the largest of training, checkpoint load
+    and save)."""
     return est.verdict_peak_bytes(est.ranks[pp_rank])
 
 
 def phase_of(est: Estimate, pp_rank: int) -> str:
-    rank = est.ranks[pp_rank]
-    return "training" if judged_peak(est, pp_rank) == rank.peak_bytes else "checkpoint load"
+    return est.judged_phase(est.ranks[pp_rank])
 
 
 def _failing_rank(est: Estimate) -> int:

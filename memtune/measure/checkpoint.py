@@ -35,6 +35,10 @@ def _metadata(resume: dict[str, Any]) -> dict[str, Any]:
     }
     if resume["distrib_optim_sharding_type"]:
         metadata["distrib_optim_sharding_type"] = resume["distrib_optim_sharding_type"]
+    if resume["distrib_optim_sharding_type"] == "fully_reshardable":
+        metadata["distrib_optim_fully_reshardable_mem_efficient"] = resume.get(
+            "fully_reshardable_mem_efficient", False
+        )
     return metadata
 
 
@@ -51,7 +55,7 @@ def _sharded(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimi
             state[_key(index, len(model))] = chunk.sharded_state_dict(metadata=metadata)
         else:
             state[_key(index, len(model))] = chunk.state_dict_for_save_checkpoint()
-    if not loading or resume["load_optim"]:
+    if (resume.get("save_optim", True) and not loading) or (loading and resume["load_optim"]):
         state["optimizer"] = optimizer.sharded_state_dict(state, is_loading=loading, metadata=metadata)
     if resume["format"] == "fsdp_dtensor" and resume["gated_linear_unit"]:
         from megatron.core.transformer.fsdp_dtensor_checkpoint import handle_swiglu_in_state_dict
@@ -66,6 +70,9 @@ def _sharded(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimi
 
 
 def save(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer) -> None:
+    """Save as Megatron-LM's ``save_checkpoint`` does for the plan's format and options: the
+    distributed optimizer's own file first for the legacy format (``save_parameter_state``), a
+    fully parallel save strategy, an async save through the persistent worker."""
     import torch
 
     directory = resume["directory"]
@@ -73,20 +80,49 @@ def save(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer)
     if resume["format"] == "torch":
         from megatron.core.utils import unwrap_model
 
+        if resume["distrib_optim_sharding_type"] and resume.get("save_optim", True):
+            optimizer.save_parameter_state(os.path.join(directory, "distrib_optim.pt"))
         chunks = unwrap_model(model)
         state = {_key(i, len(chunks)): c.state_dict_for_save_checkpoint() for i, c in enumerate(chunks)}
-        state["optimizer"] = optimizer.state_dict()
+        if resume.get("save_optim", True):
+            state["optimizer"] = optimizer.state_dict()
         torch.save(state, os.path.join(directory, LEGACY_FILE))
         return
     state = _sharded(resume, model, optimizer, loading=False)
     if resume["format"] == "torch_dist":
-        from megatron.core import dist_checkpointing
-
-        dist_checkpointing.save(state, directory)
+        _save_torch_dist(resume, state, directory)
     else:
         from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
         dcp_save(state, checkpoint_id=directory)
+
+
+def _save_torch_dist(resume: dict[str, Any], state: Any, directory: str) -> None:
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+        FullyParallelSaveStrategyWrapper,
+    )
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+    strategy: Any = TorchDistSaveShardedStrategy()
+    if resume.get("fully_parallel_save"):
+        group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+        strategy = FullyParallelSaveStrategyWrapper(strategy, group)
+    if not resume.get("async_save"):
+        dist_checkpointing.save(state, directory, strategy)
+        return
+    # Megatron-LM runs --async-save in a persistent worker process (AsyncCallsQueue(persistent=True));
+    # "mcore" is the async strategy megatron-core ships (Megatron-LM's default "nvrx" needs
+    # nvidia-resiliency-ext, which is not installed here).
+    from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
+    queue = AsyncCallsQueue(persistent=True)
+    request = dist_checkpointing.save(
+        state, directory, strategy, async_sharded_save=True, async_strategy="mcore"
+    )
+    queue.schedule_async_request(request)
+    queue.maybe_finalize_async_calls(blocking=True)
+    queue.close()
 
 
 def load(resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer) -> None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from memtune.check import CheckedJob, gate
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
+from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.measure.plan import DEFAULT_ITERATIONS, MeasurePlan, plan_measurement
 from memtune.measure.render import print_report, print_resume_report, report_json, resume_report_json
@@ -77,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     checked = gate(loaded.job)
     plan = plan_measurement(checked, args.rank, args.iters, resume=args.resume)
+    if args.resume and not checked.derived.resumes:
+        raise InputError(
+            "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
+            " benchmarks/gpu/run_matrix.py --save, docs/save.md)"
+        )
     check_interpreter(args.python)
     if args.resume:
         return _run_resume(args, checked, plan)

@@ -326,9 +326,10 @@ def _resume_refusals(job: JobConfig, d: Derived) -> list[str]:
     """What ``--resume`` cannot measure here: the checkpoint round trip runs for real, and the
     fake process group moves no data between ranks."""
     fmt = d.resume_format
-    if not d.resumes:
+    if not d.resumes and not d.saves:
         return [
-            "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)"
+            "--resume: the job neither resumes nor saves; set checkpoint.load or checkpoint.save (the"
+            " estimate's resume and save phases need them)"
         ]
     if fmt == "torch_dcp":
         return ["--resume: checkpoint.ckpt_format torch_dcp (torch FSDP2's) is not measured or modeled"]
@@ -338,10 +339,10 @@ def _resume_refusals(job: JobConfig, d: Derived) -> list[str]:
             f"--resume with checkpoint.ckpt_format {fmt}: the distributed checkpoint exchanges its metadata "
             "between ranks, which the fake process group does not carry; measure a world size 1 job"
         )
-    if fmt == "torch" and d.use_distributed_optimizer:
+    if fmt == "torch" and d.use_distributed_optimizer and (d.resumes or d.world_size > 1):
         problems.append(
             "--resume with checkpoint.ckpt_format torch and the distributed optimizer: the legacy format "
-            "gathers the optimizer state over Gloo, which the measurement does not create"
+            "gathers the optimizer state over Gloo, which the measurement creates only to save at world size 1"
         )
     if d.megatron_fsdp != (fmt == "fsdp_dtensor"):
         problems.append(
@@ -358,15 +359,27 @@ def resume_plan(d: Derived) -> dict[str, Any]:
         sharding = "fsdp_dtensor" if d.resume_format == "fsdp_dtensor" else "dp_reshardable"
     else:
         sharding = None
+    c = d.job.checkpoint
+    if d.saves and d.optimizer_save_sharding in ("dp_reshardable", "fully_reshardable"):
+        sharding = d.optimizer_save_sharding  # what the save writes, which the load then reads
     return {
         "format": d.resume_format,
         "load_optim": d.optimizer_loaded_at_resume,
-        "fully_parallel_load": d.job.checkpoint.fully_parallel_load,
+        "fully_parallel_load": c.fully_parallel_load,
         # What Megatron-LM's _build_sharded_state_dict_metadata asks the distributed optimizer for.
         "distrib_optim_sharding_type": sharding,
         "gated_linear_unit": d.model.gated_linear_unit,  # fsdp_dtensor splits SwiGLU's fc1 halves
         "phase": "save",
         "directory": None,
+        # the save (docs/save.md): only the save is measured when the job does not resume
+        "save_only": not d.resumes,
+        "save_optim": c.save_optim,
+        "fully_parallel_save": d.save_spreads_replicated_tensors,
+        "fully_reshardable_mem_efficient": c.distrib_optim_fully_reshardable_mem_efficient,
+        "async_save": d.async_save,
+        # the Gloo groups the legacy format's and the Gloo fully_reshardable gathers need
+        "gloo": d.optimizer_save_sharding == "dp_zero"
+        or (d.optimizer_save_sharding == "fully_reshardable" and not d.fully_reshardable_gathered_on_device),
     }
 
 

@@ -119,13 +119,14 @@ def run_resume_json(
     log: IO[str] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint round trip of one resume plan (as JSON): ``{"training", "resumed"}``, the
-    runner's results of the save and the load process, or the first one's ``error``."""
+    runner's results of the save and the load process, or the first one's ``error``; for a job
+    that saves and does not resume, the save process's result alone."""
     with tempfile.TemporaryDirectory(prefix="memtune-resume-") as tmp:
         directory = str(Path(tmp, "checkpoint"))
         save = dict(plan, resume={**plan["resume"], "phase": "save", "directory": directory})
         training = run_plan_json(save, job_env, python, timeout_s, log)
-        if "error" in training:
-            return training
+        if "error" in training or plan["resume"].get("save_only"):
+            return training  # a job that only saves: the save is measured in the training run
         load = dict(plan, iterations=1, resume={**plan["resume"], "phase": "load", "directory": directory})
         resumed = run_plan_json(load, job_env, python, timeout_s, log)
         if "error" in resumed:

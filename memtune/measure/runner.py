@@ -442,7 +442,8 @@ def _init_distributed(plan: dict[str, Any]) -> None:
         dist.init_process_group("cpu:gloo,cuda:nccl", store=store, rank=0, world_size=1)
     else:
         dist.init_process_group("fake", store=FakeStore(), rank=plan["rank"], world_size=plan["world_size"])
-    parallel_state.initialize_model_parallel(**plan["parallel_state"], create_gloo_process_groups=False)
+    gloo = bool(plan.get("resume") and plan["resume"].get("gloo"))  # the Gloo gathers of a save
+    parallel_state.initialize_model_parallel(**plan["parallel_state"], create_gloo_process_groups=gloo)
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
     assert pp_rank == plan["pp_rank"], (
         f"megatron placed rank {plan['rank']} on stage {pp_rank}, planned {plan['pp_rank']}"
@@ -486,7 +487,8 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
 
     opt_kwargs = dict(plan["optimizer"])
     opt_kwargs["params_dtype"] = getattr(torch, opt_kwargs["params_dtype"])
-    optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), model, use_gloo_process_groups=False)
+    gloo = bool(plan.get("resume") and plan["resume"].get("gloo"))
+    optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), model, use_gloo_process_groups=gloo)
     after_optimizer = torch.cuda.memory_allocated()
     _wire_grad_sync(config, model, plan["ddp"], optimizer)
 
@@ -556,10 +558,7 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._dump_snapshot(snapshot)  # type: ignore[no-untyped-call]  # private, unannotated in torch
             torch.cuda.memory._record_memory_history(enabled=None)
-    if resume and resume["phase"] == "save":
-        from memtune.measure import checkpoint
-
-        checkpoint.save(resume, model, optimizer)
+    saved = _save_checkpoint(resume, model, optimizer) if resume and resume["phase"] == "save" else None
     # After a load the first iteration is the one measured.
     steady = iterations if resumed else [it for it in iterations if it["iteration"] >= 2]
     measured = {
@@ -576,6 +575,8 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     }
     if resumed:
         measured["resume"] = {**resumed, "first_step_peak_bytes": iterations[0]["peak_allocated_bytes"]}
+    if saved:
+        measured["save"] = saved
     return {
         "measured": measured,
         "environment": _environment(plan, chunks, optimizer)
@@ -583,6 +584,49 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         "pp_rank": plan["pp_rank"],
         "wall_seconds": round(time.monotonic() - started, 1),
     }
+
+
+def _save_checkpoint(
+    resume: dict[str, Any], model: list[Any], optimizer: MegatronOptimizer
+) -> dict[str, Any]:
+    """Save the checkpoint after the last iteration, as Megatron-LM's train loop does between
+    iterations; the allocator's peak while it saves, and the host memory it takes."""
+    import torch
+
+    from memtune.measure import checkpoint
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    pinned = hasattr(torch.cuda, "host_memory_stats")
+    if pinned and hasattr(torch.cuda, "reset_peak_host_memory_stats"):
+        torch.cuda.reset_peak_host_memory_stats()
+    rss_before = _current_rss_bytes()
+    checkpoint.save(resume, model, optimizer)
+    torch.cuda.synchronize()
+    record = {
+        "format": resume["format"],
+        "allocated_before_save": before,
+        "save_peak_bytes": torch.cuda.max_memory_allocated(),
+        "save_peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "allocated_after_save": torch.cuda.memory_allocated(),
+        "host_rss_before_save_bytes": rss_before,
+        "host_peak_rss_bytes": _peak_rss_bytes(),
+        "host_rss_after_save_bytes": _current_rss_bytes(),
+    }
+    if pinned:  # the caching host allocator's counters (pinned staging), all of them
+        record["host_memory_stats"] = {
+            key: value for key, value in torch.cuda.host_memory_stats().items() if isinstance(value, int)
+        }
+    return record
+
+
+def _current_rss_bytes() -> int:
+    """The process's resident set now (``/proc/self/statm``), where the peak alone cannot tell."""
+    import resource
+
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
 
 
 def _load_checkpoint(

@@ -47,13 +47,15 @@ from memtune.estimate.core import (
     rank_params,
 )
 from memtune.estimate.flavour import flavour_of
+from memtune.estimate.host import host_memory_of
 from memtune.estimate.overhead import non_pytorch_bytes
 from memtune.estimate.params import ParamCounts, ParamTensor
 from memtune.estimate.peft import AdapterParams
 from memtune.estimate.resume import resume_estimate
+from memtune.estimate.save import SaveEstimate, save_estimate
 from memtune.estimate.schedule import IN_FLIGHT_KNOBS, in_flight
 from memtune.estimate.state import MODEL_STATE_KNOBS, ModelState, model_state
-from memtune.estimate.verdict import MARGIN_KNOBS, Margin, margin_of, needed_bytes, verdict_of
+from memtune.estimate.verdict import HOST_VERDICT, MARGIN_KNOBS, Margin, margin_of, needed_bytes, verdict_of
 
 # What a chunk's activations and model state depend on besides the knobs: its layers' kinds (MoE
 # or dense), whether it holds the embedding, the output layer, and its MTP layers.
@@ -305,25 +307,46 @@ class FastEstimator:
             )
 
         # As ``Estimate``: the worst rank by its training peak; the verdict judges each rank's
-        # larger of training and resume (``Estimate.verdict_peak_bytes``).
-        resumes = self.base_derived.resumes
+        # largest phase (``Estimate.verdict_peak_bytes``: training, resume, save) and every
+        # node's host memory (``Estimate.host_fits``).
+        d = self.base_derived
+        saves = d.saves
+        params_key = RANK_PARAMS.key(k)
         worst_index, worst_peak, worst_judged, judged_max = -1, -1, -1, -1
+        host_fits = True
         for i in range(len(reps)):
             held = held_of(i)
             activ, transient, _ = peak_parts(states[i], held.activations, held.worst_transient, buffers_of(i))
             peak = judged = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
-            if resumes:
-                resume = resume_estimate(self.derived(k), combine(*pieces_of(i), by_module=False))
-                judged = max(peak, resume.peak_bytes) if resume else peak
+            save = None
+            if d.resumes or saves:
+                rank = combine(*pieces_of(i), by_module=False)
+                resume = resume_estimate(self.derived(k), rank) if d.resumes else None
+                save = save_estimate(self.derived(k), rank, self._params[(params_key, reps[i])][3])
+                judged = max(peak, resume.peak_bytes if resume else 0, save.peak_bytes if save else 0)
             judged_max = max(judged_max, judged)
             over = stop_when_over and needed_bytes(judged, outside, margin) > self.capacity
             if peak > worst_peak or over:
                 worst_index, worst_peak, worst_judged = i, peak, judged
             if over:
                 break
+            host_fits = host_fits and self._host_fits(k, i, states[i], activations_of(i), flights[i], save)
+        verdict = verdict_of(judged_max, outside, self.capacity, margin) if host_fits else HOST_VERDICT
         return FastResult(
-            worst_peak,
-            needed_bytes(worst_judged, outside, margin),
-            verdict_of(judged_max, outside, self.capacity, margin),
-            pieces_of(worst_index),
+            worst_peak, needed_bytes(worst_judged, outside, margin), verdict, pieces_of(worst_index)
         )
+
+    def _host_fits(
+        self,
+        k: Knobs,
+        i: int,
+        state: ModelState,
+        activations: list[ChunkActivations],
+        flight: dict[int, int],
+        save: SaveEstimate | None,
+    ) -> bool:
+        """Whether the nodes holding representative rank ``i`` fit in their RAM
+        (``Estimate.host``; the pinned activations summed as ``core.combine`` sums them)."""
+        chunks = self.layout(k).chunks[self.layout(k).representatives[i]]
+        pinned = sum(flight.get(c.vp_stage, 0) * a.host_pinned for c, a in zip(chunks, activations))
+        return host_memory_of(self.derived(k), state.host, pinned, save).fits

@@ -106,11 +106,13 @@ def test_model_preset_works_as_a_dotted_override_and_inside_bridge_files(tmp_pat
     assert job.model.num_layers == 36 and job.model.qk_layernorm  # Qwen3-8B
     assert job.model.vocab_size == 32000  # the recipe's own key stays on top of the preset
     dump = tmp_path / "bridge.yaml"
-    dump.write_text("model: {preset: llama3-8b, tensor_model_parallel_size: 2}\ncheckpoint: {save: /x}\n")
+    dump.write_text(
+        "model: {preset: llama3-8b, tensor_model_parallel_size: 2}\ncheckpoint: {save_interval: 100}\n"
+    )
     loaded = load_job(dump)
     assert loaded.format == "bridge" and loaded.job.model.hidden_size == 4096
     assert loaded.job.model.tensor_model_parallel_size == 2
-    assert loaded.ignored == ["checkpoint.save"]
+    assert loaded.ignored == ["checkpoint.save_interval"]
 
 
 def test_bridge_override_file_lays_over_a_hugging_face_config(tmp_path):

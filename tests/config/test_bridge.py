@@ -53,7 +53,7 @@ def test_bridge_dump_reports_what_it_ignores_once():
         "comm_overlap.tp_comm_overlap",
         "logger",
         "dataset",
-        "checkpoint.async_save",
+        "checkpoint.save_interval",
         "tokenizer",
         "scheduler",
     ):

@@ -38,7 +38,7 @@ def test_example_launch_script_maps_flags_env_and_world_size():
         8,
     )  # --nproc_per_node 8 --nnodes ${NUM_NODES:-1}
     # positional parameters fall back to their ${1:-...} defaults; unknown flags are reported with values
-    assert "--save checkpoints/llama3_8b" in loaded.ignored
+    assert job.checkpoint.save == "checkpoints/llama3_8b"  # the save phase (docs/save.md)
     assert "--lr 3.0e-4" in loaded.ignored and "--use-mcore-models" in loaded.ignored
     assert "--max-position-embeddings 8192" in loaded.ignored
 

@@ -7,7 +7,7 @@ from memtune.config import derive
 from memtune.estimate import EstimateOptions, estimate
 from memtune.estimate.core import chunk_activations
 from memtune.estimate.params import ParamTensor, chunk_param_tensors, chunk_params
-from memtune.estimate.state import _offload_walk, _PinnedHostCache, _shard_pieces
+from memtune.estimate.state import PinnedHostCache, _offload_walk, _shard_pieces
 from tests.jobs import build_job
 
 MODEL = dict(
@@ -88,7 +88,7 @@ def test_shard_pieces_follow_the_reversed_padded_buffer():
 
 
 def test_pinned_host_cache_rounds_to_powers_of_two_and_reuses_freed_blocks():
-    cache = _PinnedHostCache()
+    cache = PinnedHostCache()
     cache.transient([3_000_000, 3_500_000])  # one 4 MiB block, freed after each use
     cache.take([5_000_000, 3_000_000, 2_100_000])  # an 8 MiB block; the freed 4 MiB block; a new one
     assert cache.total == 4 * 2**20 + 8 * 2**20 + 4 * 2**20

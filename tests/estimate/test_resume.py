@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from memtune.check import gate
-from memtune.config import load_job, validate
+from memtune.config import derive, load_job, validate
 from memtune.estimate import estimate
 from memtune.estimate.render import estimate_json
 from memtune.perf.step import throughput_of
@@ -197,8 +197,11 @@ def test_megatron_lm_flags(tmp_path, flags, expected):
         "torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
         f"--seq-length 128 --max-position-embeddings 128 --vocab-size 1000 --micro-batch-size 1 {flags}\n"
     )
-    c = load_job(script).job.checkpoint
-    assert (c.load, c.load_optim, c.ckpt_format, c.fully_parallel_load) == expected
+    job = load_job(script).job
+    c = job.checkpoint
+    # without a load there is no resume; the job keeps Megatron's default of loading the optimizer
+    loaded = derive(job).optimizer_loaded_at_resume or c.load is None
+    assert (c.load, loaded, c.ckpt_format, c.fully_parallel_load) == expected
 
 
 def test_bridge_checkpoint_section(tmp_path):
@@ -216,7 +219,8 @@ def test_bridge_checkpoint_section(tmp_path):
         "fsdp_dtensor",
         True,
     )
-    assert loaded.ignored == ["checkpoint.save"]
+    assert loaded.ignored == []
+    assert c.save == "/ckpt"
 
 
 def test_text_shows_a_resume_row_per_rank_within_80_columns():

@@ -41,6 +41,12 @@ def test_resume_plan_carries_the_checkpoint_settings():
         "gated_linear_unit": True,
         "phase": "save",
         "directory": None,
+        "save_only": False,
+        "save_optim": True,
+        "fully_parallel_save": True,
+        "fully_reshardable_mem_efficient": False,
+        "async_save": False,
+        "gloo": False,
     }
     assert plan_measurement(gate(job), 0).resume is None
     json.dumps(plan.to_json())
@@ -51,7 +57,8 @@ def test_resume_plan_carries_the_checkpoint_settings():
     [
         (
             {"cluster": ONE_GPU},
-            "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)",
+            "--resume: the job neither resumes nor saves; set checkpoint.load or checkpoint.save (the"
+            " estimate's resume and save phases need them)",
         ),
         (
             {"checkpoint": RESUME},  # TINY has 2 GPUs
@@ -66,7 +73,7 @@ def test_resume_plan_carries_the_checkpoint_settings():
                 "ddp": {"use_distributed_optimizer": True},
             },
             "--resume with checkpoint.ckpt_format torch and the distributed optimizer: the legacy format "
-            "gathers the optimizer state over Gloo, which the measurement does not create",
+            "gathers the optimizer state over Gloo, which the measurement creates only to save at world size 1",
         ),
         (
             {"cluster": ONE_GPU, "checkpoint": {**RESUME, "ckpt_format": "fsdp_dtensor"}},
@@ -98,7 +105,8 @@ def test_cli_refuses_in_one_line_with_exit_2(tmp_path, capsys):
     assert main(["measure", str(config), "--rank", "0", "--resume"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(
-        "--resume: the job does not resume; set checkpoint.load (the estimate's resume phase needs it)"
+        "--resume: the job neither resumes nor saves; set checkpoint.load or checkpoint.save (the"
+        " estimate's resume and save phases need them)"
     )
 
 
@@ -177,3 +185,39 @@ def test_every_resume_run_is_measured_once_with_its_matrix_config_and_split():
         # the load ran in a fresh process: it starts from the model state, before the first step
         assert phase["allocated_before_load"] <= phase["load_peak_bytes"]
         assert phase["first_step_peak_bytes"] == phase["first_iteration"]["peak_allocated_bytes"]
+
+
+def test_cli_refuses_a_job_that_only_saves_in_one_line(tmp_path, capsys):
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "model": {"preset": "llama3-8b", "num_layers": 2},
+                "cluster": {"num_gpus": 1},
+                "checkpoint": {"save": "/ckpt"},
+            }
+        )
+    )
+    assert main(["measure", str(config), "--rank", "0", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "--resume: the job does not resume; set checkpoint.load (a job that only saves is measured by"
+        " benchmarks/gpu/run_matrix.py --save, docs/save.md)"
+    )
+
+
+def test_a_save_plan_carries_the_save_options():
+    job = make_job(
+        cluster=ONE_GPU,
+        checkpoint={
+            "save": "/ckpt",
+            "dist_ckpt_optim_fully_reshardable": True,
+            "distrib_optim_fully_reshardable_mem_efficient": True,
+        },
+        ddp={"use_distributed_optimizer": True},
+        optimizer={"use_distributed_optimizer": True},
+    )
+    resume = plan_measurement(gate(job), 0, resume=True).resume
+    assert resume["save_only"] and resume["gloo"]
+    assert resume["distrib_optim_sharding_type"] == "fully_reshardable"
+    assert resume["fully_reshardable_mem_efficient"] and not resume["async_save"]

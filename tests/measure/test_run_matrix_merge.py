@@ -33,7 +33,7 @@ def test_merge_refuses_a_run_whose_optimizer_skipped_a_measured_step(tmp_path, c
         results, into = tmp_path / "results.jsonl", tmp_path / "set.jsonl"
         results.write_text(json.dumps(result) + "\n")
         into.unlink(missing_ok=True)
-        merge(argparse.Namespace(results=[str(results)], plans=[], into=str(into), resume=False))
+        merge(argparse.Namespace(results=[str(results)], plans=[], into=str(into), resume=False, save=False))
         merged = [json.loads(line) for line in into.read_text().splitlines()]
         assert [r["id"] for r in merged] == ([record["id"]] if taken else [])
         out = capsys.readouterr().out
@@ -49,7 +49,9 @@ def test_a_result_not_taken_leaves_the_earlier_record_of_that_run(tmp_path, caps
     results, into = tmp_path / "results.jsonl", tmp_path / "set.jsonl"
     results.write_text(json.dumps(rerun) + "\n")
     into.write_text(json.dumps(record) + "\n")
-    _run_matrix().merge(argparse.Namespace(results=[str(results)], plans=[], into=str(into), resume=False))
+    _run_matrix().merge(
+        argparse.Namespace(results=[str(results)], plans=[], into=str(into), resume=False, save=False)
+    )
     merged = [json.loads(line) for line in into.read_text().splitlines()]
     assert [r["measured"]["peak_allocated_bytes"] for r in merged] == [
         record["measured"]["peak_allocated_bytes"]

@@ -542,7 +542,9 @@ def expandable_segments_off_when_tight(c: Context) -> Hit | None:
     if facts is None or not changes or facts.needed_with_expandable_bytes is None:
         return None
     spare = facts.capacity_bytes - facts.needed_bytes
-    if facts.verdict == "does not fit" or (facts.verdict == "fits" and spare >= facts.fragmentation_bytes):
+    if facts.verdict not in ("fits", "tight") or (
+        facts.verdict == "fits" and spare >= facts.fragmentation_bytes
+    ):
         return None
     state = (
         f"tight (needs {gib(facts.needed_bytes)} of {gib(facts.capacity_bytes)} GiB)"

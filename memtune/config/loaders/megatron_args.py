@@ -187,9 +187,25 @@ FLAGS: dict[str, Value | Switch] = {
     # resuming from a checkpoint (docs/resume.md)
     "load": Value("checkpoint.load"),
     "no-load-optim": Switch({"checkpoint.load_optim": False}),
-    "finetune": Switch({"checkpoint.load_optim": False, "_.finetune": True}),
+    "finetune": Switch({"checkpoint.finetune": True, "_.finetune": True}),
+    "pretrained-checkpoint": Value("checkpoint.pretrained_checkpoint"),
+    "no-load-rng": Switch({"checkpoint.load_rng": False}),
     "ckpt-format": Value("checkpoint.ckpt_format"),
     "ckpt-fully-parallel-load": _on("checkpoint.fully_parallel_load"),
+    # saving checkpoints (docs/save.md)
+    "save": Value("checkpoint.save"),
+    "no-save-optim": Switch({"checkpoint.save_optim": False}),
+    "no-save-rng": Switch({"checkpoint.save_rng": False}),
+    "no-ckpt-fully-parallel-save": Switch({"checkpoint.fully_parallel_save": False}),
+    # deprecated, no effect: fully parallel save is Megatron-LM's default (arguments.py)
+    "ckpt-fully-parallel-save": _on("checkpoint.fully_parallel_save"),
+    "async-save": _on("checkpoint.async_save"),
+    "use-persistent-ckpt-worker": _on("checkpoint.use_persistent_ckpt_worker"),
+    "ckpt-assume-constant-structure": _on("checkpoint.ckpt_assume_constant_structure"),
+    "dist-ckpt-optim-fully-reshardable": _on("checkpoint.dist_ckpt_optim_fully_reshardable"),
+    "distrib-optim-fully-reshardable-mem-efficient": _on(
+        "checkpoint.distrib_optim_fully_reshardable_mem_efficient"
+    ),
     # optimizer and data parallelism
     "optimizer": Value("optimizer.optimizer"),
     "use-distributed-optimizer": Switch(
