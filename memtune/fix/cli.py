@@ -7,17 +7,16 @@ import argparse
 import json
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from memtune.config import report_ignored
-from memtune.config.arguments import add_job_arguments, is_override, load_from_args
-from memtune.config.changes import job_data
+from memtune.config.arguments import add_job_arguments, is_override, load_from_args, load_written
+from memtune.config.writers import WRITE_FORMATS, WRITE_HELP, write_job
 from memtune.diagnose.advice import fixes_for_failure
 from memtune.errors import InputError
 from memtune.fix.render import render
 from memtune.fix.search import FixResult, Suggestion
-from memtune.outfile import check_output_path, write_atomically
+from memtune.outfile import check_output_path
 from memtune.perf.step import STEP_MODEL_NOTES
 
 
@@ -37,8 +36,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--write",
         metavar="OUT.yaml",
-        help="write the first suggestion as a memtune YAML config (never over the input config)",
+        help="write the first suggestion in the input's own format (never over the input config)",
     )
+    p.add_argument("--format", choices=WRITE_FORMATS, help=WRITE_HELP)
     p.add_argument("--force", action="store_true", help="with --write: replace OUT.yaml if it exists")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(handler=run)
@@ -60,12 +60,8 @@ def run(args: argparse.Namespace) -> int:
     result = fixes_for_failure(loaded.job, verdict)
     if target is not None and result.suggestions:
         first = result.suggestions[0]
-        text = f"# written by memtune fix: {first.title}\n" + yaml.safe_dump(
-            job_data(first.job), sort_keys=False
-        )
-        write_atomically(
-            target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
-        )
+        written = load_written(args, "memtune fix CONFIG|--recipe NAME ... --write OUT")
+        write_job(target, written, first.job, args.format, f"memtune fix: {first.title}", replace=args.force)
     if args.json:
         print(json.dumps(to_json(result, label), indent=2))
         return 0 if result.suggestions else 1

@@ -21,6 +21,7 @@ from memtune.config.arguments import add_job_arguments
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
+from memtune.config.writers import WRITE_FORMATS, WRITE_HELP
 from memtune.errors import InputError
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
@@ -28,6 +29,7 @@ from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Query, base_job, pin_filter
 from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
+from memtune.plan.write import write_layout
 from memtune.plotfile import check_plot_path
 
 # Pins on these keys narrow the enumerated values directly.
@@ -91,6 +93,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="W",
         help="processes for the search (default: the CPU count, up to 8)",
     )
+    p.add_argument(
+        "--write", nargs=2, metavar=("N", "OUT"), help="write layout N to OUT in the input's format"
+    )
+    p.add_argument("--format", choices=WRITE_FORMATS, help=WRITE_HELP)
+    p.add_argument("--force", action="store_true", help="with --write: replace OUT if it exists")
     p.set_defaults(handler=run)
 
 
@@ -211,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
             render.plot_explained(_recorded_step(result, args.explain), args.plot)
     elif args.plot:
         render.plot(result, args.plot)
+    if args.write:
+        write_layout(args, result)
     if args.json:
         print(json.dumps(render.result_json(result), indent=2))
         return 0
