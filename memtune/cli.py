@@ -35,6 +35,7 @@ def _registrars() -> list[Registrar]:
     from memtune.estimate import cli as estimate_cli
     from memtune.fix import cli as fix_cli
     from memtune.measure import cli as measure_cli
+    from memtune.page import cli as page_cli
     from memtune.plan import cli as plan_cli
     from memtune.regress import cli as regress_cli
     from memtune.runtime import cli as runtime_cli
@@ -46,6 +47,7 @@ def _registrars() -> list[Registrar]:
         diagnose_cli.register,
         plan_cli.register,
         fix_cli.register,
+        page_cli.register,
         bench_cli.register,
         catalog_cli.register,
         regress_cli.register,
