@@ -43,6 +43,7 @@ EVENT_COLOURS = {
 }
 VERDICT_CLASS = {"fits": "ok", "tight": "warn", "does not fit": "bad"}
 SVG_WIDTH = 640
+BARS_WIDTH = 440  # the memory chart: narrow, so its labels stay legible on a phone
 
 CSS = """
 :root{color-scheme:light;--ink:#1d2330;--dim:#5b6475;--line:#d8dce4;--ok:#1e7b34;--warn:#a25c00;--bad:#b3261e}
@@ -66,8 +67,17 @@ svg{width:100%;height:auto;display:block}
 svg text{font:11px system-ui,sans-serif;fill:var(--ink)}
 .legend span{display:inline-block;margin-right:.8rem;font-size:.8rem}
 .legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.25rem;vertical-align:-1px;border-radius:2px}
-@media (max-width:600px){body{padding:.6rem;font-size:14px}th,td{padding:.25rem .3rem}}
-@media print{body{max-width:none;padding:0}.scroll{overflow:visible}section{break-inside:avoid-page}
+td{overflow-wrap:break-word}
+td code{overflow-wrap:anywhere}
+.chart svg{min-width:34rem}
+svg.bars{max-width:46rem}
+@media (max-width:600px){body{padding:.6rem;font-size:14px}
+ table.cards,table.cards tbody,table.cards tr,table.cards td{display:block;width:100%}
+ table.cards tr:first-child{display:none}
+ table.cards tr{border:1px solid var(--line);border-radius:.4rem;margin:.5rem 0;padding:.3rem .5rem}
+ table.cards td{border:0;padding:.12rem 0;text-align:left}
+ table.cards td::before{content:attr(data-label);display:inline-block;min-width:8.5rem;color:var(--dim);font-size:.8rem}}
+@media print{body{max-width:none;padding:0}.scroll{overflow:visible}.chart svg{min-width:0}section{break-inside:avoid-page}
  *{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 """
 
@@ -90,6 +100,23 @@ class _Page:
 
     def add(self, text: str) -> None:
         self.out.append(text)
+
+    def table(self, headers: list[str], rows: list[list[str]]) -> None:
+        """A table; a header ending in ``#`` is a numeric column (right-aligned). On a phone each
+        row becomes a card whose cells are labelled by their headers."""
+        names = [h.rstrip("#") for h in headers]
+        head = "".join(
+            f"<th{' class=n' if h.endswith('#') else ''}>{html.escape(n)}</th>"
+            for h, n in zip(headers, names)
+        )
+        self.add(f"<div class=scroll><table class=cards><tr>{head}</tr>")
+        for row in rows:
+            cells = "".join(
+                f'<td{" class=n" if h.endswith("#") else ""} data-label="{html.escape(n)}">{c}</td>'
+                for h, n, c in zip(headers, names, row)
+            )
+            self.add(f"<tr>{cells}</tr>")
+        self.add("</table></div>")
 
 
 def render_html(doc: dict[str, Any]) -> str:
@@ -153,11 +180,11 @@ def _memory(page: _Page) -> None:
     est = page.doc["estimate"]
     ranks = est["ranks"]
     top = max([est["capacity_bytes"], *(r["needed_bytes"] for r in ranks)]) * 1.04
-    scale = (SVG_WIDTH - 150) / top  # px per byte; 150 px for the labels
+    scale = (BARS_WIDTH - 140) / top  # px per byte; 140 px for the labels
     row, height = 26, 26 * len(ranks) + 30
     page.add("<section><h2>Memory per pipeline rank</h2><div class=scroll>")
     page.add(
-        f'<svg viewBox="0 0 {SVG_WIDTH} {height}" role=img aria-label="peak memory per pipeline rank" '
+        f'<svg class=bars viewBox="0 0 {BARS_WIDTH} {height}" role=img aria-label="peak memory per pipeline rank" '
         f'data-scale="{scale!r}">'
     )
     for i, rank in enumerate(ranks):
@@ -182,22 +209,21 @@ def _memory(page: _Page) -> None:
     page.add("<p class=legend>")
     for name, colour in COMPONENT_COLOURS.items():
         page.add(f'<span><i style="background:{colour}"></i>{name.replace("_", " ")}</span>')
-    page.add("</p><div class=scroll><table><tr><th>PP rank</th>")
+    page.add("</p>")
     names = list(ranks[0]["components"])
-    for name in [*names, "outside PyTorch", "peak", "needed", "verdict"]:
-        page.add(f"<th class=n>{html.escape(name)}</th>")
-    page.add("</tr>")
+    headers = ["PP rank", *(f"{n}#" for n in names), "outside PyTorch#", "peak#", "needed#", "verdict"]
+    rows = []
     for i in range(len(ranks)):
-        cells = [page.fig(f"estimate.ranks.{i}.components.{n}", "gib") for n in names]
+        cells = [page.fig(f"estimate.ranks.{i}.pp_rank", "int")]
+        cells += [page.fig(f"estimate.ranks.{i}.components.{n}", "gib") for n in names]
         cells += [
             page.fig(f"estimate.ranks.{i}.{k}", "gib")
             for k in ("non_pytorch_bytes", "peak_bytes", "needed_bytes")
         ]
-        cells += [page.fig(f"estimate.ranks.{i}.verdict", "text")]
-        page.add(f"<tr><td>{page.fig(f'estimate.ranks.{i}.pp_rank', 'int')}</td>")
-        page.add("".join(f"<td class=n>{c}</td>" for c in cells) + "</tr>")
+        rows.append([*cells, page.fig(f"estimate.ranks.{i}.verdict", "text")])
+    page.table(headers, rows)
     page.add(
-        f"</table></div><p class=dim>capacity {page.fig('estimate.capacity_bytes', 'gib')} GiB of "
+        f"<p class=dim>capacity {page.fig('estimate.capacity_bytes', 'gib')} GiB of "
         f"{page.fig('estimate.gpu', 'text')}; needed = peak with the verdict's margin plus memory outside PyTorch.</p></section>"
     )
 
@@ -208,19 +234,22 @@ def _findings(page: _Page) -> None:
     if not found:
         page.add("<p>No findings.</p></section>")
         return
-    page.add("<div class=scroll><table><tr><th>code</th><th>severity</th><th>finding and fix</th></tr>")
+    rows = []
     for i, finding in enumerate(found):
         fix = (
             f"<br><span class=dim>fix: {page.fig(f'check.findings.{i}.fix', 'text')}</span>"
             if finding["fix"]
             else ""
         )
-        page.add(
-            f"<tr><td>{page.fig(f'check.findings.{i}.code', 'text')}</td>"
-            f"<td>{page.fig(f'check.findings.{i}.severity', 'text')}</td>"
-            f"<td>{page.fig(f'check.findings.{i}.message', 'text')}{fix}</td></tr>"
+        rows.append(
+            [
+                page.fig(f"check.findings.{i}.code", "text"),
+                page.fig(f"check.findings.{i}.severity", "text"),
+                page.fig(f"check.findings.{i}.message", "text") + fix,
+            ]
         )
-    page.add("</table></div></section>")
+    page.table(["code", "severity", "finding and fix"], rows)
+    page.add("</section>")
 
 
 def _fix(page: _Page) -> None:
@@ -228,10 +257,7 @@ def _fix(page: _Page) -> None:
     page.add("<section><h2>Fix: ranked options</h2>")
     if fix.get("diagnosis"):
         page.add(f"<p>The logs show: {page.fig('fix.diagnosis', 'text')}</p>")
-    page.add(
-        "<div class=scroll><table><tr><th>#</th><th>change</th><th class=n>saves</th>"
-        "<th class=n>peak after</th><th>verdict after</th><th class=n>throughput</th></tr>"
-    )
+    rows = []
     for i, s in enumerate(fix["suggestions"]):
         keys = "<br>".join(
             f"<code>{page.fig(f'fix.suggestions.{i}.overrides.{j}', 'text')}</code>"
@@ -242,13 +268,17 @@ def _fix(page: _Page) -> None:
             if s["throughput_change"] is None
             else page.fig(f"fix.suggestions.{i}.throughput_change", "pct")
         )
-        page.add(
-            f"<tr><td>{i + 1}</td><td>{page.fig(f'fix.suggestions.{i}.title', 'text')}<br>{keys}</td>"
-            f"<td class=n>{page.fig(f'fix.suggestions.{i}.saved_bytes', 'gib')}</td>"
-            f"<td class=n>{page.fig(f'fix.suggestions.{i}.peak_after_bytes', 'gib')}</td>"
-            f"<td>{page.fig(f'fix.suggestions.{i}.verdict_after', 'text')}</td><td class=n>{change}</td></tr>"
+        rows.append(
+            [
+                str(i + 1),
+                f"{page.fig(f'fix.suggestions.{i}.title', 'text')}<br>{keys}",
+                page.fig(f"fix.suggestions.{i}.saved_bytes", "gib"),
+                page.fig(f"fix.suggestions.{i}.peak_after_bytes", "gib"),
+                page.fig(f"fix.suggestions.{i}.verdict_after", "text"),
+                change,
+            ]
         )
-    page.add("</table></div>")
+    page.table(["#", "change", "saves, GiB#", "peak after, GiB#", "verdict after", "throughput#"], rows)
     if fix["not_chosen"]:
         page.add("<details><summary>not chosen</summary><ul>")
         for i, _ in enumerate(fix["not_chosen"]):
@@ -265,24 +295,36 @@ def _plan(page: _Page) -> None:
     if not plan["layouts"]:
         page.add("<p>No layout fits.</p></section>")
         return
-    page.add(
-        "<div class=scroll><table><tr><th>#</th><th>layout</th><th>recompute</th><th>optimizer</th>"
-        "<th class=n>needed</th><th class=n>free</th><th class=n>tokens/s per GPU</th><th class=n>vs #1</th></tr>"
-    )
+    rows = []
     for i, layout in enumerate(plan["layouts"]):
-        rate = (
-            page.fig(f"plan.layouts.{i}.tokens_per_s_per_gpu", "rate")
-            if layout["tokens_per_s_per_gpu"]
+        at = f"plan.layouts.{i}"
+        rate = page.fig(f"{at}.tokens_per_s_per_gpu", "rate") if layout["tokens_per_s_per_gpu"] else ""
+        share = (
+            page.fig(f"{at}.relative_throughput", "share")
+            if layout["relative_throughput"] is not None
             else ""
         )
-        page.add(
-            f"<tr><td>{page.fig(f'plan.layouts.{i}.rank', 'int')}</td><td>{page.fig(f'plan.layouts.{i}.layout', 'text')}</td>"
-            f"<td>{page.fig(f'plan.layouts.{i}.recompute', 'text')}</td><td>{page.fig(f'plan.layouts.{i}.optimizer', 'text')}</td>"
-            f"<td class=n>{page.fig(f'plan.layouts.{i}.needed_bytes', 'gib')}</td>"
-            f"<td class=n>{page.fig(f'plan.layouts.{i}.headroom_bytes', 'gib')}</td><td class=n>{rate}</td>"
-            f"<td class=n>{page.fig(f'plan.layouts.{i}.relative_throughput', 'share') if layout['relative_throughput'] is not None else ''}</td></tr>"
+        rows.append(
+            [
+                page.fig(f"{at}.rank", "int"),
+                page.fig(f"{at}.layout", "text"),
+                page.fig(f"{at}.recompute", "text"),
+            ]
+            + [page.fig(f"{at}.optimizer", "text"), page.fig(f"{at}.needed_bytes", "gib")]
+            + [page.fig(f"{at}.headroom_bytes", "gib"), rate, share]
         )
-    page.add("</table></div></section>")
+    headers = [
+        "#",
+        "layout",
+        "recompute",
+        "optimizer",
+        "needed, GiB#",
+        "free, GiB#",
+        "tokens/s per GPU#",
+        "vs #1#",
+    ]
+    page.table(headers, rows)
+    page.add("</section>")
 
 
 def _timeline(page: _Page) -> None:
@@ -298,7 +340,7 @@ def _timeline(page: _Page) -> None:
         page.add(f"<p class=dim>Not drawn: {page.fig('timeline.not_drawn', 'text')}</p></section>")
         return
     page.add(
-        f'<div class=scroll><svg viewBox="0 0 {SVG_WIDTH} {height}" role=img aria-label="simulated step per pipeline stage">'
+        f'<div class="scroll chart"><svg viewBox="0 0 {SVG_WIDTH} {height}" role=img aria-label="simulated step per pipeline stage">'
     )
     for r in range(stages):
         page.add(f'<text x=0 y="{r * lane + 16}">stage {r}</text>')
