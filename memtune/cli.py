@@ -28,6 +28,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _registrars() -> list[Registrar]:
+    from memtune import completion
     from memtune.bench import cli as bench_cli
     from memtune.catalog import cli as catalog_cli
     from memtune.check import cli as check_cli
@@ -52,6 +53,7 @@ def _registrars() -> list[Registrar]:
         catalog_cli.register,
         regress_cli.register,
         runtime_cli.register,
+        completion.register,
     ]
 
 
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in _registrars():
         register(sub)
+    parser.set_defaults(root_parser=parser)  # what `memtune completion` writes its script from
     return parser
 
 

@@ -31,6 +31,7 @@ from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
 from memtune.plan.write import write_layout
 from memtune.plotfile import check_plot_path
+from memtune.progress import ProgressLines
 
 # Pins on these keys narrow the enumerated values directly.
 _DOMAIN_KEYS = {
@@ -183,11 +184,14 @@ def run(args: argparse.Namespace) -> int:
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()
+    lines = ProgressLines("memtune plan: searching layouts")  # where the bar is off: CI logs, notebooks
     with Progress(console=console, transient=True, disable=args.json or not console.is_terminal) as bar:
         task = None
 
         def progress(done: int, total: int) -> None:
             nonlocal task
+            if bar.disable:
+                lines(done, total)
             if task is None and time.perf_counter() - started > 1.0:
                 task = bar.add_task("searching layouts", total=total)
             if task is not None:
