@@ -255,6 +255,13 @@ def test_wrong_types_are_type_errors_naming_the_argument(call, message):
         call()
 
 
+def test_a_memtune_job_is_read_as_its_own_data():
+    est = memtune.estimate(ROOT / "examples" / "llama3-70b-sft.yaml")
+    codes = [f.code for f in memtune.check(est.job, ["model.cpu_offloading=true"])]
+    assert codes == ["PIP011", "OFF001", "OFF002", "OFF005", "ENV008"]  # the README's example
+    assert api_json(memtune.estimate(est.job)) == api_json(est)
+
+
 def test_the_package_is_still_a_package():
     from memtune.estimate import Estimate
 

@@ -8,7 +8,8 @@
   ``get_args()`` after ``validate_args``): each attribute that holds a flag memtune reads and
   differs from the parser's default becomes that flag, and the flags are read as a launch
   script's are (:mod:`.megatron_args`); ``world_size`` gives the GPU count;
-- a ``dict``: read by its keys, as a YAML file with the same content would be;
+- a ``dict``: read by its keys, as a YAML file with the same content would be; a memtune
+  ``JobConfig`` (``Estimate.job``) as its own data;
 - a ``str`` or ``os.PathLike``: the file.
 """
 
@@ -21,9 +22,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from memtune.config.changes import job_data
 from memtune.config.loaders import RawJob, read_mapping, read_raw
 from memtune.config.loaders._guards import check_tree
 from memtune.config.loaders.megatron_args import FLAGS, Switch, Value, read_words
+from memtune.config.schema import JobConfig
 from memtune.errors import ArgumentTypeError, InputError
 from memtune.numbers import echo
 
@@ -105,14 +108,16 @@ def read_object(config: object) -> tuple[RawJob, str]:
     if isinstance(config, dict):
         check_tree(config, "dict")
         return read_mapping(config, Path("dict")), "dict"
+    if isinstance(config, JobConfig):  # memtune's own job, e.g. Estimate.job
+        return read_mapping(job_data(config), Path("JobConfig")), "JobConfig"
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         names = {f.name for f in dataclasses.fields(config)}
         if {"model", "train"} <= names:
             mapping = _dataclass_dict(config, 0)
             return read_mapping(mapping, Path(type(config).__name__)), type(config).__name__
     raise ArgumentTypeError(
-        "config: must be a Megatron-Bridge ConfigContainer, a Megatron-LM argparse.Namespace, a dict "
-        f"or a path, got {echo(type(config).__name__)}"
+        "config: must be a Megatron-Bridge ConfigContainer, a Megatron-LM argparse.Namespace, a dict, "
+        f"a memtune JobConfig or a path, got {echo(type(config).__name__)}"
     )
 
 
