@@ -59,7 +59,7 @@ def render(loaded: LoadedJob, proposed: JobConfig, fmt: str, title: str) -> str:
     """The text of ``proposed`` in ``fmt``, a change of ``loaded`` (the user's input)."""
     if fmt not in WRITE_FORMATS:
         raise InputError(f"--format: must be one of {', '.join(WRITE_FORMATS)}, got {fmt!r}")
-    header = f"# written by memtune: {title}\n"
+    header = f"# written by {title}\n"
     if fmt == "memtune":
         return header + yaml.safe_dump(job_data(proposed), sort_keys=False)
     changes = changes_between(loaded.job, proposed)

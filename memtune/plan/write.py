@@ -34,7 +34,7 @@ def write_layout(args: argparse.Namespace, result: PlanResult) -> None:
         loaded,
         result.layouts[n - 1].checked.job,
         args.format,
-        f"memtune plan layout {n}",
+        f"memtune plan: layout {n}",
         replace=args.force,
     )
     print(f"layout {n} written to {out} ({chosen})", file=sys.stderr)

@@ -158,7 +158,7 @@ def test_plan_writes_layout_n(tmp_path, capsys):
     out = tmp_path / "layout.txt"
     assert main(["plan", str(NATIVE), "--top", "2", "--write", "2", str(out), "--format", "hydra"]) == 0
     lines = out.read_text().splitlines()
-    assert lines[0] == "# written by memtune: memtune plan layout 2"
+    assert lines[0] == "# written by memtune plan: layout 2"
     planned = load_job(NATIVE, lines[1:])
     assert memtune.estimate(NATIVE, lines[1:]).verdict() in ("fits", "tight")
     assert changes_between(load_job(NATIVE).job, planned.job)
