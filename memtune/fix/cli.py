@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune fix CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded, args.command)
-    if args.force and not args.write:
-        raise InputError("--force goes with --write OUT.yaml")
+    if (args.force or args.format) and not args.write:
+        raise InputError(f"{'--force' if args.force else '--format'} goes with --write OUT.yaml")
     inputs = tuple(w for w in (args.config, *args.overrides) if w and not is_override(w))
     target = check_output_path("--write", args.write, force=args.force, inputs=inputs) if args.write else None
     verdict = None

@@ -166,6 +166,8 @@ def _check_pins(base: JobConfig, pins: tuple[Change, ...]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
+    if (args.format or args.force) and not args.write:
+        raise InputError(f"{'--force' if args.force else '--format'} goes with --write N OUT")
     pins = tuple(_pin(text) for text in args.pin)
     query = Query(
         args.config,

@@ -170,3 +170,9 @@ def test_write_never_replaces_the_input(tmp_path, capsys):
     assert main(["fix", str(copy), "model.seq_length=32768", "--write", str(copy), "--force"]) == 2
     assert "is the input" in capsys.readouterr().err
     assert copy.read_text() == LAUNCH.read_text()
+
+
+@pytest.mark.parametrize("command", [["fix", str(NATIVE)], ["plan", str(NATIVE)]])
+def test_format_without_write_is_refused(command, capsys):
+    assert main([*command, "--format", "hydra"]) == 2
+    assert "--format goes with --write" in capsys.readouterr().err
