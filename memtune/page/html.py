@@ -102,18 +102,16 @@ class _Page:
         self.out.append(text)
 
     def table(self, headers: list[str], rows: list[list[str]]) -> None:
-        """A table; a header ending in ``#`` is a numeric column (right-aligned). On a phone each
-        row becomes a card whose cells are labelled by their headers."""
-        names = [h.rstrip("#") for h in headers]
-        head = "".join(
-            f"<th{' class=n' if h.endswith('#') else ''}>{html.escape(n)}</th>"
-            for h, n in zip(headers, names)
-        )
+        """A table; a header ending in ``#`` (other than ``#`` itself) is a numeric column,
+        right-aligned. On a phone each row becomes a card whose cells are labelled by their headers."""
+        numeric = [len(h) > 1 and h.endswith("#") for h in headers]
+        names = [h[:-1] if n else h for h, n in zip(headers, numeric)]
+        head = "".join(f"<th{' class=n' if n else ''}>{html.escape(h)}</th>" for h, n in zip(names, numeric))
         self.add(f"<div class=scroll><table class=cards><tr>{head}</tr>")
         for row in rows:
             cells = "".join(
-                f'<td{" class=n" if h.endswith("#") else ""} data-label="{html.escape(n)}">{c}</td>'
-                for h, n, c in zip(headers, names, row)
+                f'<td{" class=n" if n else ""} data-label="{html.escape(h)}">{c}</td>'
+                for h, n, c in zip(names, numeric, row)
             )
             self.add(f"<tr>{cells}</tr>")
         self.add("</table></div>")
