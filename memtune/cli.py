@@ -28,6 +28,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _registrars() -> list[Registrar]:
+    from memtune import completion
     from memtune.bench import cli as bench_cli
     from memtune.catalog import cli as catalog_cli
     from memtune.check import cli as check_cli
@@ -35,6 +36,7 @@ def _registrars() -> list[Registrar]:
     from memtune.estimate import cli as estimate_cli
     from memtune.fix import cli as fix_cli
     from memtune.measure import cli as measure_cli
+    from memtune.page import cli as page_cli
     from memtune.plan import cli as plan_cli
     from memtune.regress import cli as regress_cli
     from memtune.runtime import cli as runtime_cli
@@ -46,10 +48,12 @@ def _registrars() -> list[Registrar]:
         diagnose_cli.register,
         plan_cli.register,
         fix_cli.register,
+        page_cli.register,
         bench_cli.register,
         catalog_cli.register,
         regress_cli.register,
         runtime_cli.register,
+        completion.register,
     ]
 
 
@@ -62,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in _registrars():
         register(sub)
+    parser.set_defaults(root_parser=parser)  # what `memtune completion` writes its script from
     return parser
 
 

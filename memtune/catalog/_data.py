@@ -20,3 +20,9 @@ def lookup_key(name: str) -> str:
     for vendor in ("nvidia ", "amd "):
         key = key.removeprefix(vendor)
     return "".join(ch for ch in key if ch not in " -_")
+
+
+def spelling_key(name: str) -> str:
+    """How model and recipe names are compared across their two spellings: presets write
+    ``llama3.1-405b``, Megatron-Bridge's recipe functions ``llama31_405b_...`` (no dots, underscores)."""
+    return lookup_key(name).replace(".", "")

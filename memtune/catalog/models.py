@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from memtune.catalog._data import lookup_key, read_catalog
+from memtune.catalog._data import read_catalog, spelling_key
 from memtune.errors import InputError
 from memtune.numbers import echo
 
@@ -40,9 +40,10 @@ def list_models() -> list[ModelPreset]:
 
 
 def find_model(name: str) -> ModelPreset:
-    wanted = lookup_key(name)
+    """A preset by its name, also in a recipe's spelling (``llama31_405b`` is ``llama3.1-405b``)."""
+    wanted = spelling_key(name)
     for preset in _presets().values():
-        if lookup_key(preset.name) == wanted:
+        if spelling_key(preset.name) == wanted:
             return preset
     raise InputError(f"unknown model preset {echo(name)}; known: {', '.join(_presets())}")
 

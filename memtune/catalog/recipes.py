@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from memtune.catalog._data import read_catalog
+from memtune.catalog._data import read_catalog, spelling_key
 from memtune.errors import InputError
 
 PERF_PREFIX = "perf:"
@@ -106,7 +106,8 @@ def list_recipes() -> list[Recipe]:
 
 
 def find_recipe(name: str) -> Recipe:
-    """A recipe by its function name or one of its aliases (a trailing ``_config`` may be left out);
+    """A recipe by its function name or one of its aliases (a trailing ``_config`` may be left out,
+    the model may be spelled as its preset is: ``llama3.1-405b_pretrain``);
     ``perf:NAME`` is a performance recipe, a bare NAME a library recipe first, else a perf recipe."""
     wanted = name.strip()
     perf_only = wanted.startswith(PERF_PREFIX)
@@ -117,6 +118,11 @@ def find_recipe(name: str) -> Recipe:
             for recipe in pool.values():
                 if candidate == recipe.name or candidate in recipe.aliases:
                     return recipe
+    spelled = {spelling_key(wanted), spelling_key(f"{wanted}_config")}
+    for pool in pools:  # a preset's spelling of the model: llama3.1-405b_pretrain_config
+        for recipe in pool.values():
+            if spelled & {spelling_key(n) for n in (recipe.name, *recipe.aliases)}:
+                return recipe
     names = [r.label for pool in pools for r in pool.values()]
     key = f"{PERF_PREFIX if perf_only else ''}{wanted.removesuffix('_config')}_config"
     close = difflib.get_close_matches(key, names, n=3)

@@ -12,3 +12,10 @@ from memtune.check.finding import ERROR, INFO, WARNING, Finding
 from memtune.check.gate import Admission, CheckedJob, admit, gate, run_checks
 
 __all__ = ["ERROR", "INFO", "WARNING", "Admission", "CheckedJob", "Finding", "admit", "gate", "run_checks"]
+
+
+import sys as _sys
+
+from memtune.entry import EntryModule as _EntryModule
+
+_sys.modules[__name__].__class__ = _EntryModule  # memtune.check(config): memtune/api.py

@@ -20,7 +20,16 @@ from memtune.config.stacks import ReceivedDefault, received_defaults
 from memtune.config.validation import validate
 from memtune.errors import InputError
 
-__all__ = ["Derived", "JobConfig", "LoadedJob", "derive", "load_job", "report_ignored", "validate"]
+__all__ = [
+    "Derived",
+    "JobConfig",
+    "LoadedJob",
+    "derive",
+    "load_job",
+    "load_object",
+    "report_ignored",
+    "validate",
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,22 @@ def load_job(
         source = str(path)
     else:
         raise InputError("a config file or --recipe NAME is required")
+    return _finish(raw, source, overrides, layers)
+
+
+def load_object(config: object, overrides: list[str] | tuple[str, ...] = ()) -> LoadedJob:
+    """The job a live object describes (a Megatron-Bridge ``ConfigContainer``, a Megatron-LM
+    ``argparse.Namespace``, a dict or a path: :mod:`memtune.config.loaders.objects`), then the
+    dotted ``overrides``."""
+    from memtune.config.loaders.objects import read_object
+
+    raw, source = read_object(config)
+    return _finish(raw, source, overrides, ())
+
+
+def _finish(
+    raw: RawJob, source: str, overrides: list[str] | tuple[str, ...], layers: list[str] | tuple[str, ...]
+) -> LoadedJob:
     for layer in layers:
         raw = with_layer(raw, read_layer(Path(layer)))
     data = apply_overrides(raw.data, overrides)

@@ -70,3 +70,10 @@ def load_from_args(args: argparse.Namespace, usage: str) -> LoadedJob:
 def load_word(word: str, overrides: list[str] | tuple[str, ...], usage: str) -> LoadedJob:
     """One of the two jobs a command compares: a config file or ``recipe:NAME``, with ``overrides``."""
     return load_from_words([word, *overrides], None, usage)
+
+
+def load_written(args: argparse.Namespace, usage: str) -> LoadedJob:
+    """The job as the user's files (or recipe) give it, without the dotted overrides: what a
+    file written in the input's own format changes (memtune/config/writers.py)."""
+    words = [w for w in (args.config, *args.overrides) if w is not None and not is_override(w)]
+    return load_from_words(words, args.recipe, usage)

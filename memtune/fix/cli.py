@@ -7,19 +7,18 @@ import argparse
 import json
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from memtune.config import report_ignored
-from memtune.config.arguments import add_job_arguments, is_override, load_from_args
-from memtune.config.changes import job_data
+from memtune.config.arguments import add_job_arguments, is_override, load_from_args, load_written
+from memtune.config.writers import WRITE_FORMATS, WRITE_HELP, write_job
 from memtune.diagnose.advice import fixes_for_failure
 from memtune.errors import InputError
 from memtune.fix.render import render
-from memtune.fix.search import FITS, FixResult, Tried, judged_peak
+from memtune.fix.search import FixResult, Tried, judged_peak
 from memtune.limits import MAX_GPU_MEMORY_GIB
 from memtune.numbers import echo, float_or_none
-from memtune.outfile import check_output_path, write_atomically
+from memtune.outfile import check_output_path
 from memtune.perf.step import STEP_MODEL_NOTES
 from memtune.units import GiB
 
@@ -40,8 +39,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--write",
         metavar="OUT.yaml",
-        help="write the first suggestion as a memtune YAML config (never over the input config)",
+        help="write the first suggestion in the input's own format (never over the input config)",
     )
+    p.add_argument("--format", choices=WRITE_FORMATS, help=WRITE_HELP)
     p.add_argument("--force", action="store_true", help="with --write: replace OUT.yaml if it exists")
     p.add_argument(
         "--headroom",
@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     loaded = load_from_args(args, "memtune fix CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded, args.command)
-    if args.force and not args.write:
-        raise InputError("--force goes with --write OUT.yaml")
+    if (args.force or args.format) and not args.write:
+        raise InputError(f"{'--force' if args.force else '--format'} goes with --write OUT.yaml")
     inputs = tuple(w for w in (args.config, *args.overrides) if w and not is_override(w))
     target = check_output_path("--write", args.write, force=args.force, inputs=inputs) if args.write else None
     verdict = None
@@ -68,13 +68,11 @@ def run(args: argparse.Namespace) -> int:
     label = verdict.label if verdict else None
     headroom = _gib(args.headroom) if args.headroom is not None else 0
     result = fixes_for_failure(loaded.job, verdict, headroom=headroom)
-    proposed = _proposed(result)
+    proposed = result.proposed
     if target is not None and proposed is not None and proposed.job is not None:
-        text = f"# written by memtune fix: {proposed.title}\n" + yaml.safe_dump(
-            job_data(proposed.job), sort_keys=False
-        )
-        write_atomically(
-            target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
+        written = load_written(args, "memtune fix CONFIG|--recipe NAME ... --write OUT")
+        write_job(
+            target, written, proposed.job, args.format, f"memtune fix: {proposed.title}", replace=args.force
         )
     status = 0 if result.fits_already or _fits_in_the_end(result) else 1
     if args.json:
@@ -95,14 +93,8 @@ def _gib(text: str) -> int:
     return round(value * GiB)
 
 
-def _proposed(result: FixResult) -> Tried | None:
-    """What --write writes: the first suggestion that makes the job fit (expandable segments
-    alone where they suffice, else the cheapest remedy with them on)."""
-    return next((s for s in result.suggestions if s.status == FITS), None)
-
-
 def _fits_in_the_end(result: FixResult) -> bool:
-    return any(s.status == FITS for s in result.suggestions)
+    return result.proposed is not None
 
 
 def _tried_json(s: Tried, result: FixResult) -> dict[str, Any]:

@@ -80,6 +80,13 @@ class FixResult:
     headroom_bytes: int = 0
 
     @property
+    def proposed(self) -> Tried | None:
+        """What ``--write`` writes and the API's caller applies: the first suggestion that makes
+        the job fit (expandable segments alone where they suffice, else the cheapest remedy with
+        them on)."""
+        return next((s for s in self.suggestions if s.status == FITS), None)
+
+    @property
     def fits_already(self) -> bool:
         """The job fits with the headroom asked for, and nothing says it failed."""
         return not self.suggestions and self.lead is None and _fits(self.before, self.headroom_bytes, 0, 0)

@@ -21,6 +21,7 @@ from memtune.config.arguments import add_job_arguments
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
+from memtune.config.writers import WRITE_FORMATS, WRITE_HELP
 from memtune.errors import InputError
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
@@ -28,7 +29,9 @@ from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Query, base_job, mode_of, pin_filter, with_recommended_allocator
 from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
+from memtune.plan.write import write_layout
 from memtune.plotfile import check_plot_path
+from memtune.progress import ProgressLines
 
 # Pins on these keys narrow the enumerated values directly.
 _DOMAIN_KEYS = {
@@ -97,6 +100,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="W",
         help="processes for the search (default: the CPU count, up to 8)",
     )
+    p.add_argument(
+        "--write", nargs=2, metavar=("N", "OUT"), help="write layout N to OUT in the input's format"
+    )
+    p.add_argument("--format", choices=WRITE_FORMATS, help=WRITE_HELP)
+    p.add_argument("--force", action="store_true", help="with --write: replace OUT if it exists")
     p.set_defaults(handler=run)
 
 
@@ -164,6 +172,8 @@ def _check_pins(base: JobConfig, pins: tuple[Change, ...]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
+    if (args.format or args.force) and not args.write:
+        raise InputError(f"{'--force' if args.force else '--format'} goes with --write N OUT")
     pins = tuple(_pin(text) for text in args.pin)
     query = Query(
         args.config,
@@ -183,11 +193,14 @@ def run(args: argparse.Namespace) -> int:
     space = _space(base, pins)
     console = Console(stderr=args.json)
     started = time.perf_counter()
+    lines = ProgressLines("memtune plan: searching layouts")  # where the bar is off: CI logs, notebooks
     with Progress(console=console, transient=True, disable=args.json or not console.is_terminal) as bar:
         task = None
 
         def progress(done: int, total: int) -> None:
             nonlocal task
+            if bar.disable:
+                lines(done, total)
             if task is None and time.perf_counter() - started > 1.0:
                 task = bar.add_task("searching layouts", total=total)
             if task is not None:
@@ -218,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
             render.plot_explained(_recorded_step(result, args.explain), args.plot)
     elif args.plot:
         render.plot(result, args.plot)
+    if args.write:
+        write_layout(args, result)
     if args.json:
         print(
             json.dumps(

@@ -59,7 +59,12 @@ def read_raw(path: Path) -> RawJob:
         return RawJob(
             data=data, format="megatron-args", ignored=ignored, missing=missing, fine_tuning=fine_tuning
         )
-    mapping = native.parse_mapping(path, text)
+    return read_mapping(native.parse_mapping(path, text), path)
+
+
+def read_mapping(mapping: dict[str, Any], path: Path) -> RawJob:
+    """A parsed mapping, read by the format its keys show (the mapping branches of
+    :func:`read_raw`); ``path`` names it in messages."""
     if "recipe" in mapping:
         rest = {k: v for k, v in mapping.items() if k != "recipe"}
         return with_layer(read_recipe(mapping["recipe"]), _bridge_layer(rest))

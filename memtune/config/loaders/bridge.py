@@ -239,6 +239,10 @@ def read(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {name: {} for name in (*SCHEMA_SECTIONS, "env")}
     for name, schema in SCHEMA_SECTIONS.items():
         _take_known_keys(_section(data, name), schema, name, out, ignored)
+    scope = out["model"].get("cuda_graph_scope")
+    if isinstance(scope, str):  # megatron-core 0.16's TransformerConfig before __post_init__ splits it
+        # (transformer_config.py: a comma-separated string; "full", deprecated, is the whole layer: [])
+        out["model"]["cuda_graph_scope"] = [] if scope == "full" else scope.split(",")
     if "preset" in _section(data, "model"):  # resolved with the other layers: native.resolve_preset
         out["model"]["preset"] = data["model"]["preset"]
     if "seq_length" not in out["model"] and _section(data, "dataset").get("seq_length"):

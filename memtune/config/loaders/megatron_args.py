@@ -261,6 +261,26 @@ def read(path: Path, text: str) -> tuple[dict[str, Any], list[str], dict[str, st
     _combine(path, data, ignored)
     _environment(script, command, data, ignored)
     _cluster(script, launcher, data, ignored)
+    return _finish(data, ignored)
+
+
+def read_words(
+    where: Path, words: list[str], num_gpus: int | None
+) -> tuple[dict[str, Any], list[str], dict[str, str], str | None]:
+    """:func:`read` for the training script's own arguments alone (no shell, no launcher), as
+    the Python API builds them from a Namespace; ``num_gpus`` is the job's world size."""
+    data, ignored = _map_flags(words)
+    if not MODEL_FLAG_KEYS & data["model"].keys():
+        raise InputError(f"{where}: sets no --num-layers, --hidden-size or --num-attention-heads")
+    _combine(where, data, ignored)
+    if num_gpus is not None:
+        data["cluster"] = {"num_gpus": num_gpus}
+    return _finish(data, ignored)
+
+
+def _finish(
+    data: dict[str, dict[str, Any]], ignored: list[str]
+) -> tuple[dict[str, Any], list[str], dict[str, str], str | None]:
     sections = {section: values for section, values in data.items() if values and section != "_"}
     missing = {"model.vocab_size": data["_"]["missing_vocab"]} if "missing_vocab" in data["_"] else {}
     fine_tuning = "Megatron-LM's --finetune" if data["_"].get("finetune") else None
