@@ -154,6 +154,8 @@ def summarize(groups: list[GroupScore]) -> Summary:
 
 
 def _base(entry: dict[str, Any]) -> JobConfig:
+    """The job a run starts from: its model (a preset, an inline ``model:`` section, or a config
+    word such as ``recipe:perf:NAME``) on its cluster, batch and sequence."""
     model = entry["model"]
     query = Query(
         model if isinstance(model, str) else "llama3-8b",
@@ -179,18 +181,30 @@ def _priced(checked: CheckedJob) -> StepPrediction:
     return throughput.prediction
 
 
+# What a run may set for itself over its set's fields (a set whose runs differ by model or scale).
+RUN_FIELDS = ("model", "gpus", "gpu", "gpus_per_node", "seq", "gbs", "mode")
+
+
 def score_set(entry: dict[str, Any]) -> GroupScore:
-    base = _base(entry)
     common = [Change.parse(text) for text in entry.get("common", [])]
     scores, unscored = [], []
     for run in entry["runs"]:
         try:
+            base = _base({**entry, **{k: run[k] for k in RUN_FIELDS if k in run}})
             job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
             pred = _priced(gate(job))
         except InputError as exc:
             unscored.append((run["label"], exc.problems[0]))
             continue
         metric, measured = next(iter(run["measured"].items()))
+        published_tflops = run["measured"].get("model_tflops_per_gpu")
+        published_tokens = run["measured"].get("tokens_per_s_per_gpu")
+        predicted_tflops = pred.model_tflops_per_gpu
+        if published_tflops is not None and published_tokens:
+            # The publisher's FLOPs per token, times the predicted tokens/s: TFLOP/s compared in the
+            # publisher's own FLOP convention (MoE, GQA and causal-attention counts differ by source).
+            predicted_tflops = pred.tokens_per_s_per_gpu * published_tflops / published_tokens
+        predicted = predicted_tflops if metric == "model_tflops_per_gpu" else getattr(pred, metric)
         scores.append(
             RunScore(
                 entry["id"],
@@ -198,9 +212,9 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
                 run["label"],
                 metric,
                 measured,
-                getattr(pred, metric),
-                run["measured"].get("model_tflops_per_gpu"),
-                pred.model_tflops_per_gpu,
+                predicted,
+                published_tflops,
+                predicted_tflops,
             )
         )
     relative_to_best(scores)
