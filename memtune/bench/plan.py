@@ -168,7 +168,9 @@ def _base(entry: dict[str, Any]) -> JobConfig:
     )
     base = base_job(query)
     if isinstance(model, dict):
-        base = base.model_copy(update={"model": base.model.__class__(**model)})
+        # the run's sequence, and bf16 as for a preset (base_job), unless the section says otherwise
+        section = {"bf16": not model.get("fp16", False), **model, "seq_length": entry["seq"]}
+        base = base.model_copy(update={"model": base.model.__class__(**section)})
     return base
 
 

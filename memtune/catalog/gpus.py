@@ -33,6 +33,7 @@ class GPU:
     fp32_tflops: float | None  # plain fp32 (no TF32), the datasheet's; None: not in the datasheet used
     hbm_tbps: float
     link_gbps: float  # NVLink / Infinity Fabric per GPU, all links, both directions
+    host_link_gbps: float  # to the host (PCIe, NVLink-C2C), GB/s, one direction
     source: str
 
     @property
@@ -74,6 +75,7 @@ def _gpus() -> tuple[GPU, ...]:
                 fp32_tflops=e.get("fp32_tflops"),
                 hbm_tbps=e["hbm_tbps"],
                 link_gbps=e["link_gbps"],
+                host_link_gbps=e["host_link_gbps"],
                 source=e["source"],
             )
         )

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from memtune.catalog.gpus import GPU
 from memtune.catalog.network import Network
 from memtune.perf import constants as K
 
@@ -200,3 +201,9 @@ def send_recv(nbytes: float, crosses_domain: bool, network: Network) -> float:
         bw = network.nvlink_bytes_per_s * K.NVLINK_BUS_FRACTION
         latency = BASE_LATENCY_US["ring"][p] + NVLINK_LATENCY_US["ring"][p]
     return latency * US + nbytes / bw
+
+
+def host_copy_bytes_per_s(gpu: GPU) -> float:
+    """Bytes/s one direction of a GPU's host link carries for offload copies (the catalog's
+    ``host_link_gbps`` at ``HOST_LINK_FRACTION``)."""
+    return gpu.host_link_gbps * 1e9 * K.HOST_LINK_FRACTION

@@ -92,10 +92,12 @@ OPTIMIZER_BYTES_PER_PARAM = 30
 # benchmarks/fit_step_constants.py to the optimizer seconds of the ctime- tune runs.
 OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 22.4, True: 78.4}
 # Host side of optimizer offload: the gradient goes down (4 B) and the weight comes back (2 B)
-# over PCIe Gen5 x16 (64 GB/s per direction, about 80% reached), and the CPU runs Adam. ZeRO-Offload
-# (Ren et al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
-# parameters on a multi-core host, shared here by the node's 8 GPUs.
-PCIE_GBPS = 50.0
+# over the GPU's host link (the catalog's host_link_gbps: PCIe Gen5 x16 64 GB/s per direction on
+# H100/H200/B200, Gen4 32 on A100, NVLink-C2C on GB200), of which copies reach this share (50 of
+# Gen5's 64 GB/s, the figure used before the catalog had the link), and the CPU runs Adam.
+# ZeRO-Offload (Ren et al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s
+# for 10 B parameters on a multi-core host, shared here by the node's 8 GPUs.
+HOST_LINK_FRACTION = 50 / 64
 CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
 # Activation offload moves each offloaded layer's saved activations down in forward and back up
 # in backward over PCIe; Megatron overlaps the copies with the next layers' compute, so only the

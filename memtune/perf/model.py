@@ -20,6 +20,7 @@ from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.config.knobs import KnobSubset
 from memtune.peft.model import adapter_collectives, adapters_in_layer
 from memtune.perf import constants as K
+from memtune.perf.collectives import host_copy_bytes_per_s
 
 BF16 = 2
 
@@ -257,7 +258,7 @@ def activation_offload_exposed_s(d: Derived, layer_compute_s: float) -> float:
     m = d.model
     tokens = d.micro_batch_size * m.seq_length / d.cp
     per_layer = BF16 * (tokens / d.tp if d.sequence_parallel else tokens) * m.hidden_size * 17
-    transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
+    transfer = 2 * per_layer / host_copy_bytes_per_s(get_gpu(d.job.cluster.gpu))
     return max(0.0, transfer - layer_compute_s)
 
 
@@ -393,7 +394,7 @@ def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) ->
     if on_host:
         host = opt_params * on_host
         breakdown["optimizer offload"] = (
-            host * 6 / (K.PCIE_GBPS * 1e9) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
+            host * 6 / host_copy_bytes_per_s(gpu) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
         )
     if d.activation_offload_layers:
         exposed = activation_offload_exposed_s(d, fwd_layer + bwd_layer)

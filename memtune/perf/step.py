@@ -25,15 +25,14 @@ Megatron hide them) and the step, bubble and per-stage idle come out.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, get_gpu
-from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.config.derived import Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
+from memtune.perf.collectives import Group, Op, all_to_all, collective, host_copy_bytes_per_s, send_recv
 from memtune.perf.kernels import (
     MEASURED_ON,
     attention_fractions,
@@ -43,6 +42,7 @@ from memtune.perf.kernels import (
     gemm_fraction,
     memory_efficient_attention_fractions,
 )
+from memtune.perf.sharding import chunk_work, exposed
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
@@ -458,14 +458,9 @@ def predict_step(
         # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
         loss_fwd = loss_bwd = 3 * 4 * T * vocab / pricer.hbm
     full = m.recompute_granularity == "full"
-    grad_bytes = DTYPE_BYTES[d.grad_dtype]
-    weight_bytes = DTYPE_BYTES[d.param_dtype]
-    dp_group = Group(d.dp * d.cp, stride=d.tp)
-    expert_group = Group(d.edp, stride=d.tp * d.cp * d.ep)
     sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
     stage_stride = d.tp * d.cp * d.dp
     send = send_recv(BF16 * tokens_res * h, stage_stride >= d.network.gpus_per_nvlink_domain, d.network)
-    bucket = d.ddp_bucket_size(d.dp * d.cp)  # None: one bucket per buffer
 
     stages = []
     for rank_chunks in d.chunks:
@@ -511,36 +506,15 @@ def predict_step(
                 backward.append((0.0, output_fwd + output_wgrad + loss_bwd))
                 out_wgrad = output_wgrad
             fwd, bwd = _pass_time(forward), _pass_time(backward)
-            trainable_dense = 0.0 if frozen else dense_params
-            trainable_expert = 0.0 if frozen else expert_params
-            if d.fsdp_strategy == "optim_grads_params":
-                # Megatron-FSDP gathers weights for forward and backward and reduce-scatters
-                # gradients every microbatch, on its own stream behind the layers' compute.
-                per_mb = (
-                    2
-                    * collective(
-                        Op.ALL_GATHER, weight_bytes * dense_params, dp_group, d.network, gpu.name
-                    ).seconds
-                    + collective(
-                        Op.REDUCE_SCATTER, grad_bytes * trainable_dense, dp_group, d.network, gpu.name
-                    ).seconds
-                )
-                bwd += max(0.0, per_mb - (fwd + bwd) * K.DP_OVERLAP_WINDOW_FRACTION)
-                reduce = gather = 0.0
-            else:
-                op = Op.REDUCE_SCATTER if sharded else Op.ALL_REDUCE
-                reduce = collective(op, grad_bytes * trainable_dense, dp_group, d.network, gpu.name).seconds
-                reduce += collective(
-                    op, grad_bytes * trainable_expert, expert_group, d.network, gpu.name
-                ).seconds
-                gather = 0.0
-                if d.use_distributed_optimizer:
-                    gather = collective(
-                        Op.ALL_GATHER, weight_bytes * trainable_dense, dp_group, d.network, gpu.name
-                    ).seconds
-                    gather += collective(
-                        Op.ALL_GATHER, weight_bytes * trainable_expert, expert_group, d.network, gpu.name
-                    ).seconds
+            # the data-parallel collectives of each sharding strategy (memtune/perf/sharding.py)
+            dp = chunk_work(d, d.network, gpu.name, dense_params, expert_params, len(chunk.layers), frozen)
+            fwd += exposed(dp.forward_s, dp.first_gather_s, fwd) if dp.forward_s else 0.0
+            bwd += (
+                exposed(dp.backward_s, dp.first_gather_s if dp.forward_s else 0.0, bwd)
+                if dp.backward_s
+                else 0.0
+            )
+            reduce, gather = dp.grad_reduce_s, dp.param_gather_s
             works.append(
                 ChunkWork(
                     forward_s=fwd,
@@ -553,7 +527,7 @@ def predict_step(
                     output_wgrad_s=out_wgrad,
                     grad_reduce_s=reduce,
                     param_gather_s=gather,
-                    buckets=max(1, math.ceil((dense_params + expert_params) / bucket)) if bucket else 1,
+                    buckets=dp.buckets,
                 )
             )
             stage_params += dense_params / (d.dp * d.cp if sharded else 1)
@@ -567,7 +541,9 @@ def predict_step(
         around = K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / pricer.hbm
         optimizer = opt_params * (1 - host) * (adam_s + around) + floor.step_s
         if host:
-            optimizer += opt_params * host * (6 / (K.PCIE_GBPS * 1e9) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
+            optimizer += (
+                opt_params * host * (6 / host_copy_bytes_per_s(gpu) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
+            )
         stages.append(StageWork(tuple(works), send, optimizer))
 
     overlap = Overlap(

@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from memtune.config.layout import balanced_layout
+
 FILES = ("docs/performance-summary.md", "docs/performance-summary-archive.md")
 SYSTEMS = {
     "DGX-H100": ("H100-80GB", 8, "h100"),
@@ -95,24 +97,16 @@ COLUMNS = {
     "System": "system",
 }
 # How Bridge's recipes split layers that do not divide by the stages (Megatron-Bridge at the
-# commit read): Qwen3-235B counts the embedding and loss as layers (recipes/qwen/h100/qwen3_moe.py);
-# DeepSeek-V3 takes an explicit layout per (PP, VP) (recipes/deepseek/h100/deepseek_v3.py,
-# _get_deepseek_v3_pipeline_layout), written here in Megatron's layout-string form.
-DEEPSEEK_V3_LAYOUTS = {
-    (4, 1): "Et*16|t*16|t*16|t*13{mtp}L",
-    (8, 1): "Et*8|(t*8|)*6t*5{mtp}L",
-    (4, 2): "Et*8|(t*8|)*6t*5{mtp}L",
-    (16, 1): "Et*4|(t*4|)*14t{mtp}L",
-    (8, 2): "Et*4|(t*4|)*14t{mtp}L",
-    (4, 4): "Et*4|(t*4|)*14t{mtp}L",
-}
-# The split keys a recipe may set for its own layout, reset before the row's split is applied.
+# commit read): Qwen3-235B and Llama 3.1 405B count the embedding and loss as layers (their perf
+# recipes' account_for_*_in_pipeline_split, kept from the recipe); DeepSeek-V3 takes an explicit
+# layout per (PP, VP) (recipes/deepseek/h100/deepseek_v3.py, _get_deepseek_v3_pipeline_layout),
+# memtune's balanced_layout (memtune/config/layout.py), which writes the same rule.
+DEEPSEEK_V3_LAYERS = 61
+# The split keys a recipe sets for its own layout only, reset before the row's split is applied.
 SPLIT_RESET = [
     "model.pipeline_model_parallel_layout=null",
     "model.num_layers_in_first_pipeline_stage=null",
     "model.num_layers_in_last_pipeline_stage=null",
-    "model.account_for_embedding_in_pipeline_split=false",
-    "model.account_for_loss_in_pipeline_split=false",
 ]
 # What every Bridge perf recipe sets (perf_recipes/_common.py), for a model without a recipe.
 COMMON = [
@@ -131,9 +125,10 @@ def pipeline_split(name: str, pp: int, vp: int) -> list[str]:
             "model.account_for_embedding_in_pipeline_split=true",
             "model.account_for_loss_in_pipeline_split=true",
         ]
-    if base == "DeepSeekV3" and (pp, vp) in DEEPSEEK_V3_LAYOUTS:
-        layout = DEEPSEEK_V3_LAYOUTS[(pp, vp)].format(mtp="" if "w/o MTP" in name else "m")
-        return [f"model.pipeline_model_parallel_layout={layout}"]
+    if base == "DeepSeekV3":
+        layout = balanced_layout(DEEPSEEK_V3_LAYERS, 0 if "w/o MTP" in name else 1, pp * vp)
+        if layout:
+            return [f"model.pipeline_model_parallel_layout={layout}"]
     return []
 
 
