@@ -113,12 +113,13 @@ def chunk_work(
     if strategy == FSDP_PER_MICROBATCH_GATHER:
         forward = backward = each(Op.ALL_GATHER, weight * dense_params, weight * expert_params, units)
         first = forward / units
+    # Megatron-FSDP's strategy decides alone; without it, the distributed optimizer does
+    sharded = strategy != "no_shard" if d.job.ddp.use_megatron_fsdp else d.use_distributed_optimizer
     if strategy in FSDP_PER_MICROBATCH_REDUCE:
         backward += each(Op.REDUCE_SCATTER, grad * trainable_dense, grad * trainable_experts, units)
     else:
-        sharded = d.use_distributed_optimizer or strategy == "optim"
         op = Op.REDUCE_SCATTER if sharded else Op.ALL_REDUCE
         grad_reduce = each(op, grad * trainable_dense, grad * trainable_experts, buckets)
-    if strategy in ("optim", "optim_grads") or (strategy == "no_shard" and d.use_distributed_optimizer):
+    if sharded and strategy != FSDP_PER_MICROBATCH_GATHER:
         param_gather = each(Op.ALL_GATHER, weight * trainable_dense, weight * trainable_experts, buckets)
     return DataParallelWork(forward, backward, first, grad_reduce, param_gather, buckets)

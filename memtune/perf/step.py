@@ -508,8 +508,8 @@ def predict_step(
             fwd, bwd = _pass_time(forward), _pass_time(backward)
             # the data-parallel collectives of each sharding strategy (memtune/perf/sharding.py)
             dp = chunk_work(d, d.network, gpu.name, dense_params, expert_params, len(chunk.layers), frozen)
-            fwd += exposed(dp.forward_s, dp.first_gather_s, fwd) if dp.forward_s else 0.0
-            bwd += (
+            dp_fwd = exposed(dp.forward_s, dp.first_gather_s, fwd) if dp.forward_s else 0.0
+            dp_bwd = (
                 exposed(dp.backward_s, dp.first_gather_s if dp.forward_s else 0.0, bwd)
                 if dp.backward_s
                 else 0.0
@@ -528,6 +528,8 @@ def predict_step(
                     grad_reduce_s=reduce,
                     param_gather_s=gather,
                     buckets=dp.buckets,
+                    dp_forward_exposed_s=dp_fwd,
+                    dp_backward_exposed_s=dp_bwd,
                 )
             )
             stage_params += dense_params / (d.dp * d.cp if sharded else 1)
