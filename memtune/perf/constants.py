@@ -56,11 +56,19 @@ NVLINK_BUS_FRACTION = 0.80
 # NDR400 ports), of which NCCL reaches about 80%.
 INTER_NODE_GBPS_PER_GPU = 50.0
 INTER_NODE_BUS_FRACTION = 0.80
-# All-to-all reaches less of the link than ring collectives (many small messages): MoE
-# dispatch/combine measurements in DeepEP's README report 150-160 GB/s intra-node on H800
-# (about 40% of NVLink) and 40-47 GB/s inter-node over 400 Gb/s RDMA (80-90% of the NIC).
-ALL_TO_ALL_NVLINK_FRACTION = 0.40
-ALL_TO_ALL_INTER_NODE_FRACTION = 0.85
+# NCCL's all-to-all (the alltoall and allgather MoE dispatchers, memtune/perf/moe.py): inside an
+# NVLink domain it reaches the bus bandwidth of NCCL's other non-all-reduce collectives ("450GB/s
+# is the line rate. With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth
+# of 370GB/s", NCCL's maintainer on DGX H100, NVIDIA/nccl-tests issue 212); across nodes a rank's
+# exchange runs over its own adapter only ("Alltoall cannot aggregate the bandwidth of multiple
+# NICs", NVIDIA/nccl-tests issue 267), which reaches 48-49 of a 400 Gb/s NIC's 50 GB/s (same issue).
+ALL_TO_ALL_NVLINK_FRACTION = 370 / 450
+ALL_TO_ALL_INTER_NODE_FRACTION = 48 / 50
+# DeepEP's (and HybridEP's) dispatch and combine kernels (the flex dispatcher): 153-158 GB/s of an
+# H800's ~160 GB/s NVLink inside a node, 43 GB/s of a 400 Gb/s adapter's ~50 across nodes at EP 16
+# (deepseek-ai/DeepEP docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA forwarding").
+DEEPEP_NVLINK_FRACTION = 153 / 160
+DEEPEP_RDMA_FRACTION = 43 / 50
 # Transformer Engine's userbuffer overlap (tp_comm_overlap), its default configuration
 # (TransformerEngine d0067d0, transformer_engine/pytorch/module/base.py initialize_ub): the
 # pipelined reduce-scatters split their GEMM in 4 and, like the bulk overlaps, run their

@@ -32,7 +32,7 @@ from memtune.config.derived import Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import Group, Op, all_to_all, collective, host_copy_bytes_per_s, send_recv
+from memtune.perf.collectives import Group, Op, collective, host_copy_bytes_per_s, send_recv
 from memtune.perf.kernels import (
     MEASURED_ON,
     attention_fractions,
@@ -42,6 +42,7 @@ from memtune.perf.kernels import (
     gemm_fraction,
     memory_efficient_attention_fractions,
 )
+from memtune.perf.moe import collectives_per_layer, dispatch_s
 from memtune.perf.sharding import chunk_work, exposed
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
@@ -201,10 +202,8 @@ class _Pricer:
                 fs = m.moe_shared_expert_intermediate_size / t
                 shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
                 mlp += shared
-            if d.ep > 1:
-                routed = BF16 * tokens_res * k * h
-                # Dispatch and combine; EP groups are consecutive ranks after TP x CP.
-                ep_fwd = 2 * all_to_all(routed, Group(d.ep, stride=t * cp), self.net)
+            # dispatch and combine by the job's dispatcher (memtune/perf/moe.py)
+            ep_fwd = 2 * dispatch_s(d, tokens_res, self.net)
         else:
             f = d.ffn_hidden_size / t
             shapes["mlp in"], shapes["mlp out"] = (T, gate * f, h), (T, h, f)
@@ -261,6 +260,8 @@ class _Pricer:
         fwd = gemm + attn_fwd + elementwise + ub_fwd
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + ub_bwd
         host_fwd = self.floor.layer_fwd_s
+        if is_moe:
+            host_fwd += collectives_per_layer(d) * K.COLLECTIVE_LAUNCH_S
         if is_moe and d.experts_are_sequential_modules:
             # each local expert its own module, one after another: the host's launch work and
             # Python per expert, which the GPU waits for only where its kernels are shorter
@@ -556,6 +557,8 @@ def predict_step(
         # (megatron/core/transformer/moe/README.md, "auto-enabled with VPP").
         overlap_p2p_comm=d.vpp > 1,
         single_device_connection=d.device_max_connections == "1",
+        overlap_moe_expert_parallel_comm=m.overlap_moe_expert_parallel_comm,
+        delay_wgrad_compute=m.delay_wgrad_compute,
     )
     group = m.microbatch_group_size_per_vp_stage or d.pp
     sim = simulate(stages, d.num_microbatches, group, overlap, record_events)
