@@ -145,6 +145,15 @@ IN_STEP_KERNEL_FACTOR = 1.04
 # for it only where its kernels are shorter. Fitted by benchmarks/fit_step_constants.py on the
 # single-rank tune runs (the only ones with it).
 SEQUENTIAL_EXPERT_FWD_S = 0.5e-3
+# Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
+# by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
+# the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
+# host before every exchange; 3 ms is what the one Megatron-LM functional-test tune run with that
+# dispatcher and no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_
+# dist_optimizer, 12 MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained. The all-gather
+# dispatcher's tune run without other unpriced costs leaves nothing (0); DeepEP's and HybridEP's
+# fused kernels are unmeasured (0).
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 0.0}
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6

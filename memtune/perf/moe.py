@@ -97,16 +97,10 @@ def dispatch_s(d: Derived, tokens: float, network: Network) -> float:
     return latency * US + max(nvlink_bytes / nvlink_rate, nic_bytes / nic_rate if nic_bytes else 0.0)
 
 
-def collectives_per_layer(d: Derived) -> int:
-    """Collectives one MoE layer's forward launches from the host (its backward the same, in
-    reverse): the all-to-all dispatcher gathers the token counts over TP x EP and exchanges
-    twice, plus a gather and a reduce-scatter over expert TP; the all-gather dispatcher gathers
-    and reduce-scatters (and gathers the counts); flex launches its dispatch and combine."""
+def dispatcher_host_fwd_s(d: Derived) -> float:
+    """Host work an MoE layer's forward adds to a dense layer's, by dispatcher (its backward
+    ``backward_factor`` times it): the router, the token bookkeeping and permutes in Python and
+    the collectives' launches (``MOE_DISPATCHER_HOST_FWD_S``)."""
     if d.ep * d.etp <= 1 and d.tp <= 1:
-        return 0
-    dispatcher = d.model.moe_token_dispatcher_type
-    if dispatcher == "flex":
-        return 2
-    if dispatcher == "allgather":
-        return 3
-    return 3 + (2 if d.etp > 1 else 0)
+        return 0.0
+    return K.MOE_DISPATCHER_HOST_FWD_S[d.model.moe_token_dispatcher_type]

@@ -42,7 +42,7 @@ from memtune.perf.kernels import (
     gemm_fraction,
     memory_efficient_attention_fractions,
 )
-from memtune.perf.moe import collectives_per_layer, dispatch_s
+from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
 from memtune.perf.sharding import chunk_work, exposed
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
@@ -261,7 +261,7 @@ class _Pricer:
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + ub_bwd
         host_fwd = self.floor.layer_fwd_s
         if is_moe:
-            host_fwd += collectives_per_layer(d) * K.COLLECTIVE_LAUNCH_S
+            host_fwd += dispatcher_host_fwd_s(d)
         if is_moe and d.experts_are_sequential_modules:
             # each local expert its own module, one after another: the host's launch work and
             # Python per expert, which the GPU waits for only where its kernels are shorter
