@@ -168,6 +168,13 @@ def collective(op: Op, nbytes: float, group: Group, network: Network, gpu_name: 
     return best
 
 
+def pipeline_crosses_domain(stage: int, stages: int, stride: int, network: Network) -> bool:
+    """Whether pipeline stage ``stage`` and the next one (the first, after the last: the next
+    virtual chunk) sit in different NVLink domains, stages ``stride`` global ranks apart."""
+    here, there = stage * stride, (stage + 1) % stages * stride
+    return here // network.gpus_per_nvlink_domain != there // network.gpus_per_nvlink_domain
+
+
 def send_recv(nbytes: float, crosses_domain: bool, network: Network) -> float:
     """One point-to-point transfer (pipeline stages): NCCL's ring/Simple step latency and the
     link it crosses."""

@@ -32,7 +32,14 @@ from memtune.config.derived import Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import Group, Op, collective, host_copy_bytes_per_s, send_recv
+from memtune.perf.collectives import (
+    Group,
+    Op,
+    collective,
+    host_copy_bytes_per_s,
+    pipeline_crosses_domain,
+    send_recv,
+)
 from memtune.perf.kernels import (
     MEASURED_ON,
     attention_fractions,
@@ -461,10 +468,10 @@ def predict_step(
     full = m.recompute_granularity == "full"
     sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
     stage_stride = d.tp * d.cp * d.dp
-    send = send_recv(BF16 * tokens_res * h, stage_stride >= d.network.gpus_per_nvlink_domain, d.network)
+    boundary = BF16 * tokens_res * h
 
     stages = []
-    for rank_chunks in d.chunks:
+    for stage, rank_chunks in enumerate(d.chunks):
         works = []
         stage_params = 0.0
         for chunk in rank_chunks:
@@ -547,6 +554,9 @@ def predict_step(
             optimizer += (
                 opt_params * host * (6 / host_copy_bytes_per_s(gpu) + 1 / K.CPU_ADAM_PARAMS_PER_S_PER_GPU)
             )
+        # the boundary tensor to the next (virtual) stage, over NVLink or, where the two stages sit
+        # in different NVLink domains (pipeline ranks TP x CP x DP apart), the adapters
+        send = send_recv(boundary, pipeline_crosses_domain(stage, d.pp, stage_stride, d.network), d.network)
         stages.append(StageWork(tuple(works), send, optimizer))
 
     overlap = Overlap(
