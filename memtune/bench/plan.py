@@ -115,6 +115,9 @@ class Summary:
     top1_groups: int
     median_relative_error: float | None
     median_tflops_error: float | None  # |predicted / published model TFLOP/s - 1|
+    # |predicted / published step time - 1| of the Megatron-LM functional-test runs, all and MoE
+    median_step_error: float | None = None
+    median_moe_step_error: float | None = None
 
 
 def split_of(set_id: str) -> str:
@@ -150,7 +153,20 @@ def summarize(groups: list[GroupScore]) -> Summary:
         top1_groups=len(ranked),
         median_relative_error=_median([e for g in groups for e in g.relative_errors]),
         median_tflops_error=_median(tflops),
+        median_step_error=_median(_step_errors(groups, moe_only=False)),
+        median_moe_step_error=_median(_step_errors(groups, moe_only=True)),
     )
+
+
+def _step_errors(groups: list[GroupScore], moe_only: bool) -> list[float]:
+    """|predicted / published step time - 1| of the functional-test runs (by tokens/s: the same
+    ratio inverted); their groups are ``group_of``'s model shapes, MoE ones naming ``-e<experts>``."""
+    return [
+        abs(r.measured / r.predicted - 1)
+        for g in groups
+        if g.source == CI_SOURCE and (not moe_only or "-e" in g.set_id)
+        for r in g.runs
+    ]
 
 
 def _base(entry: dict[str, Any]) -> JobConfig:
@@ -236,6 +252,9 @@ def layout_files(paths: list[Path]) -> list[Path]:
     return [f for p in paths for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
 
 
+CI_SOURCE = "Megatron-LM functional tests (golden iteration-time)"
+
+
 def ci_split_of(run_id: str) -> str:
     """The rule of the per-run files (benchmarks/published/layouts/README.md, Megatron-LM
     functional-test step times): holdout iff sha1(id)[:8] % 10 < 3."""
@@ -274,7 +293,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
             )
         )
     relative_to_best(scores)
-    return GroupScore(group, split, "Megatron-LM functional tests (golden iteration-time)", scores, unscored)
+    return GroupScore(group, split, CI_SOURCE, scores, unscored)
 
 
 def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:

@@ -91,3 +91,15 @@ def test_bridge_summary_sets_split_as_their_readme_says() -> None:
     assert {split_of(s["id"]) for s in yaml.safe_load((root / "nemo-summary.yaml").read_text())["sets"]} == {
         "tune"
     }
+
+
+def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> None:
+    from memtune.bench.plan import CI_SOURCE
+
+    dense = group("L12-h512-gpus8", [100, 80], [125, 80], [1, 1])  # steps 25% short, exact
+    moe = group("L12-h512-e8k2-gpus8", [50], [100], [1])  # step predicted at half the measured
+    dense.source = moe.source = CI_SOURCE
+    other = group("bridge-summary/x", [10], [20], [1])  # not a functional test: not pooled
+    s = summarize([dense, moe, other])
+    assert s.median_step_error == pytest.approx(0.2)  # |100/125 - 1| = 0.2, 0, 0.5
+    assert s.median_moe_step_error == pytest.approx(0.5)
