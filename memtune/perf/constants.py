@@ -50,10 +50,14 @@ HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet
 
 # --- communication -------------------------------------------------------------------------
 # NCCL's bus bandwidth for all-gather / reduce-scatter inside an NVLink domain reaches about 80%
-# of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s).
+# of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s; "NCCL can get
+# an effective NVLink bandwidth of 370GB/s", NCCL's maintainer in NVIDIA/nccl-tests issue 212).
 NVLINK_BUS_FRACTION = 0.80
 # Inter-node: one 400 Gb/s NIC per GPU (DGX H100/H200 reference architecture: eight ConnectX-7
-# NDR400 ports), of which NCCL reaches about 80%.
+# NDR400 ports), of which NCCL's rings reach about 80% (a conservative figure: NVIDIA/nccl-tests
+# issue 309 reports 365-470 GB/s of bus bandwidth over eight such NICs per node, 91-100%; issue
+# 267 a single CX-7 at 48-49 of 50 GB/s). INTER_NODE_GBPS_PER_GPU is the analytic pruning
+# model's; the step model takes the adapters from the declared fabric (cluster.network).
 INTER_NODE_GBPS_PER_GPU = 50.0
 INTER_NODE_BUS_FRACTION = 0.80
 # NCCL's all-to-all (the alltoall and allgather MoE dispatchers, memtune/perf/moe.py): inside an
