@@ -301,6 +301,9 @@ def _moe(args: dict) -> dict:
         "moe_shared_expert_overlap": bool(_flag(args, "--moe-shared-expert-overlap", False)),
         "moe_router_num_groups": _int_or_none(_flag(args, "--moe-router-num-groups")),
         "moe_router_group_topk": _int_or_none(_flag(args, "--moe-router-group-topk")),
+        "moe_flex_dispatcher_backend": _flag(args, "--moe-flex-dispatcher-backend"),
+        "overlap_moe_expert_parallel_comm": bool(_flag(args, "--overlap-moe-expert-parallel-comm", False)),
+        "delay_wgrad_compute": bool(_flag(args, "--delay-wgrad-compute", False)),
     }
     if "--moe-layer-freq" in args:
         model["moe_layer_freq"] = _layer_freq(str(args["--moe-layer-freq"]))
@@ -468,6 +471,8 @@ TRANSLATED = {
     "--moe-router-group-topk",
     "--moe-layer-freq",
     "--moe-flex-dispatcher-backend",
+    "--overlap-moe-expert-parallel-comm",
+    "--delay-wgrad-compute",
     "--multi-latent-attention",
     "--q-lora-rank",
     "--kv-lora-rank",

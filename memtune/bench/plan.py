@@ -117,6 +117,9 @@ class Summary:
     top1_groups: int
     median_relative_error: float | None
     median_tflops_error: float | None  # |predicted / published model TFLOP/s - 1|
+    # |predicted / published step time - 1| of the Megatron-LM functional-test runs, all and MoE
+    median_step_error: float | None = None
+    median_moe_step_error: float | None = None
 
 
 def split_of(set_id: str) -> str:
@@ -152,10 +155,25 @@ def summarize(groups: list[GroupScore]) -> Summary:
         top1_groups=len(ranked),
         median_relative_error=_median([e for g in groups for e in g.relative_errors]),
         median_tflops_error=_median(tflops),
+        median_step_error=_median(_step_errors(groups, moe_only=False)),
+        median_moe_step_error=_median(_step_errors(groups, moe_only=True)),
     )
 
 
+def _step_errors(groups: list[GroupScore], moe_only: bool) -> list[float]:
+    """|predicted / published step time - 1| of the functional-test runs (by tokens/s: the same
+    ratio inverted); their groups are ``group_of``'s model shapes, MoE ones naming ``-e<experts>``."""
+    return [
+        abs(r.measured / r.predicted - 1)
+        for g in groups
+        if g.source == CI_SOURCE and (not moe_only or "-e" in g.set_id)
+        for r in g.runs
+    ]
+
+
 def _base(entry: dict[str, Any]) -> JobConfig:
+    """The job a run starts from: its model (a preset, an inline ``model:`` section, or a config
+    word such as ``recipe:perf:NAME``) on its cluster, batch and sequence."""
     model = entry["model"]
     query = Query(
         model if isinstance(model, str) else "llama3-8b",
@@ -168,7 +186,9 @@ def _base(entry: dict[str, Any]) -> JobConfig:
     )
     base = base_job(query)
     if isinstance(model, dict):
-        base = base.model_copy(update={"model": base.model.__class__(**model)})
+        # the run's sequence, and bf16 as for a preset (base_job), unless the section says otherwise
+        section = {"bf16": not model.get("fp16", False), **model, "seq_length": entry["seq"]}
+        base = base.model_copy(update={"model": base.model.__class__(**section)})
     return base
 
 
@@ -181,12 +201,16 @@ def _priced(checked: CheckedJob) -> StepPrediction:
     return throughput.prediction
 
 
+# What a run may set for itself over its set's fields (a set whose runs differ by model or scale).
+RUN_FIELDS = ("model", "gpus", "gpu", "gpus_per_node", "seq", "gbs", "mode")
+
+
 def score_set(entry: dict[str, Any]) -> GroupScore:
-    base = _base(entry)
     common = [Change.parse(text) for text in entry.get("common", [])]
     scores, unscored = [], []
     for run in entry["runs"]:
         try:
+            base = _base({**entry, **{k: run[k] for k in RUN_FIELDS if k in run}})
             job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
             checked = gate(job)
             pred = _priced(checked)
@@ -194,6 +218,14 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
             unscored.append((run["label"], exc.problems[0]))
             continue
         metric, measured = next(iter(run["measured"].items()))
+        published_tflops = run["measured"].get("model_tflops_per_gpu")
+        published_tokens = run["measured"].get("tokens_per_s_per_gpu")
+        predicted_tflops = pred.model_tflops_per_gpu
+        if published_tflops is not None and published_tokens:
+            # The publisher's FLOPs per token, times the predicted tokens/s: TFLOP/s compared in the
+            # publisher's own FLOP convention (MoE, GQA and causal-attention counts differ by source).
+            predicted_tflops = pred.tokens_per_s_per_gpu * published_tflops / published_tokens
+        predicted = predicted_tflops if metric == "model_tflops_per_gpu" else getattr(pred, metric)
         scores.append(
             RunScore(
                 entry["id"],
@@ -201,9 +233,9 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
                 run["label"],
                 metric,
                 measured,
-                getattr(pred, metric),
-                run["measured"].get("model_tflops_per_gpu"),
-                pred.model_tflops_per_gpu,
+                predicted,
+                published_tflops,
+                predicted_tflops,
                 families=families_of(checked.derived),
             )
         )
@@ -222,6 +254,9 @@ def relative_to_best(scores: list[RunScore]) -> None:
 
 def layout_files(paths: list[Path]) -> list[Path]:
     return [f for p in paths for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
+
+
+CI_SOURCE = "Megatron-LM functional tests (golden iteration-time)"
 
 
 def ci_split_of(run_id: str) -> str:
@@ -264,7 +299,7 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
             )
         )
     relative_to_best(scores)
-    return GroupScore(group, split, "Megatron-LM functional tests (golden iteration-time)", scores, unscored)
+    return GroupScore(group, split, CI_SOURCE, scores, unscored)
 
 
 def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:

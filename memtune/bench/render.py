@@ -300,7 +300,8 @@ def print_plan_accuracy(console: Console, groups: list[Any]) -> None:
             console,
             f"[bold]{name}[/bold]: {s.groups} groups, {s.runs} runs: pair-weighted Kendall tau {_tau(s.tau)}, "
             f"top-1 {s.top1_hits}/{s.top1_groups}, median relative error {_pct(s.median_relative_error)}, "
-            f"median model TFLOP/s error {_pct(s.median_tflops_error)}",
+            f"median model TFLOP/s error {_pct(s.median_tflops_error)}; functional-test median |step "
+            f"error| {_pct(s.median_step_error)}, MoE {_pct(s.median_moe_step_error)}",
         )
 
 

@@ -156,6 +156,12 @@ class ModelConfig(Section):
     """Device-limited routing: groups the experts are split into."""
     moe_router_group_topk: HeadCount | None = None
     """Device-limited routing: groups a token may use."""
+    moe_flex_dispatcher_backend: Literal["deepep", "hybridep", "ncclep"] = "deepep"
+    """The flex dispatcher's kernels: DeepEP, HybridEP or NCCL EP (each sends a token once per rank holding its experts)."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """Run the expert all-to-alls of one microbatch under another's compute (combined 1F1B; needs CUDA_DEVICE_MAX_CONNECTIONS > 1)."""
+    delay_wgrad_compute: bool = False
+    """With the above: delay the experts' weight gradients so the backward's all-to-all hides behind them."""
 
     # Multi-latent attention (defaults are MLATransformerConfig's)
     multi_latent_attention: bool = False

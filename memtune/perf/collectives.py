@@ -12,10 +12,8 @@ A group is described by its size and the rank stride between its members (Megatr
 order puts TP innermost: a TP group has stride 1, a DP group stride TP x CP), which says how
 many of its members share an NVLink domain.
 
-All-to-all (MoE dispatch and combine) has no NCCL tuner model: each rank sends ``(n-1)/n`` of
-its buffer, the share for peers in its NVLink domain at NVLink speed and the rest over the
-adapters at the same time; it takes the longer of the two, at the all-to-all fractions DeepEP's
-README reports.
+MoE dispatch and combine (all-to-all, or DeepEP/HybridEP) are priced in
+``memtune/perf/moe.py``.
 """
 
 from __future__ import annotations
@@ -169,22 +167,11 @@ def collective(op: Op, nbytes: float, group: Group, network: Network, gpu_name: 
     return best
 
 
-def all_to_all(nbytes_per_rank: float, group: Group, network: Network) -> float:
-    """Seconds for every rank of ``group`` to exchange ``nbytes_per_rank`` (its whole send
-    buffer, evenly spread over the group, its own share staying local)."""
-    n = group.size
-    if n <= 1 or nbytes_per_rank <= 0:
-        return 0.0
-    local = group.per_domain(network)
-    intra_bytes = nbytes_per_rank * (local - 1) / n
-    inter_bytes = nbytes_per_rank * (n - local) / n
-    intra = intra_bytes / (network.nvlink_bytes_per_s * K.ALL_TO_ALL_NVLINK_FRACTION)
-    inter = inter_bytes / (network.nic_bytes_per_s_per_gpu * K.ALL_TO_ALL_INTER_NODE_FRACTION)
-    p = PROTOCOLS.index("Simple")
-    latency = BASE_LATENCY_US["ring"][p] + (
-        NET_LATENCY_US["ring"][p] if inter_bytes else NVLINK_LATENCY_US["ring"][p]
-    )
-    return latency * US + max(intra, inter)
+def pipeline_crosses_domain(stage: int, stages: int, stride: int, network: Network) -> bool:
+    """Whether pipeline stage ``stage`` and the next one (the first, after the last: the next
+    virtual chunk) sit in different NVLink domains, stages ``stride`` global ranks apart."""
+    here, there = stage * stride, (stage + 1) % stages * stride
+    return here // network.gpus_per_nvlink_domain != there // network.gpus_per_nvlink_domain
 
 
 def send_recv(nbytes: float, crosses_domain: bool, network: Network) -> float:

@@ -50,17 +50,29 @@ HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet
 
 # --- communication -------------------------------------------------------------------------
 # NCCL's bus bandwidth for all-gather / reduce-scatter inside an NVLink domain reaches about 80%
-# of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s).
+# of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s; "NCCL can get
+# an effective NVLink bandwidth of 370GB/s", NCCL's maintainer in NVIDIA/nccl-tests issue 212).
 NVLINK_BUS_FRACTION = 0.80
 # Inter-node: one 400 Gb/s NIC per GPU (DGX H100/H200 reference architecture: eight ConnectX-7
-# NDR400 ports), of which NCCL reaches about 80%.
+# NDR400 ports), of which NCCL's rings reach about 80% (a conservative figure: NVIDIA/nccl-tests
+# issue 309 reports 365-470 GB/s of bus bandwidth over eight such NICs per node, 91-100%; issue
+# 267 a single CX-7 at 48-49 of 50 GB/s). INTER_NODE_GBPS_PER_GPU is the analytic pruning
+# model's; the step model takes the adapters from the declared fabric (cluster.network).
 INTER_NODE_GBPS_PER_GPU = 50.0
 INTER_NODE_BUS_FRACTION = 0.80
-# All-to-all reaches less of the link than ring collectives (many small messages): MoE
-# dispatch/combine measurements in DeepEP's README report 150-160 GB/s intra-node on H800
-# (about 40% of NVLink) and 40-47 GB/s inter-node over 400 Gb/s RDMA (80-90% of the NIC).
-ALL_TO_ALL_NVLINK_FRACTION = 0.40
-ALL_TO_ALL_INTER_NODE_FRACTION = 0.85
+# NCCL's all-to-all (the alltoall and allgather MoE dispatchers, memtune/perf/moe.py): inside an
+# NVLink domain it reaches the bus bandwidth of NCCL's other non-all-reduce collectives ("450GB/s
+# is the line rate. With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth
+# of 370GB/s", NCCL's maintainer on DGX H100, NVIDIA/nccl-tests issue 212); across nodes a rank's
+# exchange runs over its own adapter only ("Alltoall cannot aggregate the bandwidth of multiple
+# NICs", NVIDIA/nccl-tests issue 267), which reaches 48-49 of a 400 Gb/s NIC's 50 GB/s (same issue).
+ALL_TO_ALL_NVLINK_FRACTION = 370 / 450
+ALL_TO_ALL_INTER_NODE_FRACTION = 48 / 50
+# DeepEP's (and HybridEP's) dispatch and combine kernels (the flex dispatcher): 153-158 GB/s of an
+# H800's ~160 GB/s NVLink inside a node, 43 GB/s of a 400 Gb/s adapter's ~50 across nodes at EP 16
+# (deepseek-ai/DeepEP docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA forwarding").
+DEEPEP_NVLINK_FRACTION = 153 / 160
+DEEPEP_RDMA_FRACTION = 43 / 50
 # Transformer Engine's userbuffer overlap (tp_comm_overlap), its default configuration
 # (TransformerEngine d0067d0, transformer_engine/pytorch/module/base.py initialize_ub): the
 # pipelined reduce-scatters split their GEMM in 4 and, like the bulk overlaps, run their
@@ -92,13 +104,13 @@ OPTIMIZER_BYTES_PER_PARAM = 30
 # benchmarks/fit_step_constants.py to the optimizer seconds of the ctime- tune runs.
 OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 22.4, True: 78.4}
 # Host side of optimizer offload: the gradient goes down (4 B) and the weight comes back (2 B)
-# over PCIe Gen5 x16 (64 GB/s per direction, about 80% reached), and the CPU runs Adam. ZeRO-Offload
-# (Ren et al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
+# over the GPU's host link (memtune/perf/offload.py), and the CPU runs Adam. ZeRO-Offload (Ren et
+# al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
 # parameters on a multi-core host, shared here by the node's 8 GPUs.
-PCIE_GBPS = 50.0
 CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
 OPTIMIZER_OFFLOAD_BYTES_PER_PARAM = 6.0
-# The share of a GPU's host-link line rate (Network.host_link_bytes_per_s) that pinned copies on a
+# The share of a GPU's host-link line rate (Network.host_link_bytes_per_s: the system's PCIe x16
+# port or its NVLink-C2C share, memtune/catalog/data/networks.yaml) that pinned copies on a
 # side stream reach, one direction (memtune/perf/offload.py); provisional until measured by
 # benchmarks/gpu/host_link.py.
 HOST_COPY_EFFICIENCY = 0.8
@@ -140,6 +152,15 @@ IN_STEP_KERNEL_FACTOR = 1.04
 # for it only where its kernels are shorter. Fitted by benchmarks/fit_step_constants.py on the
 # single-rank tune runs (the only ones with it).
 SEQUENTIAL_EXPERT_FWD_S = 0.5e-3
+# Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
+# by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
+# the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
+# host before every exchange; 3 ms is what the one Megatron-LM functional-test tune run with that
+# dispatcher and no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_
+# dist_optimizer, 12 MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained. The all-gather
+# dispatcher's tune run without other unpriced costs leaves nothing (0); DeepEP's and HybridEP's
+# fused kernels are unmeasured (0).
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 0.0}
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6

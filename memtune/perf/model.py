@@ -20,6 +20,7 @@ from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.config.knobs import KnobSubset
 from memtune.peft.model import adapter_collectives, adapters_in_layer
 from memtune.perf import constants as K
+from memtune.perf.offload import host_bytes_per_s, optimizer_offload_s
 
 BF16 = 2
 
@@ -257,7 +258,7 @@ def activation_offload_exposed_s(d: Derived, layer_compute_s: float) -> float:
     m = d.model
     tokens = d.micro_batch_size * m.seq_length / d.cp
     per_layer = BF16 * (tokens / d.tp if d.sequence_parallel else tokens) * m.hidden_size * 17
-    transfer = 2 * per_layer / (K.PCIE_GBPS * 1e9)
+    transfer = 2 * per_layer / host_bytes_per_s(d)
     return max(0.0, transfer - layer_compute_s)
 
 
@@ -392,9 +393,7 @@ def predict_derived(d: Derived, gpu: GPU, memo: PredictionMemo | None = None) ->
     breakdown["optimizer step"] = opt_params * (1 - on_host) * K.OPTIMIZER_BYTES_PER_PARAM / hw.hbm
     if on_host:
         host = opt_params * on_host
-        breakdown["optimizer offload"] = (
-            host * 6 / (K.PCIE_GBPS * 1e9) + host / K.CPU_ADAM_PARAMS_PER_S_PER_GPU
-        )
+        breakdown["optimizer offload"] = optimizer_offload_s(d, host)
     if d.activation_offload_layers:
         exposed = activation_offload_exposed_s(d, fwd_layer + bwd_layer)
         breakdown["activation offload"] = M * d.activation_offload_layers * exposed

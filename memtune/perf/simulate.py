@@ -41,6 +41,10 @@ class ChunkWork:
     grad_reduce_s: float = 0.0  # data-parallel reduction of this chunk's gradients
     param_gather_s: float = 0.0  # data-parallel all-gather of its parameters (distributed optimizer)
     buckets: int = 1  # DDP buckets the two DP collectives are split into
+    # Megatron-FSDP's per-microbatch gathers and reduce-scatters its compute leaves exposed, per
+    # forward and per backward (memtune/perf/sharding.py)
+    dp_forward_exposed_s: float = 0.0
+    dp_backward_exposed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -381,4 +385,5 @@ def _exposed_comm(work: ChunkWork, op: Op, overlap: Overlap, paired: bool, partn
     if paired and (op[0] == "F" or overlap.delay_wgrad_compute):
         ep_hidden = min(ep, partner_compute)
     blocking = work.tp_backward_blocking_s if op[0] == "B" else 0.0
-    return tp - tp_hidden + ep - ep_hidden + blocking
+    dp = work.dp_forward_exposed_s if op[0] == "F" else work.dp_backward_exposed_s
+    return tp - tp_hidden + ep - ep_hidden + blocking + dp

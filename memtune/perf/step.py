@@ -25,15 +25,20 @@ Megatron hide them) and the step, bubble and per-stage idle come out.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, get_gpu
-from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.config.derived import Derived
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
+from memtune.perf.collectives import (
+    Group,
+    Op,
+    collective,
+    pipeline_crosses_domain,
+    send_recv,
+)
 from memtune.perf.kernels import (
     MEASURED_ON,
     attention_fractions,
@@ -43,7 +48,9 @@ from memtune.perf.kernels import (
     gemm_fraction,
     memory_efficient_attention_fractions,
 )
+from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
 from memtune.perf.offload import activation_offload_s, optimizer_offload_s
+from memtune.perf.sharding import chunk_work, exposed
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
 
 BF16 = 2
@@ -202,10 +209,8 @@ class _Pricer:
                 fs = m.moe_shared_expert_intermediate_size / t
                 shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
                 mlp += shared
-            if d.ep > 1:
-                routed = BF16 * tokens_res * k * h
-                # Dispatch and combine; EP groups are consecutive ranks after TP x CP.
-                ep_fwd = 2 * all_to_all(routed, Group(d.ep, stride=t * cp), self.net)
+            # dispatch and combine by the job's dispatcher (memtune/perf/moe.py)
+            ep_fwd = 2 * dispatch_s(d, tokens_res, self.net)
         else:
             f = d.ffn_hidden_size / t
             shapes["mlp in"], shapes["mlp out"] = (T, gate * f, h), (T, h, f)
@@ -262,6 +267,8 @@ class _Pricer:
         fwd = gemm + attn_fwd + elementwise + ub_fwd
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + ub_bwd
         host_fwd = self.floor.layer_fwd_s
+        if is_moe:
+            host_fwd += dispatcher_host_fwd_s(d)
         if is_moe and d.experts_are_sequential_modules:
             # each local expert its own module, one after another: the host's launch work and
             # Python per expert, which the GPU waits for only where its kernels are shorter
@@ -459,17 +466,12 @@ def predict_step(
         # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
         loss_fwd = loss_bwd = 3 * 4 * T * vocab / pricer.hbm
     full = m.recompute_granularity == "full"
-    grad_bytes = DTYPE_BYTES[d.grad_dtype]
-    weight_bytes = DTYPE_BYTES[d.param_dtype]
-    dp_group = Group(d.dp * d.cp, stride=d.tp)
-    expert_group = Group(d.edp, stride=d.tp * d.cp * d.ep)
     sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
     stage_stride = d.tp * d.cp * d.dp
-    send = send_recv(BF16 * tokens_res * h, stage_stride >= d.network.gpus_per_nvlink_domain, d.network)
-    bucket = d.ddp_bucket_size(d.dp * d.cp)  # None: one bucket per buffer
+    boundary = BF16 * tokens_res * h
 
     stages = []
-    for rank_chunks in d.chunks:
+    for stage, rank_chunks in enumerate(d.chunks):
         works = []
         stage_params = 0.0
         for chunk in rank_chunks:
@@ -512,36 +514,15 @@ def predict_step(
             # the host copies of activation offload beyond the compute they hide behind
             offload_fwd, offload_bwd = activation_offload_s(d, chunk, fwd, bwd)
             fwd, bwd = fwd + offload_fwd, bwd + offload_bwd
-            trainable_dense = 0.0 if frozen else dense_params
-            trainable_expert = 0.0 if frozen else expert_params
-            if d.fsdp_strategy == "optim_grads_params":
-                # Megatron-FSDP gathers weights for forward and backward and reduce-scatters
-                # gradients every microbatch, on its own stream behind the layers' compute.
-                per_mb = (
-                    2
-                    * collective(
-                        Op.ALL_GATHER, weight_bytes * dense_params, dp_group, d.network, gpu.name
-                    ).seconds
-                    + collective(
-                        Op.REDUCE_SCATTER, grad_bytes * trainable_dense, dp_group, d.network, gpu.name
-                    ).seconds
-                )
-                bwd += max(0.0, per_mb - (fwd + bwd) * K.DP_OVERLAP_WINDOW_FRACTION)
-                reduce = gather = 0.0
-            else:
-                op = Op.REDUCE_SCATTER if sharded else Op.ALL_REDUCE
-                reduce = collective(op, grad_bytes * trainable_dense, dp_group, d.network, gpu.name).seconds
-                reduce += collective(
-                    op, grad_bytes * trainable_expert, expert_group, d.network, gpu.name
-                ).seconds
-                gather = 0.0
-                if d.use_distributed_optimizer:
-                    gather = collective(
-                        Op.ALL_GATHER, weight_bytes * trainable_dense, dp_group, d.network, gpu.name
-                    ).seconds
-                    gather += collective(
-                        Op.ALL_GATHER, weight_bytes * trainable_expert, expert_group, d.network, gpu.name
-                    ).seconds
+            # the data-parallel collectives of each sharding strategy (memtune/perf/sharding.py)
+            dp = chunk_work(d, d.network, gpu.name, dense_params, expert_params, len(chunk.layers), frozen)
+            dp_fwd = exposed(dp.forward_s, dp.first_gather_s, fwd) if dp.forward_s else 0.0
+            dp_bwd = (
+                exposed(dp.backward_s, dp.first_gather_s if dp.forward_s else 0.0, bwd)
+                if dp.backward_s
+                else 0.0
+            )
+            reduce, gather = dp.grad_reduce_s, dp.param_gather_s
             works.append(
                 ChunkWork(
                     forward_s=fwd,
@@ -554,7 +535,9 @@ def predict_step(
                     output_wgrad_s=out_wgrad,
                     grad_reduce_s=reduce,
                     param_gather_s=gather,
-                    buckets=max(1, math.ceil((dense_params + expert_params) / bucket)) if bucket else 1,
+                    buckets=dp.buckets,
+                    dp_forward_exposed_s=dp_fwd,
+                    dp_backward_exposed_s=dp_bwd,
                 )
             )
             stage_params += dense_params / (d.dp * d.cp if sharded else 1)
@@ -569,6 +552,9 @@ def predict_step(
         optimizer = opt_params * (1 - host) * (adam_s + around) + floor.step_s
         if host:
             optimizer += optimizer_offload_s(d, opt_params * host)
+        # the boundary tensor to the next (virtual) stage, over NVLink or, where the two stages sit
+        # in different NVLink domains (pipeline ranks TP x CP x DP apart), the adapters
+        send = send_recv(boundary, pipeline_crosses_domain(stage, d.pp, stage_stride, d.network), d.network)
         stages.append(StageWork(tuple(works), send, optimizer))
 
     overlap = Overlap(
@@ -579,6 +565,8 @@ def predict_step(
         # (megatron/core/transformer/moe/README.md, "auto-enabled with VPP").
         overlap_p2p_comm=d.vpp > 1,
         single_device_connection=d.device_max_connections == "1",
+        overlap_moe_expert_parallel_comm=m.overlap_moe_expert_parallel_comm,
+        delay_wgrad_compute=m.delay_wgrad_compute,
     )
     group = m.microbatch_group_size_per_vp_stage or d.pp
     sim = simulate(stages, d.num_microbatches, group, overlap, record_events)

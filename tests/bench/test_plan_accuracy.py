@@ -64,7 +64,7 @@ def test_json_has_summary_per_split_and_groups() -> None:
 
 
 def test_ci_runs_split_as_their_readme_says() -> None:
-    # benchmarks/published/layouts/README.md: 53 functional-test runs, 39 tune and 14 holdout.
+    # benchmarks/published/layouts/README.md: 73 functional-test runs, 51 tune and 22 holdout.
     from pathlib import Path
 
     import yaml
@@ -73,4 +73,33 @@ def test_ci_runs_split_as_their_readme_says() -> None:
 
     root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts" / "megatron-lm-ci"
     splits = [ci_split_of(yaml.safe_load(f.read_text())["id"]) for f in sorted(root.glob("*.yaml"))]
-    assert (len(splits), splits.count("tune"), splits.count("holdout")) == (53, 39, 14)
+    assert (len(splits), splits.count("tune"), splits.count("holdout")) == (73, 51, 22)
+
+
+def test_bridge_summary_sets_split_as_their_readme_says() -> None:
+    # benchmarks/published/layouts/README.md: every row of the summary tables, 23 sets of one
+    # release, task and system; 12 sets (59 runs) held back, fixed before any comparison.
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts"
+    sets = yaml.safe_load((root / "bridge-summary.yaml").read_text())["sets"]
+    held = [s for s in sets if split_of(s["id"]) == "holdout"]
+    assert (len(sets), sum(len(s["runs"]) for s in sets)) == (23, 121)
+    assert (len(held), sum(len(s["runs"]) for s in held)) == (12, 59)
+    assert {split_of(s["id"]) for s in yaml.safe_load((root / "nemo-summary.yaml").read_text())["sets"]} == {
+        "tune"
+    }
+
+
+def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> None:
+    from memtune.bench.plan import CI_SOURCE
+
+    dense = group("L12-h512-gpus8", [100, 80], [125, 80], [1, 1])  # steps 25% short, exact
+    moe = group("L12-h512-e8k2-gpus8", [50], [100], [1])  # step predicted at half the measured
+    dense.source = moe.source = CI_SOURCE
+    other = group("bridge-summary/x", [10], [20], [1])  # not a functional test: not pooled
+    s = summarize([dense, moe, other])
+    assert s.median_step_error == pytest.approx(0.2)  # |100/125 - 1| = 0.2, 0, 0.5
+    assert s.median_moe_step_error == pytest.approx(0.5)

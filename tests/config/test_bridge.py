@@ -42,6 +42,16 @@ def test_bridge_dump_maps_the_keys_memtune_uses():
     assert job.cluster.num_gpus == 32
 
 
+def test_bridge_comm_overlap_reaches_the_model_as_bridge_sets_it_up():
+    # megatron/bridge/training/comm_overlap.py copies these three onto the model config
+    model = load_job(DUMP, ["cluster.num_gpus=32"]).job.model
+    assert (model.tp_comm_overlap, model.overlap_moe_expert_parallel_comm, model.delay_wgrad_compute) == (
+        True,
+        False,
+        False,
+    )
+
+
 def test_bridge_dump_reports_what_it_ignores_once():
     ignored = read_raw(DUMP).ignored
     assert len(ignored) == len(set(ignored))
@@ -50,7 +60,7 @@ def test_bridge_dump_reports_what_it_ignores_once():
         "model.should_pad_vocab",
         "optimizer.lr",
         "peft.lora_A_init_method",
-        "comm_overlap.tp_comm_overlap",
+        "comm_overlap.tp_comm_overlap_cfg",
         "logger",
         "dataset",
         "checkpoint.save_interval",

@@ -55,14 +55,22 @@ def test_no_flags_and_virtual_stages_translate():
 
 
 def test_untranslated_flags_skip_the_run():
-    with pytest.raises(collector.Skip, match="untranslated flags --overlap-moe-expert-parallel-comm"):
-        collector.translate({**BASE, "--overlap-moe-expert-parallel-comm": True})
+    with pytest.raises(collector.Skip, match="untranslated flags --moe-z-loss-coeff"):
+        collector.translate({**BASE, "--moe-z-loss-coeff": 0.001})
     with pytest.raises(collector.Skip, match="optimizer muon"):
         collector.translate({**BASE, "--optimizer": "muon"})
     with pytest.raises(collector.Skip, match="flex dispatcher"):
         collector.translate({**BASE, "--num-experts": 8, "--moe-token-dispatcher-type": "flex"})
     with pytest.raises(collector.Skip, match="hybrid FSDP"):
         collector.translate({**BASE, "--use-megatron-fsdp": True, "--outer-dp-sharding-strategy": "optim"})
+
+
+def test_expert_all_to_all_overlap_translates():
+    args = {**BASE, "--num-experts": 8, "--moe-token-dispatcher-type": "alltoall"}
+    model = collector.translate(
+        {**args, "--overlap-moe-expert-parallel-comm": True, "--delay-wgrad-compute": True}
+    )["model"]
+    assert (model["overlap_moe_expert_parallel_comm"], model["delay_wgrad_compute"]) == (True, True)
 
 
 def test_reserved_cases_are_recognised_by_the_sha1_of_their_name():

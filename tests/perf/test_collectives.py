@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from memtune.catalog.network import Network
-from memtune.perf.collectives import Group, Op, all_to_all, bus_bandwidth, collective, send_recv
+from memtune.perf.collectives import Group, Op, bus_bandwidth, collective, send_recv
 
 DGX_H100 = Network(
     system="dgx-h100",
@@ -64,18 +64,8 @@ def test_no_spine_rails_double_network_latency() -> None:
     assert spined - railed == pytest.approx(2 * 2 * 5.0e-6)
 
 
-def test_all_to_all_splits_nvlink_and_network_shares() -> None:
-    # EP 16 over two nodes: 7/16 of the buffer to NVLink peers at 180 GB/s, 8/16 over the
-    # 50 GB/s adapter at 85%, concurrently; latency 8.4 + 14 µs.
-    seconds = all_to_all(2**24, Group(16), DGX_H100)
-    assert seconds == pytest.approx(22.4e-6 + max(2**24 * 7 / 16 / 180e9, 2**24 * 8 / 16 / 42.5e9))
-    # Inside one node only NVLink: 7/8 of the buffer at 180 GB/s.
-    assert all_to_all(2**24, Group(8), DGX_H100) == pytest.approx(11.8e-6 + 2**24 * 7 / 8 / 180e9)
-
-
 def test_single_rank_groups_cost_nothing() -> None:
     assert collective(Op.ALL_REDUCE, 2**30, Group(1), DGX_H100, "H100-80GB").seconds == 0.0
-    assert all_to_all(2**30, Group(1), DGX_H100) == 0.0
 
 
 def test_send_recv_crosses_the_adapter_between_nodes() -> None:

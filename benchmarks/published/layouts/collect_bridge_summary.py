@@ -1,13 +1,27 @@
-"""Collect layout comparisons from Megatron-Bridge's performance summary tables.
+"""Collect every row of Megatron-Bridge's performance summary tables, every release.
 
-Reads ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md`` of a
-Megatron-Bridge git directory at one commit and writes ``bridge-summary.yaml``: every group of
-runs of one model, system, GPU count, precision, global batch and sequence length (within one
-of the pre-training / SFT / LoRA tables) that was published with two or more different layouts
-(FSDP, TP, PP, CP, VP, EP, MBS), across releases. Where one layout appears in several releases
-the newest figure is kept. Rows the model cannot describe are left out and counted: systems
-outside memtune's GPU catalog (B300, GB300), NVFP4 precision, token-dropping MoE runs, the 25.09
-tables (they do not state the precision), models without a memtune preset.
+Reads ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md`` at every commit
+of a Megatron-Bridge git directory that changed them (up to COMMIT), so rows a later edit removed
+(the SFT and LoRA tables, releases dropped from the archive) are kept; where a row was edited, the
+newest figure is kept and its commit cited. Each row is one run: a model, system, GPU count,
+precision, batch, sequence and layout (FSDP, TP, PP, CP, VP, EP, MBS) with its measured tokens/s
+and model TFLOP/s per GPU.
+
+Runs are grouped by **release, task and system** (one table of one software release on one kind of
+machine): the group's runs differ by model, GPU count, precision and layout, and a throughput model
+must order them by model TFLOP/s per GPU. Predictions are compared in the publisher's FLOP
+convention (``memtune/bench/plan.py``: the published FLOPs per token times the predicted tokens/s).
+
+Each run starts from the Bridge performance recipe of its model, task, GPU, precision and GPU count
+(``memtune/catalog/data/perf_recipes.yaml``, read from Bridge 067f987df03b; the nearest GPU count
+where that count has none) with the row's own layout, batch and sequence over it; a model without
+a recipe for that GPU starts from its preset with the settings every Bridge perf recipe shares.
+The recipes are those of the commit the catalogue was read at, not of each release: what a release
+changed besides the layout is not seen.
+
+Rows left out, counted in the file's header: systems outside memtune's GPU catalog (B300, GB300),
+NVFP4 precision, token-dropping MoE runs, the 25.09 tables (they do not state the precision),
+models without a memtune preset (Nemotron 3 hybrids, Kimi-K2, DeepSeek-V4).
 
     python benchmarks/published/layouts/collect_bridge_summary.py GIT_DIR COMMIT OUT.yaml
 """
@@ -18,12 +32,19 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from memtune.config.layout import balanced_layout
+
 FILES = ("docs/performance-summary.md", "docs/performance-summary-archive.md")
-SYSTEMS = {"DGX-H100": ("H100-80GB", 8), "DGX-B200": ("B200", 8), "DGX-GB200": ("GB200", 4)}
+SYSTEMS = {
+    "DGX-H100": ("H100-80GB", 8, "h100"),
+    "DGX-B200": ("B200", 8, "b200"),
+    "DGX-GB200": ("GB200", 4, "gb200"),
+}
 PRESETS = {
     "LLAMA3_8B": "llama3-8b",
     "LLAMA3_70B": "llama3-70b",
@@ -33,6 +54,16 @@ PRESETS = {
     "Qwen3_30B_a3B": "qwen3-30b-a3b",
     "Qwen3_235B_a22B": "qwen3-235b-a22b",
 }
+# Bridge's perf recipe family of each model (perf_recipes/<family>/<gpu>/*.py function names).
+FAMILIES = {
+    "LLAMA3_8B": "llama3_8b",
+    "LLAMA3_70B": "llama3_70b",
+    "LLAMA3.1_405B": "llama31_405b",
+    "DeepSeekV3": "deepseek_v3",
+    "GPT OSS 120B": "gpt_oss_120b",
+    "Qwen3_30B_a3B": "qwen3_30b_a3b",
+    "Qwen3_235B_a22B": "qwen3_235b_a22b",
+}
 PRECISIONS = {
     "FP8": "fp8-cs",
     "FP8-CS": "fp8-cs",
@@ -40,12 +71,14 @@ PRECISIONS = {
     "FP8-MX": "mxfp8",
     "BF16": "bf16",
 }
+RECIPE_PRECISION = {"fp8-cs": "fp8cs", "mxfp8": "fp8mx", "bf16": "bf16"}
 PRECISION_OVERRIDES = {
     "fp8-cs": ["model.fp8=hybrid", "model.fp8_recipe=tensorwise"],
     "mxfp8": ["model.fp8=hybrid", "model.fp8_recipe=mxfp8"],
-    "bf16": [],
+    "bf16": ["model.fp8=null"],
 }
 MODES = {"Pre-Training Performance": "pretrain", "SFT Performance": "finetune", "LoRA Performance": "lora"}
+RECIPE_TASK = {"pretrain": "pretrain", "finetune": "sft", "lora": "peft"}
 COLUMNS = {
     "#-GPUs": "gpus",
     "Precision": "precision",
@@ -64,17 +97,25 @@ COLUMNS = {
     "System": "system",
 }
 # How Bridge's recipes split layers that do not divide by the stages (Megatron-Bridge at the
-# commit read): Qwen3-235B counts the embedding and loss as layers (recipes/qwen/h100/qwen3_moe.py);
-# DeepSeek-V3 takes an explicit layout per (PP, VP) (recipes/deepseek/h100/deepseek_v3.py,
-# _get_deepseek_v3_pipeline_layout), written here in Megatron's layout-string form.
-DEEPSEEK_V3_LAYOUTS = {
-    (4, 1): "Et*16|t*16|t*16|t*13{mtp}L",
-    (8, 1): "Et*8|(t*8|)*6t*5{mtp}L",
-    (4, 2): "Et*8|(t*8|)*6t*5{mtp}L",
-    (16, 1): "Et*4|(t*4|)*14t{mtp}L",
-    (8, 2): "Et*4|(t*4|)*14t{mtp}L",
-    (4, 4): "Et*4|(t*4|)*14t{mtp}L",
-}
+# commit read): Qwen3-235B and Llama 3.1 405B count the embedding and loss as layers (their perf
+# recipes' account_for_*_in_pipeline_split, kept from the recipe); DeepSeek-V3 takes an explicit
+# layout per (PP, VP) (recipes/deepseek/h100/deepseek_v3.py, _get_deepseek_v3_pipeline_layout),
+# memtune's balanced_layout (memtune/config/layout.py), which writes the same rule.
+DEEPSEEK_V3_LAYERS = 61
+# The split keys a recipe sets for its own layout only, reset before the row's split is applied.
+SPLIT_RESET = [
+    "model.pipeline_model_parallel_layout=null",
+    "model.num_layers_in_first_pipeline_stage=null",
+    "model.num_layers_in_last_pipeline_stage=null",
+]
+# What every Bridge perf recipe sets (perf_recipes/_common.py), for a model without a recipe.
+COMMON = [
+    "ddp.use_distributed_optimizer=true",
+    "optimizer.use_distributed_optimizer=true",
+    "ddp.overlap_grad_reduce=true",
+    "ddp.overlap_param_gather=true",
+    "model.sequence_parallel=true",
+]
 
 
 def pipeline_split(name: str, pp: int, vp: int) -> list[str]:
@@ -84,9 +125,10 @@ def pipeline_split(name: str, pp: int, vp: int) -> list[str]:
             "model.account_for_embedding_in_pipeline_split=true",
             "model.account_for_loss_in_pipeline_split=true",
         ]
-    if base == "DeepSeekV3" and (pp, vp) in DEEPSEEK_V3_LAYOUTS:
-        layout = DEEPSEEK_V3_LAYOUTS[(pp, vp)].format(mtp="" if "w/o MTP" in name else "m")
-        return [f"model.pipeline_model_parallel_layout={layout}"]
+    if base == "DeepSeekV3":
+        layout = balanced_layout(DEEPSEEK_V3_LAYERS, 0 if "w/o MTP" in name else 1, pp * vp)
+        if layout:
+            return [f"model.pipeline_model_parallel_layout={layout}"]
     return []
 
 
@@ -124,7 +166,12 @@ def rows(text: str, file: str) -> list[dict[str, str]]:
         elif line.startswith("|") and header is None:
             header = [COLUMNS.get(c, c) for c in cells(line)]
         elif line.startswith("|") and not line.startswith("|--") and header is not None:
-            row = dict(zip(header, cells(line), strict=False))
+            values = cells(line)
+            if len(values) != len(header):
+                # a row with a cell missing or extra (a typo a later commit corrected)
+                out.append({"malformed": "yes"})
+                continue
+            row = dict(zip(header, values, strict=True))
             row.setdefault("model", heading_model)
             row.setdefault("system", heading_system)
             for r in split_alternatives(row):
@@ -136,108 +183,156 @@ def number(text: str) -> int:
     return 1 if text in ("n/a", "", "-") else int(text)
 
 
-def collect(git_dir: str, commit: str) -> tuple[list[dict[str, Any]], Counter[str]]:
-    skipped: Counter[str] = Counter()
-    groups: dict[tuple[str, ...], dict[tuple[int, ...], dict[str, Any]]] = {}
-    for file in FILES:
-        text = subprocess.run(
-            ["git", "--git-dir", git_dir, "show", f"{commit}:{file}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        for r in rows(text, file):
-            name = r["model"]
-            base = name.split(" (")[0].strip()
-            if "precision" not in r:
-                skipped["table without precision (25.09)"] += 1
+def _git(git_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
+    # a file missing at an older commit is expected: the caller reads the return code
+    return subprocess.run(["git", "--git-dir", git_dir, *args], check=False, capture_output=True, text=True)
+
+
+def every_row(git_dir: str, commit: str) -> list[dict[str, str]]:
+    """Every row ever published up to ``commit``, each with the newest commit that shows it."""
+    log = _git(git_dir, "log", "--format=%H", commit, "--", *FILES)
+    log.check_returncode()
+    kept: dict[tuple[str, ...], dict[str, str]] = {}
+    for sha in log.stdout.split():  # newest first
+        for file in FILES:
+            shown = _git(git_dir, "show", f"{sha}:{file}")
+            if shown.returncode:
                 continue
-            if r["system"] not in SYSTEMS:
-                skipped[f"system {r['system']} not in the GPU catalog"] += 1
-                continue
-            if "tokendrop" in name:
-                skipped["token-dropping MoE run"] += 1
-                continue
-            precision = PRECISIONS.get(r["precision"])
-            if precision is None:
-                skipped[f"precision {r['precision']}"] += 1
-                continue
-            if base not in PRESETS or r["section"] not in MODES:
-                skipped[f"no memtune preset for {name}"] += 1
-                continue
-            key = (MODES[r["section"]], name, r["system"], r["gpus"], precision, r["gbs"], r["seq"])
-            layout = tuple(
-                number(r.get(k, "0" if k == "fsdp" else "1"))
-                for k in ("fsdp", "tp", "pp", "cp", "vp", "ep", "mbs")
-            )
-            # Files and releases are read newest first: keep the first figure of each layout.
-            groups.setdefault(key, {}).setdefault(layout, r)
-    sets = []
-    for key, layouts in groups.items():
-        if len(layouts) < 2:
-            continue
-        mode, name, system, gpus, precision, gbs, seq = key
-        gpu, per_node = SYSTEMS[system]
-        set_id = f"bridge-summary/{mode}/{name}/{system}/{gpus}/{precision}/gbs{gbs}/seq{seq}"
-        runs = []
-        for (fsdp, tp, pp, cp, vp, ep, mbs), r in layouts.items():
-            overrides = [
-                f"model.tensor_model_parallel_size={tp}",
-                f"model.pipeline_model_parallel_size={pp}",
-                f"model.context_parallel_size={cp}",
-                f"model.expert_model_parallel_size={ep}",
-                f"train.micro_batch_size={mbs}",
-            ]
-            overrides.append(
-                f"model.virtual_pipeline_model_parallel_size={vp}"
-                if vp > 1
-                else "model.virtual_pipeline_model_parallel_size=null"
-            )
-            overrides += pipeline_split(name, pp, vp)
-            if fsdp > 1:
-                overrides += [
-                    "ddp.use_megatron_fsdp=true",
-                    "ddp.data_parallel_sharding_strategy=optim_grads_params",
-                    "ddp.use_distributed_optimizer=false",
-                    "optimizer.use_distributed_optimizer=false",
-                ]
-            label = (
-                f"{'FSDP ' if fsdp > 1 else ''}TP{tp} PP{pp} CP{cp} VP{vp if vp > 1 else '-'} EP{ep} MBS{mbs}"
-            )
-            runs.append(
-                {
-                    "label": f"{label} ({r['release']})",
-                    "overrides": overrides,
-                    "measured": {
-                        "tokens_per_s_per_gpu": float(r["tokens"]),
-                        "model_tflops_per_gpu": float(r["tflops"]),
-                    },
-                    "source": f"{r['file']} @ {commit[:12]}, {r['release']}, {r['section']}",
-                }
-            )
-        common = [
+            for r in rows(shown.stdout, file):
+                if "malformed" in r:
+                    kept.setdefault(("malformed", sha, file, str(len(kept))), r)
+                    continue
+                key = tuple(
+                    r.get(k, "")
+                    for k in (
+                        "release",
+                        "section",
+                        "model",
+                        "system",
+                        "gpus",
+                        "precision",
+                        "gbs",
+                        "mbs",
+                        "seq",
+                    )
+                ) + tuple(
+                    r.get(k, "0" if k == "fsdp" else "1") for k in ("fsdp", "tp", "pp", "cp", "vp", "ep")
+                )
+                kept.setdefault(key, {**r, "commit": sha})
+    return list(kept.values())
+
+
+def skip_reason(r: dict[str, str]) -> str | None:
+    if "malformed" in r:
+        return "row whose cells do not match its table's header (a typo a later commit corrected)"
+    name = r["model"]
+    base = name.split(" (")[0].strip()
+    if "precision" not in r:
+        return "table without precision (25.09)"
+    if r["system"] not in SYSTEMS:
+        return f"system {r['system']} not in the GPU catalog"
+    if "tokendrop" in name:
+        return "token-dropping MoE run"
+    if r["precision"] not in PRECISIONS:
+        return f"precision {r['precision']}"
+    if base not in PRESETS or r["section"] not in MODES:
+        return f"no memtune preset for {base}"
+    return None
+
+
+def recipe_for(
+    recipes: dict[str, Any], base: str, mode: str, system: str, precision: str, gpus: int
+) -> str | None:
+    """The Bridge perf recipe of this model, task, GPU and precision: the one of this GPU count,
+    else the one of the nearest count (plain variants only)."""
+    gpu = SYSTEMS[system][2]
+    stem = f"{FAMILIES[base]}_{RECIPE_TASK[mode]}_"
+    tail = f"gpu_{gpu}_{RECIPE_PRECISION[precision]}_config"
+    counts = [
+        int(name[len(stem) : -len(tail)])
+        for name in recipes
+        if name.startswith(stem) and name.endswith(tail) and name[len(stem) : -len(tail)].isdigit()
+    ]
+    if not counts:
+        return None
+    nearest = min(counts, key=lambda c: (abs(c - gpus), c))
+    return f"{stem}{nearest}{tail}"
+
+
+def run_of(r: dict[str, str], recipes: dict[str, Any]) -> dict[str, Any]:
+    name = r["model"]
+    base = name.split(" (")[0].strip()
+    mode, precision = MODES[r["section"]], PRECISIONS[r["precision"]]
+    fsdp, tp, pp, cp, vp, ep, mbs = (
+        number(r.get(k, "0" if k == "fsdp" else "1")) for k in ("fsdp", "tp", "pp", "cp", "vp", "ep", "mbs")
+    )
+    gpus = int(r["gpus"])
+    recipe = recipe_for(recipes, base, mode, r["system"], precision, gpus)
+    overrides = [] if recipe else list(COMMON)
+    overrides += PRECISION_OVERRIDES[precision]
+    overrides += [
+        f"model.tensor_model_parallel_size={tp}",
+        f"model.pipeline_model_parallel_size={pp}",
+        f"model.context_parallel_size={cp}",
+        f"model.expert_model_parallel_size={ep}",
+        f"train.micro_batch_size={mbs}",
+        f"model.virtual_pipeline_model_parallel_size={vp}"
+        if vp > 1
+        else "model.virtual_pipeline_model_parallel_size=null",
+    ]
+    if recipe:
+        overrides += SPLIT_RESET
+    overrides += pipeline_split(name, pp, vp)
+    if fsdp:
+        overrides += [
+            "ddp.use_megatron_fsdp=true",
+            "ddp.data_parallel_sharding_strategy=optim_grads_params",
+            "ddp.use_distributed_optimizer=false",
+            "optimizer.use_distributed_optimizer=false",
+        ]
+    elif recipe:
+        overrides += [
+            "ddp.use_megatron_fsdp=false",
+            "ddp.data_parallel_sharding_strategy=no_shard",
             "ddp.use_distributed_optimizer=true",
             "optimizer.use_distributed_optimizer=true",
-            "ddp.overlap_grad_reduce=true",
-            "ddp.overlap_param_gather=true",
-            "model.sequence_parallel=true",
-            *PRECISION_OVERRIDES[precision],
         ]
-        if "w/o MTP" in name:
-            common.append("model.mtp_num_layers=null")
+    if "w/o MTP" in name:
+        overrides.append("model.mtp_num_layers=null")
+    gpu, per_node, _ = SYSTEMS[r["system"]]
+    label = f"{name} {r['precision']} {gpus} GPUs {'FSDP ' if fsdp else ''}TP{tp} PP{pp} CP{cp} VP{vp if vp > 1 else '-'} EP{ep} MBS{mbs} GBS{r['gbs']}"
+    return {
+        "label": label,
+        "model": f"recipe:perf:{recipe}" if recipe else PRESETS[base],
+        "gpus": gpus,
+        "gpu": gpu,
+        "gpus_per_node": per_node,
+        "seq": int(r["seq"]),
+        "gbs": int(r["gbs"]),
+        "overrides": overrides,
+        "measured": {"model_tflops_per_gpu": float(r["tflops"]), "tokens_per_s_per_gpu": float(r["tokens"])},
+        "source": f"{r['file']} @ {r['commit'][:12]}, {r['release']}, {r['section']}, {r['system']}",
+    }
+
+
+def collect(git_dir: str, commit: str, recipes: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    skipped: Counter[str] = Counter()
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in every_row(git_dir, commit):
+        why = skip_reason(r)
+        if why:
+            skipped[why] += 1
+            continue
+        mode = MODES[r["section"]]
+        groups.setdefault((r["release"], mode, r["system"]), []).append(run_of(r, recipes))
+    sets = []
+    for (release, mode, system), runs in sorted(groups.items()):
         sets.append(
             {
-                "id": set_id,
-                "source": f"NVIDIA-NeMo/Megatron-Bridge {', '.join(FILES)} at {commit}",
-                "model": PRESETS[name.split(" (")[0].strip()],
-                "gpus": int(gpus),
-                "gpu": gpu,
-                "gpus_per_node": per_node,
-                "seq": int(seq),
-                "gbs": int(gbs),
+                "id": f"bridge-summary/{release}/{mode}/{system}",
+                "source": f"NVIDIA-NeMo/Megatron-Bridge {', '.join(FILES)}, every commit up to {commit}",
                 "mode": mode,
-                "common": common,
-                "runs": runs,
+                "runs": sorted(runs, key=lambda run: run["label"]),
             }
         )
     return sets, skipped
@@ -245,10 +340,12 @@ def collect(git_dir: str, commit: str) -> tuple[list[dict[str, Any]], Counter[st
 
 def main() -> None:
     git_dir, commit, out = sys.argv[1:4]
-    sets, skipped = collect(git_dir, commit)
+    catalog = Path(__file__).resolve().parents[3] / "memtune/catalog/data/perf_recipes.yaml"
+    recipes = yaml.safe_load(catalog.read_text())["perf_recipes"]
+    sets, skipped = collect(git_dir, commit, recipes)
     header = (
-        "# Generated by benchmarks/published/layouts/collect_bridge_summary.py from Megatron-Bridge's\n"
-        f"# performance summary tables at {commit}; rows left out: "
+        "# Generated by benchmarks/published/layouts/collect_bridge_summary.py from every commit of\n"
+        f"# Megatron-Bridge's performance summary tables up to {commit}.\n# Rows left out: "
         + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
         + "\n"
     )

@@ -118,6 +118,9 @@ MIXED_PRECISION_RECIPES = {
 }
 _MIXED_PRECISION_MODEL_KEYS = ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "pipeline_dtype")
 _COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket_size")
+# CommOverlapConfig keys Bridge's setup copies onto the model config
+# (megatron/bridge/training/comm_overlap.py, _get_model_comm_overlap_cfgs, at 067f987df03b).
+_COMM_OVERLAP_MODEL_KEYS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
 def is_bridge_dump(data: dict[str, Any]) -> bool:
@@ -345,6 +348,8 @@ def _apply_comm_overlap(section: dict[str, Any], out: dict[str, Any], ignored: l
             continue
         if key in _COMM_OVERLAP_DDP_KEYS:
             out["ddp"][key] = value
+        elif key in _COMM_OVERLAP_MODEL_KEYS:
+            out["model"][key] = value
         else:
             ignored.append(f"comm_overlap.{key}")
 

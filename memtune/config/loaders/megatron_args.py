@@ -130,6 +130,9 @@ FLAGS: dict[str, Value | Switch] = {
     "moe-shared-expert-overlap": _on("model.moe_shared_expert_overlap"),
     "moe-router-num-groups": Value("model.moe_router_num_groups", _number),
     "moe-router-group-topk": Value("model.moe_router_group_topk", _number),
+    "moe-flex-dispatcher-backend": Value("model.moe_flex_dispatcher_backend"),
+    "overlap-moe-expert-parallel-comm": _on("model.overlap_moe_expert_parallel_comm"),
+    "delay-wgrad-compute": _on("model.delay_wgrad_compute"),
     # multi-latent attention, multi-token prediction
     "multi-latent-attention": _on("model.multi_latent_attention"),
     "q-lora-rank": Value("model.q_lora_rank", _number),

@@ -75,6 +75,7 @@ NAMESPACE_DEFAULTS: dict[str, object] = {
     "moe-layer-freq": 1,
     "moe-token-dispatcher-type": "allgather",
     "moe-router-load-balancing-type": "aux_loss",
+    "moe-flex-dispatcher-backend": "deepep",
     "kv-lora-rank": 32,
     "qk-head-dim": 128,
     "qk-pos-emb-head-dim": 64,

@@ -1,0 +1,106 @@
+"""MoE token dispatch and combine across the expert-parallel group, and the host work around them.
+
+Read from Megatron-Core at NVIDIA/Megatron-LM d98e8a64dd
+(``megatron/core/transformer/moe/token_dispatcher.py``):
+
+- **all-to-all** (``MoEAlltoAllTokenDispatcher``): the router's tokens are permuted into one row
+  per chosen expert (top-k rows per token) and exchanged with NCCL's all-to-all over the EP group
+  (then gathered over the expert-TP group when ETP > 1); combine sends them back. Each rank sends
+  ``tokens x top-k x hidden`` bytes, a share ``1 / EP`` to each member. Before the exchange the
+  host needs the split sizes: the token counts are gathered over the TP x EP group and copied to
+  the host, and the host waits for them (``cuda_sync_point``, ``before_ep_alltoall``): every MoE
+  layer's forward synchronises the host with the GPU.
+- **all-gather** (``MoEAllGatherTokenDispatcher``, Megatron-LM's default): every rank gathers the
+  TP x EP group's tokens and keeps its experts' rows; the token counts also go to the host.
+- **flex** (``MoEFlexTokenDispatcher``, DeepEP or HybridEP over the TP x EP group): a token is
+  sent once to each rank holding at least one of its experts (replicated over expert TP), not once
+  per expert, and across nodes once per node, then forwarded inside the node over NVLink
+  (DeepEP's "normal kernels with NVLink and RDMA forwarding", deepseek-ai/DeepEP docs/legacy.md at
+  dd758caf; HybridEP's hierarchy the same).
+
+Routing is taken as balanced (Bridge's benchmarks force it, ``moe_router_force_load_balancing``):
+a token's top-k experts are k distinct experts drawn uniformly, within its ``group_topk`` groups
+where the router is group-limited (``moe_router_num_groups``), so the ranks and nodes a token
+reaches follow from the hypergeometric law (:func:`reached`).
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+from memtune.catalog.network import Network
+from memtune.config.derived import Derived
+from memtune.perf import constants as K
+from memtune.perf.collectives import BASE_LATENCY_US, NET_LATENCY_US, NVLINK_LATENCY_US, PROTOCOLS, US, Group
+
+BF16 = 2
+
+
+def _none_of(pool: int, held: int, topk: int) -> float:
+    """Probability that none of ``topk`` distinct experts drawn from ``pool`` is among ``held``."""
+    if held >= pool:
+        return 0.0
+    return comb(pool - held, topk) / comb(pool, topk) if topk <= pool - held else 0.0
+
+
+def reached(experts: int, topk: int, held: int, groups: int | None, group_topk: int | None) -> float:
+    """Probability that a token's top-k experts include at least one of ``held`` experts that sit
+    together (one rank's, or one node's): uniform over all experts, or over the experts of
+    ``group_topk`` of ``groups`` equal groups (group-limited routing)."""
+    if not groups or not group_topk or group_topk >= groups:
+        return 1 - _none_of(experts, held, topk)
+    per_group = experts // groups
+    pool = per_group * group_topk
+    if held <= per_group:
+        # the held experts lie in one group: it must be chosen, then one of them drawn
+        return group_topk / groups * (1 - _none_of(pool, held, topk))
+    covered = min(groups, held // per_group)  # whole groups held: reached when any is chosen
+    return 1 - comb(groups - covered, group_topk) / comb(groups, group_topk)
+
+
+def dispatch_s(d: Derived, tokens: float, network: Network) -> float:
+    """Seconds for one dispatch (a combine costs the same) of a rank's ``tokens`` over the EP group
+    (members ETP apart: Megatron's expert order ``tp-ep-dp-pp``) by the job's dispatcher."""
+    m = d.model
+    ep, etp = d.ep, d.etp
+    if ep * etp <= 1:
+        return 0.0
+    h, k = m.hidden_size, m.moe_router_topk
+    experts = m.num_moe_experts or 1
+    group = Group(ep, stride=etp)
+    per_node = group.per_domain(network)  # EP ranks sharing the rank's NVLink domain
+    nodes = group.domains(network)
+    token = BF16 * h
+    nvlink_rate = network.nvlink_bytes_per_s
+    nic_rate = network.nic_bytes_per_s_per_gpu
+    if m.moe_token_dispatcher_type == "flex":
+        local = experts // ep
+        rank_p = reached(experts, k, local, m.moe_router_num_groups, m.moe_router_group_topk)
+        node_p = reached(experts, k, local * per_node, m.moe_router_num_groups, m.moe_router_group_topk)
+        remote_nodes = (nodes - 1) * node_p
+        remote_ranks = (ep - per_node) * rank_p
+        nvlink_bytes = tokens * token * etp * ((per_node - 1) * rank_p + remote_ranks - remote_nodes)
+        nic_bytes = tokens * token * etp * remote_nodes
+        nvlink_rate *= K.DEEPEP_NVLINK_FRACTION
+        nic_rate *= K.DEEPEP_RDMA_FRACTION
+    else:
+        copies = tokens * k * token
+        if m.moe_token_dispatcher_type == "allgather":
+            # every rank receives the whole group's tokens (not top-k rows: the mask selects them)
+            copies = tokens * token * ep
+        nvlink_bytes = copies * (per_node - 1) / ep
+        nic_bytes = copies * (ep - per_node) / ep
+        nvlink_rate *= K.ALL_TO_ALL_NVLINK_FRACTION
+        nic_rate *= K.ALL_TO_ALL_INTER_NODE_FRACTION
+    p = PROTOCOLS.index("Simple")
+    latency = BASE_LATENCY_US["ring"][p] + (NET_LATENCY_US if nic_bytes else NVLINK_LATENCY_US)["ring"][p]
+    return latency * US + max(nvlink_bytes / nvlink_rate, nic_bytes / nic_rate if nic_bytes else 0.0)
+
+
+def dispatcher_host_fwd_s(d: Derived) -> float:
+    """Host work an MoE layer's forward adds to a dense layer's, by dispatcher (its backward
+    ``backward_factor`` times it): the router, the token bookkeeping and permutes in Python and
+    the collectives' launches (``MOE_DISPATCHER_HOST_FWD_S``)."""
+    if d.ep * d.etp <= 1 and d.tp <= 1:
+        return 0.0
+    return K.MOE_DISPATCHER_HOST_FWD_S[d.model.moe_token_dispatcher_type]

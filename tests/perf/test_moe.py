@@ -1,0 +1,64 @@
+"""MoE dispatch and combine by dispatcher (memtune/perf/moe.py), counted by hand on DGX H100s."""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+
+from memtune.check import gate
+from memtune.config.changes import Change, with_changes
+from memtune.config.derived import Derived
+from memtune.perf.moe import dispatch_s, reached
+from memtune.plan.query import Query, base_job
+
+H = 2048  # Qwen3-30B-A3B: 128 experts, top-8
+
+
+def qwen3_30b(dispatcher: str, ep: int, gpus: int = 16) -> Derived:
+    base = base_job(Query("qwen3-30b-a3b", gpus, "H100-80GB", 8, 4096, 64, "pretrain"))
+    changes = [f"model.expert_model_parallel_size={ep}", f"model.moe_token_dispatcher_type={dispatcher}"]
+    return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+
+
+def test_all_to_all_sends_top_k_rows_split_between_nvlink_and_the_adapter() -> None:
+    # EP 16 over two nodes: tokens x 8 rows of 2 x 2048 bytes, 7/16 to NVLink peers at 370 GB/s
+    # (NCCL's effective NVLink rate on DGX H100), 8/16 through the rank's own 400 Gb/s adapter at
+    # 48 GB/s, concurrently; NCCL's Simple latency 8.4 + 14 us.
+    d = qwen3_30b("alltoall", 16)
+    rows = 4096 * 8 * 2 * H
+    expected = 22.4e-6 + max(rows * 7 / 16 / 370e9, rows * 8 / 16 / 48e9)
+    assert dispatch_s(d, 4096, d.network) == pytest.approx(expected)
+    # Inside one node: NVLink only, 7/8 of the rows.
+    one_node = qwen3_30b("alltoall", 8, gpus=8)
+    assert dispatch_s(one_node, 4096, one_node.network) == pytest.approx(11.8e-6 + rows * 7 / 8 / 370e9)
+
+
+def test_flex_sends_a_token_once_per_rank_and_once_per_remote_node() -> None:
+    # DeepEP/HybridEP: a token goes to each rank holding one of its 8 experts (8 of 128 per rank),
+    # over RDMA once to the other node when any of its 64 experts is chosen, forwarded over NVLink.
+    d = qwen3_30b("flex", 16)
+    rank = 1 - comb(120, 8) / comb(128, 8)
+    node = 1 - comb(64, 8) / comb(128, 8)
+    token = 2 * H * 4096
+    nvlink = token * (7 * rank + 8 * rank - node)
+    rdma = token * node
+    expected = 22.4e-6 + max(nvlink / (450e9 * 153 / 160), rdma / (50e9 * 43 / 50))
+    assert dispatch_s(d, 4096, d.network) == pytest.approx(expected)
+    # Fewer bytes than the all-to-all's 8 rows per token: 6.2 other ranks on average, one node.
+    assert 7 * rank + 8 * rank == pytest.approx(6.18, abs=0.01)
+    assert dispatch_s(d, 4096, d.network) < dispatch_s(qwen3_30b("alltoall", 16), 4096, d.network)
+
+
+def test_group_limited_routing_reaches_a_node_only_through_its_group() -> None:
+    # DeepSeek-V3: 256 experts in 8 groups, a token's 8 experts from 4 groups; a node of 8 ranks
+    # at EP 64 holds one group (32 experts): chosen with probability 4/8, then reached unless all
+    # 8 experts fall in the other 3 chosen groups.
+    assert reached(256, 8, 32, 8, 4) == pytest.approx(0.5 * (1 - comb(96, 8) / comb(128, 8)))
+    # Ungrouped: at least one of 32 held experts among 8 of 256.
+    assert reached(256, 8, 32, None, None) == pytest.approx(1 - comb(224, 8) / comb(256, 8))
+
+
+def test_no_expert_parallelism_moves_nothing() -> None:
+    d = qwen3_30b("alltoall", 1, gpus=8)
+    assert dispatch_s(d, 4096, d.network) == 0.0
