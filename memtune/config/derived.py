@@ -341,6 +341,24 @@ class Derived:
         modules = self.model.recompute_modules
         return DEFAULT_RECOMPUTE_MODULES if modules is None else tuple(modules)
 
+    @cached_property
+    def recomputable_modules(self) -> tuple[str, ...]:
+        """The selective-recompute modules that exist in this model, in Megatron-Core's order
+        (transformer_config.py ``recompute_modules``): MoE ones only with experts, ``mlp`` only
+        with a dense layer, ``mla_up_proj`` only with multi-latent attention, ``shared_experts``
+        only with shared experts. Whether one saves anything is memtune check's to say."""
+        m = self.model
+        present = {
+            "core_attn": True,
+            "moe_act": self.is_moe,
+            "layernorm": True,
+            "mla_up_proj": m.multi_latent_attention,
+            "mlp": not all(self.moe_layer_pattern),
+            "moe": self.is_moe,
+            "shared_experts": self.is_moe and bool(m.moe_shared_expert_intermediate_size),
+        }
+        return tuple(module for module, here in present.items() if here)
+
     def full_recompute_groups(self, layers: int) -> list[tuple[int, bool]]:
         """How a chunk of ``layers`` transformer layers runs under autograd: (layers in the unit,
         checkpointed), in order. Full recompute ``uniform`` checkpoints consecutive groups of
@@ -995,6 +1013,7 @@ class Derived:
 # tests/plan/test_fast.py checks every fact of a view against the validated job's).
 KNOB_FREE_FACTS = (
     "stack",
+    "recomputable_modules",
     "ffn_hidden_size",
     "kv_channels",
     "num_query_groups",

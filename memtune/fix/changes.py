@@ -41,8 +41,7 @@ FAMILIES = (
     "tensor-parallel",
 )
 
-# Megatron-Core's selective recompute modules (transformer_config.py ``recompute_modules``), in
-# its order, each with the Derived fact that says the module exists in the model.
+# Megatron-Core's selective recompute modules in its order (transformer_config.py ``recompute_modules``).
 SELECTIVE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 
@@ -153,19 +152,6 @@ def _lora_regather(job: JobConfig, d: Derived) -> list[Remedy]:
     ]
 
 
-def _module_exists(d: Derived, module: str) -> bool:
-    m = d.model
-    return {
-        "core_attn": True,
-        "moe_act": d.is_moe,
-        "layernorm": True,
-        "mla_up_proj": m.multi_latent_attention,
-        "mlp": not all(d.moe_layer_pattern),
-        "moe": d.is_moe,
-        "shared_experts": d.is_moe and bool(m.moe_shared_expert_intermediate_size),
-    }[module]
-
-
 def _selective(job: JobConfig, d: Derived) -> list[Remedy]:
     """Each module Megatron-Core can recompute for this model, added to what the job recomputes
     (``memtune fix`` then tries the admitted ones together). Not for a job under full recompute,
@@ -173,11 +159,7 @@ def _selective(job: JobConfig, d: Derived) -> list[Remedy]:
     if job.model.recompute_granularity == "full":
         return []
     current = selective_modules(job)
-    return [
-        selective_remedy(current | {m})
-        for m in SELECTIVE_MODULES
-        if _module_exists(d, m) and m not in current
-    ]
+    return [selective_remedy(current | {m}) for m in d.recomputable_modules if m not in current]
 
 
 def selective_modules(job: JobConfig) -> set[str]:

@@ -7,7 +7,7 @@
    within the GPU);
 4. predict throughput with the fast analytic model (``memtune.perf.predict_derived``) and sort,
    fastest first: the pruning pass;
-5. walk that order through ``memtune.check.gate`` on the real job (a candidate any check refuses
+5. walk that order through the gate for advice (``memtune.check.admit``) on the real job (a candidate any check refuses or warns useless
    is dropped) until ``RESCORED_CANDIDATES`` (at least ``top``) have passed, then add the best
    that passes of every TP size not among them;
 6. price those with the step model (``step_price``: ``memtune.perf.step.throughput_of`` of the
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memtune.catalog.gpus import GPU, capacity_bytes, get_gpu
-from memtune.check import CheckedJob, gate
+from memtune.check import Admission, CheckedJob
+from memtune.check import admit as admit_change
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import Derived, derive
 from memtune.config.knobs import Knobs
@@ -317,16 +318,19 @@ def _search(
     gated: dict[Knobs, Gated | None] = {}
 
     def checked_of(s: Scored) -> tuple[list[Change], CheckedJob] | None:
-        """``s`` through the gate, or None when a check refuses it."""
+        """``s`` through the gate for advice (refused by Megatron, or warned useless by memtune
+        check), or None when it does not pass."""
         changes = changes_of(base, s.candidate)
         try:
-            checked = gate(with_changes(base, changes))
-        except InputError as exc:
-            refused_by[exc.problems[0].split(" ", 1)[0]] += 1
+            admission = admit_change(with_changes(base, changes), base)
+        except InputError as exc:  # a value the schema refuses
+            admission = Admission(None, exc.problems[0], refused=True)
+        if admission.checked is None:
+            refused_by[(admission.refusal or "").split(" ", 1)[0]] += 1
             gated[s.candidate] = None
             return None
         counts["checked"] += 1
-        return changes, checked
+        return changes, admission.checked
 
     def admitted(s: Scored, changes: list[Change], checked: CheckedJob, throughput: Throughput) -> Gated:
         counts["simulated" if throughput.prediction else "not simulated"] += 1

@@ -76,18 +76,10 @@ def default_space(d: Derived) -> Space:
 
 
 def recompute_options(d: Derived, chunk_layers: int) -> list[Recompute]:
-    """None; the selective module sets that exist for this model; full with n layers per chunk."""
-    m = d.model
-    sets: list[tuple[str, ...]] = [("core_attn",), ("core_attn", "layernorm")]
-    if d.is_moe:
-        if m.moe_grouped_gemm:
-            sets.append(("core_attn", "layernorm", "moe_act"))
-        sets.append(("core_attn", "layernorm", "moe"))
-    if not all(d.moe_layer_pattern):
-        sets.append(("core_attn", "layernorm", "mlp"))
-    if m.multi_latent_attention:
-        sets.append(("core_attn", "layernorm", "mla_up_proj"))
-    options = [Recompute()] + [Recompute("selective", s) for s in sets]
+    """None; each selective module that exists in this model (the gate for advice drops those
+    memtune check calls useless, core_attn under flash attention for one); full with n layers per
+    chunk."""
+    options = [Recompute()] + [Recompute("selective", (m,)) for m in d.recomputable_modules]
     fulls = sorted({1, max(1, chunk_layers // 2), chunk_layers})
     options += [Recompute("full", layers=n) for n in fulls if n >= 1]
     return options
