@@ -61,7 +61,8 @@ MAX_COMPARED_ROWS = 12  # sites, categories or phases printed per comparison (JS
 
 # --- commands memtune runs (bisect, run) -------------------------------------------------------
 MAX_BISECT_RUNS = 100  # commands one `bisect --good/--bad` runs, both endpoint checks included
-MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`: a week per commit
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`, `measure --timeout`: a week per run
+MAX_MEASURE_ITERATIONS = 1_000  # `measure --iters`: the peak is steady from iteration 2
 OUTPUT_CHUNK_BYTES = 64 << 10  # one read of a command's output; a line longer than this is written in pieces
 EXIT_GRACE_SECONDS = 2.0  # after a command ends: how long what it left running may hold its output open
 KILL_GRACE_SECONDS = 5.0  # after SIGTERM for a timeout: how long before SIGKILL

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from memtune.output import SCHEMA_VERSION
 from memtune.perf.step import StepPrediction
+from memtune.plotfile import save_figure
 from memtune.tables import Column
 
 COMPUTE = {"forward", "backward", "output wgrad", "optimizer"}
@@ -98,5 +99,5 @@ def plot_step(p: StepPrediction, path: str | Path) -> None:
         fontsize="small",
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, str(path), dpi=110)
     plt.close(fig)

@@ -15,6 +15,7 @@ from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
 from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.search import Planned, PlanResult
+from memtune.plotfile import save_figure
 from memtune.tables import Column
 from memtune.units import GiB
 
@@ -334,5 +335,5 @@ def plot(result: PlanResult, path: str) -> None:
     ax.set_title("memtune plan: layouts that fit")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, str(path), dpi=120)
     plt.close(fig)

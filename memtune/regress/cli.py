@@ -11,7 +11,7 @@ from memtune.config.arguments import is_override
 from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.limits import MAX_TIMEOUT_SECONDS
-from memtune.numbers import echo, float_or_none
+from memtune.options import seconds
 from memtune.regress import render
 
 EXIT_NO_ANSWER = 1
@@ -166,12 +166,7 @@ def run_bisect(args: argparse.Namespace) -> int:
 
 
 def _seconds(text: str) -> float:
-    value = float_or_none(text)
-    if value is None or not 0 < value <= MAX_TIMEOUT_SECONDS:
-        raise InputError(
-            f"--timeout {echo(text)}: must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_SECONDS}"
-        )
-    return value
+    return seconds("--timeout", text, MAX_TIMEOUT_SECONDS)
 
 
 def _bisect_configs(args: argparse.Namespace) -> int:

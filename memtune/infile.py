@@ -1,0 +1,128 @@
+"""Files memtune reads for a user: opened without blocking, read with a cap, and named exactly
+when they cannot be read.
+
+``open()`` of a FIFO waits for a writer that may never come, a device such as ``/dev/zero`` never
+ends, and a file's reported size is no bound (pipes and devices report 0, a file can grow while it
+is read). So a file is opened non-blocking, checked for what it is (a directory, a device), and
+read with a cap: a larger input is refused before it is parsed, whatever it claims to be. A word
+that may be a file name (``key=value`` words, ``recipe:NAME``) is tested without letting the
+system's own refusals (a name longer than 255 bytes) escape as errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from memtune.errors import InputError
+from memtune.numbers import cut
+
+
+def names_a_file(word: str) -> bool:
+    """Whether ``word`` names something on disk; a name the system refuses to look up (too long,
+    a NUL byte) names nothing."""
+    try:
+        return os.path.lexists(word)
+    except (OSError, ValueError):
+        return False
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in the words an error line uses."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def reason(exc: OSError) -> str:
+    """The system's reason for an OSError, as one line."""
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    return exc.strerror or exc.__class__.__name__
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike[str], what: str, *, regular: bool = True) -> Iterator[BinaryIO]:
+    """``path`` open for reading in binary. A FIFO is opened without waiting for a writer; with
+    ``regular`` anything but a regular file (a directory, a pipe, a device) is refused by name."""
+    shown = cut(os.fspath(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as exc:
+        why = reason(exc) if isinstance(exc, OSError) else "not a file name"
+        raise InputError(f"{shown}: cannot read {what} ({why})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode) or (regular and not stat.S_ISREG(mode)):
+            raise InputError(f"{shown}: is {kind_of(mode)}, not a file of {what}")
+        # Reads block again: a pipe whose writer is slow is waited for, not taken for empty.
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        handle = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        yield handle
+
+
+def read_capped(path: str | os.PathLike[str], what: str, limit: int, *, regular: bool = True) -> bytes:
+    """The bytes of ``path``, refusing more than ``limit`` of them before any is parsed."""
+    shown = cut(os.fspath(path))
+    with opened(path, what, regular=regular) as handle:
+        pieces, total = [], 0
+        try:
+            while total <= limit:
+                piece = handle.read(min(1 << 24, limit + 1 - total))
+                if not piece:
+                    break
+                pieces.append(piece)
+                total += len(piece)
+        except OSError as exc:
+            raise InputError(f"{shown}: cannot read {what} ({reason(exc)})") from None
+    if total > limit:
+        raise InputError(f"{shown}: larger than {_size(limit)}; {what} is far smaller")
+    return b"".join(pieces)
+
+
+def read_text(path: str | os.PathLike[str], what: str, limit: int, *, regular: bool = True) -> str:
+    """:func:`read_capped` decoded as UTF-8."""
+    try:
+        return read_capped(path, what, limit, regular=regular).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{cut(os.fspath(path))}: cannot read as text (not UTF-8)") from None
+
+
+def files_in(folder: Path, suffixes: tuple[str, ...], what: str, *, recursive: bool = False) -> list[Path]:
+    """The files of ``folder`` (and, with ``recursive``, its subfolders) whose names end in one of
+    ``suffixes``, sorted; an entry of that name that is not a regular file (a FIFO, a device, a
+    dangling link) is refused by name rather than skipped without a word."""
+    try:
+        entries = sorted(folder.rglob("*") if recursive else folder.iterdir())
+        chosen = []
+        for entry in entries:
+            if not entry.name.endswith(suffixes):
+                continue
+            if entry.is_file():
+                chosen.append(entry)
+            elif not entry.is_dir():  # a subfolder named x.yaml is a folder, walked by rglob
+                kind = kind_of(entry.stat().st_mode) if entry.exists() else "a dangling link"
+                raise InputError(f"{cut(str(entry))}: is {kind}, not a file of {what}")
+    except OSError as exc:
+        raise InputError(f"{cut(str(folder))}: cannot list ({reason(exc)})") from None
+    return chosen
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 30} GiB" if limit >= 1 << 30 else f"{limit >> 20} MiB"
