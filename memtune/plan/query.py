@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
@@ -16,6 +15,7 @@ from memtune.config.knobs import Knobs
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
+from memtune.infile import names_a_file
 from memtune.plan.space import MODES, changes_of
 
 USAGE = "memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B"
@@ -42,7 +42,7 @@ def base_job(q: Query) -> JobConfig:
     if q.model is None and q.recipe is None:
         raise InputError(f"MODEL (a preset or a config file) or --recipe NAME is required: {USAGE}")
     written = (
-        q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD)
+        q.model is None or q.recipe is not None or names_a_file(q.model) or q.model.startswith(RECIPE_WORD)
     )
     if q.model is None or written:
         words = [q.model, *q.overrides] if q.model is not None else list(q.overrides)
