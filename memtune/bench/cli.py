@@ -14,6 +14,7 @@ from memtune.bench.published import evaluate_published, published_report, read_p
 from memtune.errors import InputError
 from memtune.infile import names_a_file
 from memtune.options import at_least
+from memtune.outfile import write_atomically
 from memtune.plotfile import check_plot_path
 
 DEFAULT_SET = Path("benchmarks/measured")
@@ -154,8 +155,9 @@ def run_published(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     from memtune.bench.resume import evaluate_resume, resume_splits
+    from memtune.bench.sets import read_measured
 
-    results = [evaluate_resume(r) for r in read_runs(args.paths)]
+    results = [evaluate_resume(r) for r in read_measured(args.paths, resume=True)]
     if args.json:
         print(json.dumps(render.resume_json(results, resume_splits(results)), indent=2))
     else:
@@ -176,7 +178,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         same = CALIBRATION.read_text(encoding="utf-8") == text
         print(f"{CALIBRATION_TEXT}: {'up to date' if same else 'differs from what the sets give'}")
         return 0 if same else 1
-    CALIBRATION.write_text(text, encoding="utf-8")
+    write_atomically(
+        CALIBRATION, lambda handle: handle.write(text.encode()), replace=True, option="calibrate"
+    )
     render.print_calibration(Console(), table)
     return 0
 

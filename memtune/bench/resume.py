@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memtune.bench.sets import evaluating, rank_of
 from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
@@ -45,25 +46,20 @@ class ResumeSummary:
 
 
 def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
-    """One round trip of the set (``read_runs`` checked the training record's shape)."""
-    measured = run["measured"].get("resume")
-    if not isinstance(measured, dict):
-        raise InputError(f"{run['id']}: no measured.resume (not a `memtune measure --resume` record)")
-    for key in ("load_peak_bytes", "first_step_peak_bytes"):
-        value = measured.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise InputError(f"{run['id']}: `measured.resume.{key}` must be a positive integer")
-    est = estimate(gate(validate(run["config"])))
-    phase = est.resume(est.rank(run["rank"]))
+    """One round trip of the set (``memtune/bench/sets.py`` checked the record's resume phases)."""
+    measured = run["measured"]["resume"]
+    with evaluating(run["id"]):
+        est = estimate(gate(validate(run["config"])))
+        phase = est.resume(rank_of(est, run["rank"], run["id"]))
     if phase is None:
         raise InputError(f"{run['id']}: the job does not resume, or its checkpoint format is not modeled")
     return ResumeResult(
         id=run["id"],
         split=run.get("split", "tune"),
         format=str(measured.get("format", "?")),
-        load_measured=int(measured["load_peak_bytes"]),
+        load_measured=measured["load_peak_bytes"],
         load_estimated=phase.load_bytes,
-        first_step_measured=int(measured["first_step_peak_bytes"]),
+        first_step_measured=measured["first_step_peak_bytes"],
         first_step_estimated=phase.first_step_bytes,
     )
 

@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    if args.name:
+    if args.name is not None:  # '' is a name no preset has, not "list them all"
         preset = find_model(args.name)
         if args.json:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "model": preset_json(preset)}, indent=2))
@@ -76,7 +76,7 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    if args.name:
+    if args.name is not None:  # '' is a name no recipe has, not "list them all"
         recipe = find_recipe(args.name)
         if args.json:
             print(json.dumps({"schema_version": SCHEMA_VERSION, "recipe": recipe_json(recipe)}, indent=2))

@@ -22,6 +22,8 @@ from memtune.check.report import (
 from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
+from memtune.limits import MAX_ECHO
+from memtune.numbers import echo
 from memtune.output import SCHEMA_VERSION
 
 
@@ -97,8 +99,11 @@ def _rule_or_error(code_or_name: str) -> Rule:
     if rule is not None:
         return rule
     known = [r.code for r in catalogue()] + [r.name for r in catalogue()]
-    close = difflib.get_close_matches(code_or_name.upper(), known, n=1) or difflib.get_close_matches(
-        code_or_name, known, n=1
+    close = (
+        difflib.get_close_matches(code_or_name.upper(), known, n=1)
+        or difflib.get_close_matches(code_or_name, known, n=1)
+        if len(code_or_name) <= MAX_ECHO  # no rule's name is longer: nothing to misspell
+        else []
     )
     hint = f"did you mean {close[0]}?" if close else "memtune check --list shows them all"
-    raise InputError(f"--explain: no rule {code_or_name!r}; {hint}")
+    raise InputError(f"--explain: no rule {echo(code_or_name)}; {hint}")

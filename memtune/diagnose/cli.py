@@ -9,6 +9,7 @@ import sys
 from memtune.config import report_ignored
 from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
+from memtune.infile import names_a_file
 from memtune.plotfile import check_plot_path
 
 EXIT_DIAGNOSED = 0
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
     if args.plot:
-        check_plot_path(args.plot)
+        named = (*args.logs, *args.overrides, *args.snapshot, args.config)
+        check_plot_path(args.plot, tuple(w for w in named if w and names_a_file(w)))
     has_job = bool(args.config or args.recipe)
     words = [*args.logs, *args.overrides]
     logs, overrides = _split_overrides(words) if has_job else (words, [])
@@ -128,7 +130,7 @@ def compare_snapshots(paths: list[str], categories: list[str], plot_to: str | No
     from memtune.diagnose import compare_render as out
 
     if plot_to:
-        check_plot_path(plot_to)
+        check_plot_path(plot_to, tuple(paths))
     user = [cmp.Category.parse(text) for text in categories]
     if len(paths) == 1:
         ranks = cmp.compare_ranks(paths[0], user)

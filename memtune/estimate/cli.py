@@ -12,6 +12,7 @@ from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
+from memtune.infile import names_a_file
 from memtune.limits import MAX_MOE_IMBALANCE
 from memtune.perf.step import throughput_of
 from memtune.plotfile import check_plot_path
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
             f"--moe-imbalance: must be from 1.0 (balanced routing) to {MAX_MOE_IMBALANCE:g}, got {args.moe_imbalance}"
         )
     if args.plot:
-        check_plot_path(args.plot)
+        named = (args.config, *args.overrides)
+        check_plot_path(args.plot, tuple(w for w in named if w and names_a_file(w)))
     loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded, args.command)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))

@@ -49,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     if args.force and not args.write:
         raise InputError("--force goes with --write OUT.yaml")
-    inputs = tuple(w for w in (args.config, *args.overrides) if w and not is_override(w))
+    # Every file the command reads: the job's files, and the failed run's logs and snapshot.
+    inputs = tuple(
+        w for w in (args.config, *args.overrides, *args.oom_log, args.snapshot) if w and not is_override(w)
+    )
     target = check_output_path("--write", args.write, force=args.force, inputs=inputs) if args.write else None
     verdict = None
     if args.oom_log or args.snapshot:

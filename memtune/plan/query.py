@@ -16,6 +16,7 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.infile import names_a_file
+from memtune.numbers import echo
 from memtune.plan.space import MODES, changes_of
 
 USAGE = "memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B"
@@ -52,7 +53,7 @@ def base_job(q: Query) -> JobConfig:
             find_model(q.model)
         except InputError as exc:
             raise InputError(
-                f"MODEL: {q.model!r} is neither a file nor a preset; {exc.problems[0]}"
+                f"MODEL: {echo(q.model)} is neither a file nor a preset; {exc.problems[0]}"
             ) from None
         files = [w for w in q.overrides if not is_override(w)]
         if files:

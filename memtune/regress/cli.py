@@ -109,6 +109,8 @@ def run_diff(args: argparse.Namespace) -> int:
     if args.snapshots:
         if overrides or args.logs or len(paths) not in (1, 2):
             raise InputError("--snapshots compares two snapshots A B, or the snapshots of one folder")
+        if args.all:
+            raise InputError("--all goes with --logs (it lists every rank and step of two runs)")
         return compare_snapshots(paths, args.category, args.plot, args.json)
     if args.category or args.plot:
         raise InputError("--category and --plot go with --snapshots")

@@ -157,12 +157,13 @@ def report(args: argparse.Namespace) -> int:
     from memtune.runtime.render import plot, render, to_json
     from memtune.runtime.report import build_report, measured_records, rank_estimates
 
+    inputs = (args.dir, *([args.config] if args.config else []))
     if args.plot:
-        check_plot_path(args.plot)
+        check_plot_path(args.plot, inputs)
     if args.force and not args.export_measured:
         raise InputError("--force goes with --export-measured FILE.jsonl")
     export = (
-        check_output_path("--export-measured", args.export_measured, force=args.force)
+        check_output_path("--export-measured", args.export_measured, force=args.force, inputs=inputs)
         if args.export_measured
         else None
     )

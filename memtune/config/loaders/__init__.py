@@ -75,7 +75,7 @@ def read_recipe(name: object) -> RawJob:
     from memtune.catalog.recipes import find_recipe  # the catalog reads the config layer too
 
     if not isinstance(name, str):
-        raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {name!r}")
+        raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {echo(name)}")
     data, ignored = bridge.read(find_recipe(name).container())
     return RawJob(data=data, format="recipe", ignored=ignored)
 
