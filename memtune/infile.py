@@ -116,12 +116,28 @@ def files_in(folder: Path, suffixes: tuple[str, ...], what: str, *, recursive: b
                 continue
             if entry.is_file():
                 chosen.append(entry)
-            elif not entry.is_dir():  # a subfolder named x.yaml is a folder, walked by rglob
+            elif not (recursive and entry.is_dir()):  # a subfolder named x.yaml is walked by rglob
                 kind = kind_of(entry.stat().st_mode) if entry.exists() else "a dangling link"
                 raise InputError(f"{cut(str(entry))}: is {kind}, not a file of {what}")
     except OSError as exc:
         raise InputError(f"{cut(str(folder))}: cannot list ({reason(exc)})") from None
     return chosen
+
+
+def distinct_files(files: list[Path], what: str) -> list[Path]:
+    """``files``, refusing two names of one file (links, hard links): each would be read again."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in files:
+        try:
+            info = path.stat()
+        except OSError as exc:
+            raise InputError(f"{cut(str(path))}: cannot read {what} ({reason(exc)})") from None
+        first = seen.setdefault((info.st_dev, info.st_ino), path)
+        if first is not path:
+            raise InputError(
+                f"{cut(str(path))} and {cut(str(first))} are the same file; give each {what} once"
+            )
+    return files
 
 
 def _size(limit: int) -> str:

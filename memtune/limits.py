@@ -54,9 +54,16 @@ MAX_RUN_PAIRS = 1_000_000  # (rank, step) pairs one run of `diff --logs` may hol
 # --- memory snapshots ------------------------------------------------------------------------
 MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and devices)
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
+# Memory the objects of a snapshot may take, counted from its opcodes before any is built: this
+# many bytes per byte of the file, plus the floor below (by the same count real snapshots take 10
+# to 15 times their size; one of empty sets, 240).
+MAX_SNAPSHOT_MEMORY_PER_BYTE = 24
+MIN_SNAPSHOT_MEMORY = 64 << 20
 MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
 MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt
+MAX_DEVICES = 1_024  # a device index in a snapshot (one process sees a few GPUs)
 MAX_SNAPSHOT_FOLDER_FILES = 1_024  # per-rank snapshots compared from one folder
+MAX_PATTERN_SECONDS = 1.0  # CPU seconds a `--category NAME=REGEX` may spend on one allocation's stack
 MAX_COMPARED_ROWS = 12  # sites, categories or phases printed per comparison (JSON keeps all)
 
 # --- commands memtune runs (bisect, run) -------------------------------------------------------
