@@ -1,7 +1,8 @@
 """Files memtune reads for a user: opened without blocking, read with a cap, and named exactly
 when they cannot be read.
 
-``open()`` of a FIFO waits for a writer that may never come, a device such as ``/dev/zero`` never
+``open()`` of a FIFO waits for a writer that may never come (a FIFO is waited on for at most
+``FIFO_WAIT_SECONDS``), a device such as ``/dev/zero`` never
 ends, and a file's reported size is no bound (pipes and devices report 0, a file can grow while it
 is read). So a file is opened non-blocking, checked for what it is (a directory, a device), and
 read with a cap: a larger input is refused before it is parsed, whatever it claims to be. A word
@@ -15,12 +16,14 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from memtune.errors import InputError
+from memtune.limits import FIFO_WAIT_SECONDS
 from memtune.numbers import cut
 
 
@@ -67,6 +70,9 @@ def opened(path: str | os.PathLike[str], what: str, *, regular: bool = True) -> 
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode) or (regular and not stat.S_ISREG(mode)):
             raise InputError(f"{shown}: is {kind_of(mode)}, not a file of {what}")
+        # A FIFO is readable once a writer has written or gone; one nobody opens is not waited on forever.
+        if stat.S_ISFIFO(mode) and not select.select([fd], [], [], FIFO_WAIT_SECONDS)[0]:
+            raise InputError(f"{shown}: a pipe nothing wrote to in {FIFO_WAIT_SECONDS:g} s")
         # Reads block again: a pipe whose writer is slow is waited for, not taken for empty.
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         handle = os.fdopen(fd, "rb", buffering=0)

@@ -18,12 +18,15 @@ MAX_BATCH = 100_000_000  # micro and global batch sizes
 MAX_COUNT = 1 << 40  # any other count (bucket sizes, ...)
 MAX_GPU_MEMORY_GIB = 1 << 20  # 1 PiB per GPU
 MAX_LINK_GB_PER_S = 1e6  # cluster.network bandwidths: 1 PB/s per GPU or adapter
+# ... and at least 1 MB/s (a denormal bandwidth would divide a transfer's time to infinity)
+MIN_LINK_GB_PER_S = 1e-3
 MAX_SIMULATED_OPERATIONS = 1_000_000  # forwards + backwards over all stages of one simulated step
 MAX_ESTIMATE_SIMULATED_OPERATIONS = 50_000  # the same, for the step `memtune estimate` prices beside memory
 MAX_MOE_IMBALANCE = 1e6  # --moe-imbalance: the hottest expert rank's share relative to balanced
 
 # --- configuration files ---------------------------------------------------------------------
 MAX_CONFIG_BYTES = 16 << 20  # a config or launch script larger than this is not one
+FIFO_WAIT_SECONDS = 5.0  # how long a named pipe given as an input is waited on for its first bytes
 MAX_NESTING = 64  # mapping/list depth in YAML, JSON and override values
 MAX_NODES = 200_000  # values in one config document, aliases expanded
 MAX_ALIASES = 1_000  # YAML alias uses in one document

@@ -15,6 +15,7 @@ from memtune.errors import InputError
 from memtune.infile import names_a_file
 from memtune.options import at_least
 from memtune.outfile import write_atomically
+from memtune.output import print_json
 from memtune.plotfile import check_plot_path
 
 DEFAULT_SET = Path("benchmarks/measured")
@@ -138,7 +139,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     report = accuracy_report([evaluate(r) for r in read_runs(args.paths)], args.split)
     if args.json:
-        print(json.dumps(render.accuracy_json(report), indent=2))
+        print_json(render.accuracy_json(report))
     else:
         render.print_accuracy(Console(), report)
     return 0
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 def run_published(args: argparse.Namespace) -> int:
     report = published_report([evaluate_published(r) for r in read_published(args.paths)], args.split)
     if args.json:
-        print(json.dumps(render.published_json(report), indent=2))
+        print_json(render.published_json(report))
     else:
         render.print_published(Console(), report)
     return 0
@@ -159,7 +160,7 @@ def run_resume(args: argparse.Namespace) -> int:
 
     results = [evaluate_resume(r) for r in read_measured(args.paths, resume=True)]
     if args.json:
-        print(json.dumps(render.resume_json(results, resume_splits(results)), indent=2))
+        print_json(render.resume_json(results, resume_splits(results)))
     else:
         render.print_resume(Console(), results, resume_splits(results))
     return 0
@@ -194,7 +195,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.accuracy is not None:
         groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split)
         if args.json:
-            print(json.dumps(render.plan_accuracy_json(groups), indent=2))
+            print_json(render.plan_accuracy_json(groups))
         else:
             render.print_plan_accuracy(console, groups)
         return 0
@@ -237,7 +238,7 @@ def run_step(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     prediction = predict_step(gate(loaded.job).derived, record_events=bool(args.plot))
     if args.json:
-        print(json.dumps(perf_render.step_json(prediction), indent=2))
+        print_json(perf_render.step_json(prediction))
     else:
         perf_render.print_step(Console(), prediction)
     if args.plot:

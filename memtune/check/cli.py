@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 
 from rich.console import Console
 
@@ -24,7 +23,7 @@ from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.limits import MAX_ECHO
 from memtune.numbers import echo
-from memtune.output import SCHEMA_VERSION
+from memtune.output import SCHEMA_VERSION, print_json
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.list:
         if args.json:
-            print(json.dumps({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()}, indent=2))
+            print_json({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()})
         else:
             render_list(console)
         return 0
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)
     if args.json:
-        print(json.dumps(findings_json(loaded.source, shown, loaded.ignored, hidden), indent=2))
+        print_json(findings_json(loaded.source, shown, loaded.ignored, hidden))
     else:
         render_report(console, loaded.source, shown, loaded.ignored, hidden)
     return exit_status(findings, args.strict)

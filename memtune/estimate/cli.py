@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 
@@ -14,6 +13,7 @@ from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
 from memtune.infile import names_a_file
 from memtune.limits import MAX_MOE_IMBALANCE
+from memtune.output import print_json
 from memtune.perf.step import throughput_of
 from memtune.plotfile import check_plot_path
 from memtune.tables import print_text
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
-        print(json.dumps(render.estimate_json(est, throughput, args.rank), indent=2))
+        print_json(render.estimate_json(est, throughput, args.rank))
         return _status(est, args.strict)
     console = Console()
     render.print_table(est, console, throughput, only=rank)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import yaml
@@ -18,6 +17,7 @@ from memtune.errors import InputError
 from memtune.fix.render import render
 from memtune.fix.search import FixResult, Suggestion
 from memtune.outfile import check_output_path, write_atomically
+from memtune.output import print_json
 from memtune.perf.step import STEP_MODEL_NOTES
 
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             target, lambda handle: handle.write(text.encode()), replace=args.force, option="--write"
         )
     if args.json:
-        print(json.dumps(to_json(result, label), indent=2))
+        print_json(to_json(result, label))
         return 0 if result.suggestions else 1
     render(result, label, Console())
     if args.write:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from memtune.measure.render import print_report, print_resume_report, report_jso
 from memtune.measure.run import DEFAULT_TIMEOUT_S, MeasurementFailed, check_interpreter, run_plan, run_resume
 from memtune.options import seconds
 from memtune.outfile import check_output_path
+from memtune.output import print_json
 
 EXIT_FAILED = 1
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     estimate_bytes = estimate(checked).rank(args.rank).peak_bytes
     if args.json:
-        print(json.dumps(report_json(plan, result, estimate_bytes), indent=2))
+        print_json(report_json(plan, result, estimate_bytes))
     else:
         print_report(Console(), plan, result, estimate_bytes)
     return 0
@@ -135,7 +135,7 @@ def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan
     resume = est.resume(rank)
     assert resume is not None  # plan_measurement refuses a job that does not resume
     if args.json:
-        print(json.dumps(resume_report_json(plan, result, rank.peak_bytes, resume), indent=2))
+        print_json(resume_report_json(plan, result, rank.peak_bytes, resume))
     else:
         console = Console()
         print_report(console, plan, result.training, rank.peak_bytes)

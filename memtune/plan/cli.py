@@ -7,7 +7,6 @@ its own (it repairs a config), and ``plan --fix`` would read as "plan, then fix"
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -24,6 +23,7 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.infile import names_a_file
 from memtune.options import at_least, within
+from memtune.output import print_json
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.plot:
         render.plot(result, args.plot)
     if args.json:
-        print(json.dumps(render.result_json(result), indent=2))
+        print_json(render.result_json(result))
         return 0
     if not result.layouts:
         render.print_no_layout(result, console)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -12,6 +11,7 @@ from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.limits import MAX_TIMEOUT_SECONDS
 from memtune.options import seconds
+from memtune.output import print_json
 from memtune.regress import render
 
 EXIT_NO_ANSWER = 1
@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
     else:
         for line in lines:
             print(line)
