@@ -79,13 +79,16 @@ class MemoryMonitor:
         apicheck.integer("start_step", start_step, 0, MAX_STEP)
         if estimate_bytes is not None:
             apicheck.integer("estimate_bytes", estimate_bytes, 0, MAX_RECORD_BYTES)
-        for name, value in (("out_dir", out_dir), ("config", config), ("tensorboard_dir", tensorboard_dir)):
+        for name, value in (("out_dir", out_dir), ("tensorboard_dir", tensorboard_dir)):
             if value is not None:
-                apicheck.path(name, value)
+                apicheck.directory(name, value)
+        if config is not None:
+            apicheck.path("config", config)
         if stats is not None:
-            apicheck.has_methods("stats", stats, "a stats source", "sample", "reset_peaks")
+            apicheck.source("stats", stats, "a stats source", "sample", "reset_peaks")
         if device is not None:
-            apicheck.has_methods("device", device, "a device source", "sample")
+            apicheck.source("device", device, "a device source", "sample")
+        apicheck.process_group("group", group)
         if config is not None and estimate_bytes is not None:
             raise ArgumentError("give config or estimate_bytes, not both")
         self.out_dir = Path(out_dir if out_dir is not None else default_output())
