@@ -16,7 +16,7 @@ git is run with an explicit environment (``memtune/childenv.py``: no ``GIT_DIR``
 would obey before its command line) and names the git directory and work tree it acts on
 explicitly, so a memtune started from a git hook or from a shell that exports them still works on
 the temporary worktree alone; the user's hooks do not run for memtune's checkouts, and the
-command runs without git's variables too.
+command runs without the variables that point git at a repository.
 
 Both ends are run first: a ``--bad`` commit that does not fail with the chased out-of-memory,
 or a ``--good`` one where the command does not pass, is refused, so "found" always means a

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import BinaryIO, Protocol
 
-from memtune.childenv import git_variables
+from memtune.childenv import repository_variables
 from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.limits import EXIT_GRACE_SECONDS, KILL_GRACE_SECONDS, OUTPUT_CHUNK_BYTES
@@ -58,15 +58,15 @@ def launch_environment(derived: Derived | None, base: Mapping[str, str], out_dir
     """The child's memory environment: the config's allocator settings (inherited allocator
     variables dropped, so the config's are the ones torch reads), its ``NCCL_GRAPH_REGISTER``,
     ``CUDA_DEVICE_MAX_CONNECTIONS`` where Megatron needs it, and the output directory for the
-    monitor and the OOM hook. git's variables are dropped, as for every process memtune starts
-    (``memtune/childenv.py``)."""
+    monitor and the OOM hook. git's variables that name a repository are dropped, as for every
+    command memtune starts (``memtune/childenv.py``)."""
     launch = LaunchEnvironment({OUTPUT_VARIABLE: str(out_dir)})
-    dropped = git_variables(base)
+    dropped = repository_variables(base)
     if dropped:
         launch.removed += dropped
         launch.notes.append(
-            f"{cut(', '.join(dropped), 200)} from your environment dropped: memtune starts no process with "
-            "git's variables (they point git at another repository)"
+            f"{cut(', '.join(dropped), 200)} from your environment dropped: they point git at a repository, "
+            "and memtune starts no process with them"
         )
     if derived is None:
         return launch
