@@ -13,6 +13,7 @@ object once, so shared references cannot multiply its work.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import pickletools
 import sys
@@ -84,15 +85,15 @@ for _code, _op in _OPCODES.items():
 _STOP = pickle.STOP[0]
 
 
-def _check_opcodes(data: bytes) -> int:
+def _check_opcodes(data: bytes, limit: float = math.inf) -> int:
     """Walk the opcodes once without building anything; refuse code-running opcodes and memo
     indices above MAX_PICKLE_MEMO (the C unpickler sizes its memo table by the largest index).
     Returns the memory, in bytes, that unpickling would take: every object each opcode builds and
     every reference it leaves on the stack or in a container (:data:`_COST`), its text or bytes,
-    and the memo table."""
+    and the memo table; the walk stops as soon as that passes ``limit``."""
     skip, costs, pos, end = _SKIP, _COST, 0, len(data)
     memory = memo = 0
-    while pos < end:
+    while pos < end and memory <= limit:
         code = data[pos]
         size = skip[code]
         memory += costs[code]
@@ -184,11 +185,10 @@ _SIGNED = {pickle.BINSTRING[0], pickle.LONG4[0]}
 
 def load_plain_pickle(data: bytes, name: str) -> object:
     try:
-        memory = _check_opcodes(data)
         allowed = MAX_SNAPSHOT_MEMORY_PER_BYTE * len(data) + MIN_SNAPSHOT_MEMORY
-        if memory > allowed:
+        if _check_opcodes(data, limit=allowed) > allowed:
             raise InputError(
-                f"{name}: unpickling it would take about {gib(memory)} of memory, more than "
+                f"{name}: unpickling it would take more than {gib(allowed)} of memory, more than "
                 f"{MAX_SNAPSHOT_MEMORY_PER_BYTE} times its size; a memory snapshot needs far less (corrupt or built to exhaust memory)"
             )
         return _PlainDataUnpickler(io.BytesIO(data)).load()
