@@ -98,7 +98,7 @@ def read_runs(paths: list[Path]) -> list[dict[str, Any]]:
 def evaluate(run: dict[str, Any]) -> RunResult:
     with evaluating(run["id"]):
         est = estimate(gate(validate(run["config"])))
-        rank = rank_of(est, run["rank"], run["id"])
+        rank = rank_of(est, run["rank"])
     return RunResult(
         id=run["id"],
         split=run.get("split", "tune"),

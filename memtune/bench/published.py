@@ -82,7 +82,7 @@ def evaluate_published(run: dict[str, Any]) -> PublishedResult:
     with sets.evaluating(run["id"]):
         checked = gate(validate(run["config"]))
         est = estimate(checked)
-        rank = sets.rank_of(est, run["rank"], run["id"])
+        rank = sets.rank_of(est, run["rank"])
     return PublishedResult(
         id=run["id"],
         split=split_of(run["id"]),

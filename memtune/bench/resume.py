@@ -50,7 +50,7 @@ def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
     measured = run["measured"]["resume"]
     with evaluating(run["id"]):
         est = estimate(gate(validate(run["config"])))
-        phase = est.resume(rank_of(est, run["rank"], run["id"]))
+        phase = est.resume(rank_of(est, run["rank"]))
     if phase is None:
         raise InputError(f"{run['id']}: the job does not resume, or its checkpoint format is not modeled")
     return ResumeResult(

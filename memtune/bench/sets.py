@@ -209,7 +209,7 @@ def _layout_run(where: str, run: object) -> None:
         )
     for metric in measured:
         if metric not in METRICS:
-            raise InputError(f"{where}: measured.{cut(str(metric))}: not a throughput memtune compares")
+            raise InputError(f"{where}: measured {echo(metric)}: not a throughput memtune compares")
         _field(f"{where}: measured", measured, metric, THROUGHPUT)
 
 
@@ -226,12 +226,11 @@ def step_time_run(where: str, doc: dict[str, Any]) -> dict[str, Any]:
 # --- evaluating a checked run --------------------------------------------------------------------
 
 
-def rank_of(est: Estimate, rank: int, run_id: str) -> RankEstimate:
-    """The estimate of the run's ``rank``, which must be one of its job's GPUs."""
+def rank_of(est: Estimate, rank: int) -> RankEstimate:
+    """The estimate of a run's ``rank``, which must be one of its job's GPUs (called inside
+    :func:`evaluating`, which names the run)."""
     if rank >= est.derived.world_size:
-        raise InputError(
-            f"{cut(run_id)}: rank {rank} is not a rank of its job (world size {est.derived.world_size})"
-        )
+        raise InputError(f"rank {rank} is not a rank of its job (world size {est.derived.world_size})")
     return est.rank(rank)
 
 
