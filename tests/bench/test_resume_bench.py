@@ -54,7 +54,10 @@ def test_json_carries_both_phases_of_every_run(capsys):
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"measured": {"peak_allocated_bytes": 5}}, "runs.jsonl:1: id must be a text of 1 to 200 printable characters, got nothing"),
+        (
+            {"measured": {"peak_allocated_bytes": 5}},
+            "runs.jsonl:1: id must be a text of 1 to 200 printable characters, got nothing",
+        ),
         (
             {"id": "r", "measured": {"peak_allocated_bytes": 5}},
             "runs.jsonl:1: config must be a mapping, got nothing",
@@ -89,5 +92,7 @@ def test_a_resume_phase_without_its_peaks_is_refused(tmp_path, capsys):
     assert (
         capsys.readouterr()
         .err.strip()
-        .endswith("runs.jsonl:1: measured.resume: first_step_peak_bytes must be an integer from 1 to 2^62, got nothing")
+        .endswith(
+            "runs.jsonl:1: measured.resume: first_step_peak_bytes must be an integer from 1 to 2^62, got nothing"
+        )
     )

@@ -204,13 +204,20 @@ def test_bench_step_plot_is_checked_before_any_work(capsys, tmp_path, outside, t
     assert files_of(tmp_path) == before
 
 
-def test_a_device_as_plot_is_refused_and_nothing_is_created_beside_it(capsys):
-    status, _, err = run_cli(capsys, "bench", "step", str(SMALL), "--plot", "/dev/null")
+def test_a_pipe_as_plot_is_refused_and_nothing_is_created_beside_it(capsys, tmp_path):
+    """`--plot /dev/null` used to create /dev/null.png: matplotlib appends .png to a name without one."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    status, _, err = run_cli(capsys, "bench", "step", str(SMALL), "--plot", str(pipe))
     assert (status, err) == (
         2,
-        "memtune bench: --plot /dev/null: the file name must end in .png, .pdf, .svg (the extension picks the format)\n",
+        f"memtune bench: --plot {pipe}: the file name must end in .png, .pdf, .svg (the extension picks the format)\n",
     )
-    assert not Path("/dev/null.png").exists()
+    assert list(tmp_path.iterdir()) == [pipe]
+    named = tmp_path / "pipe.png"
+    os.mkfifo(named)
+    status, _, err = run_cli(capsys, "bench", "step", str(SMALL), "--plot", str(named))
+    assert (status, err) == (2, f"memtune bench: --plot {named}: not a regular file\n")
 
 
 @pytest.mark.parametrize(
