@@ -85,20 +85,25 @@ def opened(path: str | os.PathLike[str], what: str, *, regular: bool = True) -> 
 
 def read_capped(path: str | os.PathLike[str], what: str, limit: int, *, regular: bool = True) -> bytes:
     """The bytes of ``path``, refusing more than ``limit`` of them before any is parsed."""
-    shown = cut(os.fspath(path))
     with opened(path, what, regular=regular) as handle:
-        pieces, total = [], 0
-        try:
-            while total <= limit:
-                piece = handle.read(min(1 << 24, limit + 1 - total))
-                if not piece:
-                    break
-                pieces.append(piece)
-                total += len(piece)
-        except OSError as exc:
-            raise InputError(f"{shown}: cannot read {what} ({reason(exc)})") from None
+        return read_within(handle, limit, cut(os.fspath(path)), what)
+
+
+def read_within(handle: BinaryIO, limit: int, shown: str, what: str, head: bytes = b"") -> bytes:
+    """``head`` and the rest of ``handle``, refusing more than ``limit`` bytes in all (``shown``
+    and ``what`` name the file and what it holds in the refusal)."""
+    pieces, total = [head], len(head)
+    try:
+        while total <= limit:
+            piece = handle.read(min(1 << 24, limit + 1 - total))
+            if not piece:
+                break
+            pieces.append(piece)
+            total += len(piece)
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read {what} ({reason(exc)})") from None
     if total > limit:
-        raise InputError(f"{shown}: larger than {_size(limit)}; {what} is far smaller")
+        raise InputError(f"{shown}: larger than {_size(limit)}, memtune's limit for {what}")
     return b"".join(pieces)
 
 

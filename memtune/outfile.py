@@ -124,22 +124,30 @@ def write_atomically(
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        _refuse_non_file(target)
-        if replace:
-            os.replace(temporary, target)
-        else:
-            os.link(temporary, target)
-    except FileExistsError:
-        if option is None:
-            raise
-        raise InputError(f"{option} {cut(str(target))}: already exists (--force replaces it)") from None
+        _move(Path(temporary), target, replace)
     except OSError as exc:
         if option is None:
             raise
-        raise InputError(f"{option} {cut(str(target))}: cannot write ({exc.strerror or exc})") from None
+        raise _refusal(option, target, exc) from None
     finally:
         if os.path.lexists(temporary):
             os.unlink(temporary)
+
+
+def _move(source: Path, target: Path, replace: bool) -> None:
+    """``source`` to ``target`` in one step: replacing it with ``replace``, else a hard link,
+    which fails rather than replaces when the name exists."""
+    _refuse_non_file(target)
+    if replace:
+        os.replace(source, target)
+    else:
+        os.link(source, target)
+
+
+def _refusal(option: str, target: Path, exc: OSError) -> InputError:
+    if isinstance(exc, FileExistsError):
+        return InputError(f"{option} {cut(str(target))}: already exists (--force replaces it)")
+    return InputError(f"{option} {cut(str(target))}: cannot write ({exc.strerror or exc})")
 
 
 def scratch_beside(target: Path) -> tempfile.TemporaryDirectory[str]:
@@ -152,15 +160,9 @@ def move_into_place(source: Path, target: Path, *, replace: bool, option: str) -
     """``source`` (made in :func:`scratch_beside`) moved to ``target``, as
     :func:`write_atomically` moves its temporary file."""
     try:
-        _refuse_non_file(target)
-        if replace:
-            os.replace(source, target)
-        else:
-            os.link(source, target)
-    except FileExistsError:
-        raise InputError(f"{option} {cut(str(target))}: already exists (--force replaces it)") from None
+        _move(source, target, replace)
     except OSError as exc:
-        raise InputError(f"{option} {cut(str(target))}: cannot write ({exc.strerror or exc})") from None
+        raise _refusal(option, target, exc) from None
 
 
 def open_stream(target: Path, *, replace: bool, append: bool = False) -> BinaryIO:

@@ -25,7 +25,7 @@ from typing import Any, NoReturn, TypeAlias
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
-from memtune.infile import opened
+from memtune.infile import opened, read_within
 from memtune.limits import (
     MAX_DEVICES,
     MAX_ECHO,
@@ -258,22 +258,13 @@ def _read_capped(path: Path) -> bytes:
     with opened(path, "a memory snapshot", regular=False) as fh:
         try:
             head = fh.read(2)
-            if not head:
-                raise InputError(f"{shown}: empty file, not a memory snapshot")
-            if head[0] not in _OPCODES or head[0] == pickle.STOP[0]:
-                raise InputError(f"{shown}: not a pickle, so not a memory snapshot")
-            pieces, total = [head], len(head)
-            while total <= MAX_SNAPSHOT_BYTES:
-                piece = fh.read(min(1 << 24, MAX_SNAPSHOT_BYTES + 1 - total))
-                if not piece:
-                    break
-                pieces.append(piece)
-                total += len(piece)
         except OSError as exc:
             raise InputError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
-    if total > MAX_SNAPSHOT_BYTES:
-        raise InputError(f"{shown}: larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit")
-    return b"".join(pieces)
+        if not head:
+            raise InputError(f"{shown}: empty file, not a memory snapshot")
+        if head[0] not in _OPCODES or head[0] == pickle.STOP[0]:
+            raise InputError(f"{shown}: not a pickle, so not a memory snapshot")
+        return read_within(fh, MAX_SNAPSHOT_BYTES, shown, "a memory snapshot", head)
 
 
 def read_snapshot(path: str | Path) -> dict[str, Any]:

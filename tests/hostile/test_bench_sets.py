@@ -139,39 +139,25 @@ def write_yaml(path: Path, doc: object) -> Path:
     return path
 
 
+# Each format: a valid record, how its file is written, and the benchmark that reads it.
+FORMATS = {
+    "measured": (MEASURED, "runs.jsonl", ("accuracy",)),
+    "resume": (RESUMED, "runs.jsonl", ("resume",)),
+    "published": (PUBLISHED, "run.yaml", ("published",)),
+    "layout comparison": (LAYOUTS, "sets.yaml", ("plan", "--accuracy")),
+    "published step time": (STEP_TIME, "run.yaml", ("plan", "--accuracy")),
+}
+
+
+@pytest.mark.parametrize("format_name", sorted(FORMATS))
 @FIXTURE_SETTINGS
-@given(record=mutated(MEASURED))
-def test_any_measured_record_gives_a_report_or_one_line(tmp_path, capsys, record):
-    file = write_jsonl(tmp_path / "runs.jsonl", record)
-    assert_report_or_one_line(*run_cli(capsys, "bench", "accuracy", str(file), "--json"), file, record)
-
-
-@FIXTURE_SETTINGS
-@given(record=mutated(RESUMED))
-def test_any_resume_record_gives_a_report_or_one_line(tmp_path, capsys, record):
-    file = write_jsonl(tmp_path / "runs.jsonl", record)
-    assert_report_or_one_line(*run_cli(capsys, "bench", "resume", str(file), "--json"), file, record)
-
-
-@FIXTURE_SETTINGS
-@given(doc=mutated(PUBLISHED))
-def test_any_published_run_gives_a_report_or_one_line(tmp_path, capsys, doc):
-    file = write_yaml(tmp_path / "run.yaml", doc)
-    assert_report_or_one_line(*run_cli(capsys, "bench", "published", str(file), "--json"), file, doc)
-
-
-@FIXTURE_SETTINGS
-@given(doc=mutated(LAYOUTS))
-def test_any_layout_comparison_gives_a_report_or_one_line(tmp_path, capsys, doc):
-    file = write_yaml(tmp_path / "sets.yaml", doc)
-    assert_report_or_one_line(*run_cli(capsys, "bench", "plan", "--accuracy", str(file), "--json"), file, doc)
-
-
-@FIXTURE_SETTINGS
-@given(doc=mutated(STEP_TIME))
-def test_any_published_step_time_gives_a_report_or_one_line(tmp_path, capsys, doc):
-    file = write_yaml(tmp_path / "run.yaml", doc)
-    assert_report_or_one_line(*run_cli(capsys, "bench", "plan", "--accuracy", str(file), "--json"), file, doc)
+@given(data=st.data())
+def test_any_record_gives_a_report_or_one_line_per_problem(tmp_path, capsys, format_name, data):
+    valid, name, benchmark = FORMATS[format_name]
+    record = data.draw(mutated(valid))
+    write = write_jsonl if name.endswith(".jsonl") else write_yaml
+    file = write(tmp_path / name, record)
+    assert_report_or_one_line(*run_cli(capsys, "bench", *benchmark, str(file), "--json"), file, record)
 
 
 # --- the campaign's cases, one by one ------------------------------------------------------------

@@ -19,30 +19,41 @@ LONG = "x" * 100_000
 # --- duplicate keys ------------------------------------------------------------------------------
 
 
-def test_a_duplicate_key_in_a_memtune_config_names_both_lines(capsys, tmp_path):
-    config = tmp_path / "job.yaml"
-    config.write_text(
-        "model:\n  preset: llama3-8b\n  num_layers: 8\ntrain:\n  micro_batch_size: 1\nmodel:\n  num_layers: 16\n"
-    )
-    status, _, err = run_cli(capsys, "estimate", str(config))
-    assert (status, err) == (
-        2,
-        f"memtune estimate: {config}: key 'model' is given twice, at lines 1 and 6 (YAML would keep only the "
-        "last); remove one\n",
-    )
-
-
-def test_a_duplicate_key_in_a_bridge_override_file_names_both_lines(capsys, tmp_path):
-    override = tmp_path / "override.yaml"
-    override.write_text("model:\n  tensor_model_parallel_size: 2\n  tensor_model_parallel_size: 4\n")
-    status, _, err = run_cli(
-        capsys, "estimate", "--recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config", str(override)
-    )
-    assert (status, err) == (
-        2,
-        f"memtune estimate: {override}: key 'tensor_model_parallel_size' is given twice, at lines 2 and 3 "
-        "(YAML would keep only the last); remove one\n",
-    )
+@pytest.mark.parametrize(
+    ("name", "text", "before", "message"),
+    [
+        (
+            "job.yaml",
+            "model:\n  preset: llama3-8b\n  num_layers: 8\ntrain:\n  micro_batch_size: 1\nmodel:\n  num_layers: 16\n",
+            (),
+            "key 'model' is given twice, at lines 1 and 6 (YAML would keep only the last); remove one",
+        ),
+        (  # a Megatron-Bridge override file over a recipe
+            "override.yaml",
+            "model:\n  tensor_model_parallel_size: 2\n  tensor_model_parallel_size: 4\n",
+            ("--recipe", "llama3_8b_pretrain_2gpu_h100_bf16_config"),
+            "key 'tensor_model_parallel_size' is given twice, at lines 2 and 3 (YAML would keep only the last); "
+            "remove one",
+        ),
+        (
+            "flow.yaml",
+            "model: {preset: llama3-8b, num_layers: 8, num_layers: 4}\n",
+            (),
+            "key 'num_layers' is given twice, at line 1 (YAML would keep only the last); remove one",
+        ),
+        (
+            "config.json",
+            '{"model": {"preset": "llama3-8b"}, "model": {}}',
+            (),
+            "key 'model' is given twice in one object (JSON readers keep only the last); remove one",
+        ),
+    ],
+)
+def test_a_duplicate_key_is_refused_naming_both_lines(capsys, tmp_path, name, text, before, message):
+    path = tmp_path / name
+    path.write_text(text)
+    status, _, err = run_cli(capsys, "estimate", *before, str(path))
+    assert (status, err) == (2, f"memtune estimate: {path}: {message}\n")
 
 
 def test_keys_beside_a_merge_are_not_duplicates(capsys, tmp_path):
@@ -54,17 +65,6 @@ def test_keys_beside_a_merge_are_not_duplicates(capsys, tmp_path):
     assert status == 2 and err.startswith(
         "memtune estimate: base: unknown key"
     )  # read; only `base` is refused
-
-
-def test_a_duplicate_key_in_json_is_refused(capsys, tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text('{"model": {"preset": "llama3-8b"}, "model": {}}')
-    status, _, err = run_cli(capsys, "estimate", str(config))
-    assert (status, err) == (
-        2,
-        f"memtune estimate: {config}: key 'model' is given twice in one object (JSON readers keep only the "
-        "last); remove one\n",
-    )
 
 
 # --- words that are not files ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ import io
 import os
 import pickle
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -139,19 +140,15 @@ def test_a_snapshot_fifo_nobody_writes_is_not_waited_on_forever(tmp_path, monkey
         read_snapshot(fifo)
 
 
+def pair(directory: Path) -> tuple[str, str]:
+    for name in ("a", "b"):
+        (directory / f"{name}.pickle").write_bytes(pickle.dumps(snapshot()))
+    return str(directory / "a.pickle"), str(directory / "b.pickle")
+
+
 def test_a_backtracking_category_stops_at_its_budget(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "MAX_PATTERN_SECONDS", 0.2)
-    for name in ("a", "b"):
-        (tmp_path / f"{name}.pickle").write_bytes(pickle.dumps(snapshot()))
-    status, _, err = run_cli(
-        capsys,
-        "diff",
-        "--snapshots",
-        str(tmp_path / "a.pickle"),
-        str(tmp_path / "b.pickle"),
-        "--category",
-        "x=(a+)+$",
-    )
+    status, _, err = run_cli(capsys, "diff", "--snapshots", *pair(tmp_path), "--category", "x=(a+)+$")
     assert (status, err) == (
         2,
         "memtune diff: --category x=(a+)+$: took more than 0.2 CPU second on one stack (nested repetition such "
@@ -160,15 +157,5 @@ def test_a_backtracking_category_stops_at_its_budget(capsys, tmp_path, monkeypat
 
 
 def test_a_linear_category_is_untouched_by_the_budget(capsys, tmp_path):
-    for name in ("a", "b"):
-        (tmp_path / f"{name}.pickle").write_bytes(pickle.dumps(snapshot()))
-    status, out, _ = run_cli(
-        capsys,
-        "diff",
-        "--snapshots",
-        str(tmp_path / "a.pickle"),
-        str(tmp_path / "b.pickle"),
-        "--category",
-        "mine=a+!",
-    )
+    status, out, _ = run_cli(capsys, "diff", "--snapshots", *pair(tmp_path), "--category", "mine=a+!")
     assert status == 0 and "mine" in out
