@@ -92,19 +92,37 @@ def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_S, CPU_S))
 
 
+# `python -m memtune ARGV...` that writes its peak RSS to the descriptor PEAK_FD names as it exits. VmHWM is the
+# process's own high-water mark; wait4's ru_maxrss is not: Linux carries the parent's RSS at the
+# fork over the exec, so every case would seem to take at least what this script does.
+CHILD = """
+import atexit, os, sys
+def peak():
+    with open('/proc/self/status') as status:
+        os.write(int(os.environ["PEAK_FD"]), next(line for line in status if line.startswith('VmHWM:')).split()[1].encode())
+atexit.register(peak)
+from memtune.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
 def run_isolated(case: surfaces.Case, rss_budget: int) -> Outcome:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p),
     }
+    read_end, write_end = os.pipe()
+    env["PEAK_FD"] = str(write_end)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memtune", *case.argv],
+        [sys.executable, "-c", CHILD, *case.argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         preexec_fn=_limits,  # noqa: PLW1509 - only setrlimit runs in the child
+        pass_fds=(write_end,),
         env=env,
     )
+    os.close(write_end)
     timed_out = threading.Event()
     timer = threading.Timer(WALL_S, lambda: (timed_out.set(), proc.kill()))
     timer.start()
@@ -113,8 +131,10 @@ def run_isolated(case: surfaces.Case, rss_budget: int) -> Outcome:
     proc.stderr.close()
     _, raw, usage = os.wait4(proc.pid, 0)
     timer.cancel()
+    with os.fdopen(read_end, "rb") as report:
+        reported = report.read()
     proc.returncode = status = os.waitstatus_to_exitcode(raw)
-    rss = usage.ru_maxrss * 1024
+    rss = int(reported) * 1024 if reported.isdigit() else usage.ru_maxrss * 1024  # killed: no report
     problem = None
     if timed_out.is_set() or status == -24:  # SIGXCPU: the CPU limit
         problem = "hang"
@@ -135,10 +155,11 @@ def surface_cases(limit: float, rss_mb: int, jobs: int) -> list[str]:
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             outcomes = list(pool.map(lambda c: run_isolated(c, rss_mb << 20), cases))
     by_cpu = sorted(outcomes, key=lambda o: -o.cpu_s)
+    biggest = max(outcomes, key=lambda o: o.rss)
     kinds = {kind: sum(1 for o in outcomes if (o.problem or "").startswith(kind)) for kind in ("traceback", "hang", "blow-up", "status", "error lines")}  # fmt: skip
     print(
         f"surfaces: {len(outcomes)} cases, each in its own process: {sum(o.cpu_s for o in outcomes):.1f} CPU s "
-        f"in all, largest peak RSS {max(o.rss for o in outcomes) >> 20} MiB; {kinds['traceback']} tracebacks, "
+        f"in all, largest peak RSS {biggest.rss >> 20} MiB ({biggest.case.name}); {kinds['traceback']} tracebacks, "
         f"{kinds['hang']} hangs, {kinds['blow-up']} blow-ups, {kinds['status']} unexpected statuses, "
         f"{kinds['error lines']} runs of error lines; slowest:"
     )
