@@ -51,13 +51,53 @@ def has_methods(name: str, value: object, what: str, *methods: str) -> None:
         raise ArgumentTypeError(f"{name}: must be {what} (no {shown}), got {echo(value)}")
 
 
+def source(name: str, value: object, what: str, *methods: str) -> None:
+    """A duck-typed source of numbers (the monitor's ``stats`` and ``device``): ``methods`` and the
+    protocol's ``notes``, a list of texts the monitor writes into its start record."""
+    has_methods(name, value, what, *methods)
+    notes = getattr(value, "notes", None)
+    if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
+        raise ArgumentTypeError(
+            f"{name}: must be {what} whose notes is a list of str, got notes={echo(notes)}"
+        )
+
+
+def process_group(name: str, value: object) -> None:
+    """None (the default group) or a ``torch.distributed.ProcessGroup``."""
+    if value is None:
+        return
+    try:
+        from torch.distributed import ProcessGroup
+    except ImportError:  # without torch.distributed there is no group to pass
+        ProcessGroup = ()  # type: ignore[assignment,misc]
+    if not isinstance(value, ProcessGroup):
+        raise ArgumentTypeError(
+            f"{name}: must be None or a torch.distributed.ProcessGroup, got {echo(value)}"
+        )
+
+
 def path(name: str, value: object) -> Path:
     """A file system path given as ``str`` or ``os.PathLike``: not empty, no NUL byte."""
     if not isinstance(value, str | os.PathLike):
         raise ArgumentTypeError(f"{name}: must be a path (str or os.PathLike), got {echo(value)}")
-    text = os.fspath(value)
+    try:
+        text = os.fspath(value)
+    except Exception as exc:  # a PathLike whose __fspath__ fails or returns something else
+        raise ArgumentTypeError(
+            f"{name}: its __fspath__() failed ({exc.__class__.__name__}: {echo(str(exc))})"
+        ) from None
     if not isinstance(text, str):
         raise ArgumentTypeError(f"{name}: must be a text path, got {echo(text)}")
     if not text or "\x00" in text:
         raise ArgumentError(f"{name}: must be a non-empty path without NUL bytes, got {echo(text)}")
     return Path(text)
+
+
+def directory(name: str, value: object) -> Path:
+    """:func:`path`, naming a directory or nothing yet (it is created), not a file."""
+    where = path(name, value)
+    if os.path.lexists(where) and not where.is_dir():
+        raise ArgumentError(
+            f"{name}: must be a directory (or a path to create one), got the file {echo(str(where))}"
+        )
+    return where

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,19 @@ def loads(text: str) -> Any:
         raise RefusedJson("lists and objects nested too deeply to read") from None
 
 
-Holds = tuple[int, int] | str  # an integer range, or "number" (finite, at least 0), "mapping", "string"
+@dataclass(frozen=True)
+class Between:
+    """A finite number (int or float) from ``low`` to ``high``: a measured rate or time, whose
+    bounds keep every quotient of two of them finite (a denormal divides to infinity)."""
+
+    low: float
+    high: float
+
+
+# An integer range, a Between, or "number" (finite, at least 0), "mapping", "string", "name"
+# (1 to MAX_NAME_CHARS printable characters), "words" (a list of strings) or "list".
+Holds = tuple[int, int] | Between | str
+MAX_NAME_CHARS = 200  # a run id, a label, a split, a GPU or model name read from a record
 
 
 def check_field(where: str, record: dict[str, Any], name: str, holds: Holds, nullable: bool = False) -> None:
@@ -67,15 +80,33 @@ def check_field(where: str, record: dict[str, Any], name: str, holds: Holds, nul
 def _holds(holds: Holds, value: object) -> bool:
     if isinstance(holds, tuple):
         return isinstance(value, int) and not isinstance(value, bool) and holds[0] <= value <= holds[1]
+    if isinstance(holds, Between):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and holds.low <= value <= holds.high  # type: ignore[operator]
     if holds == "number":
         return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+    if holds == "name":
+        return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS and value.isprintable()
+    if holds == "words":
+        return isinstance(value, list) and all(isinstance(word, str) for word in value)
+    if holds == "list":
+        return isinstance(value, list)
     return isinstance(value, dict if holds == "mapping" else str)
 
 
 def _describe(holds: Holds) -> str:
     if isinstance(holds, tuple):
         return f"an integer from {limit_text(holds[0])} to {limit_text(holds[1])}"
-    return {"number": "a finite number of at least 0", "mapping": "a mapping", "string": "a string"}[holds]
+    if isinstance(holds, Between):
+        return f"a number from {holds.low:g} to {holds.high:g}"
+    return {
+        "number": "a finite number of at least 0",
+        "mapping": "a mapping",
+        "string": "a string",
+        "name": f"a text of 1 to {MAX_NAME_CHARS} printable characters",
+        "words": "a list of strings",
+        "list": "a list",
+    }[holds]
 
 
 def read_jsonl(file: Path, *, torn_last_line: bool = False) -> Iterator[tuple[int, Any]]:

@@ -19,12 +19,15 @@ MAX_COUNT = 1 << 40  # any other count (bucket sizes, ...)
 MAX_GPU_MEMORY_GIB = 1 << 20  # 1 PiB per GPU
 MAX_HOST_MEMORY_GIB = 1 << 30  # cluster.host_memory_gib: 1 EiB per node
 MAX_LINK_GB_PER_S = 1e6  # cluster.network bandwidths: 1 PB/s per GPU or adapter
+# ... and at least 1 MB/s (a denormal bandwidth would divide a transfer's time to infinity)
+MIN_LINK_GB_PER_S = 1e-3
 MAX_SIMULATED_OPERATIONS = 1_000_000  # forwards + backwards over all stages of one simulated step
 MAX_ESTIMATE_SIMULATED_OPERATIONS = 50_000  # the same, for the step `memtune estimate` prices beside memory
 MAX_MOE_IMBALANCE = 1e6  # --moe-imbalance: the hottest expert rank's share relative to balanced
 
 # --- configuration files ---------------------------------------------------------------------
 MAX_CONFIG_BYTES = 16 << 20  # a config or launch script larger than this is not one
+FIFO_WAIT_SECONDS = 5.0  # how long a named pipe given as an input is waited on for its first bytes
 MAX_NESTING = 64  # mapping/list depth in YAML, JSON and override values
 MAX_NODES = 200_000  # values in one config document, aliases expanded
 MAX_ALIASES = 1_000  # YAML alias uses in one document
@@ -55,14 +58,22 @@ MAX_RUN_PAIRS = 1_000_000  # (rank, step) pairs one run of `diff --logs` may hol
 # --- memory snapshots ------------------------------------------------------------------------
 MAX_SNAPSHOT_BYTES = 2 << 30  # bytes read from a snapshot (also from pipes and devices)
 MAX_PICKLE_MEMO = 10_000_000  # memo index a snapshot pickle may use
+# Memory the objects of a snapshot may take, counted from its opcodes before any is built: this
+# many bytes per byte of the file, plus the floor below (by the same count real snapshots take 10
+# to 15 times their size; one of empty sets, 240).
+MAX_SNAPSHOT_MEMORY_PER_BYTE = 24
+MIN_SNAPSHOT_MEMORY = 64 << 20
 MAX_SNAPSHOT_OBJECTS = 50_000_000  # containers and values visited when summarising a snapshot
 MAX_SNAPSHOT_NUMBER = 1 << 62  # a byte count or time stamp beyond this makes the file corrupt
+MAX_DEVICES = 1_024  # a device index in a snapshot (one process sees a few GPUs)
 MAX_SNAPSHOT_FOLDER_FILES = 1_024  # per-rank snapshots compared from one folder
+MAX_PATTERN_SECONDS = 1.0  # CPU seconds a `--category NAME=REGEX` may spend on one allocation's stack
 MAX_COMPARED_ROWS = 12  # sites, categories or phases printed per comparison (JSON keeps all)
 
 # --- commands memtune runs (bisect, run) -------------------------------------------------------
 MAX_BISECT_RUNS = 100  # commands one `bisect --good/--bad` runs, both endpoint checks included
-MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`: a week per commit
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # `bisect --timeout`, `measure --timeout`: a week per run
+MAX_MEASURE_ITERATIONS = 1_000  # `measure --iters`: the peak is steady from iteration 2
 OUTPUT_CHUNK_BYTES = 64 << 10  # one read of a command's output; a line longer than this is written in pieces
 EXIT_GRACE_SECONDS = 2.0  # after a command ends: how long what it left running may hold its output open
 KILL_GRACE_SECONDS = 5.0  # after SIGTERM for a timeout: how long before SIGKILL

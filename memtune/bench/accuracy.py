@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from memtune.bench.megatron_formula import megatron_lm_estimate
+from memtune.bench.sets import evaluating, rank_of, read_measured
 from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.estimate.verdict import families_of
-from memtune.jsonl import read_jsonl
 
 # Id prefixes of the measured runs added for one feature each (benchmarks/measured/matrix.py).
 FAMILIES = {
@@ -90,43 +90,15 @@ class Summary:
 
 
 def read_runs(paths: list[Path]) -> list[dict[str, Any]]:
-    runs = []
-    for path in paths:
-        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-        if not files:
-            raise InputError(f"{path}: no *.jsonl files of measured runs")
-        for file in files:
-            for number, run in read_jsonl(file):
-                if not isinstance(run, dict):
-                    raise InputError(f"{file}:{number}: not a JSON object (a measured run is one)")
-                if "error" in run or "measured" not in run:
-                    continue  # a run that failed on the GPU carries its error instead of figures
-                if problem := record_problem(run):
-                    raise InputError(f"{file}:{number}: {problem}")
-                runs.append(run)
-    return runs
-
-
-def record_problem(run: dict[str, Any]) -> str | None:
-    """What a measured run's record lacks to be compared (README beside the measured set), or None."""
-    if not isinstance(run.get("id"), str):
-        return "no run id (`id`, a string)"
-    if not isinstance(run.get("config"), dict):
-        return f"{run['id']}: no `config` (the memtune config the run measured, an object)"
-    rank = run.get("rank")
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-        return f"{run['id']}: `rank` must be the global rank measured, an integer >= 0"
-    measured = run["measured"]
-    peak = measured.get("peak_allocated_bytes") if isinstance(measured, dict) else None
-    if not isinstance(peak, int) or isinstance(peak, bool) or peak <= 0:
-        return f"{run['id']}: `measured.peak_allocated_bytes` must be a positive integer"
-    return None
+    """The measured runs of ``paths`` (files or folders of ``*.jsonl``), each record checked
+    (``memtune/bench/sets.py``)."""
+    return read_measured(paths)
 
 
 def evaluate(run: dict[str, Any]) -> RunResult:
-    job = validate(run["config"])
-    est = estimate(gate(job))
-    rank = est.rank(run["rank"])
+    with evaluating(run["id"]):
+        est = estimate(gate(validate(run["config"])))
+        rank = rank_of(est, run["rank"])
     return RunResult(
         id=run["id"],
         split=run.get("split", "tune"),

@@ -11,12 +11,26 @@ from rich.console import Console
 from memtune.bench import render
 from memtune.bench.accuracy import accuracy_report, evaluate, read_runs
 from memtune.bench.published import evaluate_published, published_report, read_published
+from memtune.errors import InputError
+from memtune.infile import names_a_file
+from memtune.options import at_least
+from memtune.outfile import write_atomically
+from memtune.output import print_json
+from memtune.plotfile import check_plot_path
 
 DEFAULT_SET = Path("benchmarks/measured")
 DEFAULT_PUBLISHED = Path("benchmarks/published/memory")
 DEFAULT_RESUME_SET = Path("benchmarks/measured/resume")
 DEFAULT_LAYOUTS_TEXT = "benchmarks/published/layouts"
 CALIBRATION_TEXT = "memtune/estimate/calibration.json"
+# `bench plan`'s default search: Llama 3.1 405B on 1,024 H100s.
+SPEED_DEFAULTS: dict[str, str | int] = {
+    "model": "llama3.1-405b",
+    "gpus": 1024,
+    "gpu": "H100-80GB",
+    "seq": 8192,
+    "gbs": 1536,
+}
 
 
 def _set_arguments(parser: argparse.ArgumentParser, pattern: str, default: Path) -> None:
@@ -85,12 +99,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Time an exhaustive `memtune plan` search (default: Llama 3.1 405B on 1,024 H100s), or with "
         "--accuracy compare predicted and measured throughput of published layout comparisons.",
     )
-    plan.add_argument("--model", default="llama3.1-405b", help="model preset (default llama3.1-405b)")
-    plan.add_argument("--gpus", type=int, default=1024, help="GPU count (default 1024)")
-    plan.add_argument("--gpu", default="H100-80GB", help="GPU type (default H100-80GB)")
-    plan.add_argument("--seq", type=int, default=8192, help="sequence length (default 8192)")
-    plan.add_argument("--gbs", type=int, default=1536, help="global batch size (default 1536)")
-    plan.add_argument("--workers", type=int, default=0, help="search processes (default: CPU count, up to 8)")
+    for option, kind, help_text in (
+        ("--model", str, "model preset"),
+        ("--gpus", int, "GPU count"),
+        ("--gpu", str, "GPU type"),
+        ("--seq", int, "sequence length"),
+        ("--gbs", int, "global batch size"),
+    ):
+        default = SPEED_DEFAULTS[option.lstrip("-")]
+        plan.add_argument(option, type=kind, help=f"{help_text} (default {default})")
+    plan.add_argument("--workers", type=int, help="search processes (default: CPU count, up to 8)")
     plan.add_argument(
         "--accuracy",
         nargs="*",
@@ -134,7 +152,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     report = accuracy_report([evaluate(r) for r in read_runs(args.paths)], args.split)
     if args.json:
-        print(json.dumps(render.accuracy_json(report), indent=2))
+        print_json(render.accuracy_json(report))
     else:
         render.print_accuracy(Console(), report)
     return 0
@@ -143,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
 def run_published(args: argparse.Namespace) -> int:
     report = published_report([evaluate_published(r) for r in read_published(args.paths)], args.split)
     if args.json:
-        print(json.dumps(render.published_json(report), indent=2))
+        print_json(render.published_json(report))
     else:
         render.print_published(Console(), report)
     return 0
@@ -151,10 +169,11 @@ def run_published(args: argparse.Namespace) -> int:
 
 def run_resume(args: argparse.Namespace) -> int:
     from memtune.bench.resume import evaluate_resume, resume_splits, save_splits
+    from memtune.bench.sets import read_measured
 
-    results = [evaluate_resume(r) for r in read_runs(args.paths)]
+    results = [evaluate_resume(r) for r in read_measured(args.paths, resume=True)]
     if args.json:
-        print(json.dumps(render.resume_json(results, resume_splits(results), save_splits(results)), indent=2))
+        print_json(render.resume_json(results, resume_splits(results), save_splits(results)))
     else:
         render.print_resume(Console(), results, resume_splits(results), save_splits(results))
     return 0
@@ -173,7 +192,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         same = CALIBRATION.read_text(encoding="utf-8") == text
         print(f"{CALIBRATION_TEXT}: {'up to date' if same else 'differs from what the sets give'}")
         return 0 if same else 1
-    CALIBRATION.write_text(text, encoding="utf-8")
+    write_atomically(
+        CALIBRATION, lambda handle: handle.write(text.encode()), replace=True, option="calibrate"
+    )
     render.print_calibration(Console(), table)
     return 0
 
@@ -183,10 +204,11 @@ def run_plan(args: argparse.Namespace) -> int:
     from memtune.plan.search import default_workers
 
     console = Console()
+    _check_plan_arguments(args)
     if args.accuracy is not None:
         groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split)
         if args.json:
-            print(json.dumps(render.plan_accuracy_json(groups), indent=2))
+            print_json(render.plan_accuracy_json(groups))
         else:
             render.print_plan_accuracy(console, groups)
         return 0
@@ -196,6 +218,27 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_plan_arguments(args: argparse.Namespace) -> None:
+    """What argparse lets through: counts of 0, a worker count that would fork without bound, an
+    empty --gpu, and the options of one mode given to the other. Fills in the speed run's defaults."""
+    from memtune.plan.cli import check_search_options
+
+    speed = [f"--{name}" for name in (*SPEED_DEFAULTS, "workers") if getattr(args, name) is not None]
+    if args.accuracy is not None:
+        if speed:
+            raise InputError(f"{', '.join(speed)} time a search; --accuracy takes none of them")
+        return
+    if args.json or args.split != "all":
+        raise InputError("--json and --split go with --accuracy (the speed run prints a table)")
+    for name, default in SPEED_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    for option, value in (("--gpus", args.gpus), ("--seq", args.seq), ("--gbs", args.gbs)):
+        at_least(option, value)
+    args.workers = args.workers or 0
+    check_search_options(args.workers, args.gpu)
+
+
 def run_step(args: argparse.Namespace) -> int:
     from memtune.check import gate
     from memtune.config import load_job, report_ignored
@@ -203,13 +246,15 @@ def run_step(args: argparse.Namespace) -> int:
     from memtune.perf.step import predict_step
     from memtune.perf.uncertainty import step_uncertainty
 
+    if args.plot:
+        check_plot_path(args.plot, tuple(w for w in (args.config, *args.overrides) if names_a_file(w)))
     loaded = load_job(args.config, args.overrides)
     report_ignored(loaded, args.command)
     derived = gate(loaded.job).derived
     prediction = predict_step(derived, record_events=bool(args.plot))
     uncertainty = step_uncertainty(derived)
     if args.json:
-        print(json.dumps(perf_render.step_json(prediction, uncertainty), indent=2))
+        print_json(perf_render.step_json(prediction, uncertainty))
     else:
         perf_render.print_step(Console(), prediction, uncertainty)
     if args.plot:

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from memtune.bench.sets import evaluating, read_layouts
 from memtune.check import CheckedJob, gate
 from memtune.config import validate
-from memtune.config.changes import Change, with_changes
+from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.loaders import native
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
@@ -186,9 +185,10 @@ def _base(entry: dict[str, Any]) -> JobConfig:
     )
     base = base_job(query)
     if isinstance(model, dict):
-        # the run's sequence, and bf16 as for a preset (base_job), unless the section says otherwise
+        # a model of its own, checked as any config's model section: the run's sequence, and bf16
+        # as for a preset (base_job), unless the section says otherwise
         section = {"bf16": not model.get("fp16", False), **model, "seq_length": entry["seq"]}
-        base = base.model_copy(update={"model": base.model.__class__(**section)})
+        base = validate({**job_data(base), "model": section})
     return base
 
 
@@ -206,7 +206,8 @@ RUN_FIELDS = ("model", "gpus", "gpu", "gpus_per_node", "seq", "gbs", "mode")
 
 
 def score_set(entry: dict[str, Any]) -> GroupScore:
-    common = [Change.parse(text) for text in entry.get("common", [])]
+    with evaluating(entry["id"]):
+        common = [Change.parse(text) for text in entry.get("common", [])]
     scores, unscored = [], []
     for run in entry["runs"]:
         try:
@@ -252,10 +253,6 @@ def relative_to_best(scores: list[RunScore]) -> None:
             s.predicted_relative = s.predicted / best.predicted
 
 
-def layout_files(paths: list[Path]) -> list[Path]:
-    return [f for p in paths for f in (sorted(p.rglob("*.yaml")) if p.is_dir() else [p])]
-
-
 CI_SOURCE = "Megatron-LM functional tests (golden iteration-time)"
 
 
@@ -273,14 +270,13 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
     scores, unscored = [], []
     for doc in docs:
         try:
-            job = validate(native.read(doc["config"]))
-            checked = gate(job)
+            checked = gate(validate(native.read(doc["config"])))
             pred = _priced(checked)
         except InputError as exc:
             unscored.append((doc["id"], exc.problems[0]))
             continue
-        model, train = doc["config"]["model"], doc["config"]["train"]
-        tokens = train["global_batch_size"] * model["seq_length"] / doc["config"]["cluster"]["num_gpus"]
+        job = checked.job
+        tokens = checked.derived.global_batch_size * job.model.seq_length / checked.derived.world_size
         measured = tokens / doc["published"]["step_time_s"]
         predicted = pred.tokens_per_s_per_gpu
         # The published figure is a step time: model TFLOP/s at that time, by memtune's FLOP count.
@@ -306,13 +302,7 @@ def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:
     """Score every set of the files; ``split`` (tune or holdout) scores only that split's sets, so
     working on the model never predicts a held-back set. Files holding ``sets`` are layout
     comparisons; files of one run each (``published.step_time_s``) are grouped by ``group``."""
-    entries, runs = [], []
-    for f in layout_files(paths):
-        doc = yaml.safe_load(f.read_text())
-        if "sets" in doc:
-            entries += doc["sets"]
-        else:
-            runs.append(doc)
+    entries, runs = read_layouts(paths)
     groups = [score_set(e) for e in entries if split in ("all", split_of(e["id"]))]
     by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for doc in runs:

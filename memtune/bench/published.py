@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from memtune.bench import sets
 from memtune.bench.accuracy import FalseFits, false_fits
 from memtune.check import gate
 from memtune.config import validate
-from memtune.errors import InputError
 from memtune.estimate import estimate
 from memtune.estimate.verdict import FAMILIES, families_of
 
@@ -75,30 +73,21 @@ class PublishedSummary:
 
 
 def read_published(paths: list[Path]) -> list[dict[str, Any]]:
-    runs = []
-    for path in paths:
-        files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
-        if not files:
-            raise InputError(f"{path}: no *.yaml files of published runs")
-        for file in files:
-            try:
-                run = yaml.safe_load(file.read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise InputError(f"{file}: cannot read a published run ({exc})") from None
-            if not isinstance(run, dict) or not {"id", "rank", "published", "config"} <= run.keys():
-                raise InputError(f"{file}: a published run needs id, rank, published.bytes and config")
-            runs.append(run)
-    return runs
+    """The published runs of ``paths`` (files or folders of ``*.yaml``), each checked
+    (``memtune/bench/sets.py``)."""
+    return sets.read_published(paths)
 
 
 def evaluate_published(run: dict[str, Any]) -> PublishedResult:
-    checked = gate(validate(run["config"]))
-    est = estimate(checked)
+    with sets.evaluating(run["id"]):
+        checked = gate(validate(run["config"]))
+        est = estimate(checked)
+        rank = sets.rank_of(est, run["rank"])
     return PublishedResult(
         id=run["id"],
         split=split_of(run["id"]),
-        published=int(run["published"]["bytes"]),
-        estimated=est.rank(int(run["rank"])).peak_bytes,
+        published=run["published"]["bytes"],
+        estimated=rank.peak_bytes,
         families=families_of(checked.derived),
         error_margin=est.verdict_margin.error,
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memtune.bench.sets import evaluating, rank_of
 from memtune.check import gate
 from memtune.config import validate
 from memtune.errors import InputError
@@ -60,31 +61,21 @@ class ResumeSummary:
     worst: str  # "run id (phase)"
 
 
-def _positive(run: dict[str, Any], section: str, key: str) -> int:
-    value = run["measured"][section].get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise InputError(f"{run['id']}: `measured.{section}.{key}` must be a positive integer")
-    return value
-
-
 def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
-    """One round trip of the set (``read_runs`` checked the training record's shape)."""
+    """One round trip of the set (``memtune/bench/sets.py`` checked the record's phases)."""
     resumed, saved = run["measured"].get("resume"), run["measured"].get("save")
-    if not isinstance(resumed, dict) and not isinstance(saved, dict):
-        raise InputError(
-            f"{run['id']}: neither measured.resume nor measured.save (not a checkpoint round trip)"
-        )
-    est = estimate(gate(validate(run["config"])))
-    rank = est.rank(run["rank"])
+    with evaluating(run["id"]):
+        est = estimate(gate(validate(run["config"])))
+        rank = rank_of(est, run["rank"])
     fields: dict[str, Any] = {}
     if isinstance(resumed, dict):
         phase = est.resume(rank)
         if phase is None:
             raise InputError(f"{run['id']}: the job does not resume, or its checkpoint format is not modeled")
         fields |= {
-            "load_measured": _positive(run, "resume", "load_peak_bytes"),
+            "load_measured": resumed["load_peak_bytes"],
             "load_estimated": phase.load_bytes,
-            "first_step_measured": _positive(run, "resume", "first_step_peak_bytes"),
+            "first_step_measured": resumed["first_step_peak_bytes"],
             "first_step_estimated": phase.first_step_bytes,
         }
     if isinstance(saved, dict):
@@ -97,7 +88,7 @@ def evaluate_resume(run: dict[str, Any]) -> ResumeResult:
             None if est.derived.async_save else saved.get("host_memory_stats", {}).get("allocated_bytes.peak")
         )
         fields |= {
-            "save_measured": _positive(run, "save", "save_peak_bytes"),
+            "save_measured": saved["save_peak_bytes"],
             "save_estimated": save.peak_bytes,
             "host_staged_measured": staged if isinstance(staged, int) else None,
             "host_staged_estimated": save.host_staged_bytes,

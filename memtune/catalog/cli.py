@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 import yaml
 from rich.console import Console
@@ -19,7 +18,7 @@ from memtune.catalog.render import (
     print_recipes,
     recipe_json,
 )
-from memtune.output import SCHEMA_VERSION
+from memtune.output import SCHEMA_VERSION, print_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,31 +54,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_models(args: argparse.Namespace) -> int:
-    if args.name:
+    if args.name is not None:  # '' is a name no preset has, not "list them all"
         preset = find_model(args.name)
         if args.json:
-            print(json.dumps({"schema_version": SCHEMA_VERSION, "model": preset_json(preset)}, indent=2))
+            print_json({"schema_version": SCHEMA_VERSION, "model": preset_json(preset)})
         else:
             print(f"# {preset.description} ({preset.hf_id})")
             print(yaml.safe_dump({"model": preset.model}, sort_keys=False, default_flow_style=None), end="")
         return 0
     presets = list_models()
     if args.json:
-        print(
-            json.dumps(
-                {"schema_version": SCHEMA_VERSION, "models": [preset_json(p) for p in presets]}, indent=2
-            )
-        )
+        print_json({"schema_version": SCHEMA_VERSION, "models": [preset_json(p) for p in presets]})
     else:
         print_models(Console(), presets)
     return 0
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    if args.name:
+    if args.name is not None:  # '' is a name no recipe has, not "list them all"
         recipe = find_recipe(args.name)
         if args.json:
-            print(json.dumps({"schema_version": SCHEMA_VERSION, "recipe": recipe_json(recipe)}, indent=2))
+            print_json({"schema_version": SCHEMA_VERSION, "recipe": recipe_json(recipe)})
         else:
             print(f"# {recipe.label}: {recipe.mode} of {recipe.model_id} on {recipe.gpu}, {recipe.precision}")
             print(f"# Megatron-Bridge {bridge_commit()[:12]} {recipe.source}")
@@ -93,15 +88,12 @@ def run_recipes(args: argparse.Namespace) -> int:
         return 0
     recipes = list_recipes()
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "bridge_commit": bridge_commit(),
-                    "recipes": [recipe_json(r) for r in recipes],
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "bridge_commit": bridge_commit(),
+                "recipes": [recipe_json(r) for r in recipes],
+            }
         )
     else:
         print_recipes(Console(), recipes, bridge_commit())
@@ -111,7 +103,7 @@ def run_recipes(args: argparse.Namespace) -> int:
 def run_gpus(args: argparse.Namespace) -> int:
     gpus = list_gpus()
     if args.json:
-        print(json.dumps({"schema_version": SCHEMA_VERSION, "gpus": [gpu_json(g) for g in gpus]}, indent=2))
+        print_json({"schema_version": SCHEMA_VERSION, "gpus": [gpu_json(g) for g in gpus]})
     else:
         print_gpus(Console(), gpus)
     return 0

@@ -21,6 +21,8 @@ from typing import Any
 
 from memtune.catalog._data import read_catalog, spelling_key
 from memtune.errors import InputError
+from memtune.limits import MAX_ECHO
+from memtune.numbers import echo
 
 PERF_PREFIX = "perf:"
 
@@ -125,6 +127,7 @@ def find_recipe(name: str) -> Recipe:
                 return recipe
     names = [r.label for pool in pools for r in pool.values()]
     key = f"{PERF_PREFIX if perf_only else ''}{wanted.removesuffix('_config')}_config"
-    close = difflib.get_close_matches(key, names, n=3)
+    # Names are short: a longer word is no misspelling of one (and difflib's time grows with it).
+    close = difflib.get_close_matches(key, names, n=3) if len(key) <= 2 * MAX_ECHO else []
     hint = f"; did you mean {', '.join(close)}?" if close else "; `memtune recipes` lists them"
-    raise InputError(f"unknown Megatron-Bridge recipe {name!r}{hint}")
+    raise InputError(f"unknown Megatron-Bridge recipe {echo(name)}{hint}")

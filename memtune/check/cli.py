@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 
 from rich.console import Console
 
@@ -23,7 +22,9 @@ from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import check_with_estimate
-from memtune.output import SCHEMA_VERSION
+from memtune.limits import MAX_ECHO
+from memtune.numbers import echo
+from memtune.output import SCHEMA_VERSION, print_json
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if args.list:
         if args.json:
-            print(json.dumps({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()}, indent=2))
+            print_json({"schema_version": SCHEMA_VERSION, "rules": catalogue_json()})
         else:
             render_list(console)
         return 0
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     shown = [f for f in findings if args.show_info or f.severity != INFO]
     hidden = len(findings) - len(shown)
     if args.json:
-        print(json.dumps(findings_json(loaded.source, shown, loaded.ignored, hidden), indent=2))
+        print_json(findings_json(loaded.source, shown, loaded.ignored, hidden))
     else:
         render_report(console, loaded.source, shown, loaded.ignored, hidden)
     return exit_status(findings, args.strict)
@@ -98,8 +99,11 @@ def _rule_or_error(code_or_name: str) -> Rule:
     if rule is not None:
         return rule
     known = [r.code for r in catalogue()] + [r.name for r in catalogue()]
-    close = difflib.get_close_matches(code_or_name.upper(), known, n=1) or difflib.get_close_matches(
-        code_or_name, known, n=1
+    close = (
+        difflib.get_close_matches(code_or_name.upper(), known, n=1)
+        or difflib.get_close_matches(code_or_name, known, n=1)
+        if len(code_or_name) <= MAX_ECHO  # no rule's name is longer: nothing to misspell
+        else []
     )
     hint = f"did you mean {close[0]}?" if close else "memtune check --list shows them all"
-    raise InputError(f"--explain: no rule {code_or_name!r}; {hint}")
+    raise InputError(f"--explain: no rule {echo(code_or_name)}; {hint}")

@@ -17,6 +17,7 @@ from memtune.check.context import Context
 from memtune.check.finding import SEVERITIES, Finding, Hit, changes_in
 from memtune.config.versions import Version, format_version
 from memtune.errors import InputError
+from memtune.numbers import echo
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def selected(rules: list[Rule], select: list[str] | None, ignore: list[str]) -> 
     each entry is a code, a code prefix (``ENV``, ``ENV00``) or a rule name."""
     known = catalogue()
     problems = [
-        f"check: unknown rule or prefix {entry!r} (memtune check --list shows them)"
+        f"check: unknown rule or prefix {echo(entry)} (memtune check --list shows them)"
         for entry in [*(select or []), *ignore]
         if not any(_matches(r, entry) for r in known)
     ]

@@ -11,10 +11,10 @@ the place of CONFIG names a recipe too: commands that name two jobs (``diff``, `
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from memtune.config import LoadedJob, load_job
 from memtune.errors import InputError
+from memtune.infile import names_a_file
 
 RECIPE_HELP = (
     "start from this Megatron-Bridge recipe (`memtune recipes` lists them); files given are then "
@@ -41,7 +41,7 @@ def add_recipe_argument(parser: argparse.ArgumentParser) -> None:
 def is_override(word: str) -> bool:
     """A ``key=value`` word that is not the name of a file (a malformed one is still an override:
     the override parser says what is wrong with it)."""
-    return "=" in word and not Path(word).exists()
+    return "=" in word and not names_a_file(word)
 
 
 RECIPE_WORD = "recipe:"
@@ -51,7 +51,7 @@ def load_from_words(words: list[str], recipe: str | None, usage: str) -> LoadedJ
     """The job ``words`` (files then dotted overrides) and ``recipe`` describe."""
     files = [w for w in words if not is_override(w)]
     overrides = [w for w in words if is_override(w)]
-    if files and files[0].startswith(RECIPE_WORD) and not Path(files[0]).exists():
+    if files and files[0].startswith(RECIPE_WORD) and not names_a_file(files[0]):
         if recipe is not None:
             raise InputError(f"{files[0]} and --recipe {recipe}: name one recipe ({usage})")
         recipe, files = files[0].removeprefix(RECIPE_WORD), files[1:]

@@ -18,7 +18,7 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.validation import validate
 from memtune.errors import InputError
-from memtune.numbers import echo
+from memtune.numbers import cut, echo
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def default_of(key: str) -> Any:
         field = model.model_fields.get(section)
         model = field.annotation if field is not None else None
         if not isinstance(model, type) or not issubclass(model, BaseModel):
-            raise InputError(f"{key}: no such section {section!r}")
+            raise InputError(f"{cut(key)}: no such section {echo(section)}")
     field = model.model_fields.get(name)
     if field is None or field.is_required():
         raise InputError(f"{key}: no default to return to")

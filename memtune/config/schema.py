@@ -429,15 +429,19 @@ class NetworkConfig(Section):
     """Reference system whose fabric fills unset keys (dgx-a100, dgx-h100, dgx-h200, dgx-b200, gb200-nvl72); default: the one of `cluster.gpu`."""
     gpus_per_nvlink_domain: ParallelSize | None = None
     """GPUs that reach each other over NVLink (8 in a DGX, 72 in a GB200 NVL72 rack)."""
-    nvlink_gb_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    nvlink_gb_per_s: FiniteFloat | None = Field(
+        None, ge=limits.MIN_LINK_GB_PER_S, le=limits.MAX_LINK_GB_PER_S
+    )
     """NVLink bandwidth of one GPU in GB/s, one direction, all links together."""
     nics_per_node: ParallelSize | None = None
     """Network adapters for GPU traffic (the compute fabric) per node."""
-    nic_gbit_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    nic_gbit_per_s: FiniteFloat | None = Field(None, ge=limits.MIN_LINK_GB_PER_S, le=limits.MAX_LINK_GB_PER_S)
     """Line rate of one of those adapters in Gb/s (400 for ConnectX-7 NDR)."""
     rail_optimized: bool | None = None
     """Whether adapter i of every node sits on the same leaf switch (NVIDIA's SuperPOD rails)."""
-    host_link_gb_per_s: FiniteFloat | None = Field(None, gt=0.0, le=limits.MAX_LINK_GB_PER_S)
+    host_link_gb_per_s: FiniteFloat | None = Field(
+        None, ge=limits.MIN_LINK_GB_PER_S, le=limits.MAX_LINK_GB_PER_S
+    )
     """Line rate of one GPU's link to host memory in GB/s, one direction (PCIe, or its share of NVLink-C2C on Grace systems); what activation and optimizer offload copy over."""
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from memtune.config import report_ignored
 from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
+from memtune.infile import names_a_file
+from memtune.output import print_json
 from memtune.plotfile import check_plot_path
 
 EXIT_DIAGNOSED = 0
@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and not args.snapshot:
         raise InputError("--plot needs --snapshot FILE.pickle")
     if args.plot:
-        check_plot_path(args.plot)
+        named = (*args.logs, *args.overrides, *args.snapshot, args.config)
+        check_plot_path(args.plot, tuple(w for w in named if w and names_a_file(w)))
     has_job = bool(args.config or args.recipe)
     words = [*args.logs, *args.overrides]
     logs, overrides = _split_overrides(words) if has_job else (words, [])
@@ -89,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
             from memtune.diagnose.compare_render import comparison_json
 
             c = compare_files(args.snapshot[0], args.snapshot[1], [Category.parse(t) for t in args.category])
-            json.dump({**to_json(result), "comparison": comparison_json(c)}, sys.stdout, indent=2)
-            sys.stdout.write("\n")
+            print_json({**to_json(result), "comparison": comparison_json(c)})
         else:
             from rich.console import Console
 
@@ -102,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
         logs, snapshot=args.snapshot[0] if args.snapshot else None, config=loaded, plot_to=args.plot
     )
     if args.json:
-        json.dump(to_json(result), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(to_json(result))
     else:
         from rich.console import Console
 
@@ -128,7 +127,7 @@ def compare_snapshots(paths: list[str], categories: list[str], plot_to: str | No
     from memtune.diagnose import compare_render as out
 
     if plot_to:
-        check_plot_path(plot_to)
+        check_plot_path(plot_to, tuple(paths))
     user = [cmp.Category.parse(text) for text in categories]
     if len(paths) == 1:
         ranks = cmp.compare_ranks(paths[0], user)
@@ -140,8 +139,7 @@ def compare_snapshots(paths: list[str], categories: list[str], plot_to: str | No
     if plot_to:
         cmp.plot(comparison, plot_to)
     if as_json:
-        json.dump(data, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(data)
     else:
         print("\n".join(lines))
     return 0

@@ -26,15 +26,27 @@ Work is one pass over the blocks and three over the trace events, each object vi
 from __future__ import annotations
 
 import re
+import signal
 import statistics
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from memtune.diagnose.snapshot import _INTERNAL_FRAMES, _Budget, _dicts, _int, _text, read_snapshot
+from memtune.diagnose.snapshot import (
+    _INTERNAL_FRAMES,
+    _Budget,
+    _dicts,
+    _int,
+    _text,
+    device_index,
+    read_snapshot,
+)
 from memtune.errors import InputError
-from memtune.limits import MAX_SNAPSHOT_FOLDER_FILES
+from memtune.infile import distinct_files, files_in
+from memtune.limits import MAX_PATTERN_SECONDS, MAX_SNAPSHOT_FOLDER_FILES
 from memtune.numbers import cut
 from memtune.plotfile import save_figure
 
@@ -72,10 +84,23 @@ _BACKWARD_FRAME = re.compile(r" in (backward|backward_step|_engine_run_backward)
 _FORWARD_FRAME = re.compile(r" in (forward|forward_step|_forward)$")
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+def _out_of_time(signum: int, frame: FrameType | None) -> None:
+    raise _OutOfTime
+
+
 @dataclass(frozen=True)
 class Category:
+    """A category of blocks: those with a frame ``pattern`` matches. A user's pattern (``text``
+    is what they typed) runs with a budget of CPU time per stack: Python's ``re`` backtracks, and
+    nested repetition such as ``(a+)+$`` takes exponential time on a frame's text."""
+
     name: str
     pattern: re.Pattern[str]
+    text: str = ""  # NAME=REGEX as the user typed it; "" for a built-in category
 
     @classmethod
     def parse(cls, text: str) -> Category:
@@ -84,9 +109,28 @@ class Category:
         if not sep or not name.strip() or not regex:
             raise InputError(f"--category {cut(text)}: expected NAME=REGEX, e.g. 'router=moe/router'")
         try:
-            return cls(name.strip(), re.compile(regex))
-        except re.error as exc:
-            raise InputError(f"--category {cut(text)}: not a regular expression ({exc})") from None
+            return cls(name.strip(), re.compile(regex), text)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise InputError(f"--category {cut(text)}: not a regular expression ({cut(str(exc))})") from None
+
+    def matches(self, frames: tuple[str, ...]) -> bool:
+        """Whether the pattern matches one of ``frames``. A user's pattern that spends more than
+        MAX_PATTERN_SECONDS of CPU on one stack is refused (in the main thread, where Python
+        delivers the timer's signal; ``re`` checks for signals while it backtracks)."""
+        if not self.text or threading.current_thread() is not threading.main_thread():
+            return any(self.pattern.search(f) for f in frames)
+        previous = signal.signal(signal.SIGVTALRM, _out_of_time)
+        signal.setitimer(signal.ITIMER_VIRTUAL, MAX_PATTERN_SECONDS)
+        try:
+            return any(self.pattern.search(f) for f in frames)
+        except _OutOfTime:
+            raise InputError(
+                f"--category {cut(self.text)}: took more than {MAX_PATTERN_SECONDS:g} CPU second on one stack "
+                "(nested repetition such as (a+)+ backtracks without end); simplify the pattern"
+            ) from None
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            signal.signal(signal.SIGVTALRM, previous)
 
 
 _BUILT_IN = tuple(Category(name, re.compile(p)) for name, p in CATEGORIES)
@@ -210,7 +254,7 @@ def site_of(frames: tuple[str, ...]) -> str:
 
 def category_of(frames: tuple[str, ...], phase: str, user: tuple[Category, ...]) -> str:
     for category in (*user, *_BUILT_IN):
-        if any(category.pattern.search(f) for f in frames):
+        if category.matches(frames):
             return category.name
     return _PHASE_CATEGORY.get(phase, OTHER)
 
@@ -246,7 +290,7 @@ def profile(snap: dict[str, Any], source: str, user: tuple[Category, ...] = ()) 
     device = _main_device(segments)
     live: dict[int, _Live] = {}
     for seg in segments:
-        if _int(seg.get("device")) != device:
+        if device_index(seg.get("device")) != device:
             continue
         for raw in _dicts(seg.get("blocks"), budget):
             if raw.get("state") in ("active_allocated", "active_pending_free"):
@@ -375,7 +419,7 @@ def _redo(live: dict[int, _Live], events: list[_Event], phases: list[str], i: in
 def _main_device(segments: list[dict[str, Any]]) -> int:
     counts: dict[int, int] = {}
     for seg in segments:
-        device = _int(seg.get("device"))
+        device = device_index(seg.get("device"))
         counts[device] = counts.get(device, 0) + 1
     return max(counts, key=lambda d: (counts[d], -d)) if counts else 0
 
@@ -412,18 +456,14 @@ _RANK = re.compile(r"(\d+)(?!.*\d)")
 
 def snapshot_files(folder: Path) -> list[tuple[int, Path]]:
     """The snapshots of a folder with their ranks (the last number in each file name)."""
-    try:
-        files = sorted(p for p in folder.iterdir() if p.suffix in (".pickle", ".pkl") and p.is_file())
-    except OSError as exc:
-        raise InputError(
-            f"{cut(str(folder))}: cannot list ({exc.strerror or exc.__class__.__name__})"
-        ) from None
+    files = files_in(folder, (".pickle", ".pkl"), "a memory snapshot")
     if len(files) > MAX_SNAPSHOT_FOLDER_FILES:
         raise InputError(
             f"{cut(str(folder))}: {len(files)} snapshots; at most {MAX_SNAPSHOT_FOLDER_FILES} are compared"
         )
     if len(files) < 2:
         raise InputError(f"{cut(str(folder))}: needs at least two *.pickle snapshots, found {len(files)}")
+    distinct_files(files, "snapshot")  # a folder of links to one file would read it over and over
     ranked = []
     for position, path in enumerate(files):
         match = _RANK.search(path.stem)

@@ -13,8 +13,10 @@ object once, so shared references cannot multiply its work.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import pickletools
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +25,16 @@ from typing import Any, NoReturn, TypeAlias
 from memtune.diagnose.evidence import CAPACITY, FRAGMENTATION
 from memtune.diagnose.sizes import GiB, gib
 from memtune.errors import InputError
+from memtune.infile import opened, read_within
 from memtune.limits import (
+    MAX_DEVICES,
     MAX_ECHO,
     MAX_PICKLE_MEMO,
     MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_MEMORY_PER_BYTE,
     MAX_SNAPSHOT_NUMBER,
     MAX_SNAPSHOT_OBJECTS,
+    MIN_SNAPSHOT_MEMORY,
 )
 from memtune.numbers import cut, digits
 from memtune.plotfile import save_figure
@@ -79,25 +85,34 @@ for _code, _op in _OPCODES.items():
 _STOP = pickle.STOP[0]
 
 
-def _check_opcodes(data: bytes) -> None:
+def _check_opcodes(data: bytes, limit: float = math.inf) -> int:
     """Walk the opcodes once without building anything; refuse code-running opcodes and memo
-    indices above MAX_PICKLE_MEMO. (The C unpickler sizes its memo table by the largest index.)"""
-    skip, pos, end = _SKIP, 0, len(data)
-    while pos < end:
+    indices above MAX_PICKLE_MEMO (the C unpickler sizes its memo table by the largest index).
+    Returns the memory, in bytes, that unpickling would take: every object each opcode builds and
+    every reference it leaves on the stack or in a container (:data:`_COST`), its text or bytes,
+    and the memo table; the walk stops as soon as that passes ``limit``."""
+    skip, costs, pos, end = _SKIP, _COST, 0, len(data)
+    memory = memo = 0
+    while pos < end and memory <= limit:
         code = data[pos]
         size = skip[code]
+        memory += costs[code]
         pos += 1
         if size >= 0:
             if code == _STOP:
-                return
+                break
+            if code == _MEMOIZE:
+                memo += 1
             pos += size
         elif size >= -8:  # a length prefix of -size bytes, then that many bytes
             length = int.from_bytes(data[pos : pos - size], "little", signed=size == -4 and code in _SIGNED)
             if length < 0:
                 raise pickle.UnpicklingError(f"negative length at byte {pos}")
             pos += -size + length
+            memory += length
         elif size == _NEWLINE:
             line_end = data.find(b"\n", pos)
+            memory += (end if line_end < 0 else line_end) - pos
             pos = end if line_end < 0 else line_end + 1
         elif size == _CHECKED:
             if code == _LONG_BINPUT:
@@ -109,6 +124,7 @@ def _check_opcodes(data: bytes) -> None:
                 pos = end if line_end < 0 else line_end + 1
             if index > MAX_PICKLE_MEMO:
                 raise pickle.UnpicklingError(f"memo index beyond {MAX_PICKLE_MEMO}")
+            memo = max(memo, index + 1)
         elif size == _REFUSED:
             name = _OPCODES[code].name
             what = f"uses the {name} opcode (imports or calls)"
@@ -121,6 +137,46 @@ def _check_opcodes(data: bytes) -> None:
             )
         else:
             raise pickle.UnpicklingError(f"invalid opcode {code:#x} at byte {pos - 1}")
+    return memory + _MEMO_ENTRY * memo
+
+
+def _opcode_cost(op: pickletools.OpcodeInfo) -> int:
+    """Bytes one opcode makes the unpickler hold, besides its argument: the object it builds (a
+    singleton or a cached small int costs nothing) and, where it leaves one more value on the
+    stack, that reference, which ends as a list slot or half of a dict entry."""
+    pushes = len([s for s in op.stack_after if s.name != "mark"]) > len(
+        [s for s in op.stack_before if s.name not in ("mark", "stackslice")]
+    )
+    made = op.stack_after[-1].name if op.stack_after else None
+    built = made in _OBJECT_BYTES and made not in {s.name for s in op.stack_before} and op.name not in _FREE
+    reference = _REFERENCE_BYTES if pushes or op.name == "DUP" else _MARK_BYTES if op.name == "MARK" else 0
+    return (_OBJECT_BYTES[made] if built and made else 0) + reference
+
+
+# CPython's size of each kind of object an opcode builds (its empty form; text and bytes add their
+# length, containers their references).
+_OBJECT_BYTES = {
+    "int": sys.getsizeof(1 << 60),
+    "int_or_bool": sys.getsizeof(1 << 60),
+    "float": sys.getsizeof(0.5),
+    "str": sys.getsizeof(""),
+    "bytes": sys.getsizeof(b""),
+    "bytes_or_str": sys.getsizeof(""),
+    "bytearray": sys.getsizeof(bytearray()),
+    "list": sys.getsizeof([]),
+    "tuple": sys.getsizeof((0, 0, 0)),
+    "dict": sys.getsizeof({}),
+    "set": sys.getsizeof(set()),
+    "frozenset": sys.getsizeof(frozenset()),
+}
+_FREE = {"NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "BININT1"}  # singletons and cached small ints
+_REFERENCE_BYTES = 24  # a stack or list slot (8), or half a dict entry (about 40 with its index)
+_MARK_BYTES = 8  # an entry of the unpickler's stack of marks
+_MEMO_ENTRY = 16  # a pointer in the C unpickler's memo table, which grows by doubling
+_COST = [0] * 256
+for _code, _op in _OPCODES.items():
+    _COST[_code] = _opcode_cost(_op)
+_MEMOIZE = pickle.MEMOIZE[0]
 
 
 _LONG_BINPUT = pickle.LONG_BINPUT[0]
@@ -129,7 +185,12 @@ _SIGNED = {pickle.BINSTRING[0], pickle.LONG4[0]}
 
 def load_plain_pickle(data: bytes, name: str) -> object:
     try:
-        _check_opcodes(data)
+        allowed = MAX_SNAPSHOT_MEMORY_PER_BYTE * len(data) + MIN_SNAPSHOT_MEMORY
+        if _check_opcodes(data, limit=allowed) > allowed:
+            raise InputError(
+                f"{name}: unpickling it would take more than {gib(allowed)} of memory, more than "
+                f"{MAX_SNAPSHOT_MEMORY_PER_BYTE} times its size; a memory snapshot needs far less (corrupt or built to exhaust memory)"
+            )
         return _PlainDataUnpickler(io.BytesIO(data)).load()
     except _Refused as exc:
         raise InputError(f"{name}: not loaded: {exc}") from None
@@ -191,27 +252,19 @@ class SnapshotSummary:
 
 def _read_capped(path: Path) -> bytes:
     """At most MAX_SNAPSHOT_BYTES, refusing more (never trusting st_size); the first byte must be a
-    pickle opcode before the rest is read, so /dev/zero or a pipe of text is refused at once."""
+    pickle opcode before the rest is read, so /dev/zero or a pipe of text is refused at once. A
+    FIFO is opened without waiting for a writer (``memtune/infile.py``)."""
     shown = cut(str(path))
-    try:
-        with open(path, "rb") as fh:
+    with opened(path, "a memory snapshot", regular=False) as fh:
+        try:
             head = fh.read(2)
-            if not head:
-                raise InputError(f"{shown}: empty file, not a memory snapshot")
-            if head[0] not in _OPCODES or head[0] == pickle.STOP[0]:
-                raise InputError(f"{shown}: not a pickle, so not a memory snapshot")
-            pieces, total = [head], len(head)
-            while total <= MAX_SNAPSHOT_BYTES:
-                piece = fh.read(min(1 << 24, MAX_SNAPSHOT_BYTES + 1 - total))
-                if not piece:
-                    break
-                pieces.append(piece)
-                total += len(piece)
-    except OSError as exc:
-        raise InputError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
-    if total > MAX_SNAPSHOT_BYTES:
-        raise InputError(f"{shown}: larger than the {gib(MAX_SNAPSHOT_BYTES)} snapshot limit")
-    return b"".join(pieces)
+        except OSError as exc:
+            raise InputError(f"{shown}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+        if not head:
+            raise InputError(f"{shown}: empty file, not a memory snapshot")
+        if head[0] not in _OPCODES or head[0] == pickle.STOP[0]:
+            raise InputError(f"{shown}: not a pickle, so not a memory snapshot")
+        return read_within(fh, MAX_SNAPSHOT_BYTES, shown, "a memory snapshot", head)
 
 
 def read_snapshot(path: str | Path) -> dict[str, Any]:
@@ -263,6 +316,14 @@ def _site(frames: object) -> str:
         if candidates:
             return _frame_text(candidates[0])
     return _frame_text(frames[0]) if isinstance(frames[0], dict) else "(no stack recorded)"
+
+
+def device_index(value: object) -> int:
+    """A segment's or trace's device: an index from 0 (a missing or non-integer one counts as 0)."""
+    device = _int(value)
+    if not 0 <= device < MAX_DEVICES:
+        raise InputError(f"snapshot: a device index of {device}; the file is corrupt")
+    return device
 
 
 def _int(value: object) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rich.console import Console
 
@@ -12,7 +11,9 @@ from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments, load_from_args
 from memtune.errors import InputError
 from memtune.estimate import Estimate, EstimateOptions, estimate, render
+from memtune.infile import names_a_file
 from memtune.limits import MAX_MOE_IMBALANCE
+from memtune.output import print_json
 from memtune.perf.step import throughput_of
 from memtune.perf.uncertainty import step_uncertainty
 from memtune.plotfile import check_plot_path
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
             f"--moe-imbalance: must be from 1.0 (balanced routing) to {MAX_MOE_IMBALANCE:g}, got {args.moe_imbalance}"
         )
     if args.plot:
-        check_plot_path(args.plot)
+        named = (args.config, *args.overrides)
+        check_plot_path(args.plot, tuple(w for w in named if w and names_a_file(w)))
     loaded = load_from_args(args, "memtune estimate CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]")
     report_ignored(loaded, args.command)
     est = estimate(gate(loaded.job), EstimateOptions(moe_routing_imbalance=args.moe_imbalance))
@@ -68,11 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         render.plot(est, args.plot)
     if args.json:
-        print(
-            json.dumps(
-                render.estimate_json(est, throughput, args.rank, uncertainty, loaded.ignored), indent=2
-            )
-        )
+        print_json(render.estimate_json(est, throughput, args.rank, uncertainty, loaded.ignored))
         return _status(est, args.strict)
     console = Console()
     render.print_table(est, console, throughput, only=rank, uncertainty=uncertainty)

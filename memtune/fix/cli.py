@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +18,7 @@ from memtune.fix.search import FixResult, Tried, judged_peak
 from memtune.limits import MAX_GPU_MEMORY_GIB
 from memtune.numbers import echo, float_or_none
 from memtune.outfile import check_output_path
+from memtune.output import print_json
 from memtune.perf.step import STEP_MODEL_NOTES
 from memtune.units import GiB
 
@@ -58,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     report_ignored(loaded, args.command)
     if (args.force or args.format) and not args.write:
         raise InputError(f"{'--force' if args.force else '--format'} goes with --write OUT.yaml")
-    inputs = tuple(w for w in (args.config, *args.overrides) if w and not is_override(w))
+    # Every file the command reads: the job's files, and the failed run's logs and snapshot.
+    inputs = tuple(
+        w for w in (args.config, *args.overrides, *args.oom_log, args.snapshot) if w and not is_override(w)
+    )
     target = check_output_path("--write", args.write, force=args.force, inputs=inputs) if args.write else None
     verdict = None
     if args.oom_log or args.snapshot:
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         )
     status = 0 if result.fits_already or _fits_in_the_end(result) else 1
     if args.json:
-        print(json.dumps(to_json(result, label), indent=2))
+        print_json(to_json(result, label))
         return status
     render(result, label, Console())
     if args.write:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from memtune.childenv import child_environment
 from memtune.errors import InputError, MissingDependencyError
 
 if TYPE_CHECKING:  # the GPU-side batch driver imports this module where pydantic is absent
@@ -49,8 +50,9 @@ SNAPSHOT_VARIABLE = "MEMTUNE_MEASURE_SNAPSHOT"
 
 
 def subprocess_env(job_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: ``base`` (default: ours) with the job's allocator settings."""
-    env = dict(os.environ if base is None else base)
+    """The child's environment: ``base`` (default: ours) without git's variables
+    (``memtune/childenv.py``), with the job's allocator settings."""
+    env = child_environment(base)
     for key in _ALLOCATOR_VARIABLES:
         env.pop(key, None)
     env.update(job_env)
@@ -65,7 +67,13 @@ def check_interpreter(python: str) -> None:
     """Refuse early, in one line, when ``python`` lacks torch or megatron-core."""
     try:
         probe = subprocess.run(
-            [python, "-c", _PROBE], check=False, capture_output=True, text=True, timeout=60
+            [python, "-c", _PROBE],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=child_environment(),
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise MissingDependencyError(f"cannot start {python}: {exc}") from None
@@ -82,13 +90,26 @@ def run_plan(
     plan: MeasurePlan,
     python: str = sys.executable,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    snapshot: str | None = None,
+    snapshot: Path | None = None,
+    replace_snapshot: bool = False,
 ) -> Measurement:
     """Measure in a fresh subprocess. Raises MissingDependencyError (no GPU, no megatron-core),
     InputError (megatron-core rejected the configuration) or MeasurementFailed. With ``snapshot``
-    the runner records the allocator's history during the last iteration and writes it there."""
-    env = dict(plan.env, **({SNAPSHOT_VARIABLE: str(Path(snapshot).resolve())} if snapshot else {}))
-    return parse_result(run_plan_json(plan.to_json(), env, python, timeout_s))
+    (a path ``memtune.outfile.check_output_path`` accepted) the runner records the allocator's
+    history during the last iteration into a scratch directory beside it, and the snapshot is
+    moved into place once the run has succeeded (replacing a file only with ``replace_snapshot``)."""
+    if snapshot is None:
+        return parse_result(run_plan_json(plan.to_json(), plan.env, python, timeout_s))
+    from memtune.outfile import move_into_place, scratch_beside
+
+    with scratch_beside(snapshot) as scratch:
+        recorded = Path(scratch).resolve() / "snapshot.pickle"
+        env = dict(plan.env, **{SNAPSHOT_VARIABLE: str(recorded)})
+        result = parse_result(run_plan_json(plan.to_json(), env, python, timeout_s))
+        if not recorded.is_file():
+            raise MeasurementFailed("the run finished without writing the memory snapshot")
+        move_into_place(recorded, snapshot, replace=replace_snapshot, option="--snapshot")
+    return result
 
 
 @dataclass(frozen=True)

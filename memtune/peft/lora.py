@@ -109,6 +109,7 @@ class LoRA:
         """
         apicheck.has_methods("model", model, "a torch.nn.Module", "parameters", "named_modules")
         _torch()
+        apicheck.process_group("tp_group", tp_group)
         from memtune.peft.modules import LoRALinear, make_adapter
 
         for p in model.parameters():

@@ -12,6 +12,7 @@ from rich.text import Text
 from memtune.output import SCHEMA_VERSION
 from memtune.perf.step import StepPrediction
 from memtune.perf.uncertainty import StepUncertainty
+from memtune.plotfile import save_figure
 from memtune.tables import Column, print_lines, print_table
 
 COMPUTE = {"forward", "backward", "output wgrad", "optimizer"}
@@ -99,5 +100,5 @@ def plot_step(p: StepPrediction, path: str | Path) -> None:
         fontsize="small",
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, str(path), dpi=110)
     plt.close(fig)

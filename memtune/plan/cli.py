@@ -7,7 +7,6 @@ its own (it repairs a config), and ``plan --fix`` would read as "plan, then fix"
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -23,6 +22,9 @@ from memtune.config.derived import derive
 from memtune.config.schema import JobConfig
 from memtune.config.writers import WRITE_FORMATS, WRITE_HELP
 from memtune.errors import InputError
+from memtune.infile import names_a_file
+from memtune.options import at_least, within
+from memtune.output import print_json
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
@@ -137,22 +139,22 @@ def _check_arguments(args: argparse.Namespace) -> None:
         ("--seq", args.seq),
         ("--gbs", args.gbs),
     ):
-        if value is not None and value < 1:
-            raise InputError(f"{option}: must be at least 1, got {value}")
-    for option, value, low, high in (
-        ("--top", args.top, 1, MAX_TOP),
-        ("--explain", args.explain, 1, MAX_TOP),
-        ("--workers", args.workers, 0, MAX_WORKERS),
-    ):
-        if value is not None and not low <= value <= high:
-            raise InputError(f"{option}: must be from {low} to {high}, got {value}")
-    if args.gpu is not None:
+        at_least(option, value)
+    within("--top", args.top, 1, MAX_TOP)
+    within("--explain", args.explain, 1, MAX_TOP)
+    check_search_options(args.workers, args.gpu)
+    if args.plot:
+        check_plot_path(args.plot, tuple(w for w in (args.config, *args.overrides) if w and names_a_file(w)))
+
+
+def check_search_options(workers: int, gpu: str | None) -> None:
+    """``--workers`` and ``--gpu`` of ``plan`` and ``bench plan``."""
+    within("--workers", workers, 0, MAX_WORKERS)
+    if gpu is not None:
         try:
-            get_gpu(args.gpu)  # '' is not "no GPU given"
+            get_gpu(gpu)  # '' is not "no GPU given"
         except InputError as exc:
             raise InputError(f"--gpu: {exc.problems[0]}") from None
-    if args.plot:
-        check_plot_path(args.plot)
 
 
 def _pin(text: str) -> Change:
@@ -234,11 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         write_layout(args, result)
     if args.json:
-        print(
-            json.dumps(
-                {**render.result_json(result, mode), "allocator": [str(c) for c in allocator]}, indent=2
-            )
-        )
+        print_json({**render.result_json(result, mode), "allocator": [str(c) for c in allocator]})
         return 0
     if not result.layouts:
         render.print_no_layout(result, console, mode)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from memtune.catalog.gpus import get_gpu
 from memtune.catalog.models import find_model, get_model
@@ -16,6 +15,8 @@ from memtune.config.knobs import Knobs
 from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
+from memtune.infile import names_a_file
+from memtune.numbers import echo
 from memtune.plan.space import MODES, changes_of
 
 USAGE = "memtune plan MODEL|--recipe NAME [OVERRIDE.yaml ...] [key=value ...] --gpus N --gbs B"
@@ -64,9 +65,7 @@ def mode_of(q: Query, loaded: LoadedJob | None = None) -> Mode:
 
 def _written(q: Query) -> bool:
     """The model is a job as written (a config file or a recipe), not a preset."""
-    return (
-        q.model is None or q.recipe is not None or Path(q.model).exists() or q.model.startswith(RECIPE_WORD)
-    )
+    return q.model is None or q.recipe is not None or names_a_file(q.model) or q.model.startswith(RECIPE_WORD)
 
 
 def _load(q: Query) -> LoadedJob:
@@ -91,7 +90,7 @@ def base_job(q: Query) -> JobConfig:
             find_model(q.model)
         except InputError as exc:
             raise InputError(
-                f"MODEL: {q.model!r} is neither a file nor a preset; {exc.problems[0]}"
+                f"MODEL: {echo(q.model)} is neither a file nor a preset; {exc.problems[0]}"
             ) from None
         files = [w for w in q.overrides if not is_override(w)]
         if files:

@@ -18,6 +18,7 @@ from memtune.perf.uncertainty import step_uncertainty
 from memtune.plan.obstacle import obstacle, unsplittable_line
 from memtune.plan.query import Mode
 from memtune.plan.search import Planned, PlanResult
+from memtune.plotfile import save_figure
 from memtune.tables import Column
 from memtune.units import GiB
 
@@ -395,5 +396,5 @@ def plot(result: PlanResult, path: str) -> None:
     ax.set_title("memtune plan: layouts that fit")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, str(path), dpi=120)
     plt.close(fig)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -13,7 +12,8 @@ from memtune.config.arguments import is_override
 from memtune.diagnose.cli import add_category_argument, compare_snapshots
 from memtune.errors import InputError
 from memtune.limits import MAX_TIMEOUT_SECONDS
-from memtune.numbers import echo, float_or_none
+from memtune.options import seconds
+from memtune.output import print_json
 from memtune.regress import render
 from memtune.tables import print_wrapped
 
@@ -105,7 +105,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], lines: list[str]) -> None:
     if args.json:
-        print(json.dumps(data, indent=2))
+        print_json(data)
     else:
         console = Console(highlight=False)
         for line in lines:
@@ -118,6 +118,8 @@ def run_diff(args: argparse.Namespace) -> int:
     if args.snapshots:
         if overrides or args.logs or len(paths) not in (1, 2):
             raise InputError("--snapshots compares two snapshots A B, or the snapshots of one folder")
+        if args.all:
+            raise InputError("--all goes with --logs (it lists every rank and step of two runs)")
         return compare_snapshots(paths, args.category, args.plot, args.json)
     if args.category or args.plot:
         raise InputError("--category and --plot go with --snapshots")
@@ -173,12 +175,7 @@ def run_bisect(args: argparse.Namespace) -> int:
 
 
 def _seconds(text: str) -> float:
-    value = float_or_none(text)
-    if value is None or not 0 < value <= MAX_TIMEOUT_SECONDS:
-        raise InputError(
-            f"--timeout {echo(text)}: must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_SECONDS}"
-        )
-    return value
+    return seconds("--timeout", text, MAX_TIMEOUT_SECONDS)
 
 
 def _bisect_configs(args: argparse.Namespace) -> int:

@@ -11,6 +11,13 @@ happens: the command failing or hanging (``--timeout``), memtune's own limit on 
 bisect runs, bad input, or SIGINT, SIGTERM and SIGHUP sent to memtune (passed to the command's
 process group first, see ``memtune/runtime/launch.py``).
 
+git is run with an explicit environment (``memtune/childenv.py``: no ``GIT_DIR``,
+``GIT_WORK_TREE``, ``GIT_INDEX_FILE`` or any other ``GIT_*`` variable of the caller's, which git
+would obey before its command line) and names the git directory and work tree it acts on
+explicitly, so a memtune started from a git hook or from a shell that exports them still works on
+the temporary worktree alone; the user's hooks do not run for memtune's checkouts, and the
+command runs without the variables that point git at a repository.
+
 Both ends are run first: a ``--bad`` commit that does not fail with the chased out-of-memory,
 or a ``--good`` one where the command does not pass, is refused, so "found" always means a
 commit that fails where its parents did not.
@@ -27,6 +34,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from memtune.childenv import child_environment
 from memtune.diagnose.logscan import ScanResult, scan
 from memtune.errors import InputError
 from memtune.limits import KILL_GRACE_SECONDS, MAX_BISECT_RUNS
@@ -44,17 +52,44 @@ class BisectResult:
     tested: list[tuple[str, Outcome]] = field(default_factory=list)  # every commit run, in order
 
 
-def _git_in(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class _Repository:
+    """A git directory and the work tree git commands act on, both named on git's command line."""
+
+    git_dir: Path
+    work_tree: Path
+
+
+def _run_git(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     # Its own process group: a Ctrl-C at the terminal reaches memtune, which finishes the git
     # operation under way and then stops, rather than git dying halfway through a checkout.
+    # No hooks: the checkouts are memtune's, in its own worktree, not the user's.
     return subprocess.run(
-        ["git", "-C", str(repo), *args],
+        ["git", "-c", "core.hooksPath=/dev/null", *argv],
         check=False,
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
         process_group=0,
+        cwd=cwd,
+        env=child_environment(),
     )
+
+
+def _git_in(repo: _Repository, *args: str) -> subprocess.CompletedProcess[str]:
+    return _run_git(
+        ["--git-dir", str(repo.git_dir), "--work-tree", str(repo.work_tree), *args], repo.work_tree
+    )
+
+
+def _discover(directory: Path) -> _Repository | None:
+    """The repository whose work tree holds ``directory`` (git's own search, without the
+    caller's GIT_* variables), or None."""
+    proc = _run_git(["rev-parse", "--show-toplevel", "--absolute-git-dir"], directory)
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != 2:
+        return None
+    return _Repository(Path(lines[1]), Path(lines[0]))
 
 
 def _first_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -62,20 +97,20 @@ def _first_line(proc: subprocess.CompletedProcess[str]) -> str:
     return cut(text.splitlines()[0], 200)
 
 
-def _work_tree(repo: str) -> Path:
+def _work_tree(repo: str) -> _Repository:
     path = Path(repo)
     if not path.is_dir():
         raise InputError(f"--repo {cut(repo)}: no such directory")
-    proc = _git_in(path, "rev-parse", "--show-toplevel")
-    if proc.returncode != 0:
+    found = _discover(path)
+    if found is None:
         raise InputError(f"--repo {cut(repo)}: not a git work tree")
-    return Path(proc.stdout.strip())
+    return found
 
 
-def _commit(repo: Path, option: str, rev: str) -> str:
+def _commit(repo: _Repository, option: str, rev: str) -> str:
     proc = _git_in(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
     if proc.returncode != 0:
-        raise InputError(f"{option} {cut(rev)}: not a commit in {repo}")
+        raise InputError(f"{option} {cut(rev)}: not a commit in {repo.work_tree}")
     return proc.stdout.strip()
 
 
@@ -85,7 +120,7 @@ def _make_writable(tree: Path) -> None:
             os.chmod(directory, 0o700)
 
 
-def preflight(repo: str, good: str, bad: str) -> tuple[Path, str, str]:
+def preflight(repo: str, good: str, bad: str) -> tuple[_Repository, str, str]:
     """The work tree and both commits."""
     root = _work_tree(repo)
     good_commit, bad_commit = _commit(root, "--good", good), _commit(root, "--bad", bad)
@@ -115,7 +150,7 @@ class _Session:
 
     def __init__(
         self,
-        root: Path,
+        root: _Repository,
         scratch: Path,
         command: list[str],
         kind: str,
@@ -125,18 +160,21 @@ class _Session:
         self.root, self.command, self.kind, self.timeout = root, command, kind, timeout
         self.supervisor = supervisor
         self.tree = scratch / "tree"
+        self.checkout: _Repository | None = None  # the worktree's git directory and tree, once open
         self.log = scratch / "output.log"
         self.admin: Path | None = None  # the worktree's entry under the repository's .git/worktrees
         self.link = b""  # the worktree's .git file, which points git at that entry
         self.tested: list[tuple[str, Outcome]] = []
         self.remaining: list[str] = []  # the commits that may still be the first bad one
 
-    def git(self, *args: str, where: Path | None = None) -> subprocess.CompletedProcess[str]:
-        proc = _git_in(where or self.tree, *args)
+    def git(self, *args: str, where: _Repository | None = None) -> subprocess.CompletedProcess[str]:
+        repo = where or self.checkout
+        assert repo is not None, "open() names the worktree before any git command runs in it"
+        proc = _git_in(repo, *args)
         self.supervisor.check()
         return proc
 
-    def must(self, *args: str, where: Path | None = None) -> str:
+    def must(self, *args: str, where: _Repository | None = None) -> str:
         proc = self.git(*args, where=where)
         if proc.returncode != 0:
             raise InputError(f"git {args[0]} {args[1] if len(args) > 1 else ''} failed: {_first_line(proc)}")
@@ -146,7 +184,11 @@ class _Session:
         self.must(
             "worktree", "add", "--detach", "--no-checkout", "--quiet", str(self.tree), commit, where=self.root
         )
-        self.admin = Path(self.must("rev-parse", "--absolute-git-dir"))
+        found = _discover(self.tree)
+        if found is None:
+            raise InputError(f"git worktree add made no work tree at {self.tree}")
+        self.admin = found.git_dir
+        self.checkout = _Repository(found.git_dir, self.tree)
         self.link = (self.tree / ".git").read_bytes()
 
     def _relink(self) -> None:
@@ -234,7 +276,12 @@ class _Session:
             log = FileSink(log_file)
             try:
                 finished = self.supervisor.run(
-                    self.command, None, self.tree, [LineSink(log)], [LineSink(log)], self.timeout
+                    self.command,
+                    child_environment(),
+                    self.tree,
+                    [LineSink(log)],
+                    [LineSink(log)],
+                    self.timeout,
                 )
             except OSError as exc:
                 finished, cannot_start = None, exc.strerror or str(exc)

@@ -20,6 +20,7 @@ from memtune.config import LoadedJob, validate
 from memtune.config.arguments import load_word
 from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.loaders import native
+from memtune.config.loaders._guards import read_config_text
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
@@ -148,7 +149,7 @@ def _ignored_values(loaded: LoadedJob) -> dict[str, str]:
     path = Path(loaded.source)
     if not path.is_file():  # a recipe from the catalog: no file to quote values from
         return {entry: "" for entry in loaded.ignored}
-    mapping = native.parse_mapping(path, path.read_text(encoding="utf-8"))
+    mapping = native.parse_mapping(path, read_config_text(path))
     out = {}
     for entry in loaded.ignored:
         node: Any = mapping

@@ -12,6 +12,7 @@ from pathlib import Path
 from memtune.config import LoadedJob
 from memtune.config.arguments import add_recipe_argument, is_override, load_from_words
 from memtune.errors import InputError
+from memtune.output import print_json
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,16 +154,19 @@ def report(args: argparse.Namespace) -> int:
 
     from memtune.outfile import check_output_path, write_atomically
     from memtune.plotfile import check_plot_path
-    from memtune.runtime.records import read_directory
+    from memtune.runtime.records import FILE_PATTERN, read_directory
     from memtune.runtime.render import plot, render, to_json
     from memtune.runtime.report import build_report, measured_records, rank_estimates
 
+    # The files report reads: the monitor's records in DIR (not DIR itself, where an export may go) and the config.
+    records = sorted(str(p) for p in Path(args.dir).glob(FILE_PATTERN)) if os.path.isdir(args.dir) else []
+    inputs = (*records, *([args.config] if args.config else []))
     if args.plot:
-        check_plot_path(args.plot)
+        check_plot_path(args.plot, inputs)
     if args.force and not args.export_measured:
         raise InputError("--force goes with --export-measured FILE.jsonl")
     export = (
-        check_output_path("--export-measured", args.export_measured, force=args.force)
+        check_output_path("--export-measured", args.export_measured, force=args.force, inputs=inputs)
         if args.export_measured
         else None
     )
@@ -193,8 +197,7 @@ def report(args: argparse.Namespace) -> int:
             export, lambda handle: handle.write(text), replace=args.force, option="--export-measured"
         )
     if args.json:
-        json.dump(to_json(result), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(to_json(result))
     else:
         render(result, Console())
     return 0

@@ -26,10 +26,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import BinaryIO, Protocol
 
+from memtune.childenv import repository_variables
 from memtune.config.derived import Derived
 from memtune.errors import InputError
 from memtune.limits import EXIT_GRACE_SECONDS, KILL_GRACE_SECONDS, OUTPUT_CHUNK_BYTES
 from memtune.numbers import cut, echo
+from memtune.outfile import check_output_path, open_stream, write_atomically
 from memtune.runtime.monitor import OUTPUT_VARIABLE
 
 LOG_NAME = "output.log"
@@ -56,8 +58,16 @@ def launch_environment(derived: Derived | None, base: Mapping[str, str], out_dir
     """The child's memory environment: the config's allocator settings (inherited allocator
     variables dropped, so the config's are the ones torch reads), its ``NCCL_GRAPH_REGISTER``,
     ``CUDA_DEVICE_MAX_CONNECTIONS`` where Megatron needs it, and the output directory for the
-    monitor and the OOM hook."""
+    monitor and the OOM hook. git's variables that name a repository are dropped, as for every
+    command memtune starts (``memtune/childenv.py``)."""
     launch = LaunchEnvironment({OUTPUT_VARIABLE: str(out_dir)})
+    dropped = repository_variables(base)
+    if dropped:
+        launch.removed += dropped
+        launch.notes.append(
+            f"{cut(', '.join(dropped), 200)} from your environment dropped: they point git at a repository, "
+            "and memtune starts no process with them"
+        )
     if derived is None:
         return launch
     env = derived.job.env
@@ -349,12 +359,15 @@ def claim_out_dir(name: str, force: bool) -> Path:
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out {cut(name)}: not a directory")
     if not force:
-        earlier = [entry for entry in (LOG_NAME, RUN_RECORD) if (out_dir / entry).exists()]
+        earlier = [entry for entry in (LOG_NAME, RUN_RECORD) if os.path.lexists(out_dir / entry)]
         if earlier:
             raise InputError(
                 f"--out {cut(name)} holds an earlier run ({', '.join(earlier)}); "
                 "give a new directory, or --force to replace it"
             )
+    if out_dir.is_dir():  # what --force would replace: files only, never a link to one elsewhere
+        for entry in (LOG_NAME, RUN_RECORD):
+            check_output_path("--out", str(out_dir / entry), force=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 
@@ -374,8 +387,13 @@ def run_command(command: list[str], env: Mapping[str, str], out_dir: Path, force
     memtune, and memtune stays alive to save the output and diagnose it.
     """
     started = time.time()
-    # Opened exclusively: a second run racing for the same --out cannot truncate this one's log.
-    with open(out_dir / LOG_NAME, "wb" if force else "xb") as log_file:
+    # Created new (an earlier log is removed first with --force), never through a link: a second
+    # run racing for the same --out cannot truncate this one's log.
+    try:
+        opened = open_stream(out_dir / LOG_NAME, replace=force)
+    except OSError as exc:
+        raise InputError(f"--out {cut(str(out_dir / LOG_NAME))}: {exc.strerror or exc}") from None
+    with opened as log_file:
         log = FileSink(log_file)
         terminal_out, terminal_err = DescriptorSink(sys.stdout.fileno()), DescriptorSink(sys.stderr.fileno())
         with Supervisor() as supervisor:
@@ -384,7 +402,7 @@ def run_command(command: list[str], env: Mapping[str, str], out_dir: Path, force
                     command, env, None, [terminal_out, LineSink(log)], [terminal_err, LineSink(log)]
                 )
             except OSError as exc:
-                Path(log_file.name).unlink()  # created empty just now: nothing of a run to keep
+                (out_dir / LOG_NAME).unlink()  # created empty just now: nothing of a run to keep
                 raise InputError(f"cannot start {cut(command[0])!r}: {exc.strerror or exc}") from None
     notes = []
     if log.error is not None:
@@ -401,8 +419,9 @@ def run_command(command: list[str], env: Mapping[str, str], out_dir: Path, force
         "started": started,
         "seconds": time.time() - started,
     }
+    text = (json.dumps(record, indent=2) + "\n").encode()
     try:
-        (out_dir / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        write_atomically(out_dir / RUN_RECORD, lambda handle: handle.write(text), replace=force)
     except OSError as exc:  # the command's status matters more than its record
         notes.append(f"{out_dir / RUN_RECORD} not written: {exc.strerror or exc}")
     return RunResult(finished.status, started, notes)

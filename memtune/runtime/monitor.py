@@ -12,6 +12,7 @@ torch is imported when the monitor starts, not when this module is imported.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -22,6 +23,7 @@ from typing import IO, Any
 from memtune import apicheck
 from memtune.errors import ArgumentError, InputError, MissingDependencyError
 from memtune.limits import MAX_RECORD_BYTES, MAX_STEP
+from memtune.outfile import open_stream
 from memtune.runtime.records import SCHEMA_VERSION, file_name
 from memtune.runtime.stats import CudaAllocatorStats, DeviceSource, NvmlDevice, StatsSource
 from memtune.units import human
@@ -77,13 +79,16 @@ class MemoryMonitor:
         apicheck.integer("start_step", start_step, 0, MAX_STEP)
         if estimate_bytes is not None:
             apicheck.integer("estimate_bytes", estimate_bytes, 0, MAX_RECORD_BYTES)
-        for name, value in (("out_dir", out_dir), ("config", config), ("tensorboard_dir", tensorboard_dir)):
+        for name, value in (("out_dir", out_dir), ("tensorboard_dir", tensorboard_dir)):
             if value is not None:
-                apicheck.path(name, value)
+                apicheck.directory(name, value)
+        if config is not None:
+            apicheck.path("config", config)
         if stats is not None:
-            apicheck.has_methods("stats", stats, "a stats source", "sample", "reset_peaks")
+            apicheck.source("stats", stats, "a stats source", "sample", "reset_peaks")
         if device is not None:
-            apicheck.has_methods("device", device, "a device source", "sample")
+            apicheck.source("device", device, "a device source", "sample")
+        apicheck.process_group("group", group)
         if config is not None and estimate_bytes is not None:
             raise ArgumentError("give config or estimate_bytes, not both")
         self.out_dir = Path(out_dir if out_dir is not None else default_output())
@@ -136,7 +141,13 @@ class MemoryMonitor:
         if self.tensorboard_dir is not None:
             self._tensorboard = _tensorboard_writer(Path(self.tensorboard_dir) / f"rank{self.rank}")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.out_dir / file_name(self.rank), "a", encoding="utf-8")  # noqa: SIM115
+        records = self.out_dir / file_name(self.rank)
+        try:  # appended to, never through a link or into a device (memtune/outfile.py)
+            self._file = io.TextIOWrapper(open_stream(records, replace=False, append=True), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(
+                f"{records}: cannot write the monitor's records ({exc.strerror or exc})"
+            ) from None
         from memtune.runtime.allocator import allocator_settings_in_effect
 
         self._write(

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from memtune import apicheck
+from memtune.errors import ArgumentTypeError
 from memtune.limits import MAX_PARALLEL
+from memtune.numbers import echo
 from memtune.outfile import write_atomically
 from memtune.runtime.monitor import default_output
 
@@ -33,12 +35,14 @@ MAX_HISTORY_ENTRIES = 10_000_000  # tens of GB of stacks; torch's C++ count over
 def snapshot_path(directory: str | os.PathLike[str], rank: int) -> Path:
     # A rank is a number, so the file stays inside ``directory`` (a rank of "../x" would not).
     apicheck.integer("rank", rank, 0, MAX_PARALLEL - 1)
-    return apicheck.path("directory", directory) / f"oom-rank{rank}" / f"oom-snapshot-rank{rank}.pickle"
+    return apicheck.directory("directory", directory) / f"oom-rank{rank}" / f"oom-snapshot-rank{rank}.pickle"
 
 
 def write_snapshot(snapshot: Any, directory: str | os.PathLike[str], rank: int) -> Path:
     """Pickle ``snapshot`` to :func:`snapshot_path` atomically: a temporary file in the same
     directory, then ``os.replace``; on failure nothing is left behind."""
+    if not isinstance(snapshot, dict | list):  # what torch.cuda.memory._snapshot() returns
+        raise ArgumentTypeError(f"snapshot: must be a memory snapshot (a dict or list), got {echo(snapshot)}")
     target = snapshot_path(directory, rank)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(
@@ -62,7 +66,7 @@ class capture_oom(ContextDecorator):
     def __init__(self, out_dir: str | os.PathLike[str] | None = None, max_entries: int = DEFAULT_MAX_ENTRIES):
         apicheck.integer("max_entries", max_entries, 1, MAX_HISTORY_ENTRIES)
         if out_dir is not None:
-            apicheck.path("out_dir", out_dir)
+            apicheck.directory("out_dir", out_dir)
         self.out_dir = Path(out_dir if out_dir is not None else default_output())
         self.max_entries = max_entries
         self.active = False

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from memtune.plotfile import save_figure
 from memtune.runtime.records import MonitorRun
 from memtune.runtime.report import Report
 from memtune.tables import Column, print_table, print_text
@@ -120,5 +121,5 @@ def plot(run: MonitorRun, report: Report, path: str | Path) -> None:
     if len(run.ranks) <= 16:
         axes[0].legend(fontsize="small", ncol=4)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, str(path), dpi=110)
     plt.close(fig)

@@ -45,7 +45,7 @@ def test_a_record_without_a_resume_phase_is_refused_in_one_line(tmp_path, capsys
     assert main(["bench", "resume", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(
-        f"{record['id']}: neither measured.resume nor measured.save (not a checkpoint round trip)"
+        "runs.jsonl:1: neither measured.resume nor measured.save (not a checkpoint round trip)"
     )
     assert len(err.splitlines()) == 1
 
@@ -66,18 +66,21 @@ def test_json_carries_both_phases_of_every_run(capsys):
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"measured": {"peak_allocated_bytes": 5}}, "runs.jsonl:1: no run id (`id`, a string)"),
+        (
+            {"measured": {"peak_allocated_bytes": 5}},
+            "runs.jsonl:1: id must be a text of 1 to 200 printable characters, got nothing",
+        ),
         (
             {"id": "r", "measured": {"peak_allocated_bytes": 5}},
-            "runs.jsonl:1: r: no `config` (the memtune config the run measured, an object)",
+            "runs.jsonl:1: config must be a mapping, got nothing",
         ),
         (
             {"id": "r", "config": {}, "rank": -1, "measured": {"peak_allocated_bytes": 5}},
-            "runs.jsonl:1: r: `rank` must be the global rank measured, an integer >= 0",
+            "runs.jsonl:1: rank must be an integer from 0 to 999999, got -1",
         ),
         (
             {"id": "r", "config": {}, "rank": 0, "measured": {"peak_allocated_bytes": "5"}},
-            "runs.jsonl:1: r: `measured.peak_allocated_bytes` must be a positive integer",
+            "runs.jsonl:1: measured: peak_allocated_bytes must be an integer from 1 to 2^62, got '5'",
         ),
     ],
 )
@@ -101,7 +104,9 @@ def test_a_resume_phase_without_its_peaks_is_refused(tmp_path, capsys):
     assert (
         capsys.readouterr()
         .err.strip()
-        .endswith(f"{record['id']}: `measured.resume.first_step_peak_bytes` must be a positive integer")
+        .endswith(
+            "runs.jsonl:1: measured.resume: first_step_peak_bytes must be an integer from 1 to 2^62, got nothing"
+        )
     )
 
 

@@ -20,6 +20,37 @@ from tests.hostile.conftest import FIXTURE_SETTINGS
 
 HUGE = 10**100
 
+
+class NoNotes:
+    """A stats or device source without the protocol's ``notes``."""
+
+    def sample(self) -> dict[str, int | None]:
+        return {}
+
+    def reset_peaks(self) -> None:
+        pass
+
+
+class TextNotes(NoNotes):
+    notes = "CUDA missing"
+
+
+class FailingPath:
+    def __fspath__(self) -> str:
+        raise RuntimeError("unmounted")
+
+
+class IntPath:
+    def __fspath__(self) -> int:
+        return 5
+
+
+def Linears() -> Any:
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(2, 2))
+
+
 PROBES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     # MemoryMonitor
     (
@@ -118,7 +149,61 @@ PROBES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         ValueError,
         "give config or estimate_bytes, not both",
     ),
+    (
+        "stats without notes",
+        lambda d: MemoryMonitor(d, stats=NoNotes()),
+        TypeError,
+        "stats: must be a stats source whose notes is a list of str, got notes=None",
+    ),
+    (
+        "stats notes str",
+        lambda d: MemoryMonitor(d, stats=TextNotes()),
+        TypeError,
+        "stats: must be a stats source whose notes is a list of str, got notes='CUDA missing'",
+    ),
+    (
+        "device without notes",
+        lambda d: MemoryMonitor(d, device=NoNotes()),
+        TypeError,
+        "device: must be a device source whose notes is a list of str, got notes=None",
+    ),
+    (
+        "group int",
+        lambda d: MemoryMonitor(d, group=3),
+        TypeError,
+        "group: must be None or a torch.distributed.ProcessGroup, got 3",
+    ),
+    (
+        "out_dir a file",
+        lambda d: MemoryMonitor(d / "file.txt"),
+        ValueError,
+        "out_dir: must be a directory (or a path to create one), got the file ",
+    ),
+    (
+        "out_dir fspath fails",
+        lambda d: MemoryMonitor(FailingPath()),
+        TypeError,
+        "out_dir: its __fspath__() failed (RuntimeError: 'unmounted')",
+    ),
     # capture_oom and write_snapshot
+    (
+        "snapshot directory a file",
+        lambda d: write_snapshot({}, d / "file.txt", 0),
+        ValueError,
+        "directory: must be a directory (or a path to create one), got the file ",
+    ),
+    (
+        "snapshot not plain data",
+        lambda d: write_snapshot(lambda: 0, d, 0),
+        TypeError,
+        "snapshot: must be a memory snapshot (a dict or list), got <function",
+    ),
+    (
+        "capture out_dir fspath returns int",
+        lambda d: capture_oom(IntPath()),
+        TypeError,
+        "out_dir: its __fspath__() failed (TypeError: ",
+    ),
     (
         "max_entries str",
         lambda d: capture_oom(d, max_entries="10"),
@@ -264,6 +349,12 @@ PROBES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         "model: must be a torch.nn.Module (no parameters(), named_modules()), got None",
     ),
     (
+        "lora tp_group str",
+        lambda d: LoRA().apply(Linears(), tp_group="tp"),
+        TypeError,
+        "tp_group: must be None or a torch.distributed.ProcessGroup, got 'tp'",
+    ),
+    (
         "lora report str",
         lambda d: LoRA().report("model"),
         TypeError,
@@ -281,6 +372,7 @@ PROBES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
 @pytest.mark.parametrize(("call", "kind", "message"), [p[1:] for p in PROBES], ids=[p[0] for p in PROBES])
 def test_a_bad_argument_is_one_clear_error_naming_it(tmp_path, monkeypatch, call, kind, message):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    (tmp_path / "file.txt").write_text("not a directory\n")
     with pytest.raises(kind) as caught:
         call(tmp_path)
     assert isinstance(caught.value, ArgumentError | ArgumentTypeError | InputError)

@@ -129,22 +129,35 @@ def test_report_sets_the_estimate_beside_a_real_measurement():
     assert "1 (warm-up)" in text
 
 
-def test_snapshot_path_reaches_the_runner_as_an_absolute_path(monkeypatch, tmp_path):
+def test_the_snapshot_is_recorded_beside_its_target_and_moved_into_place(monkeypatch, tmp_path):
+    """The runner writes into a scratch directory next to the target (an absolute path), and the
+    snapshot reaches the target only when the run succeeded; a failed run leaves nothing."""
     import memtune.measure.run as run_module
 
     seen = {}
 
-    def fake_run(plan_json, env, python, timeout_s):
+    def failing_run(plan_json, env, python, timeout_s):
         seen.update(env)
         return {"error": {"kind": "failed", "message": "stop here"}}
 
-    monkeypatch.setattr(run_module, "run_plan_json", fake_run)
+    monkeypatch.setattr(run_module, "run_plan_json", failing_run)
     monkeypatch.chdir(tmp_path)
     plan = plan_measurement(gate(load_job(CONFIGS / "qwen3-moe-ep4.yaml").job), rank=3)
     with pytest.raises(MeasurementFailed):
-        run_plan(plan, snapshot="peak.pickle")
-    assert seen[run_module.SNAPSHOT_VARIABLE] == str(tmp_path / "peak.pickle")
+        run_plan(plan, snapshot=Path("peak.pickle"))
+    recorded = Path(seen[run_module.SNAPSHOT_VARIABLE])
+    assert recorded.is_absolute() and recorded.parent.parent == tmp_path
+    assert list(tmp_path.iterdir()) == []
     seen.clear()
     with pytest.raises(MeasurementFailed):
         run_plan(plan)
     assert run_module.SNAPSHOT_VARIABLE not in seen
+
+    def writing_run(plan_json, env, python, timeout_s):
+        Path(env[run_module.SNAPSHOT_VARIABLE]).write_bytes(b"snapshot")
+        return {"measured": {}, "environment": {}, "pp_rank": 0, "wall_seconds": 1.0}
+
+    monkeypatch.setattr(run_module, "run_plan_json", writing_run)
+    run_plan(plan, snapshot=Path("peak.pickle"))
+    assert [p.name for p in tmp_path.iterdir()] == ["peak.pickle"]
+    assert (tmp_path / "peak.pickle").read_bytes() == b"snapshot"

@@ -8,6 +8,7 @@ from memtune.check.registry import Applies, rule
 from memtune.config.allocator import TORCH_READS_PYTORCH_ALLOC_CONF
 from memtune.config.changes import expandable_segments_changes
 from memtune.config.versions import format_version
+from memtune.numbers import cut, echo
 from memtune.units import gib, human
 
 # torch 2.11 lets custom-allocator pools (NCCL user buffers) fall back to plain segments
@@ -465,9 +466,9 @@ def unknown_allocator_option(c: Context) -> Hit | None:
         for key in conf:
             if key not in KNOWN_ALLOCATOR_OPTIONS:
                 return Hit(
-                    message=f"env.{name} has unknown option {key!r}",
-                    fix=f"correct or remove {key!r} (e.g. expandable_segments:True)",
-                    upstream=f"Unrecognized key '{key}' in CUDA allocator config."
+                    message=f"env.{name} has unknown option {echo(key)}",
+                    fix=f"correct or remove {echo(key)} (e.g. expandable_segments:True)",
+                    upstream=f"Unrecognized key '{cut(key)}' in CUDA allocator config."
                     if c.torch >= (2, 11, 0)
                     else None,
                 )

@@ -90,7 +90,7 @@ def read_recipe(name: object) -> RawJob:
     from memtune.catalog.recipes import find_recipe  # the catalog reads the config layer too
 
     if not isinstance(name, str):
-        raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {name!r}")
+        raise InputError(f"recipe: must be a recipe name (`memtune recipes` lists them), got {echo(name)}")
     recipe = find_recipe(name)
     data, ignored = bridge.read(recipe.container())
     fine_tuning = (
@@ -102,13 +102,7 @@ def read_recipe(name: object) -> RawJob:
 def read_layer(path: Path) -> tuple[dict[str, Any], list[str]]:
     """A Megatron-Bridge override file (ConfigContainer sections, any subset) in memtune's layout,
     with the keys it did not use."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (an override file is YAML or JSON in Bridge's layout)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read as text ({exc.__class__.__name__})") from None
-    mapping = native.parse_mapping(path, text)
+    mapping = native.parse_mapping(path, read_config_text(path))
     if "recipe" in mapping:
         raise InputError(
             f"{path}: `recipe:` belongs in the first config (or --recipe), not in an override file"

@@ -14,7 +14,9 @@ import json
 import yaml
 
 from memtune.errors import InputError
+from memtune.infile import read_capped
 from memtune.limits import MAX_ALIASES, MAX_CONFIG_BYTES, MAX_ECHO, MAX_NESTING, MAX_NODES
+from memtune.numbers import echo
 
 # libyaml's parser when PyYAML was built with it (about 20x faster, and it caps nesting itself).
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -46,7 +48,10 @@ def load_yaml(text: str, where: str) -> object:
     """Parse one YAML document with the safe loader, bounded in aliases, depth and size."""
     loader = _CountingLoader(text)
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if node is not None:
+            _refuse_duplicate_keys(node)
+        data = None if node is None else loader.construct_document(node)
     except InputError as exc:
         raise InputError(f"{where}: {exc.problems[0]}") from None
     except yaml.YAMLError as exc:
@@ -64,9 +69,59 @@ def load_yaml(text: str, where: str) -> object:
     return data
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(root: yaml.Node) -> None:
+    """A mapping that names a key twice: YAML loaders keep the last value without a word, so a
+    setting written twice would silently lose the first (``<<:`` merges are not duplicates:
+    keys written beside a merge override the merged ones by design)."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:  # an alias: the node is checked once
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                stack += [key, value]
+                if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+                    continue
+                line, ident = key.start_mark.line + 1, (key.tag, key.value)
+                if ident in lines:
+                    where = f"lines {lines[ident]} and {line}" if lines[ident] != line else f"line {line}"
+                    raise InputError(
+                        f"key {echo(key.value)} is given twice, at {where} (YAML would keep only the last); "
+                        "remove one"
+                    )
+                lines[ident] = line
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    mapping: dict[str, object] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise _DuplicateKey(key)
+        mapping[key] = value
+    return mapping
+
+
 def load_json(text: str, where: str) -> object:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InputError(
+            f"{where}: key {echo(exc.args[0])} is given twice in one object (JSON readers keep only the last); "
+            "remove one"
+        ) from None
     except json.JSONDecodeError as exc:
         raise InputError(
             f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
@@ -118,15 +173,10 @@ def _cut(path: str) -> str:
 
 
 def read_config_text(path, max_bytes: int = MAX_CONFIG_BYTES) -> str:  # type: ignore[no-untyped-def]
-    """The file's text, refusing more than ``max_bytes`` (read with a cap: sizes of pipes lie)."""
+    """The file's text, refusing more than ``max_bytes`` (read with a cap: sizes of pipes lie; a
+    FIFO is opened without waiting for a writer, ``memtune/infile.py``)."""
+    data = read_capped(path, "a config", max_bytes, regular=False)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
-    if len(raw) > max_bytes:
-        raise InputError(f"{path}: larger than {max_bytes >> 20} MiB; a config is far smaller")
-    try:
-        return raw.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: cannot read as text (UnicodeDecodeError)") from None
