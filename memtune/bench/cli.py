@@ -81,15 +81,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = bench.add_parser(
         "plan",
         help="the planner's search speed; with --accuracy, the throughput model against published layouts",
-        description="Time an exhaustive `memtune plan` search (default: Llama 3.1 405B on 1,024 H100s), or with "
-        "--accuracy compare predicted and measured throughput of published layout comparisons.",
+        description="Time a `memtune plan` search of every layout (default: Llama 3.1 405B on 1,024 H100s; it "
+        "runs in one process), or with --accuracy compare predicted and measured throughput of published "
+        "layout comparisons.",
     )
     plan.add_argument("--model", default="llama3.1-405b", help="model preset (default llama3.1-405b)")
     plan.add_argument("--gpus", type=int, default=1024, help="GPU count (default 1024)")
     plan.add_argument("--gpu", default="H100-80GB", help="GPU type (default H100-80GB)")
     plan.add_argument("--seq", type=int, default=8192, help="sequence length (default 8192)")
     plan.add_argument("--gbs", type=int, default=1536, help="global batch size (default 1536)")
-    plan.add_argument("--workers", type=int, default=0, help="search processes (default: CPU count, up to 8)")
     plan.add_argument(
         "--accuracy",
         nargs="*",
@@ -167,7 +167,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     from memtune.bench import plan as bench_plan
-    from memtune.plan.search import default_workers
 
     console = Console()
     if args.accuracy is not None:
@@ -177,9 +176,8 @@ def run_plan(args: argparse.Namespace) -> int:
         else:
             render.print_plan_accuracy(console, groups)
         return 0
-    workers = args.workers or default_workers()
-    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)
-    render.print_plan_speed(console, args, result, workers)
+    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu)
+    render.print_plan_speed(console, args, result)
     return 0
 
 

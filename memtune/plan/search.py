@@ -277,9 +277,10 @@ def _corners(w: _Work, head: Knobs) -> list[Knobs]:
     """The members of ``head``'s layout group whose passes are the cheapest: nothing recomputed
     or offloaded, under LoRA with and without re-gather. Recompute, activation offload and the
     adapters' re-gather only add to a chunk's passes (under LoRA, recompute turns re-gather off:
-    either corner bounds it); the sharding changes only the data-parallel collectives and the
-    optimizer step, which the layout bound drops, and the device connections (Megatron-FSDP
-    keeps more than one, so hides less of the TP collectives: DDP is the corner)."""
+    either corner bounds it); the sharding and optimizer offload change the data-parallel
+    collectives and the optimizer step, which the layout bound drops, and the device
+    connections (Megatron-FSDP keeps more than one, so hides less of the TP collectives: DDP
+    is the corner), not the passes."""
     corner = replace(head, recompute=Recompute(), sharding="ddp", offload=0.0, act_offload=0, regather=False)
     if w.base.peft is not None and head.sp and head.tp > 1:
         return [corner, replace(corner, regather=True)]
@@ -300,10 +301,9 @@ def _shape_bound(w: _Work, head: Knobs) -> float:
 
 
 def _layout_bound(w: _Work, head: Knobs) -> float:
-    """A lower bound on the step of every member of ``head``'s layout group: the bound of its
-    corners' passes (``_corners``), field by field the least of them, without the
-    data-parallel collectives and the optimizer step (``tests/plan/test_prune.py`` checks every
-    member's own bound against it)."""
+    """A lower bound on the step of every member of ``head``'s layout group: field by field the
+    least of its corners' stages (``_corners``), without the data-parallel collectives and the
+    optimizer step (``tests/plan/test_prune.py`` checks every member's own bound against it)."""
     priced = [w.pricer.price(w.fast.derived(c), data_parallel=False) for c in _corners(w, head)]
     least: dict[tuple[int, ...], StageWork] = {}  # ranks that build the same chunks share a StageWork
     stages = []
@@ -313,8 +313,22 @@ def _layout_bound(w: _Work, head: Knobs) -> float:
         if stage is None:
             stage = least[key] = _least_stage(works)
         stages.append(stage)
-    first = priced[0]
-    return step_bound(stages, first.num_microbatches, first.overlap)
+    return step_bound(stages, priced[0].num_microbatches, priced[0].overlap)
+
+
+def _passes_bound(w: _Work, c: Knobs) -> float:
+    """A lower bound on the step of every member of ``c``'s layout group that recomputes and
+    offloads activations as ``c`` does (and under LoRA re-gathers as it does): their passes are
+    the same; the bound of their DDP corner without its data-parallel collectives and
+    optimizer step (``_corners``)."""
+    corner = replace(c, sharding="ddp", offload=0.0)
+    priced = w.pricer.price(w.fast.derived(corner), data_parallel=False)
+    without: dict[int, StageWork] = {}  # ranks that build the same chunks share a StageWork
+    for stage in priced.stages:
+        if id(stage) not in without:
+            without[id(stage)] = replace(stage, optimizer_s=0.0)
+    stages = [without[id(stage)] for stage in priced.stages]
+    return step_bound(stages, priced.num_microbatches, priced.overlap)
 
 
 def _least_stage(works: tuple[StageWork, ...]) -> StageWork:
@@ -441,18 +455,20 @@ def _walk(
     done: int,
 ) -> None:
     """Best first, from the least bound up, until the least bound left is above the ``top``-th
-    best price: every member of what is left is slower at best. Bounds come in two levels: a
-    parallel shape (TP, CP, EP, ETP, micro-batch, SP) bounds all its layout groups at every
-    PP, VPP and split (``_shape_bound``), and is split into its groups' own bounds
-    (``_layout_bound``) only when it is the least left."""
+    best price: every member of what is left is slower at best. Bounds come in three levels,
+    each split into the next only when it is the least left: a parallel shape (TP, CP, EP,
+    ETP, micro-batch, SP) bounds all its layout groups at every PP, VPP and split
+    (``_shape_bound``); a layout group bounds all its members (``_layout_bound``); the members
+    of a group that recompute and offload activations alike (their passes are the same) are
+    bounded by those passes (``_passes_bound``), and then estimated and priced one by one."""
     total = w.counts["enumerated"]
     shapes: dict[tuple[object, ...], list[int]] = {}
     for index in alive:
         shapes.setdefault(SHAPE_KNOBS.key(w.groups[index].head), []).append(index)
-    heap: list[tuple[float, int, int]] = []  # (bound, 0 for a shape or 1 for a group, which)
-    members = list(shapes.values())
-    for n, indices in enumerate(members):
-        heap.append((_shape_bound(w, w.groups[indices[0]].head), 0, n))
+    by_shape = list(shapes.values())
+    alike: list[tuple[int, list[tuple[int, Knobs]]]] = []  # a group's members whose passes are the same
+    # (bound, level: 0 a shape, 1 a layout group, 2 members alike, index in by_shape, groups or alike)
+    heap = [(_shape_bound(w, w.groups[indices[0]].head), 0, n) for n, indices in enumerate(by_shape)]
     heapq.heapify(heap)
     while heap:
         bound, level, which = heap[0]
@@ -460,21 +476,38 @@ def _walk(
             break
         heapq.heappop(heap)
         if level == 0:
-            for index in members[which]:
+            for index in by_shape[which]:
                 heapq.heappush(heap, (_layout_bound(w, w.groups[index].head), 1, index))
-            continue
-        _walk_group(w, which, best, scored)
-        done += len(w.groups[which])
-        if progress:
-            progress(done, total)
-    left = [i for _, level, which in heap for i in (members[which] if level == 0 else [which])]
-    w.counts["bounded out"] += sum(len(w.groups[i]) for i in left)
+        elif level == 1:
+            passes: dict[tuple[object, ...], list[tuple[int, Knobs]]] = {}
+            for position, c in w.members(which):
+                passes.setdefault((c.recompute, c.act_offload, c.regather), []).append((position, c))
+            for members in passes.values():
+                c = members[0][1]
+                # nothing recomputed or offloaded: the group's own corner (without LoRA)
+                plain = c.recompute == Recompute() and not c.act_offload and w.base.peft is None
+                heapq.heappush(heap, (bound if plain else _passes_bound(w, c), 2, len(alike)))
+                alike.append((which, members))
+            done += len(w.groups[which])
+            if progress:
+                progress(done, total)
+        else:
+            _walk_members(w, *alike[which], best, scored)
+    for _, level, which in heap:
+        if level == 0:
+            w.counts["bounded out"] += sum(len(w.groups[i]) for i in by_shape[which])
+        elif level == 1:
+            w.counts["bounded out"] += len(w.groups[which])
+        else:
+            w.counts["bounded out"] += len(alike[which][1])
     if progress:
         progress(total, total)
 
 
-def _walk_group(w: _Work, index: int, best: _Best, scored: list[Scored]) -> None:
-    for position, c in w.members(index):
+def _walk_members(
+    w: _Work, index: int, members: list[tuple[int, Knobs]], best: _Best, scored: list[Scored]
+) -> None:
+    for position, c in members:
         # memory first: most members near the top do not fit, and it costs less than a bound
         s = w.fitting(c, (index, position))
         if s is None:
