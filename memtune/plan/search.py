@@ -514,11 +514,9 @@ def _walk_members(
             continue
         scored.append(s)
         d, priced, s.bound_s = w.priced_stages(c)
-        if _passed_over(s.bound_s, best.threshold):
-            w.counts["bounded out"] += 1
-            continue
-        w.price(s, d, priced)
-        best.offer(s)
+        if not _passed_over(s.bound_s, best.threshold):  # else it fits, slower at best than the top
+            w.price(s, d, priced)
+            best.offer(s)
 
 
 def _estimate_all(
