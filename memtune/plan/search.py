@@ -1,25 +1,23 @@
 """The search behind ``memtune plan``: enumerate, prune, bound, estimate, price, check.
 
 One model prices every layout: the step model (``memtune.perf.step``), which ``plan`` ranks by
-and ``estimate``, ``fix`` and ``bench`` print. The search never prices what provably cannot
-reach the top, by a lower bound on the step time from the same prices
-(``memtune.perf.simulate.step_bound``):
+and ``estimate``, ``fix`` and ``bench`` print. The search prices only what a lower bound on
+that same price cannot rule out (``memtune/plan/bound.py``):
 
-1. every candidate of the space (``space.candidates``), grouped by parallel layout;
+1. every candidate of the space (``space.layouts``), in groups of one parallel layout;
 2. drop what arithmetic alone refuses (``space.pruned``, each with the check code that would);
-3. bound every layout group: no member's step can be shorter than the bound of the group's
-   cheapest corner (nothing recomputed or offloaded, the optimizer state sharded, no
-   data-parallel traffic; ``_layout_bound``), and walk the groups from the least bound up;
-4. per member: its own bound; the estimator's cached fast path (``fast``), keeping members
-   whose verdict is ``fits``; the step model's price (the simulated step); the gate
-   (``memtune.check.gate``) for a member whose price would enter the best ``top``;
-5. stop at the first group whose bound exceeds the ``top``-th best price that passed the gate:
-   every later member is slower than that at best. The shown layouts are estimated again by
+3. walk best first (``_walk``): the least bound left is split into the next level's bounds
+   (parallel shape, layout group, members that recompute alike) or, at the last, its members
+   are estimated with the estimator's cached fast path (``fast``; those whose verdict is
+   ``fits``), bounded one by one and priced (the simulated step); a member whose price would
+   enter the best ``top`` goes through the gate (``memtune.check.gate``) on the real job;
+4. stop at the first bound above the ``top``-th best price that passed the gate: every layout
+   left is slower than that at best. The shown layouts are estimated again by
    ``memtune.estimate.estimate`` on the gated job.
 
-With ``pareto`` every candidate is estimated, and the memory/throughput frontier of those that
-fit is priced the same way: a member is priced only where its bound could still put it on the
-frontier.
+With ``pareto`` every candidate is estimated (over forked workers), and the memory/throughput
+frontier of those that fit is exact by the step model: a layout is priced only where its bound
+could still put it on the frontier.
 """
 
 from __future__ import annotations
@@ -43,16 +41,15 @@ from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
 from memtune.perf import constants as K
-from memtune.perf.simulate import ChunkWork, StageWork, spread_bound, step_bound
 from memtune.perf.step import (
     SHAPE_KNOBS,
     Priced,
     StepPrediction,
     StepPricer,
     Throughput,
-    overlap_of,
     throughput_of,
 )
+from memtune.plan.bound import BOUND_SLACK, Bounds, passed_over
 from memtune.plan.fast import FastEstimator
 from memtune.plan.space import (
     Group,
@@ -65,16 +62,12 @@ from memtune.plan.space import (
     unsplittable,
 )
 
-# A bound and a simulated step of the same layout add the same durations in different orders:
-# a bound is taken as this much below what it says before a layout is passed over.
-BOUND_SLACK = 1e-9
-
 
 def step_price(checked: CheckedJob) -> Throughput:
     """What ``plan`` ranks by: the step model of the gated job exactly as it would run,
     bounded like ``estimate`` (``memtune bench plan --accuracy`` scores this same function;
     the search's own prices, made with a ``StepPricer`` that reuses prices across layouts,
-    equal it: ``tests/plan/test_prune.py``)."""
+    equal it: ``tests/plan/test_fast.py``)."""
     return throughput_of(checked.derived)
 
 
@@ -186,7 +179,7 @@ class _Work:
     base_d: Derived
     gbs: int
     fast: FastEstimator
-    pricer: StepPricer
+    bounds: Bounds
     keep: Callable[[Knobs], bool] | None
     groups: list[Group]
     counts: Counter[str] = field(default_factory=Counter)
@@ -206,12 +199,6 @@ class _Work:
                 self.pruned_by[code] += 1
                 continue
             yield position, c
-
-    def priced_stages(self, c: Knobs) -> tuple[Derived, Priced, float]:
-        """The candidate's view, its stages priced by the step model, and their bound."""
-        d = self.fast.derived(c)
-        priced = self.pricer.price(d)
-        return d, priced, step_bound(priced.stages, priced.num_microbatches, priced.overlap)
 
     def fitting(self, c: Knobs, order: tuple[int, int]) -> Scored | None:
         """The candidate's memory with the estimator's fast path, when it fits."""
@@ -269,93 +256,6 @@ class _Best:
         del self.kept[self.top :]
 
 
-def _passed_over(bound: float, threshold: float) -> bool:
-    return bound * (1 - BOUND_SLACK) > threshold
-
-
-def _corners(w: _Work, head: Knobs) -> list[Knobs]:
-    """The members of ``head``'s layout group whose passes are the cheapest: nothing recomputed
-    or offloaded, under LoRA with and without re-gather. Recompute, activation offload and the
-    adapters' re-gather only add to a chunk's passes (under LoRA, recompute turns re-gather off:
-    either corner bounds it); the sharding and optimizer offload change the data-parallel
-    collectives and the optimizer step, which the layout bound drops, and the device
-    connections (Megatron-FSDP keeps more than one, so hides less of the TP collectives: DDP
-    is the corner), not the passes."""
-    corner = replace(head, recompute=Recompute(), sharding="ddp", offload=0.0, act_offload=0, regather=False)
-    if w.base.peft is not None and head.sp and head.tp > 1:
-        return [corner, replace(corner, regather=True)]
-    return [corner]
-
-
-def _shape_bound(w: _Work, head: Knobs) -> float:
-    """A lower bound on the step of every member of every layout group of ``head``'s parallel
-    shape (``SHAPE_KNOBS``), at any PP, VPP and split of the layers: the passes of the whole
-    model at that shape spread evenly over the stages (``simulate.spread_bound``), for the
-    cheaper of the group's corners (``_corners``). The microbatches per stage,
-    ``GBS x TP x CP / (MBS x GPUs)``, are the same at every PP."""
-    bounds = []
-    for corner in _corners(w, head):
-        d = w.fast.derived(corner)
-        bounds.append(spread_bound(w.pricer.whole_model(d), d.num_microbatches, d.pp, overlap_of(d)))
-    return min(bounds)
-
-
-def _layout_bound(w: _Work, head: Knobs) -> float:
-    """A lower bound on the step of every member of ``head``'s layout group: field by field the
-    least of its corners' stages (``_corners``), without the data-parallel collectives and the
-    optimizer step (``tests/plan/test_prune.py`` checks every member's own bound against it)."""
-    priced = [w.pricer.price(w.fast.derived(c), data_parallel=False) for c in _corners(w, head)]
-    least: dict[tuple[int, ...], StageWork] = {}  # ranks that build the same chunks share a StageWork
-    stages = []
-    for works in zip(*(p.stages for p in priced), strict=True):
-        key = tuple(id(work) for work in works)
-        stage = least.get(key)
-        if stage is None:
-            stage = least[key] = _least_stage(works)
-        stages.append(stage)
-    return step_bound(stages, priced[0].num_microbatches, priced[0].overlap)
-
-
-def _passes_bound(w: _Work, c: Knobs) -> float:
-    """A lower bound on the step of every member of ``c``'s layout group that recomputes and
-    offloads activations as ``c`` does (and under LoRA re-gathers as it does): their passes are
-    the same; the bound of their DDP corner without its data-parallel collectives and
-    optimizer step (``_corners``)."""
-    corner = replace(c, sharding="ddp", offload=0.0)
-    priced = w.pricer.price(w.fast.derived(corner), data_parallel=False)
-    without: dict[int, StageWork] = {}  # ranks that build the same chunks share a StageWork
-    for stage in priced.stages:
-        if id(stage) not in without:
-            without[id(stage)] = replace(stage, optimizer_s=0.0)
-    stages = [without[id(stage)] for stage in priced.stages]
-    return step_bound(stages, priced.num_microbatches, priced.overlap)
-
-
-def _least_stage(works: tuple[StageWork, ...]) -> StageWork:
-    """A stage no slower in any field than each of ``works``, without an optimizer step."""
-    least: dict[tuple[int, ...], ChunkWork] = {}
-    chunks = []
-    for chunk in zip(*(w.chunks for w in works), strict=True):
-        key = tuple(id(work) for work in chunk)
-        if key not in least:
-            least[key] = _least_chunk(chunk)
-        chunks.append(least[key])
-    return StageWork(tuple(chunks), min(w.send_s for w in works), 0.0)
-
-
-def _least_chunk(works: tuple[ChunkWork, ...]) -> ChunkWork:
-    return ChunkWork(
-        forward_s=min(w.forward_s for w in works),
-        backward_s=min(w.backward_s for w in works),
-        tp_forward_s=min(w.tp_forward_s for w in works),
-        tp_backward_s=min(w.tp_backward_s for w in works),
-        tp_backward_blocking_s=min(w.tp_backward_blocking_s for w in works),
-        ep_forward_s=min(w.ep_forward_s for w in works),
-        ep_backward_s=min(w.ep_backward_s for w in works),
-        output_wgrad_s=min(w.output_wgrad_s for w in works),
-    )
-
-
 def search(
     base: JobConfig,
     space: Space | None = None,
@@ -396,12 +296,14 @@ def _search(
     space = space or default_space(base_d)
     groups = list(layouts(base_d, space))
     sizes = [len(g) for g in groups]  # counted, not built
+    fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
+    pricer = StepPricer(get_gpu(base.cluster.gpu), K.MEGATRON_LM_LOOP, reuse=True)
     w = _Work(
         base=base,
         base_d=base_d,
         gbs=base_d.global_batch_size,
-        fast=FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib)),
-        pricer=StepPricer(get_gpu(base.cluster.gpu), K.MEGATRON_LM_LOOP, reuse=True),
+        fast=fast,
+        bounds=Bounds(fast, pricer, base.peft is not None),
         keep=keep,
         groups=groups,
     )
@@ -455,12 +357,11 @@ def _walk(
     done: int,
 ) -> None:
     """Best first, from the least bound up, until the least bound left is above the ``top``-th
-    best price: every member of what is left is slower at best. Bounds come in three levels,
-    each split into the next only when it is the least left: a parallel shape (TP, CP, EP,
-    ETP, micro-batch, SP) bounds all its layout groups at every PP, VPP and split
-    (``_shape_bound``); a layout group bounds all its members (``_layout_bound``); the members
-    of a group that recompute and offload activations alike (their passes are the same) are
-    bounded by those passes (``_passes_bound``), and then estimated and priced one by one."""
+    best price: every layout left is slower than that at best. A bound is split into the next
+    level's only when it is the least left: a parallel shape into its layout groups
+    (``Bounds.shape``, ``Bounds.layout``), a group into its members that recompute and offload
+    alike (``Bounds.alike``; those that recompute nothing take the group's own bound), and
+    those into their members, estimated, bounded one by one and priced."""
     total = w.counts["enumerated"]
     shapes: dict[tuple[object, ...], list[int]] = {}
     for index in alive:
@@ -468,16 +369,16 @@ def _walk(
     by_shape = list(shapes.values())
     alike: list[tuple[int, list[tuple[int, Knobs]]]] = []  # a group's members whose passes are the same
     # (bound, level: 0 a shape, 1 a layout group, 2 members alike, index in by_shape, groups or alike)
-    heap = [(_shape_bound(w, w.groups[indices[0]].head), 0, n) for n, indices in enumerate(by_shape)]
+    heap = [(w.bounds.shape(w.groups[indices[0]].head), 0, n) for n, indices in enumerate(by_shape)]
     heapq.heapify(heap)
     while heap:
         bound, level, which = heap[0]
-        if _passed_over(bound, best.threshold):
+        if passed_over(bound, best.threshold):
             break
         heapq.heappop(heap)
         if level == 0:
             for index in by_shape[which]:
-                heapq.heappush(heap, (_layout_bound(w, w.groups[index].head), 1, index))
+                heapq.heappush(heap, (w.bounds.layout(w.groups[index].head), 1, index))
         elif level == 1:
             passes: dict[tuple[object, ...], list[tuple[int, Knobs]]] = {}
             for position, c in w.members(which):
@@ -486,7 +387,7 @@ def _walk(
                 c = members[0][1]
                 # nothing recomputed or offloaded: the group's own corner (without LoRA)
                 plain = c.recompute == Recompute() and not c.act_offload and w.base.peft is None
-                heapq.heappush(heap, (bound if plain else _passes_bound(w, c), 2, len(alike)))
+                heapq.heappush(heap, (bound if plain else w.bounds.alike(c), 2, len(alike)))
                 alike.append((which, members))
             done += len(w.groups[which])
             if progress:
@@ -513,8 +414,8 @@ def _walk_members(
         if s is None:
             continue
         scored.append(s)
-        d, priced, s.bound_s = w.priced_stages(c)
-        if not _passed_over(s.bound_s, best.threshold):  # else it fits, slower at best than the top
+        d, priced, s.bound_s = w.bounds.member(c)
+        if not passed_over(s.bound_s, best.threshold):  # else it fits, slower at best than the top
             w.price(s, d, priced)
             best.offer(s)
 
@@ -536,13 +437,13 @@ def _estimate_all(
     for s in scored:
         index = s.order[0]
         if index not in groups:
-            groups[index] = _layout_bound(w, w.groups[index].head)
+            groups[index] = w.bounds.layout(w.groups[index].head)
         s.bound_s = groups[index]
     for s in sorted(scored, key=lambda s: (s.bound_s, s.order)):
-        if _passed_over(s.bound_s, best.threshold):
+        if passed_over(s.bound_s, best.threshold):
             break
-        d, priced, s.bound_s = w.priced_stages(s.candidate)
-        if _passed_over(s.bound_s, best.threshold):
+        d, priced, s.bound_s = w.bounds.member(s.candidate)
+        if passed_over(s.bound_s, best.threshold):
             continue
         w.price(s, d, priced)
         best.offer(s)
@@ -597,15 +498,14 @@ def _fitting_block(block: list[int]) -> _Fitting:
 
 
 def _fitting_in(w: _Work, block: list[int]) -> _Fitting:
-    counts, pruned_by = w.counts, w.pruned_by
-    w.counts, w.pruned_by = Counter(), Counter()
-    try:
-        found = [
-            s for index in block for position, c in w.members(index) if (s := w.fitting(c, (index, position)))
-        ]
-        return found, w.counts, w.pruned_by
-    finally:
-        w.counts, w.pruned_by = counts, pruned_by
+    counted = replace(w, counts=Counter(), pruned_by=Counter())  # counts of this block alone
+    found = [
+        s
+        for index in block
+        for position, c in counted.members(index)
+        if (s := counted.fitting(c, (index, position)))
+    ]
+    return found, counted.counts, counted.pruned_by
 
 
 def _frontier(w: _Work, scored: list[Scored], shown: list[Planned]) -> list[Planned]:
@@ -623,7 +523,7 @@ def _frontier(w: _Work, scored: list[Scored], shown: list[Planned]) -> list[Plan
             if s.bound_s * (1 - BOUND_SLACK) >= best:
                 continue  # its bound says it cannot be faster
             if s.throughput is None:
-                d, priced, s.bound_s = w.priced_stages(s.candidate)
+                d, priced, s.bound_s = w.bounds.member(s.candidate)
                 if s.bound_s * (1 - BOUND_SLACK) >= best:
                     continue
                 w.price(s, d, priced)

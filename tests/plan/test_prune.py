@@ -19,9 +19,10 @@ from memtune.errors import InputError
 from memtune.perf import constants as K
 from memtune.perf.simulate import step_bound
 from memtune.perf.step import StepPricer, throughput_of
+from memtune.plan.bound import Bounds
 from memtune.plan.fast import FastEstimator
 from memtune.plan.query import Query, base_job
-from memtune.plan.search import _corners, _layout_bound, _shape_bound, _Work, search
+from memtune.plan.search import search
 from memtune.plan.space import Space, changes_of, default_space, layouts, pruned
 
 TOP = 5
@@ -167,34 +168,30 @@ def test_the_frontier_is_the_frontier_of_every_layout_that_fits():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_each_level_of_the_bound_is_below_the_next(seed):
-    """A parallel shape's bound is below each of its layout groups', a group's below each of its
-    members' own, and a member's below its simulated step: every member dominates one of its
-    group's corners (recompute, offload, Megatron-FSDP and the data-parallel collectives only
-    add time)."""
+    """A parallel shape's bound is below each of its layout groups', a group's below that of
+    each set of its members that recompute alike, that below each member's own, and a
+    member's below its simulated step (recompute, offload, Megatron-FSDP and the data-parallel
+    collectives only add time)."""
     rng = random.Random(seed)
     base, space = _random_space(rng)
     d = derive(base)
-    w = _Work(
-        base=base,
-        base_d=d,
-        gbs=d.global_batch_size,
-        fast=FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib)),
-        pricer=StepPricer(get_gpu(base.cluster.gpu), K.MEGATRON_LM_LOOP, reuse=True),
-        keep=None,
-        groups=list(layouts(d, space)),
+    fast = FastEstimator(base, capacity_bytes(base.cluster.gpu, base.cluster.gpu_memory_gib))
+    bounds = Bounds(
+        fast, StepPricer(get_gpu(base.cluster.gpu), K.MEGATRON_LM_LOOP, reuse=True), base.peft is not None
     )
     checked = 0
-    for group in w.groups:
-        if pruned(d, group.head, w.gbs):
+    gbs = d.global_batch_size
+    for group in layouts(d, space):
+        if pruned(d, group.head, gbs):
             continue
-        shape, layout = _shape_bound(w, group.head), _layout_bound(w, group.head)
+        shape, layout = bounds.shape(group.head), bounds.layout(group.head)
         assert shape <= layout * (1 + 1e-12)
-        assert all(c.recompute.granularity is None for c in _corners(w, group.head))
         for c in group.members:
-            if pruned(d, c, w.gbs):
+            if pruned(d, c, gbs):
                 continue
-            _, priced, own = w.priced_stages(c)
-            assert layout <= own * (1 + 1e-12), c.label()
+            _, priced, own = bounds.member(c)
+            alike = bounds.alike(c)
+            assert layout <= alike * (1 + 1e-12) and alike <= own * (1 + 1e-12), c.label()
             step = throughput_of(d.with_knobs(c)).prediction
             assert step is not None and own <= step.step_time_s * (1 + 1e-12), c.label()
             assert own == step_bound(priced.stages, priced.num_microbatches, priced.overlap)
