@@ -497,13 +497,14 @@ def model_flops_per_token(d: Derived) -> float:
 
 
 # The knobs each price below depends on besides the job's architecture, so that the planner's
-# ``StepPricer`` reuses it across layouts (``memtune/plan/search.py``; ``tests/plan/test_prune.py``
-# checks its prices equal ``predict_step``'s on random layouts): a layer's kernels and
-# collectives, the output layer and the loss (``_Pricer``; LoRA adapters' collectives also
-# depend on recompute, re-gather and activation offload, ``peft/model.py`` regather_blocker); a chunk's forward and backward pass;
-# what one TP rank of a chunk holds (``estimate/params.py``); a chunk's work with its
-# data-parallel collectives; the layers of every chunk of every stage (``Derived.chunks``, and
-# the layers activation offload picks).
+# ``StepPricer`` reuses it across layouts (``memtune/plan/search.py``; ``tests/plan/test_fast.py``
+# and ``tests/plan/test_prune.py`` check its prices equal ``predict_step``'s on random layouts),
+# in order: a layer's kernels and collectives, the output layer and the loss (``_Pricer``; under
+# LoRA the adapters' collectives also depend on recompute, re-gather and activation offload,
+# ``peft/model.py`` regather_blocker); a chunk's forward and backward pass; what one TP rank of a
+# chunk holds (``estimate/params.py``); a chunk's work with its data-parallel collectives; the
+# layers of every chunk of every stage (``Derived.chunks``, and the layers activation offload
+# picks). A price that comes to read another knob must add it here.
 SHAPE_KNOBS = KnobSubset("tp", "cp", "mbs", "sp", "ep", "etp")
 ADAPTER_KNOBS = KnobSubset("recompute", "regather", "act_offload")
 PASS_KNOBS = SHAPE_KNOBS | KnobSubset("vpp", "recompute", "act_offload", "regather")
