@@ -21,8 +21,10 @@ MAX_HOST_MEMORY_GIB = 1 << 30  # cluster.host_memory_gib: 1 EiB per node
 MAX_LINK_GB_PER_S = 1e6  # cluster.network bandwidths: 1 PB/s per GPU or adapter
 # ... and at least 1 MB/s (a denormal bandwidth would divide a transfer's time to infinity)
 MIN_LINK_GB_PER_S = 1e-3
-MAX_SIMULATED_OPERATIONS = 1_000_000  # forwards + backwards over all stages of one simulated step
-MAX_ESTIMATE_SIMULATED_OPERATIONS = 50_000  # the same, for the step `memtune estimate` prices beside memory
+# forwards + backwards one simulated step places over all its stages (a steady phase that repeats
+# itself is priced without placing its repeats, memtune/perf/simulate.py)
+MAX_SIMULATED_OPERATIONS = 1_000_000
+MAX_ESTIMATE_SIMULATED_OPERATIONS = 500_000  # the same, for the step `estimate` and `plan` price
 MAX_MOE_IMBALANCE = 1e6  # --moe-imbalance: the hottest expert rank's share relative to balanced
 
 # --- configuration files ---------------------------------------------------------------------

@@ -11,8 +11,8 @@
 
 A rank measured under the fake process group runs its own stage's forward, backward and
 optimizer step with collectives that move no data, so its iteration time is the compute part of
-the step that the throughput model predicts for that stage (``Prediction.stage_compute_s`` plus the
-optimizer step).
+the step that the step model predicts for that stage in ``memtune measure``'s own loop
+(``Simulated.stage_compute_s`` under ``MEASURE_RUNNER``, as ``benchmarks/compute_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ def prepare(out: str) -> int:
     from memtune.config.changes import Change, job_data, with_changes
     from memtune.estimate import estimate
     from memtune.measure.plan import plan_measurement
-    from memtune.perf import predict
     from memtune.plan.query import Query, base_job
     from memtune.plan.search import search
 
@@ -62,7 +61,6 @@ def prepare(out: str) -> int:
             est = estimate(checked)
             worst = est.worst
             rank = worst.pp_rank * (checked.derived.world_size // checked.derived.pp)
-            pred = predict(checked)
             line = {
                 "id": f"plan-{p.candidate.label().replace(' ', '-').lower()}",
                 "split": "plan",
@@ -75,7 +73,7 @@ def prepare(out: str) -> int:
                 "estimated_peak_bytes": worst.peak_bytes,
                 "capacity_bytes": est.capacity_bytes,
                 "non_pytorch_bytes": est.non_pytorch_bytes,
-                "predicted_compute_s": pred.stage_compute_s[worst.pp_rank] + pred.breakdown["optimizer step"],
+                "predicted_compute_s": stage_compute_s(checked.derived, worst.pp_rank),
                 "plan": plan_measurement(checked, rank, 4).to_json(),
             }
             fh.write(json.dumps(line) + "\n")
@@ -88,16 +86,23 @@ def prepare(out: str) -> int:
     return 0
 
 
+def stage_compute_s(d: object, pp_rank: int) -> float:
+    """The step model's compute time of one stage (forward, backward, optimizer) in
+    ``memtune measure``'s loop."""
+    from memtune.perf.constants import MEASURE_RUNNER
+    from memtune.perf.step import predict_step
+
+    return predict_step(d, floor=MEASURE_RUNNER).simulated.stage_compute_s[pp_rank]  # type: ignore[arg-type]
+
+
 def predicted_compute_s(config: dict) -> float:
-    """The throughput model's compute time of the measured rank's stage, with today's constants."""
+    """The step model's compute time of the measured rank's stage, with today's constants."""
     from memtune.check import gate
     from memtune.config import validate
     from memtune.estimate import estimate
-    from memtune.perf import predict
 
     checked = gate(validate(config))
-    pred = predict(checked)
-    return pred.stage_compute_s[estimate(checked).worst.pp_rank] + pred.breakdown["optimizer step"]
+    return stage_compute_s(checked.derived, estimate(checked).worst.pp_rank)
 
 
 def compare(plans_path: str, results_path: str) -> int:

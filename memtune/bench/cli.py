@@ -96,8 +96,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = bench.add_parser(
         "plan",
         help="the planner's search speed; with --accuracy, the throughput model against published layouts",
-        description="Time an exhaustive `memtune plan` search (default: Llama 3.1 405B on 1,024 H100s), or with "
-        "--accuracy compare predicted and measured throughput of published layout comparisons.",
+        description="Time a `memtune plan` search of every layout (default: Llama 3.1 405B on 1,024 H100s; it "
+        "runs in one process), or with --accuracy compare predicted and measured throughput of published "
+        "layout comparisons.",
     )
     for option, kind, help_text in (
         ("--model", str, "model preset"),
@@ -108,7 +109,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ):
         default = SPEED_DEFAULTS[option.lstrip("-")]
         plan.add_argument(option, type=kind, help=f"{help_text} (default {default})")
-    plan.add_argument("--workers", type=int, help="search processes (default: CPU count, up to 8)")
     plan.add_argument(
         "--accuracy",
         nargs="*",
@@ -201,7 +201,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     from memtune.bench import plan as bench_plan
-    from memtune.plan.search import default_workers
 
     console = Console()
     _check_plan_arguments(args)
@@ -212,18 +211,17 @@ def run_plan(args: argparse.Namespace) -> int:
         else:
             render.print_plan_accuracy(console, groups)
         return 0
-    workers = args.workers or default_workers()
-    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu, workers)
-    render.print_plan_speed(console, args, result, workers)
+    result = bench_plan.speed(args.model, args.gpus, args.seq, args.gbs, args.gpu)
+    render.print_plan_speed(console, args, result)
     return 0
 
 
 def _check_plan_arguments(args: argparse.Namespace) -> None:
-    """What argparse lets through: counts of 0, a worker count that would fork without bound, an
-    empty --gpu, and the options of one mode given to the other. Fills in the speed run's defaults."""
+    """What argparse lets through: counts of 0, an empty --gpu, and the options of one mode given
+    to the other. Fills in the speed run's defaults."""
     from memtune.plan.cli import check_search_options
 
-    speed = [f"--{name}" for name in (*SPEED_DEFAULTS, "workers") if getattr(args, name) is not None]
+    speed = [f"--{name}" for name in SPEED_DEFAULTS if getattr(args, name) is not None]
     if args.accuracy is not None:
         if speed:
             raise InputError(f"{', '.join(speed)} time a search; --accuracy takes none of them")
@@ -235,8 +233,7 @@ def _check_plan_arguments(args: argparse.Namespace) -> None:
             setattr(args, name, default)
     for option, value in (("--gpus", args.gpus), ("--seq", args.seq), ("--gbs", args.gbs)):
         at_least(option, value)
-    args.workers = args.workers or 0
-    check_search_options(args.workers, args.gpu)
+    check_search_options(0, args.gpu)
 
 
 def run_step(args: argparse.Namespace) -> int:

@@ -30,11 +30,11 @@ DEFAULT_LAYOUTS = Path("benchmarks/published/layouts")
 class Speed:
     result: PlanResult
     wall_s: float
-    cpu_s: float  # this process and its workers
-    workers: int
+    cpu_s: float  # user and system, of this process (the search runs in it)
 
 
-def speed(model: str, gpus: int, seq: int, gbs: int, gpu: str, workers: int) -> Speed:
+def speed(model: str, gpus: int, seq: int, gbs: int, gpu: str) -> Speed:
+    """``memtune plan``'s search for the best 5 layouts of ``model`` on ``gpus``, timed."""
     base = base_job(Query(model, gpus, gpu, 8, seq, gbs, "pretrain"))
 
     def cpu() -> float:
@@ -42,8 +42,8 @@ def speed(model: str, gpus: int, seq: int, gbs: int, gpu: str, workers: int) -> 
         return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
     cpu0, wall0 = cpu(), time.perf_counter()
-    result = search(base, top=5, workers=workers)
-    return Speed(result, time.perf_counter() - wall0, cpu() - cpu0, workers)
+    result = search(base, top=5)
+    return Speed(result, time.perf_counter() - wall0, cpu() - cpu0)
 
 
 @dataclass

@@ -346,14 +346,21 @@ def plan_accuracy_json(groups: list[Any]) -> dict[str, Any]:
     }
 
 
-def print_plan_speed(console: Console, args: Any, result: Any, workers: int) -> None:
+def print_plan_speed(console: Console, args: Any, result: Any) -> None:
     n = result.result.counts
+    shown = result.result.layouts
+    best = (
+        f"; #1 {shown[0].candidate.label()}, {shown[0].tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+        if shown
+        else ""
+    )
     print_text(
         console,
         f"{escape(args.model)} on {args.gpus} x {escape(args.gpu)}, seq {args.seq}, GBS {args.gbs}: "
         f"{n.get('enumerated', 0):,} candidates ({n.get('pruned', 0):,} pruned by arithmetic, "
-        f"{n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit) in {result.wall_s:.2f} s wall, "
-        f"{result.cpu_s:.2f} s CPU over {workers} process(es)",
+        f"{n.get('bounded out', 0):,} bounded out, {n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit, "
+        f"{n.get('simulated', 0):,} priced) in {result.wall_s:.2f} s wall, {result.cpu_s:.2f} s CPU"
+        + escape(best),
     )
 
 

@@ -1,12 +1,9 @@
-"""Throughput model: predicted step time, tokens/s and model TFLOP/s per GPU of a layout.
+"""Throughput model: the step of a training layout, priced and simulated.
 
-``predict(checked)`` for one job; ``predict_derived(derived, gpu, memo)`` for the planner, which
-predicts many layouts of one job (``Derived.with_knobs``). ``memtune.perf.step.predict_step(derived)``
-is the step model of a job exactly as configured (measured kernel tables, collectives on the
-declared fabric, the simulated schedule) that ``memtune bench plan --accuracy`` scores.
-Constants: :mod:`memtune.perf.constants`.
+``memtune.perf.step.predict_step(derived)`` prices a job exactly as configured (measured kernel
+tables, collectives on the declared fabric, the iteration simulated in Megatron-Core's order);
+``throughput_of`` does so within a bounded time beside a memory estimate, and ``StepPricer``
+reuses prices across the many layouts ``memtune plan`` searches, which it prunes with
+``memtune.perf.simulate.step_bound``, a lower bound on the same step. Constants:
+:mod:`memtune.perf.constants`.
 """
-
-from memtune.perf.model import ASSUMPTIONS, Prediction, PredictionMemo, predict, predict_derived
-
-__all__ = ["ASSUMPTIONS", "Prediction", "PredictionMemo", "predict", "predict_derived"]

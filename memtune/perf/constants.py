@@ -1,4 +1,4 @@
-"""Every constant of the throughput model, in one place, each with its source.
+"""Every constant of the step model, in one place, each with its source.
 
 Peak FLOP/s, HBM and NVLink bandwidth per GPU come from the GPU catalog
 (``memtune/catalog/data/gpus.yaml``, vendor datasheets). What is here is how much of those peaks
@@ -16,11 +16,10 @@ Where the numbers come from: ``benchmarks/gpu/gemm_calibration.py`` timed the fo
 Llama-3 8B/70B/405B-, Qwen3-32B- and GPT-3-175B-like layers split over TP 1-8 at 4k and 8k tokens,
 routed-expert GEMMs, and causal flash attention (torch SDPA, head dim 128) on the project's H200
 (torch 2.11, 2026-12-01); ``--fit`` gives the two GEMM numbers below (mean error 6.0% over the
-shapes; the worst, an expert GEMM of 128 rows, runs 82% slower than the curve says) and the
-attention fractions. Raw timings: ``benchmarks/gpu/results/gemm-h200.json``. The curve is what
-the analytic pruning model (``memtune/perf/model.py``) uses everywhere and the step model
-(``memtune/perf/step.py``) only outside its measured tables (``memtune/perf/kernels.py``: bf16
-and FP8-tensorwise GEMMs, flash attention). Other GPUs scale by their catalog peak: the fraction
+shapes; the worst, an expert GEMM of 128 rows, runs 82% slower than the curve says). Raw
+timings: ``benchmarks/gpu/results/gemm-h200.json``. The step model (``memtune/perf/step.py``)
+uses the curve only outside its measured tables (``memtune/perf/kernels.py``: bf16 and
+FP8-tensorwise GEMMs, flash attention). Other GPUs scale by their catalog peak: the fraction
 reached is assumed to be the same on every GPU.
 """
 
@@ -33,11 +32,8 @@ from dataclasses import dataclass
 GEMM_HALF_SIZE = 299.5
 GEMM_PEAK_FRACTION = 0.773
 
-# Flash attention (torch SDPA, head dim 128) reaches these fractions of the bf16 peak, measured
-# on the H200 as the mean over causal shapes at 4k and 8k tokens (module docstring); its backward
-# does 2.5x the forward's FLOPs (five GEMMs against two) at a lower rate.
-ATTENTION_FWD_FRACTION = 0.299
-ATTENTION_BWD_FRACTION = 0.238
+# Flash attention's backward does 2.5x the forward's FLOPs (five GEMMs against two); its rates
+# come from the measured table (memtune/perf/kernels.py).
 ATTENTION_BWD_FLOPS_FACTOR = 2.5
 
 # Elementwise work (norms, residual adds, RoPE, activation, dropout, bias) is bound by HBM
@@ -53,12 +49,7 @@ HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet
 # of the per-direction link bandwidth (nccl-tests on DGX H100: about 360 of 450 GB/s; "NCCL can get
 # an effective NVLink bandwidth of 370GB/s", NCCL's maintainer in NVIDIA/nccl-tests issue 212).
 NVLINK_BUS_FRACTION = 0.80
-# Inter-node: one 400 Gb/s NIC per GPU (DGX H100/H200 reference architecture: eight ConnectX-7
-# NDR400 ports), of which NCCL's rings reach about 80% (a conservative figure: NVIDIA/nccl-tests
-# issue 309 reports 365-470 GB/s of bus bandwidth over eight such NICs per node, 91-100%; issue
-# 267 a single CX-7 at 48-49 of 50 GB/s). INTER_NODE_GBPS_PER_GPU is the analytic pruning
-# model's; the step model takes the adapters from the declared fabric (cluster.network).
-INTER_NODE_GBPS_PER_GPU = 50.0
+# Inter-node: NCCL reaches about 80% of the adapters' line rate.
 INTER_NODE_BUS_FRACTION = 0.80
 # NCCL's all-to-all (the alltoall and allgather MoE dispatchers, memtune/perf/moe.py): inside an
 # NVLink domain it reaches the bus bandwidth of NCCL's other non-all-reduce collectives ("450GB/s
@@ -80,25 +71,13 @@ DEEPEP_RDMA_FRACTION = 43 / 50
 # H200's 132 SMs. memtune/perf/step.py `userbuffer_overlap` prices each overlapped GEMM with it.
 UB_PIPELINE_SPLITS = 4
 UB_SM_MARGIN = 16 / 132
-# The analytic pruning model (memtune/perf/model.py) counts this share of TP communication as
-# exposed: Megatron-LM's 2023 overlap work reports about half of it hidden by the pipelined
-# GEMM+collective kernels Bridge recipes enable.
-TP_COMM_EXPOSED_FRACTION = 0.5
-# Pipeline send/receive of one microbatch's boundary tensor overlaps poorly in 1F1B; counted in full.
-PP_P2P_EXPOSED_FRACTION = 1.0
-# With overlap_grad_reduce / overlap_param_gather the data-parallel collectives run during the
-# last microbatch's backward / the first microbatch's forward; this share of that time hides them.
+# Megatron-FSDP's per-microbatch gathers and reduce-scatters run on their own stream behind this
+# share of a chunk's compute (memtune/perf/step.py).
 DP_OVERLAP_WINDOW_FRACTION = 0.9
 
 # --- optimizer and offload -----------------------------------------------------------------
-# Adam with fp32 master weights touches per parameter: the fp32 gradient (4 B read), master
-# weight, first and second moment (read + write, 24 B) and the bf16 weight (2 B write): 30 B,
-# all at HBM speed (Megatron's fused Adam is memory bound). The analytic pruning model uses it;
-# the step model times Adam from the measured table (memtune/perf/kernels.py) and adds
-# Megatron's own work around it, below.
-OPTIMIZER_BYTES_PER_PARAM = 30
-# Megatron's optimizer step around Adam, per parameter, at HBM speed, keyed by
-# use_distributed_optimizer: the gradient norm (read 4 B) and clipping (read + write 8 B), the
+# The step model times Adam from the measured table (memtune/perf/kernels.py) and adds
+# Megatron's own work around it, per parameter at HBM speed, keyed by use_distributed_optimizer: the gradient norm (read 4 B) and clipping (read + write 8 B), the
 # copy of the fp32 main weights into the bf16 model (6 B); the distributed optimizer also copies
 # the gradient shard in and the weight shard out of its buffers. Fitted by
 # benchmarks/fit_step_constants.py to the optimizer seconds of the ctime- tune runs.
@@ -114,10 +93,6 @@ OPTIMIZER_OFFLOAD_BYTES_PER_PARAM = 6.0
 # side stream reach, one direction (memtune/perf/offload.py); provisional until measured by
 # benchmarks/gpu/host_link.py.
 HOST_COPY_EFFICIENCY = 0.8
-# Activation offload moves each offloaded layer's saved activations down in forward and back up
-# in backward over PCIe; Megatron overlaps the copies with the next layers' compute, so only the
-# part longer than that compute shows.
-ACTIVATION_OFFLOAD_OVERLAP = True
 
 
 # --- fixed costs and FP8 (the step model, memtune/perf/step.py) -----------------------------

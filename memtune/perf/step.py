@@ -25,20 +25,18 @@ Megatron hide them) and the step, bubble and per-stage idle come out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from memtune.catalog.gpus import GPU, get_gpu
-from memtune.config.derived import Derived
-from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS
+from memtune.config.derived import Chunk, Derived
+from memtune.config.knobs import KnobSubset
+from memtune.errors import InputError
+from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS, MAX_SIMULATED_OPERATIONS
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import (
-    Group,
-    Op,
-    collective,
-    pipeline_crosses_domain,
-    send_recv,
-)
+from memtune.perf.collectives import Group, Op, collective, pipeline_crosses_domain, send_recv
 from memtune.perf.kernels import (
     MEASURED_ON,
     attention_fractions,
@@ -51,9 +49,10 @@ from memtune.perf.kernels import (
 from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
 from memtune.perf.offload import activation_offload_s, optimizer_offload_s
 from memtune.perf.sharding import chunk_work, exposed
-from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate, simulated_operations
+from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate
 
 BF16 = 2
+Value = TypeVar("Value")
 # What every step prediction rests on, in a line each (shown by `memtune fix`).
 STEP_MODEL_NOTES = (
     "kernels from the measured H200 GEMM, expert, attention and eager-kernel tables, interpolated",
@@ -81,16 +80,18 @@ class Throughput:
     not_simulated: str | None  # why the step was not simulated; None when it was
 
 
-def throughput_of(d: Derived) -> Throughput:
-    """:func:`predict_step` of the job of ``d`` within a bounded time: a step with more than
-    ``MAX_ESTIMATE_SIMULATED_OPERATIONS`` passes to place (``memtune/limits.py``) gets the reason
-    instead, so the memory estimate beside it is never refused for the step model."""
-    operations = simulated_operations(d.pp, d.vpp, d.num_microbatches)
-    if operations > MAX_ESTIMATE_SIMULATED_OPERATIONS:
-        return Throughput(
-            None, f"{operations:,} passes to simulate (limit {MAX_ESTIMATE_SIMULATED_OPERATIONS:,})"
-        )
-    return Throughput(predict_step(d), None)
+def throughput_of(d: Derived, priced: Priced | None = None) -> Throughput:
+    """:func:`predict_step` of the job of ``d`` (from its ``priced`` stages, where the planner
+    has them) within a bounded time: a step whose simulation
+    would place more than ``MAX_ESTIMATE_SIMULATED_OPERATIONS`` passes (``memtune/limits.py``;
+    a long steady phase is priced without placing its repeats) gets the reason instead, so the
+    memory estimate beside it is never refused for the step model."""
+    try:
+        if priced is None:
+            return Throughput(predict_step(d, max_passes=MAX_ESTIMATE_SIMULATED_OPERATIONS), None)
+        return Throughput(predict_priced(d, priced, max_passes=MAX_ESTIMATE_SIMULATED_OPERATIONS), None)
+    except InputError as exc:
+        return Throughput(None, exc.problems[0])
 
 
 @dataclass
@@ -436,27 +437,311 @@ def _pass_time(pieces: list[tuple[float, float]]) -> float:
     return max(sum(host for host, _ in pieces), sum(device for _, device in pieces))
 
 
-def predict_step(
-    d: Derived, gpu: GPU | None = None, floor: K.HostFloor | None = None, record_events: bool = False
-) -> StepPrediction:
-    """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``), in a training
-    loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
-    simulated passes for a Gantt chart."""
-    from memtune.estimate.params import chunk_params
-    from memtune.perf.model import model_flops_per_token, recompute_forward
+def recompute_forward(d: Derived, lt: _Layer, is_moe: bool) -> float:
+    """Forward time one layer replays under selective recompute (Megatron-Core's modules: ``mlp``
+    is the dense MLP, ``moe`` the whole MoE block, ``moe_act`` the experts' activation)."""
+    mods = d.recompute_modules
+    extra = 0.0
+    if "core_attn" in mods:
+        extra += lt.attn_fwd
+    if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
+        extra += lt.mlp_fwd
+    elif "shared_experts" in mods and is_moe:
+        extra += lt.shared_fwd
+    # Norms and the activation are elementwise: a norm is about one hidden-sized pass each.
+    if "layernorm" in mods:
+        extra += lt.elementwise_fwd * 2 / K.ELEMENTWISE_PASSES_FWD
+    if "moe_act" in mods and is_moe:
+        extra += lt.elementwise_fwd * 1 / K.ELEMENTWISE_PASSES_FWD
+    if "mla_up_proj" in mods:
+        extra += lt.up_proj_fwd
+    return extra
 
-    gpu = gpu or get_gpu(d.job.cluster.gpu)
-    m, job = d.model, d.job
-    frozen = job.peft is not None
-    floor = floor or K.MEGATRON_LM_LOOP
+
+def model_flops_per_token(d: Derived) -> float:
+    """Forward FLOPs per token of the whole model (active experts only), at TP = CP = 1: what
+    model TFLOP/s counts (Megatron's convention: 3x this per trained token, recompute not counted)."""
+    m = d.model
+    h, seq = m.hidden_size, m.seq_length
+    gate = 2 if m.gated_linear_unit else 1
+    a = m.num_attention_heads
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        q = (h * m.q_lora_rank + m.q_lora_rank * a * qk) if m.q_lora_rank else h * a * qk
+        attn = q + h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+        attn += m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+        core = seq * a * (qk + m.v_head_dim) * 0.5
+    else:
+        kv, g = d.kv_channels, d.num_query_groups
+        attn = h * (a + 2 * g) * kv + a * kv * h
+        core = 2 * seq * a * kv * 0.5
+    total = 0.0
+    for is_moe in d.moe_layer_pattern:
+        if is_moe:
+            ffn = m.moe_router_topk * (gate + 1) * h * d.moe_ffn_hidden_size + h * (m.num_moe_experts or 0)
+            if m.moe_shared_expert_intermediate_size:
+                ffn += (gate + 1) * h * m.moe_shared_expert_intermediate_size
+        else:
+            ffn = (gate + 1) * h * d.ffn_hidden_size
+        total += 2 * (attn + ffn) + 2 * core
+    return total + 2 * h * m.vocab_size
+
+
+# The knobs each price below depends on besides the job's architecture, so that the planner's
+# ``StepPricer`` reuses it across layouts (``memtune/plan/search.py``; ``tests/plan/test_fast.py``
+# and ``tests/plan/test_prune.py`` check its prices equal ``predict_step``'s on random layouts),
+# in order: a layer's kernels and collectives, the output layer and the loss (``_Pricer``; under
+# LoRA the adapters' collectives also depend on recompute, re-gather and activation offload,
+# ``peft/model.py`` regather_blocker); a chunk's forward and backward pass; what one TP rank of a
+# chunk holds (``estimate/params.py``); a chunk's work with its data-parallel collectives; the
+# layers of every chunk of every stage (``Derived.chunks``, and the layers activation offload
+# picks). A price that comes to read another knob must add it here.
+SHAPE_KNOBS = KnobSubset("tp", "cp", "mbs", "sp", "ep", "etp")
+ADAPTER_KNOBS = KnobSubset("recompute", "regather", "act_offload")
+PASS_KNOBS = SHAPE_KNOBS | KnobSubset("vpp", "recompute", "act_offload", "regather")
+PARAMS_KNOBS = KnobSubset("tp", "ep", "etp")
+CHUNK_WORK_KNOBS = PASS_KNOBS | KnobSubset("pp", "sharding", "fsdp_strategy")
+LAYOUT_KNOBS = Derived.CHUNK_KNOBS | KnobSubset("pp", "act_offload")
+
+# What a chunk's passes and parameters depend on besides the knobs: its layers' kinds, whether
+# it holds the embedding and the output layer, its MTP layers, and its first layer where
+# layer-wise activation offload picks layers by index.
+ChunkSignature = tuple[tuple[bool, ...], bool, bool, int, int]
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    """What one tensor/context/expert-parallel shape prices: each layer kind, the output layer
+    and the loss."""
+
+    pricer: _Pricer
+    kinds: dict[bool, _Layer]  # by is_moe
+    output_fwd: float
+    output_wgrad: float
+    loss_fwd: float
+    loss_bwd: float
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The chunks of a pipeline layout: each distinct stage's chunks with their signatures, and
+    which distinct stage each pipeline rank is."""
+
+    distinct: tuple[tuple[tuple[Chunk, ChunkSignature], ...], ...]
+    rank_of: tuple[int, ...]  # per pipeline rank, its index in ``distinct``
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A layout's stages as the simulation takes them."""
+
+    stages: list[StageWork]  # ranks that build the same chunks share one StageWork
+    num_microbatches: int
+    group: int  # microbatch_group_size_per_vp_stage
+    overlap: Overlap
+    unmeasured: tuple[str, ...]
+
+
+class StepPricer:
+    """Prices the stages of layouts of one job on one GPU in one training loop: per layer its
+    kernels and collectives (``_Pricer``), per chunk its passes and data-parallel collectives,
+    per stage its optimizer step. With ``reuse`` (the planner, which prices many layouts of one
+    job) each piece is kept under the knobs it depends on (the ``*_KNOBS`` above) and every
+    collective under its arguments; the prices are the same."""
+
+    def __init__(self, gpu: GPU, floor: K.HostFloor, reuse: bool = False) -> None:
+        self.gpu, self.floor, self.reuse = gpu, floor, reuse
+        self._shapes: dict[tuple[object, ...], _Shapes] = {}
+        self._passes: dict[tuple[object, ...], ChunkWork] = {}
+        self._params: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._works: dict[tuple[object, ...], ChunkWork] = {}
+        self._layouts: dict[tuple[object, ...], _Layout] = {}
+        self._collectives: dict[tuple[object, ...], float] = {}
+
+    def _cached(
+        self,
+        store: dict[tuple[object, ...], Value],
+        key: tuple[object, ...],
+        make: Callable[..., Value],
+        *args: Any,
+    ) -> Value:
+        """``make(*args)``, kept in ``store`` under ``key`` when the pricer reuses prices."""
+        if not self.reuse:
+            return make(*args)
+        hit = store.get(key)
+        if hit is None:
+            hit = store[key] = make(*args)
+        return hit
+
+    def price(self, d: Derived, data_parallel: bool = True) -> Priced:
+        """Every stage of the layout of ``d``; stages that build the same chunks are priced once.
+        Without ``data_parallel``, the chunks' passes alone: no data-parallel collectives (what
+        the planner bounds a layout group by, ``memtune/plan/search.py``)."""
+        shapes = self.shapes(d)
+        layout = self._cached(self._layouts, LAYOUT_KNOBS.key(d.knobs), _layout_of, d)
+        works = [self.stage(d, shapes, chunks, data_parallel) for chunks in layout.distinct]
+        return Priced(
+            [replace(works[i], send_s=_send_s(d, rank)) for rank, i in enumerate(layout.rank_of)],
+            d.num_microbatches,
+            d.model.microbatch_group_size_per_vp_stage or d.pp,
+            overlap_of(d),
+            tuple(sorted(shapes.pricer.unmeasured)),
+        )
+
+    def whole_model(self, d: Derived) -> ChunkWork:
+        """The passes of one chunk holding every layer of the model with the embedding, the
+        output layer and the loss, at the parallel shape of ``d`` (``simulate.spread_bound``)."""
+        m = d.model
+        whole = Chunk(0, 0, tuple(range(m.num_layers)), True, True, d.mtp_num_layers)
+        return _chunk_passes(d, self.shapes(d), self.floor, whole, 1)
+
+    def shapes(self, d: Derived) -> _Shapes:
+        key = SHAPE_KNOBS.key(d.knobs)
+        if d.job.peft is not None:
+            key += ADAPTER_KNOBS.key(d.knobs)
+        return self._cached(self._shapes, key, _shapes_of, d, self.gpu, self.floor)
+
+    def stage(
+        self,
+        d: Derived,
+        shapes: _Shapes,
+        chunks: tuple[tuple[Chunk, ChunkSignature], ...],
+        data_parallel: bool,
+    ) -> StageWork:
+        """One pipeline rank's chunks, the boundary tensor it sends, and its optimizer step."""
+        works = []
+        held = 0.0  # parameters whose optimizer state the rank keeps
+        sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
+        knobs = d.knobs
+        params_key, passes_key, work_key = (
+            PARAMS_KNOBS.key(knobs),
+            PASS_KNOBS.key(knobs),
+            CHUNK_WORK_KNOBS.key(knobs),
+        )
+        for chunk, signature in chunks:
+            dense, expert = self._cached(self._params, (params_key, signature), _params_of, d, chunk)
+            work = self._cached(
+                self._passes,
+                (passes_key, signature),
+                _chunk_passes,
+                d,
+                shapes,
+                self.floor,
+                chunk,
+                len(chunks),
+            )
+            if data_parallel:
+                work = self._cached(
+                    self._works,
+                    (work_key, signature),
+                    self.with_data_parallel,
+                    d,
+                    work,
+                    dense,
+                    expert,
+                    len(chunk.layers),
+                )
+            works.append(work)
+            held += dense / (d.dp * d.cp if sharded else 1)
+            held += expert / (d.edp if sharded else 1)
+        return StageWork(tuple(works), 0.0, self.optimizer(d, shapes, held))
+
+    def with_data_parallel(
+        self, d: Derived, passes: ChunkWork, dense: float, expert: float, layers: int
+    ) -> ChunkWork:
+        """A chunk's ``passes`` with the data-parallel collectives of its sharding strategy
+        (``memtune/perf/sharding.py``): once a step, or Megatron-FSDP's every microbatch with what
+        the passes' compute leaves of them exposed; ``dense`` and ``expert`` are the parameters
+        one TP rank of it holds, in ``layers`` transformer layers."""
+        frozen = d.job.peft is not None
+        dp = chunk_work(d, d.network, self.gpu.name, dense, expert, layers, frozen)
+        dp_fwd = exposed(dp.forward_s, dp.first_gather_s, passes.forward_s) if dp.forward_s else 0.0
+        first = dp.first_gather_s if dp.forward_s else 0.0
+        dp_bwd = exposed(dp.backward_s, first, passes.backward_s) if dp.backward_s else 0.0
+        return replace(
+            passes,
+            grad_reduce_s=dp.grad_reduce_s,
+            param_gather_s=dp.param_gather_s,
+            buckets=dp.buckets,
+            dp_forward_exposed_s=dp_fwd,
+            dp_backward_exposed_s=dp_bwd,
+        )
+
+    def collective(self, d: Derived, op: Op, nbytes: float, group: Group) -> float:
+        """Seconds of one collective (``memtune/perf/collectives.py``) on the job's fabric."""
+        key = (op, nbytes, group)
+        hit = self._collectives.get(key)
+        if hit is None:
+            hit = self._collectives[key] = collective(op, nbytes, group, d.network, self.gpu.name).seconds
+        return hit
+
+    def optimizer(self, d: Derived, shapes: _Shapes, held: float) -> float:
+        """The optimizer step of a rank keeping the optimizer state of ``held`` parameters: Adam's
+        own kernel from the measured table, and Megatron's work around it per parameter
+        (gradient norm and clipping, the copy back into the model's weights; the distributed
+        optimizer's shard copies) at HBM speed; the offloaded share over the host link and on the
+        CPU (``memtune/perf/offload.py``)."""
+        job, pricer = d.job, shapes.pricer
+        trained = 0.0 if job.peft is not None else held
+        host = job.optimizer.optimizer_offload_fraction if job.optimizer.optimizer_cpu_offload else 0.0
+        adam_s = pricer.hbm_ratio / pricer.eager.adam_params_per_s[d.adam_kernel]
+        around = K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / pricer.hbm
+        seconds = trained * (1 - host) * (adam_s + around) + self.floor.step_s
+        if host:
+            seconds += optimizer_offload_s(d, trained * host)
+        return seconds
+
+
+def _send_s(d: Derived, stage: int) -> float:
+    """The boundary tensor from pipeline rank ``stage`` to the next (virtual) stage, over NVLink
+    or, where the two stages sit in different NVLink domains (pipeline ranks TP x CP x DP apart),
+    the adapters."""
+    tokens = d.micro_batch_size * d.model.seq_length / d.cp
+    boundary = BF16 * (tokens / d.tp if d.sequence_parallel else tokens) * d.model.hidden_size
+    crosses = pipeline_crosses_domain(stage, d.pp, d.tp * d.cp * d.dp, d.network)
+    return send_recv(boundary, crosses, d.network)
+
+
+def _layout_of(d: Derived) -> _Layout:
+    distinct: dict[tuple[ChunkSignature, ...], int] = {}
+    stages: list[tuple[tuple[Chunk, ChunkSignature], ...]] = []
+    rank_of = []
+    for rank_chunks in d.chunks:
+        signed = tuple((chunk, _signature(d, chunk)) for chunk in rank_chunks)
+        key = tuple(signature for _, signature in signed)
+        if key not in distinct:
+            distinct[key] = len(stages)
+            stages.append(signed)
+        rank_of.append(distinct[key])
+    return _Layout(tuple(stages), tuple(rank_of))
+
+
+def _params_of(d: Derived, chunk: Chunk) -> tuple[float, float]:
+    """(dense and replicated, expert) parameters one TP rank of ``chunk`` holds."""
+    from memtune.estimate.params import chunk_params
+
+    held = chunk_params(d, chunk)  # memtune/estimate/params.py
+    return held.dense + held.replicated, held.expert
+
+
+def _signature(d: Derived, chunk: Chunk) -> ChunkSignature:
+    offloaded_from = chunk.layers[0] if d.activation_offload_layers and chunk.layers else -1
+    return (
+        tuple(d.moe_layer_pattern[i] for i in chunk.layers),
+        chunk.has_embedding,
+        chunk.has_output,
+        chunk.mtp_layers,
+        offloaded_from,
+    )
+
+
+def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor) -> _Shapes:
     pricer = _Pricer(d, gpu, floor)
+    frozen = d.job.peft is not None
     kinds = {moe: pricer.layer(moe, frozen) for moe in set(d.moe_layer_pattern)}
-    h = m.hidden_size
-    T = d.micro_batch_size * m.seq_length / d.cp
-    tokens_res = T / d.tp if d.sequence_parallel else T
+    T = d.micro_batch_size * d.model.seq_length / d.cp
     vocab = d.padded_vocab_size / d.tp
-    output_fwd = pricer.gemm(T, vocab, h) * K.IN_STEP_KERNEL_FACTOR
-    output_wgrad = 0.0 if frozen else output_fwd
+    output_fwd = pricer.gemm(T, vocab, d.model.hidden_size) * K.IN_STEP_KERNEL_FACTOR
     if d.cross_entropy == "unfused":
         # Megatron's VocabParallelCrossEntropy, forward and backward from the measured table,
         # split by the bytes each moves per logit (K.CROSS_ENTROPY_FORWARD_SHARE)
@@ -465,112 +750,110 @@ def predict_step(
     else:
         # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
         loss_fwd = loss_bwd = 3 * 4 * T * vocab / pricer.hbm
-    full = m.recompute_granularity == "full"
-    sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
-    stage_stride = d.tp * d.cp * d.dp
-    boundary = BF16 * tokens_res * h
+    return _Shapes(pricer, kinds, output_fwd, 0.0 if frozen else output_fwd, loss_fwd, loss_bwd)
 
-    stages = []
-    for stage, rank_chunks in enumerate(d.chunks):
-        works = []
-        stage_params = 0.0
-        for chunk in rank_chunks:
-            wgrad = tp = tp_back = tp_blocking = ep = 0.0
-            # (host launch work, device time) of each piece of the chunk's passes
-            forward = [(floor.microbatch_s / len(rank_chunks), 0.0)]
-            backward: list[tuple[float, float]] = []
-            replayed = 0
-            if full:
-                groups = d.full_recompute_groups(len(chunk.layers))
-                replayed = sum(n for n, checkpointed in groups if checkpointed)
-            if chunk.has_embedding:
-                forward.append((0.0, BF16 * tokens_res * h / pricer.hbm))
-            for i, layer in enumerate(chunk.layers):
-                is_moe = d.moe_layer_pattern[layer]
-                lt = kinds[is_moe]
-                forward.append((lt.host_fwd, lt.fwd))
-                back = lt.bwd + (lt.fwd if i < replayed else 0.0)
-                if m.recompute_granularity == "selective":
-                    back += recompute_forward(d, lt, is_moe)
-                    modules = d.recompute_modules
-                    if ("mlp" in modules and not is_moe) or ("moe" in modules and is_moe):
-                        # the replayed MLP or MoE block runs its collectives again
-                        tp_back += lt.mlp_tp_fwd + (lt.ep_fwd if is_moe else 0.0)
-                replay_host = lt.host_fwd if i < replayed else 0.0
-                backward.append((floor.backward_factor * lt.host_fwd + replay_host, back))
-                wgrad += lt.wgrad
-                tp += lt.tp_fwd
-                tp_back += lt.tp_bwd
-                tp_blocking += lt.tp_bwd_blocking
-                ep += lt.ep_fwd
-            out_wgrad = 0.0
-            held = chunk_params(d, chunk)  # what the rank holds of the chunk (memtune/estimate/params.py)
-            dense_params, expert_params = held.dense + held.replicated, held.expert
-            if chunk.has_output:
-                forward.append((0.0, output_fwd + loss_fwd))
-                backward.append((0.0, output_fwd + output_wgrad + loss_bwd))
-                out_wgrad = output_wgrad
-            fwd, bwd = _pass_time(forward), _pass_time(backward)
-            # the host copies of activation offload beyond the compute they hide behind
-            offload_fwd, offload_bwd = activation_offload_s(d, chunk, fwd, bwd)
-            fwd, bwd = fwd + offload_fwd, bwd + offload_bwd
-            # the data-parallel collectives of each sharding strategy (memtune/perf/sharding.py)
-            dp = chunk_work(d, d.network, gpu.name, dense_params, expert_params, len(chunk.layers), frozen)
-            dp_fwd = exposed(dp.forward_s, dp.first_gather_s, fwd) if dp.forward_s else 0.0
-            dp_bwd = (
-                exposed(dp.backward_s, dp.first_gather_s if dp.forward_s else 0.0, bwd)
-                if dp.backward_s
-                else 0.0
-            )
-            reduce, gather = dp.grad_reduce_s, dp.param_gather_s
-            works.append(
-                ChunkWork(
-                    forward_s=fwd,
-                    backward_s=bwd,
-                    tp_forward_s=tp,
-                    tp_backward_s=tp_back,
-                    tp_backward_blocking_s=tp_blocking,
-                    ep_forward_s=ep,
-                    ep_backward_s=ep,
-                    output_wgrad_s=out_wgrad,
-                    grad_reduce_s=reduce,
-                    param_gather_s=gather,
-                    buckets=dp.buckets,
-                    dp_forward_exposed_s=dp_fwd,
-                    dp_backward_exposed_s=dp_bwd,
-                )
-            )
-            stage_params += dense_params / (d.dp * d.cp if sharded else 1)
-            stage_params += expert_params / (d.edp if sharded else 1)
-        opt_params = 0.0 if frozen else stage_params
-        host = job.optimizer.optimizer_offload_fraction if job.optimizer.optimizer_cpu_offload else 0.0
-        # Adam's own kernel from the measured table, and Megatron's work around it per parameter
-        # (gradient norm and clipping, the copy back into the model's weights; the distributed
-        # optimizer's shard copies) at HBM speed
-        adam_s = pricer.hbm_ratio / pricer.eager.adam_params_per_s[d.adam_kernel]
-        around = K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / pricer.hbm
-        optimizer = opt_params * (1 - host) * (adam_s + around) + floor.step_s
-        if host:
-            optimizer += optimizer_offload_s(d, opt_params * host)
-        # the boundary tensor to the next (virtual) stage, over NVLink or, where the two stages sit
-        # in different NVLink domains (pipeline ranks TP x CP x DP apart), the adapters
-        send = send_recv(boundary, pipeline_crosses_domain(stage, d.pp, stage_stride, d.network), d.network)
-        stages.append(StageWork(tuple(works), send, optimizer))
 
-    overlap = Overlap(
-        overlap_grad_reduce=job.ddp.overlap_grad_reduce,
-        overlap_param_gather=job.ddp.overlap_param_gather,
+def _chunk_passes(
+    d: Derived, shapes: _Shapes, floor: K.HostFloor, chunk: Chunk, chunks_per_rank: int
+) -> ChunkWork:
+    """One microbatch's forward and backward pass through ``chunk``, without its data-parallel
+    collectives: its layers' kernels (with
+    what recompute replays and what activation offload leaves exposed), the embedding, the
+    output layer and the loss, each pass the longer of its host and device totals
+    (``_pass_time``) with the host copies of activation offload it does not hide
+    (``memtune/perf/offload.py``), and the TP and EP collectives each layer leaves exposed."""
+    m = d.model
+    kinds = shapes.kinds
+    h = m.hidden_size
+    T = d.micro_batch_size * m.seq_length / d.cp
+    tokens_res = T / d.tp if d.sequence_parallel else T
+    hbm = shapes.pricer.hbm
+    tp = tp_back = tp_blocking = ep = 0.0
+    # (host launch work, device time) of each piece of the chunk's passes
+    forward = [(floor.microbatch_s / chunks_per_rank, 0.0)]
+    backward: list[tuple[float, float]] = []
+    replayed = 0
+    if m.recompute_granularity == "full":
+        groups = d.full_recompute_groups(len(chunk.layers))
+        replayed = sum(n for n, checkpointed in groups if checkpointed)
+    if chunk.has_embedding:
+        forward.append((0.0, BF16 * tokens_res * h / hbm))
+    for i, layer in enumerate(chunk.layers):
+        is_moe = d.moe_layer_pattern[layer]
+        lt = kinds[is_moe]
+        forward.append((lt.host_fwd, lt.fwd))
+        back = lt.bwd + (lt.fwd if i < replayed else 0.0)
+        if m.recompute_granularity == "selective":
+            back += recompute_forward(d, lt, is_moe)
+            modules = d.recompute_modules
+            if ("mlp" in modules and not is_moe) or ("moe" in modules and is_moe):
+                # the replayed MLP or MoE block runs its collectives again
+                tp_back += lt.mlp_tp_fwd + (lt.ep_fwd if is_moe else 0.0)
+        replay_host = lt.host_fwd if i < replayed else 0.0
+        backward.append((floor.backward_factor * lt.host_fwd + replay_host, back))
+        tp += lt.tp_fwd
+        tp_back += lt.tp_bwd
+        tp_blocking += lt.tp_bwd_blocking
+        ep += lt.ep_fwd
+    out_wgrad = 0.0
+    if chunk.has_output:
+        forward.append((0.0, shapes.output_fwd + shapes.loss_fwd))
+        backward.append((0.0, shapes.output_fwd + shapes.output_wgrad + shapes.loss_bwd))
+        out_wgrad = shapes.output_wgrad
+    fwd, bwd = _pass_time(forward), _pass_time(backward)
+    # the host copies of activation offload beyond the compute they hide behind
+    offload_fwd, offload_bwd = activation_offload_s(d, chunk, fwd, bwd)
+    return ChunkWork(
+        forward_s=fwd + offload_fwd,
+        backward_s=bwd + offload_bwd,
+        tp_forward_s=tp,
+        tp_backward_s=tp_back,
+        tp_backward_blocking_s=tp_blocking,
+        ep_forward_s=ep,
+        ep_backward_s=ep,
+        output_wgrad_s=out_wgrad,
+    )
+
+
+def overlap_of(d: Derived) -> Overlap:
+    """Which communication the job's settings make Megatron hide (``memtune/perf/simulate.py``)."""
+    return Overlap(
+        overlap_grad_reduce=d.job.ddp.overlap_grad_reduce,
+        overlap_param_gather=d.job.ddp.overlap_param_gather,
         deferred_output_wgrad_microbatches=d.deferred_wgrad_microbatches,
         # Megatron-LM and Bridge switch overlap_p2p_comm on with VPP
         # (megatron/core/transformer/moe/README.md, "auto-enabled with VPP").
         overlap_p2p_comm=d.vpp > 1,
         single_device_connection=d.device_max_connections == "1",
-        overlap_moe_expert_parallel_comm=m.overlap_moe_expert_parallel_comm,
-        delay_wgrad_compute=m.delay_wgrad_compute,
+        overlap_moe_expert_parallel_comm=d.model.overlap_moe_expert_parallel_comm,
+        delay_wgrad_compute=d.model.delay_wgrad_compute,
     )
-    group = m.microbatch_group_size_per_vp_stage or d.pp
-    sim = simulate(stages, d.num_microbatches, group, overlap, record_events)
-    tokens = d.num_microbatches * d.micro_batch_size * m.seq_length * d.dp
+
+
+def predict_step(
+    d: Derived,
+    gpu: GPU | None = None,
+    floor: K.HostFloor | None = None,
+    record_events: bool = False,
+    pricer: StepPricer | None = None,
+    max_passes: int = MAX_SIMULATED_OPERATIONS,
+) -> StepPrediction:
+    """Predicted step of the job of ``d`` as configured, on its GPU (or ``gpu``), in a training
+    loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
+    simulated passes for a Gantt chart. ``pricer`` (the planner's, reusing prices across the
+    layouts of one job) gives the same prediction."""
+    pricer = pricer or StepPricer(gpu or get_gpu(d.job.cluster.gpu), floor or K.MEGATRON_LM_LOOP)
+    return predict_priced(d, pricer.price(d), record_events, max_passes)
+
+
+def predict_priced(
+    d: Derived, priced: Priced, record_events: bool = False, max_passes: int = MAX_SIMULATED_OPERATIONS
+) -> StepPrediction:
+    """The step of ``d``'s layout from its priced stages: the simulated schedule."""
+    sim = simulate(
+        priced.stages, priced.num_microbatches, priced.group, priced.overlap, record_events, max_passes
+    )
+    tokens = d.num_microbatches * d.micro_batch_size * d.model.seq_length * d.dp
     world = d.tp * d.pp * d.cp * d.dp
     flops = 3 * model_flops_per_token(d) * tokens
     return StepPrediction(
@@ -578,5 +861,5 @@ def predict_step(
         tokens_per_s_per_gpu=tokens / sim.step_s / world,
         model_tflops_per_gpu=flops / sim.step_s / world / 1e12,
         simulated=sim,
-        unmeasured=tuple(sorted(pricer.unmeasured)),
+        unmeasured=priced.unmeasured,
     )

@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "plan",
         help="the fastest parallel layouts of a model on a set of GPUs that fit in memory",
         description="Enumerate TP/PP/VPP/CP/EP/ETP, micro-batch, sequence parallelism, recompute, optimizer "
-        "sharding and offload; drop what memtune check refuses and what does not fit; rank by predicted "
-        "throughput. Sizes are GiB (2^30 bytes).",
+        "sharding and offload; drop what memtune check refuses and what does not fit; rank by the step "
+        "model's price. Sizes are GiB (2^30 bytes).",
     )
     add_job_arguments(
         p, "a model preset (`memtune models`) or a config file (memtune, Bridge, Megatron-LM, HF)"
@@ -79,7 +79,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE.png",
-        help="memory against throughput of every layout that fits; with --explain N, layout N's simulated "
+        help="memory against throughput of every layout that fits (priced, or at most its bound); with "
+        "--explain N, layout N's simulated "
         "step as a Gantt chart per pipeline stage",
     )
     p.add_argument(
@@ -100,7 +101,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=int,
         default=0,
         metavar="W",
-        help="processes for the search (default: the CPU count, up to 8)",
+        help="processes that estimate every layout for --pareto and --plot (default: the CPU count, up to "
+        "8); the search for the fastest runs in one, stopping where the step model's bound says nothing "
+        "left can enter",
     )
     p.add_argument(
         "--write", nargs=2, metavar=("N", "OUT"), help="write layout N to OUT in the input's format"

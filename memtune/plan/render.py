@@ -11,7 +11,6 @@ from rich.table import Table
 from memtune import tables
 from memtune.config.changes import Change
 from memtune.estimate.render import uncertainty_json
-from memtune.perf import ASSUMPTIONS
 from memtune.perf import render as perf_render
 from memtune.perf.step import STEP_MODEL_NOTES, StepPrediction
 from memtune.perf.uncertainty import step_uncertainty
@@ -95,16 +94,18 @@ def print_summary(result: PlanResult, console: Console, mode: Mode | None = None
     tables.print_text(
         console,
         f"[dim]{n.get('enumerated', 0):,} candidates in {result.seconds:.1f} s: "
-        f"{n.get('pruned', 0):,} refused by arithmetic ({pruned or 'none'}), {n.get('estimated', 0):,} estimated, "
-        f"{n.get('fit', 0):,} fit with the fragmentation margin, {n.get('checked', 0)} passed memtune check"
-        + (f" ({refused} refused)" if refused else "")
+        f"{n.get('pruned', 0):,} refused by arithmetic ({pruned or 'none'})"
         + (f", {n['not matching pins']:,} excluded by --pin" if n.get("not matching pins") else "")
-        + f", {n.get('simulated', 0)} priced by the step model"
         + (
-            f" ({n['not simulated']} too long to simulate: * analytic figure)"
-            if n.get("not simulated")
+            f", {n['bounded out']:,} slower at best than #{len(result.layouts)} (the step model's bound)"
+            if n.get("bounded out")
             else ""
         )
+        + f", {n.get('estimated', 0):,} estimated, {n.get('fit', 0):,} fit with the fragmentation margin, "
+        f"{n.get('simulated', 0):,} priced by the step model"
+        + (f" ({n['not simulated']} too long to simulate: *, ranked last)" if n.get("not simulated") else "")
+        + f", {n.get('checked', 0)} passed memtune check"
+        + (f" ({refused} refused)" if refused else "")
         + ". Peak and headroom (capacity left after the verdict's margins, docs/verdict.md) in GiB on the"
         " most-loaded rank; throughput from the simulated step (`--explain N`, docs/plan.md).[/dim]",
     )
@@ -181,13 +182,13 @@ def print_explain(result: PlanResult, n: int, console: Console) -> None:
         console,
         f"  step {p.step_time_s:.3f} s{error} · {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU · "
         f"{p.model_tflops_per_gpu:.0f} model TFLOP/s/GPU · {p.relative:.1%} of #1 "
-        f"(analytic pruning pass: {p.prediction.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)",
+        f"(the step model's bound: at most {result.tokens_per_s_per_gpu(p.bound_s):,.0f} tokens/s/GPU)",
     )
     step = p.step
     if step is None:
         tables.print_text(
             console,
-            f"  not simulated: {p.throughput.not_simulated}; ranked by the analytic figure after the simulated layouts",
+            f"  not simulated: {p.throughput.not_simulated}; ranked after the simulated layouts",
         )
         return
     tables.print_text(
@@ -314,10 +315,9 @@ def planned_json(p: Planned, result: PlanResult | None = None) -> dict[str, Any]
         "relative_throughput": p.relative,
         "simulated_step": None if p.step is None else _step_json(p.step),
         "not_simulated": p.throughput.not_simulated,
-        "analytic": {
-            "step_time_s": p.prediction.step_time_s,
-            "tokens_per_s_per_gpu": p.prediction.tokens_per_s_per_gpu,
-            "breakdown_s": p.prediction.breakdown,
+        "bound": {
+            "step_time_s": p.bound_s,
+            "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu(p.bound_s) if result else None,
         },
     }
 
@@ -334,7 +334,6 @@ def result_json(result: PlanResult, mode: Mode | None = None) -> dict[str, Any]:
         "pareto": [planned_json(p, result) for p in result.pareto],
         "obstacle": None if result.layouts else _obstacle_json(result),
         "step_model": list(STEP_MODEL_NOTES),
-        "analytic_assumptions": list(ASSUMPTIONS),
     }
 
 
@@ -371,9 +370,28 @@ def plot(result: PlanResult, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [s.needed_bytes / GiB for s in result.scored]
-    ys = [s.prediction.tokens_per_s_per_gpu for s in result.scored]
-    ax.scatter(xs, ys, s=4, alpha=0.3, color="grey", label="fits (analytic model, not checked)")
+    bounded = [s for s in result.scored if s.throughput is None or s.throughput.prediction is None]
+    priced = [s for s in result.scored if s not in bounded]
+    ax.scatter(
+        [s.needed_bytes / GiB for s in bounded],
+        [result.tokens_per_s_per_gpu(s.bound_s) for s in bounded],
+        s=4,
+        alpha=0.3,
+        color="grey",
+        label="fits, not priced: at most (the step model's bound)",
+    )
+    ax.scatter(
+        [s.needed_bytes / GiB for s in priced],
+        [
+            s.throughput.prediction.tokens_per_s_per_gpu
+            for s in priced
+            if s.throughput and s.throughput.prediction
+        ],
+        s=6,
+        alpha=0.6,
+        color="tab:green",
+        label="fits, priced by the step model (not checked)",
+    )
     if result.pareto:
         front = sorted(result.pareto, key=lambda p: p.estimate.needed_bytes(p.estimate.worst))
         ax.plot(

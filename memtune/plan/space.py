@@ -122,8 +122,12 @@ def pruned_layout(d: Derived, c: Knobs, gbs: int) -> str | None:
     dp = world // (c.tp * c.pp * c.cp)
     if gbs % (c.mbs * dp):
         return "BAT001"
-    if c.vpp > 1 and c.pp > 1 and gbs // (c.mbs * dp) < c.pp:
-        return "PIP010"
+    if c.vpp > 1 and c.pp > 1:
+        microbatches, group = gbs // (c.mbs * dp), m.microbatch_group_size_per_vp_stage or c.pp
+        if not c.pp <= group <= microbatches:
+            return "PIP010"
+        if 0 < microbatches % group < c.pp:
+            return "PIP012"
     return None
 
 

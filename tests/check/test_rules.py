@@ -98,6 +98,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=8"),
     ),
     "PIP011": (("model.virtual_pipeline_model_parallel_size=2",), ()),
+    "PIP012": (
+        ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=12"),
+        ("model.virtual_pipeline_model_parallel_size=2", "train.global_batch_size=16"),
+    ),
     "SEQ001": (
         ("model.tensor_model_parallel_size=1",),
         ("model.tensor_model_parallel_size=1", "model.sequence_parallel=false"),

@@ -162,23 +162,36 @@ def test_json_throughput_is_the_step_model_of_the_job_as_configured(capsys):
     assert len(line) <= 80
 
 
-def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(capsys):
-    # PP4 x VPP5 chunks x 1,260 microbatches (GBS 2,520 over DP 2) x forward and backward: 50,400
+def test_a_long_step_is_priced_from_its_repeating_periods(capsys):
+    # PP4 x VPP5 chunks x 1,260 microbatches (GBS 2,520 over DP 2) x forward and backward:
+    # 50,400 passes, once beyond what estimate would simulate; its steady phase repeats itself
+    from memtune.perf.step import predict_step
+
     assert main(["estimate", EXAMPLE, "--json", "train.global_batch_size=2520"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["verdict"] in ("fits", "tight", "does not fit") and doc["num_microbatches"] == 1260
+    assert doc["num_microbatches"] == 1260 and doc["throughput"]["not_simulated"] is None
+    job = load_job(EXAMPLE, ["train.global_batch_size=2520"]).job
+    every_pass = predict_step(gate(job).derived, record_events=True)
+    assert doc["throughput"]["step_time_s"] == pytest.approx(every_pass.step_time_s, rel=1e-9)
+
+
+def test_a_step_beyond_the_bound_is_not_simulated_and_memory_is_still_estimated(capsys, monkeypatch):
+    monkeypatch.setattr("memtune.perf.step.MAX_ESTIMATE_SIMULATED_OPERATIONS", 100)
+    assert main(["estimate", EXAMPLE, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] in ("fits", "tight", "does not fit")
     assert doc["throughput"] == {
         "step_time_s": None,
         "step_time_uncertainty": None,
         "tokens_per_s_per_gpu": None,
         "model_tflops_per_gpu": None,
         "unmeasured": [],
-        "not_simulated": "50,400 passes to simulate (limit 50,000)",
+        "not_simulated": "the step has 640 forward and backward passes over its stages and no steady "
+        "phase that repeats; the simulation stops at 100 (memtune.limits)",
     }
-    # the largest batch the schema admits: refused by the bound before anything is priced
-    assert main(["estimate", EXAMPLE, "train.global_batch_size=100000000"]) == 0
+    assert main(["estimate", EXAMPLE]) == 0
     out = capsys.readouterr().out
-    assert "Predicted step: not simulated, 2,000,000,000 passes to simulate (limit 50,000)\n" in out
+    assert "Predicted step: not simulated, the step has 640 forward and backward passes" in out
     assert "Verdict:" in out
 
 

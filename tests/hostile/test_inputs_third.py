@@ -131,14 +131,12 @@ def test_a_config_fifo_nobody_writes_is_not_waited_on_forever(capsys, tmp_path, 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (("--workers", "100000"), "--workers: must be from 0 to 64, got 100000"),
-        (("--workers", "-1"), "--workers: must be from 0 to 64, got -1"),
         (("--seq", "0"), "--seq: must be at least 1, got 0"),
         (("--gbs", "-3"), "--gbs: must be at least 1, got -3"),
         (("--gpus", "0"), "--gpus: must be at least 1, got 0"),
         (("--gpu", ""), "--gpu: unknown GPU ''"),
         (("--json",), "--json and --split go with --accuracy (the speed run prints a table)"),
-        (("--accuracy", "--workers", "2"), "--workers time a search; --accuracy takes none of them"),
+        (("--accuracy", "--gpus", "2"), "--gpus time a search; --accuracy takes none of them"),
     ],
 )
 def test_bench_plan_options_are_checked_before_any_search(capsys, options, message):

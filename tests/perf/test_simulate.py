@@ -3,9 +3,19 @@ backward 2 s per chunk and microbatch unless a test says otherwise)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from memtune.perf.simulate import ChunkWork, Overlap, StageWork, simulate, stage_order
+from memtune.perf.simulate import (
+    ChunkWork,
+    Overlap,
+    StageWork,
+    simulate,
+    spread_bound,
+    stage_order,
+    step_bound,
+)
 
 NO_OVERLAP = Overlap(single_device_connection=False)
 
@@ -126,11 +136,20 @@ def test_unaligned_param_gathers_follow_the_previous_chunks_first_forward() -> N
     assert unaligned.step_s == pytest.approx(7.0)
 
 
-def test_a_schedule_beyond_the_limit_is_refused_in_one_line() -> None:
+def test_a_long_steady_phase_is_priced_without_placing_it() -> None:
+    # 1,280,000 passes; uniform chunks: (M v + p - 1) (F + B) exactly, as the interleaved
+    # schedule's bubble says, from a few periods placed.
+    sim = simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP)
+    assert sim.step_s == pytest.approx((10_000 * 8 + 7) * 3.0, rel=1e-12)
+    assert sim.stage_compute_s == pytest.approx((10_000 * 8 * 3.0,) * 8, rel=1e-12)
+    assert sim.placed < 10_000
+
+
+def test_a_recorded_schedule_beyond_the_limit_is_refused_in_one_line() -> None:
     from memtune.errors import InputError
 
     with pytest.raises(InputError, match="the simulation stops at 1,000,000"):
-        simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP)
+        simulate(stages(8, v=8), 10_000, 8, NO_OVERLAP, record_events=True)
 
 
 def test_events_are_recorded_only_when_asked_and_change_no_time() -> None:
@@ -142,3 +161,91 @@ def test_events_are_recorded_only_when_asked_and_change_no_time() -> None:
         recorded.stage_compute_s,
         recorded.stage_exposed_comm_s,
     )
+
+
+def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[StageWork], int, int, Overlap]:
+    """Random stages (each chunk its own durations, or every stage but the last alike), a
+    microbatch count and group Megatron accepts (PIP010, PIP012), and random overlap settings."""
+    p, v = rng.randint(1, 6), rng.randint(1, 4)
+    if p == 1:
+        v = 1
+    group = rng.choice([p, p, rng.randint(p, 2 * p)]) if v > 1 else p
+    while True:
+        m = rng.randint(1, max_microbatches)
+        if v == 1 or (group <= m and not 0 < m % group < p):
+            break
+
+    def chunk(last: bool) -> ChunkWork:
+        some = lambda top: rng.choice([0.0, rng.uniform(0, top)])  # noqa: E731
+        return ChunkWork(
+            rng.uniform(0.5, 2),
+            rng.uniform(1, 4),
+            tp_forward_s=some(0.3),
+            tp_backward_s=some(0.3),
+            tp_backward_blocking_s=some(0.1),
+            ep_forward_s=some(0.5),
+            ep_backward_s=some(0.5),
+            output_wgrad_s=rng.uniform(0, 0.5) if last else 0.0,
+            grad_reduce_s=some(3),
+            param_gather_s=some(3),
+            buckets=rng.randint(1, 4),
+        )
+
+    alike = rng.random() < 0.5
+    shared = tuple(chunk(False) for _ in range(v))
+    work = [
+        StageWork(
+            shared if alike and r < p - 1 else tuple(chunk(r == p - 1 and c == v - 1) for c in range(v)),
+            rng.choice([0.0, rng.uniform(0, 0.2)]),
+            rng.uniform(0, 2),
+        )
+        for r in range(p)
+    ]
+    overlap = Overlap(
+        overlap_grad_reduce=rng.random() < 0.5,
+        overlap_param_gather=rng.random() < 0.5,
+        align_param_gather=rng.random() < 0.3,
+        overlap_moe_expert_parallel_comm=rng.random() < 0.3,
+        delay_wgrad_compute=rng.random() < 0.3,
+        deferred_output_wgrad_microbatches=rng.choice([0, 0, m, rng.randint(1, m)]) if p > 1 else 0,
+        overlap_p2p_comm=rng.random() < 0.5,
+        single_device_connection=rng.random() < 0.5,
+    )
+    return work, m, group, overlap
+
+
+def test_skipping_repeated_periods_gives_the_step_of_placing_every_pass() -> None:
+    """On 400 random schedules (long enough that most repeat a steady period), the simulation
+    that skips repeated periods gives what placing every pass gives, stage by stage, to
+    rounding; and it places fewer passes on the long ones."""
+    rng = random.Random(20)
+    skipped = 0
+    for _ in range(400):
+        work, m, group, overlap = _random_schedule(rng, 200)
+        full = simulate(work, m, group, overlap, record_events=True)
+        periodic = simulate(work, m, group, overlap)
+        assert periodic.step_s == pytest.approx(full.step_s, rel=1e-9)
+        assert periodic.stage_compute_s == pytest.approx(full.stage_compute_s, rel=1e-9)
+        assert periodic.stage_exposed_comm_s == pytest.approx(full.stage_exposed_comm_s, rel=1e-9, abs=1e-9)
+        skipped += periodic.placed < full.placed
+    assert skipped >= 100
+
+
+def test_the_bound_is_never_above_the_simulated_step() -> None:
+    """``step_bound`` on 2,000 random schedules: never above the simulated step (to rounding),
+    and equal to it for a one-forward-one-backward pipeline of identical stages without sends,
+    where the bubble is exactly p - 1 forwards and backwards."""
+    rng = random.Random(21)
+    for _ in range(2000):
+        work, m, group, overlap = _random_schedule(rng, 40)
+        assert step_bound(work, m, overlap) <= simulate(work, m, group, overlap).step_s * (1 + 1e-12)
+    even = stages(4, optimizer=0.5)  # (8 + 3) x 3 s + 0.5 s
+    assert step_bound(even, 8, NO_OVERLAP) == simulate(even, 8, 4, NO_OVERLAP).step_s == 33.5
+
+
+def test_spreading_the_whole_model_bounds_every_split() -> None:
+    # The whole model's passes (F 8 s, B 16 s over 8 chunks of F 1, B 2) over 4 stages, M 4:
+    # 4 x 24 / 4 = 24 s, below the 1F1B step of (4 + 3) x 6 s.
+    whole = ChunkWork(8.0, 16.0)
+    assert spread_bound(whole, 4, 4, NO_OVERLAP) == pytest.approx(24.0)
+    assert simulate(stages(4, v=2), 4, 4, NO_OVERLAP).step_s >= 24.0

@@ -11,7 +11,8 @@ from memtune.config.derived import Derived, derive
 from memtune.config.knobs import SHARDINGS, Knobs, Recompute
 from memtune.errors import InputError
 from memtune.estimate import estimate
-from memtune.perf import PredictionMemo, predict, predict_derived
+from memtune.perf import constants as K
+from memtune.perf.step import StepPricer, predict_step
 from memtune.plan.fast import FastEstimator
 from memtune.plan.query import Query, base_job
 from memtune.plan.space import changes_of
@@ -103,22 +104,25 @@ def test_unvalidated_job_equals_validated_job(which, request, sample):
         assert {"uneven", "layout"} <= splits
 
 
-@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base"])
-def test_planner_prediction_equals_prediction_of_the_job(which, request, sample):
+@pytest.mark.parametrize("which", ["dense_base", "moe_lora_base", "uneven_base"])
+def test_planner_price_equals_the_step_model_of_the_job(which, request, sample):
+    """The search prices a candidate's view with a ``StepPricer`` that keeps each price under
+    the knobs it declares (``SHAPE_KNOBS``, ``PASS_KNOBS``, ...): the same step, field by field,
+    as ``predict_step`` of the gated job, which keeps nothing."""
     base = request.getfixturevalue(which)
     d = derive(base)
-    memo = PredictionMemo()
-    gpu = get_gpu(base.cluster.gpu)
+    pricer = StepPricer(get_gpu(base.cluster.gpu), K.MEGATRON_LM_LOOP, reuse=True)
     compared = fsdp = 0
-    for c in sample(base, 40, seed=5):
+    for c in sample(base, 60, seed=5):
         try:
             checked = gate(with_changes(base, changes_of(base, c)))
         except InputError:
             continue
-        assert predict_derived(d.with_knobs(c), gpu, memo) == predict(checked), c.label()
+        mine = predict_step(d.with_knobs(c), pricer=pricer, record_events=True)
+        assert mine == predict_step(checked.derived, record_events=True), c.label()
         compared += 1
         fsdp += c.sharding == "fsdp"
-    assert compared >= 20 and fsdp >= 3
+    assert compared >= 25 and fsdp >= 3
 
 
 DERIVED_FACTS = [name for name, value in vars(Derived).items() if isinstance(value, cached_property)]
@@ -160,4 +164,4 @@ def test_an_fsdp_candidate_is_predicted_with_fsdps_gradient_dtype(dense_base):
     view = derive(base).with_knobs(c)
     assert (derive(base).grad_dtype, view.grad_dtype) == ("fp32", "bf16")
     checked = gate(with_changes(base, changes_of(base, c)))
-    assert predict_derived(view, get_gpu(base.cluster.gpu)) == predict(checked)
+    assert predict_step(view) == predict_step(checked.derived)

@@ -47,6 +47,7 @@ def test_unpruned_layouts_pass_the_layout_checks(dense_base, sample):
         "PIP009",
         "BAT001",
         "PIP010",
+        "PIP012",
         "REC002",
         "OFF001",
     }

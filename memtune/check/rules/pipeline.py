@@ -417,3 +417,43 @@ def vpp_not_a_memory_fix(c: Context) -> Hit | None:
         "peak memory (the first stage may hold slightly more activations)",
         fix="do not raise VPP to fix an OOM; use recompute, the distributed optimizer or more model parallelism",
     )
+
+
+@rule("PIP012", "vpp-final-microbatch-group", ERROR)
+def vpp_final_microbatch_group(c: Context) -> Hit | None:
+    """The last microbatch group of the interleaved schedule is smaller than PP.
+
+    ## What it does
+    With VPP, checks that the microbatches left over after whole groups of
+    `microbatch_group_size_per_vp_stage` (default PP) are none, or at least PP.
+
+    ## Why it matters
+    The interleaved schedule raises a `RuntimeError` on its first step otherwise
+    (megatron-core 0.19.2, `schedules.py`, `forward_backward_pipelining_with_interleaving`): a
+    last group of fewer than PP microbatches leaves stages waiting for each other.
+
+    ## Example
+    ```yaml
+    model: {pipeline_model_parallel_size: 4, virtual_pipeline_model_parallel_size: 2}
+    train: {micro_batch_size: 1, global_batch_size: 6}
+    ```
+
+    ## Fix
+    Make the number of microbatches a multiple of the group size (`train.global_batch_size`), or
+    leave a remainder of at least PP.
+    """
+    d = c.d
+    if d.vpp == 1 or d.pp == 1:
+        return None
+    group = c.model.microbatch_group_size_per_vp_stage or d.pp
+    final = d.num_microbatches % group
+    if not 0 < final < d.pp:
+        return None
+    return Hit(
+        message=f"{d.num_microbatches} microbatches leave a last group of {final} (groups of {group}), fewer than "
+        f"PP={d.pp} (GBS {d.global_batch_size} / (MBS {d.micro_batch_size} × DP {d.dp}))",
+        fix=f"give a multiple of {group} microbatches per step (train.global_batch_size), or drop VPP",
+        upstream="The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches "
+        "in a virtual pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it "
+        f"is {final}. Otherwise, it introduces dependency bubbles in the pipeline and reduces throughput.",
+    )
