@@ -5,7 +5,8 @@
     python benchmarks/advice_walk.py --recipes A B   # some recipes only
     python benchmarks/advice_walk.py --no-plan       # fix only (plan searches take seconds each)
 
-For each job: `fix` (a job that fits is asked for headroom, so that it proposes changes), then
+For each job: `fix` (a job that fits is asked for 5% of the GPU beyond what it has to spare, so
+that it proposes changes), then
 `plan --top 5` on the job's own model, GPUs, batch and sequence. Each proposal is applied to the
 job and checked with `memtune check`'s rules: it must raise no error and bring no warning the job
 did not have (the gate for advice, `memtune.check.admit`, is what fix and plan use; this walk
@@ -34,7 +35,7 @@ from memtune.check import (  # noqa: E402
     run_checks,
 )
 from memtune.cli import main  # noqa: E402
-from memtune.config import load_job  # noqa: E402
+from memtune.config import derive, load_job  # noqa: E402
 from memtune.config.changes import Change, with_changes  # noqa: E402
 from memtune.config.schema import JobConfig  # noqa: E402
 from memtune.errors import InputError  # noqa: E402
@@ -42,8 +43,9 @@ from memtune.estimate import estimate  # noqa: E402
 from memtune.fix.search import find_fixes  # noqa: E402
 
 EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.name != "broken-llama3-8b.yaml")
-# Headroom asked of a job that fits, so that fix proposes changes: this share of the GPU.
-HEADROOM_SHARE = 0.25
+# Headroom asked of a job that fits, so that fix proposes changes: what it has to spare and this
+# share of the GPU more.
+HEADROOM_SHARE = 0.05
 
 
 def problems_of(job: JobConfig, changes: list[Change], what: str) -> list[str]:
@@ -68,7 +70,8 @@ def walk_fix(name: str, job: JobConfig) -> tuple[int, list[str]]:
     est = estimate(gate(job))
     headroom = 0
     if est.verdict() == "fits":
-        headroom = round(HEADROOM_SHARE * est.capacity_bytes)
+        spare = est.capacity_bytes - est.needed_bytes(est.verdict_rank)
+        headroom = spare + round(HEADROOM_SHARE * est.capacity_bytes)
     result = find_fixes(job, headroom=headroom)
     problems = []
     for s in result.suggestions:
@@ -79,8 +82,10 @@ def walk_fix(name: str, job: JobConfig) -> tuple[int, list[str]]:
 def walk_plan(name: str, words: list[str], job: JobConfig) -> tuple[int, list[str]]:
     """(layouts checked, problems) of ``plan --top 5`` on the job's own question."""
     out = StringIO()
+    # a job that names no GPU count is planned on the one its layout assumes (DP 1)
+    gpus = [] if job.cluster.num_gpus else ["--gpus", str(derive(job).world_size)]
     with redirect_stdout(out), redirect_stderr(StringIO()):
-        status = main(["plan", *words, "--top", "5", "--json", "--workers", "1"])
+        status = main(["plan", *words, *gpus, "--top", "5", "--json", "--workers", "1"])
     if status not in (0, 1):
         return 0, [f"{name}: plan: exit {status}"]
     doc = json.loads(out.getvalue())
