@@ -21,6 +21,7 @@ from memtune.config.changes import Change, with_changes
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, estimate
+from memtune.estimate.effect import JUDGED, Effect
 from memtune.fix.changes import FAMILIES, Remedy, allocator_remedy, menu, selective_remedy
 from memtune.perf.step import StepPrediction, throughput_of
 from memtune.units import human
@@ -136,10 +137,9 @@ class _Search:
         self.lead_changes: tuple[Change, ...] = ()
 
     def saved(self, est: Estimate) -> int:
-        after = judged_peak(est, self.failing) if len(est.ranks) == len(self.before.ranks) else None
-        if after is None:
-            after = est.verdict_peak_bytes(max(est.ranks, key=est.verdict_peak_bytes))
-        return judged_peak(self.before, self.failing) - after
+        """What the remedy takes off the failing rank's judged peak, by the attribution ``diff``
+        and ``bisect`` use (``memtune.estimate.effect``)."""
+        return -Effect(self.before, est).on(self.failing)[JUDGED]
 
     def attempt(self, remedies: tuple[Remedy, ...], lead: bool = False) -> Tried | None:
         own = _merge(remedies)

@@ -1,13 +1,11 @@
 """What one change does to a job's memory, and ``memtune diff A B``: where the memory between two
 configs went, key by key.
 
-:func:`effect_alone` is the one attribution ``diff``, ``bisect --configs`` and ``fix`` share: a
-change (one key, or keys that only go together) applied alone to a job, gated like any job the user
-wrote, estimated, and compared with the job's own estimate per pipeline rank and per component of
-what the rank needs (docs/verdict.md): the parts of its training peak, memory outside PyTorch,
-the fragmentation margin and the safety margin, which add up to what the training peak needs;
-then the peak itself and what the verdict judges the rank needs (the larger of training and a
-resume). An allocator setting thus moves the fragmentation margin, not the peak.
+:func:`effect_alone`: a change (one key, or keys that only go together) applied alone to a job,
+gated like any job the user wrote, estimated, and compared with the job's own estimate by
+``memtune.estimate.effect.Effect``, the one attribution ``diff``, ``bisect --configs`` and ``fix``
+share (per pipeline rank and per component of what the rank needs, docs/verdict.md). An
+allocator setting thus moves the fragmentation margin, not the peak.
 
 For ``diff``, every differing key's effect alone is that; what the total change leaves over once
 those are added up is the interactions' part (two changes that multiply, such as a longer
@@ -25,9 +23,15 @@ from memtune.config import LoadedJob
 from memtune.config.changes import Change
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
-from memtune.estimate import Estimate, RankEstimate
-from memtune.estimate.render import components
-from memtune.estimate.verdict import needed_bytes
+from memtune.estimate import Estimate
+from memtune.estimate.effect import (
+    COMPONENTS,
+    MOST_LOADED,
+    Breakdown,
+    Effect,
+    compared,
+    minus,
+)
 from memtune.regress.jobs import (
     KeyChange,
     UnreadDifference,
@@ -37,79 +41,6 @@ from memtune.regress.jobs import (
     estimate_or_refusal,
     unread_differences,
 )
-
-# What a rank needs for its training peak, as the verdict counts it (docs/verdict.md): the
-# components of its allocator peak (as memtune estimate shows them), memory outside PyTorch and
-# the two margins; they add up to that need. Then the peak itself, and what the verdict judges
-# the rank needs (the training peak's, or a resume's when that is larger).
-COMPONENTS = (
-    "weights",
-    "grads",
-    "optimizer",
-    "activations",
-    "transient",
-    "outside PyTorch",
-    "fragmentation margin",
-    "safety margin",
-)
-PEAK = "peak"
-NEEDED = "needed"
-MOST_LOADED = "most-loaded rank"
-
-Breakdown = dict[str, int]  # component (and "peak", "needed") -> bytes
-
-
-def breakdown(est: Estimate, rank: RankEstimate) -> Breakdown:
-    # The training peak's margins (Estimate.needed_bytes judges a resume's larger peak instead).
-    margin = est.verdict_margin
-    training = needed_bytes(rank.peak_bytes, est.non_pytorch_bytes, margin)
-    fragmentation = round(rank.peak_bytes * margin.fragmentation)
-    return {
-        **components(rank),
-        "outside PyTorch": est.non_pytorch_bytes,
-        "fragmentation margin": fragmentation,
-        "safety margin": training - rank.peak_bytes - est.non_pytorch_bytes - fragmentation,
-        PEAK: rank.peak_bytes,
-        NEEDED: est.needed_bytes(rank),
-    }
-
-
-def minus(after: Breakdown, before: Breakdown) -> Breakdown:
-    return {name: after[name] - before[name] for name in before}
-
-
-def compared(est: Estimate, per_rank: bool) -> list[Breakdown]:
-    return [breakdown(est, r) for r in est.ranks] if per_rank else [breakdown(est, est.worst)]
-
-
-@dataclass(frozen=True)
-class Effect:
-    """What a change does alone to a job: the job's estimate before it and after it, compared per
-    pipeline rank, or most-loaded rank against most-loaded rank when the pipeline size changed."""
-
-    before: Estimate
-    after: Estimate
-
-    @property
-    def per_rank(self) -> bool:
-        return len(self.before.ranks) == len(self.after.ranks)
-
-    def parts(self, per_rank: bool | None = None) -> list[Breakdown]:
-        """Per compared rank (every pipeline rank, or with ``per_rank`` false or the pipeline size
-        changed, the most-loaded one), the change of each component, of the peak and of what the
-        rank needs."""
-        each = self.per_rank if per_rank is None else per_rank and self.per_rank
-        return [minus(a, b) for b, a in zip(compared(self.before, each), compared(self.after, each))]
-
-    def on(self, pp_rank: int | None = None) -> Breakdown:
-        """The change on pipeline rank ``pp_rank`` of the job (its most-loaded rank by default, and
-        most-loaded against most-loaded when the pipeline size changed)."""
-        if pp_rank is None or not self.per_rank:
-            return minus(breakdown(self.after, self.after.worst), breakdown(self.before, self.before.worst))
-        return minus(
-            breakdown(self.after, self.after.ranks[pp_rank]),
-            breakdown(self.before, self.before.ranks[pp_rank]),
-        )
 
 
 def effect_alone(before: Estimate, job: JobConfig, changes: Sequence[Change]) -> Effect | str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memtune.regress.attribution import COMPONENTS, NEEDED, PEAK, ConfigDiff, attributions, compared
+from memtune.estimate.effect import COMPONENTS, JUDGED, NEEDED, PEAK, compared
+from memtune.regress.attribution import ConfigDiff, attributions
 from memtune.regress.gitbisect import BisectResult
 from memtune.regress.logs import (
     ALLOCATED,
@@ -157,7 +158,7 @@ def diff_json(diff: ConfigDiff) -> dict[str, Any]:
         "a": {"source": diff.a.source, "format": diff.a.format, **side(diff.before)},
         "b": {"source": diff.b.source, "format": diff.b.format, **side(diff.after)},
         "compared": "per_pp_rank" if diff.per_rank else "most_loaded_rank",
-        "components": [*COMPONENTS, PEAK, NEEDED],
+        "components": [*COMPONENTS, PEAK, JUDGED, NEEDED],
         "total": ranks(diff.total),
         "changes": [
             {

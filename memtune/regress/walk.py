@@ -34,7 +34,8 @@ from memtune.config import LoadedJob
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.estimate import Estimate, RankEstimate, estimate
-from memtune.regress.attribution import NEEDED, effect_alone
+from memtune.estimate.effect import NEEDED
+from memtune.regress.attribution import effect_alone
 from memtune.regress.jobs import KeyChange, apply, differing_keys, estimate_named, estimate_or_refusal
 
 FITS = "fits"

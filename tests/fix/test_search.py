@@ -185,3 +185,19 @@ def test_a_log_from_another_gpu_is_flagged():
         "the log's GPU has 139.80 GiB, the config's H100-80GB 79.11 GiB: the figures are for the config's "
         "GPU (set cluster.gpu to the one that ran)"
     ]
+
+
+def test_fix_diff_and_bisect_count_a_change_alike():
+    """The saving fix quotes is what the attribution diff and bisect --configs use gives the same
+    change (memtune.estimate.effect), on the failing rank's judged peak."""
+    from memtune.estimate.effect import JUDGED, NEEDED
+    from memtune.regress.attribution import effect_alone
+
+    job = _failing()
+    result = find_fixes(job)
+    for tried in [result.lead, *result.suggestions[1:]]:
+        effect = effect_alone(result.before, job, tried.changes)
+        assert tried.saved_bytes == -effect.on(result.failing_rank)[JUDGED]
+    # expandable segments change no peak, only the margin: diff says what they free
+    lead = effect_alone(result.before, job, result.lead.changes).on(result.failing_rank)
+    assert lead[JUDGED] == 0 and lead[NEEDED] < 0

@@ -8,8 +8,9 @@ from memtune.check import gate
 from memtune.cli import main
 from memtune.config import load_job
 from memtune.estimate import estimate
+from memtune.estimate.effect import COMPONENTS, JUDGED, NEEDED, PEAK
 from memtune.estimate.render import components
-from memtune.regress.attribution import COMPONENTS, NEEDED, PEAK, attributions, diff_configs
+from memtune.regress.attribution import attributions, diff_configs
 from memtune.regress.jobs import load_pair
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -59,6 +60,7 @@ def breakdowns(path: str) -> list[dict[str, int]]:
             - est.non_pytorch_bytes
             - round(r.peak_bytes * est.margin),
             PEAK: r.peak_bytes,
+            JUDGED: est.verdict_peak_bytes(r),
             NEEDED: est.needed_bytes(r),
         }
         for r in est.ranks
@@ -73,7 +75,7 @@ def test_one_key_gets_exactly_the_estimators_difference(tmp_path):
     assert effect.change.key == "optimizer.use_distributed_optimizer"
     before, after = breakdowns(a), breakdowns(b)
     assert effect.alone == [{k: y[k] - x[k] for k in x} for x, y in zip(before, after)]
-    assert diff.interactions == [{k: 0 for k in [*COMPONENTS, PEAK, NEEDED]}]
+    assert diff.interactions == [{k: 0 for k in [*COMPONENTS, PEAK, JUDGED, NEEDED]}]
     # By hand: the distributed optimizer shards the fp32 main weights and both Adam moments over
     # DP = 8 / TP2 = 4, so 3/4 of the optimizer state goes.
     optimizer_before = before[0]["optimizer"]

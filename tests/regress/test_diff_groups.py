@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtune.regress.attribution import COMPONENTS, PEAK, diff_configs
+from memtune.estimate.effect import COMPONENTS, PEAK
+from memtune.regress.attribution import diff_configs
 from memtune.regress.jobs import load_pair
 from tests.hostile.conftest import run_cli
 

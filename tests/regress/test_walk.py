@@ -8,7 +8,8 @@ from memtune.check import gate
 from memtune.cli import main
 from memtune.config import load_job
 from memtune.estimate import estimate
-from memtune.regress.attribution import NEEDED, PEAK, diff_configs, effect_alone
+from memtune.estimate.effect import NEEDED, PEAK
+from memtune.regress.attribution import diff_configs, effect_alone
 from memtune.regress.jobs import apply, load_pair
 from memtune.regress.walk import walk
 
