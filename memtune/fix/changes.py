@@ -54,10 +54,6 @@ class Remedy:
     cost: str  # what it costs in time, in words (the step model gives the figure)
     side_effects: tuple[str, ...] = ()  # what it costs beyond throughput
 
-    @property
-    def preference(self) -> int:
-        return FAMILIES.index(self.family)
-
 
 def allocator_remedy(job: JobConfig) -> Remedy | None:
     """Expandable segments (with NCCL graph registration off under CUDA graphs); none when they

@@ -62,9 +62,6 @@ class Tried:
         return tuple(e for r in self.remedies for e in r.side_effects)
 
 
-Suggestion = Tried  # a tried remedy that makes the job fit and is proposed
-
-
 @dataclass
 class FixResult:
     job: JobConfig
