@@ -579,15 +579,12 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
     if not d.resumes:
         return
     if est.resume(ranks[0]) is None:
-        print_lines(
-            console, Text(f"Resume: checkpoint format {d.resume_format} is not modeled; training peak only")
-        )
+        _unmodeled(console, "Resume", d.resume_format)
         return
     rows: list[list[Cell]] = []
     for rank in ranks:
         resume = est.resume(rank)
         assert resume is not None  # the format is modeled for every rank alike
-        part = max(resume.parts, key=lambda name: resume.parts[name], default=None)
         rows.append(
             [
                 str(rank.pp_rank),
@@ -596,7 +593,7 @@ def print_resume(est: Estimate, console: Console, ranks: Sequence[RankEstimate])
                 gib(resume.first_step_bytes),
                 gib(resume.peak_bytes),
                 _free(est, resume.peak_bytes),
-                f"{gib(resume.load_bytes - resume.resident)} ({LOAD_PART_LABELS[part]})" if part else "0.00",
+                _largest_addition(resume.load_bytes - resume.resident, resume.parts, LOAD_PART_LABELS),
             ]
         )
     title = (
@@ -777,15 +774,12 @@ def print_save(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -
     if not d.saves:
         return
     if est.save(ranks[0]) is None:
-        print_lines(
-            console, Text(f"Save: checkpoint format {d.save_format} is not modeled; training peak only")
-        )
+        _unmodeled(console, "Save", d.save_format)
         return
     rows: list[list[Cell]] = []
     for rank in ranks:
         save = est.save(rank)
         assert save is not None  # the format is modeled for every rank alike
-        part = max(save.parts, key=save.parts.__getitem__, default=None)
         rows.append(
             [
                 str(rank.pp_rank),
@@ -794,7 +788,7 @@ def print_save(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -
                 _free(est, save.peak_bytes),
                 gib(save.host_staged_bytes),
                 gib(save.host_transient_bytes),
-                f"{gib(save.peak_bytes - save.resident)} ({SAVE_PART_LABELS[part]})" if part else "0.00",
+                _largest_addition(save.peak_bytes - save.resident, save.parts, SAVE_PART_LABELS),
             ]
         )
     how = d.optimizer_save_sharding
@@ -806,3 +800,13 @@ def print_save(est: Estimate, console: Console, ranks: Sequence[RankEstimate]) -
         + ", GiB"
     )
     print_rows(console, SAVE_COLUMNS, rows, title=title)
+
+
+def _unmodeled(console: Console, phase: str, fmt: str) -> None:
+    print_lines(console, Text(f"{phase}: checkpoint format {fmt} is not modeled; training peak only"))
+
+
+def _largest_addition(added: float, parts: dict[str, float], labels: dict[str, str]) -> str:
+    """What a phase adds over its resident state, named by its largest part."""
+    part = max(parts, key=parts.__getitem__, default=None)
+    return f"{gib(added)} ({labels[part]})" if part else "0.00"
