@@ -163,9 +163,13 @@ def test_events_are_recorded_only_when_asked_and_change_no_time() -> None:
     )
 
 
-def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[StageWork], int, int, Overlap]:
-    """Random stages (each chunk its own durations, or every stage but the last alike), a
-    microbatch count and group Megatron accepts (PIP010, PIP012), and random overlap settings."""
+def _random_schedule(
+    rng: random.Random, max_microbatches: int, alone: bool = False
+) -> tuple[list[StageWork], int, int, Overlap]:
+    """Random stages (each chunk its own durations, or every stage but the last alike; the host's
+    work per pass none, below or above the GPU's, some passes making the host wait), a
+    microbatch count and group Megatron accepts (PIP010, PIP012), and random overlap settings
+    (with ``alone``, sometimes every stage run alone)."""
     p, v = rng.randint(1, 6), rng.randint(1, 4)
     if p == 1:
         v = 1
@@ -177,9 +181,11 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
 
     def chunk(last: bool) -> ChunkWork:
         some = lambda top: rng.choice([0.0, rng.uniform(0, top)])  # noqa: E731
+        host = rng.choice([0.0, 0.5, 1.5])  # the host's work against the GPU's, per pass
+        forward, backward = rng.uniform(0.5, 2), rng.uniform(1, 4)
         return ChunkWork(
-            rng.uniform(0.5, 2),
-            rng.uniform(1, 4),
+            forward,
+            backward,
             tp_forward_s=some(0.3),
             tp_backward_s=some(0.3),
             tp_backward_blocking_s=some(0.1),
@@ -189,6 +195,10 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
             grad_reduce_s=some(3),
             param_gather_s=some(3),
             buckets=rng.randint(1, 4),
+            forward_host_s=host * rng.uniform(0.5, 1.5) * forward,
+            backward_host_s=host * rng.uniform(0.5, 1.5) * backward,
+            forward_syncs=rng.random() < 0.2,
+            backward_syncs=rng.random() < 0.1,
         )
 
     alike = rng.random() < 0.5
@@ -210,6 +220,8 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
         deferred_output_wgrad_microbatches=rng.choice([0, 0, m, rng.randint(1, m)]) if p > 1 else 0,
         overlap_p2p_comm=rng.random() < 0.5,
         single_device_connection=rng.random() < 0.5,
+        pipeline_syncs_host=rng.random() < 0.3,
+        stages_alone=alone and rng.random() < 0.2,
     )
     return work, m, group, overlap
 
@@ -221,7 +233,7 @@ def test_skipping_repeated_periods_gives_the_step_of_placing_every_pass() -> Non
     rng = random.Random(20)
     skipped = 0
     for _ in range(400):
-        work, m, group, overlap = _random_schedule(rng, 200)
+        work, m, group, overlap = _random_schedule(rng, 200, alone=True)
         full = simulate(work, m, group, overlap, record_events=True)
         periodic = simulate(work, m, group, overlap)
         assert periodic.step_s == pytest.approx(full.step_s, rel=1e-9)
@@ -249,3 +261,32 @@ def test_spreading_the_whole_model_bounds_every_split() -> None:
     whole = ChunkWork(8.0, 16.0)
     assert spread_bound(whole, 4, 4, NO_OVERLAP) == pytest.approx(24.0)
     assert simulate(stages(4, v=2), 4, 4, NO_OVERLAP).step_s >= 24.0
+
+
+def test_the_host_runs_ahead_of_the_gpu_across_passes() -> None:
+    # One stage, 3 microbatches. Forwards: 1 s of kernels the host takes 2 s to issue;
+    # backwards: 2 s of kernels issued in 1 s. Taking the longer side per pass gives
+    # 3 x (2 + 2) = 12 s; the host runs ahead under the backwards instead: it issues F0 [0, 2],
+    # B0 [2, 3], F1 [3, 5], B1 [5, 6], F2 [6, 8], B2 [8, 9]; the GPU runs F0 until the host is
+    # done with it [0, 2], B0 [2, 4], F1 until its last launch [4, 5], B1 [5, 7], F2 [7, 8],
+    # B2 [8, 10]: 10 s, the whole step's larger side (GPU 9 s, host 9 s) plus the first launch.
+    work = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0)
+    sim = simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP)
+    assert sim.step_s == pytest.approx(10.0)
+    assert sim.stage_compute_s == pytest.approx((10.0,))
+    # a host-bound step takes the host's total; a GPU-bound one the GPU's
+    host_bound = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=3.0, backward_host_s=3.0)
+    assert simulate([StageWork((host_bound,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(18.0)
+    gpu_bound = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=0.5, backward_host_s=0.5)
+    assert simulate([StageWork((gpu_bound,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(9.0)
+
+
+def test_a_pass_that_waits_for_the_gpu_stops_the_host_running_ahead() -> None:
+    # The same step with forwards that make the host wait (MoE dispatch): each forward's host
+    # side (2 s, its waits included) starts only when the GPU is free, and the host resumes
+    # when the forward ends: F0 [0, 2], B0 [2, 4] (issued [2, 3]), F1 [4, 6], B1 [6, 8],
+    # F2 [8, 10], B2 [10, 12].
+    work = ChunkWork(
+        forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0, forward_syncs=True
+    )
+    assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(12.0)
