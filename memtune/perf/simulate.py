@@ -16,8 +16,8 @@ compute and collectives (``memtune/perf/step.py``); this module only places them
 
 - a chunk's pass (:meth:`_Iteration.place`): its compute, the communication left exposed, the
   send of its output; it starts once the stage's host has issued its first kernel and ends once
-  the host has issued its last (:meth:`_Iteration.issue`): the host runs ahead of the GPU from
-  pass to pass until a pass makes it wait for the GPU (MoE dispatch, batched pipeline exchanges);
+  the host has issued its last: the host runs ahead of the GPU from pass to pass until a pass
+  makes it wait for the GPU (MoE dispatch, batched pipeline exchanges);
 - the schedule (:meth:`_Iteration.run`): every stage walks its order as far as its inputs allow;
   a long steady phase repeats itself exactly, and is skipped once it does (:meth:`_Iteration.skip`,
   so a step of any length is priced in bounded time);
@@ -378,7 +378,24 @@ class _Iteration:
             if pair_compute is None
             else _exposed_comm(self.stages[r].chunks[chunk], kind, self.overlap, True, pair_compute - own)
         )
-        t, busy = self.issue(r, kind, chunk, t, own)
+        # The pass starts once the host has issued its first kernel and keeps the GPU until its
+        # kernels have run and the host has issued its last. The host runs ahead of the GPU from
+        # one pass to the next, unless the pass makes it wait for the GPU: then the two meet,
+        # and the pass takes the longer of its host work (its waits counted) and its kernels.
+        host, syncs = self.pass_host[kind][r][chunk]
+        issued = self.host_clock[r]
+        if issued > t:
+            t = issued
+            self.host_held[r] = True
+        if syncs:
+            busy = host if host > own else own
+            self.host_clock[r] = t + busy
+        else:
+            behind = issued + host - t
+            busy = behind if behind > own else own
+            self.host_clock[r] = issued + host
+        if busy > own:
+            self.host_held[r] = True
         end = t + busy
         if forward and gather_waits:
             end = max(end, self.gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
@@ -409,21 +426,6 @@ class _Iteration:
                 self.grads_ready[r][chunk] = (end - busy, busy)
         self.placed += 1
         return t
-
-    def issue(self, r: int, kind: str, chunk: int, t: float, own: float) -> tuple[float, float]:
-        """When a pass of stage ``r`` that the GPU could start at ``t`` starts, and how long it
-        keeps the GPU (``own`` seconds of kernels): it starts once the host has issued its first
-        kernel and ends once the host has issued its last. The host runs ahead of the GPU, from
-        one pass to the next, unless the pass makes it wait for the GPU: then the two meet, and
-        the pass takes the longer of its host work (its waits counted) and its kernels."""
-        host, syncs = self.pass_host[kind][r][chunk]
-        issued = self.host_clock[r]
-        start = max(t, issued)
-        busy = max(own, host) if syncs else max(own, issued + host - start)
-        self.host_clock[r] = start + busy if syncs else issued + host
-        if start > t or busy > own:
-            self.host_held[r] = True
-        return start, busy
 
     # --- the schedule ------------------------------------------------------------------------
     def window(self, r: int, stop: int) -> tuple[tuple[tuple[Op, ...], ...], int]:
@@ -782,12 +784,14 @@ def step_bound(stages: list[StageWork], num_microbatches: int, overlap: Overlap)
 def spread_bound(whole: ChunkWork, num_microbatches: int, stages: int, overlap: Overlap) -> float:
     """A lower bound on the step of every split over ``stages`` pipeline stages (any number of
     virtual stages, any split of the layers) of a model whose every layer, embedding and loss
-    one chunk, ``whole``, holds, its host work added up without waits. Splitting a pass into
-    several never makes it cheaper (its kernels, the least communication it leaves exposed and
-    its host work only add up; a split adds its own host work per chunk and microbatch), so the
-    stages' passes take at least ``num_microbatches`` of ``whole``'s kernels and exposed
-    communication in all, and their hosts at least as many of its host work; and the busiest
-    stage, which :func:`step_bound` bounds the step by, at least an even share of either."""
+    one chunk, ``whole``, holds: each of its pieces at the least it keeps any pass holding it
+    busy (where it makes the host wait for the GPU, the longer of its kernels and host work),
+    and its host work added up (``StepPricer.whole_model``). Splitting a pass into several
+    never makes it cheaper (those pieces, the least communication they leave exposed and their
+    host work only add up; a split adds its own host work per chunk and microbatch), so the
+    stages' passes take at least ``num_microbatches`` of ``whole``'s in all, and their hosts at
+    least as many of its host work; and the busiest stage, which :func:`step_bound` bounds the
+    step by, at least an even share of either."""
     paired = overlap.paired
     partner = math.inf if paired else 0.0
     device = whole.forward_s + _exposed_comm(whole, "F", overlap, paired, partner)

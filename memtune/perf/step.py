@@ -255,11 +255,29 @@ class StepPricer:
 
     def whole_model(self, d: Derived) -> ChunkWork:
         """The passes of one chunk holding every layer of the model with the embedding, the
-        output layer and the loss, at the parallel shape of ``d``, the host's work added up
-        without its waits (``simulate.spread_bound``)."""
+        output layer and the loss, at the parallel shape of ``d``, each piece at the least it
+        keeps any pass holding it busy: its kernels, or where it makes the host wait for the GPU
+        (MoE dispatch), the longer of its kernels and its host work; and the host's work added
+        up (``simulate.spread_bound``)."""
         m = d.model
         whole = Chunk(0, 0, tuple(range(m.num_layers)), True, True, d.mtp_num_layers)
-        return _chunk_passes(d, self.shapes(d), self.floor, whole, 1, host_waits=False)
+        pieces = _chunk_pieces(d, self.shapes(d), self.floor, whole, 1)
+        comm = pieces.comm
+
+        def least(pass_pieces: list[Piece]) -> float:
+            return sum(max(p.host, p.device) if p.syncs else p.device for p in pass_pieces)
+
+        return ChunkWork(
+            forward_s=least(pieces.forward),
+            backward_s=least(pieces.backward),
+            tp_forward_s=comm["tp"],
+            tp_backward_s=comm["tp_back"],
+            tp_backward_blocking_s=comm["tp_blocking"],
+            ep_forward_s=comm["ep"],
+            ep_backward_s=comm["ep"],
+            forward_host_s=sum(p.host for p in pieces.forward),
+            backward_host_s=sum(p.host for p in pieces.backward),
+        )
 
     def shapes(self, d: Derived) -> _Shapes:
         key = SHAPE_KNOBS.key(d.knobs)
@@ -488,14 +506,13 @@ def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool) -> _Sh
     return _Shapes(pricer, kinds, pricer.embedding(), pricer.output_and_loss(), mtp)
 
 
-def _pass(pieces: list[Piece], host_waits: bool = True) -> tuple[float, float, bool]:
+def _pass(pieces: list[Piece]) -> tuple[float, float, bool]:
     """One pass's device seconds, host seconds and whether it makes the host wait. The host
     issues each piece's kernels after its launch work and runs ahead of the GPU, across passes
     too (``simulate.py``), unless a piece makes it wait: then the pass's host and GPU meet at
-    each such piece, and its host side is taken as the longer of the two per piece. Without
-    ``host_waits``, no piece makes it wait (the host's own work added up)."""
+    each such piece, and its host side is taken as the longer of the two per piece."""
     device = sum(p.device for p in pieces)
-    syncs = host_waits and any(p.syncs for p in pieces)
+    syncs = any(p.syncs for p in pieces)
     host = sum(max(p.host, p.device) for p in pieces) if syncs else sum(p.host for p in pieces)
     return device, host, syncs
 
@@ -516,15 +533,14 @@ def _chunk_passes(
     floor: K.HostFloor,
     chunk: Chunk,
     chunks_per_rank: int,
-    host_waits: bool = True,
 ) -> ChunkWork:
     """One microbatch's forward and backward pass through ``chunk`` (:func:`_chunk_pieces`),
     without what data parallelism adds (``StepPricer.with_data_parallel``), with the host copies
     of activation offload the pass does not hide (``memtune/perf/offload.py``)."""
     pieces = _chunk_pieces(d, shapes, floor, chunk, chunks_per_rank)
     comm = pieces.comm
-    fwd, fwd_host, fwd_syncs = _pass(pieces.forward, host_waits)
-    bwd, bwd_host, bwd_syncs = _pass(pieces.backward, host_waits)
+    fwd, fwd_host, fwd_syncs = _pass(pieces.forward)
+    bwd, bwd_host, bwd_syncs = _pass(pieces.backward)
     # the host copies of activation offload beyond the pass they hide behind (its longer side)
     offload_fwd, offload_bwd = activation_offload_s(d, chunk, max(fwd, fwd_host), max(bwd, bwd_host))
     return ChunkWork(
@@ -583,31 +599,35 @@ def _layer_passes(
 ) -> None:
     """The pieces of ``chunk``'s layers, appended to its ``forward`` and ``backward``, and their
     exposed collectives added to ``comm``: each layer's own, with what full recompute (the whole
-    layer, its dispatch included) or selective recompute (``ShapePricer.replayed``) replays."""
+    layer, its dispatch included) or selective recompute (``ShapePricer.replayed``) replays.
+    Layers priced alike are one piece of their count (a pass adds its pieces up, :func:`_pass`)."""
     m = d.model
     replayed = 0
     if m.recompute_granularity == "full":
         replayed = sum(n for n, checkpointed in d.full_recompute_groups(len(chunk.layers)) if checkpointed)
+    alike: dict[tuple[bool, bool], int] = {}  # layers by (MoE, replayed whole by full recompute)
+    for i, layer in enumerate(chunk.layers):
+        key = (d.moe_layer_pattern[layer], i < replayed)
+        alike[key] = alike.get(key, 0) + 1
     selective = m.recompute_granularity == "selective"
     modules = d.recompute_modules
-    for i, layer in enumerate(chunk.layers):
-        is_moe = d.moe_layer_pattern[layer]
+    for (is_moe, full), n in alike.items():
         lt = shapes.kinds[is_moe]
-        forward.append(Piece(lt.host_fwd, lt.fwd, lt.syncs))
+        forward.append(Piece(n * lt.host_fwd, n * lt.fwd, lt.syncs))
         back, host, syncs = lt.bwd, lt.host_bwd, False
-        if i < replayed:
+        if full:
             back, host, syncs = back + lt.fwd, host + lt.host_fwd, lt.syncs
         if selective:
             device, replay_host, replay_syncs = shapes.pricer.replayed(d, lt, is_moe)
             back, host, syncs = back + device, host + replay_host, syncs or replay_syncs
             if ("mlp" in modules and not is_moe) or ("moe" in modules and is_moe):
                 # the replayed MLP or MoE block runs its collectives again
-                comm["tp_back"] += lt.mlp_tp_fwd + (lt.ep_fwd if is_moe else 0.0)
-        backward.append(Piece(host, back, syncs))
-        comm["tp"] += lt.tp_fwd
-        comm["tp_back"] += lt.tp_bwd
-        comm["tp_blocking"] += lt.tp_bwd_blocking
-        comm["ep"] += lt.ep_fwd
+                comm["tp_back"] += n * (lt.mlp_tp_fwd + (lt.ep_fwd if is_moe else 0.0))
+        backward.append(Piece(n * host, n * back, syncs))
+        comm["tp"] += n * lt.tp_fwd
+        comm["tp_back"] += n * lt.tp_bwd
+        comm["tp_blocking"] += n * lt.tp_bwd_blocking
+        comm["ep"] += n * lt.ep_fwd
 
 
 def overlap_of(d: Derived) -> Overlap:
