@@ -290,3 +290,41 @@ def test_a_pass_that_waits_for_the_gpu_stops_the_host_running_ahead() -> None:
         forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0, forward_syncs=True
     )
     assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(12.0)
+
+
+def test_a_host_that_runs_ahead_does_not_stop_a_long_steady_phase_being_skipped() -> None:
+    # The long interleaved schedule above with host work at half the GPU's per pass: a pass
+    # starts when the host begins issuing it and the host issues it in half the pass's time, so
+    # the host never holds the GPU back, the step is the host-free one, and its steady periods
+    # still repeat (the host runs further ahead of the GPU each period, and is moved by its own
+    # work when they are skipped).
+    sim = simulate(stages(8, v=8, forward_host_s=0.5, backward_host_s=1.0), 10_000, 8, NO_OVERLAP)
+    assert sim.step_s == pytest.approx((10_000 * 8 + 7) * 3.0, rel=1e-12)
+    assert sim.placed < 10_000
+    # with the host slower than the GPU (every pass 2 s more to issue than to run), each stage
+    # runs at its host's pace: the last stage's host is done issuing at 10,000 x 8 x (3 + 4) s,
+    # after which its last backward's gradient crosses the seven stages before it, 2 s each;
+    # and the periods repeat as well
+    slow = simulate(stages(8, v=8, forward_host_s=3.0, backward_host_s=4.0), 10_000, 8, NO_OVERLAP)
+    assert slow.step_s == pytest.approx(10_000 * 8 * 7.0 + 7 * 2.0, rel=1e-12)
+    assert slow.placed < 10_000
+
+
+def test_every_pass_that_makes_the_host_wait_takes_the_longer_of_host_and_gpu() -> None:
+    # Batched pipeline exchanges: the host cannot run ahead, so with forwards that take 2 s to
+    # issue and 1 s to run, and backwards 1 s and 2 s, each microbatch costs 2 + 2 s on one
+    # stage: 3 x 4 s (against 10 s when the host runs ahead, above); the bound says as much
+    work = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0)
+    waits = Overlap(single_device_connection=False, pipeline_syncs_host=True)
+    assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, waits).step_s == pytest.approx(12.0)
+    assert step_bound([StageWork((work,), 0.0, 0.0)], 3, waits) == pytest.approx(12.0)
+    # running ahead, the bound is the larger of the step's host and GPU totals: 9 s of each
+    assert step_bound([StageWork((work,), 0.0, 0.0)], 3, NO_OVERLAP) == pytest.approx(9.0)
+
+
+def test_a_stage_run_alone_waits_for_no_other_stage() -> None:
+    # 1F1B over two stages takes (2 + 2 - 1) x 3 s; each stage alone, as one rank under the
+    # fake process group, runs its two microbatches back to back: 2 x 3 s
+    alone = simulate(stages(2), 2, 2, Overlap(single_device_connection=False, stages_alone=True))
+    assert alone.step_s == pytest.approx(6.0)
+    assert alone.stage_idle_s == pytest.approx((0.0, 0.0))

@@ -452,3 +452,25 @@ def test_longer_sequences_at_fixed_tokens_pay_for_their_attention() -> None:
     # twice the FLOPs, at the measured flash rates of each shape
     assert 1.5 < (a8 + b8) / (a4 + b4) < 2.5
     assert predict_step(s8k).step_time_s > predict_step(s4k).step_time_s
+
+
+def test_a_rank_alone_under_the_fake_process_group_pays_no_exchange() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    moe = ["model.num_moe_experts=16", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=1024",
+           "model.moe_token_dispatcher_type=alltoall", "model.tensor_model_parallel_size=1",
+           "model.expert_model_parallel_size=8"]  # fmt: skip
+    d = local(*moe)
+    gpu = get_gpu(d.job.cluster.gpu)
+    real = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).layer(True)
+    alone = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, exchanges=False).layer(True)
+    # the all-to-all dispatcher's host work on its exchanges, 3 ms a forward, is gone; so is
+    # the time of every collective and pipeline exchange
+    assert real.host_fwd - alone.host_fwd == pytest.approx(K.MOE_DISPATCHER_HOST_FWD_S["alltoall"])
+    assert real.host_bwd - alone.host_bwd == pytest.approx(
+        K.MEGATRON_LM_LOOP.backward_factor * K.MOE_DISPATCHER_HOST_FWD_S["alltoall"]
+    )
+    assert real.ep_fwd > 0
+    stage = predict_step(d, stages_alone=True).simulated
+    assert stage.stage_exposed_comm_s == pytest.approx((0.0,) * d.pp)
