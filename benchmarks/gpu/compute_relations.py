@@ -55,7 +55,14 @@ def make_plans(out: str) -> int:
     ids = [e.id for e in _compute_relations()]
     ids.sort(key=lambda i: next(n for n, p in enumerate(PRIORITY) if i.startswith(f"crel-{p}")))
     namespace = argparse.Namespace(
-        out=out, resume=False, smoke=False, rest=False, ids=",".join(ids), shard=None, iters=ITERATIONS
+        out=out,
+        resume=False,
+        save=False,
+        smoke=False,
+        rest=False,
+        ids=",".join(ids),
+        shard=None,
+        iters=ITERATIONS,
     )
     plan_entries(namespace)
     # make_plans keeps matrix order; the device runs them in priority order under its deadline
