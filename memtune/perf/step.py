@@ -667,7 +667,8 @@ def predict_step(
     loop with host floor ``floor`` (Megatron-LM's unless told); ``record_events`` keeps the
     simulated passes for a Gantt chart. ``pricer`` (the planner's, reusing prices across the
     layouts of one job) gives the same prediction. ``stages_alone`` runs each stage as one rank
-    measured alone under PyTorch's fake process group (``StepPricer``)."""
+    measured alone under PyTorch's fake process group (``StepPricer``; a given ``pricer`` says
+    so itself)."""
     gpu, floor = gpu or get_gpu(d.job.cluster.gpu), floor or K.MEGATRON_LM_LOOP
     pricer = pricer or StepPricer(gpu, floor, stages_alone=stages_alone)
     return predict_priced(d, pricer.price(d), record_events, max_passes)
