@@ -474,3 +474,30 @@ def test_a_rank_alone_under_the_fake_process_group_pays_no_exchange() -> None:
     assert real.ep_fwd > 0
     stage = predict_step(d, stages_alone=True).simulated
     assert stage.stage_exposed_comm_s == pytest.approx((0.0,) * d.pp)
+
+
+def test_batched_pipeline_exchanges_make_the_host_wait_and_interleaved_ones_do_not() -> None:
+    from memtune.perf.step import overlap_of
+
+    common = ["model.pipeline_model_parallel_size=2", "model.num_layers=8"]
+    plain = job(*common)
+    interleaved = job(*common, "model.virtual_pipeline_model_parallel_size=2")
+    assert plain.stack != "megatron-core"
+    # Megatron-LM and Bridge batch (and synchronize) the exchanges without VPP, overlap them with it
+    assert plain.pipeline_p2p_syncs_host and not plain.overlap_p2p_comm
+    assert interleaved.overlap_p2p_comm and not interleaved.pipeline_p2p_syncs_host
+    assert overlap_of(plain).pipeline_syncs_host and not overlap_of(interleaved).pipeline_syncs_host
+    assert not job("model.num_layers=8").pipeline_p2p_syncs_host  # no pipeline, no exchange
+    # a small model's stages, whose host work outlasts some passes' kernels, pay for it pass by
+    # pass when the host waits at every exchange, and only over the step when it runs ahead
+    from dataclasses import replace
+
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.step import StepPricer, predict_priced
+
+    small = job(*common, "model.hidden_size=1024", "model.num_attention_heads=8",
+                "model.num_query_groups=8", "model.ffn_hidden_size=2048",
+                "model.tensor_model_parallel_size=1", "train.micro_batch_size=1")  # fmt: skip
+    priced = StepPricer(get_gpu(small.job.cluster.gpu), K.MEGATRON_LM_LOOP).price(small)
+    ahead = replace(priced, overlap=replace(priced.overlap, pipeline_syncs_host=False))
+    assert predict_priced(small, priced).step_time_s > predict_priced(small, ahead).step_time_s
