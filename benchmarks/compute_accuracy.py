@@ -1,17 +1,27 @@
 """The step model's per-stage compute against single-rank runs timed alone on the H200.
 
-    python benchmarks/compute_accuracy.py [--split tune|holdout]
+    python benchmarks/compute_accuracy.py [--split tune|holdout] [--set NAME] [--shared DIR]
 
-Two sets of runs, each a measured-set config measured again one at a time
-(``run_matrix.py run --jobs 1``): ``benchmarks/gpu/results/compute-timing-h200.results.jsonl``
-(iteration seconds only; plans beside it) and ``ctime-h200.results.jsonl`` (the ``ctime-``
-family, which also records forward+backward and the optimizer step apart). Under the fake
-process group no collective moves data, so the median iteration time from the second
-iteration on is the rank's own compute and optimizer step. The prediction is
-``predict_step(...).simulated`` of that rank's stage (``stage_compute_s``: forward, backward,
-deferred weight gradients and the optimizer step; ``stage_optimizer_s``: the optimizer step),
-with the host floor of memtune's own loop (``MEASURE_RUNNER``, memtune/perf/constants.py). The
-split is the measured set's sha1 rule (benchmarks/measured/README.md); ``--split`` prints one.
+Four sets, each one rank's iteration under PyTorch's fake process group (no collective moves
+data, so the iteration is the rank's compute, host work and optimizer step):
+
+- ``shared``: the shared half of a measured set nobody here chose
+  (``/work/shared/reference/compute-time-h200``, 19 configurations; its README says how they
+  were measured: forward+backward without zeroing the gradient buffers or finalizing them,
+  and the optimizer step apart). All of it is tune data: the other half is kept back.
+- ``ctime``, ``crel``: memtune's own runs (``benchmarks/gpu/results/ctime-h200.results.jsonl``,
+  ``crel-h200.results.jsonl``: ``memtune measure``'s loop, forward+backward with the gradient
+  buffers zeroed and finalized, and the optimizer step apart), split by the measured set's sha1
+  rule (benchmarks/measured/README.md).
+- ``compute-timing``: memtune's earlier runs, iteration seconds only.
+
+The prediction is ``predict_step(...)`` of that rank's stage: its compute
+(``Simulated.stage_compute_s``: the passes, host-bound time included, and the step's own work;
+the stage run alone, as under the fake process group no pass waits for another stage)
+less what the loop did not time (``StepPrediction.stage_step_parts``), with the host floor of
+the loop that ran it (``MEASURE_RUNNER``, memtune/perf/constants.py). Errors are of the whole
+step's compute; ``--split`` prints one split of memtune's own sets (the shared half is printed
+with the tune split).
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,55 +40,221 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 
 RESULTS = ROOT / "benchmarks" / "gpu" / "results"
-SETS = {
-    "compute-timing": RESULTS / "compute-timing-h200.results.jsonl",
+OWN_SETS = {
     "ctime": RESULTS / "ctime-h200.results.jsonl",
+    "crel": RESULTS / "crel-h200.results.jsonl",
+    "compute-timing": RESULTS / "compute-timing-h200.results.jsonl",
 }
+SHARED = Path("/work/shared/reference/compute-time-h200")
 
 
-def simulated_and_measured(run: dict[str, Any]) -> tuple[Any, float]:
-    """The step model's simulated step of a timed run (its rank's stage is the prediction), and
-    the run's median iteration seconds from the second iteration on."""
+@dataclass(frozen=True)
+class Timed:
+    """One timed rank: its job, its pipeline stage and what was measured (seconds)."""
+
+    id: str
+    split: str
+    derived: Any
+    pp_rank: int
+    step_s: float  # the step's compute as the loop timed it
+    forward_backward_s: float | None  # forward+backward, where timed apart
+    optimizer_s: float | None
+    zeroed_and_finalized: bool  # the loop's forward+backward zeroed and finalized the gradients
+    device_s: float | None = None  # the GPU's kernels' share of forward+backward, where profiled
+
+
+def shared_job(c: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of the shared half as a memtune job, by its README's fields and fixed
+    settings: local spec, RMSNorm, SwiGLU, RoPE, no biases, untied embeddings, dropout 0, bf16
+    with an fp32 gradient buffer, the distributed optimizer, SP when TP > 1, the all-to-all
+    dispatcher with SequentialMLP experts, ETP = TP; ``attn: sdpa`` is the flash stand-in,
+    without it Megatron's unfused attention on the torch softmax path."""
+    tp, pp, ep = c.get("tp", 1), c.get("pp", 1), c.get("ep", 1)
+    dp = c["world"] // (tp * pp)
+    model: dict[str, Any] = dict(
+        num_layers=c["layers"],
+        hidden_size=c["hidden"],
+        ffn_hidden_size=c["ffn"],
+        num_attention_heads=c["heads"],
+        num_query_groups=c["groups"],
+        kv_channels=c.get("kv_channels", c["hidden"] // c["heads"]),
+        vocab_size=c["vocab"],
+        seq_length=c["seq"],
+        gated_linear_unit=True,
+        activation_func="silu",
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        share_embeddings_and_output_weights=False,
+        add_bias_linear=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bf16=True,
+        transformer_impl="local",
+        attention_backend="flash" if c.get("attn") == "sdpa" else "unfused",
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        sequence_parallel=tp > 1,
+    )
+    if pp > 1:
+        model["pipeline_dtype"] = "bf16"
+    if c.get("vpp"):
+        model["virtual_pipeline_model_parallel_size"] = c["vpp"]
+    if c.get("num_experts"):
+        model.update(
+            num_moe_experts=c["num_experts"],
+            moe_router_topk=c["topk"],
+            moe_ffn_hidden_size=c["moe_ffn"],
+            expert_model_parallel_size=ep,
+            moe_token_dispatcher_type="alltoall",
+            moe_grouped_gemm=False,
+            moe_router_force_load_balancing=bool(c.get("force_balance")),
+        )
+    if c.get("mtp"):
+        model["mtp_num_layers"] = c["mtp"]
+    recompute = c.get("recompute")
+    if recompute and recompute.startswith("full:"):
+        _, method, layers = recompute.split(":")
+        model.update(recompute_granularity="full", recompute_method=method, recompute_num_layers=int(layers))
+    elif recompute:
+        model.update(recompute_granularity="selective", recompute_modules=recompute.split(","))
+    return {
+        "defaults": "megatron-core",
+        "model": model,
+        "train": {"micro_batch_size": c["mbs"], "global_batch_size": c["nmb"] * c["mbs"] * dp},
+        "optimizer": {"use_distributed_optimizer": True},
+        "ddp": {"use_distributed_optimizer": True, "grad_reduce_in_fp32": True},
+        "cluster": {"num_gpus": c["world"], "gpu": "H200"},
+    }
+
+
+def shared_half(directory: Path = SHARED) -> list[Timed]:
     from memtune.config import derive, validate
+
+    results = {}
+    for line in (directory / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        results[record["name"]] = record
+    timed = []
+    for line in (directory / "configs.jsonl").read_text(encoding="utf-8").splitlines():
+        c = json.loads(line)
+        r = results[c["name"]]
+        stage = c.get("rank", 0) // (c["world"] // c.get("pp", 1))
+        d = derive(validate(shared_job(c)))
+        busy = r["gpu_busy_fraction_fb"] * r["fb_s"]
+        timed.append(
+            Timed(c["name"], "tune", d, stage, r["step_compute_s"], r["fb_s"], r["opt_s"], False, busy)
+        )
+    return timed
+
+
+def own_runs(path: Path) -> list[Timed]:
+    """memtune's own timed runs: the median of each quantity over the iterations after the first."""
+    from matrix import split_of
+
+    from memtune.config import derive, validate
+
+    timed = []
+    if not path.exists():
+        return timed
+    for line in path.read_text(encoding="utf-8").splitlines():
+        run = json.loads(line)
+        if "measured" not in run:
+            continue
+        iterations = run["measured"]["iterations"][1:]
+
+        def median(key: str, its: list[dict[str, Any]] = iterations) -> float | None:
+            return statistics.median(it[key] for it in its) if key in its[0] else None
+
+        d = derive(validate(run["config"]))
+        step = median("seconds")
+        assert step is not None
+        fb, opt = median("forward_backward_seconds"), median("optimizer_seconds")
+        timed.append(Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], step, fb, opt, True))
+    return timed
+
+
+@dataclass(frozen=True)
+class Compared:
+    run: Timed
+    step: float  # relative error of the step's compute
+    forward_backward: float | None
+    optimizer: float | None
+    device: float | None  # of the kernels' time in forward+backward, where profiled
+
+
+def compare(run: Timed) -> Compared:
     from memtune.perf.constants import MEASURE_RUNNER
     from memtune.perf.step import predict_step
 
-    sim = predict_step(derive(validate(run["config"])), floor=MEASURE_RUNNER).simulated
-    return sim, statistics.median(it["seconds"] for it in run["measured"]["iterations"][1:])
+    p = predict_step(run.derived, floor=MEASURE_RUNNER, stages_alone=True)
+    parts = p.stage_step_parts[run.pp_rank]
+    passes = p.simulated.stage_compute_s[run.pp_rank] - parts.total_s
+    if run.zeroed_and_finalized:
+        passes += parts.zero_grad_s + parts.finalize_s
+    step = passes + parts.optimizer_s
+    fb = passes / run.forward_backward_s - 1 if run.forward_backward_s else None
+    opt = parts.optimizer_s / run.optimizer_s - 1 if run.optimizer_s else None
+    device = predicted_device_s(run) / run.device_s - 1 if run.device_s else None
+    return Compared(run, step / run.step_s - 1, fb, opt, device)
+
+
+def predicted_device_s(run: Timed) -> float:
+    """The GPU's kernels in the rank's forward and backward passes, as the step model prices
+    them (its host work and waits left out): what a profile's summed kernel time measures."""
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.constants import MEASURE_RUNNER
+    from memtune.perf.step import StepPricer
+
+    d = run.derived
+    stage = StepPricer(get_gpu(d.job.cluster.gpu), MEASURE_RUNNER).price(d).stages[run.pp_rank]
+    return d.num_microbatches * sum(w.forward_s + w.backward_s for w in stage.chunks)
+
+
+def sets(names: list[str], shared: Path) -> Iterator[tuple[str, list[Timed]]]:
+    for name in names:
+        yield name, shared_half(shared) if name == "shared" else own_runs(OWN_SETS[name])
+
+
+def summary(compared: list[Compared]) -> str:
+    parts = [
+        f"step {statistics.median(abs(c.step) for c in compared):.1%} "
+        f"(max {max(abs(c.step) for c in compared):.1%})"
+    ]
+    for label, attr in (
+        ("forward+backward", "forward_backward"),
+        ("optimizer", "optimizer"),
+        ("GPU kernels", "device"),
+    ):
+        values = [abs(getattr(c, attr)) for c in compared if getattr(c, attr) is not None]
+        if values:
+            parts.append(f"{label} {statistics.median(values):.1%}")
+    return ", ".join(parts)
 
 
 def main() -> int:
-    from matrix import split_of
-
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--split", choices=("tune", "holdout"))
+    parser.add_argument("--set", choices=("shared", *OWN_SETS), action="append", dest="names")
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared half's directory")
     args = parser.parse_args()
+    names = args.names or (["shared", *OWN_SETS] if args.shared.exists() else list(OWN_SETS))
     splits = (args.split,) if args.split else ("tune", "holdout")
-    for name, path in SETS.items():
-        runs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    for name, runs in sets(names, args.shared):
         for split in splits:
-            chosen = [run for run in runs if split_of(run["id"]) == split]
-            errors: dict[str, list[float]] = {"iteration": [], "forward+backward": [], "optimizer": []}
-            for run in chosen:
-                sim, measured = simulated_and_measured(run)
-                rank = run["pp_rank"]
-                iterations = run["measured"]["iterations"][1:]
-                predicted = sim.stage_compute_s[rank]
-                errors["iteration"].append((predicted - measured) / measured)
-                line = f"{split:8} {run['id']:38} {measured:6.3f} s  predicted {predicted:6.3f} s  {errors['iteration'][-1]:+6.1%}"
-                if "forward_backward_seconds" in iterations[0]:
-                    fb = statistics.median(it["forward_backward_seconds"] for it in iterations)
-                    opt = statistics.median(it["optimizer_seconds"] for it in iterations)
-                    errors["forward+backward"].append((predicted - sim.stage_optimizer_s[rank]) / fb - 1)
-                    errors["optimizer"].append(sim.stage_optimizer_s[rank] / opt - 1)
-                    line += f"  fwd+bwd {errors['forward+backward'][-1]:+6.1%}  optimizer {errors['optimizer'][-1]:+6.1%}"
+            chosen = [run for run in runs if run.split == split]
+            if not chosen:
+                continue
+            compared = [compare(run) for run in chosen]
+            for c in compared:
+                line = f"{split:8} {c.run.id:40} {c.run.step_s:6.3f} s  {c.step:+6.1%}"
+                if c.forward_backward is not None and c.optimizer is not None:
+                    line += f"  fwd+bwd {c.forward_backward:+6.1%}  optimizer {c.optimizer:+6.1%}"
+                if c.device is not None:
+                    line += f"  kernels {c.device:+6.1%}"
                 print(line)
-            summary = ", ".join(
-                f"{part} {statistics.median(abs(e) for e in values):.1%}"
-                for part, values in errors.items()
-                if values
-            )
-            print(f"{name} {split}: {len(chosen)} runs, median |error|: {summary}\n")
+            print(f"{name} {split}: {len(chosen)} runs, median |error|: {summary(compared)}\n")
     return 0
 
 

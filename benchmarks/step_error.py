@@ -46,21 +46,19 @@ def published_errors() -> list[tuple[tuple[str, ...], float]]:
 
 
 def single_rank_errors() -> list[tuple[tuple[str, ...], float]]:
-    from compute_accuracy import SETS, simulated_and_measured
-    from matrix import split_of
+    """memtune's own single-rank runs of the holdout split, each compared as its loop timed it
+    (``compute_accuracy.compare``: the stage run alone, as under the fake process group)."""
+    from compute_accuracy import OWN_SETS, compare, own_runs
 
-    from memtune.config import derive, validate
     from memtune.estimate.verdict import families_of
 
     found = []
-    for path in SETS.values():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            run = json.loads(line)
-            if split_of(run["id"]) != "holdout":
+    for path in OWN_SETS.values():
+        for run in own_runs(path):
+            if run.split != "holdout":
                 continue
-            sim, measured = simulated_and_measured(run)
-            predicted = sim.stage_compute_s[run["pp_rank"]]
-            found.append((families_of(derive(validate(run["config"]))), measured / predicted - 1))
+            predicted_over_measured = 1 + compare(run).step
+            found.append((families_of(run.derived), 1 / predicted_over_measured - 1))
     return found
 
 

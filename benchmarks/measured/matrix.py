@@ -1863,6 +1863,110 @@ def _compute_timing() -> list[Entry]:
     return e
 
 
+def _compute_relations() -> list[Entry]:
+    """The step model's compute relations that neither the shared H200 half
+    (``/work/shared/reference/compute-time-h200``) nor the earlier families time (``crel-``):
+    multi-token prediction of depth 0-2 (dense and MoE), VPP 1-8 on a middle stage, sequence
+    2k-16k and micro-batch 1-8 at fixed tokens, Megatron's unfused attention (torch softmax
+    path, with and without ``core_attn`` recompute) beside flash, bf16/fp16/fp32, the
+    distributed optimizer's step over few and many tensors, selective recompute on host-bound
+    ranks, and the output layer by vocabulary. Each timed alone with forward+backward and the
+    optimizer step apart (``benchmarks/gpu/compute_relations.py``). Defined before any was
+    measured, split by the hash rule. Not timed, because the local spec cannot build them on
+    megatron-core 0.19.2 without Transformer Engine: selective ``layernorm`` and ``moe_act``
+    recompute (output-discarding checkpoints call TE; ``moe_act`` also needs grouped-GEMM
+    experts), and FP8 (Megatron-Core's FP8 paths are TE's)."""
+    e = []
+    tp2, tp8 = dict(tensor_model_parallel_size=2, **SP), dict(tensor_model_parallel_size=8, **SP)
+    unfused = dict(attention_backend="unfused")
+
+    def selective(*modules):
+        return dict(recompute_granularity="selective", recompute_modules=list(modules))
+
+    # multi-token prediction: depth 0, 1, 2 on a dense rank; 0 and 1 on a host-bound MoE rank
+    for depth in (0, 1, 2):
+        mtp = {"mtp_num_layers": depth} if depth else {}
+        e.append(run(f"crel-mtp{depth}-l8w-tp2-sp-m2", L8W(**tp2, **mtp), microbatches=2))
+    for depth in (0, 1):
+        mtp = {"mtp_num_layers": depth} if depth else {}
+        qm = QM(expert_model_parallel_size=8, seq_length=2048, **mtp)
+        e.append(run(f"crel-mtp{depth}-qm-ep8-s2k-m2", qm, dp=8, microbatches=2))
+    # VPP 1-8 on a middle stage of 8 layers (chunks of 8, 4, 2, 1 layers); a narrower model at 1 and 4
+    for vpp in (1, 2, 4, 8):
+        virtual = {"virtual_pipeline_model_parallel_size": vpp} if vpp > 1 else {}
+        stack = dict(num_layers=32, pipeline_model_parallel_size=4, **virtual)
+        e.append(run(f"crel-vpp{vpp}-l8w-pp4-mid-m8", L8W(**tp2, **stack), microbatches=8, stage=1))
+    for vpp in (1, 4):
+        virtual = {"virtual_pipeline_model_parallel_size": vpp} if vpp > 1 else {}
+        stack = dict(num_layers=32, pipeline_model_parallel_size=4, **virtual)
+        e.append(run(f"crel-vpp{vpp}-l1b-pp4-mid-m8", L1B(**stack), microbatches=8, stage=1))
+    # sequence 2k-16k at 16,384 tokens per step (flash); micro-batch 1-8 at the same tokens, 2k
+    for seq, m in ((2048, 8), (4096, 4), (8192, 2), (16384, 1)):
+        e.append(run(f"crel-seq{seq // 1024}k-l8w-tp2-sp-m{m}", L8W(**tp2, seq_length=seq), microbatches=m))
+    for mbs in (2, 4, 8):
+        e.append(
+            run(
+                f"crel-mbs{mbs}-l8w-tp2-sp-s2k-m{8 // mbs}",
+                L8W(**tp2, seq_length=2048),
+                mbs=mbs,
+                microbatches=8 // mbs,
+            )
+        )
+    # unfused attention (Megatron's DotProductAttention, torch softmax in fp32) at 8,192 tokens
+    # per step, flash beside it, core_attn recompute, fp16 and fp32, micro-batch 4
+    for seq, m in ((1024, 8), (2048, 4), (4096, 2)):
+        e.append(
+            run(f"crel-unfused-l1b-s{seq // 1024}k-m{m}", L1B(seq_length=seq, **unfused), microbatches=m)
+        )
+    e.append(run("crel-flash-l1b-s2k-m4", L1B(seq_length=2048), microbatches=4))
+    e.append(run("crel-unfused-l1b-s2k-mbs4", L1B(seq_length=2048, **unfused), mbs=4))
+    e.append(
+        run(
+            "crel-unfused-rc-coreattn-l1b-s2k-m4",
+            L1B(seq_length=2048, **unfused, **selective("core_attn")),
+            microbatches=4,
+        )
+    )
+    e.append(run("crel-unfused-l8w-tp2-sp-s4k-m2", L8W(**tp2, **unfused), microbatches=2))
+    for name, precision, optimizer in (
+        ("fp16", dict(bf16=False, fp16=True), {"initial_loss_scale": 1.0}),
+        ("fp32", dict(bf16=False), None),
+    ):
+        e.append(
+            run(
+                f"crel-prec-{name}-l1b-s2k-m4",
+                L1B(seq_length=2048, **unfused, **precision),
+                microbatches=4,
+                optimizer=optimizer,
+            )
+        )
+    # the distributed optimizer's step: one shard of all (DP 1) or an eighth; many expert tensors
+    e.append(run("crel-opt-l1b-do-dp1", L1B(seq_length=2048), distopt=True))
+    e.append(run("crel-opt-l1b-do-dp8", L1B(seq_length=2048), dp=8, distopt=True))
+    e.append(
+        run("crel-opt-qm-ep2-do-dp8", QM(expert_model_parallel_size=2, seq_length=2048), dp=8, distopt=True)
+    )
+    # selective recompute on host-bound ranks: 16 sequential experts per layer; a TP-8 dense shard
+    # (crel-mtp0-qm-ep8-s2k-m2 above is the MoE rank without recompute)
+    qm = QM(expert_model_parallel_size=8, seq_length=2048, **selective("moe"))
+    e.append(run("crel-rc-moe-qm-ep8-s2k-m2", qm, dp=8, microbatches=2))
+    for rc, modules in (("none", ()), ("mlp", ("mlp",))):
+        recompute = selective(*modules) if modules else {}
+        e.append(
+            run(f"crel-rc-{rc}-l8w-tp8-sp-s2k-m2", L8W(**tp8, seq_length=2048, **recompute), microbatches=2)
+        )
+    # the output layer and loss by vocabulary, two layers
+    for vocab in (32000, 128256, 256000):
+        e.append(
+            run(
+                f"crel-vocab{vocab // 1000}k-l8w-tp2-sp-l2-m2",
+                L8W(**tp2, num_layers=2, vocab_size=vocab),
+                microbatches=2,
+            )
+        )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -1880,6 +1984,7 @@ def entries() -> list[Entry]:
         + _lora_scale()
         + _microbatch_sweep()
         + _compute_timing()
+        + _compute_relations()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"

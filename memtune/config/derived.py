@@ -516,6 +516,62 @@ class Derived:
         return backend in ("flash", "fused") or (backend == "auto" and self.transformer_engine)
 
     @cached_property
+    def attention_kernel(self) -> Literal["flash", "cudnn", "memory_efficient", "unfused"]:
+        """The core attention's kernel, as the step model prices it. On the local spec: the SDPA
+        stand-in's flash kernel (``FLASH_BACKENDS``; PyTorch's memory-efficient one for
+        multi-latent attention, :attr:`memory_efficient_sdpa`), else Megatron's unfused
+        ``DotProductAttention``. On Transformer Engine's spec ``flash`` runs TE's FlashAttention
+        backend (the flash-attn package), ``fused`` cuDNN's fused attention, and ``auto`` cuDNN's
+        as well: TE prefers ``FusedAttention`` over FlashAttention on Hopper and later when both
+        can run (TransformerEngine d0067d0, ``pytorch/attention/dot_product_attention/utils.py``,
+        ``get_attention_backend``); ``unfused``/``local`` run TE's unfused attention."""
+        backend = self.model.attention_backend
+        if self.memory_efficient_sdpa:
+            return "memory_efficient"
+        if not self.flash_attention:
+            return "unfused"
+        if self.transformer_engine and backend != "flash":
+            return "cudnn"
+        return "flash"
+
+    @cached_property
+    def moe_forward_syncs_host(self) -> bool:
+        """Each MoE layer's forward makes the host wait for the GPU: the token dispatcher copies
+        the tokens per expert to the host and synchronises on it (megatron-core 0.19.2
+        ``transformer/moe/token_dispatcher.py``: the all-to-all dispatcher's
+        ``_maybe_dtoh_and_synchronize``, the all-gather dispatcher's ``.cpu()``; the experts'
+        ``tokens_per_expert.tolist()`` in ``experts.py``), except with inputs padded to capacity
+        (``moe_pad_expert_input_to_capacity``: the splits are known on the host)."""
+        return self.is_moe and not self.model.moe_pad_expert_input_to_capacity
+
+    @cached_property
+    def overlap_p2p_comm(self) -> bool:
+        """The pipeline's sends and receives run unbatched beside the compute: Megatron-LM turns
+        ``overlap_p2p_comm`` on with the interleaved schedule and off without it (``arguments.py``,
+        ``--no-overlap-p2p-communication``), Megatron-Bridge likewise with VPP; Megatron-Core's
+        own default (``ModelParallelConfig``) is off."""
+        return self.pp > 1 and self.vpp > 1 and self.stack != "megatron-core"
+
+    @cached_property
+    def pipeline_p2p_syncs_host(self) -> bool:
+        """Every pipeline exchange makes the host wait for the GPU: batched P2P
+        (``batch_p2p_comm``, which is ``not overlap_p2p_comm``, Megatron-LM's
+        ``training/argument_utils.py``) synchronizes the device after each batch while
+        ``batch_p2p_sync`` is on, its default (megatron-core 0.19.2
+        ``pipeline_parallel/p2p_communication.py``), so the host cannot run ahead across passes."""
+        return self.pp > 1 and not self.overlap_p2p_comm
+
+    @cached_property
+    def wgrad_accumulates_in_gemm(self) -> bool:
+        """The linear layers' weight-gradient GEMMs add into the fp32 main gradient themselves
+        (``gradient_accumulation_fusion``: Transformer Engine's ``fuse_wgrad_accumulation``, or
+        Megatron's ``fused_weight_gradient_mlp_cuda`` on the local spec), so only the other
+        parameters (embeddings, norms, routers) go through DDP's backward hook, which adds each
+        parameter's bf16 gradient into ``main_grad`` every microbatch (megatron-core 0.19.2
+        ``distributed/distributed_data_parallel.py``, ``_make_backward_post_hook``)."""
+        return self.model.gradient_accumulation_fusion
+
+    @cached_property
     def fused_activation(self) -> bool:
         """The bias-SwiGLU/GeLU fusion runs (``bias_activation_fusion`` with a SiLU or GeLU
         activation): the MLP keeps only the fc1 output for the activation's backward."""

@@ -77,11 +77,14 @@ DP_OVERLAP_WINDOW_FRACTION = 0.9
 
 # --- optimizer and offload -----------------------------------------------------------------
 # The step model times Adam from the measured table (memtune/perf/kernels.py) and adds
-# Megatron's own work around it, per parameter at HBM speed, keyed by use_distributed_optimizer: the gradient norm (read 4 B) and clipping (read + write 8 B), the
-# copy of the fp32 main weights into the bf16 model (6 B); the distributed optimizer also copies
-# the gradient shard in and the weight shard out of its buffers. Fitted by
-# benchmarks/fit_step_constants.py to the optimizer seconds of the ctime- tune runs.
-OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 22.4, True: 78.4}
+# Megatron's own work around it, per parameter at HBM speed, keyed by use_distributed_optimizer:
+# the gradient norm (read 4 B) and clipping (read + write 8 B), the copy of the fp32 main weights
+# into the bf16 model (6 B; without the distributed optimizer the local path's copy goes through
+# an fp32 product, 14 B). Fitted by benchmarks/fit_step_constants.py (least squares, with the
+# loop's step_s and OPTIMIZER_PER_TENSOR_S) to the optimizer seconds of the shared H200 half (19
+# runs, all with the distributed optimizer) and the ctime- tune runs: 11-12 B, below the count
+# with clipping, which a step whose gradient norm is under clip_grad skips.
+OPTIMIZER_STEP_BYTES_PER_PARAM = {False: 10.6, True: 11.6}
 # Host side of optimizer offload: the gradient goes down (4 B) and the weight comes back (2 B)
 # over the GPU's host link (memtune/perf/offload.py), and the CPU runs Adam. ZeRO-Offload (Ren et
 # al., USENIX ATC 2021, Table 3) reports its vectorised CPU-Adam at about 1.3 s for 10 B
@@ -101,7 +104,7 @@ class HostFloor:
     """The host side of a training loop: Python, kernel launches and small kernels per layer,
     per microbatch and per step, which small models and small shards cannot hide."""
 
-    layer_fwd_s: float  # one layer's forward: a pass takes the longer of this and its kernels
+    layer_fwd_s: float  # one layer's forward (perf/simulate.py runs the host ahead of the GPU)
     backward_factor: float  # a layer's backward, as a multiple of its forward
     microbatch_s: float  # a microbatch's own (schedule, P2P bookkeeping, loss)
     step_s: float  # a step's (optimizer launches over many tensors, gradient norm, finalize)
@@ -113,20 +116,25 @@ class HostFloor:
 # benchmarks/fit_step_constants.py. Every prediction of a user's job uses it.
 MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch_s=3.0e-3, step_s=30e-3)
 # `memtune measure`'s own loop (memtune/measure/runner.py: get_forward_backward_func and
-# optimizer.step, nothing around them): fitted by the same script to the tune runs timed alone
-# on the H200; benchmarks/compute_accuracy.py compares those runs under it.
-MEASURE_RUNNER = HostFloor(layer_fwd_s=2.0e-3, backward_factor=1.5, microbatch_s=7e-3, step_s=1.2e-3)
-# Kernels inside a training step run this much longer than the same kernels timed alone
-# (benchmarks/gpu/kernel_calibration.py): clocks under sustained load, caches, and the small
-# kernels the model does not price one by one (bias, dropout, copies, casts). Fitted by
-# benchmarks/fit_step_constants.py on both tune sets.
-IN_STEP_KERNEL_FACTOR = 1.04
+# optimizer.step, nothing around them), and the shared half's, which is the same: fitted by the
+# same script to the tune runs timed alone on the H200; benchmarks/compute_accuracy.py compares
+# those runs under it.
+MEASURE_RUNNER = HostFloor(layer_fwd_s=1.6e-3, backward_factor=2.0, microbatch_s=5e-3, step_s=1.49e-3)
+# Kernels inside a training step take this multiple of the same kernels' time in the tables
+# (benchmarks/gpu/kernel_calibration.py): clocks, caches, the small kernels the model does not
+# price one by one (bias, dropout, copies, casts), and the machine the tables were timed on.
+# Fitted by benchmarks/fit_step_constants.py, above all on the shared half's profiled GPU busy
+# time: its H200s ran the same kernels about a tenth faster than the tables' H200 (and than
+# memtune's own runs on it, which this leaves about 5-10% under-predicted).
+IN_STEP_KERNEL_FACTOR = 0.88
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
-# work for the forward grows by this (the backward's by backward_factor times it); the GPU waits
-# for it only where its kernels are shorter. Fitted by benchmarks/fit_step_constants.py on the
-# single-rank tune runs (the only ones with it).
-SEQUENTIAL_EXPERT_FWD_S = 0.5e-3
+# work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
+# Fitted by benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
+SEQUENTIAL_EXPERT_FWD_S = 1.0e-3
+# Its backward is autograd's, no Python: per local expert and layer the host's launch work for
+# the backward grows by this. Fitted by the same script (nothing measurable beyond the layer's).
+SEQUENTIAL_EXPERT_BWD_S = 0.0
 # Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
 # by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
 # the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
@@ -152,3 +160,49 @@ CROSS_ENTROPY_FORWARD_SHARE = 38 / 52
 # in one pass (read 2, write 1, scales negligible). Weights are cast once per step and cached
 # across microbatches, so they are not counted.
 FP8_CAST_BYTES_PER_ELEMENT = {"tensorwise": 5, "delayed": 3, "blockwise": 3, "mxfp8": 3}
+
+# --- relations of the step model fitted or counted from Megatron-Core's code ---------------
+# Megatron's unfused attention (perf/layer.py unfused_attention): its batched score and value
+# GEMMs, whose inner dimension is one head, reach this fraction of the peak, and its softmax's
+# passes over the scores (unfused_score_bytes, counted from the code) this share of the HBM
+# bandwidth figure. Fitted by benchmarks/fit_step_constants.py on the shared half's two unfused
+# runs (sequence 4,096 with core_attn recompute; 2,048 at MBS 8), memtune's unfused tune runs and
+# the Megatron-LM functional tests' tune runs (0.30 on the compute branch's 39; main's 50 move
+# the fraction to 0.25, the functional tests' median from 11.5% to 10.4%).
+UNFUSED_BMM_FRACTION = 0.25
+UNFUSED_SOFTMAX_HBM_SHARE = 0.7
+# Under selective recompute the replayed modules' forward runs again in the backward, Python and
+# kernel launches included: each module's share of a layer's host launch work (``layer_fwd_s``),
+# counted from the modules and kernels a local-spec layer's forward runs (megatron-core 0.19.2
+# transformer_layer.py): the core attention, the MLP (or the MoE block's router, dispatcher and
+# permutes, whose sequential experts add their own), the two norms. The MLP's share is fitted by
+# benchmarks/fit_step_constants.py (tune runs with mlp and moe recompute); the others counted.
+RECOMPUTE_HOST_SHARE = {"core_attn": 0.1, "mlp": 0.1, "layernorm": 0.1}
+# The interleaved schedule's own host work per model chunk's forward or backward pass
+# (megatron-core 0.19.2 pipeline_parallel/schedules.py: the chunk id, the virtual rank, the
+# P2P calls and forward_step's bookkeeping for each chunk): what VPP adds to a stage's host side.
+# Fitted by benchmarks/fit_step_constants.py (the shared half's VPP 4 middle stage beside its
+# VPP 1 one, memtune's VPP tune runs, the functional tests' tune runs): 0.25 ms on the compute
+# branch's tune data, 0.5 ms with main's (beside UNFUSED_BMM_FRACTION's move; the two values are
+# within 0.01% of each other in the fit's objective).
+VIRTUAL_CHUNK_PASS_S = 0.5e-3
+# A multi-token-prediction layer's host work beyond its transformer layer's, in layers'
+# launch work: its embedding, three norms, the projection and gathers, the output layer and
+# loss on shifted labels, the acceptance count (transformer/multi_token_prediction.py). Counted
+# from the code: no timed run has MTP layers (the crel-mtp runs are defined, not yet measured).
+MTP_EXTRA_HOST_LAYERS = 1.0
+# DDP's backward hook adds each parameter's gradient into its main gradient with one mixed-dtype
+# elementwise add (main_grad.add_(grad): a bf16 read, an fp32 read and write), which reaches this
+# share of the HBM bandwidth figure. Fitted by benchmarks/fit_step_constants.py: micro-batch size
+# at fixed tokens (the shared half's MBS 2 and 4 runs, memtune's mbs- tune runs) moves with it.
+GRAD_ACCUMULATION_HBM_SHARE = 0.7
+# fp16's loss scaler unscales every main gradient and checks it for inf/NaN before the step
+# (torch._amp_foreach_non_finite_check_and_unscale_: read and write the fp32 gradient).
+FP16_UNSCALE_BYTES_PER_PARAM = 8
+# The optimizer step's host and launch cost per parameter tensor of the rank's shard, by Adam's
+# kernel (Derived.adam_kernel): the local multi-tensor path (no Apex or Transformer Engine) runs
+# a norm and its .item() and the clipping's and copies' kernels tensor by tensor; the fused
+# multi-tensor kernels batch them. The local path's is fitted with OPTIMIZER_STEP_BYTES_PER_PARAM
+# (the shared half's TP 8 rank steps 51 tensors, its TP 1 rank one); the fused path's is a
+# launch's worth (unmeasured: no Transformer Engine here).
+OPTIMIZER_PER_TENSOR_S = {"foreach": 46e-6, "fused": 2e-6}

@@ -2,7 +2,9 @@
 
 A table is what ``benchmarks/gpu/kernel_calibration.py`` (or the earlier
 ``benchmarks/gpu/gemm_calibration.py``) wrote on a GPU: GEMM TFLOP/s by (M, N, K) and flash
-attention TFLOP/s by sequence and heads x batch. The package carries the tables that were
+attention TFLOP/s by sequence and heads x batch. The bf16 GEMMs of both files are one table
+(a shape timed in both takes the mean): the later one times the same layer shapes at 1,024 to
+16,384 tokens, so a GEMM's efficiency follows its M where it was measured. The package carries the tables that were
 really measured (``memtune/perf/data/``, byte-identical copies of ``benchmarks/gpu/results/``;
 a test keeps them so): bf16 GEMMs and causal flash attention (head dim 128) from
 ``gemm-h200.json``, FP8 GEMMs with tensorwise and with blockwise scaling (``torch._scaled_mm``)
@@ -31,6 +33,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from memtune.perf import constants as K
 
@@ -73,20 +76,35 @@ class GemmTable:
 
 @dataclass(frozen=True)
 class AttentionTable:
-    points: tuple[tuple[float, float, float, float], ...]  # log2 seq, log2 heads x batch, fwd, bwd fraction
+    """Forward and backward fractions of the bf16 peak at measured points: log2 of the sequence,
+    heads x batch and, where the table has more than one, the head dim."""
 
-    def fractions(self, seq: float, heads_x_batch: float) -> tuple[float, float]:
-        q = (math.log2(max(seq, 1)), math.log2(max(heads_x_batch, 1)))
-        ranked = sorted(self.points, key=lambda p: (p[0] - q[0]) ** 2 + (p[1] - q[1]) ** 2)[:NEAREST]
+    points: tuple[tuple[tuple[float, ...], float, float], ...]  # log2 coordinates, fwd, bwd fraction
+
+    def fractions(self, *shape: float) -> tuple[float, float]:
+        q = tuple(math.log2(max(v, 1)) for v in shape)
+
+        def dist(p: tuple[float, ...]) -> float:
+            return math.sqrt(sum((a - b) ** 2 for a, b in zip(p, q, strict=True)))
+
+        ranked = sorted(self.points, key=lambda p: dist(p[0]))[:NEAREST]
         weights = fwd = bwd = 0.0
-        for p in ranked:
-            dist = math.hypot(p[0] - q[0], p[1] - q[1])
-            if dist < 1e-9:
-                return p[2], p[3]
-            weights += 1 / dist
-            fwd += p[2] / dist
-            bwd += p[3] / dist
+        for coords, f, b in ranked:
+            far = dist(coords)
+            if far < 1e-9:
+                return f, b
+            weights += 1 / far
+            fwd += f / far
+            bwd += b / far
         return fwd / weights, bwd / weights
+
+
+def _attention_table(rows: list[dict[str, Any]], peak: float, head_dim: bool = False) -> AttentionTable:
+    def coords(a: dict[str, Any]) -> tuple[float, ...]:
+        seq, heads = math.log2(a["seq"]), math.log2(a["heads"] * a["batch"])
+        return (seq, heads, math.log2(a["qk_dim"])) if head_dim else (seq, heads)
+
+    return AttentionTable(tuple((coords(a), a["fwd_tflops"] / peak, a["bwd_tflops"] / peak) for a in rows))
 
 
 @cache
@@ -97,23 +115,20 @@ def _tables() -> tuple[GemmTable, AttentionTable]:
         resources.files("memtune.perf").joinpath("data", TABLES[MEASURED_ON]).read_text(encoding="utf-8")
     )
     peak = get_gpu(MEASURED_ON).bf16_tflops
-    gemm = raw["gemm"] if isinstance(raw["gemm"], list) else raw["gemm"]["bf16"]
+    later = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    by_shape: dict[tuple[int, int, int], list[float]] = {}
+    for g in [*raw["gemm"], *later["gemm"]["bf16"]]:
+        by_shape.setdefault((g["m"], g["n"], g["k"]), []).append(g["tflops"])
     points = tuple(
-        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak) for g in gemm
+        (math.log2(m), math.log2(n), math.log2(k), sum(t) / len(t) / peak)
+        for (m, n, k), t in by_shape.items()
     )
     lows = tuple(min(p[i] for p in points) for i in range(3))
     highs = tuple(max(p[i] for p in points) for i in range(3))
-    attention = tuple(
-        (
-            math.log2(a["seq"]),
-            math.log2(a["heads"] * a["batch"]),
-            a["fwd_tflops"] / peak,
-            a["bwd_tflops"] / peak,
-        )
-        for a in raw["attention"]
-    )
-    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2])), AttentionTable(
-        attention
+    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2])), _attention_table(
+        raw["attention"], peak
     )
 
 
@@ -129,8 +144,28 @@ def gemm_fraction(m: int, n: int, k: int) -> float:
 
 @cache
 def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
-    """Forward and backward fractions of the bf16 peak of causal flash attention (head dim 128)."""
+    """Forward and backward fractions of the bf16 peak of PyTorch's causal flash attention
+    kernel (``SDPBackend.FLASH_ATTENTION``, FlashAttention-2; head dim 128): ``gemm-h200.json``."""
     return _tables()[1].fractions(seq, heads_x_batch)
+
+
+@cache
+def _cudnn_table() -> AttentionTable:
+    from memtune.catalog.gpus import get_gpu
+
+    raw = json.loads(
+        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
+    )
+    return _attention_table(raw["attention"], get_gpu(MEASURED_ON).bf16_tflops, head_dim=True)
+
+
+@cache
+def cudnn_attention_fractions(seq: int, heads_x_batch: int, head_dim: int) -> tuple[float, float]:
+    """Forward and backward fractions of the bf16 peak of cuDNN's fused causal attention, what
+    Transformer Engine's ``FusedAttention`` runs: ``kernels-h200.json``'s attention section, timed
+    through PyTorch SDPA's default backend on the H200 (torch 2.11), which there is cuDNN's
+    (1.7-2x the flash kernel's rate at the same shapes); head dims 64, 128 and 192."""
+    return _cudnn_table().fractions(seq, heads_x_batch, head_dim)
 
 
 @cache
@@ -228,18 +263,7 @@ def _memory_efficient_table() -> AttentionTable:
     raw = json.loads(
         resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
     )
-    peak = get_gpu(MEASURED_ON).bf16_tflops
-    return AttentionTable(
-        tuple(
-            (
-                math.log2(a["seq"]),
-                math.log2(a["heads"] * a["batch"]),
-                a["fwd_tflops"] / peak,
-                a["bwd_tflops"] / peak,
-            )
-            for a in raw["attention_memory_efficient"]
-        )
-    )
+    return _attention_table(raw["attention_memory_efficient"], get_gpu(MEASURED_ON).bf16_tflops)
 
 
 @cache

@@ -100,7 +100,9 @@ def dispatch_s(d: Derived, tokens: float, network: Network) -> float:
 def dispatcher_host_fwd_s(d: Derived) -> float:
     """Host work an MoE layer's forward adds to a dense layer's, by dispatcher (its backward
     ``backward_factor`` times it): the router, the token bookkeeping and permutes in Python and
-    the collectives' launches (``MOE_DISPATCHER_HOST_FWD_S``)."""
+    the collectives' launches and the host's waits on them (``MOE_DISPATCHER_HOST_FWD_S``).
+    Under PyTorch's fake process group, whose exchanges move nothing, it is not there
+    (``memtune/perf/layer.py``, ``exchanges``)."""
     if d.ep * d.etp <= 1 and d.tp <= 1:
         return 0.0
     return K.MOE_DISPATCHER_HOST_FWD_S[d.model.moe_token_dispatcher_type]

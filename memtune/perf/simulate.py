@@ -15,7 +15,9 @@ Durations come in per virtual chunk and microbatch (:class:`ChunkWork`): the cal
 compute and collectives (``memtune/perf/step.py``); this module only places them. The parts:
 
 - a chunk's pass (:meth:`_Iteration.place`): its compute, the communication left exposed, the
-  send of its output;
+  send of its output; it starts once the stage's host has issued its first kernel and ends once
+  the host has issued its last: the host runs ahead of the GPU from pass to pass until a pass
+  makes it wait for the GPU (MoE dispatch, batched pipeline exchanges);
 - the schedule (:meth:`_Iteration.run`): every stage walks its order as far as its inputs allow;
   a long steady phase repeats itself exactly, and is skipped once it does (:meth:`_Iteration.skip`,
   so a step of any length is priced in bounded time);
@@ -57,6 +59,14 @@ class ChunkWork:
     # forward and per backward (memtune/perf/sharding.py)
     dp_forward_exposed_s: float = 0.0
     dp_backward_exposed_s: float = 0.0
+    # The host's launch work for the pass (Python, kernel launches): it runs ahead of the GPU,
+    # across passes too, so a pass ends when its kernels have run and the host has issued them.
+    forward_host_s: float = 0.0
+    backward_host_s: float = 0.0
+    # The pass makes the host wait for the GPU (MoE dispatch): the host cannot run ahead of it,
+    # and its host side already counts its waits (perf/step.py).
+    forward_syncs: bool = False
+    backward_syncs: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,12 @@ class Overlap:
     # reduce-scatter are queued ahead of the dgrad/wgrad GEMMs and run under them
     # (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication).
     single_device_connection: bool = True
+    # Every pass makes the host wait for the GPU: batched pipeline exchanges synchronize the
+    # device (Derived.pipeline_p2p_syncs_host), so the host cannot run ahead across passes.
+    pipeline_syncs_host: bool = False
+    # Each stage runs alone: every pass's input is there at once, as for one rank measured under
+    # PyTorch's fake process group (its pipeline exchanges complete without moving data).
+    stages_alone: bool = False
 
     @property
     def paired(self) -> bool:
@@ -115,7 +131,7 @@ class Event(NamedTuple):
 @dataclass(frozen=True)
 class Simulated:
     step_s: float
-    stage_compute_s: tuple[float, ...]  # forward, backward, deferred wgrad, optimizer
+    stage_compute_s: tuple[float, ...]  # passes (host-bound time included), deferred wgrad, optimizer
     stage_optimizer_s: tuple[float, ...]  # of which the optimizer step
     stage_exposed_comm_s: tuple[float, ...]  # communication on the stage's critical path
     stage_idle_s: tuple[float, ...]  # waiting: the pipeline bubble and waits for the slowest stage
@@ -270,6 +286,9 @@ class _Iteration:
         self.window_start = [0] * p
         self.position = [0] * p
         self.clock = [0.0] * p
+        self.host_clock = [0.0] * p  # when each stage's host has issued everything so far
+        # whether the host held a stage's GPU back (a late launch) since the last snapshot
+        self.host_held = [False] * p
         self.dp_free = [0.0] * p
         self.compute = [0.0] * p
         self.exposed = [0.0] * p
@@ -296,6 +315,15 @@ class _Iteration:
             "B": [[w.backward_s for w in st.chunks] for st in stages],
         }
         self.busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
+        # each pass's host work and whether it makes the host wait for the GPU
+        waits = overlap.pipeline_syncs_host
+        self.pass_host = {
+            "F": [[(w.forward_host_s, waits or w.forward_syncs) for w in st.chunks] for st in stages],
+            "B": [[(w.backward_host_s, waits or w.backward_syncs) for w in st.chunks] for st in stages],
+        }
+        self.host_waits = [
+            any(syncs for kind in ("F", "B") for _, syncs in self.pass_host[kind][r]) for r in range(p)
+        ]
         self.comm_alone = {
             kind: [[_exposed_comm(w, kind, overlap, False, 0.0) for w in st.chunks] for st in stages]
             for kind in ("F", "B")
@@ -350,13 +378,31 @@ class _Iteration:
             if pair_compute is None
             else _exposed_comm(self.stages[r].chunks[chunk], kind, self.overlap, True, pair_compute - own)
         )
-        end = t + own
+        # The pass starts once the host has issued its first kernel and keeps the GPU until its
+        # kernels have run and the host has issued its last. The host runs ahead of the GPU from
+        # one pass to the next, unless the pass makes it wait for the GPU: then the two meet,
+        # and the pass takes the longer of its host work (its waits counted) and its kernels.
+        host, syncs = self.pass_host[kind][r][chunk]
+        issued = self.host_clock[r]
+        if issued > t:
+            t = issued
+            self.host_held[r] = True
+        if syncs:
+            busy = host if host > own else own
+            self.host_clock[r] = t + busy
+        else:
+            behind = issued + host - t
+            busy = behind if behind > own else own
+            self.host_clock[r] = issued + host
+        if busy > own:
+            self.host_held[r] = True
+        end = t + busy
         if forward and gather_waits:
             end = max(end, self.gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
         if self.record:
             self.events.append(Event(r, "compute", "forward" if forward else "backward", mb, chunk, t, end))
-        self.compute[r] += own
-        self.exposed[r] += end - t - own
+        self.compute[r] += busy
+        self.exposed[r] += end - t - busy
         t = end
         if comm:
             if self.record:
@@ -377,7 +423,7 @@ class _Iteration:
             self.backwards_done[s] += 1
             self.backwards_left[r][chunk] -= 1
             if self.backwards_left[r][chunk] == 0:
-                self.grads_ready[r][chunk] = (end - own, own)
+                self.grads_ready[r][chunk] = (end - busy, busy)
         self.placed += 1
         return t
 
@@ -399,6 +445,7 @@ class _Iteration:
         position, clock, busy, place = self.position, self.clock, self.busy, self.place
         windows, starts = self.windows, self.window_start
         lengths = [order.length for order in self.orders]
+        alone = self.overlap.stages_alone
         progressed = True
         while progressed:
             progressed = False
@@ -415,9 +462,11 @@ class _Iteration:
                     for kind, mb, chunk in step:  # each operation's input must have arrived
                         s = chunk * p + r
                         if kind == "F":
-                            arrived = 0.0 if s == 0 else forward_done[s - 1].get(mb)
+                            arrived = 0.0 if s == 0 or alone else forward_done[s - 1].get(mb)
+                        elif s == last:
+                            arrived = forward_done[s].get(mb)
                         else:
-                            arrived = (forward_done[s] if s == last else backward_done[s + 1]).get(mb)
+                            arrived = 0.0 if alone else backward_done[s + 1].get(mb)
                         if arrived is None:
                             break
                         if arrived > start:
@@ -454,6 +503,7 @@ class _Iteration:
         for n in range(periods.first, periods.last):
             self.run(periods.limits(n))
             now = _Snapshot.of(self)
+            self.host_held = [False] * self.p
             if before is not None and self.skip(periods, before, now):
                 return
             before = now
@@ -475,6 +525,9 @@ class _Iteration:
         if any(a < b for a, b in zip(before.position, periods.uniform_start, strict=True)):
             return False
         if any(abs((a - b) - shift) > tolerance for a, b in zip(now.clock, before.clock, strict=True)):
+            return False
+        host_shift = self.host_shifts(before, now, shift, tolerance)
+        if host_shift is None:
             return False
         if any(self.dp_free[r] > before.clock[r] for r in range(self.p)):
             return False  # an early DP transfer might still delay a later one
@@ -498,10 +551,28 @@ class _Iteration:
         for r in range(self.p):
             self.position[r] += skipped * step
             self.clock[r] += moved
+            self.host_clock[r] += skipped * host_shift[r]
             self.compute[r] += skipped * (now.compute[r] - before.compute[r])
             self.exposed[r] += skipped * (now.exposed[r] - before.exposed[r])
             self.backwards_left[r] = [left - skipped * g for left in self.backwards_left[r]]
         return True
+
+    def host_shifts(
+        self, before: _Snapshot, now: _Snapshot, shift: float, tolerance: float
+    ) -> list[float] | None:
+        """How far each stage's host moves per period from here on, or None where the period
+        does not say. A host that moved with its GPU (by ``shift``) repeats with it. A host that
+        never waits for the GPU moves by its own work each period; if it held nothing back in
+        the period and issued it in less than ``shift`` (it ran further ahead of the GPU), it
+        holds nothing back in any later period either, and the GPU's periods repeat without it."""
+        moves = []
+        for r in range(self.p):
+            moved = now.host_clock[r] - before.host_clock[r]
+            ahead = not now.host_held[r] and not self.host_waits[r] and moved < shift
+            if abs(moved - shift) > tolerance and not ahead:
+                return None
+            moves.append(shift if abs(moved - shift) <= tolerance else moved)
+        return moves
 
     def waiting(self) -> list[tuple[dict[int, float], int, int]]:
         """Arrivals written and not yet consumed: per virtual stage and direction the arrival
@@ -641,10 +712,19 @@ class _Snapshot:
     clock: tuple[float, ...]
     compute: tuple[float, ...]
     exposed: tuple[float, ...]
+    host_clock: tuple[float, ...]
+    host_held: tuple[bool, ...]  # since the snapshot before
 
     @staticmethod
     def of(it: _Iteration) -> _Snapshot:
-        return _Snapshot(tuple(it.position), tuple(it.clock), tuple(it.compute), tuple(it.exposed))
+        return _Snapshot(
+            tuple(it.position),
+            tuple(it.clock),
+            tuple(it.compute),
+            tuple(it.exposed),
+            tuple(it.host_clock),
+            tuple(it.host_held),
+        )
 
 
 def step_bound(stages: list[StageWork], num_microbatches: int, overlap: Overlap) -> float:
@@ -652,38 +732,44 @@ def step_bound(stages: list[StageWork], num_microbatches: int, overlap: Overlap)
 
     Every pass of a stage runs on its timeline one after another, so the stage is busy at
     least the sum of its passes, each with the communication it leaves exposed at the least
-    (a combined 1F1B pair hides at most its partner's compute) and its blocking send. Its first
+    (a combined 1F1B pair hides at most its partner's compute), its blocking send, and the
+    longer of its host work and its kernels where it makes the host wait for the GPU. Its first
     pass cannot start before a microbatch's forward has crossed every earlier stage, and once
     its last pass (a backward) is done, that microbatch's backward still has to cross every
-    earlier stage to stage 0. Stage 0 then reduces what it does not overlap; the slowest stage's
-    end joins every stage before the optimizer step, which the largest optimizer step (and the
-    parameter gathers, when they do not overlap the forwards) follows. Each term is a bound on
-    the corresponding one of the simulation, and the simulation only adds waits to them."""
+    earlier stage to stage 0. The host issues every pass of its stage one after another from
+    the step's start, and no pass ends before the host has issued it, so the stage's last pass
+    also ends no earlier than all its host work. Stage 0 then reduces what it does not overlap;
+    the slowest stage's end joins every stage before the optimizer step, which the largest
+    optimizer step (and the parameter gathers, when they do not overlap the forwards) follows.
+    Each term is a bound on the corresponding one of the simulation, and the simulation only
+    adds waits to them."""
     p, v, m = len(stages), len(stages[0].chunks), num_microbatches
     blocking = not overlap.overlap_p2p_comm
-    intrinsic: dict[int, tuple[float, float, float, float]] = {}  # stages are often one object
-    busy, chain_forward, chain_backward, reduce = [], [], [], []
+    intrinsic: dict[int, _StageParts] = {}  # stages are often one object
+    busy, host, chain_forward, chain_backward, reduce = [], [], [], [], []
     for r, stage in enumerate(stages):
         parts = intrinsic.get(id(stage))
         if parts is None:
             parts = intrinsic[id(stage)] = _stage_parts(stage, overlap)
-        total, least_forward, least_backward, reduced = parts
+        total = parts.total
         if blocking:  # a send after every pass but the last virtual stage's forward and the first's backward
             total += (v - (r == p - 1)) * stage.send_s
             total += v * stages[r - 1].send_s if r else (v - 1) * stages[-1].send_s
         busy.append(m * total)
-        chain_forward.append(least_forward + stage.send_s)
-        chain_backward.append(least_backward)
-        reduce.append(0.0 if overlap.overlap_grad_reduce else reduced)
+        host.append(m * parts.host)
+        chain_forward.append(parts.least_forward + stage.send_s)
+        chain_backward.append(parts.least_backward)
+        reduce.append(0.0 if overlap.overlap_grad_reduce else parts.reduced)
     deferred = min(overlap.deferred_output_wgrad_microbatches, m) * stages[-1].chunks[-1].output_wgrad_s
     sync = 0.0
     before = after = 0.0  # a microbatch's forward across stages 0..r-1, and its backward back
     for r in range(p):
-        sync = max(sync, before + busy[r] + reduce[r])
+        sync = max(sync, max(before + busy[r], host[r]) + reduce[r])
         if r > 0:
             own_send = 0.0 if blocking else stages[r - 1].send_s
             flushed = deferred if r == p - 1 else 0.0
-            sync = max(sync, before + busy[r] - flushed + own_send + after + reduce[0])
+            last = max(before + busy[r] - flushed + own_send, host[r] + stages[r - 1].send_s)
+            sync = max(sync, last + after + reduce[0])
             after += stages[r - 1].send_s
         before += chain_forward[r]
         after += chain_backward[r]
@@ -698,37 +784,58 @@ def step_bound(stages: list[StageWork], num_microbatches: int, overlap: Overlap)
 def spread_bound(whole: ChunkWork, num_microbatches: int, stages: int, overlap: Overlap) -> float:
     """A lower bound on the step of every split over ``stages`` pipeline stages (any number of
     virtual stages, any split of the layers) of a model whose every layer, embedding and loss
-    one chunk, ``whole``, holds. Splitting a pass into several never makes it cheaper (a
-    pass's price, the longer of its host and device totals, is subadditive; so is the least
-    communication it leaves exposed), so the stages' passes take at least ``num_microbatches``
-    of ``whole``'s in all, and the busiest stage, which :func:`step_bound` bounds the step by,
-    at least an even share of that."""
-    forward, backward = _least_passes(whole, overlap)
-    return num_microbatches * (forward + backward) / stages
+    one chunk, ``whole``, holds: each of its pieces at the least it keeps any pass holding it
+    busy (where it makes the host wait for the GPU, the longer of its kernels and host work),
+    and its host work added up (``StepPricer.whole_model``). Splitting a pass into several
+    never makes it cheaper (those pieces, the least communication they leave exposed and their
+    host work only add up; a split adds its own host work per chunk and microbatch), so the
+    stages' passes take at least ``num_microbatches`` of ``whole``'s in all, and their hosts at
+    least as many of its host work; and the busiest stage, which :func:`step_bound` bounds the
+    step by, at least an even share of either."""
+    paired = overlap.paired
+    partner = math.inf if paired else 0.0
+    device = whole.forward_s + _exposed_comm(whole, "F", overlap, paired, partner)
+    device += whole.backward_s + _exposed_comm(whole, "B", overlap, paired, partner)
+    host = whole.forward_host_s + whole.backward_host_s
+    return num_microbatches * max(device, host) / stages
 
 
 def _least_passes(work: ChunkWork, overlap: Overlap) -> tuple[float, float]:
-    """A chunk's forward and backward pass with the least communication each can leave exposed
-    (a combined 1F1B pair hides at most its partner's compute)."""
+    """A chunk's forward and backward pass at the least each keeps its stage busy: its kernels
+    (or its host work, where it makes the host wait for the GPU, if longer) and the least
+    communication it can leave exposed (a combined 1F1B pair hides at most its partner's
+    compute)."""
     paired = overlap.paired
     partner = math.inf if paired else 0.0
+    waits = overlap.pipeline_syncs_host
+    forward = max(work.forward_s, work.forward_host_s) if waits or work.forward_syncs else work.forward_s
+    backward = max(work.backward_s, work.backward_host_s) if waits or work.backward_syncs else work.backward_s
     return (
-        work.forward_s + _exposed_comm(work, "F", overlap, paired, partner),
-        work.backward_s + _exposed_comm(work, "B", overlap, paired, partner),
+        forward + _exposed_comm(work, "F", overlap, paired, partner),
+        backward + _exposed_comm(work, "B", overlap, paired, partner),
     )
 
 
-def _stage_parts(stage: StageWork, overlap: Overlap) -> tuple[float, float, float, float]:
-    """One stage's least passes (``_least_passes``): their total over one microbatch of every
-    chunk, the least forward and the least backward; and the gradient reduction of all its
-    chunks."""
+@dataclass(frozen=True)
+class _StageParts:
+    total: float  # the least passes (_least_passes) over one microbatch of every chunk
+    host: float  # the host's work over one microbatch of every chunk
+    least_forward: float
+    least_backward: float
+    reduced: float  # the gradient reduction of all its chunks
+
+
+def _stage_parts(stage: StageWork, overlap: Overlap) -> _StageParts:
+    """What :func:`step_bound` takes of one stage."""
     total, forwards, backwards = 0.0, [], []
     for work in stage.chunks:
         forward, backward = _least_passes(work, overlap)
         total += forward + backward
         forwards.append(forward)
         backwards.append(backward)
-    return total, min(forwards), min(backwards), sum(w.grad_reduce_s for w in stage.chunks)
+    host = sum(w.forward_host_s + w.backward_host_s for w in stage.chunks)
+    reduced = sum(w.grad_reduce_s for w in stage.chunks)
+    return _StageParts(total, host, min(forwards), min(backwards), reduced)
 
 
 def _exposed_comm(

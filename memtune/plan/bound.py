@@ -15,9 +15,11 @@ with what a whole set of layouts shares:
 
 Each rests on properties of the prices that ``tests/plan/test_prune.py`` checks on random
 spaces instead of assuming them: recompute, activation offload, the LoRA adapters' re-gather and
-Megatron-FSDP only add to a chunk's passes; the sharding and optimizer offload change only the
-data-parallel collectives, the optimizer step and how much of the TP collectives the device
-connections hide; splitting a pass into several never makes it cheaper.
+Megatron-FSDP only add to a chunk's passes (to its kernels, its host work and where the host
+waits for the GPU); the sharding and optimizer offload change only the data-parallel work (the
+per-microbatch gradient add, whose gradient dtype follows the sharding, and the collectives),
+the work once a step and how much of the TP collectives the device connections hide; splitting
+a pass into several never makes it cheaper, on the GPU or on the host.
 """
 
 from __future__ import annotations
@@ -127,4 +129,8 @@ def _least_chunk(works: tuple[ChunkWork, ...]) -> ChunkWork:
         ep_forward_s=min(w.ep_forward_s for w in works),
         ep_backward_s=min(w.ep_backward_s for w in works),
         output_wgrad_s=min(w.output_wgrad_s for w in works),
+        forward_host_s=min(w.forward_host_s for w in works),
+        backward_host_s=min(w.backward_host_s for w in works),
+        forward_syncs=all(w.forward_syncs for w in works),
+        backward_syncs=all(w.backward_syncs for w in works),
     )

@@ -163,9 +163,13 @@ def test_events_are_recorded_only_when_asked_and_change_no_time() -> None:
     )
 
 
-def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[StageWork], int, int, Overlap]:
-    """Random stages (each chunk its own durations, or every stage but the last alike), a
-    microbatch count and group Megatron accepts (PIP010, PIP012), and random overlap settings."""
+def _random_schedule(
+    rng: random.Random, max_microbatches: int, alone: bool = False
+) -> tuple[list[StageWork], int, int, Overlap]:
+    """Random stages (each chunk its own durations, or every stage but the last alike; the host's
+    work per pass none, below or above the GPU's, some passes making the host wait), a
+    microbatch count and group Megatron accepts (PIP010, PIP012), and random overlap settings
+    (with ``alone``, sometimes every stage run alone)."""
     p, v = rng.randint(1, 6), rng.randint(1, 4)
     if p == 1:
         v = 1
@@ -177,9 +181,11 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
 
     def chunk(last: bool) -> ChunkWork:
         some = lambda top: rng.choice([0.0, rng.uniform(0, top)])  # noqa: E731
+        host = rng.choice([0.0, 0.5, 1.5])  # the host's work against the GPU's, per pass
+        forward, backward = rng.uniform(0.5, 2), rng.uniform(1, 4)
         return ChunkWork(
-            rng.uniform(0.5, 2),
-            rng.uniform(1, 4),
+            forward,
+            backward,
             tp_forward_s=some(0.3),
             tp_backward_s=some(0.3),
             tp_backward_blocking_s=some(0.1),
@@ -189,6 +195,10 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
             grad_reduce_s=some(3),
             param_gather_s=some(3),
             buckets=rng.randint(1, 4),
+            forward_host_s=host * rng.uniform(0.5, 1.5) * forward,
+            backward_host_s=host * rng.uniform(0.5, 1.5) * backward,
+            forward_syncs=rng.random() < 0.2,
+            backward_syncs=rng.random() < 0.1,
         )
 
     alike = rng.random() < 0.5
@@ -210,6 +220,8 @@ def _random_schedule(rng: random.Random, max_microbatches: int) -> tuple[list[St
         deferred_output_wgrad_microbatches=rng.choice([0, 0, m, rng.randint(1, m)]) if p > 1 else 0,
         overlap_p2p_comm=rng.random() < 0.5,
         single_device_connection=rng.random() < 0.5,
+        pipeline_syncs_host=rng.random() < 0.3,
+        stages_alone=alone and rng.random() < 0.2,
     )
     return work, m, group, overlap
 
@@ -221,7 +233,7 @@ def test_skipping_repeated_periods_gives_the_step_of_placing_every_pass() -> Non
     rng = random.Random(20)
     skipped = 0
     for _ in range(400):
-        work, m, group, overlap = _random_schedule(rng, 200)
+        work, m, group, overlap = _random_schedule(rng, 200, alone=True)
         full = simulate(work, m, group, overlap, record_events=True)
         periodic = simulate(work, m, group, overlap)
         assert periodic.step_s == pytest.approx(full.step_s, rel=1e-9)
@@ -249,3 +261,70 @@ def test_spreading_the_whole_model_bounds_every_split() -> None:
     whole = ChunkWork(8.0, 16.0)
     assert spread_bound(whole, 4, 4, NO_OVERLAP) == pytest.approx(24.0)
     assert simulate(stages(4, v=2), 4, 4, NO_OVERLAP).step_s >= 24.0
+
+
+def test_the_host_runs_ahead_of_the_gpu_across_passes() -> None:
+    # One stage, 3 microbatches. Forwards: 1 s of kernels the host takes 2 s to issue;
+    # backwards: 2 s of kernels issued in 1 s. Taking the longer side per pass gives
+    # 3 x (2 + 2) = 12 s; the host runs ahead under the backwards instead: it issues F0 [0, 2],
+    # B0 [2, 3], F1 [3, 5], B1 [5, 6], F2 [6, 8], B2 [8, 9]; the GPU runs F0 until the host is
+    # done with it [0, 2], B0 [2, 4], F1 until its last launch [4, 5], B1 [5, 7], F2 [7, 8],
+    # B2 [8, 10]: 10 s, the whole step's larger side (GPU 9 s, host 9 s) plus the first launch.
+    work = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0)
+    sim = simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP)
+    assert sim.step_s == pytest.approx(10.0)
+    assert sim.stage_compute_s == pytest.approx((10.0,))
+    # a host-bound step takes the host's total; a GPU-bound one the GPU's
+    host_bound = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=3.0, backward_host_s=3.0)
+    assert simulate([StageWork((host_bound,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(18.0)
+    gpu_bound = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=0.5, backward_host_s=0.5)
+    assert simulate([StageWork((gpu_bound,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(9.0)
+
+
+def test_a_pass_that_waits_for_the_gpu_stops_the_host_running_ahead() -> None:
+    # The same step with forwards that make the host wait (MoE dispatch): each forward's host
+    # side (2 s, its waits included) starts only when the GPU is free, and the host resumes
+    # when the forward ends: F0 [0, 2], B0 [2, 4] (issued [2, 3]), F1 [4, 6], B1 [6, 8],
+    # F2 [8, 10], B2 [10, 12].
+    work = ChunkWork(
+        forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0, forward_syncs=True
+    )
+    assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(12.0)
+
+
+def test_a_host_that_runs_ahead_does_not_stop_a_long_steady_phase_being_skipped() -> None:
+    # The long interleaved schedule above with host work at half the GPU's per pass: a pass
+    # starts when the host begins issuing it and the host issues it in half the pass's time, so
+    # the host never holds the GPU back, the step is the host-free one, and its steady periods
+    # still repeat (the host runs further ahead of the GPU each period, and is moved by its own
+    # work when they are skipped).
+    sim = simulate(stages(8, v=8, forward_host_s=0.5, backward_host_s=1.0), 10_000, 8, NO_OVERLAP)
+    assert sim.step_s == pytest.approx((10_000 * 8 + 7) * 3.0, rel=1e-12)
+    assert sim.placed < 10_000
+    # with the host slower than the GPU (every pass 2 s more to issue than to run), each stage
+    # runs at its host's pace: the last stage's host is done issuing at 10,000 x 8 x (3 + 4) s,
+    # after which its last backward's gradient crosses the seven stages before it, 2 s each;
+    # and the periods repeat as well
+    slow = simulate(stages(8, v=8, forward_host_s=3.0, backward_host_s=4.0), 10_000, 8, NO_OVERLAP)
+    assert slow.step_s == pytest.approx(10_000 * 8 * 7.0 + 7 * 2.0, rel=1e-12)
+    assert slow.placed < 10_000
+
+
+def test_every_pass_that_makes_the_host_wait_takes_the_longer_of_host_and_gpu() -> None:
+    # Batched pipeline exchanges: the host cannot run ahead, so with forwards that take 2 s to
+    # issue and 1 s to run, and backwards 1 s and 2 s, each microbatch costs 2 + 2 s on one
+    # stage: 3 x 4 s (against 10 s when the host runs ahead, above); the bound says as much
+    work = ChunkWork(forward_s=1.0, backward_s=2.0, forward_host_s=2.0, backward_host_s=1.0)
+    waits = Overlap(single_device_connection=False, pipeline_syncs_host=True)
+    assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, waits).step_s == pytest.approx(12.0)
+    assert step_bound([StageWork((work,), 0.0, 0.0)], 3, waits) == pytest.approx(12.0)
+    # running ahead, the bound is the larger of the step's host and GPU totals: 9 s of each
+    assert step_bound([StageWork((work,), 0.0, 0.0)], 3, NO_OVERLAP) == pytest.approx(9.0)
+
+
+def test_a_stage_run_alone_waits_for_no_other_stage() -> None:
+    # 1F1B over two stages takes (2 + 2 - 1) x 3 s; each stage alone, as one rank under the
+    # fake process group, runs its two microbatches back to back: 2 x 3 s
+    alone = simulate(stages(2), 2, 2, Overlap(single_device_connection=False, stages_alone=True))
+    assert alone.step_s == pytest.approx(6.0)
+    assert alone.stage_idle_s == pytest.approx((0.0, 0.0))

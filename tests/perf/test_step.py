@@ -16,6 +16,13 @@ def job(*overrides: str):  # type: ignore[no-untyped-def]
     return gate(with_changes(base, [Change.parse(o) for o in overrides])).derived
 
 
+def shard_of(d):  # type: ignore[no-untyped-def]
+    """(parameters, tensors) the optimizer of pipeline rank 0 of ``d`` steps."""
+    from memtune.perf.step import _params_of, _shard_tensors
+
+    return _shard_tensors(d, [_params_of(d, c) for c in d.chunks[0]])
+
+
 def test_throughput_is_tokens_over_step() -> None:
     d = job("model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "train.micro_batch_size=1")
     p = predict_step(d)
@@ -55,14 +62,14 @@ def test_small_layers_hit_the_host_floor() -> None:
     assert twelve - six == pytest.approx(4 * 6 * per_layer, rel=0.05)
 
 
-def test_a_pass_takes_the_longer_of_host_and_device_work() -> None:
-    from memtune.perf.step import _pass_time
+def test_a_pass_adds_its_host_and_device_work_apart_unless_the_host_waits() -> None:
+    from memtune.perf.layer import Piece
+    from memtune.perf.step import _pass
 
-    # the host runs ahead under a long kernel wherever it sits in the pass
-    assert _pass_time([(0.0, 10.0), (1.0, 0.1), (1.0, 0.1)]) == pytest.approx(10.2)
-    assert _pass_time([(1.0, 0.1), (1.0, 0.1), (0.0, 10.0)]) == pytest.approx(10.2)
-    # small kernels only: the GPU waits for the launches
-    assert _pass_time([(1.0, 0.1), (1.0, 0.1)]) == pytest.approx(2.0)
+    # the host runs ahead under a long kernel wherever it sits in the pass (simulate.py places it)
+    assert _pass([Piece(0.0, 10.0), Piece(1.0, 0.1), Piece(1.0, 0.1)]) == pytest.approx((10.2, 2.0, False))
+    # a piece that makes the host wait for the GPU: the two sides meet at each piece
+    assert _pass([Piece(1.0, 0.1, True), Piece(0.5, 3.0)]) == pytest.approx((3.1, 4.0, True))
 
 
 def test_fp8_gemms_are_measured_for_tensorwise_and_blockwise_and_reported_for_mxfp8() -> None:
@@ -124,27 +131,32 @@ def test_the_optimizer_step_is_adams_kernel_and_megatrons_bytes_around_it() -> N
         assert d.adam_kernel == kernel
         # each of the 8 ranks holds its whole stage (PP 1) and DP shards it (distributed optimizer)
         held = sum(chunk_params(d, c).total for c in d.chunks[0])
-        shard = held / d.dp if d.use_distributed_optimizer else held
+        shard, tensors = shard_of(d)
+        assert shard == pytest.approx(held / d.dp if d.use_distributed_optimizer else held)
         hbm = 3.35e12 * K.HBM_FRACTION  # the H100's catalog bandwidth
         per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s[kernel]  # timed on the H200
         per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / hbm
-        expected = shard * per_param + K.MEGATRON_LM_LOOP.step_s
-        assert predict_step(d).simulated.stage_optimizer_s[0] == pytest.approx(expected)
+        expected = shard * per_param + tensors * K.OPTIMIZER_PER_TENSOR_S[kernel] + K.MEGATRON_LM_LOOP.step_s
+        assert predict_step(d).stage_step_parts[0].optimizer_s == pytest.approx(expected)
 
 
 def test_a_stage_with_both_ends_holds_the_embedding_and_an_untied_output_layer() -> None:
     from memtune.perf.kernels import eager_kernels
 
-    tied = predict_step(job("model.share_embeddings_and_output_weights=true")).simulated
+    tied_job = job("model.share_embeddings_and_output_weights=true")
+    tied = predict_step(tied_job).stage_step_parts[0]
     d = job("model.share_embeddings_and_output_weights=false")
-    untied = predict_step(d).simulated
+    untied = predict_step(d).stage_step_parts[0]
     output_layer = d.padded_vocab_size * d.model.hidden_size / d.tp
     if d.use_distributed_optimizer:
         output_layer /= d.dp
     per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s["fused"]
     per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / (3.35e12 * K.HBM_FRACTION)
-    difference = untied.stage_optimizer_s[0] - tied.stage_optimizer_s[0]
-    assert difference == pytest.approx(output_layer * per_param)
+    more_tensors = shard_of(d)[1] - shard_of(tied_job)[1]
+    difference = untied.optimizer_s - tied.optimizer_s
+    assert difference == pytest.approx(
+        output_layer * per_param + more_tensors * K.OPTIMIZER_PER_TENSOR_S["fused"]
+    )
 
 
 def test_local_spec_elementwise_work_comes_from_the_eager_tables() -> None:
@@ -152,10 +164,12 @@ def test_local_spec_elementwise_work_comes_from_the_eager_tables() -> None:
     # timed slower than Transformer Engine's fused ones are priced (HBM passes)
     from memtune.catalog.gpus import get_gpu
     from memtune.perf.kernels import eager_kernels
-    from memtune.perf.step import _Pricer
+    from memtune.perf.layer import ShapePricer
 
     d = local("model.tensor_model_parallel_size=1")
-    fwd, _ = _Pricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).eager_elementwise(is_moe=False)
+    fwd, _, norms, act = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).eager_elementwise(
+        is_moe=False
+    )
 
     curves = eager_kernels().elementwise
     T, h, f = 4096, 4096, 14336
@@ -166,6 +180,8 @@ def test_local_spec_elementwise_work_comes_from_the_eager_tables() -> None:
         + curves["swiglu fwd"].seconds(T * 2 * f)
     )
     assert fwd == pytest.approx(on_h200 * 4.8 / 3.35)
+    assert norms == pytest.approx(2 * curves["rmsnorm fwd"].seconds(T * h) * 4.8 / 3.35)
+    assert act == pytest.approx(curves["swiglu fwd"].seconds(T * 2 * f) * 4.8 / 3.35)
     assert d.eager_elementwise and not job("model.transformer_impl=transformer_engine").eager_elementwise
 
 
@@ -188,7 +204,7 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
     from memtune.catalog.gpus import get_gpu
     from memtune.peft.model import adapters_in_layer, regathers
     from memtune.perf.collectives import Group, Op, collective
-    from memtune.perf.step import _Pricer
+    from memtune.perf.layer import ShapePricer
 
     base = base_job(Query("llama3-8b", 8, "H100-80GB", 8, 4096, 32, "lora"))
 
@@ -205,7 +221,7 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
         return collective(op, nbytes, Group(2), te.network, gpu.name).seconds + K.COLLECTIVE_LAUNCH_S
 
     def collectives(d):  # type: ignore[no-untyped-def]
-        return _Pricer(d, gpu, K.MEGATRON_LM_LOOP).adapter_collectives(False, Group(2))
+        return ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).adapter_collectives(False, Group(2))
 
     full = 2 * 4096 * 4096  # a [T, h] bf16 activation: MBS 1, sequence 4,096, hidden 4,096
     bottleneck = 2 * 4096 * te.job.peft.dim  # LoRA-A's output
@@ -236,3 +252,252 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
     assert predict_step(regather).step_time_s > predict_step(te).step_time_s
     # and what the step model leaves out of a LoRA job, it says
     assert "LoRA adapters' own GEMMs, dropout and additions: not priced" in predict_step(te).unmeasured
+
+
+# --- the relations of the step model (issue 37): direction and size from a hand calculation ---
+
+
+def pricer(d):  # type: ignore[no-untyped-def]
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    return ShapePricer(d, get_gpu(d.job.cluster.gpu), K.MEGATRON_LM_LOOP)
+
+
+def step_pricer(d):  # type: ignore[no-untyped-def]
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.step import StepPricer
+
+    return StepPricer(get_gpu(d.job.cluster.gpu), K.MEGATRON_LM_LOOP)
+
+
+def pieces(d, chunk, per_rank=1):  # type: ignore[no-untyped-def]
+    """The pieces of one microbatch's passes through ``chunk`` of ``d``."""
+    from memtune.perf.step import _chunk_pieces
+
+    return _chunk_pieces(d, step_pricer(d).shapes(d), K.MEGATRON_LM_LOOP, chunk, per_rank)
+
+
+def passes(d, chunk, per_rank=1):  # type: ignore[no-untyped-def]
+    """One microbatch's passes through ``chunk`` of ``d``."""
+    from memtune.perf.step import _chunk_passes
+
+    return _chunk_passes(d, step_pricer(d).shapes(d), K.MEGATRON_LM_LOOP, chunk, per_rank)
+
+
+def test_unfused_attention_prices_its_score_gemms_and_softmax_passes() -> None:
+    from memtune.perf.layer import unfused_score_bytes
+
+    # the torch softmax path in fp32 on bf16 scores (megatron-core's default without the fused
+    # kernel): forward 2 (scores) + 6 (to fp32) + 9 (mask) + 8 (softmax) + 6 (back) + 2 (read by
+    # the value GEMM) = 33 bytes a score; backward 41; the fused kernel 8 and 14
+    assert unfused_score_bytes(2, False, "fp32", False) == (33, 41)
+    assert unfused_score_bytes(2, True, "bf16", False) == (8, 14)
+    assert unfused_score_bytes(4, False, "fp32", False) == (25, 37)  # an fp32 job: no casts
+    flash = local("model.tensor_model_parallel_size=2", "model.sequence_parallel=true")
+    unfused = local("model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                    "model.attention_backend=unfused", "model.masked_softmax_fusion=false",
+                    "model.attention_softmax_in_fp32=true")  # fmt: skip
+    assert unfused.attention_kernel == "unfused" and flash.attention_kernel == "flash"
+    # Llama 3 8B at TP 2, one microbatch of 4,096: 16 heads of 4,096 x 4,096 scores, head dim 128
+    p = pricer(unfused)
+    scores = 16 * 4096 * 4096
+    gemm = 2 * scores * 256 / (p.matmul_flops * K.UNFUSED_BMM_FRACTION)
+    per_byte = scores / (p.hbm * K.UNFUSED_SOFTMAX_HBM_SHARE)
+    assert p.core_attention() == pytest.approx((gemm + 33 * per_byte, 2 * gemm + 41 * per_byte))
+    # bench step tells the two apart: the unfused step is slower
+    assert predict_step(unfused).step_time_s > 1.2 * predict_step(flash).step_time_s
+
+
+def test_transformer_engine_runs_cudnn_attention_unless_told_flash() -> None:
+    from memtune.perf.kernels import attention_fractions, cudnn_attention_fractions
+
+    te = job("model.transformer_impl=transformer_engine", "model.attention_backend=auto")
+    assert te.attention_kernel == "cudnn"
+    assert (
+        job("model.transformer_impl=transformer_engine", "model.attention_backend=flash").attention_kernel
+        == "flash"
+    )
+    # the same shape: cuDNN's fused attention runs well above PyTorch's flash kernel (measured)
+    assert cudnn_attention_fractions(4096, 32, 128)[0] > 1.5 * attention_fractions(4096, 32)[0]
+
+
+def test_mtp_layers_cost_a_layer_a_projection_an_output_layer_and_a_loss() -> None:
+    base = local("model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1")
+    mtp = local(
+        "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1", "model.mtp_num_layers=1"
+    )
+    p = pricer(mtp)
+    lt = p.layer(False)
+    plain_fwd = passes(base, base.chunks[0][0]).forward_s
+    with_mtp = passes(mtp, mtp.chunks[0][0]).forward_s
+    # by hand: the layer, the eh projection [4,096 x 8,192] -> 4,096, two norms, the shifted
+    # embedding, the concatenation, the output layer with its loss and the argmax over the logits
+    h, T, vocab = 4096, 4096, mtp.padded_vocab_size
+    norm, _ = p.norm(T * h)
+    emb, _ = p.embedding()
+    out, _, _ = p.output_and_loss()
+    extra = emb + 2 * norm + 2 * 2 * T * 2 * h / p.hbm + p.gemm(T, h, 2 * h) + 2 * T * vocab / p.hbm
+    assert with_mtp - plain_fwd == pytest.approx(extra * K.IN_STEP_KERNEL_FACTOR + lt.fwd + out)
+    assert predict_step(mtp).step_time_s > predict_step(base).step_time_s + 4 * (lt.fwd + lt.bwd)
+
+
+def test_selective_recompute_replays_the_modules_host_work() -> None:
+    moe = ["model.num_moe_experts=16", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=1024",
+           "model.moe_token_dispatcher_type=alltoall", "model.tensor_model_parallel_size=1"]  # fmt: skip
+    plain = local(*moe)
+    replay = local(*moe, "model.recompute_granularity=selective", "model.recompute_modules=[moe]")
+    before = pieces(plain, plain.chunks[0][0]).backward
+    after = pieces(replay, replay.chunks[0][0]).backward
+    # each layer's backward host work grows by the MoE block's share of a layer's launch work
+    # and its 16 sequential experts' again; the replayed dispatch makes the host wait
+    per_layer = (
+        K.RECOMPUTE_HOST_SHARE["mlp"] * K.MEGATRON_LM_LOOP.layer_fwd_s + 16 * K.SEQUENTIAL_EXPERT_FWD_S
+    )
+    layers = len(replay.chunks[0][0].layers)
+    assert sum(x.host for x in after) - sum(x.host for x in before) == pytest.approx(layers * per_layer)
+    assert any(x.syncs for x in after) and not any(x.syncs for x in before)
+
+
+def test_vpp_costs_the_host_a_pass_per_chunk() -> None:
+    common = ["model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=2",
+              "model.num_layers=8", "train.micro_batch_size=1"]  # fmt: skip
+    one = predict_step(local(*common)).simulated
+    two = local(*common, "model.virtual_pipeline_model_parallel_size=2")
+    works = [passes(two, c, 2) for c in two.chunks[0]]
+    layer_host = 2 * K.MEGATRON_LM_LOOP.layer_fwd_s
+    # each chunk's forward: half the microbatch's own host work, the chunk pass and its layers
+    expected = K.MEGATRON_LM_LOOP.microbatch_s / 2 + K.VIRTUAL_CHUNK_PASS_S + layer_host
+    assert works[0].forward_host_s == pytest.approx(expected)
+    assert works[0].backward_host_s == pytest.approx(
+        K.VIRTUAL_CHUNK_PASS_S + K.MEGATRON_LM_LOOP.backward_factor * layer_host
+    )
+    assert one.stage_compute_s[0] > 0
+
+
+def test_micro_batches_at_fixed_tokens_save_the_per_microbatch_gradient_adds() -> None:
+    # MBS 1 x 8 microbatches against MBS 8 x 1 at 4,096 tokens: DDP's hook adds each of the
+    # rank's 8 B parameters' bf16 gradient into its fp32 main gradient once per microbatch
+    # (2 + 4 + 4 bytes at the add's share of the bandwidth), so seven fewer adds save
+    # 7 x 10 B x params / (HBM x share)
+    from memtune.estimate.params import chunk_params
+
+    common = ["model.tensor_model_parallel_size=1", "model.seq_length=2048", "train.global_batch_size=64",
+              "ddp.grad_reduce_in_fp32=true", "model.gradient_accumulation_fusion=false"]  # fmt: skip
+    one = local(*common, "train.micro_batch_size=1")
+    eight = local(*common, "train.micro_batch_size=8")
+    p = pricer(one)
+    held = chunk_params(one, one.chunks[0][0]).total
+    assert p.grad_accumulation(one, held) == pytest.approx(
+        held * 10 / (p.hbm * K.GRAD_ACCUMULATION_HBM_SHARE)
+    )
+    fused = local(*common[:-1], "train.micro_batch_size=1", "model.gradient_accumulation_fusion=true")
+    assert fused.wgrad_accumulates_in_gemm and not one.wgrad_accumulates_in_gemm
+    steps = [predict_step(local(*common, f"train.micro_batch_size={b}")).step_time_s for b in (1, 2, 4, 8)]
+    assert steps == sorted(steps, reverse=True)
+    saved = (one.num_microbatches - eight.num_microbatches) * p.grad_accumulation(one, held)
+    assert steps[0] - steps[3] > saved
+
+
+def test_the_optimizer_step_costs_per_parameter_and_per_tensor_of_the_shard() -> None:
+    from memtune.estimate.params import chunk_param_tensors
+    from memtune.perf.step import _params_of
+
+    d = local("model.tensor_model_parallel_size=1", "optimizer.use_distributed_optimizer=true",
+              "ddp.use_distributed_optimizer=true", "ddp.grad_reduce_in_fp32=true")  # fmt: skip
+    tensors = list(reversed(chunk_param_tensors(d, d.chunks[0][0])))
+    total = sum(t.numel for t in tensors)
+    # DP 8: the first eighth of the buffer (reverse registration order: the output layer first)
+    shard, count, start = total / 8, 0, 0.0
+    for t in tensors:
+        if start >= shard:
+            break
+        count, start = count + 1, start + t.numel
+    assert shard_of(d) == pytest.approx((shard, count))
+    pricer = step_pricer(d)
+    shapes = pricer.shapes(d)
+    p = shapes.pricer
+    parts = pricer.step_parts(d, shapes, [_params_of(d, c) for c in d.chunks[0]])
+    adam = p.hbm_ratio / p.eager.adam_params_per_s["foreach"]
+    expected = shard * (adam + K.OPTIMIZER_STEP_BYTES_PER_PARAM[True] / p.hbm)
+    expected += count * K.OPTIMIZER_PER_TENSOR_S["foreach"] + K.MEGATRON_LM_LOOP.step_s
+    assert parts.optimizer_s == pytest.approx(expected)
+    # the gradient buffers zeroed (4 B a parameter) and scaled by 1/DP before the reduction (8 B)
+    assert parts.zero_grad_s == pytest.approx(4 * total / p.hbm)
+    assert parts.finalize_s == pytest.approx(8 * total / p.hbm)
+
+
+def test_the_last_stage_pays_the_final_norm_the_output_layer_and_the_loss() -> None:
+    d = local("model.tensor_model_parallel_size=1", "model.cross_entropy_loss_fusion=false")
+    assert d.cross_entropy == "unfused"
+    p = pricer(d)
+    fwd, bwd, wgrad = p.output_and_loss()
+    T, h, vocab = 4096, 4096, d.padded_vocab_size
+    norm_fwd, norm_bwd = p.norm(T * h)
+    out = p.gemm(T, vocab, h)
+    ce = p.eager.cross_entropy.seconds(T * vocab) * p.hbm_ratio
+    f = K.IN_STEP_KERNEL_FACTOR
+    assert fwd == pytest.approx((norm_fwd + out + ce * K.CROSS_ENTROPY_FORWARD_SHARE) * f)
+    assert bwd == pytest.approx((norm_bwd + 2 * out + ce * (1 - K.CROSS_ENTROPY_FORWARD_SHARE)) * f)
+    assert wgrad == pytest.approx(out * f)
+
+
+def test_longer_sequences_at_fixed_tokens_pay_for_their_attention() -> None:
+    # at 8,192 tokens per microbatch-pair, 8,192-long sequences double the attention's FLOPs per
+    # token against 4,096-long ones; everything else is the same work
+    s4k = local("model.tensor_model_parallel_size=1", "model.seq_length=4096", "train.micro_batch_size=2")
+    s8k = local("model.tensor_model_parallel_size=1", "model.seq_length=8192", "train.micro_batch_size=1")
+    a4, b4 = pricer(s4k).core_attention()
+    a8, b8 = pricer(s8k).core_attention()
+    # twice the FLOPs, at the measured flash rates of each shape
+    assert 1.5 < (a8 + b8) / (a4 + b4) < 2.5
+    assert predict_step(s8k).step_time_s > predict_step(s4k).step_time_s
+
+
+def test_a_rank_alone_under_the_fake_process_group_pays_no_exchange() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    moe = ["model.num_moe_experts=16", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=1024",
+           "model.moe_token_dispatcher_type=alltoall", "model.tensor_model_parallel_size=1",
+           "model.expert_model_parallel_size=8"]  # fmt: skip
+    d = local(*moe)
+    gpu = get_gpu(d.job.cluster.gpu)
+    real = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).layer(True)
+    alone = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, exchanges=False).layer(True)
+    # the all-to-all dispatcher's host work on its exchanges, 3 ms a forward, is gone; so is
+    # the time of every collective and pipeline exchange
+    assert real.host_fwd - alone.host_fwd == pytest.approx(K.MOE_DISPATCHER_HOST_FWD_S["alltoall"])
+    assert real.host_bwd - alone.host_bwd == pytest.approx(
+        K.MEGATRON_LM_LOOP.backward_factor * K.MOE_DISPATCHER_HOST_FWD_S["alltoall"]
+    )
+    assert real.ep_fwd > 0
+    stage = predict_step(d, stages_alone=True).simulated
+    assert stage.stage_exposed_comm_s == pytest.approx((0.0,) * d.pp)
+
+
+def test_batched_pipeline_exchanges_make_the_host_wait_and_interleaved_ones_do_not() -> None:
+    from memtune.perf.step import overlap_of
+
+    common = ["model.pipeline_model_parallel_size=2", "model.num_layers=8"]
+    plain = job(*common)
+    interleaved = job(*common, "model.virtual_pipeline_model_parallel_size=2")
+    assert plain.stack != "megatron-core"
+    # Megatron-LM and Bridge batch (and synchronize) the exchanges without VPP, overlap them with it
+    assert plain.pipeline_p2p_syncs_host and not plain.overlap_p2p_comm
+    assert interleaved.overlap_p2p_comm and not interleaved.pipeline_p2p_syncs_host
+    assert overlap_of(plain).pipeline_syncs_host and not overlap_of(interleaved).pipeline_syncs_host
+    assert not job("model.num_layers=8").pipeline_p2p_syncs_host  # no pipeline, no exchange
+    # a small model's stages, whose host work outlasts some passes' kernels, pay for it pass by
+    # pass when the host waits at every exchange, and only over the step when it runs ahead
+    from dataclasses import replace
+
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.step import StepPricer, predict_priced
+
+    small = job(*common, "model.hidden_size=1024", "model.num_attention_heads=8",
+                "model.num_query_groups=8", "model.ffn_hidden_size=2048",
+                "model.tensor_model_parallel_size=1", "train.micro_batch_size=1")  # fmt: skip
+    priced = StepPricer(get_gpu(small.job.cluster.gpu), K.MEGATRON_LM_LOOP).price(small)
+    ahead = replace(priced, overlap=replace(priced.overlap, pipeline_syncs_host=False))
+    assert predict_priced(small, priced).step_time_s > predict_priced(small, ahead).step_time_s

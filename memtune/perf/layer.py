@@ -1,0 +1,654 @@
+"""One transformer layer's work for one microbatch at one parallel shape, and the other pieces
+of a chunk's passes that depend only on that shape: what :mod:`memtune.perf.step` adds up.
+
+:class:`ShapePricer` prices, for the tensor/context/expert-parallel shape and micro-batch of a
+job (``step.SHAPE_KNOBS``; the planner shares one across every layout of that shape):
+
+- a layer's kernels (:meth:`ShapePricer.layer`): every GEMM at its shard shape
+  (``memtune/perf/kernels.py``: measured H200 tables, interpolated; routed experts from the
+  measured per-expert or grouped table; FP8 GEMMs from the measured table of their scaling plus
+  Transformer Engine's input casts), the core attention by the kernel that runs it
+  (``Derived.attention_kernel``: PyTorch's flash kernel, cuDNN's fused attention, PyTorch's
+  memory-efficient kernel, each from its measured table, or Megatron's unfused attention: its
+  score GEMMs and the passes of its masked softmax over the scores), the work around the GEMMs
+  (measured eager kernels on the local spec, HBM passes under Transformer Engine), the MoE
+  router and token permutes, and the host's launch work for it;
+- a layer's collectives (:meth:`ShapePricer.layer_collectives`): TP all-gathers/reduce-scatters
+  (all-reduces without SP; Transformer Engine's userbuffer overlap), EP dispatch and combine by
+  the job's dispatcher (``memtune/perf/moe.py``), CP's K/V ring, the LoRA adapters' own, each an
+  NCCL-tuned cost of its real message size on its group (``memtune/perf/collectives.py``);
+- what a selective recompute replays of a layer (:meth:`ShapePricer.replayed`: kernels and host
+  work), the embedding and its gradient, the final norm, output layer and loss, a
+  multi-token-prediction layer, and DDP's per-microbatch gradient add.
+
+A price that reads a knob outside the shape takes the job's ``Derived`` as an argument (the
+pricer's own is the first layout of its shape the planner met).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memtune.catalog.gpus import GPU, get_gpu
+from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
+from memtune.perf import constants as K
+from memtune.perf.collectives import Group, Op, collective, send_recv
+from memtune.perf.kernels import (
+    MEASURED_ON,
+    attention_fractions,
+    cudnn_attention_fractions,
+    eager_kernels,
+    expert_gemm_fraction,
+    fp8_gemm_fraction,
+    gemm_fraction,
+    memory_efficient_attention_fractions,
+)
+from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
+
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class LayerPrice:
+    """One transformer layer's work for one microbatch, in seconds: what its passes cost and the
+    parts a selective recompute replays."""
+
+    fwd: float  # device compute of the forward (kernels, in-step factor, CP's exposed exchange)
+    bwd: float  # of the backward: data and weight gradients
+    host_fwd: float  # the host's launch work for the forward (Python, kernel launches)
+    host_bwd: float  # and for the backward (autograd's launches)
+    wgrad: float  # weight-gradient GEMMs, part of bwd
+    attn_fwd: float  # core attention's forward (a ``core_attn`` recompute replays it)
+    mlp_fwd: float  # dense MLP or MoE block (routing, activation), forward (``mlp`` / ``moe``)
+    up_proj_fwd: float  # MLA's up projections (``mla_up_proj``)
+    shared_fwd: float  # shared experts (``shared_experts``)
+    norms_fwd: float  # the two norms (``layernorm``)
+    activation_fwd: float  # the MLP's activation (``moe_act``)
+    tp_fwd: float  # TP collectives of the forward left exposed
+    tp_bwd: float  # and of the backward
+    tp_bwd_blocking: float  # the backward's that nothing hides (LoRA adapters' own)
+    mlp_tp_fwd: float  # the MLP side's share of the forward's (a recompute of mlp or moe replays it)
+    ep_fwd: float  # EP dispatch + combine of the forward; likewise
+    syncs: bool  # the forward makes the host wait for the GPU (MoE dispatch)
+
+
+@dataclass(frozen=True)
+class _Collectives:
+    tp_fwd: float
+    tp_bwd: float
+    tp_bwd_blocking: float
+    mlp_tp_fwd: float
+    ep_fwd: float
+    ub_fwd: float  # userbuffer overlap's longer GEMMs, forward
+    ub_bwd: float
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Part of a pass: the host's launch work and the device's time for it."""
+
+    host: float
+    device: float
+    syncs: bool = False  # the host waits for the GPU inside it
+
+
+class ShapePricer:
+    """The prices of one parallel shape of a job (``d``) on ``gpu`` in a loop with host floor
+    ``floor``: each layer kind's, and the other per-microbatch pieces of a chunk's passes.
+    Without ``exchanges`` (a rank run alone under PyTorch's fake process group) the MoE
+    dispatcher's exchanges move nothing, and its host does not wait on them."""
+
+    def __init__(self, d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool = True) -> None:
+        self.d = d
+        self.exchanges = exchanges
+        self.gpu = gpu
+        self.floor = floor
+        self.fp8 = d.model.fp8 is not None
+        self.hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
+        self.net = d.network
+        self.frozen = d.job.peft is not None
+        self.tokens = d.micro_batch_size * d.model.seq_length / d.cp  # one microbatch's, per CP rank
+        self.tokens_res = self.tokens / d.tp if d.sequence_parallel else self.tokens  # around the GEMMs
+        self.act = DTYPE_BYTES[d.activation_dtype]
+        self.unmeasured: set[str] = set()
+        if gpu.name != MEASURED_ON:
+            self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
+        self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
+        # the eager kernels were timed on the H200; memory-bound, they scale by HBM bandwidth
+        self.eager = eager_kernels()
+        self.hbm_ratio = get_gpu(MEASURED_ON).hbm_tbps / gpu.hbm_tbps
+        # An fp32 job's matmuls run on the plain fp32 units: neither PyTorch (allow_tf32 off by
+        # default) nor Megatron-LM switches TF32 on. The bf16 tables' fraction is applied to the
+        # fp32 peak, and attention slows by the same ratio (unmeasured: no fp32 table).
+        self.matmul_flops = gpu.bf16_flops
+        if d.activation_dtype == "fp32":
+            if gpu.fp32_flops is None:
+                self.unmeasured.add(f"fp32 matmuls at the bf16 peak ({gpu.name} has no fp32 figure)")
+            else:
+                self.matmul_flops = gpu.fp32_flops
+                self.unmeasured.add("fp32 matmuls at the bf16 tables' fraction of the fp32 peak")
+        if self.fp8 and d.model.fp8_recipe == "mxfp8":
+            self.unmeasured.add("mxfp8 FP8 GEMMs at the measured tensorwise fraction")
+        if d.job.peft is not None:
+            # measured (kernels-h200.json, lora_adapters) but not priced: docs/plan.md, Limits
+            self.unmeasured.add("LoRA adapters' own GEMMs, dropout and additions: not priced")
+
+    # --- kernels -------------------------------------------------------------------------
+
+    def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return 0.0
+        if self.fp8 and self.gpu.fp8_flops:
+            fraction = fp8_gemm_fraction(
+                round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
+            )
+            cast = self.fp8_cast_bytes * m * k / self.hbm
+            return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
+        fraction = gemm_fraction(round(m), round(n), round(k))
+        return count * 2 * m * n * k / (self.matmul_flops * fraction)
+
+    def expert_gemm(self, m: float, n: float, k: float, count: float) -> float:
+        """``count`` local experts' GEMMs of ``m`` rows each: the measured expert table (one
+        after another, or grouped) where the shape lies in it, else as any GEMM."""
+        if not self.fp8 and m > 0:
+            sequential = self.d.experts_are_sequential_modules
+            fraction = expert_gemm_fraction(round(m), round(n), round(k), sequential)
+            if fraction is not None:
+                return count * 2 * m * n * k / (self.matmul_flops * fraction)
+        return self.gemm(m, n, k, count)
+
+    def attention_gemms(self) -> tuple[float, float, dict[str, tuple[float, float, float]]]:
+        """The attention's projections, forward: all of them, MLA's up projections among them,
+        and the (M, N, K) of the GEMMs around the TP collectives (the input side consumes the
+        all-gathered activations, the output side's result is reduce-scattered)."""
+        d, m = self.d, self.d.model
+        h, T, heads = m.hidden_size, self.tokens, m.num_attention_heads / d.tp
+        shapes: dict[str, tuple[float, float, float]] = {}
+        if m.multi_latent_attention:
+            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+            up_proj = self.gemm(T, heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank)
+            gemm = self.gemm(T, m.kv_lora_rank + m.qk_pos_emb_head_dim, h)
+            if m.q_lora_rank is not None:
+                up_proj += self.gemm(T, heads * qk, m.q_lora_rank)
+                gemm += self.gemm(T, m.q_lora_rank, h)
+            else:
+                gemm += self.gemm(T, heads * qk, h)
+            return gemm + up_proj + self.gemm(T, h, heads * m.v_head_dim), up_proj, shapes
+        kv = d.kv_channels
+        shapes["attention in"] = (T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
+        shapes["attention out"] = (T, h, heads * kv)
+        return self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"]), 0.0, shapes
+
+    def core_attention(self) -> tuple[float, float]:
+        """Forward and backward seconds of the core attention of one layer and microbatch."""
+        d, m = self.d, self.d.model
+        seq, heads = m.seq_length, m.num_attention_heads / d.tp
+        if m.multi_latent_attention:
+            qk, v = m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim
+        else:
+            qk = v = d.kv_channels
+        kernel = d.attention_kernel
+        if kernel == "unfused":
+            return self.unfused_attention(seq / d.cp, heads, qk, v)
+        flops = 2 * self.tokens * seq * heads * (qk + v) * 0.5  # causal: half the scores
+        batch = round(heads * d.micro_batch_size)
+        if kernel == "memory_efficient":
+            fwd_frac, bwd_frac = memory_efficient_attention_fractions(seq, batch)
+        elif kernel == "cudnn":
+            fwd_frac, bwd_frac = cudnn_attention_fractions(seq, batch, round(qk))
+        else:
+            fwd_frac, bwd_frac = attention_fractions(seq, batch)
+        fwd = flops / (self.matmul_flops * fwd_frac)
+        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (self.matmul_flops * bwd_frac)
+
+    def unfused_attention(self, s: float, heads: float, qk: float, v: float) -> tuple[float, float]:
+        """Megatron-Core's unfused ``DotProductAttention`` (megatron-core 0.19.2,
+        ``transformer/dot_product_attention.py``; Transformer Engine's unfused attention has
+        the same steps): the full ``s x s`` scores by ``baddbmm``, the masked softmax over them,
+        probabilities times values by ``bmm``; backward, two batched GEMMs for each. The GEMMs
+        at ``UNFUSED_BMM_FRACTION`` of the peak (their inner dimension is a head); the softmax's
+        passes over the scores at HBM speed (:func:`unfused_score_bytes`)."""
+        d = self.d
+        scores = d.micro_batch_size * heads * s * s
+        flops = 2 * scores * (qk + v)
+        gemm = flops / (self.matmul_flops * K.UNFUSED_BMM_FRACTION)
+        fwd_bytes, bwd_bytes = unfused_score_bytes(
+            self.act, d.fused_softmax_kernel, d.softmax_dtype, d.model.attention_dropout > 0
+        )
+        per_byte = scores / (self.hbm * K.UNFUSED_SOFTMAX_HBM_SHARE)
+        return gemm + fwd_bytes * per_byte, 2 * gemm + bwd_bytes * per_byte
+
+    def mlp(self, is_moe: bool) -> tuple[float, float, dict[str, tuple[float, float, float]]]:
+        """The dense MLP's or the MoE block's GEMMs (router, routed experts, shared experts),
+        forward; the shared experts' part; the dense MLP's (M, N, K) around its TP collectives."""
+        d, m = self.d, self.d.model
+        h, t, T = m.hidden_size, d.tp, self.tokens
+        gate = 2 if m.gated_linear_unit else 1
+        if not is_moe:
+            f = d.ffn_hidden_size / t
+            shapes = {"mlp in": (T, gate * f, h), "mlp out": (T, h, f)}
+            return self.gemm(*shapes["mlp in"]) + self.gemm(*shapes["mlp out"]), 0.0, shapes
+        experts, k = m.num_moe_experts or 1, m.moe_router_topk
+        f = d.moe_ffn_hidden_size / d.etp
+        rows = T * k * d.etp * d.ep / (t * experts)
+        local = experts / d.ep
+        total = self.gemm(self.tokens_res, experts, h)
+        total += self.expert_gemm(rows, gate * f, h, local) + self.expert_gemm(rows, h, f, local)
+        shared = 0.0
+        if m.moe_shared_expert_intermediate_size:
+            fs = m.moe_shared_expert_intermediate_size / t
+            shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
+        return total + shared, shared, {}
+
+    def elementwise(self, is_moe: bool) -> tuple[float, float, float, float]:
+        """Forward and backward seconds of the work around a layer's GEMMs (the MoE routing
+        apart, :meth:`routing`), and the forward's norms and activation apart (what
+        ``layernorm`` and ``moe_act`` recompute replays)."""
+        d, m = self.d, self.d.model
+        if d.eager_elementwise:
+            fwd, bwd, norms, activation = self.eager_elementwise(is_moe)
+        else:
+            fwd = K.ELEMENTWISE_PASSES_FWD * BF16 * self.tokens_res * m.hidden_size / self.hbm
+            bwd = 2 * fwd
+            norms, activation = fwd * 2 / K.ELEMENTWISE_PASSES_FWD, fwd / K.ELEMENTWISE_PASSES_FWD
+        return fwd, bwd, norms, activation
+
+    def routing(self) -> float:
+        """The router's top-k and the token permute and unpermute around the experts, one way;
+        their backward moves the same tokens the other way (the same kernels, unmeasured)."""
+        m = self.d.model
+        return (
+            self.eager.route_and_permute.seconds(self.tokens_res * m.moe_router_topk * m.hidden_size)
+            * self.hbm_ratio
+        )
+
+    def eager_elementwise(self, is_moe: bool) -> tuple[float, float, float, float]:
+        """Forward and backward seconds of one layer's work around its GEMMs in PyTorch's eager
+        kernels (Megatron-Core's local spec), each from the measured table by its size: the two
+        norms (and Qwen3's norms of q and k) and the two residual additions with dropout on the
+        layer's own tokens, RoPE on q and k, and the MLP's activation on what the GEMM before
+        it wrote; and the forward's two norms and activation apart. Backward: the norms'
+        measured backward (RMSNorm's, for LayerNorm too); RoPE and the residual additions move
+        what their forward did; the activation twice its forward (two inputs and the gradient
+        read, two gradients written): unmeasured."""
+        d, m = self.d, self.d.model
+        t, h, T = d.tp, m.hidden_size, self.tokens
+        curves = self.eager.elementwise
+        norm_fwd = curves["rmsnorm fwd" if m.normalization == "RMSNorm" else "layernorm fwd"]
+        heads, groups = m.num_attention_heads / t, d.query_groups_per_tp_rank
+        if m.multi_latent_attention:
+            rotated = T * (heads + 1) * m.qk_pos_emb_head_dim  # the decoupled RoPE part of q and k
+        else:
+            rotated = T * (heads + groups) * d.kv_channels
+        gate = 2 if m.gated_linear_unit else 1
+        if is_moe:
+            # every local expert's rows (the rank's tokens x top-k, gathered over the experts'
+            # TP) at its share of the expert width
+            activation = T * m.moe_router_topk / t * gate * d.moe_ffn_hidden_size
+            if m.moe_shared_expert_intermediate_size:
+                activation += T * gate * m.moe_shared_expert_intermediate_size / t
+        else:
+            activation = T * gate * d.ffn_hidden_size / t
+        norms = [self.tokens_res * h, self.tokens_res * h]
+        if m.qk_layernorm and not m.multi_latent_attention:
+            norms += [T * heads * d.kv_channels, T * groups * d.kv_channels]
+        two_norms = 2 * norm_fwd.seconds(self.tokens_res * h)
+        fwd = sum(norm_fwd.seconds(n) for n in norms)
+        bwd = sum(curves["rmsnorm bwd"].seconds(n) for n in norms)
+        residual = 2 * curves["bias dropout add"].seconds(self.tokens_res * h)
+        rope = curves["rope"].seconds(rotated) if d.rotary_embeddings else 0.0
+        act = curves["swiglu fwd"].seconds(activation)
+        fwd += residual + rope + act
+        bwd += residual + rope + 2 * act
+        r = self.hbm_ratio
+        return fwd * r, bwd * r, two_norms * r, act * r
+
+    def norm(self, elements: float) -> tuple[float, float]:
+        """One norm over ``elements``: the eager kernels on the local spec, else an HBM pass."""
+        if self.d.eager_elementwise:
+            curves = self.eager.elementwise
+            fwd = curves["rmsnorm fwd" if self.d.model.normalization == "RMSNorm" else "layernorm fwd"]
+            return fwd.seconds(elements) * self.hbm_ratio, curves["rmsnorm bwd"].seconds(
+                elements
+            ) * self.hbm_ratio
+        one = 2 * self.act * elements / self.hbm
+        return one, 2 * one
+
+    # --- one layer --------------------------------------------------------------------------
+
+    def layer(self, is_moe: bool) -> LayerPrice:
+        """One layer's kernels and collectives for one microbatch."""
+        d, m = self.d, self.d.model
+        attention, up_proj, shapes = self.attention_gemms()
+        attn_fwd, attn_bwd = self.core_attention()
+        mlp, shared, mlp_shapes = self.mlp(is_moe)
+        shapes.update(mlp_shapes)
+        gemm = attention + mlp
+        wgrad = 0.0 if self.frozen else gemm
+        elementwise, elementwise_bwd, norms, activation = self.elementwise(is_moe)
+        routing = self.routing() if is_moe else 0.0
+        comm = self.layer_collectives(is_moe, shapes)
+        cp_fwd = self.cp_exchange(attn_fwd)
+        fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd
+        bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd
+        host_fwd = self.floor.layer_fwd_s
+        if is_moe and self.exchanges:
+            host_fwd += dispatcher_host_fwd_s(d)
+        host_bwd = self.floor.backward_factor * host_fwd
+        if is_moe and d.experts_are_sequential_modules:
+            # each local expert its own module, one after another: the host's launch work and
+            # Python per expert, which the GPU waits for only where its kernels are shorter;
+            # backward, autograd's launches for each expert's kernels (no Python)
+            local = (m.num_moe_experts or 1) / d.ep
+            host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
+            host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
+        return LayerPrice(
+            fwd=fwd * K.IN_STEP_KERNEL_FACTOR + cp_fwd,
+            bwd=bwd * K.IN_STEP_KERNEL_FACTOR + 2 * cp_fwd,
+            host_fwd=host_fwd,
+            host_bwd=host_bwd,
+            wgrad=wgrad,
+            attn_fwd=attn_fwd,
+            mlp_fwd=mlp + activation + routing,
+            up_proj_fwd=up_proj,
+            shared_fwd=shared,
+            norms_fwd=norms,
+            activation_fwd=activation,
+            tp_fwd=comm.tp_fwd,
+            tp_bwd=comm.tp_bwd,
+            tp_bwd_blocking=comm.tp_bwd_blocking,
+            mlp_tp_fwd=comm.mlp_tp_fwd,
+            ep_fwd=comm.ep_fwd,
+            syncs=is_moe and d.moe_forward_syncs_host,
+        )
+
+    def layer_collectives(self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]) -> _Collectives:
+        """One layer's TP collectives (and Transformer Engine's userbuffer overlap of them), the
+        LoRA adapters' own, and EP's dispatch and combine, each with its launch."""
+        d = self.d
+        h, t = d.model.hidden_size, d.tp
+        # dispatch and combine by the job's dispatcher (memtune/perf/moe.py)
+        ep_fwd = 2 * dispatch_s(d, self.tokens_res, self.net) if is_moe else 0.0
+        if t == 1:
+            return _Collectives(0.0, 0.0, 0.0, 0.0, ep_fwd, 0.0, 0.0)
+        group = Group(t)
+        full = BF16 * self.tokens * h
+        if d.sequence_parallel:
+            gather = collective(Op.ALL_GATHER, full, group, self.net, self.gpu.name).seconds
+            scatter = collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
+            ops = 2 * (gather + scatter)
+        else:
+            ops = 2 * collective(Op.ALL_REDUCE, full, group, self.net, self.gpu.name).seconds
+        # the backward has the same collectives, in reverse; each also costs its launch
+        tp_fwd = tp_bwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
+        mlp_tp_fwd = tp_fwd / 2
+        ub_fwd = ub_bwd = 0.0
+        if d.model.tp_comm_overlap and d.sequence_parallel:
+            sides = self.userbuffer_overlap(shapes, self.tokens * h)
+            launches = 4 * K.COLLECTIVE_LAUNCH_S
+            ub_fwd = sum(side.extra_fwd for side in sides.values())
+            ub_bwd = sum(side.extra_bwd for side in sides.values())
+            tp_fwd = sum(side.exposed_fwd for side in sides.values()) + launches
+            tp_bwd = sum(side.exposed_bwd for side in sides.values()) + launches
+            mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + launches / 2
+        lora_fwd, blocking, lora_mlp_fwd = self.adapter_collectives(is_moe, group)
+        return _Collectives(
+            tp_fwd + lora_fwd, tp_bwd, blocking, mlp_tp_fwd + lora_mlp_fwd, ep_fwd, ub_fwd, ub_bwd
+        )
+
+    def cp_exchange(self, attn_fwd: float) -> float:
+        """CP's K/V ring of one layer's forward beyond what the attention hides (the backward
+        pays it twice)."""
+        d, m = self.d, self.d.model
+        if d.cp == 1:
+            return 0.0
+        kv_width = (
+            m.kv_lora_rank + m.qk_pos_emb_head_dim
+            if m.multi_latent_attention
+            else 2 * d.query_groups_per_tp_rank * d.kv_channels
+        )
+        step = send_recv(
+            BF16 * self.tokens * kv_width, d.tp * d.cp > self.net.gpus_per_nvlink_domain, self.net
+        )
+        # each ring step hides behind one block's attention; its launch does not
+        return max(0.0, (d.cp - 1) * step - attn_fwd) + (d.cp - 1) * K.COLLECTIVE_LAUNCH_S
+
+    def adapter_collectives(self, is_moe: bool, group: Group) -> tuple[float, float, float]:
+        """Forward and backward seconds of one layer's LoRA adapters' own TP collectives
+        (``memtune/peft/model.py adapter_collectives``), each with its launch, and the forward's
+        share on the MLP side (``linear_fc1``, ``linear_fc2``: a recompute of the MLP replays
+        it). Issued on the compute stream: the only work a re-gathering adapter's backward
+        gather and reduce-scatter are issued ahead of are LoRA-A's GEMMs, products of rank
+        width."""
+        d, peft = self.d, self.d.job.peft
+        if peft is None:
+            return 0.0, 0.0, 0.0
+        sizes = {True: gathered_input_bytes(d), False: BF16 * self.tokens * peft.dim}
+        ops = {"all_gather": Op.ALL_GATHER, "reduce_scatter": Op.REDUCE_SCATTER, "all_reduce": Op.ALL_REDUCE}
+        fwd = bwd = mlp_fwd = 0.0
+        for adapter in adapters_in_layer(d, is_moe):
+            for c in adapter_collectives(d, adapter):
+                seconds = collective(ops[c.op], sizes[c.activation], group, self.net, self.gpu.name).seconds
+                seconds = adapter.copies * (seconds + K.COLLECTIVE_LAUNCH_S)
+                if c.backward:
+                    bwd += seconds
+                else:
+                    fwd += seconds
+                    if adapter.target in ("linear_fc1", "linear_fc2"):
+                        mlp_fwd += seconds
+        return fwd, bwd, mlp_fwd
+
+    def userbuffer_overlap(
+        self, shapes: dict[str, tuple[float, float, float]], elements: float
+    ) -> dict[str, _Overlapped]:
+        """Transformer Engine's userbuffer GEMM+collective overlap of one layer's attention and
+        MLP sides, as its default configuration sets it up (TransformerEngine d0067d0,
+        ``transformer_engine/pytorch/module/base.py`` ``initialize_ub``): the input-side
+        all-gathers (qkv and fc1 forward, proj and fc2 data gradients) by ring exchange, the GEMM
+        split in TP chunks each waiting for its slice; the output-side reduce-scatters (proj and
+        fc2 forward) pipelined over ``UB_PIPELINE_SPLITS`` chunks, the last chunk's exposed; the
+        data-gradient reduce-scatter and the weight-gradient input gather of qkv and fc1 in bulk
+        beside their GEMMs. The pipelined and bulk GEMMs run without ``UB_SM_MARGIN`` of the
+        GPU's SMs. A side whose GEMMs are not the plain pair (MLA's projections, MoE experts)
+        keeps its collectives exposed."""
+        t = self.d.tp
+        # all-gather buffers are FP8 under an FP8 recipe (the same file's layers_all_gather_overlap)
+        gather = collective(
+            Op.ALL_GATHER, (1 if self.fp8 else BF16) * elements, Group(t), self.net, self.gpu.name
+        ).seconds
+        scatter = collective(Op.REDUCE_SCATTER, BF16 * elements, Group(t), self.net, self.gpu.name).seconds
+        slowed = 1 / (1 - K.UB_SM_MARGIN)
+
+        def ring(m: float, n: float, k: float) -> tuple[float, float]:
+            chunk = self.gemm(m / t, n, k)
+            return t * chunk - self.gemm(m, n, k), (t - 1) * max(0.0, gather / (t - 1) - chunk)
+
+        def pipelined(m: float, n: float, k: float) -> tuple[float, float]:
+            splits = K.UB_PIPELINE_SPLITS
+            chunk = self.gemm(m / splits, n, k) * slowed
+            exposed = scatter / splits + (splits - 1) * max(0.0, scatter / splits - chunk)
+            return splits * chunk - self.gemm(m, n, k), exposed
+
+        def bulk(m: float, n: float, k: float) -> tuple[float, float]:
+            dgrad = self.gemm(m, n, k)
+            wgrad = 0.0 if self.frozen else dgrad
+            exposed = max(0.0, gather - dgrad * slowed) + max(0.0, scatter - wgrad * slowed)
+            return (dgrad + wgrad) * (slowed - 1), exposed
+
+        sides = {}
+        for side in ("attention", "mlp"):
+            if f"{side} in" not in shapes:
+                sides[side] = _Overlapped(0.0, gather + scatter, 0.0, gather + scatter)
+                continue
+            m_in, n_in, k_in = shapes[f"{side} in"]
+            m_out, n_out, k_out = shapes[f"{side} out"]
+            (gather_extra, gather_exposed), (scatter_extra, scatter_exposed) = (
+                ring(m_in, n_in, k_in),
+                pipelined(m_out, n_out, k_out),
+            )
+            # the output side's data gradient (M, K, N) gathers by ring; the input side's in bulk
+            (dgrad_extra, dgrad_exposed), (bulk_extra, bulk_exposed) = (
+                ring(m_out, k_out, n_out),
+                bulk(m_in, k_in, n_in),
+            )
+            sides[side] = _Overlapped(
+                gather_extra + scatter_extra,
+                gather_exposed + scatter_exposed,
+                dgrad_extra + bulk_extra,
+                dgrad_exposed + bulk_exposed,
+            )
+        return sides
+
+    def replayed(self, d: Derived, lt: LayerPrice, is_moe: bool) -> tuple[float, float, bool]:
+        """What a selective recompute replays in one layer's backward (megatron-core 0.19.2
+        ``transformer/transformer_layer.py``: ``core_attn`` and ``mlp``/``moe``/``shared_experts``
+        under ``tensor_parallel.checkpoint``, which runs the module's forward again, Python and
+        launches included; ``layernorm`` and ``moe_act`` under ``CheckpointWithoutOutput``;
+        ``mla_up_proj``): its device seconds, its host seconds (the replayed modules' share of
+        the layer's launch work, ``RECOMPUTE_HOST_SHARE``, and a MoE block's dispatcher and
+        sequential experts), and whether the replay makes the host wait (a MoE block's dispatch
+        runs again). ``d`` is the job's: the recompute modules are its own."""
+        mods = d.recompute_modules
+        device = host = 0.0
+        syncs = False
+        if "core_attn" in mods:
+            device += lt.attn_fwd
+            host += K.RECOMPUTE_HOST_SHARE["core_attn"] * self.floor.layer_fwd_s
+        if ("mlp" in mods and not is_moe) or ("moe" in mods and is_moe):
+            device += lt.mlp_fwd
+            host += K.RECOMPUTE_HOST_SHARE["mlp"] * self.floor.layer_fwd_s
+            if is_moe:
+                host += lt.host_fwd - self.floor.layer_fwd_s  # the dispatcher and experts, again
+                syncs = lt.syncs
+        elif "shared_experts" in mods and is_moe:
+            device += lt.shared_fwd
+        if "layernorm" in mods:
+            device += lt.norms_fwd
+            host += K.RECOMPUTE_HOST_SHARE["layernorm"] * self.floor.layer_fwd_s
+        if "moe_act" in mods and is_moe:
+            device += lt.activation_fwd
+        if "mla_up_proj" in mods:
+            device += lt.up_proj_fwd
+        return device * K.IN_STEP_KERNEL_FACTOR, host, syncs
+
+    # --- the rest of a chunk ---------------------------------------------------------------
+
+    def embedding(self) -> tuple[float, float]:
+        """The word embedding's lookup, forward; backward, PyTorch's dense embedding gradient:
+        a zeroed ``[vocab / TP, h]`` gradient the rows are added into (the add into the main
+        gradient is DDP's, :meth:`grad_accumulation`)."""
+        h = self.d.model.hidden_size
+        fwd = 2 * self.act * self.tokens * h / self.hbm
+        rows = self.d.padded_vocab_size / self.d.tp
+        bwd = 0.0 if self.frozen else (self.act * rows * h + 2 * self.act * self.tokens * h) / self.hbm
+        return fwd, bwd
+
+    def output_and_loss(self) -> tuple[float, float, float]:
+        """The final norm, the output layer and the loss of one microbatch: forward, backward,
+        and the output layer's weight gradient (part of the backward)."""
+        d = self.d
+        h, vocab = d.model.hidden_size, d.padded_vocab_size / d.tp
+        norm_fwd, norm_bwd = self.norm(self.tokens_res * h)
+        out = self.gemm(self.tokens, vocab, h)
+        wgrad = 0.0 if self.frozen else out
+        if d.cross_entropy == "unfused":
+            # Megatron's VocabParallelCrossEntropy, forward and backward from the measured table,
+            # split by the bytes each moves per logit (K.CROSS_ENTROPY_FORWARD_SHARE)
+            both = self.eager.cross_entropy.seconds(self.tokens * vocab) * self.hbm_ratio
+            loss_fwd, loss_bwd = (
+                both * K.CROSS_ENTROPY_FORWARD_SHARE,
+                both * (1 - K.CROSS_ENTROPY_FORWARD_SHARE),
+            )
+        else:
+            # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
+            loss_fwd = loss_bwd = 3 * 4 * self.tokens * vocab / self.hbm
+        f = K.IN_STEP_KERNEL_FACTOR
+        return (norm_fwd + out + loss_fwd) * f, (norm_bwd + out + wgrad + loss_bwd) * f, wgrad * f
+
+    def mtp_layer(self, lt: LayerPrice) -> tuple[Piece, Piece, float]:
+        """One multi-token-prediction layer (megatron-core 0.19.2
+        ``transformer/multi_token_prediction.py``): the embedding of the shifted tokens, its and
+        the hidden states' norms, their concatenation projected back to the hidden size
+        (``eh_proj``, column-parallel, its output gathered over TP), a transformer layer
+        (``lt``, the decoder's last layer's kind), the final norm, the output layer and the loss
+        on the shifted labels, and the acceptance count's argmax over the logits. Forward and
+        backward pieces, and the TP collectives of both (exposed)."""
+        d = self.d
+        h, vocab = d.model.hidden_size, d.padded_vocab_size / d.tp
+        emb_fwd, emb_bwd = self.embedding()
+        norm_fwd, norm_bwd = self.norm(self.tokens_res * h)
+        proj = self.gemm(self.tokens, h / d.tp, 2 * h)
+        proj_wgrad = 0.0 if self.frozen else proj
+        concat = 2 * self.act * self.tokens_res * 2 * h / self.hbm
+        out_fwd, out_bwd, _ = self.output_and_loss()
+        argmax = self.act * self.tokens * vocab / self.hbm
+        f = K.IN_STEP_KERNEL_FACTOR
+        fwd = (emb_fwd + 2 * norm_fwd + concat + proj + argmax) * f + lt.fwd + out_fwd
+        bwd = (emb_bwd + 2 * norm_bwd + concat + proj + proj_wgrad) * f + lt.bwd + out_bwd
+        comm = 0.0
+        if d.tp > 1:
+            # the projection's input gathered (SP) and its output gathered over TP; backward,
+            # the input gradient reduce-scattered (all-reduced without SP) and the SP scatter's
+            # gradient gathered
+            group = Group(d.tp)
+            wide, narrow = BF16 * self.tokens * 2 * h, BF16 * self.tokens * h
+            gathered = collective(Op.ALL_GATHER, narrow, group, self.net, self.gpu.name).seconds
+            if d.sequence_parallel:
+                comm += collective(Op.ALL_GATHER, wide, group, self.net, self.gpu.name).seconds
+                comm += collective(Op.REDUCE_SCATTER, wide, group, self.net, self.gpu.name).seconds
+                comm += 2 * gathered
+            else:
+                comm += collective(Op.ALL_REDUCE, wide, group, self.net, self.gpu.name).seconds + gathered
+            comm += 4 * K.COLLECTIVE_LAUNCH_S
+        extra = K.MTP_EXTRA_HOST_LAYERS * self.floor.layer_fwd_s
+        forward = Piece(lt.host_fwd + extra, fwd, lt.syncs)
+        backward = Piece(lt.host_bwd + self.floor.backward_factor * extra, bwd)
+        return forward, backward, comm + lt.tp_fwd + lt.tp_bwd
+
+    def grad_accumulation(self, d: Derived, params: float) -> float:
+        """DDP's backward hook adding ``params`` parameters' gradients into their main gradient,
+        once per microbatch: the gradient read in the parameters' dtype, the main gradient read
+        and written in its own (megatron-core 0.19.2 ``_make_backward_post_hook``). ``d`` is the
+        job's: its gradient buffer's dtype follows its sharding."""
+        per_param = DTYPE_BYTES[d.param_dtype] + 2 * DTYPE_BYTES[d.grad_dtype]
+        return params * per_param / (self.hbm * K.GRAD_ACCUMULATION_HBM_SHARE)
+
+
+def unfused_score_bytes(act: int, fused_kernel: bool, softmax_dtype: str, dropout: bool) -> tuple[int, int]:
+    """Bytes the unfused attention moves per score element (batch x heads x s x s) around its
+    GEMMs, forward and backward (megatron-core 0.19.2 ``fusions/fused_softmax.py``,
+    ``FusedScaleMaskSoftmax``, and ``transformer/dot_product_attention.py``), with scores in the
+    activation dtype (``act`` bytes):
+
+    - the fused kernel (``scaled_upper_triang_masked_softmax_cuda``): the scores written by
+      ``baddbmm``, read and the probabilities written by the kernel, read by the value GEMM;
+      backward, the probabilities' gradient written and the probabilities read (value
+      gradient), the kernel's two reads and one write, and the scores' gradient read by the two
+      GEMMs: 4 and 7 elements of ``act`` bytes;
+    - the torch path: the scores written, cast to fp32 where the softmax runs in fp32 (read,
+      write 4), the causal mask applied in place (``masked_fill_``: read, the mask's byte,
+      write), the softmax (read, write), cast back (read, write), read by the value GEMM;
+      backward, each step's gradient: the casts, the softmax's (gradient and output read,
+      one written), the mask's and the GEMMs' reads;
+    - attention dropout on the probabilities (``torch.nn.Dropout``) reads them and writes them
+      and its mask, and its backward reads the gradient and mask and writes one.
+    """
+    drop_fwd = drop_bwd = 2 * act + 1 if dropout else 0
+    if fused_kernel:
+        return 4 * act + drop_fwd, 7 * act + drop_bwd
+    soft = 4 if softmax_dtype == "fp32" else act
+    cast = act + soft if soft != act else 0  # one cast: read one dtype, write the other
+    fwd = act + cast + (2 * soft + 1) + 2 * soft + cast + drop_fwd + act
+    bwd = act + act + drop_bwd + cast + 3 * soft + (2 * soft + 1) + cast + 2 * act
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class _Overlapped:
+    """One side of a layer under userbuffer overlap, against its plain GEMMs and collectives."""
+
+    extra_fwd: float  # longer GEMMs: split in chunks, or on fewer SMs
+    exposed_fwd: float  # communication the GEMMs do not hide
+    extra_bwd: float
+    exposed_bwd: float
