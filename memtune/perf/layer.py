@@ -97,10 +97,15 @@ class ShapePricer:
     """The prices of one parallel shape of a job (``d``) on ``gpu`` in a loop with host floor
     ``floor``: each layer kind's, and the other per-microbatch pieces of a chunk's passes.
     Without ``exchanges`` (a rank run alone under PyTorch's fake process group) the MoE
-    dispatcher's exchanges move nothing, and its host does not wait on them."""
+    dispatcher's exchanges move nothing, and its host does not wait on them. ``machine_factor``
+    is the time the machine's kernels take relative to the machine the kernel tables were timed
+    on (1: the same; a measured set's own machines, ``benchmarks/compute_accuracy.py``)."""
 
-    def __init__(self, d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool = True) -> None:
+    def __init__(
+        self, d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool = True, machine_factor: float = 1.0
+    ) -> None:
         self.d = d
+        self.kernel_factor = K.IN_STEP_KERNEL_FACTOR * machine_factor
         self.exchanges = exchanges
         self.gpu = gpu
         self.floor = floor
@@ -344,8 +349,8 @@ class ShapePricer:
             host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
             host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
         return LayerPrice(
-            fwd=fwd * K.IN_STEP_KERNEL_FACTOR + cp_fwd,
-            bwd=bwd * K.IN_STEP_KERNEL_FACTOR + 2 * cp_fwd,
+            fwd=fwd * self.kernel_factor + cp_fwd,
+            bwd=bwd * self.kernel_factor + 2 * cp_fwd,
             host_fwd=host_fwd,
             host_bwd=host_bwd,
             wgrad=wgrad,
@@ -530,7 +535,7 @@ class ShapePricer:
             device += lt.activation_fwd
         if "mla_up_proj" in mods:
             device += lt.up_proj_fwd
-        return device * K.IN_STEP_KERNEL_FACTOR, host, syncs
+        return device * self.kernel_factor, host, syncs
 
     # --- the rest of a chunk ---------------------------------------------------------------
 
@@ -563,7 +568,7 @@ class ShapePricer:
         else:
             # a fused kernel: about three fp32 passes over the logits each way (unmeasured)
             loss_fwd = loss_bwd = 3 * 4 * self.tokens * vocab / self.hbm
-        f = K.IN_STEP_KERNEL_FACTOR
+        f = self.kernel_factor
         return (norm_fwd + out + loss_fwd) * f, (norm_bwd + out + wgrad + loss_bwd) * f, wgrad * f
 
     def mtp_layer(self, lt: LayerPrice) -> tuple[Piece, Piece, float]:
@@ -583,7 +588,7 @@ class ShapePricer:
         concat = 2 * self.act * self.tokens_res * 2 * h / self.hbm
         out_fwd, out_bwd, _ = self.output_and_loss()
         argmax = self.act * self.tokens * vocab / self.hbm
-        f = K.IN_STEP_KERNEL_FACTOR
+        f = self.kernel_factor
         fwd = (emb_fwd + 2 * norm_fwd + concat + proj + argmax) * f + lt.fwd + out_fwd
         bwd = (emb_bwd + 2 * norm_bwd + concat + proj + proj_wgrad) * f + lt.bwd + out_bwd
         comm = 0.0

@@ -208,10 +208,19 @@ class StepPricer:
     collective under its arguments; the prices are the same. With ``stages_alone`` each stage is
     one rank run alone under PyTorch's fake process group: no pass waits for another stage, no
     collective or pipeline exchange takes time, and the MoE dispatcher's host does not wait on
-    its exchanges."""
+    its exchanges. ``machine_factor``: the time the machine's kernels take relative to the
+    kernel tables' machine (``ShapePricer``)."""
 
-    def __init__(self, gpu: GPU, floor: K.HostFloor, reuse: bool = False, stages_alone: bool = False) -> None:
+    def __init__(
+        self,
+        gpu: GPU,
+        floor: K.HostFloor,
+        reuse: bool = False,
+        stages_alone: bool = False,
+        machine_factor: float = 1.0,
+    ) -> None:
         self.gpu, self.floor, self.reuse, self.stages_alone = gpu, floor, reuse, stages_alone
+        self.machine_factor = machine_factor
         self._shapes: dict[tuple[object, ...], _Shapes] = {}
         self._passes: dict[tuple[object, ...], ChunkWork] = {}
         self._params: dict[tuple[object, ...], _ChunkParams] = {}
@@ -283,7 +292,10 @@ class StepPricer:
         key = SHAPE_KNOBS.key(d.knobs)
         if d.job.peft is not None:
             key += ADAPTER_KNOBS.key(d.knobs)
-        return self._cached(self._shapes, key, _shapes_of, d, self.gpu, self.floor, not self.stages_alone)
+        exchanges = not self.stages_alone
+        return self._cached(
+            self._shapes, key, _shapes_of, d, self.gpu, self.floor, exchanges, self.machine_factor
+        )
 
     def stage(
         self,
@@ -498,8 +510,8 @@ def _signature(d: Derived, chunk: Chunk) -> ChunkSignature:
     )
 
 
-def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool) -> _Shapes:
-    pricer = ShapePricer(d, gpu, floor, exchanges)
+def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool, machine_factor: float) -> _Shapes:
+    pricer = ShapePricer(d, gpu, floor, exchanges, machine_factor)
     kinds = {moe: pricer.layer(moe) for moe in set(d.moe_layer_pattern)}
     # an MTP layer's transformer layer is the decoder's last layer's kind
     mtp = pricer.mtp_layer(kinds[d.moe_layer_pattern[-1]]) if d.mtp_num_layers else None
