@@ -9,10 +9,11 @@ data, so the iteration is the rank's compute, host work and optimizer step):
   (``/work/shared/reference/compute-time-h200``, 19 configurations; its README says how they
   were measured: forward+backward without zeroing the gradient buffers or finalizing them,
   and the optimizer step apart). All of it is tune data: the other half is kept back.
-- ``ctime``, ``crel``: memtune's own runs (``benchmarks/gpu/results/ctime-h200.results.jsonl``,
-  ``crel-h200.results.jsonl``: ``memtune measure``'s loop, forward+backward with the gradient
-  buffers zeroed and finalized, and the optimizer step apart), split by the measured set's sha1
-  rule (benchmarks/measured/README.md).
+- ``ctime``, ``crel``: memtune's own runs (``benchmarks/gpu/results/ctime-h200.results.jsonl``
+  on the H200 the kernel tables came from, ``crel-h100.results.jsonl`` on an H100:
+  ``memtune measure``'s loop, forward+backward with the gradient buffers zeroed and finalized,
+  and the optimizer step apart), split by the measured set's sha1 rule
+  (benchmarks/measured/README.md).
 - ``compute-timing``: memtune's earlier runs, iteration seconds only.
 
 The prediction is ``predict_step(...)`` of that rank's stage: its compute
@@ -42,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 RESULTS = ROOT / "benchmarks" / "gpu" / "results"
 OWN_SETS = {
     "ctime": RESULTS / "ctime-h200.results.jsonl",
-    "crel": RESULTS / "crel-h200.results.jsonl",
+    "crel": RESULTS / "crel-h100.results.jsonl",
     "compute-timing": RESULTS / "compute-timing-h200.results.jsonl",
 }
 SHARED = Path("/work/shared/reference/compute-time-h200")

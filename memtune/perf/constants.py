@@ -93,9 +93,12 @@ CPU_ADAM_PARAMS_PER_S_PER_GPU = 10e9 / 1.3 / 8
 OPTIMIZER_OFFLOAD_BYTES_PER_PARAM = 6.0
 # The share of a GPU's host-link line rate (Network.host_link_bytes_per_s: the system's PCIe x16
 # port or its NVLink-C2C share, memtune/catalog/data/networks.yaml) that pinned copies on a
-# side stream reach, one direction (memtune/perf/offload.py); provisional until measured by
-# benchmarks/gpu/host_link.py.
-HOST_COPY_EFFICIENCY = 0.8
+# side stream reach, one direction (memtune/perf/offload.py). Measured by
+# benchmarks/gpu/host_link.py on one H100 80GB HBM3 (PCIe Gen5 x16, 63 GB/s line rate;
+# benchmarks/gpu/results/host-link-h100.json): 51-55 GB/s one direction for 64 MiB-2 GiB
+# copies, median 54.1 GB/s. Both directions at once reached 31-35 GB/s each on that host, so
+# where a pass copies both ways at once this over-prices the link.
+HOST_COPY_EFFICIENCY = 0.86
 
 
 # --- fixed costs and FP8 (the step model, memtune/perf/step.py) -----------------------------

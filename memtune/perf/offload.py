@@ -3,7 +3,7 @@ activation offload, and the optimizer's CPU offload.
 
 Each GPU copies over its own link to host memory (``Derived.network.host_link_bytes_per_s``, the
 line rate of ``memtune/catalog/data/networks.yaml``) at the share of it pinned copies reach
-(``HOST_COPY_EFFICIENCY``, measured). Every GPU of a node offloads at the same time, each over its
+(``HOST_COPY_EFFICIENCY``, measured on an H100: 0.86 of PCIe Gen5's 63 GB/s). Every GPU of a node offloads at the same time, each over its
 own link; what the node's host memory can serve beside that is not modelled.
 
 - Fine-grained offload (megatron-core ``fine_grained_activation_offload.py``) copies each group
