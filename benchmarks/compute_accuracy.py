@@ -47,11 +47,13 @@ OWN_SETS = {
     "compute-timing": RESULTS / "compute-timing-h200.results.jsonl",
 }
 SHARED = Path("/work/shared/reference/compute-time-h200")
-# The shared half's machines ran the same kernels faster than the H200 the kernel tables and
-# memtune's own runs were timed on: their profiled kernel time is this share of what the tables
-# give. Fitted by benchmarks/fit_step_constants.py on the shared half's profiled kernel time
-# alone (its GPU busy fraction); it prices that set's machines, never a user's job.
-SHARED_MACHINE_FACTOR = 0.88
+# Each set's machine: the time its kernels took inside a step relative to what the kernel
+# tables give (the tables' own H200, where the ctime- and compute-timing runs were timed, is 1).
+# The shared half's H200s and the H100 the crel- runs were timed on ran the same kernels faster
+# in their steps: a factor each, fitted by benchmarks/fit_step_constants.py on that set's
+# profiled kernel time alone (the shared half's GPU busy fraction, the crel- tune runs' traced
+# iteration). They price those sets' machines, never a user's job.
+MACHINE_FACTORS = {"shared": 0.88, "ctime": 1.0, "crel": 0.8, "compute-timing": 1.0}
 
 
 @dataclass(frozen=True)
@@ -168,19 +170,21 @@ def shared_half(directory: Path = SHARED) -> list[Timed]:
                 r["opt_s"],
                 False,
                 busy,
-                SHARED_MACHINE_FACTOR,
+                MACHINE_FACTORS["shared"],
             )
         )
     return timed
 
 
-def own_runs(path: Path) -> list[Timed]:
-    """memtune's own timed runs: the median of each quantity over the iterations after the first."""
+def own_runs(name: str) -> list[Timed]:
+    """memtune's own timed runs of set ``name``: the median of each quantity over the
+    iterations after the first, and where an iteration was traced its kernels' time."""
     from matrix import split_of
 
     from memtune.config import derive, validate
 
     timed = []
+    path = OWN_SETS[name]
     if not path.exists():
         return timed
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -196,7 +200,22 @@ def own_runs(path: Path) -> list[Timed]:
         step = median("seconds")
         assert step is not None
         fb, opt = median("forward_backward_seconds"), median("optimizer_seconds")
-        timed.append(Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], step, fb, opt, True))
+        profile = run["measured"].get("profile")  # the traced forward+backward's kernels
+        device = profile["device_s"] if profile else None
+        timed.append(
+            Timed(
+                run["id"],
+                split_of(run["id"]),
+                d,
+                run["pp_rank"],
+                step,
+                fb,
+                opt,
+                True,
+                device,
+                MACHINE_FACTORS[name],
+            )
+        )
     return timed
 
 
@@ -234,7 +253,7 @@ def predicted_device_s(run: Timed) -> float:
 
 def sets(names: list[str], shared: Path) -> Iterator[tuple[str, list[Timed]]]:
     for name in names:
-        yield name, shared_half(shared) if name == "shared" else own_runs(OWN_SETS[name])
+        yield name, shared_half(shared) if name == "shared" else own_runs(name)
 
 
 def summary(compared: list[Compared]) -> str:

@@ -53,8 +53,8 @@ def single_rank_errors() -> list[tuple[tuple[str, ...], float]]:
     from memtune.estimate.verdict import families_of
 
     found = []
-    for path in OWN_SETS.values():
-        for run in own_runs(path):
+    for name in OWN_SETS:
+        for run in own_runs(name):
             if run.split != "holdout":
                 continue
             predicted_over_measured = 1 + compare(run).step

@@ -128,18 +128,20 @@ MEASURE_RUNNER = HostFloor(layer_fwd_s=1.6e-3, backward_factor=2.0, microbatch_s
 # price one by one (bias, dropout, copies, casts), and the machine the tables were timed on.
 # Fitted by benchmarks/fit_step_constants.py on memtune's own tune runs, timed on the machine the
 # tables were timed on, and the Megatron-LM functional tests' tune runs. The shared half's H200s
-# ran the same kernels about an eighth faster than the tables' H200: that set is priced with its
-# own machine factor (benchmarks/compute_accuracy.py SHARED_MACHINE_FACTOR), fitted on its
-# profiled GPU busy time, so a faster machine's clocks do not make every user's job faster.
+# and the H100 of the crel- runs ran the same kernels an eighth and a fifth faster inside their
+# steps: those sets are priced with their machines' own factor (benchmarks/compute_accuracy.py
+# MACHINE_FACTORS), each fitted on its profiled kernel time, so one machine's clocks do not
+# make every user's job faster. Which machine a user's job runs like is not known: the
+# published multi-GPU runs (TFLOP/s over-predicted at 0.88, best near 1.04) side with 1.
 IN_STEP_KERNEL_FACTOR = 1.0
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
 # Fitted by benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
-SEQUENTIAL_EXPERT_FWD_S = 0.8e-3
+SEQUENTIAL_EXPERT_FWD_S = 0.6e-3
 # Its backward is autograd's, no Python: per local expert and layer the host's launch work for
-# the backward grows by this. Fitted by the same script (nothing measurable beyond the layer's).
-SEQUENTIAL_EXPERT_BWD_S = 0.0
+# the backward grows by this. Fitted by the same script.
+SEQUENTIAL_EXPERT_BWD_S = 0.05e-3
 # Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
 # by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
 # the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
@@ -172,9 +174,8 @@ FP8_CAST_BYTES_PER_ELEMENT = {"tensorwise": 5, "delayed": 3, "blockwise": 3, "mx
 # passes over the scores (unfused_score_bytes, counted from the code) this share of the HBM
 # bandwidth figure. Fitted by benchmarks/fit_step_constants.py on the shared half's two unfused
 # runs (sequence 4,096 with core_attn recompute; 2,048 at MBS 8), memtune's unfused tune runs and
-# the Megatron-LM functional tests' tune runs (0.30; with the in-step factor fitted on the
-# shared half's faster machines main's 50 had moved it to 0.25).
-UNFUSED_BMM_FRACTION = 0.3
+# the Megatron-LM functional tests' tune runs (with the crel- unfused tune runs: 0.25).
+UNFUSED_BMM_FRACTION = 0.25
 UNFUSED_SOFTMAX_HBM_SHARE = 0.7
 # Under selective recompute the replayed modules' forward runs again in the backward, Python and
 # kernel launches included: each module's share of a layer's host launch work (``layer_fwd_s``),
@@ -187,18 +188,21 @@ RECOMPUTE_HOST_SHARE = {"core_attn": 0.1, "mlp": 0.1, "layernorm": 0.1}
 # (megatron-core 0.19.2 pipeline_parallel/schedules.py: the chunk id, the virtual rank, the
 # P2P calls and forward_step's bookkeeping for each chunk): what VPP adds to a stage's host side.
 # Fitted by benchmarks/fit_step_constants.py (the shared half's VPP 4 middle stage beside its
-# VPP 1 one, memtune's VPP tune runs, the functional tests' tune runs).
-VIRTUAL_CHUNK_PASS_S = 0.25e-3
+# VPP 1 one, memtune's VPP tune runs with the crel- VPP 1/2/8 middle stages, the functional tests'
+# tune runs).
+VIRTUAL_CHUNK_PASS_S = 0.5e-3
 # A multi-token-prediction layer's host work beyond its transformer layer's, in layers'
 # launch work: its embedding, three norms, the projection and gathers, the output layer and
-# loss on shifted labels, the acceptance count (transformer/multi_token_prediction.py). Counted
-# from the code: no timed run has MTP layers (the crel-mtp runs are defined, not yet measured).
-MTP_EXTRA_HOST_LAYERS = 1.0
+# loss on shifted labels, the acceptance count (transformer/multi_token_prediction.py). Fitted
+# by benchmarks/fit_step_constants.py on the crel- MTP tune runs (depth 0/1 dense, 1 on a MoE rank;
+# the code's count alone had given 1).
+MTP_EXTRA_HOST_LAYERS = 3.0
 # DDP's backward hook adds each parameter's gradient into its main gradient with one mixed-dtype
 # elementwise add (main_grad.add_(grad): a bf16 read, an fp32 read and write), which reaches this
 # share of the HBM bandwidth figure. Fitted by benchmarks/fit_step_constants.py: micro-batch size
-# at fixed tokens (the shared half's MBS 2 and 4 runs, memtune's mbs- tune runs) moves with it.
-GRAD_ACCUMULATION_HBM_SHARE = 0.7
+# at fixed tokens (the shared half's MBS 2 and 4 runs, memtune's mbs- and crel-mbs tune runs)
+# moves with it.
+GRAD_ACCUMULATION_HBM_SHARE = 0.8
 # fp16's loss scaler unscales every main gradient and checks it for inf/NaN before the step
 # (torch._amp_foreach_non_finite_check_and_unscale_: read and write the fp32 gradient).
 FP16_UNSCALE_BYTES_PER_PARAM = 8
