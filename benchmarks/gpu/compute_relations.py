@@ -1,8 +1,9 @@
 """Time the step model's compute relations on one GPU: the ``crel-`` runs and the unfused
 attention's kernels.
 
-    # here: the plans of the crel- family (benchmarks/measured/matrix.py, _compute_relations)
-    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl
+    # here: the plans of the crel- family (benchmarks/measured/matrix.py, _compute_relations),
+    # or of the cchk- check (_compute_relations_check)
+    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl [--family cchk]
     # on the GPU machine, megatron-core on PYTHONPATH
     python3 benchmarks/gpu/compute_relations.py run PLANS.jsonl RESULTS.jsonl \\
         --kernels UNFUSED.json --deadline 470
@@ -48,12 +49,15 @@ TOP_KERNELS = 200
 # --- plan (here) ------------------------------------------------------------------------
 
 
-def make_plans(out: str) -> int:
-    from matrix import _compute_relations
+def make_plans(out: str, family: str) -> int:
+    from matrix import _compute_relations, _compute_relations_check
     from run_matrix import make_plans as plan_entries
 
-    ids = [e.id for e in _compute_relations()]
-    ids.sort(key=lambda i: next(n for n, p in enumerate(PRIORITY) if i.startswith(f"crel-{p}")))
+    if family == "crel":
+        ids = [e.id for e in _compute_relations()]
+        ids.sort(key=lambda i: next(n for n, p in enumerate(PRIORITY) if i.startswith(f"crel-{p}")))
+    else:  # the check of the frozen model runs whole, in the matrix's order
+        ids = [e.id for e in _compute_relations_check()]
     namespace = argparse.Namespace(
         out=out,
         resume=False,
@@ -352,6 +356,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("plan")
     p.add_argument("out")
+    p.add_argument("--family", choices=("crel", "cchk"), default="crel", help="crel- runs or the cchk- check")
     r = sub.add_parser("run")
     r.add_argument("plans")
     r.add_argument("results")
@@ -362,7 +367,7 @@ def main() -> int:
     r.add_argument("--reserve", type=float, default=20.0, help="start no run with fewer seconds left")
     r.add_argument("--timeout", type=float, default=90.0, help="seconds one run may take")
     args = parser.parse_args()
-    return make_plans(args.out) if args.step == "plan" else run(args)
+    return make_plans(args.out, args.family) if args.step == "plan" else run(args)
 
 
 if __name__ == "__main__":

@@ -1967,6 +1967,79 @@ def _compute_relations() -> list[Entry]:
     return e
 
 
+def _compute_relations_check() -> list[Entry]:
+    """A fresh check of the step model's relations at a frozen model (``cchk-``): new shapes for
+    what the ``crel-`` runs fitted (MTP, VPP on first and last stages, unfused attention, sequence
+    and micro-batch at fixed tokens, the distributed optimizer, selective recompute, fp16, the
+    output layer), defined on 2026-12-06 after the model was frozen at 64db3cf and before any was
+    measured, split by the hash rule. The tune runs of a batch only calibrate that batch's
+    machine (its kernel factor, from their traced kernels): the device tool lends whichever GPU
+    it has, and its kernels' speed inside a step is the machine's, not the model's."""
+    e = []
+    tp2, tp4 = dict(tensor_model_parallel_size=2, **SP), dict(tensor_model_parallel_size=4, **SP)
+    unfused = dict(attention_backend="unfused")
+
+    def selective(*modules):
+        return dict(recompute_granularity="selective", recompute_modules=list(modules))
+
+    e.append(run("cchk-mtp1-l1b-s2k-m4", L1B(seq_length=2048, mtp_num_layers=1), microbatches=4))
+    e.append(run("cchk-mtp1-l8w-tp4-sp-m2", L8W(**tp4, mtp_num_layers=1), microbatches=2))
+    e.append(run("cchk-mtp2-l1b-s2k-m4", L1B(seq_length=2048, mtp_num_layers=2), microbatches=4))
+    for vpp, stage in ((1, 0), (2, 0), (4, 0), (1, -1), (2, -1), (4, -1)):
+        virtual = {"virtual_pipeline_model_parallel_size": vpp} if vpp > 1 else {}
+        stack = dict(num_layers=16, pipeline_model_parallel_size=2, **virtual)
+        where = "first" if stage == 0 else "last"
+        e.append(
+            run(f"cchk-vpp{vpp}-l8w-tp2-pp2-{where}-m8", L8W(**tp2, **stack), microbatches=8, stage=stage)
+        )
+    e.append(run("cchk-unfused-l8w-tp2-sp-s2k-m4", L8W(**tp2, seq_length=2048, **unfused), microbatches=4))
+    e.append(
+        run(
+            "cchk-unfused-rc-coreattn-l8w-tp2-sp-s4k-m2",
+            L8W(**tp2, **unfused, **selective("core_attn")),
+            microbatches=2,
+        )
+    )
+    e.append(run("cchk-unfused-l1b-s3k-m2", L1B(seq_length=3072, **unfused), microbatches=2))
+    for seq, m in ((1024, 16), (4096, 4), (8192, 2), (16384, 1)):
+        e.append(run(f"cchk-seq{seq // 1024}k-l1b-m{m}", L1B(seq_length=seq), microbatches=m))
+    for mbs in (2, 4):
+        e.append(
+            run(f"cchk-mbs{mbs}-l1b-s4k-m{4 // mbs}", L1B(seq_length=4096), mbs=mbs, microbatches=4 // mbs)
+        )
+    e.append(run("cchk-opt-l8w-tp2-sp-do-dp4", L8W(**tp2, seq_length=2048), dp=4, distopt=True))
+    e.append(
+        run("cchk-opt-qm-ep4-do-dp4", QM(expert_model_parallel_size=4, seq_length=2048), dp=4, distopt=True)
+    )
+    e.append(
+        run("cchk-rc-mlp-l8w-tp2-sp-s2k-m2", L8W(**tp2, seq_length=2048, **selective("mlp")), microbatches=2)
+    )
+    e.append(
+        run(
+            "cchk-rc-moe-qm-ep4-s2k-m2",
+            QM(expert_model_parallel_size=4, seq_length=2048, **selective("moe")),
+            dp=4,
+            microbatches=2,
+        )
+    )
+    e.append(
+        run(
+            "cchk-prec-fp16-l8w-tp2-sp-s2k-m2",
+            L8W(**tp2, seq_length=2048, bf16=False, fp16=True),
+            microbatches=2,
+            optimizer={"initial_loss_scale": 1.0},
+        )
+    )
+    e.append(
+        run(
+            "cchk-vocab64k-l1b-l2-s2k-m4",
+            L1B(num_layers=2, seq_length=2048, vocab_size=64000),
+            microbatches=4,
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -1985,6 +2058,7 @@ def entries() -> list[Entry]:
         + _microbatch_sweep()
         + _compute_timing()
         + _compute_relations()
+        + _compute_relations_check()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
