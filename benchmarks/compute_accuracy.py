@@ -54,6 +54,10 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # profiled kernel time alone (the shared half's GPU busy fraction, the crel- tune runs' traced
 # iteration). They price those sets' machines, never a user's job.
 MACHINE_FACTORS = {"shared": 0.88, "ctime": 1.0, "crel": 0.8, "compute-timing": 1.0}
+# Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
+# tune runs only calibrate their machine's factor (``calibrated``), their holdout runs are the
+# check.
+CHECK_SETS = {"cchk": RESULTS / "cchk-h100.results.jsonl"}
 
 
 @dataclass(frozen=True)
@@ -183,8 +187,8 @@ def own_runs(name: str) -> list[Timed]:
 
     from memtune.config import derive, validate
 
-    timed = []
-    path = OWN_SETS[name]
+    timed: list[Timed] = []
+    path = {**OWN_SETS, **CHECK_SETS}[name]
     if not path.exists():
         return timed
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -213,10 +217,20 @@ def own_runs(name: str) -> list[Timed]:
                 opt,
                 True,
                 device,
-                MACHINE_FACTORS[name],
+                MACHINE_FACTORS.get(name, 1.0),
             )
         )
-    return timed
+    return calibrated(timed) if name in CHECK_SETS else timed
+
+
+def calibrated(runs: list[Timed]) -> list[Timed]:
+    """``runs`` priced on their own machine: its kernel factor is the median, over the tune runs
+    with a traced iteration, of their measured kernel time over the one the model gives at 1."""
+    from dataclasses import replace
+
+    at_one = [(r.device_s, replace(r, machine_factor=1.0)) for r in runs if r.device_s and r.split == "tune"]
+    factor = round(statistics.median(measured / predicted_device_s(r) for measured, r in at_one), 3)
+    return [replace(r, machine_factor=factor) for r in runs]
 
 
 @dataclass(frozen=True)
@@ -277,10 +291,11 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--split", choices=("tune", "holdout"))
-    parser.add_argument("--set", choices=("shared", *OWN_SETS), action="append", dest="names")
+    parser.add_argument("--set", choices=("shared", *OWN_SETS, *CHECK_SETS), action="append", dest="names")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared half's directory")
     args = parser.parse_args()
-    names = args.names or (["shared", *OWN_SETS] if args.shared.exists() else list(OWN_SETS))
+    own = [*OWN_SETS, *CHECK_SETS]
+    names = args.names or (["shared", *own] if args.shared.exists() else own)
     splits = (args.split,) if args.split else ("tune", "holdout")
     for name, runs in sets(names, args.shared):
         for split in splits:
