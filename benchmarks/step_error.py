@@ -11,9 +11,9 @@ Two held-out sets, each split by its own rule before any comparison (docs/plan.m
 - ``published``: whole steps of real multi-GPU runs, the published timings of
   ``benchmarks/published/layouts`` (``memtune bench plan --accuracy --split holdout``): the step
   time is the published model TFLOP/s (or step time) against the predicted one.
-- ``single_rank``: one rank's compute and optimizer step timed alone on the H200 under the fake
-  process group (``benchmarks/gpu/results``, ``python benchmarks/compute_accuracy.py --split
-  holdout``), for jobs on one GPU.
+- ``single_rank``: one rank's compute and optimizer step timed alone on an H200 or H100 under
+  the fake process group (``benchmarks/gpu/results``, ``python benchmarks/compute_accuracy.py
+  --split holdout``: memtune's own sets and the checks of a frozen model), for jobs on one GPU.
 
 A run's error is measured / predicted - 1 of its step time; a family's figure is the median of
 |error| over the held-out runs in that family (a run counts in each family it exercises,
@@ -48,12 +48,12 @@ def published_errors() -> list[tuple[tuple[str, ...], float]]:
 def single_rank_errors() -> list[tuple[tuple[str, ...], float]]:
     """memtune's own single-rank runs of the holdout split, each compared as its loop timed it
     (``compute_accuracy.compare``: the stage run alone, as under the fake process group)."""
-    from compute_accuracy import OWN_SETS, compare, own_runs
+    from compute_accuracy import CHECK_SETS, OWN_SETS, compare, own_runs
 
     from memtune.estimate.verdict import families_of
 
     found = []
-    for name in OWN_SETS:
+    for name in [*OWN_SETS, *CHECK_SETS]:
         for run in own_runs(name):
             if run.split != "holdout":
                 continue
