@@ -501,3 +501,18 @@ def test_batched_pipeline_exchanges_make_the_host_wait_and_interleaved_ones_do_n
     priced = StepPricer(get_gpu(small.job.cluster.gpu), K.MEGATRON_LM_LOOP).price(small)
     ahead = replace(priced, overlap=replace(priced.overlap, pipeline_syncs_host=False))
     assert predict_priced(small, priced).step_time_s > predict_priced(small, ahead).step_time_s
+
+
+def test_a_machine_factor_scales_the_kernels_and_leaves_the_host() -> None:
+    """A measured set's machine (benchmarks/compute_accuracy.py MACHINE_FACTORS) runs every
+    kernel of a layer that much faster or slower; the host's launch work is the loop's."""
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    d = local()
+    gpu = get_gpu(d.job.cluster.gpu)
+    tables = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).layer(False)
+    faster = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, machine_factor=0.8).layer(False)
+    assert faster.fwd == pytest.approx(0.8 * tables.fwd)
+    assert faster.bwd == pytest.approx(0.8 * tables.bwd)
+    assert (faster.host_fwd, faster.host_bwd) == (tables.host_fwd, tables.host_bwd)
