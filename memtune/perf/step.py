@@ -315,7 +315,6 @@ class StepPricer:
             CHUNK_WORK_KNOBS.key(knobs),
         )
         for chunk, signature in chunks:
-            params = self._cached(self._params, (params_key, signature), _params_of, d, chunk)
             work = self._cached(
                 self._passes,
                 (passes_key, signature),
@@ -327,6 +326,8 @@ class StepPricer:
                 len(chunks),
             )
             if data_parallel:
+                params = self._cached(self._params, (params_key, signature), _params_of, d, chunk)
+                held.append(params)
                 work = self._cached(
                     self._works,
                     (work_key, signature),
@@ -338,7 +339,6 @@ class StepPricer:
                     len(chunk.layers),
                 )
             works.append(work)
-            held.append(params)
         if not data_parallel:
             return StageWork(tuple(works), 0.0, 0.0), StepParts(0.0, 0.0, 0.0)
         parts = self.step_parts(d, shapes, held)

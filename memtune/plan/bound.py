@@ -94,6 +94,8 @@ class Bounds:
         """The bound of the corners' stages, field by field the least of them, without the
         data-parallel collectives and the optimizer step."""
         priced = [self.pricer.price(self.fast.derived(c), data_parallel=False) for c in corners]
+        if len(priced) == 1:  # one corner is its own least
+            return step_bound(priced[0].stages, priced[0].num_microbatches, priced[0].overlap)
         least: dict[tuple[int, ...], StageWork] = {}  # ranks that build the same chunks share a StageWork
         stages = []
         for works in zip(*(p.stages for p in priced), strict=True):
