@@ -1,12 +1,12 @@
-"""Time the step model's compute relations on one GPU: the ``crel-`` runs and the unfused
-attention's kernels.
+"""Time the step model's compute relations on one GPU: the ``crel-`` runs, the unfused
+attention's kernels and the flash attention's by head dim.
 
     # here: the plans of the crel- family (benchmarks/measured/matrix.py, _compute_relations),
-    # or of the cchk- check (_compute_relations_check)
-    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl [--family cchk]
+    # or of a check of a frozen model (_compute_relations_check, _compute_relations_check2)
+    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl [--family cchk|cchk2]
     # on the GPU machine, megatron-core on PYTHONPATH
     python3 benchmarks/gpu/compute_relations.py run PLANS.jsonl RESULTS.jsonl \\
-        --kernels UNFUSED.json --deadline 470
+        [--kernels UNFUSED.json] [--flash FLASH.json] --deadline 470
 
 ``run`` imports torch and megatron-core once and forks one child per measurement before
 anything touches CUDA (about 17 s of imports saved per run; environment-facts.md), so each
@@ -50,14 +50,15 @@ TOP_KERNELS = 200
 
 
 def make_plans(out: str, family: str) -> int:
-    from matrix import _compute_relations, _compute_relations_check
+    from matrix import _compute_relations, _compute_relations_check, _compute_relations_check2
     from run_matrix import make_plans as plan_entries
 
     if family == "crel":
         ids = [e.id for e in _compute_relations()]
         ids.sort(key=lambda i: next(n for n, p in enumerate(PRIORITY) if i.startswith(f"crel-{p}")))
-    else:  # the check of the frozen model runs whole, in the matrix's order
-        ids = [e.id for e in _compute_relations_check()]
+    else:  # a check of a frozen model runs whole, in the matrix's order
+        check = _compute_relations_check if family == "cchk" else _compute_relations_check2
+        ids = [e.id for e in check()]
     namespace = argparse.Namespace(
         out=out,
         resume=False,
@@ -193,6 +194,73 @@ class _nothing:
         return None
 
 
+def _median_ms(fn: Any, repeats: int = 5) -> float:
+    """CUDA-event milliseconds of ``fn``, the median of ``repeats`` after two warm-up calls."""
+    import torch
+
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _flash_attention(seq_batch_heads_dims: list[tuple[int, int, int, int]]) -> dict[str, Any]:
+    """PyTorch's flash kernel (``SDPBackend.FLASH_ATTENTION``, causal, bf16, ``[b, heads, s,
+    d]``), forward and forward+backward by sequence, batch, heads and head dim: what
+    ``memtune/measure/sdpa_attention.py`` runs for ``attention_backend: flash`` without
+    Transformer Engine."""
+    import torch
+
+    torch.cuda.set_device(0)
+    rows = []
+    for shape in seq_batch_heads_dims:
+        rows.append(_flash_shape(*shape))
+        torch.cuda.empty_cache()
+    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "flash_attention": rows}
+
+
+def _flash_shape(seq: int, batch: int, heads: int, dim: int) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (
+        torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    grad = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        fwd = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        both = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad))
+    flops = 2 * batch * heads * seq * seq * dim  # causal: half of the two matmuls' 4 b h s^2 d
+    return {
+        "seq": seq,
+        "batch": batch,
+        "heads": heads,
+        "head_dim": dim,
+        "fwd_ms": round(fwd, 4),
+        "bwd_ms": round(both - fwd, 4),
+        "fwd_tflops": round(flops / fwd / 1e9, 1),
+        "bwd_tflops": round(2.5 * flops / (both - fwd) / 1e9, 1),
+    }
+
+
+FLASH_SHAPES = [
+    (seq, max(1, 16384 // seq), heads, dim)
+    for dim in (64, 128, 256)
+    for seq in (1024, 2048, 4096, 8192, 16384)
+    for heads in (8, 16, 32)
+]
+
+
 def _unfused_attention(seq_heads_dims: list[tuple[int, int, int]]) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -207,20 +275,6 @@ def _unfused_attention(seq_heads_dims: list[tuple[int, int, int]]) -> dict[str, 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
     model_parallel_cuda_manual_seed(1234)
-
-    def median_ms(fn: Any, repeats: int = 5) -> float:
-        for _ in range(2):
-            fn()
-        times = []
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return sorted(times)[len(times) // 2]
 
     def one_shape(seq: int, heads: int, dim: int) -> dict[str, Any]:
         groups = max(1, heads // 4)
@@ -243,8 +297,8 @@ def _unfused_attention(seq_heads_dims: list[tuple[int, int, int]]) -> dict[str, 
             for h in (heads, groups, groups)
         )
         grad = torch.randn(seq, 1, heads * dim, device="cuda", dtype=torch.bfloat16)
-        fwd = median_ms(lambda: attention(q, k, v, None))
-        both = median_ms(lambda: attention(q, k, v, None).backward(grad))
+        fwd = _median_ms(lambda: attention(q, k, v, None))
+        both = _median_ms(lambda: attention(q, k, v, None).backward(grad))
         shape = {"seq": seq, "heads": heads, "groups": groups, "batch": 1, "head_dim": dim}
         return {**shape, "fwd_ms": round(fwd, 4), "bwd_ms": round(both - fwd, 4)}
 
@@ -273,10 +327,10 @@ def _unfused_attention(seq_heads_dims: list[tuple[int, int, int]]) -> dict[str, 
         ):
             try:
                 with sdpa_kernel(chosen) if chosen is not None else _nothing():
-                    fwd = median_ms(
+                    fwd = _median_ms(
                         lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
                     )
-                    both = median_ms(
+                    both = _median_ms(
                         lambda q=q, k=k, v=v, g=grad: F.scaled_dot_product_attention(
                             q, k, v, is_causal=True
                         ).backward(g)
@@ -328,6 +382,14 @@ def run(args: argparse.Namespace) -> int:
             f"{result.get('error', '')}",
             flush=True,
         )
+    if args.flash:
+        result = _in_child(_flash_attention, 120, FLASH_SHAPES)
+        Path(args.flash).write_text(json.dumps(result, indent=1))
+        print(
+            f"[{time.monotonic() - started:5.0f}s] flash attention: {len(result.get('flash_attention', []))} shapes "
+            f"{result.get('error', '')}",
+            flush=True,
+        )
     items = [json.loads(line) for line in Path(args.plans).read_text().splitlines() if line.strip()]
     with open(args.results, "a") as out:
         for n, item in enumerate(items, 1):
@@ -356,11 +418,17 @@ def main() -> int:
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("plan")
     p.add_argument("out")
-    p.add_argument("--family", choices=("crel", "cchk"), default="crel", help="crel- runs or the cchk- check")
+    p.add_argument(
+        "--family",
+        choices=("crel", "cchk", "cchk2"),
+        default="crel",
+        help="crel- runs or a check of a frozen model",
+    )
     r = sub.add_parser("run")
     r.add_argument("plans")
     r.add_argument("results")
     r.add_argument("--kernels", help="time the unfused attention's kernels first, into this JSON file")
+    r.add_argument("--flash", help="time PyTorch's flash attention by head dim first, into this JSON file")
     r.add_argument(
         "--deadline", type=float, default=470.0, help="seconds after start; later runs are skipped"
     )

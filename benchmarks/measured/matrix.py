@@ -2040,6 +2040,78 @@ def _compute_relations_check() -> list[Entry]:
     return e
 
 
+def _compute_relations_check2() -> list[Entry]:
+    """A second fresh check of the step model (``cchk2-``), defined on 2026-12-06 before any was
+    measured and before the model it checks was frozen, split by the hash rule; its holdout is
+    compared once, at the model frozen after the ``cchk-`` check's misses were worked on. New
+    shapes across what the single-rank runs cover: flash attention at head dims 64 and 128 and
+    sequences 2k-16k, VPP on first, middle and last stages of PP 2-4, host-bound MoE ranks, MTP
+    on a dense and a MoE rank, micro-batch 2 and 8, unfused attention, full recompute, the
+    optimizer step with and without the distributed optimizer, the output layer. As with
+    ``cchk-``, the tune runs only calibrate the lent machine's kernel factor."""
+    e = []
+    tp2, tp4 = dict(tensor_model_parallel_size=2, **SP), dict(tensor_model_parallel_size=4, **SP)
+    # flash attention: head dim 64 (L1B) and 128 (L8W) at long sequences
+    e.append(run("cchk2-seq2k-l1b-m8", L1B(seq_length=2048), microbatches=8))
+    e.append(run("cchk2-seq8k-l1b-mbs2", L1B(seq_length=8192), mbs=2))
+    e.append(run("cchk2-seq12k-l1b-m1", L1B(seq_length=12288)))
+    e.append(run("cchk2-seq8k-l8w-tp2-sp-m2", L8W(**tp2, seq_length=8192), microbatches=2))
+    e.append(run("cchk2-seq16k-l8w-tp4-sp-m1", L8W(**tp4, seq_length=16384)))
+    # VPP on first, middle and last stages
+    for where, stage in (("first", 0), ("last", -1)):
+        stack = dict(num_layers=16, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2)
+        e.append(run(f"cchk2-vpp2-l8w-tp2-pp2-{where}-m4", L8W(**tp2, **stack), microbatches=4, stage=stage))
+    for vpp, where, stage in ((2, "first", 0), (2, "last", -1), (1, "last", -1)):
+        virtual = {"virtual_pipeline_model_parallel_size": vpp} if vpp > 1 else {}
+        stack = dict(num_layers=16, pipeline_model_parallel_size=4, seq_length=2048, **virtual)
+        e.append(run(f"cchk2-vpp{vpp}-l1b-pp4-{where}-m8", L1B(**stack), microbatches=8, stage=stage))
+    stack = dict(num_layers=18, pipeline_model_parallel_size=3, virtual_pipeline_model_parallel_size=3)
+    e.append(run("cchk2-vpp3-l8w-tp2-pp3-mid-m6", L8W(**tp2, **stack), microbatches=6, stage=1))
+    # host-bound MoE ranks, MTP
+    e.append(
+        run(
+            "cchk2-moe-qm-ep2-s2k-m2", QM(expert_model_parallel_size=2, seq_length=2048), dp=2, microbatches=2
+        )
+    )
+    e.append(run("cchk2-moe-qm-ep4-s4k-m1", QM(expert_model_parallel_size=4), dp=4))
+    e.append(run("cchk2-moe-mx-ep4-s4k-m2", MX(expert_model_parallel_size=4), dp=4, microbatches=2))
+    e.append(
+        run(
+            "cchk2-mtp1-qm-ep4-s2k-m2",
+            QM(expert_model_parallel_size=4, seq_length=2048, mtp_num_layers=1),
+            dp=4,
+            microbatches=2,
+        )
+    )
+    e.append(
+        run("cchk2-mtp1-l8w-tp2-sp-s2k-m4", L8W(**tp2, seq_length=2048, mtp_num_layers=1), microbatches=4)
+    )
+    # micro-batch, unfused attention, full recompute
+    e.append(run("cchk2-mbs2-l8w-tp2-sp-s2k-m2", L8W(**tp2, seq_length=2048), mbs=2, microbatches=2))
+    e.append(run("cchk2-mbs8-l1b-s1k-m1", L1B(seq_length=1024), mbs=8))
+    e.append(
+        run(
+            "cchk2-unfused-l1b-s1k-mbs2-m2",
+            L1B(seq_length=1024, attention_backend="unfused"),
+            mbs=2,
+            microbatches=2,
+        )
+    )
+    full = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("cchk2-rc-full-l1b-s4k-m2", L1B(**full), microbatches=2))
+    # the optimizer step, the output layer
+    e.append(run("cchk2-opt-l1b-do-dp2", L1B(seq_length=2048), dp=2, distopt=True))
+    e.append(run("cchk2-opt-l8w-tp4-sp-s2k", L8W(**tp4, seq_length=2048)))
+    e.append(
+        run(
+            "cchk2-vocab152k-l1b-l2-s2k-m2",
+            L1B(num_layers=2, seq_length=2048, vocab_size=152064),
+            microbatches=2,
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2059,6 +2131,7 @@ def entries() -> list[Entry]:
         + _compute_timing()
         + _compute_relations()
         + _compute_relations_check()
+        + _compute_relations_check2()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
