@@ -363,15 +363,18 @@ def _walk(
     best price: every layout left is slower than that at best. A bound is split into the next
     level's only when it is the least left: a parallel shape into its layout groups
     (``Bounds.shape``, ``Bounds.layout``), a group into its members that recompute and offload
-    alike (``Bounds.alike``; those that recompute nothing take the group's own bound), and
-    those into their members, estimated, bounded one by one and priced."""
+    alike (``Bounds.alike``; those that recompute nothing take the group's own bound), those
+    into their members that fit, each by its own bound, and a member is priced when its bound
+    is the least left."""
     total = w.counts["enumerated"]
     shapes: dict[tuple[object, ...], list[int]] = {}
     for index in alive:
         shapes.setdefault(SHAPE_KNOBS.key(w.groups[index].head), []).append(index)
     by_shape = list(shapes.values())
     alike: list[tuple[int, list[tuple[int, Knobs]]]] = []  # a group's members whose passes are the same
-    # (bound, level: 0 a shape, 1 a layout group, 2 members alike, index in by_shape, groups or alike)
+    bounded: list[tuple[Scored, Derived, Priced]] = []  # members that fit, bounded, to price
+    # (bound, level: 0 a shape, 1 a layout group, 2 members alike, 3 a member; index in by_shape,
+    # groups, alike or bounded)
     heap = [(w.bounds.shape(w.groups[indices[0]].head), 0, n) for n, indices in enumerate(by_shape)]
     heapq.heapify(heap)
     while heap:
@@ -395,22 +398,29 @@ def _walk(
             done += len(w.groups[which])
             if progress:
                 progress(done, total)
+        elif level == 2:
+            for member in _fitting_members(w, *alike[which], scored):
+                heapq.heappush(heap, (member[0].bound_s, 3, len(bounded)))
+                bounded.append(member)
         else:
-            _walk_members(w, *alike[which], best, scored)
+            s, d, priced = bounded[which]
+            w.price(s, d, priced)
+            best.offer(s)
     for _, level, which in heap:
         if level == 0:
             w.counts["bounded out"] += sum(len(w.groups[i]) for i in by_shape[which])
         elif level == 1:
             w.counts["bounded out"] += len(w.groups[which])
-        else:
+        elif level == 2:
             w.counts["bounded out"] += len(alike[which][1])
     if progress:
         progress(total, total)
 
 
-def _walk_members(
-    w: _Work, index: int, members: list[tuple[int, Knobs]], best: _Best, scored: list[Scored]
-) -> None:
+def _fitting_members(
+    w: _Work, index: int, members: list[tuple[int, Knobs]], scored: list[Scored]
+) -> Iterator[tuple[Scored, Derived, Priced]]:
+    """The members that fit, each with its view, its priced stages and their bound."""
     for position, c in members:
         # memory first: most members near the top do not fit, and it costs less than a bound
         s = w.fitting(c, (index, position))
@@ -418,9 +428,7 @@ def _walk_members(
             continue
         scored.append(s)
         d, priced, s.bound_s = w.bounds.member(c)
-        if not passed_over(s.bound_s, best.threshold):  # else it fits, slower at best than the top
-            w.price(s, d, priced)
-            best.offer(s)
+        yield s, d, priced
 
 
 def _estimate_all(
