@@ -317,21 +317,34 @@ class _Iteration:
         self.busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
         # each pass's host work and whether it makes the host wait for the GPU
         waits = overlap.pipeline_syncs_host
-        self.pass_host = {
+        pass_host = {
             "F": [[(w.forward_host_s, waits or w.forward_syncs) for w in st.chunks] for st in stages],
             "B": [[(w.backward_host_s, waits or w.backward_syncs) for w in st.chunks] for st in stages],
         }
         self.host_waits = [
-            any(syncs for kind in ("F", "B") for _, syncs in self.pass_host[kind][r]) for r in range(p)
+            any(syncs for kind in ("F", "B") for _, syncs in pass_host[kind][r]) for r in range(p)
         ]
-        self.comm_alone = {
+        comm_alone = {
             kind: [[_exposed_comm(w, kind, overlap, False, 0.0) for w in st.chunks] for st in stages]
             for kind in ("F", "B")
         }
         # The send after each pass, by the stage that sends it (the gradient back costs the same).
         last = self.last
-        self.forward_send = [stages[s % p].send_s if s != last else 0.0 for s in range(p * v)]
-        self.backward_send = [stages[(s - 1) % p].send_s if s != 0 else 0.0 for s in range(p * v)]
+        sends = {
+            "F": [stages[s % p].send_s if s != last else 0.0 for s in range(p * v)],
+            "B": [stages[(s - 1) % p].send_s if s != 0 else 0.0 for s in range(p * v)],
+        }
+        # what ``place`` reads of each pass in one look-up: its exposed communication outside a
+        # combined 1F1B pair, its host work, whether it makes the host wait for the GPU, its send
+        self.pass_table = {
+            kind: [
+                [(comm_alone[kind][r][c], *pass_host[kind][r][c], sends[kind][c * p + r]) for c in range(v)]
+                for r in range(p)
+            ]
+            for kind in ("F", "B")
+        }
+        self.gather_waits = overlap.overlap_param_gather
+        self.sends_block = not overlap.overlap_p2p_comm
         if overlap.overlap_param_gather:
             for r in range(p):
                 for chunk in range(v) if overlap.align_param_gather else range(1):
@@ -365,7 +378,7 @@ class _Iteration:
         kind, mb, chunk = op
         s = chunk * self.p + r
         forward = kind == "F"
-        gather_waits = self.overlap.overlap_param_gather
+        gather_waits = self.gather_waits
         if forward and gather_waits and not self.first_forward_seen[r][chunk]:
             self.first_forward_seen[r][chunk] = True
             t = max(t, self.gather_first[r][chunk])
@@ -373,16 +386,13 @@ class _Iteration:
             # next chunk's gather (param_and_grad_buffer.py, finish_param_sync).
             if not self.overlap.align_param_gather and chunk + 1 < self.v:
                 self.issue_gather(r, chunk + 1, t)
-        comm = (
-            self.comm_alone[kind][r][chunk]
-            if pair_compute is None
-            else _exposed_comm(self.stages[r].chunks[chunk], kind, self.overlap, True, pair_compute - own)
-        )
+        comm, host, syncs, send = self.pass_table[kind][r][chunk]
+        if pair_compute is not None:
+            comm = _exposed_comm(self.stages[r].chunks[chunk], kind, self.overlap, True, pair_compute - own)
         # The pass starts once the host has issued its first kernel and keeps the GPU until its
         # kernels have run and the host has issued its last. The host runs ahead of the GPU from
         # one pass to the next, unless the pass makes it wait for the GPU: then the two meet,
         # and the pass takes the longer of its host work (its waits counted) and its kernels.
-        host, syncs = self.pass_host[kind][r][chunk]
         issued = self.host_clock[r]
         if issued > t:
             t = issued
@@ -397,20 +407,21 @@ class _Iteration:
         if busy > own:
             self.host_held[r] = True
         end = t + busy
-        if forward and gather_waits:
-            end = max(end, self.gather_end[r][chunk])  # the chunk's last bucket arrives before it ends
+        if forward and gather_waits and self.gather_end[r][chunk] > end:
+            # the chunk's last bucket arrives before it ends
+            self.exposed[r] += self.gather_end[r][chunk] - end
+            end = self.gather_end[r][chunk]
         if self.record:
             self.events.append(Event(r, "compute", "forward" if forward else "backward", mb, chunk, t, end))
         self.compute[r] += busy
-        self.exposed[r] += end - t - busy
         t = end
         if comm:
             if self.record:
                 self.events.append(Event(r, "compute", "exposed comm", mb, chunk, t, t + comm))
             self.exposed[r] += comm
             t += comm
-        arrival = t + (self.forward_send[s] if forward else self.backward_send[s])
-        if arrival > t and not self.overlap.overlap_p2p_comm:
+        arrival = t + send
+        if send and self.sends_block:
             if self.record:
                 self.events.append(Event(r, "compute", "send", mb, chunk, t, arrival))
             self.exposed[r] += arrival - t
@@ -745,12 +756,12 @@ def step_bound(stages: list[StageWork], num_microbatches: int, overlap: Overlap)
     adds waits to them."""
     p, v, m = len(stages), len(stages[0].chunks), num_microbatches
     blocking = not overlap.overlap_p2p_comm
-    intrinsic: dict[int, _StageParts] = {}  # stages are often one object
+    intrinsic: dict[int, _StageParts] = {}  # stages often share one tuple of chunks
     busy, host, chain_forward, chain_backward, reduce = [], [], [], [], []
     for r, stage in enumerate(stages):
-        parts = intrinsic.get(id(stage))
+        parts = intrinsic.get(id(stage.chunks))
         if parts is None:
-            parts = intrinsic[id(stage)] = _stage_parts(stage, overlap)
+            parts = intrinsic[id(stage.chunks)] = _stage_parts(stage, overlap)
         total = parts.total
         if blocking:  # a send after every pass but the last virtual stage's forward and the first's backward
             total += (v - (r == p - 1)) * stage.send_s

@@ -149,6 +149,7 @@ PASS_KNOBS = SHAPE_KNOBS | KnobSubset("vpp", "recompute", "act_offload", "regath
 PARAMS_KNOBS = KnobSubset("tp", "ep", "etp")
 CHUNK_WORK_KNOBS = PASS_KNOBS | KnobSubset("pp", "sharding", "fsdp_strategy")
 LAYOUT_KNOBS = Derived.CHUNK_KNOBS | KnobSubset("pp", "act_offload")
+SEND_KNOBS = KnobSubset("tp", "cp", "mbs", "sp", "pp")  # the boundary tensor and who is next
 
 # What a chunk's passes and parameters depend on besides the knobs: its layers' kinds, whether
 # it holds the embedding and the output layer, its MTP layers, and its first layer where
@@ -192,7 +193,7 @@ class _Layout:
 class Priced:
     """A layout's stages as the simulation takes them."""
 
-    stages: list[StageWork]  # ranks that build the same chunks share one StageWork
+    stages: list[StageWork]  # ranks that build the same chunks share one tuple of ChunkWork
     num_microbatches: int
     group: int  # microbatch_group_size_per_vp_stage
     overlap: Overlap
@@ -227,6 +228,7 @@ class StepPricer:
         self._works: dict[tuple[object, ...], ChunkWork] = {}
         self._layouts: dict[tuple[object, ...], _Layout] = {}
         self._collectives: dict[tuple[object, ...], float] = {}
+        self._sends: dict[tuple[object, ...], list[float]] = {}
 
     def _cached(
         self,
@@ -252,8 +254,12 @@ class StepPricer:
         layout = self._cached(self._layouts, LAYOUT_KNOBS.key(d.knobs), _layout_of, d)
         staged = [self.stage(d, shapes, chunks, data_parallel) for chunks in layout.distinct]
         parts = tuple(staged[i][1] for i in layout.rank_of) if data_parallel else ()
+        sends = self._cached(self._sends, SEND_KNOBS.key(d.knobs), _sends, d)
         priced = Priced(
-            [replace(staged[i][0], send_s=_send_s(d, rank)) for rank, i in enumerate(layout.rank_of)],
+            [
+                StageWork(staged[i][0].chunks, sends[rank], staged[i][0].optimizer_s)
+                for rank, i in enumerate(layout.rank_of)
+            ],
             d.num_microbatches,
             d.model.microbatch_group_size_per_vp_stage or d.pp,
             overlap_of(d),
@@ -305,7 +311,7 @@ class StepPricer:
         data_parallel: bool,
     ) -> tuple[StageWork, StepParts]:
         """One pipeline rank's chunks and its work once a step (the boundary tensor it sends is
-        the rank's own, ``_send_s``)."""
+        the rank's own, ``_sends``)."""
         works = []
         held: list[_ChunkParams] = []
         knobs = d.knobs
@@ -447,14 +453,14 @@ def _shard_tensors(d: Derived, chunks: list[_ChunkParams]) -> tuple[float, float
     return params, tensors
 
 
-def _send_s(d: Derived, stage: int) -> float:
-    """The boundary tensor from pipeline rank ``stage`` to the next (virtual) stage, over NVLink
+def _sends(d: Derived) -> list[float]:
+    """Per pipeline rank, the boundary tensor it sends to the next (virtual) stage, over NVLink
     or, where the two stages sit in different NVLink domains (pipeline ranks TP x CP x DP apart),
     the adapters."""
     tokens = d.micro_batch_size * d.model.seq_length / d.cp
     boundary = BF16 * (tokens / d.tp if d.sequence_parallel else tokens) * d.model.hidden_size
-    crosses = pipeline_crosses_domain(stage, d.pp, d.tp * d.cp * d.dp, d.network)
-    return send_recv(boundary, crosses, d.network)
+    over = {crosses: send_recv(boundary, crosses, d.network) for crosses in (False, True)}
+    return [over[pipeline_crosses_domain(rank, d.pp, d.tp * d.cp * d.dp, d.network)] for rank in range(d.pp)]
 
 
 def _layout_of(d: Derived) -> _Layout:
