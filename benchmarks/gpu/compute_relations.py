@@ -147,7 +147,7 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
 
     traced: dict[str, Any] = {}
     plan = item["plan"]
-    trace = item["split"] == "tune"
+    trace = item["split"] == "tune" or item.get("trace", False)
     original = pipeline.get_forward_backward_func
 
     def forward_backward_func() -> Any:
@@ -161,12 +161,15 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
             from torch.profiler import ProfilerActivity, profile
 
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            waits = _SyncWaits(torch.cuda)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof, waits:
                 tick = time.perf_counter()
                 out = inner(*args, **kwargs)
                 torch.cuda.synchronize()
                 wall = time.perf_counter() - tick
-            traced.update(_kernel_summary(prof, wall))
+            traced.update(
+                _kernel_summary(prof, wall), host_syncs=waits.count, host_sync_wait_s=round(waits.seconds, 5)
+            )
             return out
 
         return timed
@@ -184,6 +187,31 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
         result["measured"]["iterations"] = result["measured"]["iterations"][:-1]
         result["measured"]["profile"] = traced
     return result
+
+
+class _SyncWaits:
+    """Counts the schedule's ``torch.cuda.synchronize`` calls (Megatron-Core's batched P2P makes
+    one after every exchange) and the time the host waits in them: the traced iteration's wall
+    time less this is the host's own work."""
+
+    def __init__(self, cuda: Any) -> None:
+        self.cuda, self.count, self.seconds = cuda, 0, 0.0
+
+    def __enter__(self) -> None:
+        self.original = self.cuda.synchronize
+
+        def synchronize(*args: Any, **kwargs: Any) -> Any:
+            tick = time.perf_counter()
+            try:
+                return self.original(*args, **kwargs)
+            finally:
+                self.count += 1
+                self.seconds += time.perf_counter() - tick
+
+        self.cuda.synchronize = synchronize
+
+    def __exit__(self, *exc: object) -> None:
+        self.cuda.synchronize = self.original
 
 
 class _nothing:
