@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memtune.perf.layer import TABLES_MACHINE, Machine
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
@@ -48,16 +50,20 @@ OWN_SETS = {
 }
 SHARED = Path("/work/shared/reference/compute-time-h200")
 # Each set's machine: the time its kernels took inside a step relative to what the kernel
-# tables give (the tables' own H200, where the ctime- and compute-timing runs were timed, is 1).
-# The shared half's H200s and the H100 the crel- runs were timed on ran the same kernels faster
-# in their steps: a factor each, fitted by benchmarks/fit_step_constants.py on that set's
-# profiled kernel time alone (the shared half's GPU busy fraction, the crel- tune runs' traced
-# iteration). They price those sets' machines, never a user's job.
-MACHINE_FACTORS = {"shared": 0.88, "ctime": 1.0, "crel": 0.8, "compute-timing": 1.0}
+# tables give (memtune.perf.layer.Machine; the tables' own H200, where the ctime- and
+# compute-timing runs were timed, is 1). The shared half's H200s ran the same kernels faster in
+# their steps: a factor fitted by benchmarks/fit_step_constants.py on its GPU busy fraction,
+# which does not tell the attention apart. The H100 of the crel- and cchk- runs is measured
+# from each set's traced tune runs (``measured_machine``): its flash attention ran slower than
+# the table and every other kernel faster. They price those sets' machines, never a user's job.
+SHARED_MACHINE = Machine(0.88, 0.88)
+# The sets whose machine their own traced tune runs measure (their kernels by name).
+TRACED_SETS = ("crel", "cchk")
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
-# tune runs only calibrate their machine's factor (``calibrated``), their holdout runs are the
-# check.
+# tune runs only measure their machine, their holdout runs are the check.
 CHECK_SETS = {"cchk": RESULTS / "cchk-h100.results.jsonl"}
+# PyTorch's flash kernels by name in a trace (``pytorch_flash::flash_fwd_kernel``, ``..._bwd_...``)
+FLASH_KERNEL = "pytorch_flash::"
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,8 @@ class Timed:
     optimizer_s: float | None
     zeroed_and_finalized: bool  # the loop's forward+backward zeroed and finalized the gradients
     device_s: float | None = None  # the GPU's kernels' share of forward+backward, where profiled
-    machine_factor: float = 1.0  # its machine's kernel time relative to the tables' machine
+    attention_s: float = 0.0  # of which PyTorch's flash attention kernels
+    machine: Machine = TABLES_MACHINE  # its machine's kernel time relative to the tables' machine
 
     def pricer(self) -> Any:
         """The step model's pricer for this run: its loop's host floor, the stage alone."""
@@ -82,7 +89,7 @@ class Timed:
         from memtune.perf.step import StepPricer
 
         gpu = get_gpu(self.derived.job.cluster.gpu)
-        return StepPricer(gpu, MEASURE_RUNNER, stages_alone=True, machine_factor=self.machine_factor)
+        return StepPricer(gpu, MEASURE_RUNNER, stages_alone=True, machine=self.machine)
 
 
 def shared_job(c: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +181,7 @@ def shared_half(directory: Path = SHARED) -> list[Timed]:
                 r["opt_s"],
                 False,
                 busy,
-                MACHINE_FACTORS["shared"],
+                machine=SHARED_MACHINE,
             )
         )
     return timed
@@ -206,31 +213,32 @@ def own_runs(name: str) -> list[Timed]:
         fb, opt = median("forward_backward_seconds"), median("optimizer_seconds")
         profile = run["measured"].get("profile")  # the traced forward+backward's kernels
         device = profile["device_s"] if profile else None
-        timed.append(
-            Timed(
-                run["id"],
-                split_of(run["id"]),
-                d,
-                run["pp_rank"],
-                step,
-                fb,
-                opt,
-                True,
-                device,
-                MACHINE_FACTORS.get(name, 1.0),
-            )
+        attention = (
+            sum(k["us"] for k in profile["kernels"] if FLASH_KERNEL in k["name"]) / 1e6 if profile else 0.0
         )
-    return calibrated(timed) if name in CHECK_SETS else timed
+        timed.append(
+            Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], step, fb, opt, True, device, attention)
+        )
+    return measured_machine(timed) if name in TRACED_SETS else timed
 
 
-def calibrated(runs: list[Timed]) -> list[Timed]:
-    """``runs`` priced on their own machine: its kernel factor is the median, over the tune runs
-    with a traced iteration, of their measured kernel time over the one the model gives at 1."""
+def measured_machine(runs: list[Timed]) -> list[Timed]:
+    """``runs`` priced on their own machine, measured by their tune runs' traced iteration:
+    its kernels' factor is the median of their kernels' time outside the flash attention over
+    what the model gives at 1, its attention's the median of their flash kernels' time over the
+    model's (the model is linear in the attention factor: its price at 2 less its price at 1)."""
     from dataclasses import replace
 
-    at_one = [(r.device_s, replace(r, machine_factor=1.0)) for r in runs if r.device_s and r.split == "tune"]
-    factor = round(statistics.median(measured / predicted_device_s(r) for measured, r in at_one), 3)
-    return [replace(r, machine_factor=factor) for r in runs]
+    traced = [r for r in runs if r.device_s and r.split == "tune"]
+    kernels, attention = [], []
+    for r in traced:
+        at_one = predicted_device_s(replace(r, machine=Machine()))
+        flash = predicted_device_s(replace(r, machine=Machine(1.0, 2.0))) - at_one
+        kernels.append((r.device_s - r.attention_s) / (at_one - flash))
+        if r.attention_s and flash:
+            attention.append(r.attention_s / flash)
+    machine = Machine(round(statistics.median(kernels), 3), round(statistics.median(attention), 3))
+    return [replace(r, machine=machine) for r in runs]
 
 
 @dataclass(frozen=True)

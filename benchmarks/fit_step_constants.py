@@ -19,11 +19,12 @@ minimising the sum of the shared half's median |relative error| of the step's co
 largest, the mean |error| of each of memtune's own tune sets (each capped at ``CAP``), the CI
 tune runs' median (the whole step), and the shared half's median error of the GPU's kernel time
 in forward+backward (its profiled busy fraction), so that host and device are each right.
-The shared half's machines and the H100 of the ``crel-`` runs get their own kernel factor
-against the tables' machine (``compute_accuracy.MACHINE_FACTORS``), fitted by their profiled
-kernel time, which only their own terms see: the in-step factor every user's job takes is thus
-set by memtune's own runs on the machine the tables were timed on and by the CI runs, not by a
-faster machine's. Prints the values, which ``memtune/perf/constants.py`` then carries, and the errors.
+The shared half's machines get their own kernel factor against the tables' machine
+(``compute_accuracy.SHARED_MACHINE``), fitted by their profiled busy fraction, which only their
+own terms see; the H100 of the ``crel-`` runs is measured by their traced kernels
+(``compute_accuracy.measured_machine``): the in-step factor every user's job takes is thus set by
+memtune's own runs on the machine the tables were timed on and by the CI runs, not by a faster
+machine's. Prints the values, which ``memtune/perf/constants.py`` then carries, and the errors.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ FLOOR_GRIDS = {
 }
 LEAST_SQUARES = {"MEASURE_RUNNER": "step_s"}  # fitted with the optimizer, not on the grid
 CAP = 0.3  # an own run's error counts up to this much in the fit
-# a profiled set's machine against the tables' (compute_accuracy.MACHINE_FACTORS)
+# the shared half's machine against the tables' (compute_accuracy.SHARED_MACHINE)
 MACHINE_GRID = [0.76, 0.78, 0.8, 0.82, 0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98, 1.0]
 SHARED_GRIDS: dict[str, list[Any]] = {
     "IN_STEP_KERNEL_FACTOR": [0.88, 0.9, 0.92, 0.94, 0.96, 0.98, 1.0, 1.02, 1.04, 1.06, 1.08, 1.1],
@@ -98,6 +99,7 @@ def main() -> int:
 
     from memtune.bench.plan import accuracy
     from memtune.perf import constants as K
+    from memtune.perf.layer import Machine
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -131,7 +133,7 @@ def main() -> int:
         own_means = (statistics.mean(e) for e in own_errors)
         return (statistics.median(shared_errors), *own_means, device, crel_device, max(shared_errors), ci)
 
-    machines = {"shared": shared, "crel": own["crel"]}  # the sets with profiled kernel time
+    machines = {"shared": shared}  # profiled by its busy fraction alone
     knobs: list[tuple[str | None, str, list[Any]]] = [("machine", name, MACHINE_GRID) for name in machines]
     knobs += [(None, name, grid) for name, grid in SHARED_GRIDS.items()]
     knobs.append((None, "RECOMPUTE_HOST_SHARE.mlp", [0.1, 0.2, 0.3, 0.4, 0.5, 0.7]))
@@ -144,14 +146,15 @@ def main() -> int:
 
     def get(floor: str | None, name: str) -> Any:
         if floor == "machine":
-            return machines[name][0].machine_factor
+            return machines[name][0].machine.kernels
         if name.startswith("RECOMPUTE_HOST_SHARE."):
             return K.RECOMPUTE_HOST_SHARE[name.split(".")[1]]
         return getattr(getattr(K, floor), name) if floor else getattr(K, name)
 
     def put(floor: str | None, name: str, value: Any) -> None:
         if floor == "machine":
-            machines[name][:] = [dataclasses.replace(r, machine_factor=value) for r in machines[name]]
+            fitted_machine = Machine(value, value)  # its busy fraction does not tell the attention apart
+            machines[name][:] = [dataclasses.replace(r, machine=fitted_machine) for r in machines[name]]
         elif name.startswith("RECOMPUTE_HOST_SHARE."):
             K.RECOMPUTE_HOST_SHARE = {**K.RECOMPUTE_HOST_SHARE, name.split(".")[1]: value}
         elif floor:
@@ -175,8 +178,8 @@ def main() -> int:
     for name in SHARED_GRIDS:
         print(f"{name} = {getattr(K, name):g}")
     print(f"RECOMPUTE_HOST_SHARE = {K.RECOMPUTE_HOST_SHARE}")
-    factors = {name: runs[0].machine_factor for name, runs in machines.items() if runs}
-    print(f"compute_accuracy.MACHINE_FACTORS: {factors}")
+    print(f"compute_accuracy.SHARED_MACHINE: {shared[0].machine}")
+    print(f"the crel- runs' machine, measured: {own['crel'][0].machine}")
     for floor in ("MEGATRON_LM_LOOP", "MEASURE_RUNNER"):
         print(f"{floor} = {getattr(K, floor)}")
     names = [

@@ -50,6 +50,22 @@ BF16 = 2
 
 
 @dataclass(frozen=True)
+class Machine:
+    """The time a machine's kernels take inside a training step relative to what the kernel
+    tables give (1: the machine they were timed on). The fused attention kernels apart: on the
+    H100 that timed memtune's ``crel-`` and ``cchk-`` runs, PyTorch's flash kernel took 1.12x
+    its table price inside a step while every other kernel took 0.80x
+    (``benchmarks/compute_accuracy.py``, from the traced kernels). A measured set's machine
+    prices that set only; every user's job is priced at 1."""
+
+    kernels: float = 1.0
+    attention: float = 1.0
+
+
+TABLES_MACHINE = Machine()  # what every user's job is priced on
+
+
+@dataclass(frozen=True)
 class LayerPrice:
     """One transformer layer's work for one microbatch, in seconds: what its passes cost and the
     parts a selective recompute replays."""
@@ -97,15 +113,21 @@ class ShapePricer:
     """The prices of one parallel shape of a job (``d``) on ``gpu`` in a loop with host floor
     ``floor``: each layer kind's, and the other per-microbatch pieces of a chunk's passes.
     Without ``exchanges`` (a rank run alone under PyTorch's fake process group) the MoE
-    dispatcher's exchanges move nothing, and its host does not wait on them. ``machine_factor``
-    is the time the machine's kernels take relative to the machine the kernel tables were timed
-    on (1: the same; a measured set's own machines, ``benchmarks/compute_accuracy.py``)."""
+    dispatcher's exchanges move nothing, and its host does not wait on them. ``machine`` is
+    the speed of the machine's kernels against the tables' (:class:`Machine`)."""
 
     def __init__(
-        self, d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool = True, machine_factor: float = 1.0
+        self,
+        d: Derived,
+        gpu: GPU,
+        floor: K.HostFloor,
+        exchanges: bool = True,
+        machine: Machine = TABLES_MACHINE,
     ) -> None:
         self.d = d
-        self.kernel_factor = K.IN_STEP_KERNEL_FACTOR * machine_factor
+        self.kernel_factor = K.IN_STEP_KERNEL_FACTOR * machine.kernels
+        # the fused attention kernels' time against the other kernels' on this machine
+        self.attention_factor = machine.attention / machine.kernels
         self.exchanges = exchanges
         self.gpu = gpu
         self.floor = floor
@@ -204,8 +226,10 @@ class ShapePricer:
             fwd_frac, bwd_frac = cudnn_attention_fractions(seq, batch, round(qk))
         else:
             fwd_frac, bwd_frac = attention_fractions(seq, batch)
-        fwd = flops / (self.matmul_flops * fwd_frac)
-        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (self.matmul_flops * bwd_frac)
+        fwd = flops / (self.matmul_flops * fwd_frac) * self.attention_factor
+        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (
+            self.matmul_flops * bwd_frac
+        ) * self.attention_factor
 
     def unfused_attention(self, s: float, heads: float, qk: float, v: float) -> tuple[float, float]:
         """Megatron-Core's unfused ``DotProductAttention`` (megatron-core 0.19.2,

@@ -39,7 +39,7 @@ from memtune.errors import InputError
 from memtune.limits import MAX_ESTIMATE_SIMULATED_OPERATIONS, MAX_SIMULATED_OPERATIONS
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, collective, pipeline_crosses_domain, send_recv
-from memtune.perf.layer import LayerPrice, Piece, ShapePricer
+from memtune.perf.layer import TABLES_MACHINE, LayerPrice, Machine, Piece, ShapePricer
 from memtune.perf.offload import activation_offload_s, optimizer_offload_s
 from memtune.perf.sharding import chunk_work, exposed
 from memtune.perf.simulate import ChunkWork, Overlap, Simulated, StageWork, simulate
@@ -209,8 +209,8 @@ class StepPricer:
     collective under its arguments; the prices are the same. With ``stages_alone`` each stage is
     one rank run alone under PyTorch's fake process group: no pass waits for another stage, no
     collective or pipeline exchange takes time, and the MoE dispatcher's host does not wait on
-    its exchanges. ``machine_factor``: the time the machine's kernels take relative to the
-    kernel tables' machine (``ShapePricer``)."""
+    its exchanges. ``machine``: the speed of the machine's kernels against the kernel tables'
+    (``layer.Machine``)."""
 
     def __init__(
         self,
@@ -218,10 +218,10 @@ class StepPricer:
         floor: K.HostFloor,
         reuse: bool = False,
         stages_alone: bool = False,
-        machine_factor: float = 1.0,
+        machine: Machine = TABLES_MACHINE,
     ) -> None:
         self.gpu, self.floor, self.reuse, self.stages_alone = gpu, floor, reuse, stages_alone
-        self.machine_factor = machine_factor
+        self.machine = machine
         self._shapes: dict[tuple[object, ...], _Shapes] = {}
         self._passes: dict[tuple[object, ...], ChunkWork] = {}
         self._params: dict[tuple[object, ...], _ChunkParams] = {}
@@ -299,9 +299,7 @@ class StepPricer:
         if d.job.peft is not None:
             key += ADAPTER_KNOBS.key(d.knobs)
         exchanges = not self.stages_alone
-        return self._cached(
-            self._shapes, key, _shapes_of, d, self.gpu, self.floor, exchanges, self.machine_factor
-        )
+        return self._cached(self._shapes, key, _shapes_of, d, self.gpu, self.floor, exchanges, self.machine)
 
     def stage(
         self,
@@ -516,8 +514,8 @@ def _signature(d: Derived, chunk: Chunk) -> ChunkSignature:
     )
 
 
-def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool, machine_factor: float) -> _Shapes:
-    pricer = ShapePricer(d, gpu, floor, exchanges, machine_factor)
+def _shapes_of(d: Derived, gpu: GPU, floor: K.HostFloor, exchanges: bool, machine: Machine) -> _Shapes:
+    pricer = ShapePricer(d, gpu, floor, exchanges, machine)
     kinds = {moe: pricer.layer(moe) for moe in set(d.moe_layer_pattern)}
     # an MTP layer's transformer layer is the decoder's last layer's kind
     mtp = pricer.mtp_layer(kinds[d.moe_layer_pattern[-1]]) if d.mtp_num_layers else None

@@ -503,16 +503,23 @@ def test_batched_pipeline_exchanges_make_the_host_wait_and_interleaved_ones_do_n
     assert predict_priced(small, priced).step_time_s > predict_priced(small, ahead).step_time_s
 
 
-def test_a_machine_factor_scales_the_kernels_and_leaves_the_host() -> None:
-    """A measured set's machine (benchmarks/compute_accuracy.py MACHINE_FACTORS) runs every
-    kernel of a layer that much faster or slower; the host's launch work is the loop's."""
+def test_a_machine_scales_its_kernels_its_attention_apart_and_leaves_the_host() -> None:
+    """A measured set's machine (benchmarks/compute_accuracy.py MACHINES) runs every kernel of a
+    layer that much faster or slower, its fused attention by a factor of its own; the host's
+    launch work is the loop's."""
     from memtune.catalog.gpus import get_gpu
-    from memtune.perf.layer import ShapePricer
+    from memtune.perf.layer import Machine, ShapePricer
 
     d = local()
     gpu = get_gpu(d.job.cluster.gpu)
-    tables = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).layer(False)
-    faster = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, machine_factor=0.8).layer(False)
-    assert faster.fwd == pytest.approx(0.8 * tables.fwd)
-    assert faster.bwd == pytest.approx(0.8 * tables.bwd)
-    assert (faster.host_fwd, faster.host_bwd) == (tables.host_fwd, tables.host_bwd)
+    tables = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP)
+    faster = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, machine=Machine(0.8, 0.8)).layer(False)
+    assert faster.fwd == pytest.approx(0.8 * tables.layer(False).fwd)
+    assert faster.bwd == pytest.approx(0.8 * tables.layer(False).bwd)
+    assert (faster.host_fwd, faster.host_bwd) == (tables.layer(False).host_fwd, tables.layer(False).host_bwd)
+    # the flash kernel half as slow again, the rest as in the tables: only the core attention grows
+    attention_fwd, attention_bwd = tables.core_attention()
+    slow_attention = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP, machine=Machine(1.0, 1.5)).layer(False)
+    f = K.IN_STEP_KERNEL_FACTOR
+    assert slow_attention.fwd == pytest.approx(tables.layer(False).fwd + 0.5 * attention_fwd * f)
+    assert slow_attention.bwd == pytest.approx(tables.layer(False).bwd + 0.5 * attention_bwd * f)
