@@ -58,10 +58,10 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # the table and every other kernel faster. They price those sets' machines, never a user's job.
 SHARED_MACHINE = Machine(0.88, 0.88)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
-TRACED_SETS = ("crel", "cchk")
+TRACED_SETS = ("crel", "cchk", "cchk2")
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
-CHECK_SETS = {"cchk": RESULTS / "cchk-h100.results.jsonl"}
+CHECK_SETS = {"cchk": RESULTS / "cchk-h100.results.jsonl", "cchk2": RESULTS / "cchk2-h100.results.jsonl"}
 # PyTorch's flash kernels by name in a trace (``pytorch_flash::flash_fwd_kernel``, ``..._bwd_...``)
 FLASH_KERNEL = "pytorch_flash::"
 
