@@ -1,8 +1,8 @@
-"""The step model's per-stage compute against single-rank runs timed alone on the H200.
+"""The step model's per-stage compute against single-rank runs timed alone on one GPU.
 
     python benchmarks/compute_accuracy.py [--split tune|holdout] [--set NAME] [--shared DIR]
 
-Four sets, each one rank's iteration under PyTorch's fake process group (no collective moves
+The sets, each one rank's iteration under PyTorch's fake process group (no collective moves
 data, so the iteration is the rank's compute, host work and optimizer step):
 
 - ``shared``: the shared half of a measured set nobody here chose
@@ -15,6 +15,9 @@ data, so the iteration is the rank's compute, host work and optimizer step):
   and the optimizer step apart), split by the measured set's sha1 rule
   (benchmarks/measured/README.md).
 - ``compute-timing``: memtune's earlier runs, iteration seconds only.
+- ``cchk``, ``cchk2``: checks of a frozen model on new shapes (``cchk-h100``, ``cchk2-h100``),
+  each defined before it was measured; the tune runs only measure the lent machine
+  (``measured_machine``), the holdout runs are the check.
 
 The prediction is ``predict_step(...)`` of that rank's stage: its compute
 (``Simulated.stage_compute_s``: the passes, host-bound time included, and the step's own work;

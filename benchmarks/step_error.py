@@ -85,7 +85,7 @@ def table() -> dict[str, object]:
                 "families": per_family(published_errors()),
             },
             "single_rank": {
-                "description": "one rank's compute and optimizer step timed alone on the H200 "
+                "description": "one rank's compute and optimizer step timed alone on one H200 or H100 "
                 "(benchmarks/gpu/results; python benchmarks/compute_accuracy.py --split holdout)",
                 "families": per_family(single_rank_errors()),
             },

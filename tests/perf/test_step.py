@@ -504,9 +504,9 @@ def test_batched_pipeline_exchanges_make_the_host_wait_and_interleaved_ones_do_n
 
 
 def test_a_machine_scales_its_kernels_its_attention_apart_and_leaves_the_host() -> None:
-    """A measured set's machine (benchmarks/compute_accuracy.py MACHINES) runs every kernel of a
-    layer that much faster or slower, its fused attention by a factor of its own; the host's
-    launch work is the loop's."""
+    """A measured set's machine (benchmarks/compute_accuracy.py: SHARED_MACHINE,
+    measured_machine) runs every kernel of a layer that much faster or slower, its fused
+    attention by a factor of its own; the host's launch work is the loop's."""
     from memtune.catalog.gpus import get_gpu
     from memtune.perf.layer import Machine, ShapePricer
 
