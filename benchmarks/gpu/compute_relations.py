@@ -402,22 +402,18 @@ def run(args: argparse.Namespace) -> int:
 
     assert not torch.cuda.is_initialized(), "CUDA must not be touched before the children fork"
     print(f"imports {time.monotonic() - started:.1f} s", flush=True)
-    if args.kernels:
-        result = _in_child(_unfused_attention, 120, UNFUSED_SHAPES)
-        Path(args.kernels).write_text(json.dumps(result, indent=1))
-        print(
-            f"[{time.monotonic() - started:5.0f}s] unfused attention: {len(result.get('unfused_attention', []))} shapes "
-            f"{result.get('error', '')}",
-            flush=True,
-        )
-    if args.flash:
-        result = _in_child(_flash_attention, 120, FLASH_SHAPES)
-        Path(args.flash).write_text(json.dumps(result, indent=1))
-        print(
-            f"[{time.monotonic() - started:5.0f}s] flash attention: {len(result.get('flash_attention', []))} shapes "
-            f"{result.get('error', '')}",
-            flush=True,
-        )
+    for out_path, timer, shapes, key in (
+        (args.kernels, _unfused_attention, UNFUSED_SHAPES, "unfused_attention"),
+        (args.flash, _flash_attention, FLASH_SHAPES, "flash_attention"),
+    ):
+        if out_path:
+            result = _in_child(timer, 120, shapes)
+            Path(out_path).write_text(json.dumps(result, indent=1))
+            timed = len(result.get(key, []))
+            print(
+                f"[{time.monotonic() - started:5.0f}s] {key}: {timed} shapes {result.get('error', '')}",
+                flush=True,
+            )
     items = [json.loads(line) for line in Path(args.plans).read_text().splitlines() if line.strip()]
     with open(args.results, "a") as out:
         for n, item in enumerate(items, 1):
