@@ -71,9 +71,6 @@ DEEPEP_RDMA_FRACTION = 43 / 50
 # H200's 132 SMs. memtune/perf/step.py `userbuffer_overlap` prices each overlapped GEMM with it.
 UB_PIPELINE_SPLITS = 4
 UB_SM_MARGIN = 16 / 132
-# Megatron-FSDP's per-microbatch gathers and reduce-scatters run on their own stream behind this
-# share of a chunk's compute (memtune/perf/step.py).
-DP_OVERLAP_WINDOW_FRACTION = 0.9
 
 # --- optimizer and offload -----------------------------------------------------------------
 # The step model times Adam from the measured table (memtune/perf/kernels.py) and adds
