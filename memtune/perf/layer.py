@@ -53,8 +53,8 @@ BF16 = 2
 class Machine:
     """The time a machine's kernels take inside a training step relative to what the kernel
     tables give (1: the machine they were timed on). The fused attention kernels apart: on the
-    H100 that timed memtune's ``crel-`` and ``cchk-`` runs, PyTorch's flash kernel took 1.12x
-    its table price inside a step while every other kernel took 0.80x
+    H100s that timed memtune's ``crel-``, ``cchk-`` and ``cchk2-`` runs, PyTorch's flash kernel
+    took 1.09-1.12x its table price inside a step while every other kernel took 0.80-0.81x
     (``benchmarks/compute_accuracy.py``, from the traced kernels). A measured set's machine
     prices that set only; every user's job is priced at 1."""
 
