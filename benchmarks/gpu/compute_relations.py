@@ -190,9 +190,9 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class _SyncWaits:
-    """Counts the schedule's ``torch.cuda.synchronize`` calls (Megatron-Core's batched P2P makes
-    one after every exchange) and the time the host waits in them: the traced iteration's wall
-    time less this is the host's own work."""
+    """Counts the ``torch.cuda.synchronize`` calls of a traced iteration (Megatron-Core's batched
+    P2P makes one after every exchange; the last is the one that ends the iteration) and the
+    time the host waits in them: the iteration's wall time less this is the host's own work."""
 
     def __init__(self, cuda: Any) -> None:
         self.cuda, self.count, self.seconds = cuda, 0, 0.0
