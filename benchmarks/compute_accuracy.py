@@ -18,6 +18,8 @@ data, so the iteration is the rank's compute, host work and optimizer step):
 - ``cchk``, ``cchk2``: checks of a frozen model on new shapes (``cchk-h100``, ``cchk2-h100``),
   each defined before it was measured; the tune runs only measure the lent machine
   (``measured_machine``), the holdout runs are the check.
+- ``cchk2r``: the ``cchk2-`` runs timed again on another lent H100, to show how far the machine
+  moves a step (not a check).
 
 The prediction is ``predict_step(...)`` of that rank's stage: its compute
 (``Simulated.stage_compute_s``: the passes, host-bound time included, and the step's own work;
@@ -61,10 +63,14 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # the table and every other kernel faster. They price those sets' machines, never a user's job.
 SHARED_MACHINE = Machine(0.88, 0.88)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
-TRACED_SETS = ("crel", "cchk", "cchk2")
+TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r")
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
 CHECK_SETS = {"cchk": RESULTS / "cchk-h100.results.jsonl", "cchk2": RESULTS / "cchk2-h100.results.jsonl"}
+# The cchk2- runs timed again in a later call, on another lent H100: how far the machine moves a
+# step. Not a check (its shapes were seen) and pooled in no figure; its tune runs measure its
+# machine as a check's do.
+REPEATS = {"cchk2r": RESULTS / "cchk2-repeat-h100.results.jsonl"}
 # PyTorch's flash kernels by name in a trace (``pytorch_flash::flash_fwd_kernel``, ``..._bwd_...``)
 FLASH_KERNEL = "pytorch_flash::"
 
@@ -198,7 +204,7 @@ def own_runs(name: str) -> list[Timed]:
     from memtune.config import derive, validate
 
     timed: list[Timed] = []
-    path = {**OWN_SETS, **CHECK_SETS}[name]
+    path = {**OWN_SETS, **CHECK_SETS, **REPEATS}[name]
     if not path.exists():
         return timed
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -302,10 +308,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--split", choices=("tune", "holdout"))
-    parser.add_argument("--set", choices=("shared", *OWN_SETS, *CHECK_SETS), action="append", dest="names")
+    parser.add_argument(
+        "--set", choices=("shared", *OWN_SETS, *CHECK_SETS, *REPEATS), action="append", dest="names"
+    )
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared half's directory")
     args = parser.parse_args()
-    own = [*OWN_SETS, *CHECK_SETS]
+    own = [*OWN_SETS, *CHECK_SETS, *REPEATS]
     names = args.names or (["shared", *own] if args.shared.exists() else own)
     splits = (args.split,) if args.split else ("tune", "holdout")
     for name, runs in sets(names, args.shared):
