@@ -58,9 +58,9 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # tables give (memtune.perf.layer.Machine; the tables' own H200, where the ctime- and
 # compute-timing runs were timed, is 1). The shared half's H200s ran the same kernels faster in
 # their steps: a factor fitted by benchmarks/fit_step_constants.py on its GPU busy fraction,
-# which does not tell the attention apart. The H100 of the crel- and cchk- runs is measured
-# from each set's traced tune runs (``measured_machine``): its flash attention ran slower than
-# the table and every other kernel faster. They price those sets' machines, never a user's job.
+# which does not tell the attention apart. The H100s of the crel-, cchk- and cchk2- runs are
+# measured from each set's traced tune runs (``measured_machine``): their flash attention ran
+# slower than the table and every other kernel faster. They price those sets' machines, never a user's job.
 SHARED_MACHINE = Machine(0.88, 0.88)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
 TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r")
@@ -246,7 +246,8 @@ def measured_machine(runs: list[Timed]) -> list[Timed]:
         kernels.append((r.device_s - r.attention_s) / (at_one - flash))
         if r.attention_s and flash:
             attention.append(r.attention_s / flash)
-    machine = Machine(round(statistics.median(kernels), 3), round(statistics.median(attention), 3))
+    # a set that traced no flash kernel gives its attention the other kernels' factor
+    machine = Machine(round(statistics.median(kernels), 3), round(statistics.median(attention or kernels), 3))
     return [replace(r, machine=machine) for r in runs]
 
 
