@@ -60,7 +60,8 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # their steps: a factor fitted by benchmarks/fit_step_constants.py on its GPU busy fraction,
 # which does not tell the attention apart. The H100s of the crel-, cchk- and cchk2- runs are
 # measured from each set's traced tune runs (``measured_machine``): their flash attention ran
-# slower than the table and every other kernel faster. They price those sets' machines, never a user's job.
+# slower than the H100's table and every other kernel faster. They price those sets' machines,
+# never a user's job.
 SHARED_MACHINE = Machine(0.88, 0.88)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
 TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r")

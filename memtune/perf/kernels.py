@@ -4,19 +4,21 @@ A table is what ``benchmarks/gpu/kernel_calibration.py`` (or the earlier
 ``benchmarks/gpu/gemm_calibration.py``) wrote on a GPU: GEMM TFLOP/s by (M, N, K) and flash
 attention TFLOP/s by sequence and heads x batch. The bf16 GEMMs of both files are one table
 (a shape timed in both takes the mean): the later one times the same layer shapes at 1,024 to
-16,384 tokens, so a GEMM's efficiency follows its M where it was measured. The package carries the tables that were
-really measured (``memtune/perf/data/``, byte-identical copies of ``benchmarks/gpu/results/``;
-a test keeps them so): bf16 GEMMs and causal flash attention (head dim 128) from
-``gemm-h200.json``, FP8 GEMMs with tensorwise and with blockwise scaling (``torch._scaled_mm``)
-from ``kernels-h200.json``, both on the H200. A GEMM's efficiency (the fraction of the GPU's bf16,
+16,384 tokens, so a GEMM's efficiency follows its M where it was measured. The package
+carries the tables that were really measured (``memtune/perf/data/``, byte-identical copies of
+``benchmarks/gpu/results/``; a test keeps them so), on two GPUs: the H200 (``gemm-h200.json``,
+``kernels-h200.json``) and the H100 80GB HBM3 (``gemm-h100.json``, ``kernels-h100.json``, timed
+by the same scripts): bf16 GEMMs and causal flash attention (head dim 128), FP8 GEMMs with
+tensorwise and with blockwise scaling (``torch._scaled_mm``). A job is priced from its own GPU's
+tables where there are some (``tables_of``). A GEMM's efficiency (the fraction of the GPU's bf16,
 or FP8, peak it reaches) is interpolated in log2(M, N, K) by inverse distance over the nearest
 measured shapes when the shape lies inside the measured range, and otherwise taken from the
 half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
-peak). Other GPUs reach the same fraction of their own peak (unmeasured: no table for them).
+peak). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them).
 MXFP8 cannot be measured on the H200 (no block-scaled MMA before Blackwell): its GEMMs take
 the tensorwise fraction, and predictions that use it say so.
 
-``kernels-h200.json`` also times the work around the GEMMs in PyTorch's own eager kernels, what
+The later file also times the work around the GEMMs in PyTorch's own eager kernels, what
 Megatron-Core's local spec runs: RMSNorm/LayerNorm, SwiGLU, bias-dropout-add and RoPE by tensor
 size; the unfused cross-entropy (fp32 logits, forward and backward) by tokens x vocabulary; the
 MoE router with token permute and unpermute by tokens x top-k x hidden; and Adam (torch's
@@ -37,11 +39,31 @@ from typing import Any
 
 from memtune.perf import constants as K
 
-# The one GPU with measured tables. Fractions are of its catalog (datasheet) bf16 peak
+# The GPUs with measured tables, by catalog name: the bf16 GEMM and flash attention file, and
+# the later file with everything else. Fractions are of the GPU's own catalog (datasheet) peak
 # (memtune/catalog/data/gpus.yaml), which is what lets them transfer to other GPUs' peaks.
-MEASURED_ON = "H200"
-TABLES = {MEASURED_ON: "gemm-h200.json"}
-FP8_TABLES = {MEASURED_ON: "kernels-h200.json"}
+TABLES = {
+    "H200": ("gemm-h200.json", "kernels-h200.json"),
+    "H100-80GB": ("gemm-h100.json", "kernels-h100.json"),
+}
+REFERENCE = "H200"  # whose tables a GPU without its own takes
+
+
+def tables_of(gpu: str) -> str:
+    """The GPU whose measured tables price ``gpu`` (a catalog name): its own, else the
+    reference's, as fractions of ``gpu``'s own peaks."""
+    return gpu if gpu in TABLES else REFERENCE
+
+
+@cache
+def _raw(on: str, later: bool) -> dict[str, Any]:
+    name = TABLES[on][1 if later else 0]
+    raw: dict[str, Any] = json.loads(
+        resources.files("memtune.perf").joinpath("data", name).read_text(encoding="utf-8")
+    )
+    return raw
+
+
 NEAREST = 4  # measured shapes an interpolation weighs
 RANGE_MARGIN_LOG2 = 1.0  # extrapolate at most a factor of 2 beyond the measured shapes
 
@@ -108,16 +130,11 @@ def _attention_table(rows: list[dict[str, Any]], peak: float, head_dim: bool = F
 
 
 @cache
-def _tables() -> tuple[GemmTable, AttentionTable]:
+def _tables(on: str) -> tuple[GemmTable, AttentionTable]:
     from memtune.catalog.gpus import get_gpu
 
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
-    peak = get_gpu(MEASURED_ON).bf16_tflops
-    later = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
+    raw, later = _raw(on, later=False), _raw(on, later=True)
+    peak = get_gpu(on).bf16_tflops
     by_shape: dict[tuple[int, int, int], list[float]] = {}
     for g in [*raw["gemm"], *later["gemm"]["bf16"]]:
         by_shape.setdefault((g["m"], g["n"], g["k"]), []).append(g["tflops"])
@@ -133,9 +150,10 @@ def _tables() -> tuple[GemmTable, AttentionTable]:
 
 
 @cache
-def gemm_fraction(m: int, n: int, k: int) -> float:
-    """Fraction of the bf16 peak a bf16 GEMM of this shape reaches: measured table, else curve."""
-    measured = _tables()[0].fraction(m, n, k)
+def gemm_fraction(on: str, m: int, n: int, k: int) -> float:
+    """Fraction of the bf16 peak a bf16 GEMM of this shape reaches on the GPU ``on`` (one of
+    ``TABLES``): its measured table, else the curve."""
+    measured = _tables(on)[0].fraction(m, n, k)
     if measured is not None:
         return measured
     h = K.GEMM_HALF_SIZE
@@ -143,39 +161,34 @@ def gemm_fraction(m: int, n: int, k: int) -> float:
 
 
 @cache
-def attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
+def attention_fractions(on: str, seq: int, heads_x_batch: int) -> tuple[float, float]:
     """Forward and backward fractions of the bf16 peak of PyTorch's causal flash attention
-    kernel (``SDPBackend.FLASH_ATTENTION``, FlashAttention-2; head dim 128): ``gemm-h200.json``."""
-    return _tables()[1].fractions(seq, heads_x_batch)
+    kernel (``SDPBackend.FLASH_ATTENTION``, FlashAttention-2; head dim 128): ``gemm-*.json``."""
+    return _tables(on)[1].fractions(seq, heads_x_batch)
 
 
 @cache
-def _cudnn_table() -> AttentionTable:
+def _cudnn_table(on: str) -> AttentionTable:
     from memtune.catalog.gpus import get_gpu
 
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
-    return _attention_table(raw["attention"], get_gpu(MEASURED_ON).bf16_tflops, head_dim=True)
+    return _attention_table(_raw(on, later=True)["attention"], get_gpu(on).bf16_tflops, head_dim=True)
 
 
 @cache
-def cudnn_attention_fractions(seq: int, heads_x_batch: int, head_dim: int) -> tuple[float, float]:
+def cudnn_attention_fractions(on: str, seq: int, heads_x_batch: int, head_dim: int) -> tuple[float, float]:
     """Forward and backward fractions of the bf16 peak of cuDNN's fused causal attention, what
     Transformer Engine's ``FusedAttention`` runs: ``kernels-h200.json``'s attention section, timed
     through PyTorch SDPA's default backend on the H200 (torch 2.11), which there is cuDNN's
     (1.7-2x the flash kernel's rate at the same shapes); head dims 64, 128 and 192."""
-    return _cudnn_table().fractions(seq, heads_x_batch, head_dim)
+    return _cudnn_table(on).fractions(seq, heads_x_batch, head_dim)
 
 
 @cache
-def _fp8_table(scaling: str) -> GemmTable:
+def _fp8_table(on: str, scaling: str) -> GemmTable:
     from memtune.catalog.gpus import get_gpu
 
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
-    peak = get_gpu(MEASURED_ON).fp8_tflops
+    raw = _raw(on, later=True)
+    peak = get_gpu(on).fp8_tflops
     assert peak is not None, "the GPU the FP8 table was measured on has an FP8 peak"
     rows = raw["gemm"]["fp8_tensorwise"] if scaling == "tensorwise" else raw["gemm_fp8_blockwise"]["shapes"]
     points = tuple(
@@ -187,10 +200,10 @@ def _fp8_table(scaling: str) -> GemmTable:
 
 
 @cache
-def fp8_gemm_fraction(m: int, n: int, k: int, scaling: str = "tensorwise") -> float:
+def fp8_gemm_fraction(on: str, m: int, n: int, k: int, scaling: str = "tensorwise") -> float:
     """Fraction of the FP8 peak an FP8 GEMM of this shape reaches with ``scaling``
     (``Derived.fp8_gemm_scaling``): its measured table, else the curve."""
-    measured = _fp8_table(scaling).fraction(m, n, k)
+    measured = _fp8_table(on, scaling).fraction(m, n, k)
     if measured is not None:
         return measured
     h = K.GEMM_HALF_SIZE
@@ -223,7 +236,7 @@ class SizeCurve:
 
 @dataclass(frozen=True)
 class EagerKernels:
-    """The measured eager kernels of ``kernels-h200.json`` (module docstring), on its GPU."""
+    """The measured eager kernels of one GPU's later file (module docstring), on that GPU."""
 
     elementwise: dict[str, SizeCurve]  # by the table's name: "rmsnorm fwd", "rope", ...
     cross_entropy: SizeCurve  # forward + backward over tokens x vocabulary logits
@@ -232,10 +245,8 @@ class EagerKernels:
 
 
 @cache
-def eager_kernels() -> EagerKernels:
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
+def eager_kernels(on: str) -> EagerKernels:
+    raw = _raw(on, later=True)
     samples: dict[str, list[tuple[float, float]]] = {}
     for e in raw["elementwise"]:
         samples.setdefault(e["name"], []).append((e["tokens"] * e["hidden"], e["ms"] / 1e3))
@@ -257,30 +268,25 @@ def eager_kernels() -> EagerKernels:
 
 
 @cache
-def _memory_efficient_table() -> AttentionTable:
+def _memory_efficient_table(on: str) -> AttentionTable:
     from memtune.catalog.gpus import get_gpu
 
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
-    return _attention_table(raw["attention_memory_efficient"], get_gpu(MEASURED_ON).bf16_tflops)
+    return _attention_table(_raw(on, later=True)["attention_memory_efficient"], get_gpu(on).bf16_tflops)
 
 
 @cache
-def memory_efficient_attention_fractions(seq: int, heads_x_batch: int) -> tuple[float, float]:
+def memory_efficient_attention_fractions(on: str, seq: int, heads_x_batch: int) -> tuple[float, float]:
     """Forward and backward fractions of the bf16 peak of PyTorch's memory-efficient causal
     attention at multi-latent attention's head dims (q/k 192, v 128)."""
-    return _memory_efficient_table().fractions(seq, heads_x_batch)
+    return _memory_efficient_table(on).fractions(seq, heads_x_batch)
 
 
 @cache
-def _expert_tables() -> dict[str, GemmTable]:
+def _expert_tables(on: str) -> dict[str, GemmTable]:
     from memtune.catalog.gpus import get_gpu
 
-    raw = json.loads(
-        resources.files("memtune.perf").joinpath("data", FP8_TABLES[MEASURED_ON]).read_text(encoding="utf-8")
-    )
-    peak = get_gpu(MEASURED_ON).bf16_tflops
+    raw = _raw(on, later=True)
+    peak = get_gpu(on).bf16_tflops
     tables = {}
     for kind in ("per_expert", "grouped"):
         by_shape: dict[tuple[float, float, float], list[float]] = {}
@@ -296,8 +302,8 @@ def _expert_tables() -> dict[str, GemmTable]:
 
 
 @cache
-def expert_gemm_fraction(m: int, n: int, k: int, sequential: bool) -> float | None:
+def expert_gemm_fraction(on: str, m: int, n: int, k: int, sequential: bool) -> float | None:
     """Fraction of the bf16 peak a routed expert's GEMM of ``m`` rows reaches among a layer's
     local experts: one ``torch.matmul`` per expert after another (SequentialMLP), or one
     ``torch._grouped_mm`` over all (grouped GEMM); None outside the measured shapes."""
-    return _expert_tables()["per_expert" if sequential else "grouped"].fraction(m, n, k)
+    return _expert_tables(on)["per_expert" if sequential else "grouped"].fraction(m, n, k)

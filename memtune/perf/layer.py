@@ -5,10 +5,10 @@ of a chunk's passes that depend only on that shape: what :mod:`memtune.perf.step
 job (``step.SHAPE_KNOBS``; the planner shares one across every layout of that shape):
 
 - a layer's kernels (:meth:`ShapePricer.layer`): every GEMM at its shard shape
-  (``memtune/perf/kernels.py``: measured H200 tables, interpolated; routed experts from the
-  measured per-expert or grouped table; FP8 GEMMs from the measured table of their scaling plus
-  Transformer Engine's input casts), the core attention by the kernel that runs it
-  (``Derived.attention_kernel``: PyTorch's flash kernel, cuDNN's fused attention, PyTorch's
+  (``memtune/perf/kernels.py``: the GPU's own measured tables, else the H200's, interpolated;
+  routed experts from the measured per-expert or grouped table; FP8 GEMMs from the measured
+  table of their scaling plus Transformer Engine's input casts), the core attention by the
+  kernel that runs it (``Derived.attention_kernel``: PyTorch's flash kernel, cuDNN's fused attention, PyTorch's
   memory-efficient kernel, each from its measured table, or Megatron's unfused attention: its
   score GEMMs and the passes of its masked softmax over the scores), the work around the GEMMs
   (measured eager kernels on the local spec, HBM passes under Transformer Engine), the MoE
@@ -35,7 +35,7 @@ from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, collective, send_recv
 from memtune.perf.kernels import (
-    MEASURED_ON,
+    REFERENCE,
     attention_fractions,
     cudnn_attention_fractions,
     eager_kernels,
@@ -43,6 +43,7 @@ from memtune.perf.kernels import (
     fp8_gemm_fraction,
     gemm_fraction,
     memory_efficient_attention_fractions,
+    tables_of,
 )
 from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
 
@@ -54,9 +55,9 @@ class Machine:
     """The time a machine's kernels take inside a training step relative to what the kernel
     tables give (1: the machine they were timed on). The fused attention kernels apart: on the
     H100s that timed memtune's ``crel-``, ``cchk-`` and ``cchk2-`` runs, PyTorch's flash kernel
-    took 1.09-1.12x its table price inside a step while every other kernel took 0.80-0.81x
-    (``benchmarks/compute_accuracy.py``, from the traced kernels). A measured set's machine
-    prices that set only; every user's job is priced at 1."""
+    took 1.05-1.09x the H100 table's price inside a step while every other kernel took
+    0.85-0.89x (``benchmarks/compute_accuracy.py``, from the traced kernels). A measured set's
+    machine prices that set only; every user's job is priced at 1."""
 
     kernels: float = 1.0
     attention: float = 1.0
@@ -139,12 +140,15 @@ class ShapePricer:
         self.tokens_res = self.tokens / d.tp if d.sequence_parallel else self.tokens  # around the GEMMs
         self.act = DTYPE_BYTES[d.activation_dtype]
         self.unmeasured: set[str] = set()
-        if gpu.name != MEASURED_ON:
-            self.unmeasured.add(f"{gpu.name} kernels: H200 fractions of peak applied to its catalog peak")
+        self.tables = tables_of(gpu.name)
+        if self.tables != gpu.name:
+            self.unmeasured.add(
+                f"{gpu.name} kernels: {REFERENCE} fractions of peak applied to its catalog peak"
+            )
         self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
-        # the eager kernels were timed on the H200; memory-bound, they scale by HBM bandwidth
-        self.eager = eager_kernels()
-        self.hbm_ratio = get_gpu(MEASURED_ON).hbm_tbps / gpu.hbm_tbps
+        # the eager kernels as timed on the tables' GPU; memory-bound, they scale by HBM bandwidth
+        self.eager = eager_kernels(self.tables)
+        self.hbm_ratio = get_gpu(self.tables).hbm_tbps / gpu.hbm_tbps
         # An fp32 job's matmuls run on the plain fp32 units: neither PyTorch (allow_tf32 off by
         # default) nor Megatron-LM switches TF32 on. The bf16 tables' fraction is applied to the
         # fp32 peak, and attention slows by the same ratio (unmeasured: no fp32 table).
@@ -168,11 +172,11 @@ class ShapePricer:
             return 0.0
         if self.fp8 and self.gpu.fp8_flops:
             fraction = fp8_gemm_fraction(
-                round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
+                self.tables, round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
             )
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
-        fraction = gemm_fraction(round(m), round(n), round(k))
+        fraction = gemm_fraction(self.tables, round(m), round(n), round(k))
         return count * 2 * m * n * k / (self.matmul_flops * fraction)
 
     def expert_gemm(self, m: float, n: float, k: float, count: float) -> float:
@@ -180,7 +184,7 @@ class ShapePricer:
         after another, or grouped) where the shape lies in it, else as any GEMM."""
         if not self.fp8 and m > 0:
             sequential = self.d.experts_are_sequential_modules
-            fraction = expert_gemm_fraction(round(m), round(n), round(k), sequential)
+            fraction = expert_gemm_fraction(self.tables, round(m), round(n), round(k), sequential)
             if fraction is not None:
                 return count * 2 * m * n * k / (self.matmul_flops * fraction)
         return self.gemm(m, n, k, count)
@@ -221,11 +225,11 @@ class ShapePricer:
         flops = 2 * self.tokens * seq * heads * (qk + v) * 0.5  # causal: half the scores
         batch = round(heads * d.micro_batch_size)
         if kernel == "memory_efficient":
-            fwd_frac, bwd_frac = memory_efficient_attention_fractions(seq, batch)
+            fwd_frac, bwd_frac = memory_efficient_attention_fractions(self.tables, seq, batch)
         elif kernel == "cudnn":
-            fwd_frac, bwd_frac = cudnn_attention_fractions(seq, batch, round(qk))
+            fwd_frac, bwd_frac = cudnn_attention_fractions(self.tables, seq, batch, round(qk))
         else:
-            fwd_frac, bwd_frac = attention_fractions(seq, batch)
+            fwd_frac, bwd_frac = attention_fractions(self.tables, seq, batch)
         fwd = flops / (self.matmul_flops * fwd_frac) * self.attention_factor
         return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (
             self.matmul_flops * bwd_frac

@@ -48,7 +48,7 @@ BF16 = 2
 Value = TypeVar("Value")
 # What every step prediction rests on, in a line each (shown by `memtune fix`).
 STEP_MODEL_NOTES = (
-    "kernels from the measured H200 GEMM, expert, attention and eager-kernel tables, interpolated",
+    "kernels from measured GEMM, expert, attention and eager-kernel tables (H100, H200), interpolated",
     "collectives as NCCL's ring/tree alpha-beta costs on the declared cluster.network fabric",
     "the iteration simulated in Megatron-Core's order; communication hidden only where the job's settings do",
     "host work per layer, pass, microbatch and step fitted to tune runs (H200); the host runs ahead "

@@ -12,71 +12,86 @@ import pytest
 from memtune.catalog.gpus import get_gpu
 from memtune.perf import constants as K
 from memtune.perf.kernels import (
+    TABLES,
     SizeCurve,
     attention_fractions,
     eager_kernels,
     fp8_gemm_fraction,
     gemm_fraction,
+    tables_of,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "gpu" / "results"
+MEASURED = sorted(TABLES)  # "H100-80GB", "H200"
 
 
-@pytest.mark.parametrize("name", ["gemm-h200.json", "kernels-h200.json"])
+@pytest.mark.parametrize("name", sorted(n for pair in TABLES.values() for n in pair))
 def test_packaged_table_is_the_raw_measurement(name: str) -> None:
     packaged = resources.files("memtune.perf").joinpath("data", name).read_bytes()
-    assert packaged == (ROOT / "benchmarks" / "gpu" / "results" / name).read_bytes()
+    assert packaged == (RESULTS / name).read_bytes()
 
 
-def test_a_measured_fp8_shape_returns_its_measurement() -> None:
-    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "kernels-h200.json").read_text())
+def test_a_gpu_takes_its_own_tables_where_it_has_some() -> None:
+    assert tables_of("H100-80GB") == "H100-80GB"
+    assert tables_of("H200") == "H200"
+    assert tables_of("B200") == "H200"  # none of its own: the reference's fractions
+    assert TABLES["H100-80GB"] == ("gemm-h100.json", "kernels-h100.json")
+    assert json.loads((RESULTS / "kernels-h100.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("on", MEASURED)
+def test_a_measured_fp8_shape_returns_its_measurement(on: str) -> None:
+    raw = json.loads((RESULTS / TABLES[on][1]).read_text())
     first = raw["gemm"]["fp8_tensorwise"][0]  # llama3-8b tp1 qkv: 1024 x 6144 x 4096
-    peak = get_gpu("H200").fp8_tflops
-    assert fp8_gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
+    peak = get_gpu(on).fp8_tflops
+    assert fp8_gemm_fraction(on, first["m"], first["n"], first["k"]) == pytest.approx(first["tflops"] / peak)
     # blockwise scaling reads its own table
     block = raw["gemm_fp8_blockwise"]["shapes"][0]
     assert (block["m"], block["n"], block["k"]) == (first["m"], first["n"], first["k"])
     assert block["tflops"] < first["tflops"]
-    assert fp8_gemm_fraction(block["m"], block["n"], block["k"], "blockwise") == pytest.approx(
+    assert fp8_gemm_fraction(on, block["m"], block["n"], block["k"], "blockwise") == pytest.approx(
         block["tflops"] / peak
     )
 
 
-def test_the_blockwise_table_was_checked_against_a_dequantized_product() -> None:
-    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "kernels-h200.json").read_text())
+@pytest.mark.parametrize("on", MEASURED)
+def test_the_blockwise_table_was_checked_against_a_dequantized_product(on: str) -> None:
+    raw = json.loads((RESULTS / TABLES[on][1]).read_text())
     # block scales read one per 1x128 / 128x128 block: fp32 output within rounding of the reference
     assert raw["gemm_fp8_blockwise"]["check_relative_error"] < 1e-3
 
 
-def test_a_measured_shape_returns_its_measurement() -> None:
-    raw = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "gemm-h200.json").read_text())
-    later = json.loads((ROOT / "benchmarks" / "gpu" / "results" / "kernels-h200.json").read_text())
+@pytest.mark.parametrize("on", MEASURED)
+def test_a_measured_shape_returns_its_measurement(on: str) -> None:
+    raw = json.loads((RESULTS / TABLES[on][0]).read_text())
+    later = json.loads((RESULTS / TABLES[on][1]).read_text())
     first = raw["gemm"][0]  # llama3-8b tp1 qkv: 4096 x 6144 x 4096
-    peak = get_gpu("H200").bf16_tflops
+    peak = get_gpu(on).bf16_tflops
     # timed in both tables: their mean; a shape only the later one has (M 1,024): its own
     again = next(
         g for g in later["gemm"]["bf16"] if (g["m"], g["n"], g["k"]) == (first["m"], first["n"], first["k"])
     )
     mean = (first["tflops"] + again["tflops"]) / 2
-    assert gemm_fraction(first["m"], first["n"], first["k"]) == pytest.approx(mean / peak)
+    assert gemm_fraction(on, first["m"], first["n"], first["k"]) == pytest.approx(mean / peak)
     small = later["gemm"]["bf16"][0]  # llama3-8b tp1 qkv at 1,024 tokens
     assert small["m"] == 1024
-    assert gemm_fraction(small["m"], small["n"], small["k"]) == pytest.approx(small["tflops"] / peak)
+    assert gemm_fraction(on, small["m"], small["n"], small["k"]) == pytest.approx(small["tflops"] / peak)
     att = raw["attention"][0]
-    fwd, bwd = attention_fractions(att["seq"], att["heads"] * att["batch"])
+    fwd, bwd = attention_fractions(on, att["seq"], att["heads"] * att["batch"])
     assert (fwd, bwd) == pytest.approx((att["fwd_tflops"] / peak, att["bwd_tflops"] / peak))
 
 
 def test_outside_the_measured_range_the_curve_applies() -> None:
     # 16 x 16 x 16 lies far below the smallest measured side (128): the half-size curve.
     h = K.GEMM_HALF_SIZE
-    assert gemm_fraction(16, 16, 16) == pytest.approx(K.GEMM_PEAK_FRACTION / (1 + 3 * h / 16))
+    assert gemm_fraction("H200", 16, 16, 16) == pytest.approx(K.GEMM_PEAK_FRACTION / (1 + 3 * h / 16))
 
 
 def test_interpolation_stays_between_neighbours() -> None:
     # Halfway (in log2) between measured rows 4096 and 8192 of one shape family.
-    low, high = gemm_fraction(4096, 6144, 4096), gemm_fraction(8192, 6144, 4096)
-    assert min(low, high) * 0.9 <= gemm_fraction(5793, 6144, 4096) <= max(low, high) * 1.1
+    low, high = gemm_fraction("H200", 4096, 6144, 4096), gemm_fraction("H200", 8192, 6144, 4096)
+    assert min(low, high) * 0.9 <= gemm_fraction("H200", 5793, 6144, 4096) <= max(low, high) * 1.1
 
 
 def test_a_size_curve_interpolates_floors_and_extends_its_last_rate() -> None:
@@ -87,9 +102,10 @@ def test_a_size_curve_interpolates_floors_and_extends_its_last_rate() -> None:
     assert curve.seconds(5.0) == 11.0  # the last segment's 2.5 per element
 
 
-def test_eager_tables_return_their_measurements() -> None:
-    raw = json.loads((ROOT / "benchmarks/gpu/results/kernels-h200.json").read_text(encoding="utf-8"))
-    kernels = eager_kernels()
+@pytest.mark.parametrize("on", MEASURED)
+def test_eager_tables_return_their_measurements(on: str) -> None:
+    raw = json.loads((RESULTS / TABLES[on][1]).read_text(encoding="utf-8"))
+    kernels = eager_kernels(on)
     ce = raw["cross_entropy"][1]
     assert kernels.cross_entropy.seconds(ce["tokens"] * ce["vocab"]) == pytest.approx(ce["plain_ms"] / 1e3)
     norm = next(

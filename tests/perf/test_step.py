@@ -134,7 +134,7 @@ def test_the_optimizer_step_is_adams_kernel_and_megatrons_bytes_around_it() -> N
         shard, tensors = shard_of(d)
         assert shard == pytest.approx(held / d.dp if d.use_distributed_optimizer else held)
         hbm = 3.35e12 * K.HBM_FRACTION  # the H100's catalog bandwidth
-        per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s[kernel]  # timed on the H200
+        per_param = 1 / eager_kernels("H100-80GB").adam_params_per_s[kernel]  # timed on an H100
         per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / hbm
         expected = shard * per_param + tensors * K.OPTIMIZER_PER_TENSOR_S[kernel] + K.MEGATRON_LM_LOOP.step_s
         assert predict_step(d).stage_step_parts[0].optimizer_s == pytest.approx(expected)
@@ -150,7 +150,7 @@ def test_a_stage_with_both_ends_holds_the_embedding_and_an_untied_output_layer()
     output_layer = d.padded_vocab_size * d.model.hidden_size / d.tp
     if d.use_distributed_optimizer:
         output_layer /= d.dp
-    per_param = 4.8 / 3.35 / eager_kernels().adam_params_per_s["fused"]
+    per_param = 1 / eager_kernels("H100-80GB").adam_params_per_s["fused"]
     per_param += K.OPTIMIZER_STEP_BYTES_PER_PARAM[d.use_distributed_optimizer] / (3.35e12 * K.HBM_FRACTION)
     more_tensors = shard_of(d)[1] - shard_of(tied_job)[1]
     difference = untied.optimizer_s - tied.optimizer_s
@@ -159,29 +159,31 @@ def test_a_stage_with_both_ends_holds_the_embedding_and_an_untied_output_layer()
     )
 
 
-def test_local_spec_elementwise_work_comes_from_the_eager_tables() -> None:
+@pytest.mark.parametrize(
+    ("gpu", "tables", "ratio"), [("H100-80GB", "H100-80GB", 1.0), ("B200", "H200", 4.8 / 7.7)]
+)
+def test_local_spec_elementwise_work_comes_from_the_eager_tables(gpu: str, tables: str, ratio: float) -> None:
     # the local spec's norms, RoPE, SwiGLU and residual additions are PyTorch's eager kernels,
-    # timed slower than Transformer Engine's fused ones are priced (HBM passes)
+    # timed slower than Transformer Engine's fused ones are priced (HBM passes): on the GPU's own
+    # tables (the H100's), else the H200's scaled by HBM bandwidth (a B200's 7.7 TB/s)
     from memtune.catalog.gpus import get_gpu
     from memtune.perf.kernels import eager_kernels
     from memtune.perf.layer import ShapePricer
 
     d = local("model.tensor_model_parallel_size=1")
-    fwd, _, norms, act = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).eager_elementwise(
-        is_moe=False
-    )
+    fwd, _, norms, act = ShapePricer(d, get_gpu(gpu), K.MEGATRON_LM_LOOP).eager_elementwise(is_moe=False)
 
-    curves = eager_kernels().elementwise
+    curves = eager_kernels(tables).elementwise
     T, h, f = 4096, 4096, 14336
-    on_h200 = (
+    timed = (
         2 * curves["rmsnorm fwd"].seconds(T * h)
         + 2 * curves["bias dropout add"].seconds(T * h)
         + curves["rope"].seconds(T * (32 + 8) * 128)
         + curves["swiglu fwd"].seconds(T * 2 * f)
     )
-    assert fwd == pytest.approx(on_h200 * 4.8 / 3.35)
-    assert norms == pytest.approx(2 * curves["rmsnorm fwd"].seconds(T * h) * 4.8 / 3.35)
-    assert act == pytest.approx(curves["swiglu fwd"].seconds(T * 2 * f) * 4.8 / 3.35)
+    assert fwd == pytest.approx(timed * ratio)
+    assert norms == pytest.approx(2 * curves["rmsnorm fwd"].seconds(T * h) * ratio)
+    assert act == pytest.approx(curves["swiglu fwd"].seconds(T * 2 * f) * ratio)
     assert d.eager_elementwise and not job("model.transformer_impl=transformer_engine").eager_elementwise
 
 
@@ -319,7 +321,8 @@ def test_transformer_engine_runs_cudnn_attention_unless_told_flash() -> None:
         == "flash"
     )
     # the same shape: cuDNN's fused attention runs well above PyTorch's flash kernel (measured)
-    assert cudnn_attention_fractions(4096, 32, 128)[0] > 1.5 * attention_fractions(4096, 32)[0]
+    for on in ("H100-80GB", "H200"):
+        assert cudnn_attention_fractions(on, 4096, 32, 128)[0] > 1.5 * attention_fractions(on, 4096, 32)[0]
 
 
 def test_mtp_layers_cost_a_layer_a_projection_an_output_layer_and_a_loss() -> None:
