@@ -21,6 +21,15 @@ REFERENCE_GPU = "H200"  # newest GPU with a reading; its reading/datasheet ratio
 
 
 @dataclass(frozen=True)
+class PublishedGemms:
+    """bf16 GEMM throughput someone published for a GPU without memtune tables: TFLOP/s of square
+    (M = N = K) products by their side, and where they were published."""
+
+    tflops_by_side: tuple[tuple[int, float], ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class GPU:
     name: str
     aliases: tuple[str, ...]
@@ -34,6 +43,7 @@ class GPU:
     hbm_tbps: float
     link_gbps: float  # NVLink / Infinity Fabric per GPU, all links, both directions
     source: str
+    published_bf16_gemms: PublishedGemms | None = None  # measured elsewhere (memtune/perf/kernels.py)
 
     @property
     def memory_gib(self) -> float:
@@ -50,6 +60,14 @@ class GPU:
     @property
     def fp32_flops(self) -> float | None:
         return None if self.fp32_tflops is None else self.fp32_tflops * 1e12
+
+
+def _published(entry: dict[str, object] | None) -> PublishedGemms | None:
+    if entry is None:
+        return None
+    by_side = entry["tflops_by_side"]
+    assert isinstance(by_side, dict), "gpus.yaml: published_bf16_gemms.tflops_by_side is a mapping"
+    return PublishedGemms(tuple(sorted((int(k), float(v)) for k, v in by_side.items())), str(entry["source"]))
 
 
 @cache
@@ -75,6 +93,7 @@ def _gpus() -> tuple[GPU, ...]:
                 hbm_tbps=e["hbm_tbps"],
                 link_gbps=e["link_gbps"],
                 source=e["source"],
+                published_bf16_gemms=_published(e.get("published_bf16_gemms")),
             )
         )
     return tuple(gpus)

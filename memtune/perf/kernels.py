@@ -14,7 +14,9 @@ tables where there are some (``tables_of``). A GEMM's efficiency (the fraction o
 or FP8, peak it reaches) is interpolated in log2(M, N, K) by inverse distance over the nearest
 measured shapes when the shape lies inside the measured range, and otherwise taken from the
 half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
-peak). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them).
+peak). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them);
+where square bf16 GEMMs were published for one (the B200's), its bf16 GEMMs reach that fraction
+scaled by what the published ones reach against the H200's table (``published_gemm_scale``).
 MXFP8 cannot be measured on the H200 (no block-scaled MMA before Blackwell): its GEMMs take
 the tensorwise fraction, and predictions that use it say so.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -53,6 +56,23 @@ def tables_of(gpu: str) -> str:
     """The GPU whose measured tables price ``gpu`` (a catalog name): its own, else the
     reference's, as fractions of ``gpu``'s own peaks."""
     return gpu if gpu in TABLES else REFERENCE
+
+
+@cache
+def published_gemm_scale(gpu: str) -> float | None:
+    """What ``gpu``'s published square bf16 GEMMs (``GPU.published_bf16_gemms``) reach as a
+    fraction of its peak, against what the H200's table gives at the same sides: the median ratio,
+    which scales the reference's GEMM fractions for it; None where nothing is published."""
+    from memtune.catalog.gpus import get_gpu
+
+    g = get_gpu(gpu)
+    if g.published_bf16_gemms is None:
+        return None
+    ratios = [
+        tflops / g.bf16_tflops / gemm_fraction(REFERENCE, side, side, side)
+        for side, tflops in g.published_bf16_gemms.tflops_by_side
+    ]
+    return statistics.median(ratios)
 
 
 @cache

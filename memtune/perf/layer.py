@@ -43,6 +43,7 @@ from memtune.perf.kernels import (
     fp8_gemm_fraction,
     gemm_fraction,
     memory_efficient_attention_fractions,
+    published_gemm_scale,
     tables_of,
 )
 from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
@@ -141,10 +142,18 @@ class ShapePricer:
         self.act = DTYPE_BYTES[d.activation_dtype]
         self.unmeasured: set[str] = set()
         self.tables = tables_of(gpu.name)
+        # a bf16 GEMM's fraction of the reference's, where this GPU has no tables of its own
+        self.bf16_gemm_scale = 1.0
         if self.tables != gpu.name:
             self.unmeasured.add(
                 f"{gpu.name} kernels: {REFERENCE} fractions of peak applied to its catalog peak"
             )
+            published = published_gemm_scale(gpu.name)
+            if published is not None:
+                self.bf16_gemm_scale = published
+                self.unmeasured.add(
+                    f"{gpu.name} bf16 GEMMs at {published:.2f} of those (published square GEMMs, gpus.yaml)"
+                )
         self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
         # the eager kernels as timed on the tables' GPU; memory-bound, they scale by HBM bandwidth
         self.eager = eager_kernels(self.tables)
@@ -176,7 +185,7 @@ class ShapePricer:
             )
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
-        fraction = gemm_fraction(self.tables, round(m), round(n), round(k))
+        fraction = gemm_fraction(self.tables, round(m), round(n), round(k)) * self.bf16_gemm_scale
         return count * 2 * m * n * k / (self.matmul_flops * fraction)
 
     def expert_gemm(self, m: float, n: float, k: float, count: float) -> float:
@@ -186,7 +195,7 @@ class ShapePricer:
             sequential = self.d.experts_are_sequential_modules
             fraction = expert_gemm_fraction(self.tables, round(m), round(n), round(k), sequential)
             if fraction is not None:
-                return count * 2 * m * n * k / (self.matmul_flops * fraction)
+                return count * 2 * m * n * k / (self.matmul_flops * fraction * self.bf16_gemm_scale)
         return self.gemm(m, n, k, count)
 
     def attention_gemms(self) -> tuple[float, float, dict[str, tuple[float, float, float]]]:

@@ -130,3 +130,29 @@ def test_each_fp8_recipe_names_the_scaling_its_gemms_run_with() -> None:
     assert scaling("model.fp8=hybrid", "model.fp8_recipe=tensorwise") == "tensorwise"
     assert scaling("model.fp8=hybrid", "model.fp8_recipe=blockwise") == "blockwise"
     assert scaling("model.fp8=e4m3", "model.fp8_recipe=mxfp8") == "tensorwise"  # no H200 kernel
+
+
+def test_a_gpu_with_published_square_gemms_scales_the_reference_fractions_by_them() -> None:
+    # pytorch/ao #2427 timed torch.bfloat16 square GEMMs on a B200 (2,250 TFLOP/s dense peak):
+    # 4,096^3 at 1,410 TFLOP/s is 0.627 of the peak where the H200's table gives 0.700 there
+    from statistics import median
+
+    from memtune.catalog.gpus import get_gpu
+    from memtune.config.derived import derive
+    from memtune.perf.kernels import published_gemm_scale
+    from memtune.perf.layer import ShapePricer
+    from tests.check.check_fixtures import make_job
+
+    published = {2048: 1130, 3072: 1510, 4096: 1410, 6144: 1450, 8192: 1420}
+    ratios = [t / 2250 / gemm_fraction("H200", s, s, s) for s, t in published.items()]
+    scale = published_gemm_scale("B200")
+    assert scale == pytest.approx(median(ratios))
+    assert 0.9 < scale < 0.95  # the B200 reaches a little less of its peak than the H200 of its own
+    assert published_gemm_scale("GB200") is None and published_gemm_scale("H200") is None
+
+    d = derive(make_job())
+    pricer = ShapePricer(d, get_gpu("B200"), K.MEGATRON_LM_LOOP)
+    m, n, k = 4096, 6144, 4096
+    expected = 2 * m * n * k / (2250e12 * gemm_fraction("H200", m, n, k) * scale)
+    assert pricer.gemm(m, n, k) == pytest.approx(expected)
+    assert any("B200 bf16 GEMMs at 0.93" in note for note in pricer.unmeasured)
