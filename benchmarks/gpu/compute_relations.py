@@ -2,8 +2,8 @@
 attention's kernels and the flash attention's by head dim.
 
     # here: the plans of the crel- family (benchmarks/measured/matrix.py, _compute_relations),
-    # or of a check of a frozen model (_compute_relations_check, _compute_relations_check2)
-    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl [--family cchk|cchk2]
+    # or of a check of a frozen model (_compute_relations_check, ..._check2, ..._check3)
+    python benchmarks/gpu/compute_relations.py plan PLANS.jsonl [--family cchk|cchk2|cchk3]
     # on the GPU machine, megatron-core on PYTHONPATH
     python3 benchmarks/gpu/compute_relations.py run PLANS.jsonl RESULTS.jsonl \\
         [--kernels UNFUSED.json] [--flash FLASH.json] --deadline 470
@@ -50,15 +50,24 @@ TOP_KERNELS = 200
 
 
 def make_plans(out: str, family: str) -> int:
-    from matrix import _compute_relations, _compute_relations_check, _compute_relations_check2
+    from matrix import (
+        _compute_relations,
+        _compute_relations_check,
+        _compute_relations_check2,
+        _compute_relations_check3,
+    )
     from run_matrix import make_plans as plan_entries
 
     if family == "crel":
         ids = [e.id for e in _compute_relations()]
         ids.sort(key=lambda i: next(n for n, p in enumerate(PRIORITY) if i.startswith(f"crel-{p}")))
     else:  # a check of a frozen model runs whole, in the matrix's order
-        check = _compute_relations_check if family == "cchk" else _compute_relations_check2
-        ids = [e.id for e in check()]
+        checks = {
+            "cchk": _compute_relations_check,
+            "cchk2": _compute_relations_check2,
+            "cchk3": _compute_relations_check3,
+        }
+        ids = [e.id for e in checks[family]()]
     namespace = argparse.Namespace(
         out=out,
         resume=False,
@@ -444,7 +453,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2"),
+        choices=("crel", "cchk", "cchk2", "cchk3"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

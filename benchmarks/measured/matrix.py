@@ -2112,6 +2112,87 @@ def _compute_relations_check2() -> list[Entry]:
     return e
 
 
+def _compute_relations_check3() -> list[Entry]:
+    """A third fresh check of the step model (``cchk3-``), defined on 2026-12-06 before any was
+    measured, after the model began pricing an H100 from the H100's own tables and before the
+    model it checks was frozen; split by the hash rule, its holdout compared once. Shapes none of
+    the earlier sets ran: a GPT-style block (LayerNorm, GeLU, biases, dropout) with flash and with
+    unfused attention, TP 8 on a Llama 3 8B width, head dim 64 at 16k, micro-batches 4 at long and
+    short sequences, VPP on a PP 2 first stage and a PP 2 last stage, a PP 4 middle stage without
+    VPP, MTP of depth 2 and MTP on TP 4, MoE ranks of the three MoE shapes (EP 2-8, with TP, MLA),
+    ``moe`` and ``core_attn`` selective recompute, full recompute by block, fp32 (unfused
+    attention), the optimizer over many expert tensors, a 202k vocabulary. As with ``cchk-``, the
+    tune runs only measure the lent machine (its kernels' and its flash attention's factors)."""
+    e = []
+    tp2, tp4, tp8 = ({"tensor_model_parallel_size": t, **SP} for t in (2, 4, 8))
+    flash_gpt = dict(attention_backend="flash", hidden_dropout=0.0, attention_dropout=0.0)
+    # dense blocks and shapes
+    e.append(run("cchk3-gpt-flash-s2k-m4", GPT(**flash_gpt), microbatches=4))
+    e.append(run("cchk3-gpt-tp2-sp-s4k-m2", GPT(**tp2, **flash_gpt, seq_length=4096), microbatches=2))
+    e.append(run("cchk3-gpt-unfused-s1k-mbs4", GPT(seq_length=1024), mbs=4))
+    e.append(run("cchk3-l8w-tp8-sp-s8k-m2", L8W(**tp8, seq_length=8192), microbatches=2))
+    e.append(run("cchk3-l1b-s16k-mbs1-m2", L1B(seq_length=16384), microbatches=2))
+    e.append(run("cchk3-l1b-s4k-mbs4-m2", L1B(), mbs=4, microbatches=2))
+    e.append(run("cchk3-l8w-tp2-sp-s2k-mbs4-m4", L8W(**tp2, seq_length=2048), mbs=4, microbatches=4))
+    # pipeline stages
+    pp2v4 = dict(num_layers=16, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4)
+    e.append(run("cchk3-vpp4-l1b-pp2-first-m8", L1B(**pp2v4, seq_length=2048), microbatches=8, stage=0))
+    pp2v2 = dict(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2)
+    e.append(run("cchk3-vpp2-l8w-tp4-pp2-last-m4", L8W(**tp4, **pp2v2), microbatches=4, stage=-1))
+    pp4 = dict(num_layers=16, pipeline_model_parallel_size=4, seq_length=2048)
+    e.append(run("cchk3-pp4-l8w-tp2-mid-m8", L8W(**tp2, **pp4), microbatches=8, stage=2))
+    # MTP
+    e.append(run("cchk3-mtp2-l1b-s2k-m4", L1B(seq_length=2048, mtp_num_layers=2), microbatches=4))
+    e.append(run("cchk3-mtp1-l8w-tp4-sp-s4k-m2", L8W(**tp4, mtp_num_layers=1), microbatches=2))
+    # MoE ranks
+    e.append(run("cchk3-moe-qm-ep8-s4k-m2", QM(expert_model_parallel_size=8), dp=8, microbatches=2))
+    e.append(
+        run(
+            "cchk3-moe-mx-tp2-sp-ep2-s2k-m2",
+            MX(**tp2, expert_model_parallel_size=2, seq_length=2048),
+            dp=2,
+            microbatches=2,
+        )
+    )
+    e.append(
+        run(
+            "cchk3-moe-dsl-ep4-s2k-m2",
+            DSL(expert_model_parallel_size=4, seq_length=2048),
+            dp=4,
+            microbatches=2,
+        )
+    )
+    e.append(run("cchk3-moe-qm-ep4-s2k-mbs2", QM(expert_model_parallel_size=4, seq_length=2048), dp=4, mbs=2))
+    # recompute
+    moe_rc = dict(recompute_granularity="selective", recompute_modules=["moe"])
+    e.append(run("cchk3-rc-moe-qm-ep4-s4k-m1", QM(expert_model_parallel_size=4, **moe_rc), dp=4))
+    attn_rc = dict(recompute_granularity="selective", recompute_modules=["core_attn"])
+    e.append(run("cchk3-rc-coreattn-gpt-unfused-s2k-m2", GPT(**attn_rc), microbatches=2))
+    block = dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2)
+    e.append(run("cchk3-rc-block2-l8w-tp2-sp-s4k-m2", L8W(**tp2, **block), microbatches=2))
+    # precision, the optimizer, the output layer
+    e.append(
+        run(
+            "cchk3-prec-fp32-l1b-s1k-m2",
+            L1B(bf16=False, seq_length=1024, attention_backend="unfused"),
+            microbatches=2,
+        )
+    )
+    e.append(
+        run("cchk3-opt-mx-ep4-do-dp4", MX(expert_model_parallel_size=4, seq_length=2048), dp=4, distopt=True)
+    )
+    e.append(run("cchk3-opt-l8w-tp2-sp-do-dp8-s2k", L8W(**tp2, seq_length=2048), dp=8, distopt=True))
+    e.append(
+        run(
+            "cchk3-vocab202k-l1b-l2-s2k-m2",
+            L1B(num_layers=2, seq_length=2048, vocab_size=202048),
+            microbatches=2,
+        )
+    )
+    e.append(run("cchk3-l8w-tp4-sp-s2k-m8", L8W(**tp4, seq_length=2048), microbatches=8))
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2132,6 +2213,7 @@ def entries() -> list[Entry]:
         + _compute_relations()
         + _compute_relations_check()
         + _compute_relations_check2()
+        + _compute_relations_check3()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
