@@ -29,7 +29,7 @@ import re
 import signal
 import statistics
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -284,10 +284,39 @@ def profile(snap: dict[str, Any], source: str, user: tuple[Category, ...] = ()) 
             name = categories[key] = category_of(block.frames, block.phase, user)
         return name
 
-    named_phases: dict[tuple[str, ...], str | None] = {}
-
     segments = _dicts(snap["segments"], budget)
     device = _main_device(segments)
+    live = _live_at_snapshot(segments, device, budget, stacks)
+    events = _trace(snap, device, budget, stacks)
+    at_snapshot = sum(b.size for b in live.values())
+    phases, made_by = _phases_of(events)
+    start = _live_at_trace_start(live, events, phases, made_by)
+    peak, peak_index, timeline = _replay(start, events, phases, category)
+
+    at_peak = dict(start)
+    for i in range(peak_index + 1):
+        _redo(at_peak, events, phases, i)
+    if not events:
+        at_peak, peak = live, at_snapshot
+    result = Profile(
+        source=source,
+        peak_bytes=peak,
+        snapshot_bytes=at_snapshot,
+        peak_phase=phases[peak_index] if events and peak_index >= 0 else BEFORE_TRACE,
+        traced=bool(events),
+        timeline=timeline,
+    )
+    for block in at_peak.values():
+        _add(result.by_site, stacks.site(block.frames), block.size)
+        _add(result.by_category, category(block), block.size)
+        _add(result.by_phase, block.phase, block.size)
+    return result
+
+
+def _live_at_snapshot(
+    segments: list[dict[str, Any]], device: int, budget: _Budget, stacks: _Stacks
+) -> dict[int, _Live]:
+    """The blocks allocated on ``device`` when the snapshot was taken, by address."""
     live: dict[int, _Live] = {}
     for seg in segments:
         if device_index(seg.get("device")) != device:
@@ -296,10 +325,12 @@ def profile(snap: dict[str, Any], source: str, user: tuple[Category, ...] = ()) 
             if raw.get("state") in ("active_allocated", "active_pending_free"):
                 address = _int(raw.get("address"))
                 live[address] = _Live(_int(raw.get("size")), stacks.of(raw.get("frames")), BEFORE_TRACE)
-    events = _trace(snap, device, budget, stacks)
-    at_snapshot = sum(b.size for b in live.values())
+    return live
 
-    # Each event's phase, in trace order; and for each free, the alloc that made its block.
+
+def _phases_of(events: list[_Event]) -> tuple[list[str], dict[int, int]]:
+    """Each event's phase, in trace order; and for each free, the alloc that made its block."""
+    named_phases: dict[tuple[str, ...], str | None] = {}
     phase, phases = SETUP, []
     made_by: dict[int, int] = {}  # event index of a free_completed -> index of its alloc
     last_alloc: dict[int, int] = {}
@@ -316,15 +347,25 @@ def profile(snap: dict[str, Any], source: str, user: tuple[Category, ...] = ()) 
         elif action == "free_completed" and address in last_alloc:
             made_by[i] = last_alloc.pop(address)
         phases.append(phase)
+    return phases, made_by
 
-    # Undo every event, newest first: the live set when the trace began.
+
+def _live_at_trace_start(
+    live: dict[int, _Live], events: list[_Event], phases: list[str], made_by: dict[int, int]
+) -> dict[int, _Live]:
+    """The live set when the trace began: every event undone, newest first."""
     start = dict(live)
     for i in range(len(events) - 1, -1, -1):
         _undo(start, events, phases, made_by, i)
     for address, block in start.items():
         start[address] = _Live(block.size, block.frames, BEFORE_TRACE)
+    return start
 
-    # Replay forward: the peak, and the per-category curve for the plot.
+
+def _replay(
+    start: dict[int, _Live], events: list[_Event], phases: list[str], category: Callable[[_Live], str]
+) -> tuple[int, int, list[tuple[float, dict[str, int]]]]:
+    """Replay the events from the trace's start: (peak, its event's index or -1, the plot's curve)."""
     totals: dict[str, int] = {}
     for block in start.values():
         key = category(block)
@@ -351,25 +392,7 @@ def profile(snap: dict[str, Any], source: str, user: tuple[Category, ...] = ()) 
             peak, peak_index = current, i
         if i % step == 0 or i == len(events) - 1:
             timeline.append(((t - t0) / 1e6, dict(totals)))
-
-    at_peak = dict(start)
-    for i in range(peak_index + 1):
-        _redo(at_peak, events, phases, i)
-    if not events:
-        at_peak, peak = live, at_snapshot
-    result = Profile(
-        source=source,
-        peak_bytes=peak,
-        snapshot_bytes=at_snapshot,
-        peak_phase=phases[peak_index] if events and peak_index >= 0 else BEFORE_TRACE,
-        traced=bool(events),
-        timeline=timeline,
-    )
-    for block in at_peak.values():
-        _add(result.by_site, stacks.site(block.frames), block.size)
-        _add(result.by_category, category(block), block.size)
-        _add(result.by_phase, block.phase, block.size)
-    return result
+    return peak, peak_index, timeline
 
 
 _Event = tuple[str, int, int, tuple[str, ...], int]  # action, address, size, frames, time (us)

@@ -293,12 +293,10 @@ def _assemble(
     """What one microbatch of a chunk keeps, and its autograd units in order. ``fine`` maps
     layer positions to their slot in a fine-grained offload variant, which moves part of those
     layers' tensors to the host."""
-    x, fl, m = act.dims_of(d), flavour_of(d), d.model
+    x = act.dims_of(d)
     kept = act.Saved()
     segments: list[Segment] = []
     units: list[int] = []  # transformer layers in each segment, Megatron-FSDP's units
-    # The gradient of the residual stream lives through each layer's backward.
-    residual_grad = act.layer_input(x)
     if chunk.has_embedding:
         emb = act.embedding(d, x)
         kept.merge(emb)
@@ -308,6 +306,26 @@ def _assemble(
             wgrad += fine[1].after_backward  # the next microbatch's groups, already reloaded
         segments.append(Segment(emb.total, emb.total, emb.fwd_transient, wgrad))
         units.append(0)
+    _add_layer_segments(d, x, groups, layers, offloaded, fine, kept, segments, units)
+    _add_closing_segments(d, x, chunk, kept, segments, units)
+    return Assembled(kept, segments, units)
+
+
+def _add_layer_segments(
+    d: Derived,
+    x: act.Dims,
+    groups: list[tuple[list[act.Saved], bool]],
+    layers: list[act.Saved],
+    offloaded: int,
+    fine: tuple[dict[int, int], activation_offload.Variant] | None,
+    kept: act.Saved,
+    segments: list[Segment],
+    units: list[int],
+) -> None:
+    """Add the transformer layers' units to ``segments`` and ``units``, and what they keep to ``kept``."""
+    m = d.model
+    # The gradient of the residual stream lives through each layer's backward.
+    residual_grad = act.layer_input(x)
     first_layer = 0
     # Each layer kind's total, and how many more times each kind is kept beyond its first merge:
     # the byte counts are whole numbers, so adding a kind n times equals adding n times it.
@@ -320,33 +338,15 @@ def _assemble(
         if fine is not None and not checkpointed and first_layer >= offloaded:
             slot = fine[0][first_layer]
             variant = fine[1]
-            moved = variant.offloaded[slot]
-            key = (id(group[0]), tuple(sorted(moved.items())))
-            if key not in adjusted:
-                adjusted[key] = activation_offload.kept_on_device(group[0], moved)
-                totals[id(adjusted[key])] = adjusted[key].total
-            group = [adjusted[key]]
+            group = [_kept_on_device(group[0], variant.offloaded[slot], adjusted, totals)]
             fwd_offload, bwd_offload = variant.fwd_extra[slot], variant.bwd_extra[slot]
             bwd_after_offload = variant.bwd_after_extra[slot]
         else:
             fwd_offload = bwd_offload = 0.0
             bwd_after_offload = -math.inf
-        if len(group) == 1:
-            full, fwd, bwd = (
-                totals[id(group[0])],
-                group[0].fwd_transient,
-                group[0].bwd_transient + residual_grad,
-            )
-        else:
-            full = sum(totals[id(layer)] for layer in group)
-            fwd = max(layer.fwd_transient for layer in group)
-            bwd = max(layer.bwd_transient for layer in group) + residual_grad
-        if fwd_offload or bwd_offload:
-            # Offloaded tensors exist on the device until their group's commit, and reloaded
-            # ones (this layer's and those fetched ahead) beside the layer's backward; a reload
-            # issued once a module's backward is done no longer meets its working set.
-            fwd = fwd + fwd_offload
-            bwd = max(bwd + bwd_offload, residual_grad + bwd_after_offload)
+        full, fwd, bwd = _group_working_sets(
+            group, totals, residual_grad, fwd_offload, bwd_offload, bwd_after_offload
+        )
         if checkpointed:
             inputs = act.layer_input(x) / (d.tp if m.distribute_saved_activations and not x.sp else 1)
             kept.add("recompute.checkpoint_inputs", inputs)
@@ -367,6 +367,55 @@ def _assemble(
     for layer, extra in repeats.values():
         if extra:
             kept.merge(layer, "decoder.", times=extra)
+
+
+def _group_working_sets(
+    group: list[act.Saved],
+    totals: dict[int, float],
+    residual_grad: float,
+    fwd_offload: float,
+    bwd_offload: float,
+    bwd_after_offload: float,
+) -> tuple[float, float, float]:
+    """A group of layers' saved bytes, and its working sets in forward and in backward."""
+    if len(group) == 1:
+        full, fwd, bwd = (
+            totals[id(group[0])],
+            group[0].fwd_transient,
+            group[0].bwd_transient + residual_grad,
+        )
+    else:
+        full = sum(totals[id(layer)] for layer in group)
+        fwd = max(layer.fwd_transient for layer in group)
+        bwd = max(layer.bwd_transient for layer in group) + residual_grad
+    if fwd_offload or bwd_offload:
+        # Offloaded tensors exist on the device until their group's commit, and reloaded
+        # ones (this layer's and those fetched ahead) beside the layer's backward; a reload
+        # issued once a module's backward is done no longer meets its working set.
+        fwd = fwd + fwd_offload
+        bwd = max(bwd + bwd_offload, residual_grad + bwd_after_offload)
+    return full, fwd, bwd
+
+
+def _kept_on_device(
+    layer: act.Saved,
+    moved: dict[str, float],
+    adjusted: dict[tuple[int, tuple[tuple[str, float], ...]], act.Saved],
+    totals: dict[int, float],
+) -> act.Saved:
+    """What ``layer`` keeps once ``moved`` leaves, shared through ``adjusted``, its total in ``totals``."""
+    key = (id(layer), tuple(sorted(moved.items())))
+    if key not in adjusted:
+        adjusted[key] = activation_offload.kept_on_device(layer, moved)
+        totals[id(adjusted[key])] = adjusted[key].total
+    return adjusted[key]
+
+
+def _add_closing_segments(
+    d: Derived, x: act.Dims, chunk: Chunk, kept: act.Saved, segments: list[Segment], units: list[int]
+) -> None:
+    """Add the MTP and output layers' units (or the kept sent output's), as ``_add_layer_segments``."""
+    fl, m = flavour_of(d), d.model
     for _ in range(chunk.mtp_layers):
         mtp = act.mtp_extra(d, x)
         kept.merge(mtp)
@@ -386,7 +435,6 @@ def _assemble(
         kept.add("pipeline.output_tensor", act.layer_input(x))
         segments.append(Segment(act.layer_input(x), act.layer_input(x), 0.0, 0.0))
         units.append(0)
-    return Assembled(kept, segments, units)
 
 
 def _chunk_extra(d: Derived, chunk: Chunk, segments: list[Segment]) -> float:

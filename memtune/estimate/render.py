@@ -242,42 +242,10 @@ def verdict_margin_json(m: Margin) -> dict[str, Any]:
 
 
 def assumptions(est: Estimate, ignored: Sequence[str] = ()) -> list[str]:
-    d, fl, job = est.derived, est.flavour, est.job
-    notes = []
-    if ignored:
-        notes.append(f"not used, their memory effect not modeled: {', '.join(ignored)}")
-    if d.world_size_assumed:
-        notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
-    # a Hugging Face config.json, for one, gives the architecture and none of the job's sizes
-    if "seq_length" not in job.model.model_fields_set:
-        notes.append(f"model.seq_length not given: assumed {job.model.seq_length} (Megatron-Core's default)")
-    if not job.train.model_fields_set & {"micro_batch_size", "global_batch_size"}:
-        notes.append(
-            f"train.micro_batch_size/global_batch_size not given: assumed {d.micro_batch_size} and "
-            f"{d.global_batch_size} ({d.num_microbatches} microbatches)"
-        )
-    impl = (
-        "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
-    )
-    softmax = (
-        ("Transformer Engine's" if fl.transformer_engine else "Megatron's") + " fused softmax kernel"
-        if d.fused_softmax_kernel
-        else f"torch softmax in {d.softmax_dtype}"
-        + (
-            ", Transformer Engine's kernel shape rule fails"
-            if fl.transformer_engine
-            else ", masked_softmax_fusion asked for but the kernel's shape rule fails"
-            if job.model.masked_softmax_fusion
-            else ""
-        )
-    )
-    attn = (
-        "flash/fused attention (no s x s scores kept)"
-        if fl.flash_attention
-        else f"unfused attention ({softmax}, s x s scores kept)"
-    )
-    notes.append(f"{impl}; {attn}")
-    if fl.transformer_engine:
+    d, job = est.derived, est.job
+    notes = _defaults_assumed(est, ignored)
+    notes.append(_implementation_note(est))
+    if est.flavour.transformer_engine:
         notes.append(
             "Transformer Engine path modeled from TE's source (norm fused into the next linear); not measured on this project's GPU"
         )
@@ -298,15 +266,7 @@ def assumptions(est: Estimate, ignored: Sequence[str] = ()) -> list[str]:
         else "TE/Apex FusedAdam"
     )
     notes.append(f"optimizer step: {optimizer}")
-    outside = est.outside
-    groups = ", ".join(outside.communicators) or "none"
-    graphs = (
-        f" + ~{outside.cuda_graph_bytes / GiB:.2g} GiB of instantiated CUDA graphs" if d.cuda_graphs else ""
-    )
-    notes.append(
-        f"outside PyTorch: CUDA context and kernels ~{outside.context_bytes / GiB:.2g} GiB"
-        f" + ~{outside.per_communicator_bytes / GiB:.2g} GiB per NCCL communicator ({groups}){graphs}"
-    )
+    notes.append(_outside_pytorch_note(est))
     if d.cuda_graphs:
         notes.append(
             "CUDA graphs: the static buffers of captured scopes (inside PyTorch) are not modeled; expect more"
@@ -325,6 +285,66 @@ def assumptions(est: Estimate, ignored: Sequence[str] = ()) -> list[str]:
         f" (expandable segments {'on' if est.expandable_segments else 'off'})"
     )
     return notes
+
+
+def _defaults_assumed(est: Estimate, ignored: Sequence[str]) -> list[str]:
+    """Notes on the keys left unused and the sizes the job does not give, with what is assumed."""
+    d, job = est.derived, est.job
+    notes = []
+    if ignored:
+        notes.append(f"not used, their memory effect not modeled: {', '.join(ignored)}")
+    if d.world_size_assumed:
+        notes.append(f"cluster.num_gpus not given: assumed {d.world_size} GPUs (data-parallel size {d.dp})")
+    # a Hugging Face config.json, for one, gives the architecture and none of the job's sizes
+    if "seq_length" not in job.model.model_fields_set:
+        notes.append(f"model.seq_length not given: assumed {job.model.seq_length} (Megatron-Core's default)")
+    if not job.train.model_fields_set & {"micro_batch_size", "global_batch_size"}:
+        notes.append(
+            f"train.micro_batch_size/global_batch_size not given: assumed {d.micro_batch_size} and "
+            f"{d.global_batch_size} ({d.num_microbatches} microbatches)"
+        )
+    return notes
+
+
+def _implementation_note(est: Estimate) -> str:
+    """The layer implementation and the attention and softmax kernels the estimate assumes."""
+    d, fl, job = est.derived, est.flavour, est.job
+    impl = (
+        "Transformer Engine spec" if fl.transformer_engine else "local spec (torch norms, Megatron linears)"
+    )
+    softmax = (
+        ("Transformer Engine's" if fl.transformer_engine else "Megatron's") + " fused softmax kernel"
+        if d.fused_softmax_kernel
+        else f"torch softmax in {d.softmax_dtype}"
+        + (
+            ", Transformer Engine's kernel shape rule fails"
+            if fl.transformer_engine
+            else ", masked_softmax_fusion asked for but the kernel's shape rule fails"
+            if job.model.masked_softmax_fusion
+            else ""
+        )
+    )
+    attn = (
+        "flash/fused attention (no s x s scores kept)"
+        if fl.flash_attention
+        else f"unfused attention ({softmax}, s x s scores kept)"
+    )
+    return f"{impl}; {attn}"
+
+
+def _outside_pytorch_note(est: Estimate) -> str:
+    """What the estimate counts outside PyTorch: the CUDA context, NCCL communicators, CUDA graphs."""
+    outside = est.outside
+    groups = ", ".join(outside.communicators) or "none"
+    graphs = (
+        f" + ~{outside.cuda_graph_bytes / GiB:.2g} GiB of instantiated CUDA graphs"
+        if est.derived.cuda_graphs
+        else ""
+    )
+    return (
+        f"outside PyTorch: CUDA context and kernels ~{outside.context_bytes / GiB:.2g} GiB"
+        f" + ~{outside.per_communicator_bytes / GiB:.2g} GiB per NCCL communicator ({groups}){graphs}"
+    )
 
 
 def checkpoint_notes(est: Estimate) -> list[str]:

@@ -376,14 +376,12 @@ def _hybrid_device_state(
     ``dp_ranks`` the device share is the bound every rank stays under, (1 - fraction) of the
     shard, and the host side is the first rank's.
     """
-    opt = d.job.optimizer
-    fraction = opt.optimizer_offload_fraction
-    half = d.half_precision
-    param_bytes = DTYPE_BYTES[d.param_dtype]
-    master = 4 if half else 0
+    fraction = d.job.optimizer.optimizer_offload_fraction
+    master = 4 if d.half_precision else 0
     device_bytes = master + moments + (4 if DTYPE_BYTES[d.grad_dtype] < 4 else 0)
     if tensors is None or d.job.peft is not None:
         # Without the tensors (or for LoRA adapters, not walked here) the split is the fraction.
+        param_bytes = DTYPE_BYTES[d.param_dtype]
         return ModelState(
             weights=weights,
             grads=grads,
@@ -394,6 +392,34 @@ def _hybrid_device_state(
             host_pinned=(param_bytes + 4) * fraction * optimizer_params,
             host_pageable=(4 + moments) * fraction * optimizer_params,
         )
+    orphaned, shard_device, host_pinned, host_pageable = _hybrid_device_walks(
+        d, moments, tensors, shards, dp_ranks
+    )
+    return ModelState(
+        weights=weights,
+        grads=grads,
+        optimizer=orphaned + device_bytes * shard_device,
+        optimizer_step_transient=0.0,
+        trainable=trainable,
+        optimizer_params=optimizer_params,
+        host_pinned=host_pinned,
+        host_pageable=host_pageable,
+        orphaned_optimizer_copies=orphaned,
+    )
+
+
+def _hybrid_device_walks(
+    d: Derived,
+    moments: float,
+    tensors: list[list[ParamTensor]],
+    shards: tuple[int, int],
+    dp_ranks: tuple[int, int] | None,
+) -> tuple[float, float, float, float]:
+    """The orphaned copies' device bytes, the shard's numel on the device, pinned and pageable host bytes."""
+    fraction = d.job.optimizer.optimizer_offload_fraction
+    half = d.half_precision
+    param_bytes = DTYPE_BYTES[d.param_dtype]
+    master = 4 if half else 0
     pinned = PinnedHostCache()
     orphaned = pageable = 0.0
     shard_device = 0.0
@@ -421,14 +447,4 @@ def _hybrid_device_state(
         shard_device += device
         shard_offloaded += offloaded
     pinned.take(4 * numel for numel in shard_offloaded)
-    return ModelState(
-        weights=weights,
-        grads=grads,
-        optimizer=orphaned + device_bytes * shard_device,
-        optimizer_step_transient=0.0,
-        trainable=trainable,
-        optimizer_params=optimizer_params,
-        host_pinned=float(pinned.total),
-        host_pageable=pageable,
-        orphaned_optimizer_copies=orphaned,
-    )
+    return orphaned, shard_device, float(pinned.total), pageable

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.progress import Progress
@@ -197,39 +197,9 @@ def run(args: argparse.Namespace) -> int:
     mode = mode_of(query)
     space = _space(base, pins)
     console = Console(stderr=args.json)
-    started = time.perf_counter()
-    lines = ProgressLines("memtune plan: searching layouts")  # where the bar is off: CI logs, notebooks
-    with Progress(console=console, transient=True, disable=args.json or not console.is_terminal) as bar:
-        task = None
-
-        def progress(done: int, total: int) -> None:
-            nonlocal task
-            if bar.disable:
-                lines(done, total)
-            if task is None and time.perf_counter() - started > 1.0:
-                task = bar.add_task("searching layouts", total=total)
-            if task is not None:
-                bar.update(task, completed=done)
-
-        result = search(
-            base,
-            space,
-            top=max(args.top, args.explain or 0),
-            pareto=args.pareto or (bool(args.plot) and not args.explain),
-            keep=pin_filter(base, pins),
-            progress=progress,
-            workers=args.workers or default_workers(),
-        )
+    result = _search(args, base, space, pins, console)
     if pins and not result.counts.get("estimated"):
-        # Nothing matching the pins got past arithmetic: the pins, not memory, rule every layout out.
-        rules = {code: find_rule(code) for code in result.pruned_by}
-        reasons = ", ".join(f"{code}: {r.summary.rstrip('.')}" if r else code for code, r in rules.items())
-        if line := unsplittable_line(obstacle(result)):
-            reasons = f"{reasons}; {line}" if reasons else line
-        raise InputError(
-            f"--pin {' '.join(str(p) for p in pins)}: no layout on {derive(base).world_size} GPUs has it"
-            + (f" ({reasons})" if reasons else "")
-        )
+        _refuse_pins(result, base, pins)
     explained = args.explain is not None and args.explain <= len(result.layouts)
     if args.plot and args.explain:
         if explained:
@@ -256,6 +226,47 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and (explained or not args.explain):
         console.print(f"[dim]plot written to {args.plot}[/dim]")
     return 0
+
+
+def _search(
+    args: argparse.Namespace, base: JobConfig, space: Space, pins: tuple[Change, ...], console: Console
+) -> PlanResult:
+    """The search over ``space``; its progress a bar after the first second, or lines where that is off."""
+    started = time.perf_counter()
+    lines = ProgressLines("memtune plan: searching layouts")  # where the bar is off: CI logs, notebooks
+    with Progress(console=console, transient=True, disable=args.json or not console.is_terminal) as bar:
+        task = None
+
+        def progress(done: int, total: int) -> None:
+            nonlocal task
+            if bar.disable:
+                lines(done, total)
+            if task is None and time.perf_counter() - started > 1.0:
+                task = bar.add_task("searching layouts", total=total)
+            if task is not None:
+                bar.update(task, completed=done)
+
+        return search(
+            base,
+            space,
+            top=max(args.top, args.explain or 0),
+            pareto=args.pareto or (bool(args.plot) and not args.explain),
+            keep=pin_filter(base, pins),
+            progress=progress,
+            workers=args.workers or default_workers(),
+        )
+
+
+def _refuse_pins(result: PlanResult, base: JobConfig, pins: tuple[Change, ...]) -> NoReturn:
+    """Refuse pins that rule every layout out before memory does, naming the rules and the obstacle."""
+    rules = {code: find_rule(code) for code in result.pruned_by}
+    reasons = ", ".join(f"{code}: {r.summary.rstrip('.')}" if r else code for code, r in rules.items())
+    if line := unsplittable_line(obstacle(result)):
+        reasons = f"{reasons}; {line}" if reasons else line
+    raise InputError(
+        f"--pin {' '.join(str(p) for p in pins)}: no layout on {derive(base).world_size} GPUs has it"
+        + (f" ({reasons})" if reasons else "")
+    )
 
 
 def _recorded_step(result: PlanResult, n: int) -> StepPrediction:

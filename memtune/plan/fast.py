@@ -251,6 +251,41 @@ class FastEstimator:
             needed_bytes(round(s.total), outside, margin) > self.capacity for s in self._rank_states_of(k)
         )
 
+    def _rank_flights_of(self, k: Knobs) -> list[dict[int, int]]:
+        """The microbatches in flight per model chunk of each representative rank."""
+        fk = RANK_FLIGHTS.key(k)
+        flights = self._rank_flights.get(fk)
+        if flights is None:
+            d = self.derived(k)
+            flights = self._rank_flights[fk] = [in_flight(d, r) for r in self.layout(k).representatives]
+        return flights
+
+    def _rank_deferred_of(self, k: Knobs) -> list[float]:
+        """The deferred weight-gradient buffers of each representative rank."""
+        dk = RANK_DEFERRED.key(k)
+        deferred = self._rank_deferred.get(dk)
+        if deferred is None:
+            d = self.derived(k)
+            chunks_all, _, reps = self.layout(k)
+            deferred = self._rank_deferred[dk] = [deferred_wgrad_bytes(d, chunks_all[r]) for r in reps]
+        return deferred
+
+    def _rank_activations_at(self, k: Knobs, ak: Key, i: int) -> list[ChunkActivations]:
+        """Representative rank ``i``'s chunk activations, cached under ``ak`` (RANK_ACTIVATIONS')."""
+        activations = self._rank_acts.get((ak, i))
+        if activations is None:
+            activations = self._rank_acts[(ak, i)] = self._activations(k, i)
+        return activations
+
+    def _rank_buffers_at(self, k: Knobs, bk: Key, i: int) -> float:
+        """Representative rank ``i``'s run-long buffers, cached under ``bk`` (RANK_BUFFERS')."""
+        buffers = self._rank_buffers.get((bk, i))
+        if buffers is None:
+            d = self.derived(k)
+            chunks_all, _, reps = self.layout(k)
+            buffers = self._rank_buffers[(bk, i)] = persistent_buffers(d, flavour_of(d), chunks_all[reps[i]])
+        return buffers
+
     def evaluate(self, k: Knobs, stop_when_over: bool = False) -> FastResult:
         """The most-loaded rank of ``k`` and its verdict, as ``estimate`` gives them.
 
@@ -260,51 +295,25 @@ class FastEstimator:
         chunks_all, _, reps = self.layout(k)
         outside, margin = self._outside_and_margin(k)
         states = self._rank_states_of(k)
-        fk = RANK_FLIGHTS.key(k)
-        flights = self._rank_flights.get(fk)
-        if flights is None:
-            d = self.derived(k)
-            flights = self._rank_flights[fk] = [in_flight(d, r) for r in reps]
+        flights = self._rank_flights_of(k)
         ak, bk, hk = RANK_ACTIVATIONS.key(k), RANK_BUFFERS.key(k), RANK_HELD.key(k)
 
         # A rank's activations, buffers and held bytes are built when the walk below reaches
         # it: most layouts that do not fit stop at the first rank.
-        def activations_of(i: int) -> list[ChunkActivations]:
-            activations = self._rank_acts.get((ak, i))
-            if activations is None:
-                activations = self._rank_acts[(ak, i)] = self._activations(k, i)
-            return activations
-
-        def buffers_of(i: int) -> float:
-            buffers = self._rank_buffers.get((bk, i))
-            if buffers is None:
-                d = self.derived(k)
-                buffers = self._rank_buffers[(bk, i)] = persistent_buffers(
-                    d, flavour_of(d), chunks_all[reps[i]]
-                )
-            return buffers
-
         def held_of(i: int) -> Held:
             held = self._rank_held.get((hk, i))
             if held is None:
-                dk = RANK_DEFERRED.key(k)
-                deferred = self._rank_deferred.get(dk)
-                if deferred is None:
-                    d = self.derived(k)
-                    deferred = self._rank_deferred[dk] = [
-                        deferred_wgrad_bytes(d, chunks_all[r]) for r in reps
-                    ]
-                chunks, acts = chunks_all[reps[i]], activations_of(i)
+                deferred = self._rank_deferred_of(k)[i]
+                chunks, acts = chunks_all[reps[i]], self._rank_activations_at(k, ak, i)
                 held = self._rank_held[(hk, i)] = Held(
-                    *held_and_transient(chunks, flights[i], acts, deferred[i]), deferred[i]
+                    *held_and_transient(chunks, flights[i], acts, deferred), deferred
                 )
             return held
 
         def pieces_of(i: int) -> RankPieces:
             r = reps[i]
-            return RankPieces(
-                r, chunks_all[r], flights[i], states[i], activations_of(i), buffers_of(i), held_of(i).deferred
-            )
+            acts, buffers = self._rank_activations_at(k, ak, i), self._rank_buffers_at(k, bk, i)
+            return RankPieces(r, chunks_all[r], flights[i], states[i], acts, buffers, held_of(i).deferred)
 
         # As ``Estimate``: the worst rank by its training peak; the verdict judges each rank's
         # largest phase (``Estimate.verdict_peak_bytes``: training, resume, save) and every
@@ -316,7 +325,8 @@ class FastEstimator:
         host_fits = True
         for i in range(len(reps)):
             held = held_of(i)
-            activ, transient, _ = peak_parts(states[i], held.activations, held.worst_transient, buffers_of(i))
+            buffers = self._rank_buffers_at(k, bk, i)
+            activ, transient, _ = peak_parts(states[i], held.activations, held.worst_transient, buffers)
             peak = judged = round(states[i].total + activ + transient)  # RankEstimate.peak_bytes
             save = None
             if d.resumes or saves:
@@ -330,7 +340,9 @@ class FastEstimator:
                 worst_index, worst_peak, worst_judged = i, peak, judged
             if over:
                 break
-            host_fits = host_fits and self._host_fits(k, i, states[i], activations_of(i), flights[i], save)
+            host_fits = host_fits and self._host_fits(
+                k, i, states[i], self._rank_activations_at(k, ak, i), flights[i], save
+            )
         verdict = verdict_of(judged_max, outside, self.capacity, margin) if host_fits else HOST_VERDICT
         return FastResult(
             worst_peak, needed_bytes(worst_judged, outside, margin), verdict, pieces_of(worst_index)

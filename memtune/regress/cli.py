@@ -21,6 +21,12 @@ EXIT_NO_ANSWER = 1
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _register_diff(sub)
+    _register_bisect(sub)
+
+
+def _register_diff(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``memtune diff`` and its options."""
     d = sub.add_parser(
         "diff",
         help="what changed between two configs (per rank, per key) or two runs' memory logs",
@@ -54,6 +60,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--json", action="store_true", help="print machine-readable JSON")
     d.set_defaults(handler=run_diff, overrides=[])
 
+
+def _register_bisect(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``memtune bisect`` and its options."""
     b = sub.add_parser(
         "bisect",
         help="find the commit or the config change that made a job run out of memory",

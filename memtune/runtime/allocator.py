@@ -78,6 +78,30 @@ def configure_allocator(
     apicheck.flag("expandable_segments", expandable_segments)
     apicheck.flag("use_nccl_ub", use_nccl_ub)
     apicheck.flag("cuda_graphs", cuda_graphs)
+    wanted = _named_options(
+        expandable_segments,
+        garbage_collection_threshold,
+        max_split_size_mb,
+        graph_capture_record_stream_reuse,
+    )
+    _check_options(options)
+    wanted.update(options or {})
+    merged, notes = _merged_with_environment(wanted)
+    value = format_alloc_conf(merged)
+    if _already_in_effect(wanted, merged, value):
+        return AllocatorSetup(CUDA_VARIABLE, value, notes + ["already in effect"])
+    notes += _guard_job_combinations(merged, use_nccl_ub, cuda_graphs)
+    os.environ[CUDA_VARIABLE] = value
+    return AllocatorSetup(CUDA_VARIABLE, value, notes)
+
+
+def _named_options(
+    expandable_segments: bool,
+    garbage_collection_threshold: float | None,
+    max_split_size_mb: int | None,
+    graph_capture_record_stream_reuse: bool | None,
+) -> dict[str, str]:
+    """The options ``configure_allocator`` takes by name, checked, as allocator option texts."""
     wanted: dict[str, str] = {"expandable_segments": str(expandable_segments)}
     if garbage_collection_threshold is not None:
         apicheck.number(
@@ -94,6 +118,11 @@ def configure_allocator(
     if graph_capture_record_stream_reuse is not None:
         apicheck.flag("graph_capture_record_stream_reuse", graph_capture_record_stream_reuse)
         wanted["graph_capture_record_stream_reuse"] = str(graph_capture_record_stream_reuse)
+    return wanted
+
+
+def _check_options(options: dict[str, str] | None) -> None:
+    """Refuse ``options`` unless each names an allocator option torch knows and gives it one value."""
     if options is not None and not isinstance(options, dict):
         raise ArgumentTypeError(
             f"options: must be a dict of option names to text values, got {echo(options)}"
@@ -105,8 +134,10 @@ def configure_allocator(
             raise ArgumentTypeError(f"options[{key!r}]: must be text, got {echo(value)}")
         if not value or any(c in value for c in ",:") or not value.isprintable():
             raise ArgumentError(f"options[{key!r}]: must be one value without ',' or ':', got {echo(value)}")
-        wanted[key] = value
 
+
+def _merged_with_environment(wanted: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment's options with ``wanted`` over them, and notes on what was merged or replaced."""
     notes: list[str] = []
     current_cuda = os.environ.get(CUDA_VARIABLE)
     current_new = os.environ.get(NEW_VARIABLE)
@@ -120,12 +151,15 @@ def configure_allocator(
     if overridden:
         notes.append("replaced from the environment: " + format_alloc_conf(overridden))
     merged.update(wanted)
-    value = format_alloc_conf(merged)
+    return merged, notes
 
+
+def _already_in_effect(wanted: dict[str, str], merged: dict[str, str], value: str) -> bool:
+    """Whether the allocator already runs with ``merged``; refuses settings read too late to apply."""
     if _cuda_initialised():
         in_effect = allocator_settings_in_effect()
         if in_effect is not None and parse_alloc_conf(in_effect) == merged:
-            return AllocatorSetup(CUDA_VARIABLE, value, notes + ["already in effect"])
+            return True
         raise AllocatorConfigError(
             f"CUDA is already initialised, so the allocator has read its settings ({in_effect!r}); "
             f"{CUDA_VARIABLE}={value} would have no effect: call configure_allocator() before the "
@@ -136,9 +170,14 @@ def configure_allocator(
             "backend: torch reads it when it is imported, and it already is: export "
             f"{CUDA_VARIABLE} before starting Python"
         )
+    return False
 
+
+def _guard_job_combinations(merged: dict[str, str], use_nccl_ub: bool, cuda_graphs: bool) -> list[str]:
+    """Refuse or note expandable segments with NCCL user buffers or CUDA graphs; sets NCCL_GRAPH_REGISTER."""
     torch_version = installed_torch_version()
     expandable = merged.get("expandable_segments") == "True"
+    notes: list[str] = []
     if use_nccl_ub and expandable:
         if torch_version < TORCH_MEMPOOL_FALLBACK:
             raise AllocatorConfigError(
@@ -160,8 +199,7 @@ def configure_allocator(
             raise AllocatorConfigError(
                 f"CUDA graphs with expandable_segments:True need NCCL_GRAPH_REGISTER=0, the environment has {register!r}"
             )
-    os.environ[CUDA_VARIABLE] = value
-    return AllocatorSetup(CUDA_VARIABLE, value, notes)
+    return notes
 
 
 def allocator_settings_in_effect() -> str | None:

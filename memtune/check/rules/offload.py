@@ -280,17 +280,32 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             upstream="fine_grained_activation_offloading cannot be enabled with cpu_offloading.",
         )
     modules = m.offload_modules or []
+    return (
+        _unknown_offload_modules(modules)
+        or _offload_module_conflicts(c, modules)
+        or _fine_grained_offload_stack(c)
+    )
+
+
+def _unknown_offload_modules(modules: list[str]) -> Hit | None:
+    """The hit for an empty ``offload_modules``, or one naming modules Megatron-Core does not know."""
     unknown = sorted(set(modules) - set(OFFLOAD_MODULES))
-    if not modules or unknown:
-        allowed = ", ".join(OFFLOAD_MODULES)
-        return Hit(
-            message=f"model.offload_modules={modules} with model.fine_grained_activation_offloading=true"
-            + (f": unknown {', '.join(unknown)}" if unknown else ": no module named"),
-            fix=f"name some of {allowed} in model.offload_modules",
-            upstream=f"Invalid choices for offload_modules: {{{', '.join(repr(u) for u in unknown)}}}."
-            if unknown
-            else None,
-        )
+    if modules and not unknown:
+        return None
+    allowed = ", ".join(OFFLOAD_MODULES)
+    return Hit(
+        message=f"model.offload_modules={modules} with model.fine_grained_activation_offloading=true"
+        + (f": unknown {', '.join(unknown)}" if unknown else ": no module named"),
+        fix=f"name some of {allowed} in model.offload_modules",
+        upstream=f"Invalid choices for offload_modules: {{{', '.join(repr(u) for u in unknown)}}}."
+        if unknown
+        else None,
+    )
+
+
+def _offload_module_conflicts(c: Context, modules: list[str]) -> Hit | None:
+    """The hit for offloaded modules that the job's other modules or its recompute need kept."""
+    m = c.model
     if "attn_proj" in modules and "core_attn" not in modules:
         return Hit(
             message="model.offload_modules has attn_proj without core_attn",
@@ -315,6 +330,12 @@ def fine_grained_offload_settings(c: Context) -> Hit | None:
             fix="remove attn_norm from model.offload_modules, or use selective recompute",
             upstream="The tensor has a non-zero number of elements, but its data is not allocated yet.",
         )
+    return None
+
+
+def _fine_grained_offload_stack(c: Context) -> Hit | None:
+    """The hit for a layer implementation or TE setting the stack refuses fine-grained offloading with."""
+    m = c.model
     if c.d.stack != "megatron-core" and m.transformer_impl != "transformer_engine":
         upstream = (
             "Fine-grained activation offloading is only supported with transformer_engine implementation"
