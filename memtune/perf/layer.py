@@ -152,7 +152,8 @@ class ShapePricer:
             if published is not None:
                 self.bf16_gemm_scale = published
                 self.unmeasured.add(
-                    f"{gpu.name} bf16 GEMMs at {published:.2f} of those (published square GEMMs, gpus.yaml)"
+                    f"{gpu.name} bf16 GEMMs at {published:.2f} of the {REFERENCE}'s fractions "
+                    "(published square GEMMs, gpus.yaml)"
                 )
         self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
         # the eager kernels as timed on the tables' GPU; memory-bound, they scale by HBM bandwidth

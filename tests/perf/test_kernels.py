@@ -155,4 +155,6 @@ def test_a_gpu_with_published_square_gemms_scales_the_reference_fractions_by_the
     m, n, k = 4096, 6144, 4096
     expected = 2 * m * n * k / (2250e12 * gemm_fraction("H200", m, n, k) * scale)
     assert pricer.gemm(m, n, k) == pytest.approx(expected)
-    assert any("B200 bf16 GEMMs at 0.93" in note for note in pricer.unmeasured)
+    assert "B200 bf16 GEMMs at 0.93 of the H200's fractions (published square GEMMs, gpus.yaml)" in (
+        pricer.unmeasured
+    )
