@@ -195,7 +195,37 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
     if traced:
         result["measured"]["iterations"] = result["measured"]["iterations"][:-1]
         result["measured"]["profile"] = traced
+    if item.get("host_probe"):
+        result["measured"]["host_probe"] = _host_probe(torch)
     return result
+
+
+def _host_probe(torch: Any) -> dict[str, float]:
+    """The host's speed right after a run, in the run's process: microseconds per launch of a
+    one-element in-place add (the dispatcher and the driver's launch path; nothing waits for the
+    GPU) and per forward and backward of a tiny ``nn.Linear`` (modules and autograd: a layer's
+    host side without its kernels' time), each the median of five rounds."""
+    import statistics
+
+    x = torch.zeros(1, device="cuda")
+    linear = torch.nn.Linear(64, 64, device="cuda")
+    inputs = torch.randn(8, 64, device="cuda", requires_grad=True)
+
+    def per_call_us(step: Any, calls: int) -> float:
+        rounds = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            tick = time.perf_counter()
+            for _ in range(calls):
+                step()
+            rounds.append((time.perf_counter() - tick) / calls * 1e6)
+        torch.cuda.synchronize()
+        return round(statistics.median(rounds), 3)
+
+    return {
+        "launch_us": per_call_us(lambda: x.add_(1.0), 5000),
+        "linear_fwd_bwd_us": per_call_us(lambda: linear(inputs).sum().backward(), 500),
+    }
 
 
 class _SyncWaits:
@@ -424,6 +454,8 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
     items = [json.loads(line) for line in Path(args.plans).read_text().splitlines() if line.strip()]
+    for item in items:
+        item["host_probe"] = args.host_probe
     with open(args.results, "a") as out:
         for n, item in enumerate(items, 1):
             left = args.deadline - (time.monotonic() - started)
@@ -466,6 +498,9 @@ def main() -> int:
         "--deadline", type=float, default=470.0, help="seconds after start; later runs are skipped"
     )
     r.add_argument("--reserve", type=float, default=20.0, help="start no run with fewer seconds left")
+    r.add_argument(
+        "--host-probe", action="store_true", help="time the host's launch speed after each run (_host_probe)"
+    )
     r.add_argument("--timeout", type=float, default=90.0, help="seconds one run may take")
     args = parser.parse_args()
     return make_plans(args.out, args.family) if args.step == "plan" else run(args)
