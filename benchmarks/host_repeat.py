@@ -1,9 +1,9 @@
 """How far a lent machine moves a single-rank step: ten ``cchk3-`` runs timed in several passes
-on three H100s (benchmarks/gpu/results/: machine A is the ``cchk3-`` check's, its two passes
-``cchk3-h100`` and ``cchk3-again-h100``; machines B and C three passes each under
-``host-repeat/``, C's with the host's launch speed timed after every run, ``_host_probe`` of
-``benchmarks/gpu/compute_relations.py``; ``host-repeat/plans.jsonl`` are the ``cchk3-`` plans of
-the ten runs, marked holdout so that no iteration is profiled).
+on four H100s (benchmarks/gpu/results/: machine A is the ``cchk3-`` check's, its two passes
+``cchk3-h100`` and ``cchk3-again-h100``; machines B and C three passes each and machine D two
+under ``host-repeat/``, C's and D's with the host's launch speed timed after every run,
+``_host_probe`` of ``benchmarks/gpu/compute_relations.py``; ``host-repeat/plans.jsonl`` are the
+``cchk3-`` plans of the ten runs, marked holdout so that no iteration is profiled).
 
     python benchmarks/host_repeat.py
 
@@ -29,6 +29,7 @@ PASSES = {
     "A": [RESULTS / "cchk3-h100.results.jsonl", RESULTS / "cchk3-again-h100.results.jsonl"],
     "B": [RESULTS / "host-repeat" / f"machine-b-pass{n}.results.jsonl" for n in (1, 2, 3)],
     "C": [RESULTS / "host-repeat" / f"machine-c-pass{n}.results.jsonl" for n in (1, 2, 3)],
+    "D": [RESULTS / "host-repeat" / f"machine-d-pass{n}.results.jsonl" for n in (1, 2)],
 }
 
 
@@ -61,13 +62,14 @@ def main() -> int:
             error = priced[run_id] / statistics.median(seconds) - 1
             cells.append(f"{'/'.join(f'{s:.3f}' for s in seconds)} {spread:4.0%} {error:+5.0%}")
         print(f"{run_id:36} {priced[run_id]:7.3f}  " + "  ".join(cells))
-    probes = [t[run_id][1] for t in passes["C"] for run_id in ids]
-    launch = [p["launch_us"] for p in probes if p]
-    linear = [p["linear_fwd_bwd_us"] for p in probes if p]
-    print(
-        f"machine C's host after each run: {min(launch):.2f}-{max(launch):.2f} us a launch, "
-        f"{min(linear):.0f}-{max(linear):.0f} us a small Linear forward and backward"
-    )
+    for machine in ("C", "D"):
+        probes = [t[run_id][1] for t in passes[machine] for run_id in ids]
+        launch = [p["launch_us"] for p in probes if p]
+        linear = [p["linear_fwd_bwd_us"] for p in probes if p]
+        print(
+            f"machine {machine}'s host after each run: {min(launch):.2f}-{max(launch):.2f} us a launch, "
+            f"{min(linear):.0f}-{max(linear):.0f} us a small Linear forward and backward"
+        )
     return 0
 
 
