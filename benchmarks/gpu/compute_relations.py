@@ -55,6 +55,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check,
         _compute_relations_check2,
         _compute_relations_check3,
+        host_by_block,
     )
     from run_matrix import make_plans as plan_entries
 
@@ -66,6 +67,7 @@ def make_plans(out: str, family: str) -> int:
             "cchk": _compute_relations_check,
             "cchk2": _compute_relations_check2,
             "cchk3": _compute_relations_check3,
+            "hostblk": host_by_block,
         }
         ids = [e.id for e in checks[family]()]
     namespace = argparse.Namespace(
@@ -485,7 +487,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

@@ -2193,6 +2193,43 @@ def _compute_relations_check3() -> list[Entry]:
     return e
 
 
+def host_by_block() -> list[Entry]:
+    """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
+    (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
+    8 layers, so that a layer's share is the difference; a Llama-style block (RMSNorm, gated
+    SiLU, RoPE, no biases, GQA) and the same with one GPT-style feature at a time (LayerNorm,
+    GeLU, learned positions, biases, no GQA), and the whole GPT-style block. A component
+    measurement like the kernel tables: every run is read, whatever its hash split says."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
+    styles = {
+        "llama": {},
+        "layernorm": dict(normalization="LayerNorm"),
+        "gelu": dict(gated_linear_unit=False, activation_func="gelu", ffn_hidden_size=4096),
+        "learned": dict(position_embedding_type="learned_absolute"),
+        "bias": dict(add_bias_linear=True),
+        "mha": dict(num_query_groups=8),
+        "gpt": dict(
+            normalization="LayerNorm",
+            gated_linear_unit=False,
+            activation_func="gelu",
+            ffn_hidden_size=4096,
+            position_embedding_type="learned_absolute",
+            add_bias_linear=True,
+            num_query_groups=8,
+        ),
+    }
+    return [
+        run(
+            f"hostblk-{name}-l{layers}",
+            _model("llama3-8b", **{**tiny, **style, "num_layers": layers}),
+            microbatches=8,
+        )
+        for name, style in styles.items()
+        for layers in (4, 8)
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2214,6 +2251,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check()
         + _compute_relations_check2()
         + _compute_relations_check3()
+        + host_by_block()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
