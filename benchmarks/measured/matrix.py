@@ -2198,8 +2198,11 @@ def host_by_block() -> list[Entry]:
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
     8 layers, so that a layer's share is the difference; a Llama-style block (RMSNorm, gated
     SiLU, RoPE, no biases, GQA) and the same with one GPT-style feature at a time (LayerNorm,
-    GeLU, learned positions, biases, no GQA), and the whole GPT-style block. A component
-    measurement like the kernel tables: every run is read, whatever its hash split says."""
+    GeLU, learned positions, biases, no GQA), and the whole GPT-style block; and the
+    Llama-style block at 4 layers with one and two multi-token-prediction layers, whose host
+    work against a decoder layer's is what ``MTP_EXTRA_HOST_LAYERS`` counts (``hostblk-mtp``,
+    added after the first ``hostblk-`` call). A component measurement like the kernel tables:
+    every run is read, whatever its hash split says."""
     tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
                 ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
     styles = {
@@ -2227,6 +2230,13 @@ def host_by_block() -> list[Entry]:
         )
         for name, style in styles.items()
         for layers in (4, 8)
+    ] + [
+        run(
+            f"hostblk-mtp{depth}-l4",
+            _model("llama3-8b", **tiny, num_layers=4, mtp_num_layers=depth),
+            microbatches=8,
+        )
+        for depth in (1, 2)
     ]
 
 
