@@ -48,6 +48,20 @@ def _set_arguments(parser: argparse.ArgumentParser, pattern: str, default: Path)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks: estimator accuracy against measured runs")
     bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    for add in (
+        _add_accuracy,
+        _add_published,
+        _add_resume,
+        _add_calibrate,
+        _add_plan,
+        _add_step,
+        _add_figures,
+    ):
+        add(bench)
+
+
+def _add_accuracy(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench accuracy`: the estimator against the measured runs."""
     acc = bench.add_parser(
         "accuracy",
         help="estimate every measured run and report the error",
@@ -62,6 +76,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="report only runs of this split (tune, holdout, fresh, ...; default all)",
     )
     acc.set_defaults(handler=run)
+
+
+def _add_published(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench published`: the estimator against published real runs."""
     pub = bench.add_parser(
         "published",
         help="estimate every published real run and report the error",
@@ -72,6 +90,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _set_arguments(pub, "*.yaml", DEFAULT_PUBLISHED)
     pub.add_argument("--split", default="all", metavar="NAME", help="tune or holdout (default all)")
     pub.set_defaults(handler=run_published)
+
+
+def _add_resume(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench resume`: the resume and save phases against measured checkpoint round trips."""
     res = bench.add_parser(
         "resume",
         help="estimate every measured checkpoint round trip and report the error",
@@ -81,6 +103,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _set_arguments(res, "*.jsonl", DEFAULT_RESUME_SET)
     res.set_defaults(handler=run_resume)
+
+
+def _add_calibrate(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench calibrate`: the verdict's margins from the tune runs."""
     cal = bench.add_parser(
         "calibrate",
         help="the verdict's margin per feature family, from the tune runs of both sets",
@@ -93,6 +119,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write nothing; exit 1 when the committed table differs from what the sets give",
     )
     cal.set_defaults(handler=run_calibrate)
+
+
+def _add_plan(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench plan`: the planner's speed, or the step model against published layouts."""
     plan = bench.add_parser(
         "plan",
         help="the planner's search speed; with --accuracy, the throughput model against published layouts",
@@ -124,6 +154,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="with --accuracy: score only this split",
     )
     plan.set_defaults(handler=run_plan)
+
+
+def _add_step(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench step`: the step model of one job."""
     step = bench.add_parser(
         "step",
         help="the step model's price of one job exactly as configured (simulated per stage)",
@@ -135,6 +169,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     step.add_argument("--json", action="store_true", help="print machine-readable JSON")
     step.add_argument("--plot", metavar="FILE.png", help="draw the simulated step per stage (a Gantt chart)")
     step.set_defaults(handler=run_step)
+
+
+def _add_figures(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`memtune bench figures`: the figures the documents quote."""
     fig = bench.add_parser(
         "figures",
         help="the figures README.md and docs/ quote (rule count, accuracy and false-fit tables, step error)",

@@ -451,7 +451,20 @@ def _init_distributed(plan: dict[str, Any]) -> None:
     model_parallel_cuda_manual_seed(1234)
 
 
-def measure(plan: dict[str, Any]) -> dict[str, Any]:
+@dataclasses.dataclass
+class _Built:
+    """The rank's model chunks wrapped as Megatron-LM's ``get_model`` wraps them, its optimizer,
+    and the memory allocated after each of the three was built."""
+
+    chunks: list[Any]  # the GPT chunks, in Float16Module where the job trains in bf16 or fp16
+    model: list[Any]  # each chunk in Megatron DDP or Megatron-FSDP
+    optimizer: MegatronOptimizer
+    after_build: int
+    after_ddp: int
+    after_optimizer: int
+
+
+def _build(plan: dict[str, Any]) -> _Built:
     import torch
     from megatron.core.distributed import (
         DistributedDataParallel,
@@ -459,13 +472,8 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         FullyShardedDataParallel,
     )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.transformer.module import Float16Module
 
-    started = time.monotonic()
-    host = _HostMemory()
-    te_offload_flag_stand_in = _stand_in_for_te_offload_flag(plan)
-    _init_distributed(plan)
     config = _transformer_config(plan)
     chunks = _build_chunks(plan, config)
     after_build = torch.cuda.memory_allocated()
@@ -491,21 +499,21 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
     optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kwargs), model, use_gloo_process_groups=gloo)
     after_optimizer = torch.cuda.memory_allocated()
     _wire_grad_sync(config, model, plan["ddp"], optimizer)
+    return _Built(chunks, model, optimizer, after_build, after_ddp, after_optimizer)
 
+
+def _train(plan: dict[str, Any], built: _Built, host: _HostMemory) -> list[dict[str, Any]]:
+    """``plan["iterations"]`` training iterations as Megatron-LM's loop runs them, each with
+    its memory, time and host-memory record; the last one's allocator history dumped where
+    ``MEMTUNE_MEASURE_SNAPSHOT`` names a file."""
+    import torch
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    model, optimizer = built.model, built.optimizer
     schedule = plan["schedule"]
     vocab = plan["model"]["vocab_size"]
     batches = [_RandomBatches(vocab, schedule["micro_batch_size"], schedule["seq_length"]) for _ in model]
     forward_backward = get_forward_backward_func()
-    # A resume loads in setup, before train() (and its --manual-gc collection) starts.
-    resume = plan.get("resume")
-    resumed = None
-    if resume and resume["phase"] == "load":
-        resumed = _load_checkpoint(resume, model, optimizer)
-    if plan["manual_gc"]:
-        # Megatron-LM's and Megatron-Bridge's train() with --manual-gc: one full collection,
-        # then the automatic collector stays off (memtune/measure/plan.py says why it matters).
-        gc.disable()
-        gc.collect()
     snapshot = os.environ.get("MEMTUNE_MEASURE_SNAPSHOT")
     iterations = []
     for index in range(1, plan["iterations"] + 1):
@@ -558,16 +566,40 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         if snapshot and index == plan["iterations"]:
             torch.cuda.memory._dump_snapshot(snapshot)  # type: ignore[no-untyped-call]  # private, unannotated in torch
             torch.cuda.memory._record_memory_history(enabled=None)
-    saved = _save_checkpoint(resume, model, optimizer) if resume and resume["phase"] == "save" else None
+    return iterations
+
+
+def measure(plan: dict[str, Any]) -> dict[str, Any]:
+    started = time.monotonic()
+    host = _HostMemory()
+    te_offload_flag_stand_in = _stand_in_for_te_offload_flag(plan)
+    _init_distributed(plan)
+    built = _build(plan)
+    # A resume loads in setup, before train() (and its --manual-gc collection) starts.
+    resume = plan.get("resume")
+    resumed = None
+    if resume and resume["phase"] == "load":
+        resumed = _load_checkpoint(resume, built.model, built.optimizer)
+    if plan["manual_gc"]:
+        # Megatron-LM's and Megatron-Bridge's train() with --manual-gc: one full collection,
+        # then the automatic collector stays off (memtune/measure/plan.py says why it matters).
+        gc.disable()
+        gc.collect()
+    iterations = _train(plan, built, host)
+    saved = (
+        _save_checkpoint(resume, built.model, built.optimizer)
+        if resume and resume["phase"] == "save"
+        else None
+    )
     # After a load the first iteration is the one measured.
     steady = iterations if resumed else [it for it in iterations if it["iteration"] >= 2]
     measured = {
         "peak_allocated_bytes": max(it["peak_allocated_bytes"] for it in steady),
         "fwd_bwd_peak_bytes": max(it["fwd_bwd_peak_bytes"] for it in steady),
         "peak_reserved_bytes": max(it["peak_reserved_bytes"] for it in steady),
-        "allocated_after_build": after_build,
-        "allocated_after_ddp": after_ddp,
-        "allocated_after_optimizer": after_optimizer,
+        "allocated_after_build": built.after_build,
+        "allocated_after_ddp": built.after_ddp,
+        "allocated_after_optimizer": built.after_optimizer,
         "state_bytes": iterations[-1]["allocated_after_step"],
         "num_alloc_retries": iterations[-1]["num_alloc_retries"],
         **host.summary(steady),
@@ -579,7 +611,7 @@ def measure(plan: dict[str, Any]) -> dict[str, Any]:
         measured["save"] = saved
     return {
         "measured": measured,
-        "environment": _environment(plan, chunks, optimizer)
+        "environment": _environment(plan, built.chunks, built.optimizer)
         | ({"te_cpu_offload_flag": "stand-in"} if te_offload_flag_stand_in else {}),
         "pp_rank": plan["pp_rank"],
         "wall_seconds": round(time.monotonic() - started, 1),

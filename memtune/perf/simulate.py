@@ -308,41 +308,9 @@ class _Iteration:
         self.grads_ready = [
             [(0.0, 0.0)] * v for _ in range(p)
         ]  # (start, length) of each chunk's last backward
-        # Each chunk's compute and, outside combined 1F1B pairs, its exposed communication per
-        # pass are fixed: looked up per pass instead of computed (a step places up to 10^5).
-        self.pass_compute = {
-            "F": [[w.forward_s for w in st.chunks] for st in stages],
-            "B": [[w.backward_s for w in st.chunks] for st in stages],
-        }
-        self.busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
-        # each pass's host work and whether it makes the host wait for the GPU
-        waits = overlap.pipeline_syncs_host
-        pass_host = {
-            "F": [[(w.forward_host_s, waits or w.forward_syncs) for w in st.chunks] for st in stages],
-            "B": [[(w.backward_host_s, waits or w.backward_syncs) for w in st.chunks] for st in stages],
-        }
-        self.host_waits = [
-            any(syncs for kind in ("F", "B") for _, syncs in pass_host[kind][r]) for r in range(p)
-        ]
-        comm_alone = {
-            kind: [[_exposed_comm(w, kind, overlap, False, 0.0) for w in st.chunks] for st in stages]
-            for kind in ("F", "B")
-        }
-        # The send after each pass, by the stage that sends it (the gradient back costs the same).
-        last = self.last
-        sends = {
-            "F": [stages[s % p].send_s if s != last else 0.0 for s in range(p * v)],
-            "B": [stages[(s - 1) % p].send_s if s != 0 else 0.0 for s in range(p * v)],
-        }
-        # what ``place`` reads of each pass in one look-up: its exposed communication outside a
-        # combined 1F1B pair, its host work, whether it makes the host wait for the GPU, its send
-        self.pass_table = {
-            kind: [
-                [(comm_alone[kind][r][c], *pass_host[kind][r][c], sends[kind][c * p + r]) for c in range(v)]
-                for r in range(p)
-            ]
-            for kind in ("F", "B")
-        }
+        self.pass_compute, self.busy_bwd_deferred, self.host_waits, self.pass_table = _pass_tables(
+            stages, overlap
+        )
         self.gather_waits = overlap.overlap_param_gather
         self.sends_block = not overlap.overlap_p2p_comm
         if overlap.overlap_param_gather:
@@ -665,6 +633,56 @@ class _Iteration:
             events=tuple(self.events),
             placed=self.placed,
         )
+
+
+# What ``_Iteration.place`` looks up of each pass (a step places up to 10^5 of them), by kind
+# ("F", "B"), stage and chunk.
+PassTables = tuple[
+    dict[str, list[list[float]]],
+    list[list[float]],
+    list[bool],
+    dict[str, list[list[tuple[float, float, bool, float]]]],
+]
+
+
+def _pass_tables(stages: list[StageWork], overlap: Overlap) -> PassTables:
+    """Each pass's fixed prices, looked up instead of computed: its compute; the backward's
+    busy time without the output layer's deferred weight gradient; whether a stage's host ever
+    waits for its GPU; and, outside combined 1F1B pairs, each pass's exposed communication, host
+    work, whether it makes the host wait, and the send after it."""
+    p, v = len(stages), len(stages[0].chunks)
+    pass_compute = {
+        "F": [[w.forward_s for w in st.chunks] for st in stages],
+        "B": [[w.backward_s for w in st.chunks] for st in stages],
+    }
+    busy_bwd_deferred = [[w.backward_s - w.output_wgrad_s for w in st.chunks] for st in stages]
+    # each pass's host work and whether it makes the host wait for the GPU
+    waits = overlap.pipeline_syncs_host
+    pass_host = {
+        "F": [[(w.forward_host_s, waits or w.forward_syncs) for w in st.chunks] for st in stages],
+        "B": [[(w.backward_host_s, waits or w.backward_syncs) for w in st.chunks] for st in stages],
+    }
+    host_waits = [any(syncs for kind in ("F", "B") for _, syncs in pass_host[kind][r]) for r in range(p)]
+    comm_alone = {
+        kind: [[_exposed_comm(w, kind, overlap, False, 0.0) for w in st.chunks] for st in stages]
+        for kind in ("F", "B")
+    }
+    # The send after each pass, by the stage that sends it (the gradient back costs the same).
+    last = p * v - 1
+    sends = {
+        "F": [stages[s % p].send_s if s != last else 0.0 for s in range(p * v)],
+        "B": [stages[(s - 1) % p].send_s if s != 0 else 0.0 for s in range(p * v)],
+    }
+    # what ``place`` reads of each pass in one look-up: its exposed communication outside a
+    # combined 1F1B pair, its host work, whether it makes the host wait for the GPU, its send
+    pass_table = {
+        kind: [
+            [(comm_alone[kind][r][c], *pass_host[kind][r][c], sends[kind][c * p + r]) for c in range(v)]
+            for r in range(p)
+        ]
+        for kind in ("F", "B")
+    }
+    return pass_compute, busy_bwd_deferred, host_waits, pass_table
 
 
 @dataclass(frozen=True)
