@@ -56,6 +56,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check2,
         _compute_relations_check3,
         host_by_block,
+        offload_exposure,
     )
     from run_matrix import make_plans as plan_entries
 
@@ -68,6 +69,7 @@ def make_plans(out: str, family: str) -> int:
             "cchk2": _compute_relations_check2,
             "cchk3": _compute_relations_check3,
             "hostblk": host_by_block,
+            "aoffm": offload_exposure,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -489,7 +491,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

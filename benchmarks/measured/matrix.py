@@ -2240,6 +2240,62 @@ def host_by_block() -> list[Entry]:
     ]
 
 
+def offload_exposure() -> list[Entry]:
+    """How much of fine-grained activation offload's copying a step shows (``aoffm-``): the
+    same rank with no module, each module, and every module offloaded, at 4 microbatches of
+    sequence 4,096 (8 layers of Llama 3 8B's width at TP 2 with SP; the same at sequence 8,192;
+    a 2,048-wide model at TP 1, whose compute per copied byte is lower), and every module with
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (one hardware queue for the copy and compute streams).
+    Defined before any was measured, split by the hash rule: the tune runs fit
+    the exposure, the holdout runs check it."""
+    small_vocab = dict(vocab_size=32768)
+    every = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
+    modules = {
+        "none": [],
+        "attn-norm": ["attn_norm"],
+        "mlp-norm": ["mlp_norm"],
+        "qkv": ["qkv_linear"],
+        "core-attn": ["core_attn", "attn_proj"],
+        "all": every,
+    }
+    one_queue = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+    def offload(names):
+        return dict(fine_grained_activation_offloading=True, offload_modules=names) if names else {}
+
+    def wide(names, **kw):
+        return L8W(num_layers=8, tensor_model_parallel_size=2, **small_vocab, **SP, **offload(names), **kw)
+
+    def narrow(names):
+        return L1B(num_layers=8, **small_vocab, **offload(names))
+
+    e = [
+        run(f"aoffm-l8w-{name}", wide(names), dp=2, microbatches=4, mbs=2, distopt=True)
+        for name, names in modules.items()
+    ]
+    for name in ("none", "qkv", "all"):
+        e.append(
+            run(
+                f"aoffm-l8w-s8k-{name}",
+                wide(modules[name], seq_length=8192),
+                dp=2,
+                microbatches=4,
+                distopt=True,
+            )
+        )
+    for name in ("none", "all"):
+        e.append(run(f"aoffm-l1b-{name}", narrow(modules[name]), dp=2, microbatches=4, mbs=2, distopt=True))
+    e.append(
+        run("aoffm-l8w-all-one-queue", wide(every), dp=2, microbatches=4, mbs=2, distopt=True, env=one_queue)
+    )
+    e.append(
+        run(
+            "aoffm-l1b-all-one-queue", narrow(every), dp=2, microbatches=4, mbs=2, distopt=True, env=one_queue
+        )
+    )
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2262,6 +2318,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check2()
         + _compute_relations_check3()
         + host_by_block()
+        + offload_exposure()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
