@@ -767,6 +767,16 @@ class Derived:
             return "1"
         return None
 
+    @cached_property
+    def one_hardware_queue(self) -> bool:
+        """The job's streams share one hardware work queue (``CUDA_DEVICE_MAX_CONNECTIONS=1``):
+        as configured, else as Megatron-LM and Megatron-Bridge launch it
+        (:attr:`device_max_connections`); a Megatron-Core job of one's own (``memtune
+        measure``'s among them) runs with CUDA's default queues unless it sets the variable."""
+        if self.job.env.CUDA_DEVICE_MAX_CONNECTIONS is None and self.stack == "megatron-core":
+            return False
+        return self.device_max_connections == "1"
+
     # --- pipeline layout ----------------------------------------------------------------
     # The knobs the layer layout per stage and chunk depends on (with the job's layer counts).
     CHUNK_KNOBS: ClassVar[KnobSubset] = KnobSubset(

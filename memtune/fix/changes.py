@@ -438,7 +438,7 @@ def _fine_grained_offload(job: JobConfig, d: Derived) -> list[Remedy]:
                 *te_flag,
             ),
             "moves what these modules save for backward to host memory, and back in time for backward",
-            "host copies on a side stream, hidden behind compute where it is long enough",
+            "host copies on a side stream, partly hidden behind compute (less with one hardware queue)",
             ("pinned host memory for the offloaded activations",),
         )
         for modules in (attention, wider)

@@ -96,6 +96,17 @@ OPTIMIZER_OFFLOAD_BYTES_PER_PARAM = 6.0
 # copies, median 54.1 GB/s. Both directions at once reached 31-35 GB/s each on that host, so
 # where a pass copies both ways at once this over-prices the link.
 HOST_COPY_EFFICIENCY = 0.86
+# Fine-grained activation offload shows part of its copying even where the passes' compute is
+# longer than the copies (memtune/perf/offload.py), as a share of the copies' one-way time,
+# keyed by whether the job runs with one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1). Traced on
+# a lent H200 (the aoffm-l8w runs, every module offloaded, 117 ms of copies a step each way):
+# with CUDA's default queues the compute stream's kernels took 4 ms longer (the copies' share of
+# HBM) and its idle gaps grew 21 ms (the offload manager's host work per group and tensor); with
+# one queue 31 ms of its gaps end as a device-to-host copy ends (the compute queued behind the
+# copy waits for it). Fitted on the aoffm- tune pairs (benchmarks/measured/matrix.py
+# offload_exposure, timed on a lent H100; benchmarks/offload_exposure.py --fit: the ratio of
+# sums of exposed to modelled copy seconds, the rule set before fitting).
+FINE_GRAINED_OFFLOAD_EXPOSED_SHARE = {False: 0.083, True: 0.278}
 
 
 # --- fixed costs and FP8 (the step model, memtune/perf/step.py) -----------------------------

@@ -29,15 +29,22 @@ def host_bytes_per_s(d: Derived) -> float:
     return d.network.host_link_bytes_per_s * K.HOST_COPY_EFFICIENCY
 
 
+def copy_seconds(d: Derived, chunk: Chunk) -> float:
+    """Seconds a chunk's activation offload copies take one way per microbatch, at the pinned
+    copies' share of the host link."""
+    return offloaded_per_microbatch(d, chunk) / host_bytes_per_s(d)
+
+
 def activation_offload_s(
     d: Derived, chunk: Chunk, forward_s: float, backward_s: float
 ) -> tuple[float, float]:
     """Seconds a chunk's activation offload adds to one microbatch's forward and backward
-    passes, given the passes' own compute: the copies beyond what that compute hides."""
-    moved = offloaded_per_microbatch(d, chunk)
-    if moved == 0.0:
+    passes, given the passes' own compute: the copies beyond what that compute hides, and for
+    fine-grained offload at least the share of them a step shows even where the compute is
+    longer (``FINE_GRAINED_OFFLOAD_EXPOSED_SHARE``, larger with one hardware queue)."""
+    copy = copy_seconds(d, chunk)
+    if copy == 0.0:
         return 0.0, 0.0
-    copy = moved / host_bytes_per_s(d)
     if d.model.cpu_offloading:
         layers = max(1, len(chunk.layers))
         offloaded = min(d.activation_offload_layers, layers)
@@ -47,7 +54,8 @@ def activation_offload_s(
             offloaded * max(0.0, per_layer - forward_s / layers),
             offloaded * max(0.0, per_layer - backward_s / layers),
         )
-    return max(0.0, copy - forward_s), max(0.0, copy - backward_s)
+    share = K.FINE_GRAINED_OFFLOAD_EXPOSED_SHARE[d.one_hardware_queue]
+    return max(copy - forward_s, share * copy), max(0.0, copy - backward_s)
 
 
 def optimizer_offload_s(d: Derived, host_params: float) -> float:

@@ -654,7 +654,7 @@ def overlap_of(d: Derived) -> Overlap:
         overlap_param_gather=d.job.ddp.overlap_param_gather,
         deferred_output_wgrad_microbatches=d.deferred_wgrad_microbatches,
         overlap_p2p_comm=d.overlap_p2p_comm,
-        single_device_connection=d.device_max_connections == "1",
+        single_device_connection=d.one_hardware_queue,
         overlap_moe_expert_parallel_comm=d.model.overlap_moe_expert_parallel_comm,
         delay_wgrad_compute=d.model.delay_wgrad_compute,
         pipeline_syncs_host=d.pipeline_p2p_syncs_host,
