@@ -288,9 +288,6 @@ def _fsdp(job: JobConfig, d: Derived) -> list[Remedy]:
 
 
 def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
-    cp = 2 * d.cp
-    if d.world_size % (d.tp * d.pp * cp):
-        return []
     return [
         Remedy(
             "context-parallel",
@@ -299,6 +296,8 @@ def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
             "each rank keeps the activations of 1/CP of the sequence",
             f"{_dp_after(d, d.tp, d.pp, cp)}; K/V exchanged around the ring",
         )
+        for cp in (2 * d.cp, 4 * d.cp)
+        if d.world_size % (d.tp * d.pp * cp) == 0
     ]
 
 

@@ -76,7 +76,8 @@ def _suggestion(
         title += ": first, at zero cost"
     elif last_resort and all(f == "tensor-parallel" for f in s.families):
         title += " (nothing else fits: more tensor parallelism is the last resort)"
-    print_lines(console, Text(title, style="bold"))
+    # a long title (a pair) wraps under its own text, past the number
+    _indented(console, Text(title, style="bold"), 0, hanging=len(f"{number}. "))
     _indented(console, Text(effect(s, result, lead)), 3)
     shown = s.changes if lead or result.lead is None else _own_changes(s, result.lead)
     _indented(console, Text(" ".join(str(c) for c in shown)), 3, hanging=4)

@@ -6,7 +6,7 @@ useless); what passes is estimated, judged by the whole-run verdict ``estimate``
 checkpoint load and save on the device, and host memory per node), and priced by the step model. When expandable segments are off and the
 job is short of memory or its logs show fragmentation, they come first at no cost and the other
 remedies are judged on top of them. When no single remedy is enough, pairs of the most useful
-ones are tried. Suggestions are ordered by predicted throughput loss (to a tenth of a percent),
+ones are tried; when one is, pairs of those cheaper than the cheapest that fits. Suggestions are ordered by predicted throughput loss (to a tenth of a percent),
 then by the field's order of preference; a remedy the step model cannot price comes after every
 priced one. Every remedy tried is reported with what it saves and costs, chosen or not.
 """
@@ -29,7 +29,7 @@ from memtune.units import human
 # Statuses of a tried remedy, in the order "not chosen" lists them.
 FITS, SHORT, NO_EFFECT, WARNED, REFUSED = "fits", "short", "no effect", "warned", "refused"
 _LISTING_ORDER = (FITS, SHORT, NO_EFFECT, WARNED, REFUSED)
-# Singles that save most and are tried in pairs when none fits alone.
+# Singles that save most and are tried in pairs (none fits alone, or each is cheaper than one that fits).
 _PAIRED = 10
 
 
@@ -230,8 +230,7 @@ def find_fixes(
     tried = [t for r in menu(job) if r.family != "allocator" and (t := search.attempt((r,)))]
     if together := _selective_together(search, tried):
         tried.append(together)
-    if not any(t.status == FITS for t in tried):
-        tried += _pairs(search, tried)
+    tried += _pairs(search, tried)
     _choose(result, tried, limit)
     result.notes += _notes(before)
     return result
@@ -281,10 +280,18 @@ def _recomputed(t: Tried) -> list[str]:
 
 
 def _pairs(search: _Search, singles: list[Tried]) -> list[Tried]:
-    useful = sorted(
-        (t for t in singles if t.status == SHORT and (t.saved_bytes or 0) > 0),
-        key=lambda t: -(t.saved_bytes or 0),
-    )[:_PAIRED]
+    """Pairs of remedies from different families that are not enough alone, tried together:
+    the most useful ones when no single remedy fits, else those each cheaper than the cheapest
+    single that fits (two cheap changes can cost less than one dear one; a pair costs at least
+    its dearer member)."""
+    fitting = [t.throughput_change for t in singles if t.status == FITS and t.throughput_change is not None]
+    cheapest = max(fitting, default=None)  # the smallest loss: changes are negative
+    short = [t for t in singles if t.status == SHORT and (t.saved_bytes or 0) > 0]
+    if cheapest is not None:
+        short = [t for t in short if t.throughput_change is not None and t.throughput_change > cheapest]
+    elif any(t.status == FITS for t in singles):
+        return []  # a single fits, unpriced: nothing to weigh a pair against
+    useful = sorted(short, key=lambda t: -(t.saved_bytes or 0))[:_PAIRED]
     pairs = []
     for a, b in itertools.combinations(useful, 2):
         if a.remedies[0].family != b.remedies[0].family:

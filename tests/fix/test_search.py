@@ -172,9 +172,9 @@ def test_the_last_resort_is_named_only_when_nothing_else_fits():
     tp = next(s for s in result.suggestions if s.families == ("tensor-parallel",))
     assert not any("last resort" in line for line in _text(result))
     alone = _text(replace(result, suggestions=[tp], not_chosen=[], notes=[]))
-    assert alone[3:5] == [
-        "1. Tensor parallelism 8 (nothing else fits: more tensor parallelism is the last",
-        "resort)",
+    assert alone[3:5] == [  # a title that wraps continues under its own text
+        "1. Tensor parallelism 8 (nothing else fits: more tensor parallelism is the",
+        "   last resort)",
     ]
 
 
@@ -201,3 +201,23 @@ def test_fix_diff_and_bisect_count_a_change_alike():
     # expandable segments change no peak, only the margin: diff says what they free
     lead = effect_alone(result.before, job, result.lead.changes).on(result.failing_rank)
     assert lead[JUDGED] == 0 and lead[NEEDED] < 0
+
+
+def test_two_cheap_changes_lead_one_dear_one_that_fits_alone():
+    # Qwen3-30B-A3B at sequence 16,384 is 92 GiB over: full recompute of every layer fits alone
+    # at -20.9%, while selective recompute (-16.7%) and CP 2 (-4.3%) each fall short; together
+    # they fit for less, and are proposed first. No pair costs less than its dearer member.
+    job = load_job(ROOT / "examples" / "qwen3-30b-a3b-ep8.yaml", ["model.seq_length=16384"]).job
+    result = find_fixes(job)
+    first = result.suggestions[0]
+    assert len(first.remedies) == 2 and first.status == FITS
+    tried = result.suggestions + result.not_chosen
+    singles = [t for t in tried if len(t.remedies) == 1]
+    cheapest_single = max(
+        t.throughput_change for t in singles if t.status == FITS and t.throughput_change is not None
+    )
+    assert first.throughput_change > cheapest_single
+    for pair in (t for t in tried if len(t.remedies) == 2):
+        alone = [s.throughput_change for s in singles if s.remedies[0] in pair.remedies]
+        assert pair.throughput_change is not None and all(x is not None for x in alone)
+        assert pair.throughput_change < cheapest_single or all(x > cheapest_single for x in alone)
