@@ -57,6 +57,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check3,
         host_by_block,
         offload_exposure,
+        offload_exposure_check,
     )
     from run_matrix import make_plans as plan_entries
 
@@ -70,6 +71,7 @@ def make_plans(out: str, family: str) -> int:
             "cchk3": _compute_relations_check3,
             "hostblk": host_by_block,
             "aoffm": offload_exposure,
+            "aoffm2": offload_exposure_check,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -491,7 +493,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

@@ -2296,6 +2296,56 @@ def offload_exposure() -> list[Entry]:
     return e
 
 
+def offload_exposure_check() -> list[Entry]:
+    """A check of the offload exposure share (``aoffm2-``), defined after the model was frozen
+    at c7a0520 and before any was measured: each offloading run beside its shape's run without
+    offload, on shapes the ``aoffm-`` runs did not have (a first pipeline stage, which offloads
+    every layer; a Qwen3-30B-A3B MoE rank offloading its experts' inputs; a 2,048-wide model at
+    sequence 8,192 with one hardware queue, its baseline too; MBS 1 at 8 microbatches). Nothing
+    is fitted on them: every pair is compared once (the hash rule's split is kept for the
+    record)."""
+    small_vocab = dict(vocab_size=32768)
+    every = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
+    one_queue = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+    def offload(names):
+        return dict(fine_grained_activation_offloading=True, offload_modules=names) if names else {}
+
+    def first_stage(names):
+        return L8W(num_layers=8, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+                   **small_vocab, **SP, **offload(names))  # fmt: skip
+
+    def moe(names):
+        return QM(expert_model_parallel_size=8, **offload(names))
+
+    def long(names):
+        return L1B(num_layers=8, seq_length=8192, **small_vocab, **offload(names))
+
+    def mbs1(names):
+        return L8W(num_layers=8, tensor_model_parallel_size=2, **small_vocab, **SP, **offload(names))
+
+    e = []
+    for name, names in (("none", []), ("all", every)):
+        e.append(
+            run(f"aoffm2-pp2-first-{name}", first_stage(names), dp=2, microbatches=8, mbs=2, distopt=True)
+        )
+        e.append(
+            run(
+                f"aoffm2-l1b-s8k-one-queue-{name}",
+                long(names),
+                dp=2,
+                microbatches=4,
+                distopt=True,
+                env=one_queue,
+            )
+        )
+    for name, names in (("none", []), ("experts", ["expert_fc1", "moe_act"])):
+        e.append(run(f"aoffm2-qm-ep8-{name}", moe(names), dp=8, microbatches=4, mbs=2, distopt=True))
+    for name, names in (("none", []), ("attn", ["qkv_linear", "core_attn", "attn_proj"])):
+        e.append(run(f"aoffm2-l8w-mbs1-m8-{name}", mbs1(names), dp=2, microbatches=8, distopt=True))
+    return e
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2319,6 +2369,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check3()
         + host_by_block()
         + offload_exposure()
+        + offload_exposure_check()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
