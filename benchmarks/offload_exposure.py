@@ -2,15 +2,17 @@
 (``benchmarks/measured/matrix.py offload_exposure``; raw ``benchmarks/gpu/results/aoffm-h100.*``,
 timed on a lent H100 80GB HBM3) against the step model's share of the copies' one-way time.
 
-    python benchmarks/offload_exposure.py [--fit]
+    python benchmarks/offload_exposure.py [--fit | --check]
 
 Each offloading run is paired with the run of the same shape and no offload: its exposure is the
 difference of their forward+backward seconds (medians of the iterations after the first), over
 the copy time the step model gives (``memtune.perf.offload.copy_seconds`` of every chunk, times
 the microbatches); a pair is tune when both its runs are. The rule, set before any constant was
 fitted: a share is the ratio of sums over the tune pairs of its kind (default connections, or ``CUDA_DEVICE_MAX_CONNECTIONS=1``);
-``--fit`` prints it, the default prints every pair beside the constant in
-``memtune/perf/constants.py`` (``FINE_GRAINED_OFFLOAD_EXPOSED_SHARE``)."""
+``--fit`` prints it; the default prints every pair's exposure beside the step model's (the
+difference of its priced forward+backward, ``FINE_GRAINED_OFFLOAD_EXPOSED_SHARE`` in
+``memtune/perf/constants.py`` among it), ``--check`` the same for the pairs of
+the ``aoffm2-`` check, defined after the constant was frozen (``offload_exposure_check``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 RESULTS = ROOT / "benchmarks" / "gpu" / "results" / "aoffm-h100.results.jsonl"
+CHECK_RESULTS = ROOT / "benchmarks" / "gpu" / "results" / "aoffm2-h100.results.jsonl"
 # The run without offload each offloading run is measured against.
 BASELINES = {
     "aoffm-l8w-attn-norm": "aoffm-l8w-none",
@@ -37,16 +40,38 @@ BASELINES = {
     "aoffm-l1b-all": "aoffm-l1b-none",
     "aoffm-l1b-all-one-queue": "aoffm-l1b-none",
 }
+# The aoffm2- check of the frozen model (matrix.py offload_exposure_check): every pair compared once.
+CHECK_BASELINES = {
+    "aoffm2-pp2-first-all": "aoffm2-pp2-first-none",
+    "aoffm2-l1b-s8k-one-queue-all": "aoffm2-l1b-s8k-one-queue-none",
+    "aoffm2-qm-ep8-experts": "aoffm2-qm-ep8-none",
+    "aoffm2-l8w-mbs1-m8-attn": "aoffm2-l8w-mbs1-m8-none",
+}
 
 
-def measured() -> dict[str, tuple[float, dict]]:
+def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
+    """Each run's measured forward+backward seconds (the median of the iterations after the
+    first), the step model's for it (``benchmarks/compute_accuracy.py``'s comparison, on the
+    tables' machine) and its config."""
+    from compute_accuracy import Timed, compare
+    from matrix import split_of
+
+    from memtune.config import derive, validate
+
     runs = {}
-    for line in RESULTS.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         run = json.loads(line)
-        seconds = statistics.median(
-            it["forward_backward_seconds"] for it in run["measured"]["iterations"][1:]
-        )
-        runs[run["id"]] = (seconds, run["config"])
+        iterations = run["measured"]["iterations"][1:]
+
+        def median(key: str, its: list = iterations) -> float:
+            return statistics.median(it[key] for it in its)
+
+        fb = median("forward_backward_seconds")
+        config = {**run["config"], "cluster": {**run["config"]["cluster"], "gpu": "H100-80GB"}}
+        d = derive(validate(config))
+        timed = Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], median("seconds"), fb,
+                      median("optimizer_seconds"), True)  # fmt: skip
+        runs[run["id"]] = (fb, fb * (1 + compare(timed).forward_backward), run["config"])
     return runs
 
 
@@ -58,21 +83,26 @@ def copy_seconds_per_step(config: dict) -> tuple[float, bool]:
 
     one_queue = config.get("env", {}).get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     d = derive(validate({**config, "cluster": {**config["cluster"], "gpu": "H100-80GB"}}))
-    per_microbatch = sum(copy_seconds(d, chunk) for stage in d.chunks for chunk in stage)
+    stage = d.chunks[d.pp_rank_of(0)]  # the measured rank is the first of its stage
+    per_microbatch = sum(copy_seconds(d, chunk) for chunk in stage)
     return per_microbatch * d.num_microbatches, one_queue
 
 
-def pairs() -> list[tuple[str, str, bool, float, float]]:
-    """(run, split, one queue, exposed seconds, modelled copy seconds) of every pair."""
+def pairs(check: bool = False) -> list[tuple[str, str, bool, float, float, float]]:
+    """(run, split, one queue, exposed seconds, modelled copy seconds, the step model's exposed
+    seconds) of every pair."""
     from matrix import split_of
 
-    runs = measured()
+    runs = measured(CHECK_RESULTS if check else RESULTS)
     out = []
-    for run_id, base in BASELINES.items():
-        copy, one_queue = copy_seconds_per_step(runs[run_id][1])
+    for run_id, base in (CHECK_BASELINES if check else BASELINES).items():
+        if run_id not in runs or base not in runs:
+            continue  # a run the device did not finish
+        copy, one_queue = copy_seconds_per_step(runs[run_id][2])
         # a pair is tune only when both its runs are: a holdout baseline checks, never fits
         split = "tune" if split_of(run_id) == split_of(base) == "tune" else "holdout"
-        out.append((run_id, split, one_queue, runs[run_id][0] - runs[base][0], copy))
+        priced = runs[run_id][1] - runs[base][1]
+        out.append((run_id, split, one_queue, runs[run_id][0] - runs[base][0], copy, priced))
     return out
 
 
@@ -80,22 +110,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--fit", action="store_true", help="print the shares the tune pairs give")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--fit", action="store_true", help="print the shares the tune pairs give")
+    how.add_argument("--check", action="store_true", help="the aoffm2- check of the frozen model")
     args = parser.parse_args()
-    rows = pairs()
+    rows = pairs(args.check)
     if args.fit:
         for one_queue in (False, True):
             tune = [r for r in rows if r[1] == "tune" and r[2] == one_queue]
             share = sum(r[3] for r in tune) / sum(r[4] for r in tune)
             print(f"one queue {one_queue}: {share:.3f} from {len(tune)} tune pairs")
         return 0
-    from memtune.perf.constants import FINE_GRAINED_OFFLOAD_EXPOSED_SHARE as SHARE
-
-    print(f"{'run':28} {'split':7} {'copies ms':>9} {'exposed ms':>10} {'priced ms':>9}")
-    for run_id, split, one_queue, exposed, copy in rows:
-        print(
-            f"{run_id:28} {split:7} {copy * 1e3:9.1f} {exposed * 1e3:10.1f} {SHARE[one_queue] * copy * 1e3:9.1f}"
-        )
+    print(f"{'run':30} {'split':7} {'copies ms':>9} {'exposed ms':>10} {'priced ms':>9}")
+    for run_id, split, _, exposed, copy, priced in rows:
+        print(f"{run_id:30} {split:7} {copy * 1e3:9.1f} {exposed * 1e3:10.1f} {priced * 1e3:9.1f}")
     return 0
 
 
