@@ -6,9 +6,10 @@ useless); what passes is estimated, judged by the whole-run verdict ``estimate``
 checkpoint load and save on the device, and host memory per node), and priced by the step model. When expandable segments are off and the
 job is short of memory or its logs show fragmentation, they come first at no cost and the other
 remedies are judged on top of them. When no single remedy is enough, pairs of the most useful
-ones are tried; when one is, pairs of those cheaper than the cheapest that fits. Suggestions are ordered by predicted throughput loss (to a tenth of a percent),
-then by the field's order of preference; a remedy the step model cannot price comes after every
-priced one. Every remedy tried is reported with what it saves and costs, chosen or not.
+ones are tried; when one is, pairs of those cheaper than the cheapest that fits. Suggestions are
+ordered by predicted throughput loss (to a tenth of a percent), then by the field's order of
+preference; a remedy the step model cannot price comes after every priced one. Every remedy
+tried is reported with what it saves and costs, chosen or not.
 """
 
 from __future__ import annotations
