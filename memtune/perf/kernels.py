@@ -287,6 +287,40 @@ def eager_kernels(on: str) -> EagerKernels:
     )
 
 
+@dataclass(frozen=True)
+class AdapterCost:
+    """A LoRA adapter's work on one GPU's table (``lora_adapters``: Llama-3 8B- and 70B-like
+    layers over TP 1-8, timed alone): its launches' floor, the rate its forward moves its bytes
+    (the input read, LoRA-B's output written and added to the base output: ``rows x (in + 2
+    out)`` bf16 elements), and what the input's dropout adds."""
+
+    floor_s: float  # the median forward at 128 tokens: launches alone
+    bytes_per_s: float  # least squares through the origin over the forwards past twice the floor
+    dropout_factor: float  # the median forward with dropout 0.1 over without, at 8,192 tokens
+
+    def seconds(self, rows: float, elements_per_row: float, dropout: bool = False) -> float:
+        moved = max(self.floor_s, rows * elements_per_row * 2 / self.bytes_per_s)
+        return moved * self.dropout_factor if dropout else moved
+
+
+@cache
+def lora_adapter_cost(on: str) -> AdapterCost:
+    rows = _raw(on, later=True)["lora_adapters"]
+    plain = [r for r in rows if r["dim"] == 16 and r["dropout"] == 0.0]
+    floor = statistics.median(r["fwd_ms"] for r in plain if r["tokens"] == 128) / 1e3
+    points = [
+        (r["tokens"] * (r["in"] + 2 * r["out"]) * 2, r["fwd_ms"] / 1e3)
+        for r in plain
+        if r["tokens"] > 128 and r["fwd_ms"] / 1e3 > 2 * floor
+    ]
+    seconds_per_byte = sum(b * t for b, t in points) / sum(b * b for b, _ in points)
+    longest = {r["name"]: r["fwd_ms"] for r in plain if r["tokens"] == 8192}
+    dropout = statistics.median(
+        r["fwd_ms"] / longest[r["name"]] for r in rows if r["dropout"] > 0 and r["tokens"] == 8192
+    )
+    return AdapterCost(floor, 1 / seconds_per_byte, dropout)
+
+
 @cache
 def _memory_efficient_table(on: str) -> AttentionTable:
     from memtune.catalog.gpus import get_gpu

@@ -42,6 +42,7 @@ from memtune.perf.kernels import (
     expert_gemm_fraction,
     fp8_gemm_fraction,
     gemm_fraction,
+    lora_adapter_cost,
     memory_efficient_attention_fractions,
     published_gemm_scale,
     tables_of,
@@ -172,8 +173,8 @@ class ShapePricer:
         if self.fp8 and d.model.fp8_recipe == "mxfp8":
             self.unmeasured.add("mxfp8 FP8 GEMMs at the measured tensorwise fraction")
         if d.job.peft is not None:
-            # measured (kernels-h200.json, lora_adapters) but not priced: docs/plan.md, Limits
-            self.unmeasured.add("LoRA adapters' own GEMMs, dropout and additions: not priced")
+            self.adapter_cost = lora_adapter_cost(self.tables)
+            self.unmeasured.add("LoRA adapters' backward: its bytes at the forward's measured rate")
 
     # --- kernels -------------------------------------------------------------------------
 
@@ -358,6 +359,28 @@ class ShapePricer:
         one = 2 * self.act * elements / self.hbm
         return one, 2 * one
 
+    def adapter_compute(self, is_moe: bool) -> tuple[float, float]:
+        """Forward and backward seconds of one layer's LoRA adapters' own work
+        (:class:`~memtune.perf.kernels.AdapterCost`): each at the full sequence of the rank's
+        microbatch (routed experts' adapters at their share of the routed rows, one launch floor
+        per local expert). Backward: the output gradient read twice (for B's gradient and through
+        B), the input read for A's gradient and its gradient added into the input's (``3 in + 2
+        out`` elements a row) at the forward's rate (unmeasured: the table's backward timings
+        carry autograd's start-up)."""
+        peft, m = self.d.job.peft, self.d.model
+        if peft is None:
+            return 0.0, 0.0
+        cost, dropout = self.adapter_cost, peft.dropout > 0
+        fwd = bwd = 0.0
+        for a in adapters_in_layer(self.d, is_moe):
+            fan_in, fan_out = a.a_shape[1], a.b_shape[0]
+            rows = self.tokens
+            if a.kind == "routed_expert":
+                rows = self.tokens * m.moe_router_topk / self.d.tp / a.copies
+            fwd += a.copies * cost.seconds(rows, fan_in + 2 * fan_out, dropout)
+            bwd += a.copies * cost.seconds(rows, 3 * fan_in + 2 * fan_out)
+        return fwd * self.hbm_ratio, bwd * self.hbm_ratio
+
     # --- one layer --------------------------------------------------------------------------
 
     def layer(self, is_moe: bool) -> LayerPrice:
@@ -373,8 +396,9 @@ class ShapePricer:
         routing = self.routing() if is_moe else 0.0
         comm = self.layer_collectives(is_moe, shapes)
         cp_fwd = self.cp_exchange(attn_fwd)
-        fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd
-        bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd
+        adapters_fwd, adapters_bwd = self.adapter_compute(is_moe)
+        fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd + adapters_fwd
+        bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd + adapters_bwd
         host_fwd = self.floor.layer_fwd_s
         if is_moe and self.exchanges:
             host_fwd += dispatcher_host_fwd_s(d)

@@ -158,3 +158,22 @@ def test_a_gpu_with_published_square_gemms_scales_the_reference_fractions_by_the
     assert "B200 bf16 GEMMs at 0.93 of the H200's fractions (published square GEMMs, gpus.yaml)" in (
         pricer.unmeasured
     )
+
+
+def test_a_lora_adapter_costs_its_launches_or_its_bytes_at_the_measured_rate() -> None:
+    from memtune.perf.kernels import lora_adapter_cost
+
+    cost = lora_adapter_cost("H100-80GB")
+    # From the H100's table: the median forward at 128 tokens is 68.8 us, and the forwards past
+    # twice that move rows x (in + 2 out) bf16 elements at 1.54 TB/s.
+    assert cost.floor_s == pytest.approx(68.8e-6, rel=0.01)
+    assert cost.bytes_per_s == pytest.approx(1.536e12, rel=0.01)
+    # Llama 3 8B's linear_fc1 adapter at TP 1 and 8,192 tokens: 8,192 x (4,096 + 2 x 28,672) x 2
+    # bytes = 1.007 GB, 0.656 ms (measured: 0.678); a 128-token adapter costs its launches.
+    assert cost.seconds(8192, 4096 + 2 * 28672) == pytest.approx(1.007e9 / cost.bytes_per_s, rel=0.01)
+    assert cost.seconds(8192, 4096 + 2 * 28672) == pytest.approx(0.678e-3, rel=0.05)
+    assert cost.seconds(128, 4096 + 2 * 6144) == cost.floor_s
+    assert cost.seconds(8192, 4096 + 2 * 28672, dropout=True) == pytest.approx(
+        cost.dropout_factor * cost.seconds(8192, 4096 + 2 * 28672)
+    )
+    assert 1.3 < cost.dropout_factor < 1.6
