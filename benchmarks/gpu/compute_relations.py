@@ -56,6 +56,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check2,
         _compute_relations_check3,
         host_by_block,
+        lora_compute_check,
         offload_exposure,
         offload_exposure_check,
     )
@@ -72,6 +73,7 @@ def make_plans(out: str, family: str) -> int:
             "hostblk": host_by_block,
             "aoffm": offload_exposure,
             "aoffm2": offload_exposure_check,
+            "lorachk": lora_compute_check,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -493,7 +495,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2", "lorachk"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

@@ -2346,6 +2346,25 @@ def offload_exposure_check() -> list[Entry]:
     return e
 
 
+def lora_compute_check() -> list[Entry]:
+    """A check of the LoRA adapters' priced work (``lorachk-``), defined after the model was
+    frozen at d4e143e and before any was measured: single-rank LoRA steps on shapes no earlier
+    LoRA run had (rank 16 with dropout at TP 1 and 8,192 tokens, the attention's adapters alone,
+    a 2,048-wide model at MBS 4, TP 4 with re-gather at sequence 8,192, a Qwen3-30B-A3B MoE
+    rank whose experts carry adapters, 8 microbatches at sequence 2,048). Nothing is fitted on
+    them: every run is compared once (the hash rule's split kept for the record)."""
+    tp2 = dict(tensor_model_parallel_size=2, **SP)
+    tp4 = dict(tensor_model_parallel_size=4, **SP)
+    return [
+        run("lorachk-l8w-tp1-s8k-r16-drop", L8W(seq_length=8192), peft=lora(dim=16, alpha=16, dropout=0.1)),
+        run("lorachk-l8w-tp2-attention", L8W(**tp2), peft=lora(target_modules=ATTENTION)),
+        run("lorachk-l1b-tp1-mbs4", L1B(), mbs=4, peft=lora()),
+        run("lorachk-l8w-tp4-s8k-regather", L8W(**tp4, seq_length=8192), peft=lora(True)),
+        run("lorachk-qm-ep8-experts", QM(expert_model_parallel_size=8), dp=8, mbs=2, peft=lora()),
+        run("lorachk-l8w-tp2-s2k-m8", L8W(**tp2, seq_length=2048), microbatches=8, peft=lora()),
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2370,6 +2389,7 @@ def entries() -> list[Entry]:
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()
+        + lora_compute_check()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
