@@ -18,6 +18,7 @@ data, so the iteration is the rank's compute, host work and optimizer step):
 - ``cchk``, ``cchk2``, ``cchk3``: checks of a frozen model on new shapes (``cchk-h100``,
   ``cchk2-h100``, ``cchk3-h100``), each defined before it was measured; the tune runs only
   measure the lent machine (``measured_machine``), the holdout runs are the check.
+  ``lorachk``: the same for the LoRA adapters' priced work (``lorachk-h100``).
 - ``cchk2r``: the ``cchk2-`` runs timed again on another lent H100, to show how far the machine
   moves a step; ``cchk3a``: the ``cchk3-`` runs timed again right after, in the same call on
   the same H100, to show how far a step moves on one machine (neither is a check).
@@ -65,13 +66,14 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # never a user's job.
 SHARED_MACHINE = Machine(0.88, 0.88)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
-TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a")
+TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk")
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
 CHECK_SETS = {
     "cchk": RESULTS / "cchk-h100.results.jsonl",
     "cchk2": RESULTS / "cchk2-h100.results.jsonl",
     "cchk3": RESULTS / "cchk3-h100.results.jsonl",
+    "lorachk": RESULTS / "lorachk-h100.results.jsonl",
 }
 # The cchk2- runs timed again in a later call, on another lent H100: how far the machine moves a
 # step. Not a check (its shapes were seen) and pooled in no figure; its tune runs measure its
