@@ -56,6 +56,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check2,
         _compute_relations_check3,
         host_by_block,
+        host_by_lora,
         lora_compute_check,
         offload_exposure,
         offload_exposure_check,
@@ -74,6 +75,7 @@ def make_plans(out: str, family: str) -> int:
             "aoffm": offload_exposure,
             "aoffm2": offload_exposure_check,
             "lorachk": lora_compute_check,
+            "hostlora": host_by_lora,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -91,7 +93,7 @@ def make_plans(out: str, family: str) -> int:
     lines = Path(out).read_text().splitlines()
     order = {run_id: n for n, run_id in enumerate(ids)}
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
-    if family == "hostblk":  # component timings: marked holdout so that no iteration is profiled
+    if family in ("hostblk", "hostlora"):  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
@@ -495,7 +497,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2", "lorachk"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2", "lorachk", "hostlora"),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

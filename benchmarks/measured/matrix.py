@@ -2365,6 +2365,31 @@ def lora_compute_check() -> list[Entry]:
     ]
 
 
+def host_by_lora() -> list[Entry]:
+    """The host's work of LoRA adapters (``hostlora-``), measured as ``host_by_block`` measures a
+    layer's: the tiny Llama-style block (hidden 512, sequence 256, eight microbatches, so that
+    the GPU waits on the host) at 4 and 8 layers, without adapters, with rank-16 adapters on
+    the four linears, and on ``linear_qkv`` alone. A component measurement: every run is read,
+    whatever its hash split says; defined before any was measured."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
+    adapters = {
+        "none": None,
+        "all": lora(dim=16, alpha=16),
+        "qkv": lora(dim=16, alpha=16, target_modules=["linear_qkv"]),
+    }
+    return [
+        run(
+            f"hostlora-{name}-l{layers}",
+            _model("llama3-8b", **tiny, num_layers=layers),
+            microbatches=8,
+            peft=peft,
+        )
+        for name, peft in adapters.items()
+        for layers in (4, 8)
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2390,6 +2415,7 @@ def entries() -> list[Entry]:
         + offload_exposure()
         + offload_exposure_check()
         + lora_compute_check()
+        + host_by_lora()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
