@@ -1,6 +1,6 @@
 """The step model's per-stage compute against single-rank runs timed alone on one GPU.
 
-    python benchmarks/compute_accuracy.py [--split tune|holdout] [--set NAME] [--shared DIR]
+    python benchmarks/compute_accuracy.py [--split tune|holdout] [--set NAME] [--shared DIR] [--at-tables]
 
 The sets, each one rank's iteration under PyTorch's fake process group (no collective moves
 data, so the iteration is the rank's compute, host work and optimizer step):
@@ -39,7 +39,7 @@ import json
 import statistics
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -249,8 +249,6 @@ def measured_machine(runs: list[Timed]) -> list[Timed]:
     its kernels' factor is the median of their kernels' time outside the flash attention over
     what the model gives at 1, its attention's the median of their flash kernels' time over the
     model's (the model is linear in the attention factor: its price at 2 less its price at 1)."""
-    from dataclasses import replace
-
     traced = [r for r in runs if r.device_s and r.split == "tune"]
     kernels, attention = [], []
     for r in traced:
@@ -326,6 +324,11 @@ def main() -> int:
         "--set", choices=("shared", *OWN_SETS, *CHECK_SETS, *REPEATS), action="append", dest="names"
     )
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared half's directory")
+    parser.add_argument(
+        "--at-tables",
+        action="store_true",
+        help="price every run on the tables' machine, as a user's job is, not on its set's measured one",
+    )
     args = parser.parse_args()
     own = [*OWN_SETS, *CHECK_SETS, *REPEATS]
     names = args.names or (["shared", *own] if args.shared.exists() else own)
@@ -333,6 +336,8 @@ def main() -> int:
     for name, runs in sets(names, args.shared):
         for split in splits:
             chosen = [run for run in runs if run.split == split]
+            if args.at_tables:
+                chosen = [replace(run, machine=TABLES_MACHINE) for run in chosen]
             if not chosen:
                 continue
             compared = [compare(run) for run in chosen]
