@@ -398,7 +398,10 @@ class StepPricer:
         pricer = shapes.pricer
         frozen = d.job.peft is not None
         grad_bytes = DTYPE_BYTES[d.grad_dtype]
-        trainable = 0.0 if frozen else sum(c.dense + c.expert for c in chunks)
+        if frozen:  # the adapters alone
+            trainable = sum(sum(c.sizes[0]) + sum(c.sizes[1]) for c in chunks)
+        else:
+            trainable = sum(c.dense + c.expert for c in chunks)
         zero = grad_bytes * trainable / pricer.hbm
         finalize = 2 * grad_bytes * trainable / pricer.hbm if d.dp * d.cp > 1 else 0.0
         return StepParts(zero, finalize, self.optimizer(d, shapes, chunks))
@@ -430,9 +433,7 @@ def _shard_tensors(d: Derived, chunks: list[_ChunkParams]) -> tuple[float, float
     """Parameters and parameter tensors the rank's optimizer steps: its shard of the gradient
     buffers under the distributed optimizer or Megatron-FSDP (each buffer, dense and expert,
     laid out in reverse registration order and cut in DP equal ranges; the first range's
-    tensors), else all of them."""
-    if d.job.peft is not None:
-        return 0.0, 0.0
+    tensors), else all of them. Under LoRA the buffers hold the adapters alone."""
     sharded = d.use_distributed_optimizer or d.fsdp_strategy != "no_shard"
     params = tensors = 0.0
     for buffer, dp in ((0, d.dp * d.cp), (1, d.edp)):
@@ -481,13 +482,31 @@ def _params_of(d: Derived, chunk: Chunk) -> _ChunkParams:
     from memtune.estimate.params import chunk_param_tensors, chunk_params
 
     held = chunk_params(d, chunk)  # memtune/estimate/params.py
-    tensors = list(reversed(chunk_param_tensors(d, chunk)))
-    sizes = (
-        tuple(t.numel for t in tensors if not t.expert),
-        tuple(t.numel for t in tensors if t.expert),
-    )
+    if d.job.peft is not None:
+        sizes = _adapter_sizes(d, chunk)
+    else:
+        tensors = list(reversed(chunk_param_tensors(d, chunk)))
+        sizes = (
+            tuple(t.numel for t in tensors if not t.expert),
+            tuple(t.numel for t in tensors if t.expert),
+        )
     hooked = _hooked_params(d, chunk, held.dense + held.replicated + held.expert, held.replicated)
     return _ChunkParams(held.dense + held.replicated, held.expert, hooked, sizes)
+
+
+def _adapter_sizes(d: Derived, chunk: Chunk) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Under LoRA the gradient buffers hold only the adapters (the base is frozen): each
+    adapter's A and B weights of the chunk's layers, dense and routed-expert apart, in reverse
+    registration order."""
+    from memtune.peft.model import adapters_in_layer
+
+    dense: list[float] = []
+    expert: list[float] = []
+    for layer in chunk.layers:
+        for a in adapters_in_layer(d, d.moe_layer_pattern[layer]):
+            pair = [float(a.a_shape[0] * a.a_shape[1]), float(a.b_shape[0] * a.b_shape[1])]
+            (expert if a.is_expert else dense).extend(pair * a.copies)
+    return tuple(reversed(dense)), tuple(reversed(expert))
 
 
 def _hooked_params(d: Derived, chunk: Chunk, held: float, replicated: float) -> float:

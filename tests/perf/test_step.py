@@ -6,6 +6,7 @@ import pytest
 
 from memtune.check import gate
 from memtune.config.changes import Change, with_changes
+from memtune.config.derived import DTYPE_BYTES
 from memtune.perf import constants as K
 from memtune.perf.step import predict_step
 from memtune.plan.query import Query, base_job
@@ -547,3 +548,26 @@ def test_lora_adapters_cost_their_measured_work_in_each_layer() -> None:
     # 87 (qkv), 69 (proj: its 101 MB would take 66 us, under the launches' floor), 328 (fc1)
     # and 120 us (fc2): 0.60 ms of a layer's forward
     assert fwd == pytest.approx(0.604e-3, rel=0.01)
+
+
+def test_under_lora_the_optimizer_steps_the_adapters_alone() -> None:
+    # Llama 3 8B at TP 1, rank-16 adapters on the four targets of each of the 32 layers, no
+    # distributed optimizer: the rank steps every adapter's A and B, 32 x 4 x 2 = 256 tensors of
+    # 32 x 16 x ((4096 + 6144) + (4096 + 4096) + (4096 + 28672) + (14336 + 4096)) parameters,
+    # and nothing of the frozen base
+    from memtune.perf.step import _params_of
+
+    d = job("model.tensor_model_parallel_size=1", "peft.dim=16", "optimizer.use_distributed_optimizer=false",
+            "ddp.use_distributed_optimizer=false")  # fmt: skip
+    params = 32 * 16 * (10240 + 8192 + 32768 + 18432)
+    assert shard_of(d) == (params, 256)
+    pricer = step_pricer(d)
+    shapes = pricer.shapes(d)
+    p = shapes.pricer
+    parts = pricer.step_parts(d, shapes, [_params_of(d, c) for c in d.chunks[0]])
+    adam = p.hbm_ratio / p.eager.adam_params_per_s[d.adam_kernel]
+    expected = params * (adam + K.OPTIMIZER_STEP_BYTES_PER_PARAM[False] / p.hbm)
+    expected += 256 * K.OPTIMIZER_PER_TENSOR_S[d.adam_kernel] + K.MEGATRON_LM_LOOP.step_s
+    assert parts.optimizer_s == pytest.approx(expected)
+    # the adapters' gradient buffer is zeroed every step, the base has none
+    assert parts.zero_grad_s == pytest.approx(DTYPE_BYTES[d.grad_dtype] * params / p.hbm)
