@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 ITERATIONS = 6  # the first warms up (Adam's state is made at the first step); a tune run's last is traced
+COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2")
+HOSTLORA2_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
 
@@ -57,6 +59,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check3,
         host_by_block,
         host_by_lora,
+        host_by_lora_repeat,
         lora_compute_check,
         offload_exposure,
         offload_exposure_check,
@@ -76,6 +79,7 @@ def make_plans(out: str, family: str) -> int:
             "aoffm2": offload_exposure_check,
             "lorachk": lora_compute_check,
             "hostlora": host_by_lora,
+            "hostlora2": host_by_lora_repeat,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -86,14 +90,14 @@ def make_plans(out: str, family: str) -> int:
         rest=False,
         ids=",".join(ids),
         shard=None,
-        iters=ITERATIONS,
+        iters=HOSTLORA2_ITERATIONS if family == "hostlora2" else ITERATIONS,
     )
     plan_entries(namespace)
     # make_plans keeps matrix order; the device runs them in priority order under its deadline
     lines = Path(out).read_text().splitlines()
     order = {run_id: n for n, run_id in enumerate(ids)}
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
-    if family in ("hostblk", "hostlora"):  # component timings: holdout, so no iteration is profiled
+    if family in COMPONENT_FAMILIES:  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
@@ -497,7 +501,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "hostblk", "aoffm", "aoffm2", "lorachk", "hostlora"),
+        choices=("crel", "cchk", "cchk2", "cchk3", "aoffm", "aoffm2", "lorachk", *COMPONENT_FAMILIES),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

@@ -2390,6 +2390,34 @@ def host_by_lora() -> list[Entry]:
     ]
 
 
+def host_by_lora_repeat() -> list[Entry]:
+    """The LoRA adapters' host work again (``hostlora2-``), for a constant the step model can
+    take: ``hostlora-`` had five timed iterations a run and its two passes put the work per
+    adapter 2.5x apart. The same tiny block at 4 and 12 layers (eight layers' difference, not
+    four), adapters on the four linears and on ``linear_qkv`` alone, each run timed for
+    ``compute_relations.py``'s ``HOSTLORA2_ITERATIONS``; the device runs the set twice, the
+    second time in reverse order. Rule fixed before measuring: per adapter, layer and
+    microbatch, forward and backward together, ``[(all_12 - all_4) - (qkv_12 - qkv_4)] / (8
+    layers x 3 adapters x 8 microbatches)`` from each run's median forward+backward after the
+    first iteration, the mean of the two passes. A component measurement: every run is read."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
+    adapters = {
+        "all": lora(dim=16, alpha=16),
+        "qkv": lora(dim=16, alpha=16, target_modules=["linear_qkv"]),
+    }
+    return [
+        run(
+            f"hostlora2-{name}-l{layers}",
+            _model("llama3-8b", **tiny, num_layers=layers),
+            microbatches=8,
+            peft=peft,
+        )
+        for name, peft in adapters.items()
+        for layers in (4, 12)
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2416,6 +2444,7 @@ def entries() -> list[Entry]:
         + offload_exposure_check()
         + lora_compute_check()
         + host_by_lora()
+        + host_by_lora_repeat()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
