@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 ITERATIONS = 6  # the first warms up (Adam's state is made at the first step); a tune run's last is traced
-COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2")
-HOSTLORA2_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
+COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3")
+REPEATED_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
 
@@ -60,6 +60,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_block,
         host_by_lora,
         host_by_lora_repeat,
+        host_lora_shares,
         lora_compute_check,
         offload_exposure,
         offload_exposure_check,
@@ -80,6 +81,7 @@ def make_plans(out: str, family: str) -> int:
             "lorachk": lora_compute_check,
             "hostlora": host_by_lora,
             "hostlora2": host_by_lora_repeat,
+            "hostlora3": host_lora_shares,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -90,7 +92,7 @@ def make_plans(out: str, family: str) -> int:
         rest=False,
         ids=",".join(ids),
         shard=None,
-        iters=HOSTLORA2_ITERATIONS if family == "hostlora2" else ITERATIONS,
+        iters=REPEATED_ITERATIONS if family in ("hostlora2", "hostlora3") else ITERATIONS,
     )
     plan_entries(namespace)
     # make_plans keeps matrix order; the device runs them in priority order under its deadline

@@ -2395,7 +2395,7 @@ def host_by_lora_repeat() -> list[Entry]:
     take: ``hostlora-`` had five timed iterations a run and its two passes put the work per
     adapter 2.5x apart. The same tiny block at 4 and 12 layers (eight layers' difference, not
     four), adapters on the four linears and on ``linear_qkv`` alone, each run timed for
-    ``compute_relations.py``'s ``HOSTLORA2_ITERATIONS``; the device runs the set twice, the
+    ``compute_relations.py``'s ``REPEATED_ITERATIONS`` (21); the device runs the set twice, the
     second time in reverse order. Rule fixed before measuring: per adapter, layer and
     microbatch, forward and backward together, ``[(all_12 - all_4) - (qkv_12 - qkv_4)] / (8
     layers x 3 adapters x 8 microbatches)`` from each run's median forward+backward after the
@@ -2409,6 +2409,38 @@ def host_by_lora_repeat() -> list[Entry]:
     return [
         run(
             f"hostlora2-{name}-l{layers}",
+            _model("llama3-8b", **tiny, num_layers=layers),
+            microbatches=8,
+            peft=peft,
+        )
+        for name, peft in adapters.items()
+        for layers in (4, 12)
+    ]
+
+
+def host_lora_shares() -> list[Entry]:
+    """The LoRA layer's host work as shares of a trained layer's on the same machine
+    (``hostlora3-``): ``hostlora2-`` gave the adapters' work in milliseconds, but a machine's
+    host speed moves every host-bound step by up to 1.7x (``host_repeat.py``) and the step
+    model prices a layer's host work from its loop's floor, so the shares are what carries to
+    another machine; and a frozen base's backward launches no weight gradient and no DDP hook,
+    which the floor of a trained layer does not know. The tiny block at 4 and 12 layers without
+    adapters (the base trained), with adapters on ``linear_qkv`` alone and on the four linears,
+    21 iterations a run, run twice (the second time in reverse order). Rule fixed before
+    measuring, per pass from each run's median forward+backward after the first iteration, per
+    layer and microbatch: ``T = (none_12 - none_4) / 64``, ``F1`` and ``F4`` likewise for
+    ``qkv`` and ``all``; an adapter ``A = (F4 - F1) / 3``; the shares ``A / T`` (an adapter)
+    and ``(F1 - A) / T`` (a frozen layer), the mean of the two passes. Every run is read."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
+    adapters = {
+        "none": None,
+        "qkv": lora(dim=16, alpha=16, target_modules=["linear_qkv"]),
+        "all": lora(dim=16, alpha=16),
+    }
+    return [
+        run(
+            f"hostlora3-{name}-l{layers}",
             _model("llama3-8b", **tiny, num_layers=layers),
             microbatches=8,
             peft=peft,
@@ -2445,6 +2477,7 @@ def entries() -> list[Entry]:
         + lora_compute_check()
         + host_by_lora()
         + host_by_lora_repeat()
+        + host_lora_shares()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
