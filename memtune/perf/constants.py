@@ -185,6 +185,16 @@ FP8_CAST_BYTES_PER_ELEMENT = {"tensorwise": 5, "delayed": 3, "blockwise": 3, "mx
 # the Megatron-LM functional tests' tune runs (with the crel- unfused tune runs: 0.25).
 UNFUSED_BMM_FRACTION = 0.25
 UNFUSED_SOFTMAX_HBM_SHARE = 0.7
+# Each LoRA adapter's host work (its module's Python, the dropout, two GEMMs' and the scaled
+# add's launches) as a share of a trained layer's (``layer_fwd_s``, forward and backward alike):
+# measured on one machine, as shares carry to another whose host is faster or slower
+# (benchmarks/measured/matrix.py host_lora_shares, rule fixed before measuring; raw
+# benchmarks/gpu/results/hostlora3-h100*): the tiny host-bound block at 4 and 12 layers without
+# adapters, with them on ``linear_qkv`` alone and on the four linears, two passes on a lent
+# H100: 0.076 and 0.130 of a trained layer per adapter, the mean. The same runs put a layer of
+# a frozen base with one adapter at 1.01 of a trained layer beside it (0.90 and 1.12): no less
+# host work for the weight gradients it skips, so a LoRA layer keeps the whole floor.
+LORA_ADAPTER_HOST_SHARE = 0.103
 # Under selective recompute the replayed modules' forward runs again in the backward, Python and
 # kernel launches included: each module's share of a layer's host launch work (``layer_fwd_s``),
 # counted from the modules and kernels a local-spec layer's forward runs (megatron-core 0.19.2

@@ -381,6 +381,13 @@ class ShapePricer:
             bwd += a.copies * cost.seconds(rows, 3 * fan_in + 2 * fan_out)
         return fwd * self.hbm_ratio, bwd * self.hbm_ratio
 
+    def adapters_host_share(self, is_moe: bool) -> float:
+        """The host's work for one layer's LoRA adapters as a share of the layer's own, every
+        adapter (each local expert's its own) alike."""
+        if self.d.job.peft is None:
+            return 0.0
+        return sum(a.copies for a in adapters_in_layer(self.d, is_moe)) * K.LORA_ADAPTER_HOST_SHARE
+
     # --- one layer --------------------------------------------------------------------------
 
     def layer(self, is_moe: bool) -> LayerPrice:
@@ -399,7 +406,7 @@ class ShapePricer:
         adapters_fwd, adapters_bwd = self.adapter_compute(is_moe)
         fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd + adapters_fwd
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd + adapters_bwd
-        host_fwd = self.floor.layer_fwd_s
+        host_fwd = self.floor.layer_fwd_s * (1 + self.adapters_host_share(is_moe))
         if is_moe and self.exchanges:
             host_fwd += dispatcher_host_fwd_s(d)
         host_bwd = self.floor.backward_factor * host_fwd

@@ -571,3 +571,20 @@ def test_under_lora_the_optimizer_steps_the_adapters_alone() -> None:
     assert parts.optimizer_s == pytest.approx(expected)
     # the adapters' gradient buffer is zeroed every step, the base has none
     assert parts.zero_grad_s == pytest.approx(DTYPE_BYTES[d.grad_dtype] * params / p.hbm)
+
+
+def test_each_lora_adapter_adds_its_share_of_a_layers_host_work() -> None:
+    # rank-16 adapters on the four linears of a Llama 3 8B layer: the host's forward work is the
+    # loop's floor times 1 + 4 x 0.103, the backward's the loop's factor times that; on
+    # linear_qkv alone, 1 + 0.103; the frozen base itself keeps the whole floor
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    floor = K.MEGATRON_LM_LOOP
+    for targets, adapters in (("[linear_qkv,linear_proj,linear_fc1,linear_fc2]", 4), ("[linear_qkv]", 1)):
+        d = job("model.tensor_model_parallel_size=1", "peft.dim=16", f"peft.target_modules={targets}")
+        price = ShapePricer(d, get_gpu("H100-80GB"), floor).layer(False)
+        assert price.host_fwd == pytest.approx(floor.layer_fwd_s * (1 + adapters * 0.103))
+        assert price.host_bwd == pytest.approx(floor.backward_factor * price.host_fwd)
+    trained = ShapePricer(job("model.tensor_model_parallel_size=1"), get_gpu("H100-80GB"), floor).layer(False)
+    assert trained.host_fwd == floor.layer_fwd_s
