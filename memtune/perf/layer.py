@@ -366,7 +366,8 @@ class ShapePricer:
         per local expert). Backward: the output gradient read twice (for B's gradient and through
         B), the input read for A's gradient and its gradient added into the input's (``3 in + 2
         out`` elements a row) at the forward's rate (unmeasured: the table's backward timings
-        carry autograd's start-up)."""
+        carry autograd's start-up), and the dropout's backward, the mask applied to the input's
+        gradient, what the dropout added to the forward."""
         peft, m = self.d.job.peft, self.d.model
         if peft is None:
             return 0.0, 0.0
@@ -377,8 +378,10 @@ class ShapePricer:
             rows = self.tokens
             if a.kind == "routed_expert":
                 rows = self.tokens * m.moe_router_topk / self.d.tp / a.copies
-            fwd += a.copies * cost.seconds(rows, fan_in + 2 * fan_out, dropout)
-            bwd += a.copies * cost.seconds(rows, 3 * fan_in + 2 * fan_out)
+            forward = cost.seconds(rows, fan_in + 2 * fan_out, dropout)
+            dropout_bwd = forward - cost.seconds(rows, fan_in + 2 * fan_out)
+            fwd += a.copies * forward
+            bwd += a.copies * (cost.seconds(rows, 3 * fan_in + 2 * fan_out) + dropout_bwd)
         return fwd * self.hbm_ratio, bwd * self.hbm_ratio
 
     def adapters_host_share(self, is_moe: bool) -> float:

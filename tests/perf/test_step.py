@@ -548,6 +548,15 @@ def test_lora_adapters_cost_their_measured_work_in_each_layer() -> None:
     # 87 (qkv), 69 (proj: its 101 MB would take 66 us, under the launches' floor), 328 (fc1)
     # and 120 us (fc2): 0.60 ms of a layer's forward
     assert fwd == pytest.approx(0.604e-3, rel=0.01)
+    # with dropout on the adapters' input the forward takes the table's dropout factor, and the
+    # backward applies the mask to the input's gradient: what the dropout added to the forward
+    dropped = job(
+        "model.tensor_model_parallel_size=1", "train.micro_batch_size=1", "peft.dim=16", "peft.dropout=0.1"
+    )
+    added = [cost.seconds(4096, i + 2 * o, True) - cost.seconds(4096, i + 2 * o) for i, o in shapes.values()]
+    assert all(a > 0 for a in added)
+    with_dropout = ShapePricer(dropped, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).adapter_compute(False)
+    assert with_dropout == pytest.approx((fwd + sum(added), bwd + sum(added)))
 
 
 def test_under_lora_the_optimizer_steps_the_adapters_alone() -> None:
