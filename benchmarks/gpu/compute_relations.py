@@ -57,6 +57,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check,
         _compute_relations_check2,
         _compute_relations_check3,
+        _compute_relations_check4,
         host_by_block,
         host_by_lora,
         host_by_lora_repeat,
@@ -75,6 +76,7 @@ def make_plans(out: str, family: str) -> int:
             "cchk": _compute_relations_check,
             "cchk2": _compute_relations_check2,
             "cchk3": _compute_relations_check3,
+            "cchk4": _compute_relations_check4,
             "hostblk": host_by_block,
             "aoffm": offload_exposure,
             "aoffm2": offload_exposure_check,
@@ -503,7 +505,17 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument(
         "--family",
-        choices=("crel", "cchk", "cchk2", "cchk3", "aoffm", "aoffm2", "lorachk", *COMPONENT_FAMILIES),
+        choices=(
+            "crel",
+            "cchk",
+            "cchk2",
+            "cchk3",
+            "cchk4",
+            "aoffm",
+            "aoffm2",
+            "lorachk",
+            *COMPONENT_FAMILIES,
+        ),
         default="crel",
         help="crel- runs or a check of a frozen model",
     )

@@ -2193,6 +2193,78 @@ def _compute_relations_check3() -> list[Entry]:
     return e
 
 
+def _compute_relations_check4() -> list[Entry]:
+    """A fourth fresh check of the step model (``cchk4-``), defined on 2026-12-06 before any
+    was measured, with the model it checks frozen at the commit that adds it (LoRA's optimizer
+    over the adapters, the adapters' host share and dropout backward priced); split by the hash
+    rule, its holdout compared once. Shapes none of the earlier sets ran: Qwen3 8B's width at
+    TP 2 and TP 4, Llama 3 8B's at TP 2 with sequence 8,192 and one microbatch, a 2,048-wide
+    model at MBS 8 and at sequence 1,024, LoRA on Qwen3 8B's width at TP 2 (all four targets),
+    on a 2,048-wide model with dropout, on Llama 3 8B's MLP alone; VPP 3 on a PP 3 middle stage,
+    a PP 4 last stage at TP 2; MTP of depth 1 at sequence 8,192; MoE ranks at EP 2 with MBS 2,
+    Mixtral's width at EP 8, the MLA+MoE shape at TP 2; ``mlp`` and ``core_attn``
+    selective recompute, full recompute of one layer uniformly; the distributed optimizer at DP
+    4 on a MoE rank; unfused attention at sequence 4,096; fine-grained offload of
+    ``qkv_linear``. As with ``cchk-``, the tune runs only measure the lent machine (its kernels'
+    and its flash attention's factors); every run records the host's launch speed."""
+    e = []
+    tp2, tp4 = ({"tensor_model_parallel_size": t, **SP} for t in (2, 4))
+    # dense shapes
+    e.append(run("cchk4-q8-tp2-sp-s4k-m2", Q8(**tp2, seq_length=4096), microbatches=2))
+    e.append(run("cchk4-q8-tp4-sp-s8k-m1", Q8(**tp4)))
+    e.append(run("cchk4-l8w-tp2-sp-s8k-m1", L8W(**tp2, seq_length=8192)))
+    e.append(run("cchk4-l1b-s1k-mbs8-m1", L1B(seq_length=1024), mbs=8))
+    e.append(run("cchk4-l1b-s1k-m8", L1B(seq_length=1024), microbatches=8))
+    # LoRA
+    e.append(run("cchk4-lora-q8-tp2-sp-s4k-m2", Q8(**tp2, seq_length=4096), microbatches=2, peft=lora()))
+    e.append(
+        run("cchk4-lora-l1b-drop-s4k-m2", L1B(), microbatches=2, peft=lora(dim=16, alpha=16, dropout=0.1))
+    )
+    e.append(
+        run(
+            "cchk4-lora-l8w-mlp-s4k-m2",
+            L8W(),
+            microbatches=2,
+            peft=lora(target_modules=["linear_fc1", "linear_fc2"]),
+        )
+    )
+    # pipeline stages
+    pp3v3 = dict(num_layers=18, pipeline_model_parallel_size=3, virtual_pipeline_model_parallel_size=3)
+    e.append(run("cchk4-vpp3-l1b-pp3-mid-m6", L1B(**pp3v3, seq_length=2048), microbatches=6, stage=1))
+    pp4 = dict(num_layers=8, pipeline_model_parallel_size=4, seq_length=2048)
+    e.append(run("cchk4-pp4-l8w-tp2-last-m8", L8W(**tp2, **pp4), microbatches=8, stage=-1))
+    # MTP
+    e.append(run("cchk4-mtp1-l1b-s8k-m1", L1B(seq_length=8192, mtp_num_layers=1)))
+    # MoE ranks
+    e.append(run("cchk4-moe-qm-ep2-s2k-mbs2", QM(expert_model_parallel_size=2, seq_length=2048), dp=2, mbs=2))
+    e.append(run("cchk4-moe-mx-ep8-s4k-m1", MX(expert_model_parallel_size=8), dp=8))
+    e.append(
+        run(
+            "cchk4-moe-dsl-tp2-sp-ep2-s4k-m2",
+            DSL(**tp2, expert_model_parallel_size=2, seq_length=4096),
+            dp=2,
+            microbatches=2,
+        )
+    )
+    # recompute
+    mlp_rc = dict(recompute_granularity="selective", recompute_modules=["mlp"])
+    e.append(run("cchk4-rc-mlp-q8-tp2-sp-s4k-m2", Q8(**tp2, **mlp_rc, seq_length=4096), microbatches=2))
+    attn_rc = dict(recompute_granularity="selective", recompute_modules=["core_attn"])
+    e.append(run("cchk4-rc-coreattn-l1b-s4k-m2", L1B(**attn_rc), microbatches=2))
+    uniform = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("cchk4-rc-uniform1-l1b-s2k-m4", L1B(**uniform, seq_length=2048), microbatches=4))
+    # the optimizer, attention, offload
+    e.append(
+        run("cchk4-opt-qm-ep4-do-dp4", QM(expert_model_parallel_size=4, seq_length=2048), dp=4, distopt=True)
+    )
+    e.append(run("cchk4-unfused-l1b-s4k-m1", L1B(attention_backend="unfused")))
+    offload = dict(fine_grained_activation_offloading=True, offload_modules=["qkv_linear"])
+    e.append(
+        run("cchk4-offload-qkv-l8w-tp2-sp-m2", L8W(**tp2, **offload), dp=2, microbatches=2, distopt=True)
+    )
+    return e
+
+
 def host_by_block() -> list[Entry]:
     """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
@@ -2471,6 +2543,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check()
         + _compute_relations_check2()
         + _compute_relations_check3()
+        + _compute_relations_check4()
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()
