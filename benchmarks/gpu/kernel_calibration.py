@@ -15,6 +15,8 @@ What it times (CUDA events, after a warm-up, repeated to last about 50 ms each):
   scales and (section ``gemm_fp8_blockwise``) blockwise scales (1x128 activations, 128x128
   weights); the shapes are the forward GEMMs of Llama-3 8B/70B/405B-, Qwen3-32B-, GPT-3-175B-,
   DeepSeek-V3- and Qwen3-30B-A3B-like layers over TP 1-8 and 1k-16k tokens;
+- the same GEMMs at 256 and 512 rows beside 1,024 (section ``gemm_small_m``): what a TP chunk of
+  Transformer Engine's userbuffer overlap runs;
 - routed-expert GEMMs at small M: per expert and grouped (``torch._grouped_mm``);
 - causal flash attention forward and backward (``scaled_dot_product_attention``) by sequence,
   heads, head dim (64, 128, MLA's 192/128) and query groups (GQA);
@@ -101,6 +103,35 @@ def gemms(torch: Any, tokens: tuple[int, ...]) -> dict[str, Any]:
                 errors["fp8_tensorwise"] = str(exc).splitlines()[0]
     out["errors"] = errors
     return out
+
+
+SMALL_M = (256, 512, 1024)  # rows of the GEMMs TE's userbuffer overlap splits by TP, with 1024 to compare
+
+
+def small_m_gemms(torch: Any) -> dict[str, Any]:
+    """The same GEMMs at 256 and 512 rows, beside 1,024 on the same machine: what Transformer
+    Engine's ring-exchange overlap runs per TP chunk (M / TP rows), below the tables' smallest M.
+    The model takes the ratio to the 1,024-row time, so the tables' own machine keeps its scale."""
+    shapes = [(name, n, k) for name, _, n, k in gemm_shapes((1024,))]
+    return {
+        kind: [
+            {"name": name, "m": m, "n": n, "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9}
+            for name, n, k in shapes
+            for m in SMALL_M
+            for ms in (time_ms(_gemm_call(torch, kind, m, n, k), torch),)
+        ]
+        for kind in ("bf16", "fp8_tensorwise")
+    }
+
+
+def _gemm_call(torch: Any, kind: str, m: int, n: int, k: int) -> Any:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    if kind == "bf16":
+        return partial(torch.matmul, a, b)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+    return partial(torch._scaled_mm, a.to(torch.float8_e4m3fn), b8, one, one, out_dtype=torch.bfloat16)
 
 
 def fp8_blockwise_gemms(torch: Any, tokens: tuple[int, ...]) -> dict[str, Any]:
@@ -489,6 +520,7 @@ def main() -> None:
     sections = {
         "gemm": lambda: gemms(torch, TOKENS_QUICK if quick else TOKENS),
         "gemm_fp8_blockwise": lambda: fp8_blockwise_gemms(torch, TOKENS_QUICK if quick else TOKENS),
+        "gemm_small_m": lambda: small_m_gemms(torch),
         "experts": lambda: experts(torch),
         "attention": lambda: attention(torch, quick),
         "attention_memory_efficient": lambda: memory_efficient_attention(torch),

@@ -14,7 +14,9 @@ tables where there are some (``tables_of``). A GEMM's efficiency (the fraction o
 or FP8, peak it reaches) is interpolated in log2(M, N, K) by inverse distance over the nearest
 measured shapes when the shape lies inside the measured range, and otherwise taken from the
 half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
-peak). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them);
+peak). Below the tables' smallest M (1,024 rows), where a TP chunk of Transformer Engine's
+userbuffer overlap runs, each shape's rate at 256 and 512 rows is its table point at 1,024 rows
+times the ratio timed on an H100 (``SMALL_M_FILE``, ``small_m_ratios``). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them);
 where square bf16 GEMMs were published for one (the B200's), its bf16 GEMMs reach that fraction
 scaled by what the published ones reach against the H200's table (``published_gemm_scale``).
 MXFP8 cannot be measured on the H200 (no block-scaled MMA before Blackwell): its GEMMs take
@@ -50,6 +52,11 @@ TABLES = {
     "H100-80GB": ("gemm-h100.json", "kernels-h100.json"),
 }
 REFERENCE = "H200"  # whose tables a GPU without its own takes
+# GEMMs at 256 and 512 rows beside 1,024, timed on one H100 in two passes (what a TP chunk of
+# Transformer Engine's userbuffer overlap runs, below the tables' smallest M): both GEMM tables
+# take each shape's ratio to its 1,024-row time, so each keeps its own machine's scale; the
+# H200's takes the H100's ratios (the same GH100 die, unmeasured on the H200 itself).
+SMALL_M_FILE = "gemm-small-m-h100.json"
 
 
 def tables_of(gpu: str) -> str:
@@ -150,6 +157,36 @@ def _attention_table(rows: list[dict[str, Any]], peak: float, head_dim: bool = F
 
 
 @cache
+def small_m_ratios(kind: str) -> dict[tuple[int, int, int], float]:
+    """(M, N, K) -> a GEMM's rate at M rows (256, 512) over its rate at 1,024 rows of the same N
+    and K (``SMALL_M_FILE``, ``kind`` bf16 or fp8_tensorwise): the mean over the passes."""
+    raw = json.loads(resources.files("memtune.perf").joinpath("data", SMALL_M_FILE).read_text())
+    ratios: dict[tuple[int, int, int], list[float]] = {}
+    for rows in (one[kind] for one in raw["passes"]):
+        full = {(g["n"], g["k"]): g["tflops"] for g in rows if g["m"] == 1024}
+        for g in rows:
+            if g["m"] < 1024:
+                ratios.setdefault((g["m"], g["n"], g["k"]), []).append(g["tflops"] / full[g["n"], g["k"]])
+    return {shape: statistics.mean(r) for shape, r in ratios.items()}
+
+
+def _gemm_table(
+    tflops_by_shape: dict[tuple[int, int, int], float], peak: float, small_m: str | None
+) -> GemmTable:
+    """A GEMM table from measured TFLOP/s by (M, N, K); with ``small_m`` (a kind of
+    ``SMALL_M_FILE``) the small-M shapes added at each one's measured ratio to the table's own
+    1,024-row point."""
+    fractions = {shape: tflops / peak for shape, tflops in tflops_by_shape.items()}
+    for (m, n, k), ratio in (small_m_ratios(small_m) if small_m else {}).items():
+        if (1024, n, k) in fractions:
+            fractions.setdefault((m, n, k), fractions[1024, n, k] * ratio)
+    points = tuple((math.log2(m), math.log2(n), math.log2(k), f) for (m, n, k), f in fractions.items())
+    lows = tuple(min(p[i] for p in points) for i in range(3))
+    highs = tuple(max(p[i] for p in points) for i in range(3))
+    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2]))
+
+
+@cache
 def _tables(on: str) -> tuple[GemmTable, AttentionTable]:
     from memtune.catalog.gpus import get_gpu
 
@@ -158,15 +195,8 @@ def _tables(on: str) -> tuple[GemmTable, AttentionTable]:
     by_shape: dict[tuple[int, int, int], list[float]] = {}
     for g in [*raw["gemm"], *later["gemm"]["bf16"]]:
         by_shape.setdefault((g["m"], g["n"], g["k"]), []).append(g["tflops"])
-    points = tuple(
-        (math.log2(m), math.log2(n), math.log2(k), sum(t) / len(t) / peak)
-        for (m, n, k), t in by_shape.items()
-    )
-    lows = tuple(min(p[i] for p in points) for i in range(3))
-    highs = tuple(max(p[i] for p in points) for i in range(3))
-    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2])), _attention_table(
-        raw["attention"], peak
-    )
+    mean = {shape: sum(t) / len(t) for shape, t in by_shape.items()}
+    return _gemm_table(mean, peak, "bf16"), _attention_table(raw["attention"], peak)
 
 
 @cache
@@ -210,13 +240,11 @@ def _fp8_table(on: str, scaling: str) -> GemmTable:
     raw = _raw(on, later=True)
     peak = get_gpu(on).fp8_tflops
     assert peak is not None, "the GPU the FP8 table was measured on has an FP8 peak"
-    rows = raw["gemm"]["fp8_tensorwise"] if scaling == "tensorwise" else raw["gemm_fp8_blockwise"]["shapes"]
-    points = tuple(
-        (math.log2(g["m"]), math.log2(g["n"]), math.log2(g["k"]), g["tflops"] / peak) for g in rows
-    )
-    lows = tuple(min(p[i] for p in points) for i in range(3))
-    highs = tuple(max(p[i] for p in points) for i in range(3))
-    return GemmTable(points, (lows[0], lows[1], lows[2]), (highs[0], highs[1], highs[2]))
+    if scaling == "tensorwise":
+        rows, small_m = raw["gemm"]["fp8_tensorwise"], "fp8_tensorwise"
+    else:  # blockwise scaling: its own table, no small-M rows measured for it
+        rows, small_m = raw["gemm_fp8_blockwise"]["shapes"], None
+    return _gemm_table({(g["m"], g["n"], g["k"]): g["tflops"] for g in rows}, peak, small_m)
 
 
 @cache

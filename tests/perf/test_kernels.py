@@ -177,3 +177,24 @@ def test_a_lora_adapter_costs_its_launches_or_its_bytes_at_the_measured_rate() -
         cost.dropout_factor * cost.seconds(8192, 4096 + 2 * 28672)
     )
     assert 1.3 < cost.dropout_factor < 1.6
+
+
+@pytest.mark.parametrize("on", MEASURED)
+def test_a_small_m_shape_is_the_tables_1024_row_point_times_its_measured_ratio(on: str) -> None:
+    # Llama 3 70B's TP 8 qkv at 512 rows (a TP chunk of the userbuffer overlap at 4,096 tokens):
+    # each pass of gemm-small-m-h100.json timed it beside 1,024 rows; the table's own 1,024-row
+    # point times the mean of the two passes' ratios
+    raw = json.loads((RESULTS / "gemm-small-m-h100.json").read_text())
+    packaged = resources.files("memtune.perf").joinpath("data", "gemm-small-m-h100.json").read_bytes()
+    assert packaged == (RESULTS / "gemm-small-m-h100.json").read_bytes()
+    n, k = 1280, 8192
+    for kind, fraction in (("fp8_tensorwise", fp8_gemm_fraction), ("bf16", gemm_fraction)):
+        ratios = []
+        for one in raw["passes"]:
+            rows = {g["m"]: g["tflops"] for g in one[kind] if (g["n"], g["k"]) == (n, k)}
+            ratios.append(rows[512] / rows[1024])
+        assert len(ratios) == 2
+        expected = fraction(on, 1024, n, k) * sum(ratios) / 2
+        assert fraction(on, 512, n, k) == pytest.approx(expected)
+    # the FP8 chunk runs at about half the 1,024-row rate: 128-row tiles leave most SMs idle
+    assert fp8_gemm_fraction(on, 512, n, k) < 0.6 * fp8_gemm_fraction(on, 1024, n, k)
