@@ -2437,12 +2437,10 @@ def lora_compute_check() -> list[Entry]:
     ]
 
 
-def host_by_lora() -> list[Entry]:
-    """The host's work of LoRA adapters (``hostlora-``), measured as ``host_by_block`` measures a
-    layer's: the tiny Llama-style block (hidden 512, sequence 256, eight microbatches, so that
-    the GPU waits on the host) at 4 and 8 layers, without adapters, with rank-16 adapters on
-    the four linears, and on ``linear_qkv`` alone. A component measurement: every run is read,
-    whatever its hash split says; defined before any was measured."""
+def _tiny_lora_runs(prefix: str, names: tuple[str, ...], depths: tuple[int, int]) -> list[Entry]:
+    """The host-bound tiny block (hidden 512, sequence 256, eight microbatches, so that the GPU
+    waits on the host) at two depths, per adapter set by name: ``none`` (the base trained),
+    ``all`` (rank-16 adapters on the four linears), ``qkv`` (on ``linear_qkv`` alone)."""
     tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
                 ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
     adapters = {
@@ -2452,14 +2450,23 @@ def host_by_lora() -> list[Entry]:
     }
     return [
         run(
-            f"hostlora-{name}-l{layers}",
+            f"{prefix}-{name}-l{layers}",
             _model("llama3-8b", **tiny, num_layers=layers),
             microbatches=8,
-            peft=peft,
+            peft=adapters[name],
         )
-        for name, peft in adapters.items()
-        for layers in (4, 8)
+        for name in names
+        for layers in depths
     ]
+
+
+def host_by_lora() -> list[Entry]:
+    """The host's work of LoRA adapters (``hostlora-``), measured as ``host_by_block`` measures a
+    layer's: the tiny Llama-style block (hidden 512, sequence 256, eight microbatches, so that
+    the GPU waits on the host) at 4 and 8 layers, without adapters, with rank-16 adapters on
+    the four linears, and on ``linear_qkv`` alone. A component measurement: every run is read,
+    whatever its hash split says; defined before any was measured."""
+    return _tiny_lora_runs("hostlora", ("none", "all", "qkv"), (4, 8))
 
 
 def host_by_lora_repeat() -> list[Entry]:
@@ -2472,22 +2479,7 @@ def host_by_lora_repeat() -> list[Entry]:
     microbatch, forward and backward together, ``[(all_12 - all_4) - (qkv_12 - qkv_4)] / (8
     layers x 3 adapters x 8 microbatches)`` from each run's median forward+backward after the
     first iteration, the mean of the two passes. A component measurement: every run is read."""
-    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
-                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
-    adapters = {
-        "all": lora(dim=16, alpha=16),
-        "qkv": lora(dim=16, alpha=16, target_modules=["linear_qkv"]),
-    }
-    return [
-        run(
-            f"hostlora2-{name}-l{layers}",
-            _model("llama3-8b", **tiny, num_layers=layers),
-            microbatches=8,
-            peft=peft,
-        )
-        for name, peft in adapters.items()
-        for layers in (4, 12)
-    ]
+    return _tiny_lora_runs("hostlora2", ("all", "qkv"), (4, 12))
 
 
 def host_lora_shares() -> list[Entry]:
@@ -2503,23 +2495,7 @@ def host_lora_shares() -> list[Entry]:
     layer and microbatch: ``T = (none_12 - none_4) / 64``, ``F1`` and ``F4`` likewise for
     ``qkv`` and ``all``; an adapter ``A = (F4 - F1) / 3``; the shares ``A / T`` (an adapter)
     and ``(F1 - A) / T`` (a frozen layer), the mean of the two passes. Every run is read."""
-    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
-                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
-    adapters = {
-        "none": None,
-        "qkv": lora(dim=16, alpha=16, target_modules=["linear_qkv"]),
-        "all": lora(dim=16, alpha=16),
-    }
-    return [
-        run(
-            f"hostlora3-{name}-l{layers}",
-            _model("llama3-8b", **tiny, num_layers=layers),
-            microbatches=8,
-            peft=peft,
-        )
-        for name, peft in adapters.items()
-        for layers in (4, 12)
-    ]
+    return _tiny_lora_runs("hostlora3", ("none", "qkv", "all"), (4, 12))
 
 
 def entries() -> list[Entry]:
