@@ -124,6 +124,66 @@ def small_m_gemms(torch: Any) -> dict[str, Any]:
     }
 
 
+def backward_gemms(torch: Any, tokens: tuple[int, ...]) -> dict[str, Any]:
+    """Each forward GEMM's backward pair as a linear layer's backward runs it: the data gradient
+    (tokens x in, summed over out: the output gradient times the weight) and the weight gradient
+    (out x in, summed over the tokens: the output gradient's transpose times the input), in bf16
+    as autograd lays them out and in FP8 tensorwise as Transformer Engine feeds cuBLAS (row-major
+    times column-major, its transposed copies made by the casts)."""
+    out: dict[str, Any] = {"bf16": [], "fp8_tensorwise": []}
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    for name, t, n_out, k_in in gemm_shapes(tokens):
+        grad = torch.randn(t, n_out, device="cuda", dtype=torch.bfloat16)
+        weight = torch.randn(n_out, k_in, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(t, k_in, device="cuda", dtype=torch.bfloat16)
+        calls = {
+            "bf16": {
+                "dgrad": ((t, k_in, n_out), partial(torch.matmul, grad, weight)),
+                "wgrad": ((n_out, k_in, t), partial(torch.matmul, grad.t(), x)),
+            },
+            "fp8_tensorwise": {
+                "dgrad": (
+                    (t, k_in, n_out),
+                    partial(
+                        torch._scaled_mm,
+                        grad.to(torch.float8_e5m2),
+                        weight.to(torch.float8_e4m3fn).t().contiguous().t(),
+                        one,
+                        one,
+                        out_dtype=torch.bfloat16,
+                    ),
+                ),
+                "wgrad": (
+                    (n_out, k_in, t),
+                    partial(
+                        torch._scaled_mm,
+                        grad.t().contiguous().to(torch.float8_e5m2),
+                        x.to(torch.float8_e4m3fn).t().contiguous().t(),
+                        one,
+                        one,
+                        out_dtype=torch.bfloat16,
+                    ),
+                ),
+            },
+        }
+        for kind, roles in calls.items():
+            for role, ((m, n, k), call) in roles.items():
+                ms = time_ms(call, torch)
+                out[kind].append(
+                    {
+                        "name": name,
+                        "role": role,
+                        "tokens": t,
+                        "m": m,
+                        "n": n,
+                        "k": k,
+                        "ms": ms,
+                        "tflops": 2 * m * n * k / ms / 1e9,
+                    }
+                )
+    return out
+
+
 def _gemm_call(torch: Any, kind: str, m: int, n: int, k: int) -> Any:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -521,6 +581,7 @@ def main() -> None:
         "gemm": lambda: gemms(torch, TOKENS_QUICK if quick else TOKENS),
         "gemm_fp8_blockwise": lambda: fp8_blockwise_gemms(torch, TOKENS_QUICK if quick else TOKENS),
         "gemm_small_m": lambda: small_m_gemms(torch),
+        "gemm_backward": lambda: backward_gemms(torch, (1024, 4096, 8192)),
         "experts": lambda: experts(torch),
         "attention": lambda: attention(torch, quick),
         "attention_memory_efficient": lambda: memory_efficient_attention(torch),
