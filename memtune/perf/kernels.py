@@ -16,9 +16,10 @@ measured shapes when the shape lies inside the measured range, and otherwise tak
 half-size curve of ``memtune/perf/constants.py`` (for FP8: as the same fraction of the FP8
 peak). Below the tables' smallest M (1,024 rows), where a TP chunk of Transformer Engine's
 userbuffer overlap runs, each shape's rate at 256 and 512 rows is its table point at 1,024 rows
-times the ratio timed on an H100 (``SMALL_M_FILE``, ``small_m_ratios``). Other GPUs reach the H200's fraction of their own peak (unmeasured: no table for them);
-where square bf16 GEMMs were published for one (the B200's), its bf16 GEMMs reach that fraction
-scaled by what the published ones reach against the H200's table (``published_gemm_scale``).
+times the ratio timed on an H100 (``SMALL_M_FILE``, ``small_m_ratios``). Other GPUs reach the
+H200's fraction of their own peak (unmeasured: no table for them); where square bf16 GEMMs were
+published for one (the B200's), its bf16 GEMMs reach that fraction scaled by what the published
+ones reach against the H200's table (``published_gemm_scale``).
 MXFP8 cannot be measured on the H200 (no block-scaled MMA before Blackwell): its GEMMs take
 the tensorwise fraction, and predictions that use it say so.
 
