@@ -58,6 +58,7 @@ REFERENCE = "H200"  # whose tables a GPU without its own takes
 # take each shape's ratio to its 1,024-row time, so each keeps its own machine's scale; the
 # H200's takes the H100's ratios (the same GH100 die, unmeasured on the H200 itself).
 SMALL_M_FILE = "gemm-small-m-h100.json"
+SMALL_M_MEASURED_ON = "H100-80GB"
 
 
 def tables_of(gpu: str) -> str:

@@ -36,6 +36,7 @@ from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, collective, send_recv
 from memtune.perf.kernels import (
     REFERENCE,
+    SMALL_M_MEASURED_ON,
     attention_fractions,
     cudnn_attention_fractions,
     eager_kernels,
@@ -175,6 +176,10 @@ class ShapePricer:
         if d.job.peft is not None:
             self.adapter_cost = lora_adapter_cost(self.tables)
             self.unmeasured.add("LoRA adapters' backward: its bytes at the forward's measured rate")
+        # TE's userbuffer overlap runs each GEMM in TP chunks of M / TP rows
+        chunked = d.model.tp_comm_overlap and d.sequence_parallel and d.tp > 1
+        if (self.tokens / d.tp if chunked else self.tokens) < 1024 and self.tables != SMALL_M_MEASURED_ON:
+            self.unmeasured.add(f"GEMMs under 1,024 rows on {gpu.name} at the H100's measured ratios")
 
     # --- kernels -------------------------------------------------------------------------
 

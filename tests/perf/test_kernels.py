@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from memtune.catalog.gpus import get_gpu
+from memtune.check import gate
+from memtune.config.changes import Change, with_changes
 from memtune.perf import constants as K
 from memtune.perf.kernels import (
     TABLES,
@@ -198,3 +200,22 @@ def test_a_small_m_shape_is_the_tables_1024_row_point_times_its_measured_ratio(o
         assert fraction(on, 512, n, k) == pytest.approx(expected)
     # the FP8 chunk runs at about half the 1,024-row rate: 128-row tiles leave most SMs idle
     assert fp8_gemm_fraction(on, 512, n, k) < 0.6 * fp8_gemm_fraction(on, 1024, n, k)
+
+
+def test_gemms_under_1024_rows_say_where_their_ratios_come_from() -> None:
+    # TE's userbuffer overlap at TP 8 and 4,096 tokens runs 512-row chunks: on the H100, whose
+    # ratios were timed, nothing to say; on the H200 (the H100's ratios) and the B200 (the H200's
+    # tables) the prediction says so; at TP 2 the chunks are 2,048 rows and nothing is said
+    from memtune.perf.step import predict_step
+    from memtune.plan.query import Query, base_job
+
+    note = "GEMMs under 1,024 rows on {} at the H100's measured ratios"
+    for gpu in ("H100-80GB", "H200", "B200"):
+        for tp, chunked in ((8, True), (2, False)):
+            job = with_changes(
+                base_job(Query("llama3-8b", 8, gpu, 8, 4096, 32, "pretrain")),
+                [Change.parse(c) for c in (f"model.tensor_model_parallel_size={tp}", "model.sequence_parallel=true",
+                                           "model.tp_comm_overlap=true", "train.micro_batch_size=1")],
+            )  # fmt: skip
+            said = note.format(gpu) in predict_step(gate(job).derived).unmeasured
+            assert said == (chunked and gpu != "H100-80GB")
