@@ -65,6 +65,7 @@ def make_plans(out: str, family: str) -> int:
         lora_compute_check,
         offload_exposure,
         offload_exposure_check,
+        small_m_kernels,
     )
     from run_matrix import make_plans as plan_entries
 
@@ -84,6 +85,7 @@ def make_plans(out: str, family: str) -> int:
             "hostlora": host_by_lora,
             "hostlora2": host_by_lora_repeat,
             "hostlora3": host_lora_shares,
+            "smallm": small_m_kernels,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -103,6 +105,8 @@ def make_plans(out: str, family: str) -> int:
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
     if family in COMPONENT_FAMILIES:  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
+    if family == "smallm":  # a check of the kernels' price: every run traced
+        lines = [json.dumps({**json.loads(line), "split": "tune"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
 
@@ -511,6 +515,7 @@ def main() -> int:
             "cchk2",
             "cchk3",
             "cchk4",
+            "smallm",
             "aoffm",
             "aoffm2",
             "lorachk",

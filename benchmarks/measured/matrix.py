@@ -2265,6 +2265,31 @@ def _compute_relations_check4() -> list[Entry]:
     return e
 
 
+def small_m_kernels() -> list[Entry]:
+    """Whether the GEMMs under 1,024 rows are priced right inside a step (``smallm-``): single
+    ranks whose every GEMM runs at 256 or 512 rows (sequence 256 or 512, one sequence a
+    microbatch), the narrow TP 4-8 shapes of Llama 3 70B's and 8B's widths the ``gemm_small_m``
+    ratios priced, beside the same ranks at 1,024 and 2,048 rows as controls; every run traced
+    (a component check of the kernels' price, read whole: all marked tune). Rule fixed before
+    measuring: per run, the traced kernels' time outside attention over the step model's price
+    for them at the tables' own machine, with the small-M ratios and without them (the 1,024-row
+    rate, as before fd3ae07); the ratios are right if the small-M runs' median of that quotient
+    sits closer to the controls' median with them than without them."""
+    tp4, tp8 = ({"tensor_model_parallel_size": t, **SP} for t in (4, 8))
+
+    def l70w(**kw):
+        return _model("llama3-70b", **{"num_layers": 2, **kw})
+
+    e = []
+    for seq in (256, 512, 1024, 2048):
+        e.append(run(f"smallm-l70w-tp8-sp-s{seq}-m4", l70w(**tp8, seq_length=seq), microbatches=4))
+        e.append(run(f"smallm-l8w-tp4-sp-s{seq}-m4", L8W(**tp4, seq_length=seq), microbatches=4))
+    for seq in (512, 2048):
+        e.append(run(f"smallm-l70w-tp4-sp-s{seq}-m4", l70w(**tp4, seq_length=seq), microbatches=4))
+        e.append(run(f"smallm-l8w-tp8-sp-s{seq}-m4", L8W(**tp8, seq_length=seq), microbatches=4))
+    return e
+
+
 def host_by_block() -> list[Entry]:
     """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
@@ -2527,6 +2552,7 @@ def entries() -> list[Entry]:
         + host_by_lora()
         + host_by_lora_repeat()
         + host_lora_shares()
+        + small_m_kernels()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
