@@ -215,14 +215,20 @@ def shared_half(directory: Path = SHARED) -> list[Timed]:
 
 
 def own_runs(name: str) -> list[Timed]:
-    """memtune's own timed runs of set ``name``: the median of each quantity over the
-    iterations after the first, and where an iteration was traced its kernels' time."""
+    """memtune's own timed runs of set ``name`` (``timed_runs``), on their own machine where the
+    set was traced."""
+    timed = timed_runs({**OWN_SETS, **CHECK_SETS, **REPEATS}[name])
+    return measured_machine(timed) if name in TRACED_SETS else timed
+
+
+def timed_runs(path: Path) -> list[Timed]:
+    """The runs of one results file: the median of each quantity over the iterations after the
+    first, and where an iteration was traced its kernels' time."""
     from matrix import split_of
 
     from memtune.config import derive, validate
 
     timed: list[Timed] = []
-    path = {**OWN_SETS, **CHECK_SETS, **REPEATS}[name]
     if not path.exists():
         return timed
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -246,7 +252,7 @@ def own_runs(name: str) -> list[Timed]:
         timed.append(
             Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], step, fb, opt, True, device, attention)
         )
-    return measured_machine(timed) if name in TRACED_SETS else timed
+    return timed
 
 
 def measured_machine(runs: list[Timed]) -> list[Timed]:
