@@ -689,6 +689,13 @@ class Derived:
         )
 
     @cached_property
+    def userbuffer_overlap(self) -> bool:
+        """Transformer Engine's userbuffer overlap runs each TP GEMM beside its collective
+        (``tp_comm_overlap``, with sequence parallelism in effect, so TP > 1): the input-side
+        GEMMs split in TP chunks of M / TP rows."""
+        return bool(self.model.tp_comm_overlap and self.sequence_parallel)
+
+    @cached_property
     def lora_regather(self) -> bool:
         """LoRA adapters are asked to re-gather their sequence-parallel input
         (``sequence_parallel_input_regather`` with SP in effect); which adapters can is

@@ -176,9 +176,8 @@ class ShapePricer:
         if d.job.peft is not None:
             self.adapter_cost = lora_adapter_cost(self.tables)
             self.unmeasured.add("LoRA adapters' backward: its bytes at the forward's measured rate")
-        # TE's userbuffer overlap runs each GEMM in TP chunks of M / TP rows
-        chunked = d.model.tp_comm_overlap and d.sequence_parallel and d.tp > 1
-        if (self.tokens / d.tp if chunked else self.tokens) < 1024 and self.tables != SMALL_M_MEASURED_ON:
+        rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
+        if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
             self.unmeasured.add(f"GEMMs under 1,024 rows on {gpu.name} at the H100's measured ratios")
 
     # --- kernels -------------------------------------------------------------------------
@@ -466,7 +465,7 @@ class ShapePricer:
         tp_fwd = tp_bwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
         mlp_tp_fwd = tp_fwd / 2
         ub_fwd = ub_bwd = 0.0
-        if d.model.tp_comm_overlap and d.sequence_parallel:
+        if d.userbuffer_overlap:
             sides = self.userbuffer_overlap(shapes, self.tokens * h)
             launches = 4 * K.COLLECTIVE_LAUNCH_S
             ub_fwd = sum(side.extra_fwd for side in sides.values())

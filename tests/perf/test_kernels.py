@@ -219,3 +219,16 @@ def test_gemms_under_1024_rows_say_where_their_ratios_come_from() -> None:
             )  # fmt: skip
             said = note.format(gpu) in predict_step(gate(job).derived).unmeasured
             assert said == (chunked and gpu != "H100-80GB")
+
+
+def test_userbuffer_overlap_needs_sequence_parallelism_over_more_than_one_rank() -> None:
+    # Derived.userbuffer_overlap: tp_comm_overlap with SP in effect (SP is off at TP 1)
+    from memtune.plan.query import Query, base_job
+
+    base = base_job(Query("llama3-8b", 8, "H100-80GB", 8, 4096, 32, "pretrain"))
+    for tp, sp, overlap, expected in ((8, "true", "true", True), (1, "true", "true", False),
+                                      (8, "false", "true", False), (8, "true", "false", False)):  # fmt: skip
+        changes = [f"model.tensor_model_parallel_size={tp}", f"model.sequence_parallel={sp}",
+                   f"model.tp_comm_overlap={overlap}"]  # fmt: skip
+        d = gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+        assert d.userbuffer_overlap == expected
