@@ -192,9 +192,9 @@ UNFUSED_SOFTMAX_HBM_SHARE = 0.7
 # benchmarks/gpu/results/hostlora3-h100*): the tiny host-bound block at 4 and 12 layers without
 # adapters, with them on ``linear_qkv`` alone and on the four linears, two passes on a lent
 # H100: 0.076 and 0.130 of a trained layer per adapter, the mean (python benchmarks/host_lora.py).
-# The same runs put a layer of
-# a frozen base with one adapter at 1.01 of a trained layer beside it (0.90 and 1.12): no less
-# host work for the weight gradients it skips, so a LoRA layer keeps the whole floor.
+# The same runs put a layer of a frozen base with one adapter at 1.01 of a trained layer beside
+# it (0.90 and 1.12): no less host work for the weight gradients it skips, so a LoRA layer keeps
+# the whole floor.
 LORA_ADAPTER_HOST_SHARE = 0.103
 # Under selective recompute the replayed modules' forward runs again in the backward, Python and
 # kernel launches included: each module's share of a layer's host launch work (``layer_fwd_s``),
