@@ -93,6 +93,23 @@ def test_bridge_summary_sets_split_as_their_readme_says() -> None:
     }
 
 
+def test_bridge_skill_sets_split_as_their_readme_says() -> None:
+    # benchmarks/published/layouts/README.md: 13 runs in 7 sets; 2 sets (7 runs) held back,
+    # fixed before any comparison.
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts"
+    sets = yaml.safe_load((root / "bridge-skills.yaml").read_text())["sets"]
+    held = sorted(s["id"] for s in sets if split_of(s["id"]) == "holdout")
+    assert (len(sets), sum(len(s["runs"]) for s in sets)) == (7, 13)
+    assert held == [
+        "bridge-skills/moe-hardware-configs/qwen3-235b-a22b/GB200x128",
+        "bridge-skills/qwen3-30b-a3b/H100x16",
+    ]
+
+
 def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> None:
     from memtune.bench.plan import CI_SOURCE
 
