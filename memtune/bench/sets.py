@@ -198,6 +198,13 @@ def layout_set(where: str, entry: object) -> dict[str, Any]:
         # a run may set the set's model, scale and mode for itself (benchmarks/published/layouts/README.md)
         _layout_fields(f"{where}: runs[{index}]", {**entry, **run})
         _layout_run(f"{where}: runs[{index}]", run)
+    # a set is ranked by one throughput: the first of each run's measured figures
+    ranked = sorted({next(iter(run["measured"])) for run in runs})
+    if len(ranked) > 1:
+        raise InputError(
+            f"{where}: its runs rank by different throughputs ({', '.join(ranked)}); "
+            "put the same one first in every run's measured"
+        )
     return entry
 
 

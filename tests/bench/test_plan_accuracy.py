@@ -120,3 +120,31 @@ def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> Non
     s = summarize([dense, moe, other])
     assert s.median_step_error == pytest.approx(0.2)  # |100/125 - 1| = 0.2, 0, 0.5
     assert s.median_moe_step_error == pytest.approx(0.5)
+
+
+def test_a_set_whose_runs_rank_by_different_throughputs_is_refused() -> None:
+    # a set's runs are ranked against its best by their first measured figure: tokens/s of one
+    # run against TFLOP/s of another would rank numbers of different units
+    from memtune.bench.sets import layout_set
+    from memtune.errors import InputError
+
+    entry = {
+        "id": "mixed",
+        "model": "llama3-8b",
+        "gpus": 8,
+        "gpu": "H100-80GB",
+        "gpus_per_node": 8,
+        "seq": 4096,
+        "gbs": 64,
+        "mode": "pretrain",
+        "runs": [
+            {"label": "a", "overrides": [], "measured": {"model_tflops_per_gpu": 400.0}},
+            {"label": "b", "overrides": [], "measured": {"tokens_per_s_per_gpu": 9000.0}},
+        ],
+    }
+    with pytest.raises(InputError) as exc:
+        layout_set("f.yaml: sets[0]", entry)
+    assert exc.value.problems[0] == (
+        "f.yaml: sets[0] (mixed): its runs rank by different throughputs "
+        "(model_tflops_per_gpu, tokens_per_s_per_gpu); put the same one first in every run's measured"
+    )
