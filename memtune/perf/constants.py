@@ -142,6 +142,15 @@ MEASURE_RUNNER = HostFloor(layer_fwd_s=1.6e-3, backward_factor=2.0, microbatch_s
 # make every user's job faster. Which machine a user's job runs like is not known: the
 # published multi-GPU runs (TFLOP/s over-predicted at 0.88, best near 1.04) side with 1.
 IN_STEP_KERNEL_FACTOR = 1.0
+# Blackwell GPUs (B200, GB200) have no kernel tables here and no published kernel figures at
+# training shapes beyond a few square bf16 GEMMs (docs/plan.md, kernel efficiency): their kernels
+# are the H200's fractions of their datasheet peak, which whole published steps on them do not
+# reach. Their kernels inside a step take this multiple of that price: fitted by
+# benchmarks/fit_blackwell_kernels.py on the dense tune runs on B200 and GB200 of
+# benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
+# that the median predicted model TFLOP/s of those runs is the measured one. A whole-step
+# figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.23, "GB200": 1.23}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.

@@ -150,6 +150,13 @@ class ShapePricer:
             self.unmeasured.add(
                 f"{gpu.name} kernels: {REFERENCE} fractions of peak applied to its catalog peak"
             )
+            blackwell = K.BLACKWELL_KERNEL_FACTOR.get(gpu.name)
+            if blackwell is not None:
+                self.kernel_factor *= blackwell
+                self.unmeasured.add(
+                    f"{gpu.name} kernels at {blackwell:.2f}x that price (fitted on published "
+                    "whole steps, constants.BLACKWELL_KERNEL_FACTOR)"
+                )
             published = published_gemm_scale(gpu.name)
             if published is not None:
                 self.bf16_gemm_scale = published

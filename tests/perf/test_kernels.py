@@ -162,6 +162,51 @@ def test_a_gpu_with_published_square_gemms_scales_the_reference_fractions_by_the
     )
 
 
+def test_blackwell_kernels_in_a_step_take_the_fitted_factor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # B200 and GB200 have no kernel tables: a layer's kernels are the H200's fractions of their
+    # peak, times BLACKWELL_KERNEL_FACTOR (fitted on published whole steps); the H200 is untouched
+    from memtune.catalog.gpus import get_gpu
+    from memtune.config.derived import derive
+    from memtune.perf.layer import ShapePricer
+    from tests.check.check_fixtures import make_job
+
+    d = derive(make_job())
+
+    def layer(gpu: str) -> tuple[float, float, set[str]]:
+        pricer = ShapePricer(d, get_gpu(gpu), K.MEGATRON_LM_LOOP)
+        lt = pricer.layer(False)
+        return lt.fwd, lt.bwd, pricer.unmeasured
+
+    fitted = {gpu: layer(gpu) for gpu in ("B200", "GB200", "H200")}
+    monkeypatch.setattr(K, "BLACKWELL_KERNEL_FACTOR", {"B200": 1.0, "GB200": 1.0})
+    for gpu in ("B200", "GB200"):
+        fwd, bwd, notes = fitted[gpu]
+        plain_fwd, plain_bwd, _ = layer(gpu)
+        assert (fwd / plain_fwd, bwd / plain_bwd) == pytest.approx((1.23, 1.23))
+        note = f"{gpu} kernels at 1.23x that price (fitted on published whole steps, constants.BLACKWELL_KERNEL_FACTOR)"
+        assert note in notes
+    assert fitted["H200"][:2] == layer("H200")[:2]
+
+
+def test_the_blackwell_factor_is_what_its_fit_gives() -> None:
+    import runpy
+    from pathlib import Path
+    from statistics import median
+
+    script = runpy.run_path(
+        str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_blackwell_kernels.py")
+    )
+    runs = script["dense_blackwell_runs"]()
+    assert {gpu for gpu, _ in runs} == {"B200", "GB200"} and len(runs) == 19
+    # the committed factor is the grid's first at which the runs' median error is not positive
+    assert (
+        median(e for _, e in script["errors"](runs, 1.23))
+        <= 0
+        < median(e for _, e in script["errors"](runs, 1.22))
+    )
+    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.23, "GB200": 1.23}
+
+
 def test_a_lora_adapter_costs_its_launches_or_its_bytes_at_the_measured_rate() -> None:
     from memtune.perf.kernels import lora_adapter_cost
 

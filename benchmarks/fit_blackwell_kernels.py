@@ -1,0 +1,84 @@
+"""Fit ``BLACKWELL_KERNEL_FACTOR`` (memtune/perf/constants.py) on published tune runs only.
+
+    python benchmarks/fit_blackwell_kernels.py
+
+B200 and GB200 have no kernel tables here: their kernels are priced at the H200's fractions of
+their datasheet peaks. The runs: every dense run (no MoE layer) on a B200 or GB200 in a tune set
+of ``benchmarks/published/layouts`` (``memtune/bench/plan.py split_of``; holdout sets are never
+read). MoE runs are left out because their dispatch and host work are priced apart and err on
+H100s too. One factor for both GPUs: the smallest on a grid of 0.01 steps at which the median of
+predicted / measured model TFLOP/s - 1 over those runs is at most zero. Prints the factor, the
+runs' median error per GPU before and after, and the number of runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memtune.bench.plan import RUN_FIELDS, _base, score_set, split_of  # noqa: E402
+from memtune.bench.sets import read_layouts  # noqa: E402
+from memtune.check import gate  # noqa: E402
+from memtune.config.changes import Change, with_changes  # noqa: E402
+from memtune.perf import constants as K  # noqa: E402
+
+LAYOUTS = ROOT / "benchmarks" / "published" / "layouts"
+GRID = [round(1 + i / 100, 2) for i in range(61)]  # 1.00 ... 1.60
+
+
+def dense_blackwell_runs() -> list[tuple[str, dict]]:
+    """(GPU, one-run set) for every dense run on a B200 or GB200 of the tune sets."""
+    sets, _ = read_layouts([LAYOUTS])
+    found = []
+    for entry in sets:
+        if split_of(entry["id"]) != "tune":
+            continue
+        common = [Change.parse(t) for t in entry.get("common", [])]
+        for run in entry["runs"]:
+            fields = {**entry, **{k: run[k] for k in RUN_FIELDS if k in run}}
+            if fields["gpu"] not in K.BLACKWELL_KERNEL_FACTOR:
+                continue
+            job = with_changes(_base(fields), common + [Change.parse(t) for t in run["overrides"]])
+            if gate(job).derived.is_moe:
+                continue
+            found.append((fields["gpu"], {**entry, "runs": [run]}))
+    return found
+
+
+def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float]]:
+    """Each run's predicted / measured model TFLOP/s - 1 with ``factor`` for both GPUs."""
+    saved = dict(K.BLACKWELL_KERNEL_FACTOR)
+    K.BLACKWELL_KERNEL_FACTOR.update({gpu: factor for gpu in saved})
+    try:
+        return [
+            (gpu, r.tflops_error)
+            for gpu, entry in runs
+            for r in score_set(entry).runs
+            if r.tflops_error is not None
+        ]
+    finally:
+        K.BLACKWELL_KERNEL_FACTOR.update(saved)
+
+
+def report(label: str, found: list[tuple[str, float]]) -> None:
+    for gpu in sorted({g for g, _ in found}):
+        own = [e for g, e in found if g == gpu]
+        print(f"  {label} {gpu}: {len(own)} runs, median {statistics.median(own):+.1%}")
+    print(f"  {label} both: {len(found)} runs, median {statistics.median([e for _, e in found]):+.1%}")
+
+
+def main() -> int:
+    runs = dense_blackwell_runs()
+    report("at 1.00", errors(runs, 1.0))
+    factor = next(f for f in GRID if statistics.median(e for _, e in errors(runs, f)) <= 0)
+    print(f"BLACKWELL_KERNEL_FACTOR = {factor:.2f}")
+    report(f"at {factor:.2f}", errors(runs, factor))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
