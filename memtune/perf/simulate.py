@@ -357,6 +357,12 @@ class _Iteration:
         comm, host, syncs, send = self.pass_table[kind][r][chunk]
         if pair_compute is not None:
             comm = _exposed_comm(self.stages[r].chunks[chunk], kind, self.overlap, True, pair_compute - own)
+            # Combined 1F1B issues each layer's forward dispatch after its partner's expert
+            # backward (megatron-core 0.19.2 models/common/model_chunk_schedule_plan.py,
+            # TransformerLayerSchedulePlan.run): the host's wait for the token counts finds the
+            # GPU busy with the partner, so the dispatcher's sync no longer idles it. A pipeline
+            # exchange's sync still does.
+            syncs = self.overlap.pipeline_syncs_host
         # The pass starts once the host has issued its first kernel and keeps the GPU until its
         # kernels have run and the host has issued its last. The host runs ahead of the GPU from
         # one pass to the next, unless the pass makes it wait for the GPU: then the two meet,
@@ -837,8 +843,11 @@ def _least_passes(work: ChunkWork, overlap: Overlap) -> tuple[float, float]:
     paired = overlap.paired
     partner = math.inf if paired else 0.0
     waits = overlap.pipeline_syncs_host
-    forward = max(work.forward_s, work.forward_host_s) if waits or work.forward_syncs else work.forward_s
-    backward = max(work.backward_s, work.backward_host_s) if waits or work.backward_syncs else work.backward_s
+    # in a pair, a pass's dispatcher sync finds the partner's kernels queued (_Iteration.place)
+    forward_waits = waits or (work.forward_syncs and not paired)
+    backward_waits = waits or (work.backward_syncs and not paired)
+    forward = max(work.forward_s, work.forward_host_s) if forward_waits else work.forward_s
+    backward = max(work.backward_s, work.backward_host_s) if backward_waits else work.backward_s
     return (
         forward + _exposed_comm(work, "F", overlap, paired, partner),
         backward + _exposed_comm(work, "B", overlap, paired, partner),

@@ -279,8 +279,11 @@ class StepPricer:
         pieces = _chunk_pieces(d, self.shapes(d), self.floor, whole, 1)
         comm = pieces.comm
 
+        # combined 1F1B pairs keep the GPU busy through a dispatcher's sync (_Iteration.place)
+        waits = not overlap_of(d).paired
+
         def least(pass_pieces: list[Piece]) -> float:
-            return sum(max(p.host, p.device) if p.syncs else p.device for p in pass_pieces)
+            return sum(max(p.host, p.device) if p.syncs and waits else p.device for p in pass_pieces)
 
         return ChunkWork(
             forward_s=least(pieces.forward),

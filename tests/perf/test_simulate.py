@@ -292,6 +292,23 @@ def test_a_pass_that_waits_for_the_gpu_stops_the_host_running_ahead() -> None:
     assert simulate([StageWork((work,), 0.0, 0.0)], 3, 1, NO_OVERLAP).step_s == pytest.approx(12.0)
 
 
+def test_a_dispatch_sync_in_a_combined_1f1b_pair_finds_the_partner_queued() -> None:
+    # Forwards that make the host wait (2 s to issue, 1 s of kernels) and backwards of 3 s the
+    # host issues in 0.5 s. Alone, every forward holds the GPU for its host's 2 s: F0 [0, 2],
+    # B0 [2, 5], F1 [5, 7], B1 [7, 10], F2 [10, 12], B2 [12, 15]. Combined 1F1B (F0, then the
+    # pairs (F1, B0), (F2, B1), then B2) issues each forward's dispatch after its partner's
+    # expert backward, so a paired forward's wait no longer idles the GPU and the host runs
+    # ahead through it: F0 [0, 2] (alone, it still waits), F1 [2, 4] (issued [2, 4]), B0 [4, 7]
+    # (issued by 4.5), F2 [7, 8] (issued [4.5, 6.5]), B1 [8, 11], B2 [11, 14].
+    work = ChunkWork(
+        forward_s=1.0, backward_s=3.0, forward_host_s=2.0, backward_host_s=0.5, forward_syncs=True
+    )
+    stage = [StageWork((work,), 0.0, 0.0)]
+    assert simulate(stage, 3, 1, NO_OVERLAP).step_s == pytest.approx(15.0)
+    paired = Overlap(single_device_connection=False, overlap_moe_expert_parallel_comm=True)
+    assert simulate(stage, 3, 1, paired).step_s == pytest.approx(14.0)
+
+
 def test_a_host_that_runs_ahead_does_not_stop_a_long_steady_phase_being_skipped() -> None:
     # The long interleaved schedule above with host work at half the GPU's per pass: a pass
     # starts when the host begins issuing it and the host issues it in half the pass's time, so
