@@ -110,6 +110,19 @@ def test_bridge_skill_sets_split_as_their_readme_says() -> None:
     ]
 
 
+def test_bridge_card_sets_split_as_their_readme_says() -> None:
+    # benchmarks/published/layouts/README.md: 8 runs in 8 sets, all but one held back, fixed
+    # before any comparison.
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts"
+    sets = yaml.safe_load((root / "bridge-cards.yaml").read_text())["sets"]
+    assert (len(sets), sum(len(s["runs"]) for s in sets)) == (8, 8)
+    assert [s["id"] for s in sets if split_of(s["id"]) == "tune"] == ["bridge-cards/qwen3-30b-a3b/GB200x8"]
+
+
 def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> None:
     from memtune.bench.plan import CI_SOURCE
 
