@@ -35,6 +35,8 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # others are Megatron-Core's DotProductAttention
 FLASH_BACKENDS = ("flash", "fused")
 FSDP_MIN_COMMUNICATION_UNIT = 1_000_000_000  # elements
+# the gradient bucket Bridge's CommOverlapConfig sets where DP > 1, in parameters (comm_overlap.py)
+BRIDGE_DP_OVERLAP_BUCKET = 128 * 1024 * 1024
 # The modules fine-grained activation offloading accepts (megatron-core 0.19.2, TransformerConfig).
 OFFLOAD_MODULES = (
     "attn_norm",
@@ -305,14 +307,47 @@ class Derived:
         ``etp-ep-edp-pp``), which shards routed experts."""
         return (global_rank // (self.etp * self.ep)) % self.edp
 
+    @cached_property
+    def bridge_sets_dp_overlap(self) -> bool:
+        """Megatron-Bridge's CommOverlapConfig sets the data-parallel overlaps at setup, over the
+        ddp section's (``comm_overlap.py`` ``_get_optimizer_overlap_cfgs`` at 067f987df03b, applied
+        with the distributed optimizer): where the job has one that leaves them unset."""
+        return self.job.ddp.overlap_by_data_parallel_size and self.use_distributed_optimizer
+
+    @cached_property
+    def overlap_grad_reduce(self) -> bool:
+        """The gradient reduce-scatter runs bucket by bucket beside the backward: as the ddp
+        section says, or under Bridge's CommOverlapConfig exactly where DP > 1."""
+        return self.dp > 1 if self.bridge_sets_dp_overlap else self.job.ddp.overlap_grad_reduce
+
+    @cached_property
+    def overlap_param_gather(self) -> bool:
+        """The distributed optimizer's parameter all-gather runs beside the next forward: as the
+        ddp section says, or under Bridge's CommOverlapConfig exactly where DP > 1."""
+        return self.dp > 1 if self.bridge_sets_dp_overlap else self.job.ddp.overlap_param_gather
+
+    @cached_property
+    def align_param_gather(self) -> bool:
+        """Every virtual stage's parameter gather issued at once (Megatron-LM's
+        ``--align-param-gather``): Bridge's CommOverlapConfig turns it on where DP > 1 under an
+        interleaved pipeline."""
+        return self.bridge_sets_dp_overlap and self.dp > 1 and self.pp > 1 and self.vpp > 1
+
+    @cached_property
+    def bucket_size(self) -> int | None:
+        """``ddp.bucket_size`` as Megatron gets it: Bridge's CommOverlapConfig sets 128 Mi
+        parameters where DP > 1 and none where DP = 1."""
+        if self.bridge_sets_dp_overlap:
+            return BRIDGE_DP_OVERLAP_BUCKET if self.dp > 1 else None
+        return self.job.ddp.bucket_size
+
     def ddp_bucket_size(self, data_parallel_size: int) -> int | None:
         """Parameters per gradient bucket (megatron-core 0.19.2, ``DistributedDataParallel``):
         ``bucket_size`` or max(4e7, 1e6 x DP); one bucket per buffer without
         ``overlap_grad_reduce``."""
-        ddp = self.job.ddp
-        if not ddp.overlap_grad_reduce:
+        if not self.overlap_grad_reduce:
             return None
-        return ddp.bucket_size or max(40_000_000, 1_000_000 * data_parallel_size)
+        return self.bucket_size or max(40_000_000, 1_000_000 * data_parallel_size)
 
     # --- batches ------------------------------------------------------------------------
     @cached_property
@@ -459,7 +494,7 @@ class Derived:
         if self.fsdp_strategy == "optim_grads_params":
             unit = 2 * mean_unit_params
         else:
-            unit = self.job.ddp.bucket_size or FSDP_MIN_COMMUNICATION_UNIT
+            unit = self.bucket_size or FSDP_MIN_COMMUNICATION_UNIT
         return max(FSDP_MIN_COMMUNICATION_UNIT, unit)
 
     # --- implementation flavour --------------------------------------------------------

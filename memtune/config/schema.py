@@ -366,6 +366,8 @@ class DDPConfig(Section):
     """Overlap the parameter all-gather with forward (distributed optimizer)."""
     bucket_size: PositiveInt | None = None
     """Gradient bucket size in parameters; default max(40M, 1M x DP)."""
+    overlap_by_data_parallel_size: bool = False
+    """Megatron-Bridge's comm_overlap section decides the three DP overlaps at setup instead of these keys (with the distributed optimizer): on, with 128 Mi-parameter buckets, where DP > 1, off where DP = 1."""
     num_distributed_optimizer_instances: ParallelSize = 1
     """Distributed-optimizer instances (each shards over DP / instances)."""
     # Megatron-FSDP's buffers (None: Megatron-LM's "auto", the model weights' dtype)

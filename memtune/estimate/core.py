@@ -474,7 +474,7 @@ def _with_fsdp_buckets(
     communication = d.fsdp_communication_unit(mean)
     segments = list(segments)
     if d.fsdp_strategy == "optim_grads":
-        bucket = d.job.ddp.bucket_size or trainable
+        bucket = d.bucket_size or trainable
         segments[-1] = _first_gradient_bucket(
             d, chunk, segments[-1], grad_bytes * min(trainable, communication + bucket)
         )

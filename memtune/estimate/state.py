@@ -52,7 +52,7 @@ def _padded(numel: float, d: Derived) -> float:
     """The gradient buffer pads each bucket to a multiple of lcm(DP, 128) under the distributed optimizer."""
     if not d.use_distributed_optimizer or numel == 0:
         return numel
-    bucket = d.job.ddp.bucket_size or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * d.dp)
+    bucket = d.bucket_size or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * d.dp)
     multiple = math.lcm(d.dp * d.cp, 128)
     buckets = math.ceil(numel / bucket)
     return numel + buckets * multiple / 2

@@ -423,10 +423,11 @@ def plan_measurement(
         ),
         ddp=dict(
             grad_reduce_in_fp32=job.ddp.grad_reduce_in_fp32,
-            overlap_grad_reduce=job.ddp.overlap_grad_reduce,
-            overlap_param_gather=job.ddp.overlap_param_gather,
+            overlap_grad_reduce=d.overlap_grad_reduce,
+            overlap_param_gather=d.overlap_param_gather,
+            align_param_gather=d.align_param_gather,
             use_distributed_optimizer=distributed,
-            bucket_size=job.ddp.bucket_size,
+            bucket_size=d.bucket_size,
             num_distributed_optimizer_instances=job.ddp.num_distributed_optimizer_instances,
             **_fsdp(job, d),
         ),
@@ -438,7 +439,7 @@ def plan_measurement(
             initial_loss_scale=job.optimizer.initial_loss_scale,
             params_dtype=DTYPES[dtype],
             use_distributed_optimizer=distributed,
-            overlap_param_gather=job.ddp.overlap_param_gather,
+            overlap_param_gather=d.overlap_param_gather,
             **_optimizer_offload(job),
         ),
         schedule=Schedule(

@@ -672,8 +672,9 @@ def overlap_of(d: Derived) -> Overlap:
     """Which communication the job's settings make Megatron hide, and where the host waits for
     the GPU (``memtune/perf/simulate.py``)."""
     return Overlap(
-        overlap_grad_reduce=d.job.ddp.overlap_grad_reduce,
-        overlap_param_gather=d.job.ddp.overlap_param_gather,
+        overlap_grad_reduce=d.overlap_grad_reduce,
+        overlap_param_gather=d.overlap_param_gather,
+        align_param_gather=d.align_param_gather,
         deferred_output_wgrad_microbatches=d.deferred_wgrad_microbatches,
         overlap_p2p_comm=d.overlap_p2p_comm,
         single_device_connection=d.one_hardware_queue,

@@ -140,3 +140,39 @@ def test_unknown_function_target_reaches_the_schema_by_name(write):
         "model.activation_func: must be one of 'gelu', 'silu', 'squared_relu', 'quick_gelu' or 'relu', "
         "got 'torch.nn.functional.mish'"
     ]
+
+
+def test_bridge_comm_overlap_decides_the_data_parallel_overlaps_by_the_dp_size():
+    # comm_overlap.py _get_optimizer_overlap_cfgs (067f987df03b): with the distributed optimizer,
+    # a CommOverlapConfig that sets no DP overlap turns the gradient reduce and parameter gather
+    # overlaps on where DP > 1, with 128 Mi-parameter buckets, and aligns the gathers under an
+    # interleaved pipeline; where DP = 1 it turns them off, over what the ddp section says.
+    from memtune.config.derived import derive
+
+    def facts(*overrides: str) -> tuple[bool, bool, bool, int | None]:
+        d = derive(load_job(DUMP, ["cluster.num_gpus=32", *overrides]).job)
+        return d.overlap_grad_reduce, d.overlap_param_gather, d.align_param_gather, d.bucket_size
+
+    assert load_job(DUMP, ["cluster.num_gpus=32"]).job.ddp.overlap_by_data_parallel_size
+    # TP4 PP4 VPP5 on 32 GPUs: DP 2
+    assert facts() == (True, True, True, 128 * 1024 * 1024)
+    assert facts("ddp.overlap_param_gather=false") == (True, True, True, 128 * 1024 * 1024)
+    assert facts("model.virtual_pipeline_model_parallel_size=null") == (True, True, False, 128 * 1024 * 1024)
+    # on 16 GPUs DP is 1: all off, even where the ddp section turns them on
+    assert facts("cluster.num_gpus=16", "ddp.overlap_grad_reduce=true") == (False, False, False, None)
+    # without the distributed optimizer Bridge leaves the ddp section as it is
+    plain = ["ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false"]
+    assert facts(*plain, "ddp.overlap_param_gather=false")[:3] == (True, False, False)
+
+
+def test_a_comm_overlap_that_sets_a_data_parallel_overlap_keeps_the_ddp_section(write):
+    path = write(
+        "dump.yaml",
+        "model: {num_layers: 2, hidden_size: 8, num_attention_heads: 2, vocab_size: 64}\n"
+        "ddp: {use_distributed_optimizer: true, overlap_param_gather: false}\n"
+        "comm_overlap: {tp_comm_overlap: false, overlap_grad_reduce: true}\n"
+        "cluster: {num_gpus: 8}\n",
+    )
+    job = load_job(path).job
+    assert not job.ddp.overlap_by_data_parallel_size
+    assert job.ddp.overlap_grad_reduce and not job.ddp.overlap_param_gather

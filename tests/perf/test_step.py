@@ -597,3 +597,23 @@ def test_each_lora_adapter_adds_its_share_of_a_layers_host_work() -> None:
         assert price.host_bwd == pytest.approx(floor.backward_factor * price.host_fwd)
     trained = ShapePricer(job("model.tensor_model_parallel_size=1"), get_gpu("H100-80GB"), floor).layer(False)
     assert trained.host_fwd == floor.layer_fwd_s
+
+
+def test_the_simulated_overlaps_are_the_ones_bridge_sets_up() -> None:
+    # A Bridge job's CommOverlapConfig decides the DP overlaps by the DP size (Derived); the
+    # simulation takes them from there, align_param_gather included.
+    from pathlib import Path
+
+    from memtune.config import load_job
+    from memtune.config.derived import derive
+    from memtune.perf.step import overlap_of
+
+    dump = Path(__file__).parents[2] / "examples" / "bridge-llama3-70b-lora.yaml"
+    on = overlap_of(derive(load_job(dump, ["cluster.num_gpus=32"]).job))
+    off = overlap_of(derive(load_job(dump, ["cluster.num_gpus=16"]).job))
+    assert (on.overlap_grad_reduce, on.overlap_param_gather, on.align_param_gather) == (True, True, True)
+    assert (off.overlap_grad_reduce, off.overlap_param_gather, off.align_param_gather) == (
+        False,
+        False,
+        False,
+    )

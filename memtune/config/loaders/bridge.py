@@ -343,6 +343,11 @@ def _apply_mixed_precision(value: object, out: dict[str, Any], ignored: list[str
 
 
 def _apply_comm_overlap(section: dict[str, Any], out: dict[str, Any], ignored: list[str]) -> None:
+    # A CommOverlapConfig that sets no DP overlap of its own decides them by the DP size at setup
+    # (comm_overlap.py _get_optimizer_overlap_cfgs, at 067f987df03b), over the ddp section's;
+    # one that sets some keeps the ddp section's others here (Bridge would compute them).
+    if section and not any(section.get(key) is not None for key in _COMM_OVERLAP_DDP_KEYS):
+        out["ddp"]["overlap_by_data_parallel_size"] = True
     for key, value in section.items():
         if key.startswith("_") or value is None:
             continue
