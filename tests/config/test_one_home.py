@@ -130,6 +130,17 @@ FACT_READS = {
     "bf16": ({"config/derived.py", "check/rules/optimizer.py", "config/stacks.py"}, "Derived.param_dtype"),
     "fp16": ({"config/derived.py", "check/rules/optimizer.py"}, "Derived.param_dtype"),
     "grad_reduce_in_fp32": ({"config/derived.py", "measure/plan.py"}, "Derived.grad_dtype"),
+    # The DP overlaps in effect: Bridge's CommOverlapConfig may decide them by the DP size.
+    # OPT checks overlap_param_gather as written; the loaders and the planner's query write them.
+    "overlap_grad_reduce": (
+        {"config/derived.py", "perf/simulate.py", "config/loaders/bridge.py"},
+        "Derived.overlap_grad_reduce",
+    ),
+    "overlap_param_gather": (
+        {"config/derived.py", "perf/simulate.py", "check/rules/optimizer.py", "config/loaders/bridge.py"},
+        "Derived.overlap_param_gather",
+    ),
+    "bucket_size": ({"config/derived.py"}, "Derived.bucket_size"),
     "torch_version": ({"config/derived.py"}, "Derived.torch_version"),
     "megatron_core_version": ({"config/derived.py"}, "Derived.mcore_version"),
     "PYTORCH_CUDA_ALLOC_CONF": (
