@@ -1,0 +1,514 @@
+"""Collect NVIDIA's MLPerf Training GPT-3 175B submissions (v3.0, v3.1, v4.0, v4.1), every one.
+
+Source: the mirrored git directories of mlcommons/training_results_vX.Y (read with ``mlperf.py``,
+nothing executed). A submission is a system directory (``eos-dfw_n512_ngc23.09_nemo``) with its
+result logs (``NVIDIA/results/<system>/gpt3/result_<i>.txt``), its system description
+(``NVIDIA/systems/<system>.json``: GPU model, nodes, GPUs per node) and its implementation: the
+system's own ``NVIDIA/benchmarks/gpt3/implementations/<system>/`` (v4.1), else the one directory
+of launch configs the version shares (``pytorch/`` in v3.0-v3.1, ``nemo/`` in v4.0). One set per
+version and GPU kind (``mlperf/<version>/gpt3/<GPU>``), one run per submission, ranked by tokens/s
+per GPU (MLPerf publishes no TFLOP/s).
+
+What each value is read from:
+
+- Scale: ``gpus`` = the system json's ``number_of_nodes`` x ``accelerators_per_node``; the GPU
+  from ``accelerator_model_name`` (``H100-SXM5-80GB`` -> H100-80GB, ``B200-SXM-180GB`` -> B200,
+  ``H200`` -> H200, ``(GB200)`` -> GB200).
+- Measurement (``mlperf.measured_step``): the global batch and the step time, the median over
+  the logs of each log's median step (``train_step_timing``, or training-block time over its
+  steps where the log has none); ``tokens_per_s_per_gpu`` = GBS x 2,048 / (step s x GPUs). The
+  micro batch follows from the logged ``gradient_accumulation_steps`` (GBS / (DP x GA)) and is
+  checked against the launch config's.
+- Layout and switches: the launch config ``config_<SYSTEM>_<nodes>x<gpus>x<minibs>x<TP>x<PP>...sh``
+  whose node count is the system json's (the v4.0 system READMEs name the same files), with every
+  ``source``d script read in place (``mlperf.exports``); variables it leaves unset take their
+  defaults from the implementation's ``run_and_time.sh`` (``: "${VAR:=...}"``) and NeMo configs
+  (``conf/custom.yaml``, ``conf/optim/distributed_fused_adam.yaml``: ``${oc.env:VAR,default}``),
+  and a variable neither reads has no effect. TENSOR_MODEL_PARALLEL, PIPELINE_MODEL_PARALLEL,
+  INTERLEAVED_PIPELINE (VPP; 0 = off), MICRO_BATCH_SIZE, SEQ_PARALLEL; FP8 + FP8_HYBRID (NeMo's
+  fp8 with an amax history, FP8_AMAX_HISTORY=1024 ``max``: Transformer Engine's delayed scaling,
+  ``model.fp8=hybrid``, ``fp8_recipe=delayed``); FP8_PARAMS (v4.0+: FP8 weights gathered in FP8,
+  ``model.fp8_param_gather``); USE_DIST_OPTIMIZER (Apex's DistributedFusedAdam, sharded over DP:
+  the distributed optimizer), OVERLAP_GRAD_SYNC / OVERLAP_PARAM_SYNC (``ddp.overlap_grad_reduce``
+  / ``overlap_param_gather``), its ``grad_sync_dtype: bf16`` (``ddp.grad_reduce_in_fp32=false``)
+  and BUCKET_CAP_MB (Apex sizes a bucket as ``1024 * 1024 * bucket_cap_mb / 2`` bf16 elements,
+  apex/contrib/optimizers/distributed_fused_adam.py: ``ddp.bucket_size``); TP_COMM_OVERLAP
+  (Transformer Engine's userbuffer TP overlap, ``model.tp_comm_overlap``); ACT_CKPT_GRANULARITY /
+  _METHOD / _NUM_LAYERS (recompute; null in every submission); LAYER_CUDA_GRAPH (v4.0's
+  ``enable_cuda_graph`` callback and v4.1's ``external_cuda_graph`` both capture every decoder
+  layer per microbatch with Transformer Engine's ``make_graphed_callables``:
+  ``model.cuda_graph_impl=transformer_engine``); DEFER_EMBEDDING_WGRAD_COMPUTE (v4.1; v4.0's
+  custom.yaml turns it on where PP > 1, MINIBS <= 256 and MBS = 1, and v4.1's does so by default)
+  and WGRAD_DEFERRAL_LIMIT; CROSS_ENTROPY_LOSS_FUSION (v4.1's custom.yaml, default on; earlier
+  NeMo configs have no such key: off); NVTE_FUSED_ATTN=1 with NVTE_FLASH_ATTN=0 (cuDNN fused
+  attention, ``model.attention_backend=fused``); CUDA_DEVICE_MAX_CONNECTIONS.
+- Constant in every implementation: bias-GeLU, masked-softmax and gradient-accumulation fusions
+  (NeMo's ``megatron_gpt_config.yaml``: ``bias_activation_fusion: True``,
+  ``masked_softmax_fusion: True``; ``gradient_accumulation_fusion: True`` in the submissions'
+  ``megatron_gpt_config.yaml`` / ``custom.yaml``), bf16 (``trainer.precision: bf16``).
+- Architecture (the ``model:`` section): the implementation's NeMo config (v3.0
+  ``conf/megatron_gpt_config.yaml``; v3.1+ ``conf/custom.yaml`` with NUM_LAYERS 96, HIDDEN_SIZE
+  12288, NUM_ATTENTION_HEADS 96, FFN 4h): 96 layers, hidden 12,288, 96 heads, FFN 49,152,
+  ``encoder_seq_length: 2048``, learned absolute positions, ``layernorm1p`` (LayerNorm with a
+  zero-centred gain: LayerNorm's memory and time), GeLU, biases, tied embeddings, dropout 0,
+  ``make_vocab_size_divisible_by: 128``; vocabulary 50,257 (mlcommons/training
+  large_language_model/megatron-lm/README.md: the C4 SentencePiece model's vocab size).
+
+Not modelled (memtune has no key): overlapped and un-batched pipeline send/recv
+(``overlap_p2p_comm``), the userbuffer TP-overlap tuning (NVTE_UB_*, MC_TP_OVERLAP_AG/RS,
+FC2_FPROP_*, atomic/strided reduce-scatter, UB_SKIPMC), layer-norm SM margins, asynchronous and
+TP-only amax reduction (NVTE_ASYNC_AMAX_REDUCTION, NVTE_DP_AMAX_REDUCE_INTERVAL, tp_only_amax_red),
+NCCL tuning (NCCL_MIN_NCHANNELS, NCCL_P2P_NET_CHUNKSIZE, NCCL_NVLS_ENABLE=0, NCCL_WORK_FIFO_DEPTH,
+the per-communicator CTA/CGA config, MEGATRON_CORE_*_CGA_GROUPS/MAX_CTAS), SHARP, vboost and clock
+settings, the Apex optimizer's own pipelining, rank order (TP_PP_DP_MAPPING), the GPU order
+(CUDA_VISIBLE_DEVICES), data-loader and checkpoint-loading options. The software versions are left
+at memtune's defaults: v3.x ran NeMo's own (pre-Megatron-Core) GPT model and every version Apex's
+optimizer, so no megatron-core release describes them.
+
+Left out: submissions on GPUs outside memtune's catalog (listed in the output's header; none in
+v3.0-v4.1). Where the logged global batch differs from the launch config's (a MINIBS the run
+overrode), the logged one is used and the source says so. A submission republished in a later
+version with the same logs (v4.1's eos-dfw_n1452_ngc24.04_nemo repeats v4.0's, SYSJSON header
+lines aside) is one measurement: kept where it was first published, left out of the later set. The B200 preview's launch config sources ``config_common_blackwell.sh``, which the
+submission does not include: what it set is unknown, and the source says so.
+
+    python benchmarks/published/layouts/collect_mlperf_gpt3.py OUT.yaml
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mlperf  # the shared reader, beside this file
+
+VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1")
+BENCHMARK = "gpt3"
+SEQ = 2048
+GPUS = {"H100-SXM5-80GB": "H100-80GB", "H200": "H200", "B200-SXM-180GB": "B200", "(GB200)": "GB200"}
+SHORT = {"H100-80GB": "H100", "H200": "H200", "B200": "B200", "GB200": "GB200"}
+# the NeMo configs a launch reads its variables' defaults from (those present)
+NEMO_CONFS = ("conf/megatron_gpt_config.yaml", "conf/custom.yaml", "conf/optim/distributed_fused_adam.yaml")
+# sourced only in a branch these runs do not take (MLPERF_VERSION=v31 is not set)
+NOT_TAKEN = {"config_common_v31.sh"}
+MODEL = {
+    # conf/megatron_gpt_config.yaml (v3.0) and conf/custom.yaml (v3.1+) of the implementations:
+    # 96 x 12288, 96 heads, FFN 4h, learned_absolute, layernorm1p, gelu, bias, tied embeddings,
+    # dropout 0, make_vocab_size_divisible_by 128; vocabulary 50,257 (mlcommons/training
+    # large_language_model/megatron-lm/README.md)
+    "num_layers": 96,
+    "hidden_size": 12288,
+    "num_attention_heads": 96,
+    "ffn_hidden_size": 49152,
+    "vocab_size": 50257,
+    "make_vocab_size_divisible_by": 128,
+    "gated_linear_unit": False,
+    "activation_func": "gelu",
+    "normalization": "LayerNorm",
+    "position_embedding_type": "learned_absolute",
+    "add_bias_linear": True,
+    "share_embeddings_and_output_weights": True,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+}
+COMMON = [
+    # NeMo's megatron_gpt_config.yaml (bias_activation_fusion, masked_softmax_fusion: True) and the
+    # submissions' gradient_accumulation_fusion: True
+    "model.bias_activation_fusion=true",
+    "model.masked_softmax_fusion=true",
+    "model.gradient_accumulation_fusion=true",
+    # FP8_HYBRID with an amax history (config_fp8.sh): Transformer Engine's DelayedScaling
+    "model.fp8_recipe=delayed",
+]
+_CONFIG = re.compile(r"config_[A-Za-z0-9]+_(\d+)x(\d+)x(\d+)x(\d+)x(\d+)[^/]*\.sh$")
+_SOURCE = re.compile(r"^\s*(?:source|\.)\s+.*?([A-Za-z0-9_.-]+\.sh)\s*$")
+_OC_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*),([^{}]*)\}")
+_OC_READ = re.compile(r"oc\.env:([A-Za-z_][A-Za-z0-9_]*)")
+_SHELL_DEFAULT = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*):?[-=]([^}]*)\}$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one submission's launch reads: its config and the values of its variables."""
+
+    implementation: str
+    config: str  # the config_*.sh path
+    sourced: tuple[str, ...]  # the scripts it sources that the submission includes, in order
+    missing: tuple[str, ...]  # those it does not include
+    env: dict[str, str]  # the launch scripts' variables, then run_and_time.sh's defaults
+    defaults: dict[str, str]  # ${oc.env:VAR,default} of the NeMo configs
+    consumed: frozenset[str]  # variables run_and_time.sh or a NeMo config reads
+    confs: dict[str, str]  # the NeMo configs present, by path inside the implementation
+
+    def get(self, name: str) -> str | None:
+        """A variable's effective value; None where nothing reads it or nothing sets it."""
+        if name not in self.consumed:
+            return None
+        value = self.env.get(name, self.defaults.get(name))
+        return None if value in (None, "", "null", "None") else value
+
+    def flag(self, name: str) -> bool:
+        return (self.get(name) or "").lower() in ("true", "1")
+
+
+def gpu_of(accelerator: str) -> str | None:
+    return next((gpu for key, gpu in GPUS.items() if key in accelerator), None)
+
+
+def implementation_of(repo: Path, sub: mlperf.Submission) -> str:
+    """The system's own implementation directory where it has launch configs, else the version's
+    shared one holding a config for the submission's node count."""
+    base = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
+    found = [p for p in mlperf.listing(repo, base) if p.count("/") == 5 and _CONFIG.search(p)]
+    dirs = sorted({p.rsplit("/", 1)[0] for p in found})
+    if sub.implementation in dirs:
+        return sub.implementation
+    fitting = [d for d in dirs if _configs(found, d, sub.nodes)]
+    if len(fitting) != 1:
+        raise SystemExit(
+            f"{sub.version} {sub.system}: no single implementation with a {sub.nodes}-node config"
+        )
+    return fitting[0]
+
+
+def _configs(paths: list[str], directory: str, nodes: int) -> list[str]:
+    return [
+        p
+        for p in paths
+        if p.rsplit("/", 1)[0] == directory and (m := _CONFIG.search(p)) and int(m.group(1)) == nodes
+    ]
+
+
+def launch_config(repo: Path, implementation: str, sub: mlperf.Submission) -> str:
+    """The implementation's one config for the submission's node count, checked against the one
+    the system's README names where it has one (v4.0)."""
+    configs = _configs(mlperf.listing(repo, implementation), implementation, sub.nodes)
+    if len(configs) != 1:
+        raise SystemExit(f"{implementation}: {len(configs)} launch configs for {sub.nodes} nodes: {configs}")
+    readme = mlperf.show(repo, f"{sub.implementation}/README-{sub.system}.md")
+    named = set(re.findall(r"(config_[A-Za-z0-9_x]+\.sh)", readme))
+    if named and named != {configs[0].rsplit("/", 1)[1]}:
+        raise SystemExit(f"{sub.system}: its README names {sorted(named)}, not {configs[0]}")
+    return configs[0]
+
+
+def expand(repo: Path, implementation: str, path: str, sourced: list[str], missing: list[str]) -> str:
+    """The script's text with every script it sources read in place (recursively)."""
+    lines = []
+    for line in mlperf.show(repo, path).splitlines():
+        m = _SOURCE.match(line)
+        if not m:
+            lines.append(line)
+            continue
+        name = m.group(1)
+        if name in NOT_TAKEN:
+            continue
+        inner = f"{implementation}/{name}"
+        if not mlperf.show(repo, inner):
+            missing.append(name)
+            continue
+        sourced.append(name)
+        lines.append(expand(repo, implementation, inner, sourced, missing))
+    return "\n".join(lines)
+
+
+def resolve_defaults(env: dict[str, str]) -> dict[str, str]:
+    """``"${VAR:=value}"`` / ``"${VAR:-value}"`` left as text by ``exports``: VAR's value where the
+    scripts set it, else the value written."""
+    resolved = {}
+    for name, value in env.items():
+        m = _SHELL_DEFAULT.match(value)
+        if m is None:
+            resolved[name] = value
+        elif m.group(1) == name:  # export MINIBS="${MINIBS:=128}", MINIBS unset before
+            resolved[name] = m.group(2)
+        else:  # export TENSOR_MODEL_PARALLEL="${TP:=4}"
+            resolved[name] = env.get(m.group(1), m.group(2))
+    return resolved
+
+
+def read_launch(repo: Path, sub: mlperf.Submission) -> Launch:
+    implementation = implementation_of(repo, sub)
+    config = launch_config(repo, implementation, sub)
+    sourced: list[str] = []
+    missing: list[str] = []
+    text = expand(repo, implementation, config, sourced, missing)
+    run_and_time = mlperf.show(repo, f"{implementation}/run_and_time.sh")
+    env = resolve_defaults(mlperf.exports(text, run_and_time))
+    confs = {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{implementation}/{c}"))}
+    defaults = {m.group(1): m.group(2).strip() for t in confs.values() for m in _OC_ENV.finditer(t)}
+    consumed = {m.group(1) for t in confs.values() for m in _OC_READ.finditer(t)}
+    consumed |= set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", run_and_time))
+    consumed |= {"CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN"}  # read by TE/torch
+    return Launch(
+        implementation, config, tuple(sourced), tuple(missing), env, defaults, frozenset(consumed), confs
+    )
+
+
+def integer(launch: Launch, name: str) -> int:
+    value = launch.get(name)
+    if value is None or not value.isdigit():
+        raise SystemExit(f"{launch.config}: {name} is {value!r}, not a number")
+    return int(value)
+
+
+def layout(launch: Launch) -> tuple[int, int, int | None]:
+    tp, pp = integer(launch, "TENSOR_MODEL_PARALLEL"), integer(launch, "PIPELINE_MODEL_PARALLEL")
+    vpp = integer(launch, "INTERLEAVED_PIPELINE")
+    return tp, pp, (vpp if vpp > 1 else None)
+
+
+def micro_batch(launch: Launch, sub: mlperf.Submission, gbs: int, dp: int) -> int:
+    """The config's micro batch, checked against the logs' (GBS / (DP x gradient accumulation))."""
+    logged = mlperf.read_log(mlperf.show(mlperf.git_dir(sub.version), sub.logs[0]))
+    steps = logged.keys.get("gradient_accumulation_steps")
+    configured = integer(launch, "MICRO_BATCH_SIZE")
+    if isinstance(steps, int) and gbs != dp * steps * configured:
+        raise SystemExit(f"{sub.system}: GBS {gbs} != DP {dp} x GA {steps} x MBS {configured}")
+    return configured
+
+
+def recompute(launch: Launch) -> list[str]:
+    granularity = launch.get("ACT_CKPT_GRANULARITY")
+    if granularity is None:
+        return ["model.recompute_granularity=null"]
+    changes = [f"model.recompute_granularity={granularity}"]
+    if granularity == "full":
+        changes += [
+            f"model.recompute_method={launch.get('ACT_CKPT_METHOD')}",
+            f"model.recompute_num_layers={launch.get('ACT_CKPT_NUM_LAYERS')}",
+        ]
+    return changes
+
+
+def defers_embedding_wgrad(launch: Launch, pp: int, minibs: int, mbs: int) -> bool:
+    """NeMo's ``defer_embedding_wgrad_compute``: DEFER_EMBEDDING_WGRAD_COMPUTE where the config
+    reads it, else custom.yaml's rule (on where PP > 1, MINIBS <= 256 and MBS = 1); off where
+    custom.yaml has no such key (v3.x)."""
+    custom = launch.confs.get("conf/custom.yaml", "")
+    if "defer_embedding_wgrad_compute:" not in custom:
+        return False
+    if launch.get("DEFER_EMBEDDING_WGRAD_COMPUTE") is not None:
+        return launch.flag("DEFER_EMBEDDING_WGRAD_COMPUTE")
+    if "${if:${or:${eq:1,${oc.decode:${oc.env:PIPELINE_MODEL_PARALLEL}}}" not in custom:
+        raise SystemExit(f"{launch.implementation}: defer_embedding_wgrad_compute rule not understood")
+    return pp > 1 and minibs <= 256 and mbs == 1
+
+
+def optimizer(launch: Launch) -> list[str]:
+    if not launch.flag("USE_DIST_OPTIMIZER"):
+        return ["ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false"]
+    optim = launch.confs.get("conf/optim/distributed_fused_adam.yaml") or launch.confs.get(
+        "conf/megatron_gpt_config.yaml", ""
+    )
+    sync = re.search(r"grad_sync_dtype:\s*(\w+)", optim)
+    if not sync or sync.group(1) != "bf16":
+        raise SystemExit(f"{launch.implementation}: grad_sync_dtype is not bf16")
+    bucket = int(float(launch.get("BUCKET_CAP_MB") or "100") * 1024 * 1024 / 2)
+    return [
+        "ddp.use_distributed_optimizer=true",
+        "optimizer.use_distributed_optimizer=true",
+        f"ddp.overlap_grad_reduce={str(launch.flag('OVERLAP_GRAD_SYNC')).lower()}",
+        f"ddp.overlap_param_gather={str(launch.flag('OVERLAP_PARAM_SYNC')).lower()}",
+        "ddp.grad_reduce_in_fp32=false",
+        f"ddp.bucket_size={bucket}",
+    ]
+
+
+def precision(launch: Launch) -> list[str]:
+    if not launch.flag("FP8"):
+        return []
+    if not launch.flag("FP8_HYBRID"):
+        raise SystemExit(f"{launch.config}: FP8 without FP8_HYBRID")
+    return ["model.fp8=hybrid", f"model.fp8_param_gather={str(launch.flag('FP8_PARAMS')).lower()}"]
+
+
+def kernels(launch: Launch) -> list[str]:
+    changes = [
+        f"model.cross_entropy_loss_fusion={str(launch.flag('CROSS_ENTROPY_LOSS_FUSION')).lower()}",
+        f"model.cuda_graph_impl={'transformer_engine' if launch.flag('LAYER_CUDA_GRAPH') else 'none'}",
+    ]
+    if launch.get("NVTE_FUSED_ATTN") == "1" and launch.get("NVTE_FLASH_ATTN") == "0":
+        changes.append("model.attention_backend=fused")
+    if connections := launch.get("CUDA_DEVICE_MAX_CONNECTIONS"):
+        changes.append(f"env.CUDA_DEVICE_MAX_CONNECTIONS={connections}")
+    return changes
+
+
+def overrides(launch: Launch, sub: mlperf.Submission, gbs: int) -> tuple[list[str], str]:
+    """The run's memtune overrides and its label's layout part."""
+    tp, pp, vpp = layout(launch)
+    dp = sub.nodes * sub.gpus_per_node // (tp * pp)
+    mbs = micro_batch(launch, sub, gbs, dp)
+    sp = launch.flag("SEQ_PARALLEL") and tp > 1
+    defer = defers_embedding_wgrad(launch, pp, gbs // dp, mbs)
+    changes = [
+        f"model.tensor_model_parallel_size={tp}",
+        f"model.pipeline_model_parallel_size={pp}",
+        f"model.virtual_pipeline_model_parallel_size={vpp if vpp else 'null'}",
+        "model.context_parallel_size=1",
+        f"train.micro_batch_size={mbs}",
+        f"model.sequence_parallel={str(sp).lower()}",
+        f"model.tp_comm_overlap={str(launch.flag('TP_COMM_OVERLAP') and tp > 1).lower()}",
+        *precision(launch),
+        *optimizer(launch),
+        *recompute(launch),
+        f"model.defer_embedding_wgrad_compute={str(defer).lower()}",
+    ]
+    if defer and (limit := launch.get("WGRAD_DEFERRAL_LIMIT")):
+        changes.append(f"model.wgrad_deferral_limit={limit}")
+    changes += kernels(launch)
+    return changes, f"TP{tp} PP{pp} VPP{vpp or '-'} MBS{mbs} GBS{gbs}"
+
+
+def republished(sub: mlperf.Submission) -> str | None:
+    """The earlier version whose logs of the same system directory are this one's (the
+    ``:::SYSJSON`` header lines aside)."""
+
+    def body(version: str, path: str) -> str:
+        text = mlperf.show(mlperf.git_dir(version), path)
+        return "\n".join(line for line in text.splitlines() if not line.startswith(":::SYSJSON"))
+
+    for earlier in VERSIONS[: VERSIONS.index(sub.version)]:
+        if all(body(earlier, p) == body(sub.version, p) and body(earlier, p) for p in sub.logs):
+            return earlier
+    return None
+
+
+def configured_gbs(launch: Launch, sub: mlperf.Submission) -> int:
+    """The global batch the launch config sets: MINIBS per data-parallel rank (its README)."""
+    tp, pp, _ = layout(launch)
+    return int(launch.env["MINIBS"]) * sub.nodes * sub.gpus_per_node // (tp * pp)
+
+
+def source_of(sub: mlperf.Submission, launch: Launch, step: float, gbs: int, configured_gbs: int) -> str:
+    logs = ",".join(p.rsplit("_", 1)[1].split(".")[0] for p in sub.logs)
+    parts = [
+        f"MLPerf Training {sub.version} NVIDIA {sub.system}: "
+        f"NVIDIA/results/{sub.system}/{BENCHMARK}/result_{{{logs}}}.txt "
+        f"(median of per-log median step {step:.4f} s); launch config {launch.config}"
+        f" (+ {', '.join(launch.sourced)}; {', '.join(sorted(launch.confs))})"
+    ]
+    if configured_gbs != gbs:
+        parts.append(f"the config's MINIBS gives GBS {configured_gbs}, the logs record {gbs} (used)")
+    if missing := launch.missing:
+        parts.append(
+            f"sources {', '.join(missing)}, which the submission does not include (its settings unknown)"
+        )
+    return "; ".join(parts)
+
+
+def run_of(sub: mlperf.Submission, gpu: str) -> dict[str, Any]:
+    repo = mlperf.git_dir(sub.version)
+    measured = mlperf.measured_step(repo, sub)
+    if measured is None:
+        raise SystemExit(f"{sub.version} {sub.system}: no step time in the logs")
+    step, gbs, _ = measured
+    launch = read_launch(repo, sub)
+    changes, shape = overrides(launch, sub, gbs)
+    gpus = sub.nodes * sub.gpus_per_node
+    return {
+        "label": f"GPT-3 175B {sub.nodes}x{sub.gpus_per_node} {SHORT[gpu]} {shape}",
+        "gpus": gpus,
+        "gpu": gpu,
+        "gpus_per_node": sub.gpus_per_node,
+        "seq": SEQ,
+        "gbs": gbs,
+        "mode": "pretrain",
+        "source": source_of(sub, launch, step, gbs, configured_gbs(launch, sub)),
+        "overrides": changes,
+        "measured": {"tokens_per_s_per_gpu": round(gbs * SEQ / (step * gpus), 1)},
+    }
+
+
+def head_commit(version: str) -> str:
+    done = subprocess.run(
+        ["git", f"--git-dir={mlperf.git_dir(version)}", "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()[:12]
+
+
+def collect() -> tuple[list[dict[str, Any]], list[str]]:
+    """The sets, and the submissions left out with the reason."""
+    sets: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for version in VERSIONS:
+        by_gpu: dict[str, list[dict[str, Any]]] = {}
+        for sub in mlperf.submissions(version, BENCHMARK):
+            gpu = gpu_of(sub.accelerator)
+            if gpu is None:
+                skipped.append(f"{version} {sub.system}: {sub.accelerator} is not in memtune's GPU catalog")
+                continue
+            if earlier := republished(sub):
+                skipped.append(
+                    f"{version} {sub.system}: the same result logs as {earlier}'s (one measurement)"
+                )
+                continue
+            by_gpu.setdefault(gpu, []).append(run_of(sub, gpu))
+        for gpu, runs in sorted(by_gpu.items()):
+            runs.sort(key=lambda run: run["gpus"])
+            sets.append(
+                {
+                    "id": f"mlperf/{version}/{BENCHMARK}/{gpu}",
+                    "source": f"MLPerf Training {version} results, NVIDIA's GPT-3 175B submissions "
+                    f"(github.com/mlcommons/training_results_{version} at {head_commit(version)})",
+                    "model": dict(MODEL),
+                    "common": list(COMMON),
+                    "runs": runs,
+                }
+            )
+    return sets, skipped
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+NOTES = ("the config's MINIBS", "sources ")
+
+
+def notes_of(sets: list[dict[str, Any]]) -> list[str]:
+    """What the runs' sources flag: a logged batch unlike the config's, a missing script."""
+    return [
+        f"{entry['id']} {run['label']}: {part}"
+        for entry in sets
+        for run in entry["runs"]
+        for part in run["source"].split("; ")[1:]
+        if part.startswith(NOTES)
+    ]
+
+
+def header(sets: list[dict[str, Any]], skipped: list[str]) -> str:
+    lines = [
+        "Generated by benchmarks/published/layouts/collect_mlperf_gpt3.py from NVIDIA's MLPerf Training",
+        f"GPT-3 175B submissions ({', '.join(VERSIONS)}; mlcommons/training_results_vX.Y). Measured: tokens/s",
+        "per GPU = GBS x 2048 / (median step s x GPUs); no TFLOP/s is published. Left out:",
+        *(f"  {line}" for line in skipped or ["no submission: every one is on a GPU of memtune's catalog"]),
+        "Notes:",
+        *(f"  {line}" for line in notes_of(sets)),
+    ]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def main() -> None:
+    out = sys.argv[1]
+    sets, skipped = collect()
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(header(sets, skipped))
+        yaml.dump({"sets": sets}, f, Dumper=_NoAliases, sort_keys=False, width=120)
+    print(f"{len(sets)} sets, {sum(len(s['runs']) for s in sets)} runs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,596 @@
+"""Collect NVIDIA's MLPerf Training Llama 2 70B LoRA submissions (v4.0, v4.1, v5.0, v5.1).
+
+Source: the mirrored git directories of mlcommons/training_results_vX.Y (``mlperf.py`` reads
+them; nothing is executed). A submission is one system directory under
+``NVIDIA/results/<system>/llama2_70b_lora/`` (ten ``result_<i>.txt`` logs), its system json
+(GPU kind, nodes, GPUs per node) and its implementation. One set per version and GPU kind,
+``mlperf/<version>/llama2_70b_lora/<GPU>``; its runs are that version's submissions on that GPU
+(different node counts, each with its own launch config).
+
+Where each setting is read from:
+
+- Launch config: the ``config_<SYSTEM>_<nodes>x<gpus>x...sh`` the submission's
+  ``README-<system>.md`` names (v4.0 and v5.1 keep the code in ``implementations/nemo``, the
+  other versions in the submission's own directory), checked against the system json's node
+  count and GPUs per node, with every script it ``source``s (``config_common.sh``, and
+  ``config_common_fp4.sh``) expanded in place and read with ``mlperf.exports``.
+- What each variable switches: ``conf/megatron_gpt_peft_tuning_config.yaml`` of the
+  implementation, whose ``${oc.decode:${oc.env:VAR,default}}`` values are resolved with the
+  launch config's variables (else the yaml's default): TP, PP, CP, VPP, sequence parallel,
+  micro batch, the sequence (``MAX_SEQLEN``, default 8192: the GovReport samples packed to
+  8,192 tokens, ``packed_sequence``/``PackedSequenceSpecs``), FP8 (``fp8_hybrid``: hybrid;
+  ``fp8_recipe``, default delayed scaling: every run here uses delayed scaling with an amax
+  history, none current scaling or MXFP8), FP8 weights (NeMo 1.0 ``fp8_params``: TE's
+  ``fp8_model_init``; NeMo 2.0 ``fp8_params``/``fp8_param_gather``), recompute (none is set),
+  TP communication overlap (``ub_tp_comm_overlap``, only where TP > 1 with SP, as NeMo
+  requires), CUDA graphs, the optimizer and DDP overlaps.
+- CUDA graphs: NeMo 1.0's ``enable_cuda_graph`` (v4.1) and NeMo 2.0's ``external_cuda_graph``
+  are Transformer Engine's ``make_graphed_callables`` per layer, captured by the
+  implementation's callback (``transformer_engine``); NeMo 2.0's ``enable_cuda_graph`` is
+  Megatron-Core's per-layer graphs (``local``, v5.0), or its full-iteration graph where
+  ``cuda_graph_scope`` is ``full_iteration`` (v5.1).
+- Optimizer: NeMo 1.0 (v4.0, v4.1) ``model.optim.name``: ``mcore_distributed_optim`` (v4.1) is
+  the distributed optimizer with ``overlap_grad_sync``/``overlap_param_sync`` and the gradient
+  reduced in fp32 (``grad_sync_dtype`` default); ``fused_adam`` (v4.0) is not distributed
+  (``MainParamsOptimizerWrapper``: fp32 main gradients, its asynchronous all-reduce off with SP).
+  NeMo 2.0 (v5.0, v5.1): ``optim.use_distributed_optimizer``, ``ddp.overlap_*``, and
+  ``grad_reduce_in_fp32=False`` as ``train.py`` passes it.
+- LoRA: NeMo 1.0 ``model.peft.lora_tuning`` (``adapter_dim`` 16, ``alpha`` 32, dropout 0.1 on
+  the input, ``target_modules: ['attention']``, which NeMo's ``peft_config.get_target_modules``
+  expands to ``linear_qkv`` and ``linear_proj``); NeMo 2.0 the ``LoRA(...)`` call of
+  ``train.py`` (the same values). NeMo's ``ParallelLinearAdapter`` scales the adapter's output
+  by alpha/dim (``peft.scale_position=output``).
+- Environment: ``CUDA_DEVICE_MAX_CONNECTIONS``, ``PYTORCH_CUDA_ALLOC_CONF`` and
+  ``NCCL_GRAPH_REGISTER`` as exported; ``attention_backend=fused`` where the launch config forces
+  cuDNN attention (``NVTE_FUSED_ATTN=1``, ``NVTE_FLASH_ATTN=0``). Software versions from the
+  implementation's Dockerfile: megatron-core from ``megatron/core/package_info.py`` of NVIDIA's
+  Megatron-LM at the tag it checks out (the local mirror), torch from the NGC PyTorch container
+  it builds on (``TORCH_OF_CONTAINER``), Transformer Engine where the Dockerfile pins a release
+  (else memtune's default is left: the container's own TE is not stated).
+- Model: memtune's ``llama3-70b`` preset, whose shapes are Llama 2 70B's (meta-llama/Llama-2-70b-hf
+  ``config.json``: 80 layers, hidden 8192, FFN 28672, 64 heads, 8 KV heads, SwiGLU, RMSNorm,
+  untied embeddings), with Llama 2's 32,000-token vocabulary (same config.json); the RoPE base
+  (10,000 for Llama 2) has no memtune key.
+- Global batch and step time: the logs (``mlperf.measured_step``: the median over the logs of
+  each log's median step, the first left out); the global batch is checked against the launch
+  config (``MINIBS`` x data-parallel size). Measured ``tokens_per_s_per_gpu`` = GBS x sequence /
+  (step s x GPUs), 1 decimal; MLPerf publishes no TFLOP/s.
+
+Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
+``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
+scaling's amax history, algorithm and reduction, CP's all-to-all communication
+(``cp_comm_type: a2a``), the LoRA all-to-all path (``LORA_A2A``/``a2a_experimental``) and
+Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
+``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``), FP8 weight caching in graphs
+(``CG_WEIGHT_CACHING``), ``disable_parameter_transpose_cache``, the TE op fuser and fused
+QKV-RoPE (``USE_TE_OPS``, ``FUSED_SINGLE_QKV_ROPE``), on-device gradient clipping, cuDNN norms,
+SHARP, NCCL tuning (``NCCL_MIN_CTAS``, channels, NVLS), clock boost (``VBOOST_VALUE``), the
+Python GC switched off during training, the container's TE version where not pinned.
+Gradient-accumulation fusion is not set: under LoRA the frozen base weights have no weight
+gradient to fuse. v4.0's FP8 weights (``fp8_params`` with the non-distributed ``fused_adam``)
+are not set: memtune requires the distributed optimizer for ``fp8_param_gather`` (OPT005).
+
+Left out (listed in the output's header): accelerators outside memtune's GPU catalog (L40S,
+GB300), runs in NVFP4 (v5.1's 8-GPU GB200 run; memtune has no FP4 precision), and any run whose
+translation ``memtune check``'s gate refuses.
+
+    python benchmarks/published/layouts/collect_mlperf_lora.py OUT.yaml
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mlperf
+
+BENCHMARK = "llama2_70b_lora"
+VERSIONS = ("v4.0", "v4.1", "v5.0", "v5.1")
+IMPLEMENTATIONS = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
+NEMO_CONFIG = "conf/megatron_gpt_peft_tuning_config.yaml"
+# system json accelerator_model_name fragment -> memtune GPU catalog name (`memtune gpus`)
+GPUS = {
+    "H100-SXM5-80GB": "H100-80GB",
+    "H200-SXM5-141GB": "H200",
+    "(B200-SXM-180GB)": "B200",
+    "(GB200)": "GB200",
+}
+SHORT = {"H100-80GB": "H100", "H200": "H200", "B200": "B200", "GB200": "GB200"}
+MODEL = "llama3-70b"
+COMMON = ["model.vocab_size=32000"]  # meta-llama/Llama-2-70b-hf config.json
+MEGATRON_GIT = mlperf.MIRRORS / "NVIDIA+Megatron-LM" / "repo"
+# NGC PyTorch container release notes (docs.nvidia.com/deeplearning/frameworks/pytorch-release-notes):
+# "PyTorch container image version YY.MM is based on ..."
+TORCH_OF_CONTAINER = {"24.04": "2.3.0", "24.09": "2.5.0", "25.04": "2.7.0", "25.09": "2.9.0"}
+# NeMo 1.0 peft_config.py (PEFT_MODULE_MAP, LORA_CONFIG_TO_MCORE_MAP, get_target_modules)
+NEMO1_TARGETS = {
+    "attention": ["linear_qkv", "linear_proj"],
+    "mlp": ["linear_fc1", "linear_fc2"],
+    "all": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"],
+    "attention_qkv": ["linear_qkv"],
+    "attention_dense": ["linear_proj"],
+    "mlp_fc1": ["linear_fc1"],
+    "mlp_fc2": ["linear_fc2"],
+}
+ENV_KEYS = (
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "NCCL_GRAPH_REGISTER",
+)
+
+
+class LeftOut(Exception):
+    """A submission that is not translated, with the reason."""
+
+
+@dataclass(frozen=True)
+class Code:
+    """A submission's implementation: its directory, launch config and what they set."""
+
+    directory: str
+    config: str  # the launch script's file name
+    sourced: tuple[str, ...]  # the scripts it sources, in order
+    env: dict[str, str]  # the launch scripts' exports
+    cfg: dict[str, Any]  # the NeMo config, resolved (dotted keys)
+    train_py: str
+    callbacks_py: str
+
+    @property
+    def nemo1(self) -> bool:
+        return "model.mcore_gpt" in self.cfg
+
+
+# --- reading the implementation ----------------------------------------------------------------
+
+
+def gpu_of(sub: mlperf.Submission) -> str | None:
+    return next((name for part, name in GPUS.items() if part in sub.accelerator), None)
+
+
+def launch_config(repo: Path, sub: mlperf.Submission) -> tuple[str, str]:
+    """The implementation directory and launch script the submission's README names, checked
+    against its node count and GPUs per node."""
+    readme = mlperf.show(repo, f"{sub.implementation}/README-{sub.system}.md")
+    named = re.search(r"implementations/([^/\s`]+)/(config_[^\s`/]+\.sh)", readme)
+    if named is None:
+        raise LeftOut(f"{sub.system}: its README names no launch config")
+    directory, config = f"{IMPLEMENTATIONS}/{named.group(1)}", named.group(2)
+    if not re.match(rf"config_[A-Za-z0-9]+_{sub.nodes}x{sub.gpus_per_node}x", config):
+        raise LeftOut(f"{sub.system}: {config} is not for {sub.nodes}x{sub.gpus_per_node} GPUs")
+    return directory, config
+
+
+_SOURCE = re.compile(r"^\s*source\s+\$\(dirname\s+\$\{BASH_SOURCE\[0\]\}\)/(\S+)\s*$")
+
+
+def expanded(repo: Path, directory: str, name: str, sourced: list[str]) -> str:
+    """The launch script with every script it sources put in place of its ``source`` line
+    (``config_common.sh`` lies beside it or under ``configs/``)."""
+    text = mlperf.show(repo, f"{directory}/{name}") or mlperf.show(repo, f"{directory}/configs/{name}")
+    if not text:
+        raise LeftOut(f"{directory}/{name}: not in the repository")
+    lines = []
+    for line in text.splitlines():
+        if m := _SOURCE.match(line):
+            sourced.append(m.group(1))
+            lines.append(expanded(repo, directory, m.group(1), sourced))
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+_DECODED_ENV = re.compile(r"\$\{oc\.decode:\$\{oc\.env:(\w+),([^${}]*)\}\}")
+_PLAIN_ENV = re.compile(r"\$\{oc\.env:(\w+),([^${}]*)\}")
+_YAML_KEY = re.compile(r"^(\s*)([A-Za-z_][\w@.]*):\s*(.*)$")
+
+
+def decoded(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def resolved(value: str, env: dict[str, str]) -> Any:
+    """A NeMo config value: ``${oc.decode:${oc.env:VAR,default}}`` (or without decode) with the
+    launch config's VAR, else the default; a plain value as YAML reads it; any other
+    interpolation as its text."""
+    for pattern, decode in ((_DECODED_ENV, True), (_PLAIN_ENV, False)):
+        if m := pattern.fullmatch(value):
+            text = env.get(m.group(1), m.group(2).strip())
+            return decoded(text) if decode else text.strip("'\"")
+    return value if "${" in value else decoded(value)
+
+
+def nemo_config(text: str, env: dict[str, str]) -> dict[str, Any]:
+    """The NeMo yaml's leaf values by dotted key, resolved (list items under ``defaults`` skipped)."""
+    found: dict[str, Any] = {}
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        m = _YAML_KEY.match(line)
+        if not m or line.lstrip().startswith("#"):
+            continue
+        indent, key, value = len(m.group(1)), m.group(2), re.split(r"\s+#", m.group(3))[0].strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not value:
+            stack.append((indent, key))
+            continue
+        found[".".join([k for _, k in stack] + [key])] = resolved(value, env)
+    return found
+
+
+def code_of(repo: Path, sub: mlperf.Submission) -> Code:
+    directory, config = launch_config(repo, sub)
+    sourced: list[str] = []
+    env = mlperf.exports(expanded(repo, directory, config, sourced))
+    cfg = nemo_config(mlperf.show(repo, f"{directory}/{NEMO_CONFIG}"), env)
+    if not cfg:
+        raise LeftOut(f"{directory}/{NEMO_CONFIG}: not in the repository")
+    return Code(
+        directory,
+        config,
+        tuple(sourced),
+        env,
+        cfg,
+        mlperf.show(repo, f"{directory}/train.py"),
+        mlperf.show(repo, f"{directory}/custom_callbacks.py"),
+    )
+
+
+# --- software versions ---------------------------------------------------------------------------
+
+
+def dockerfile(repo: Path, sub: mlperf.Submission, code: Code) -> tuple[str, str]:
+    """The Dockerfile's text and where it came from: the implementation's own, else (v4.1's B200
+    preview ships none) that of another implementation of the same version."""
+    own = mlperf.show(repo, f"{code.directory}/Dockerfile")
+    if own:
+        return own, f"{code.directory}/Dockerfile"
+    for other in mlperf.submissions(sub.version, BENCHMARK):
+        path = f"{other.implementation}/Dockerfile"
+        if text := mlperf.show(repo, path):
+            return text, path
+    return "", ""
+
+
+def megatron_version(tag: str) -> str | None:
+    """megatron-core's version at ``tag`` of NVIDIA's Megatron-LM (package_info.py)."""
+    done = subprocess.run(
+        ["git", f"--git-dir={MEGATRON_GIT}", "show", f"{tag}:megatron/core/package_info.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    parts = dict(re.findall(r"^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*'?([^'\n]*)'?", done.stdout, re.M))
+    if done.returncode or not {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+
+
+def software(text: str) -> dict[str, str]:
+    """env.* versions the Dockerfile's ARGs give."""
+    args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, re.M))
+    found: dict[str, str] = {}
+    container = re.search(r"pytorch:(\d+\.\d+)-py3", args.get("FROM_IMAGE_NAME", ""))
+    if container and container.group(1) in TORCH_OF_CONTAINER:
+        found["torch_version"] = TORCH_OF_CONTAINER[container.group(1)]
+    tag = args.get("MCORE_REVISION") or args.get("MEGATRON_REVISION")
+    if tag and (version := megatron_version(tag)):
+        found["megatron_core_version"] = version
+    te = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", args.get("TE_REVISION", "SKIP"))
+    if te:
+        found["transformer_engine_version"] = f"{te.group(1)}.{te.group(2)}.{te.group(3) or 0}"
+    return found
+
+
+# --- translation ---------------------------------------------------------------------------------
+
+
+def layout(code: Code) -> dict[str, Any]:
+    c = code.cfg
+    tp, pp, cp = (int(c[f"model.{k}_parallel_size"]) for k in ("tensor_model", "pipeline_model", "context"))
+    vp = c.get("model.virtual_pipeline_model_parallel_size") or 1
+    return {
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "vp": int(vp),
+        "sp": bool(c["model.sequence_parallel"]) and tp > 1,
+        "mbs": int(c["model.micro_batch_size"]),
+        "seq": int(c["model.encoder_seq_length"]),
+    }
+
+
+def layout_overrides(shape: dict[str, Any], code: Code) -> list[str]:
+    vp = shape["vp"] if shape["vp"] > 1 else "null"
+    overlap = bool(code.cfg.get("model.ub_tp_comm_overlap")) and shape["sp"]
+    return [
+        f"model.tensor_model_parallel_size={shape['tp']}",
+        f"model.pipeline_model_parallel_size={shape['pp']}",
+        f"model.context_parallel_size={shape['cp']}",
+        f"model.virtual_pipeline_model_parallel_size={vp}",
+        f"model.sequence_parallel={str(shape['sp']).lower()}",
+        f"train.micro_batch_size={shape['mbs']}",
+        f"model.tp_comm_overlap={str(overlap).lower()}",
+    ]
+
+
+def recompute_overrides(code: Code) -> list[str]:
+    c = code.cfg
+    prefix = "model.activations_checkpoint_" if code.nemo1 else "model.recompute_"
+    granularity = c.get(f"{prefix}granularity")
+    if granularity is None:
+        return ["model.recompute_granularity=null"]
+    found = [f"model.recompute_granularity={granularity}"]
+    for key in ("method", "num_layers"):
+        if c.get(f"{prefix}{key}") is not None:
+            found.append(f"model.recompute_{key}={c[f'{prefix}{key}']}")
+    return found
+
+
+def distributed_optimizer(code: Code) -> bool:
+    if code.nemo1:
+        return code.cfg.get("model.optim.name") in ("mcore_distributed_optim", "distributed_fused_adam")
+    return bool(code.cfg.get("optim.use_distributed_optimizer"))
+
+
+def fp8_weights(code: Code) -> bool:
+    """FP8 weights: NeMo 1.0's and 2.0's ``fp8_params``, or ``fp8_param_gather`` (v5.1)."""
+    c = code.cfg
+    return bool(c.get("model.fp8") and (c.get("model.fp8_params") or c.get("model.fp8_param_gather")))
+
+
+def precision_overrides(code: Code) -> list[str]:
+    c = code.cfg
+    if c.get("model.fp4"):
+        raise LeftOut(f"NVFP4 ({code.config}): memtune has no FP4 precision")
+    if not c.get("model.fp8"):
+        return ["model.fp8=null"]
+    kind = "e4m3" if c.get("model.fp8_e4m3") else "hybrid"
+    recipe = {"delayed": "delayed", "tensorwise": "tensorwise", "mxfp8": "mxfp8", "blockwise": "blockwise"}
+    name = str(c.get("model.fp8_recipe", "delayed"))
+    if name not in recipe:
+        raise LeftOut(f"FP8 recipe {name!r}: no memtune equivalent")
+    # memtune (as Megatron-LM) takes FP8 weights only with the distributed optimizer (OPT005)
+    gather = fp8_weights(code) and distributed_optimizer(code)
+    return [
+        f"model.fp8={kind}",
+        f"model.fp8_recipe={recipe[name]}",
+        f"model.fp8_param_gather={str(gather).lower()}",
+    ]
+
+
+def optimizer_overrides(code: Code, shape: dict[str, Any]) -> list[str]:
+    c, dist = code.cfg, distributed_optimizer(code)
+    if code.nemo1 and dist:
+        grad, param = c.get("model.optim.overlap_grad_sync"), c.get("model.optim.overlap_param_sync")
+        fp32 = c.get("model.optim.grad_sync_dtype", "fp32") == "fp32"
+    elif code.nemo1:
+        # MainParamsOptimizerWrapper: fp32 main gradients; async all-reduce only with PP 1 and no SP
+        grad, param, fp32 = shape["pp"] == 1 and not shape["sp"], False, True
+    else:
+        if "grad_reduce_in_fp32=False" not in code.train_py:
+            raise LeftOut(f"{code.directory}/train.py: grad_reduce_in_fp32 is not the False expected")
+        grad, param, fp32 = c.get("ddp.overlap_grad_reduce"), c.get("ddp.overlap_param_gather"), False
+    words = [str(bool(v)).lower() for v in (dist, dist, grad, param and dist, fp32)]
+    keys = (
+        "optimizer.use_distributed_optimizer",
+        "ddp.use_distributed_optimizer",
+        "ddp.overlap_grad_reduce",
+        "ddp.overlap_param_gather",
+        "ddp.grad_reduce_in_fp32",
+    )
+    return [f"{k}={w}" for k, w in zip(keys, words)]
+
+
+def cuda_graph_impl(code: Code) -> str:
+    c = code.cfg
+    if c.get("model.external_cuda_graph"):
+        return "transformer_engine"
+    if not c.get("model.enable_cuda_graph"):
+        return "none"
+    if code.nemo1:
+        if "make_graphed_callables" not in code.callbacks_py:
+            raise LeftOut(f"{code.directory}: enable_cuda_graph without TE's make_graphed_callables")
+        return "transformer_engine"
+    return "full_iteration" if c.get("model.cuda_graph_scope") == "full_iteration" else "local"
+
+
+def nemo2_lora(train_py: str) -> dict[str, Any]:
+    """The ``LoRA(...)`` call of a NeMo 2.0 train.py: rank, alpha, dropout and targets."""
+    call = re.search(r"\bLoRA\((.*?)\n\s*\)", train_py, re.S)
+    text = call.group(1) if call else ""
+    found = {k: re.search(rf"\b{k}=([\d.]+)", text) for k in ("dim", "alpha", "dropout")}
+    targets = re.search(r"target_modules=\[([^\]]*)\]", text)
+    if targets is None or not all(found.values()):
+        raise LeftOut("train.py: no LoRA(dim=, alpha=, dropout=, target_modules=) call")
+    value = {k: m.group(1) for k, m in found.items() if m}
+    return {**value, "targets": re.findall(r"[\"'](\w+)[\"']", targets.group(1))}
+
+
+def lora(code: Code) -> dict[str, Any]:
+    """The adapters: NeMo 2.0's ``LoRA(...)`` in train.py, NeMo 1.0's ``lora_tuning``."""
+    if not code.nemo1:
+        return nemo2_lora(code.train_py)
+    tuning = "model.peft.lora_tuning."
+    targets = [t for name in code.cfg[f"{tuning}target_modules"] for t in NEMO1_TARGETS[name]]
+    return {
+        "dim": code.cfg[f"{tuning}adapter_dim"],
+        "alpha": code.cfg[f"{tuning}alpha"],
+        "dropout": code.cfg[f"{tuning}adapter_dropout"],
+        "targets": targets,
+    }
+
+
+def lora_overrides(code: Code) -> list[str]:
+    adapters = lora(code)
+    order = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    targets = ",".join(sorted(set(adapters["targets"]), key=order.index))
+    return [
+        f"peft.dim={adapters['dim']}",
+        f"peft.alpha={adapters['alpha']}",
+        f"peft.dropout={adapters['dropout']}",
+        f"peft.target_modules=[{targets}]",
+        "peft.scale_position=output",
+    ]
+
+
+def environment_overrides(code: Code, versions: dict[str, str]) -> list[str]:
+    env = code.env
+    found = [f"env.{k}={env[k]}" for k in ENV_KEYS if k in env]
+    if env.get("NVTE_FUSED_ATTN") == "1" and env.get("NVTE_FLASH_ATTN") == "0":
+        found.append("model.attention_backend=fused")
+    if code.cfg.get("ddp.nccl_ub"):
+        found.append("env.use_nccl_ub=true")
+    return found + [f"env.{k}={v}" for k, v in sorted(versions.items())]
+
+
+def overrides(code: Code, shape: dict[str, Any], versions: dict[str, str]) -> list[str]:
+    if code.cfg.get("model.cpu_offloading"):
+        raise LeftOut(f"{code.config}: CPU offloading")
+    graphs = cuda_graph_impl(code)
+    return (
+        precision_overrides(code)
+        + optimizer_overrides(code, shape)
+        + layout_overrides(shape, code)
+        + recompute_overrides(code)
+        + [f"model.cuda_graph_impl={graphs}"]
+        + lora_overrides(code)
+        + environment_overrides(code, versions)
+    )
+
+
+# --- runs and sets -------------------------------------------------------------------------------
+
+
+def checked_batch(sub: mlperf.Submission, code: Code, shape: dict[str, Any], gbs: int) -> None:
+    """The logs' global batch is the launch config's MINIBS x data-parallel size."""
+    gpus = sub.nodes * sub.gpus_per_node
+    expected = int(code.env.get("MINIBS", 1)) * (gpus // (shape["tp"] * shape["pp"])) // shape["cp"]
+    if expected != gbs:
+        raise LeftOut(f"{sub.system}: the logs' global batch {gbs} is not MINIBS x DP = {expected}")
+
+
+def notes_of(sub: mlperf.Submission, code: Code, docker: str) -> list[str]:
+    """What a reader of the run should know of its translation."""
+    where, found = f"{sub.version} {sub.system}", []
+    if fp8_weights(code) and not distributed_optimizer(code):
+        found.append(
+            f"{where}: FP8 weights (fp8_params) with the non-distributed {code.cfg.get('model.optim.name')}; "
+            "model.fp8_param_gather=false, as memtune takes FP8 weights only with the distributed optimizer (OPT005)"
+        )
+    if docker and not docker.startswith(f"{code.directory}/"):
+        found.append(f"{where}: ships no Dockerfile; software versions from {docker}")
+    return found
+
+
+def run_of(repo: Path, sub: mlperf.Submission, gpu: str, notes: list[str]) -> dict[str, Any]:
+    code = code_of(repo, sub)
+    measured = mlperf.measured_step(repo, sub)
+    if measured is None:
+        raise LeftOut(f"{sub.system}: no step time in its logs")
+    step, gbs, logs = measured
+    shape = layout(code)
+    checked_batch(sub, code, shape, gbs)
+    text, docker = dockerfile(repo, sub, code)
+    notes.extend(notes_of(sub, code, docker))
+    gpus = sub.nodes * sub.gpus_per_node
+    return {
+        "label": f"Llama 2 70B LoRA {sub.nodes}x{sub.gpus_per_node} {SHORT[gpu]} TP{shape['tp']} "
+        f"PP{shape['pp']} CP{shape['cp']} MBS{shape['mbs']} GBS{gbs}",
+        "gpus": gpus,
+        "gpu": gpu,
+        "gpus_per_node": sub.gpus_per_node,
+        "seq": shape["seq"],
+        "gbs": gbs,
+        "mode": "lora",
+        "source": f"mlcommons/training_results_{sub.version} {mlperf.SUBMITTER}/results/{sub.system}/"
+        f"{BENCHMARK}/result_*.txt ({logs} logs, median step {step:.4f} s); launch config "
+        f"{code.directory}/{code.config} (sourcing {', '.join(code.sourced)}); {code.directory}/{NEMO_CONFIG}"
+        + (f"; versions from {docker}" if docker else ""),
+        "overrides": overrides(code, shape, software(text)),
+        "measured": {"tokens_per_s_per_gpu": round(gbs * shape["seq"] / (step * gpus), 1)},
+    }
+
+
+def commit(repo: Path) -> str:
+    done = subprocess.run(
+        ["git", f"--git-dir={repo}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def collect() -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
+    """The sets, what was left out (with why), notes on the translation, and the repositories read."""
+    sets: dict[tuple[str, str], dict[str, Any]] = {}
+    left_out: list[str] = []
+    notes: list[str] = []
+    read: list[str] = []
+    for version in VERSIONS:
+        repo = mlperf.git_dir(version)
+        read.append(f"mlcommons/training_results_{version} at {commit(repo)}")
+        for sub in mlperf.submissions(version, BENCHMARK):
+            gpu = gpu_of(sub)
+            if gpu is None:
+                left_out.append(f"{version} {sub.system}: {sub.accelerator} is not in memtune's GPU catalog")
+                continue
+            try:
+                run = run_of(repo, sub, gpu, notes)
+            except LeftOut as why:
+                left_out.append(f"{version} {sub.system}: {why}")
+                continue
+            entry = sets.setdefault((version, gpu), new_set(version, gpu, repo, sub.gpus_per_node))
+            entry["runs"].append(run)
+    for entry in sets.values():
+        entry["runs"].sort(key=lambda r: r["gpus"])
+    return list(sets.values()), left_out, notes, read
+
+
+def new_set(version: str, gpu: str, repo: Path, gpus_per_node: int) -> dict[str, Any]:
+    return {
+        "id": f"mlperf/{version}/{BENCHMARK}/{gpu}",
+        "source": f"mlcommons/training_results_{version} at {commit(repo)}: NVIDIA's closed-division "
+        f"{BENCHMARK} submissions on {gpu} (NeMo, FP8, GovReport packed to 8,192 tokens)",
+        "model": MODEL,
+        "gpu": gpu,
+        "gpus_per_node": gpus_per_node,
+        "mode": "lora",
+        "common": list(COMMON),
+        "runs": [],
+    }
+
+
+def header(read: list[str], left_out: list[str], notes: list[str]) -> str:
+    lines = [
+        "Generated by benchmarks/published/layouts/collect_mlperf_lora.py from",
+        *(f"  {r}" for r in read),
+        "(and NVIDIA/Megatron-LM's package_info.py at the tags the Dockerfiles check out).",
+        "What each setting is read from, and what is not modelled: the script's docstring.",
+        "Left out:",
+        *(f"  {why}" for why in left_out),
+        "Notes:",
+        *(f"  {note}" for note in notes),
+    ]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def main() -> None:
+    out = sys.argv[1]
+    sets, left_out, notes, read = collect()
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(header(read, left_out, notes))
+        yaml.safe_dump({"sets": sets}, f, sort_keys=False, width=120)
+    print(f"{len(sets)} sets, {sum(len(s['runs']) for s in sets)} runs, {len(left_out)} left out")
+
+
+if __name__ == "__main__":
+    main()
