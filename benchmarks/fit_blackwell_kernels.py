@@ -7,7 +7,8 @@ their datasheet peaks. The runs: every dense run (no MoE layer) on a B200 or GB2
 of ``benchmarks/published/layouts`` (``memtune/bench/plan.py split_of``; holdout sets are never
 read). MoE runs are left out because their dispatch and host work are priced apart and err on
 H100s too. One factor for both GPUs: the smallest on a grid of 0.01 steps at which the median of
-predicted / measured model TFLOP/s - 1 over those runs is at most zero. Prints the factor, the
+predicted / measured throughput - 1 over those runs (model TFLOP/s where published, else
+tokens/s) is at most zero. Prints the factor, the
 runs' median error per GPU before and after, and the number of runs.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memtune.bench.plan import RUN_FIELDS, _base, score_set, split_of  # noqa: E402
+from memtune.bench.plan import RUN_FIELDS, RunScore, _base, score_set, split_of  # noqa: E402
 from memtune.bench.sets import read_layouts  # noqa: E402
 from memtune.check import gate  # noqa: E402
 from memtune.config.changes import Change, with_changes  # noqa: E402
@@ -50,18 +51,19 @@ def dense_blackwell_runs() -> list[tuple[str, dict]]:
 
 
 def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float]]:
-    """Each run's predicted / measured model TFLOP/s - 1 with ``factor`` for both GPUs."""
+    """Each run's predicted / measured throughput - 1 (``error_of``) with ``factor`` for both GPUs."""
     saved = dict(K.BLACKWELL_KERNEL_FACTOR)
     K.BLACKWELL_KERNEL_FACTOR.update({gpu: factor for gpu in saved})
     try:
-        return [
-            (gpu, r.tflops_error)
-            for gpu, entry in runs
-            for r in score_set(entry).runs
-            if r.tflops_error is not None
-        ]
+        return [(gpu, error_of(r)) for gpu, entry in runs for r in score_set(entry).runs]
     finally:
         K.BLACKWELL_KERNEL_FACTOR.update(saved)
+
+
+def error_of(run: RunScore) -> float:
+    """Predicted over measured throughput - 1: of model TFLOP/s where the run publishes it (in
+    the publisher's FLOP count), else of its one figure (MLPerf's tokens/s)."""
+    return run.tflops_error if run.tflops_error is not None else run.predicted / run.measured - 1
 
 
 def report(label: str, found: list[tuple[str, float]]) -> None:

@@ -742,6 +742,31 @@ class Derived:
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 
+    @cached_property
+    def whole_step_graphed(self) -> bool:
+        """The forward and backward passes of a step run as one CUDA graph
+        (``cuda_graph_impl: full_iteration``, or the deprecated ``local`` with scope
+        ``full_iteration`` it migrates to; megatron-core 0.19.2 ``FullCudaGraphWrapper``)."""
+        impl = self.model.cuda_graph_impl
+        return impl == "full_iteration" or (
+            impl == "local" and "full_iteration" in (self.model.cuda_graph_scope or [])
+        )
+
+    def graphed(self, part: str, is_moe: bool) -> bool:
+        """Whether a layer's ``part`` ("attention" or "mlp") runs as a CUDA-graph replay
+        (megatron-core 0.19.2 ``TransformerConfig.cuda_graph_modules``): all of it under
+        ``full_iteration`` (the implementation, or the deprecated scope it migrates to) or a
+        whole-layer graph (no scope, or the deprecated ``full``); else the attention under
+        ``attn``, a dense MLP under ``mlp``, a MoE block under ``moe``."""
+        if not self.cuda_graphs:
+            return False
+        scope = self.model.cuda_graph_scope or []
+        if self.whole_step_graphed or not scope or "full" in scope:
+            return True
+        if part == "attention":
+            return "attn" in scope
+        return ("moe" if is_moe else "mlp") in scope
+
     # --- software and environment ------------------------------------------------------
     @cached_property
     def torch_version(self) -> Version:

@@ -468,18 +468,23 @@ class ShapePricer:
             ops = 2 * (gather + scatter)
         else:
             ops = 2 * collective(Op.ALL_REDUCE, full, group, self.net, self.gpu.name).seconds
-        # the backward has the same collectives, in reverse; each also costs its launch
-        tp_fwd = tp_bwd = ops + (4 if d.sequence_parallel else 2) * K.COLLECTIVE_LAUNCH_S
-        mlp_tp_fwd = tp_fwd / 2
+        # the backward has the same collectives, in reverse; each side's (one all-reduce, or a
+        # gather and a reduce-scatter) also costs its launches, except inside a CUDA graph
+        per_side = 2 if d.sequence_parallel else 1
+        attn_launches = 0.0 if d.graphed("attention", is_moe) else per_side * K.COLLECTIVE_LAUNCH_S
+        mlp_launches = 0.0 if d.graphed("mlp", is_moe) else per_side * K.COLLECTIVE_LAUNCH_S
+        tp_fwd = tp_bwd = ops + attn_launches + mlp_launches
+        mlp_tp_fwd = ops / 2 + mlp_launches
         ub_fwd = ub_bwd = 0.0
         if d.userbuffer_overlap:
             sides = self.userbuffer_overlap(shapes, self.tokens * h)
-            launches = 4 * K.COLLECTIVE_LAUNCH_S
+            # the userbuffer overlap launches two exchanges a side
+            attn_launches, mlp_launches = 2 * attn_launches / per_side, 2 * mlp_launches / per_side
             ub_fwd = sum(side.extra_fwd for side in sides.values())
             ub_bwd = sum(side.extra_bwd for side in sides.values())
-            tp_fwd = sum(side.exposed_fwd for side in sides.values()) + launches
-            tp_bwd = sum(side.exposed_bwd for side in sides.values()) + launches
-            mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + launches / 2
+            tp_fwd = sum(side.exposed_fwd for side in sides.values()) + attn_launches + mlp_launches
+            tp_bwd = sum(side.exposed_bwd for side in sides.values()) + attn_launches + mlp_launches
+            mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + mlp_launches
         lora_fwd, blocking, lora_mlp_fwd = self.adapter_collectives(is_moe, group)
         return _Collectives(
             tp_fwd + lora_fwd, tp_bwd, blocking, mlp_tp_fwd + lora_mlp_fwd, ep_fwd, ub_fwd, ub_bwd
@@ -499,8 +504,10 @@ class ShapePricer:
         step = send_recv(
             BF16 * self.tokens * kv_width, d.tp * d.cp > self.net.gpus_per_nvlink_domain, self.net
         )
-        # each ring step hides behind one block's attention; its launch does not
-        return max(0.0, (d.cp - 1) * step - attn_fwd) + (d.cp - 1) * K.COLLECTIVE_LAUNCH_S
+        # each ring step hides behind one block's attention; its launch does not, except
+        # inside a CUDA graph, whose replay launches nothing one by one
+        launch = 0.0 if d.graphed("attention", is_moe=False) else K.COLLECTIVE_LAUNCH_S
+        return max(0.0, (d.cp - 1) * step - attn_fwd) + (d.cp - 1) * launch
 
     def adapter_collectives(self, is_moe: bool, group: Group) -> tuple[float, float, float]:
         """Forward and backward seconds of one layer's LoRA adapters' own TP collectives

@@ -624,6 +624,12 @@ def _chunk_pieces(
         forward += [mtp_fwd] * chunk.mtp_layers
         backward += [mtp_bwd] * chunk.mtp_layers
         comm["tp_back"] += chunk.mtp_layers * mtp_comm
+    if d.whole_step_graphed:
+        # a full-iteration CUDA graph replays every pass's kernels with one launch a step: no
+        # host work per layer or microbatch, and no host wait inside (Megatron captures only
+        # what needs none)
+        forward = [Piece(0.0, p.device) for p in forward]
+        backward = [Piece(0.0, p.device) for p in backward]
     return _Pieces(forward, backward, comm, out_wgrad)
 
 

@@ -617,3 +617,49 @@ def test_the_simulated_overlaps_are_the_ones_bridge_sets_up() -> None:
         False,
         False,
     )
+
+
+def test_collectives_inside_a_cuda_graph_cost_no_launch() -> None:
+    # A graph replay launches its kernels at once: a layer's TP collectives (an all-gather and a
+    # reduce-scatter each side under SP, forward and backward alike) and CP's ring steps lose
+    # their COLLECTIVE_LAUNCH_S each, only on the sides the scope captures.
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    def layer(*overrides: str):  # type: ignore[no-untyped-def]
+        d = job("model.tensor_model_parallel_size=2", "model.sequence_parallel=true", *overrides)
+        return ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(False)
+
+    launch = K.COLLECTIVE_LAUNCH_S
+    eager = layer()
+    whole = layer("model.cuda_graph_impl=transformer_engine")  # no scope: the whole layer
+    attention = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]")
+    assert (eager.tp_fwd - whole.tp_fwd, eager.tp_bwd - whole.tp_bwd) == pytest.approx(
+        (4 * launch, 4 * launch)
+    )
+    assert eager.tp_fwd - attention.tp_fwd == pytest.approx(2 * launch)
+    assert eager.mlp_tp_fwd - attention.mlp_tp_fwd == pytest.approx(0.0)
+    ring = layer("model.tensor_model_parallel_size=1", "model.context_parallel_size=4")
+    graphed_ring = layer(
+        "model.tensor_model_parallel_size=1",
+        "model.context_parallel_size=4",
+        "model.cuda_graph_impl=full_iteration",
+    )
+    # three ring steps each way, the backward twice the forward's
+    assert ring.fwd - graphed_ring.fwd == pytest.approx(3 * launch)
+    assert ring.bwd - graphed_ring.bwd == pytest.approx(6 * launch)
+
+
+def test_a_full_iteration_graph_leaves_the_host_nothing_per_pass() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.step import StepPricer
+
+    def first_chunk(*overrides: str):  # type: ignore[no-untyped-def]
+        d = job("model.tensor_model_parallel_size=1", *overrides)
+        return StepPricer(get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).price(d).stages[0].chunks[0]
+
+    eager, graphed = first_chunk(), first_chunk("model.cuda_graph_impl=full_iteration")
+    assert eager.forward_host_s > 0 and eager.backward_host_s > 0
+    assert (graphed.forward_host_s, graphed.backward_host_s) == (0.0, 0.0)
+    # the kernels are the same
+    assert (graphed.forward_s, graphed.backward_s) == pytest.approx((eager.forward_s, eager.backward_s))
