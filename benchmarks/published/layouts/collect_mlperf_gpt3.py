@@ -88,6 +88,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlperf  # the shared reader, beside this file
+from collect_nemo_summary import GPT3  # GPT-3's architecture, beside this file
 
 VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1")
 BENCHMARK = "gpt3"
@@ -100,23 +101,16 @@ NEMO_CONFS = ("conf/megatron_gpt_config.yaml", "conf/custom.yaml", "conf/optim/d
 NOT_TAKEN = {"config_common_v31.sh"}
 MODEL = {
     # conf/megatron_gpt_config.yaml (v3.0) and conf/custom.yaml (v3.1+) of the implementations:
-    # 96 x 12288, 96 heads, FFN 4h, learned_absolute, layernorm1p, gelu, bias, tied embeddings,
-    # dropout 0, make_vocab_size_divisible_by 128; vocabulary 50,257 (mlcommons/training
-    # large_language_model/megatron-lm/README.md)
+    # 96 x 12288, 96 heads, FFN 4h, and the GPT-3 architecture NeMo's launcher gives (learned
+    # positions, LayerNorm (layernorm1p), GeLU, biases, tied embeddings, dropout 0, vocabulary
+    # 50,257: mlcommons/training large_language_model/megatron-lm/README.md), as the NeMo
+    # summary's collector has it; make_vocab_size_divisible_by 128
+    **GPT3,
     "num_layers": 96,
     "hidden_size": 12288,
     "num_attention_heads": 96,
     "ffn_hidden_size": 49152,
-    "vocab_size": 50257,
     "make_vocab_size_divisible_by": 128,
-    "gated_linear_unit": False,
-    "activation_func": "gelu",
-    "normalization": "LayerNorm",
-    "position_embedding_type": "learned_absolute",
-    "add_bias_linear": True,
-    "share_embeddings_and_output_weights": True,
-    "hidden_dropout": 0.0,
-    "attention_dropout": 0.0,
 }
 COMMON = [
     # NeMo's megatron_gpt_config.yaml (bias_activation_fusion, masked_softmax_fusion: True) and the
