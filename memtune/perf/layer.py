@@ -186,6 +186,12 @@ class ShapePricer:
         rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
         if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
             self.unmeasured.add(f"GEMMs under 1,024 rows on {gpu.name} at the H100's measured ratios")
+        if d.whole_step_graphed:
+            self.unmeasured.add("full-iteration CUDA graph: no host work per pass (read from Megatron-Core)")
+        elif d.cuda_graphs:
+            self.unmeasured.add(
+                "CUDA graphs: the graphed parts' collectives launch nothing; their host work kept"
+            )
 
     # --- kernels -------------------------------------------------------------------------
 
