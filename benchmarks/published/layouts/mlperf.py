@@ -149,6 +149,7 @@ def read_log(text: str) -> ResultLog:
 class Submission:
     version: str
     benchmark: str
+    submitter: str  # the top-level directory: NVIDIA, or a partner running NVIDIA's code
     system: str  # the system directory name
     system_json: dict[str, Any]
     logs: tuple[str, ...]  # result_<i>.txt paths
@@ -167,29 +168,47 @@ class Submission:
         return str(self.system_json["accelerator_model_name"])
 
 
-def submissions(version: str, benchmark: str, mirrors: Path = MIRRORS) -> list[Submission]:
-    """NVIDIA's submissions of ``benchmark`` in ``version``, each with its logs and code."""
+def submitters(version: str, mirrors: Path = MIRRORS) -> list[str]:
+    """Every submitter directory of ``version``."""
+    repo = git_dir(version, mirrors)
+    if not repo.exists():
+        return []
+    done = subprocess.run(
+        ["git", f"--git-dir={repo}", "ls-tree", "-d", "--name-only", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [name for name in done.stdout.split() if not name.startswith(".")]
+
+
+def submissions(
+    version: str, benchmark: str, mirrors: Path = MIRRORS, submitter: str = SUBMITTER
+) -> list[Submission]:
+    """``submitter``'s submissions of ``benchmark`` in ``version`` (NVIDIA's unless told), each
+    with its logs and code."""
     repo = git_dir(version, mirrors)
     if not repo.exists():
         return []
     logs: dict[str, list[str]] = {}
-    for path in listing(repo, f"{SUBMITTER}/results"):
+    for path in listing(repo, f"{submitter}/results"):
         parts = path.split("/")
         if len(parts) == 5 and parts[3] == benchmark and re.fullmatch(r"result_\d+\.txt", parts[4]):
             logs.setdefault(parts[2], []).append(path)
     found = []
     for system, paths in sorted(logs.items()):
-        described = show(repo, f"{SUBMITTER}/systems/{system}.json")
+        described = show(repo, f"{submitter}/systems/{system}.json")
         if not described:
             continue
         found.append(
             Submission(
                 version,
                 benchmark,
+                submitter,
                 system,
                 json.loads(described),
                 tuple(sorted(paths)),
-                f"{SUBMITTER}/benchmarks/{benchmark}/implementations/{system}",
+                f"{submitter}/benchmarks/{benchmark}/implementations/{system}",
             )
         )
     return found
