@@ -1,4 +1,5 @@
-"""Collect NVIDIA's MLPerf Training GPT-3 175B submissions (v3.0, v3.1, v4.0, v4.1), every one.
+"""Collect the MLPerf Training GPT-3 175B submissions (v3.0, v3.1, v4.0, v4.1) that ran NVIDIA's
+NeMo implementation: NVIDIA's, every one, and its partners'.
 
 Source: the mirrored git directories of mlcommons/training_results_vX.Y (read with ``mlperf.py``,
 nothing executed). A submission is a system directory (``eos-dfw_n512_ngc23.09_nemo``) with its
@@ -65,11 +66,25 @@ settings, the Apex optimizer's own pipelining, rank order (TP_PP_DP_MAPPING), th
 at memtune's defaults: v3.x ran NeMo's own (pre-Megatron-Core) GPT model and every version Apex's
 optimizer, so no megatron-core release describes them.
 
-Left out: submissions on GPUs outside memtune's catalog (listed in the output's header; none in
-v3.0-v4.1). Where the logged global batch differs from the launch config's (a MINIBS the run
-overrode), the logged one is used and the source says so. A submission republished in a later
-version with the same logs (v4.1's eos-dfw_n1452_ngc24.04_nemo repeats v4.0's, SYSJSON header
-lines aside) is one measurement: kept where it was first published, left out of the later set. The B200 preview's launch config sources ``config_common_blackwell.sh``, which the
+Partners (every other submitter of ``mlperf.submitters(version)``: NVIDIA_CoreWeave, Azure+NVIDIA,
+smc, Oracle; sets ``mlperf/<version>/gpt3/<submitter>/<GPU>``) are read by the same functions: the
+implementation is the submitter's directory under ``<submitter>/benchmarks/gpt3/`` holding a
+config for the node count (Oracle publishes five identical copies of one: one is read), the config
+must be the one the logs name (run.sub's ``:::DLPAL ... <DGXSYSTEM>`` line) where they name one,
+and the training script (megatron_gpt_pretraining_custom.py) must be an NVIDIA implementation's
+but for comment lines (Azure's copy drops them). Where the NeMo configs (``conf/``) are not
+published (Oracle), those of NVIDIA's implementation of the version with the same run_and_time.sh
+and training script are read, and the source says so. smc's logs (``result_<job>-<id>_<i>.txt``)
+are read though ``mlperf.submissions`` skips their names; partners' rank-labelled logs (`` 0:
+:::MLLOG``) as in collect_mlperf_llama31.py. Azure's "H100-SXM-80GB" is the SXM part (memtune's
+H100-80GB, alias h100-sxm).
+
+Left out (listed in the output's header): submissions on accelerators outside memtune's catalog
+(Google's TPUs, Intel's Gaudi2: not NVIDIA's code either), and repeated logs (below). Where the logged global batch differs from the launch config's (a MINIBS the run
+overrode), the logged one is used and the source says so. A submission whose logs
+repeat another's (SYSJSON header lines aside: v4.1's eos-dfw_n1452_ngc24.04_nemo repeats v4.0's,
+smc-ac-power's and smc-dc-power's repeat smc's) is one measurement: kept where it was first
+published (earlier version, NVIDIA before partners), left out after. The B200 preview's launch config sources ``config_common_blackwell.sh``, which the
 submission does not include: what it set is unknown, and the source says so.
 
     python benchmarks/published/layouts/collect_mlperf_gpt3.py OUT.yaml
@@ -77,6 +92,8 @@ submission does not include: what it set is unknown, and the source says so.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import subprocess
 import sys
@@ -93,10 +110,19 @@ from collect_nemo_summary import GPT3  # GPT-3's architecture, beside this file
 VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1")
 BENCHMARK = "gpt3"
 SEQ = 2048
-GPUS = {"H100-SXM5-80GB": "H100-80GB", "H200": "H200", "B200-SXM-180GB": "B200", "(GB200)": "GB200"}
+# (Azure's ND H100 v5 names its H100 SXM "H100-SXM-80GB": memtune's H100-80GB, alias h100-sxm)
+GPUS = {
+    "H100-SXM5-80GB": "H100-80GB",
+    "H100-SXM-80GB": "H100-80GB",
+    "H200": "H200",
+    "B200-SXM-180GB": "B200",
+    "(GB200)": "GB200",
+}
 SHORT = {"H100-80GB": "H100", "H200": "H200", "B200": "B200", "GB200": "GB200"}
 # the NeMo configs a launch reads its variables' defaults from (those present)
 NEMO_CONFS = ("conf/megatron_gpt_config.yaml", "conf/custom.yaml", "conf/optim/distributed_fused_adam.yaml")
+# the files that make an implementation NVIDIA's: its launcher and its training script
+CODE = ("run_and_time.sh", "megatron_gpt_pretraining_custom.py")
 # sourced only in a branch these runs do not take (MLPERF_VERSION=v31 is not set)
 NOT_TAKEN = {"config_common_v31.sh"}
 MODEL = {
@@ -140,6 +166,7 @@ class Launch:
     defaults: dict[str, str]  # ${oc.env:VAR,default} of the NeMo configs
     consumed: frozenset[str]  # variables run_and_time.sh or a NeMo config reads
     confs: dict[str, str]  # the NeMo configs present, by path inside the implementation
+    notes: tuple[str, ...] = ()  # what the choice of config or code rests on, where not a name
 
     def get(self, name: str) -> str | None:
         """A variable's effective value; None where nothing reads it or nothing sets it."""
@@ -156,20 +183,22 @@ def gpu_of(accelerator: str) -> str | None:
     return next((gpu for key, gpu in GPUS.items() if key in accelerator), None)
 
 
-def implementation_of(repo: Path, sub: mlperf.Submission) -> str:
-    """The system's own implementation directory where it has launch configs, else the version's
-    shared one holding a config for the submission's node count."""
-    base = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
-    found = [p for p in mlperf.listing(repo, base) if p.count("/") == 5 and _CONFIG.search(p)]
+def implementation_of(repo: Path, sub: mlperf.Submission) -> tuple[str, list[str]]:
+    """The system's own implementation directory where it has launch configs, else the one
+    directory of the submitter's holding a config for the submission's node count (or copies
+    of one directory: Oracle's five)."""
+    base = f"{sub.submitter}/benchmarks/{BENCHMARK}"
+    found = [p for p in mlperf.listing(repo, base) if _CONFIG.search(p)]
     dirs = sorted({p.rsplit("/", 1)[0] for p in found})
     if sub.implementation in dirs:
-        return sub.implementation
+        return sub.implementation, []
     fitting = [d for d in dirs if _configs(found, d, sub.nodes)]
-    if len(fitting) != 1:
-        raise SystemExit(
-            f"{sub.version} {sub.system}: no single implementation with a {sub.nodes}-node config"
+    if len({mlperf.blob(repo, d) for d in fitting}) != 1:
+        raise mlperf.Skip(
+            f"{len(fitting)} implementations with a {sub.nodes}-node config: {', '.join(fitting)}"
         )
-    return fitting[0]
+    copies = [f"{len(fitting)} identical copies of the implementation, {fitting[0]} read"]
+    return fitting[0], copies if len(fitting) > 1 else []
 
 
 def _configs(paths: list[str], directory: str, nodes: int) -> list[str]:
@@ -182,14 +211,17 @@ def _configs(paths: list[str], directory: str, nodes: int) -> list[str]:
 
 def launch_config(repo: Path, implementation: str, sub: mlperf.Submission) -> str:
     """The implementation's one config for the submission's node count, checked against the one
-    the system's README names where it has one (v4.0)."""
+    the system's README names where it has one (v4.0) and the one its logs name (run.sub's
+    ``:::DLPAL`` line, partners')."""
     configs = _configs(mlperf.listing(repo, implementation), implementation, sub.nodes)
     if len(configs) != 1:
-        raise SystemExit(f"{implementation}: {len(configs)} launch configs for {sub.nodes} nodes: {configs}")
+        raise mlperf.Skip(f"{implementation}: {len(configs)} launch configs for {sub.nodes} nodes: {configs}")
     readme = mlperf.show(repo, f"{sub.implementation}/README-{sub.system}.md")
     named = set(re.findall(r"(config_[A-Za-z0-9_x]+\.sh)", readme))
+    if logged := mlperf.logged_script(repo, sub):
+        named.add(logged)
     if named and named != {configs[0].rsplit("/", 1)[1]}:
-        raise SystemExit(f"{sub.system}: its README names {sorted(named)}, not {configs[0]}")
+        raise mlperf.Skip(f"its README or logs name {sorted(named)}, not {configs[0]}")
     return configs[0]
 
 
@@ -228,28 +260,76 @@ def resolve_defaults(env: dict[str, str]) -> dict[str, str]:
     return resolved
 
 
+def nemo_confs(repo: Path, sub: mlperf.Submission, implementation: str) -> tuple[dict[str, str], list[str]]:
+    """The implementation's NeMo configs; where it publishes none (Oracle), those of NVIDIA's
+    implementation of the version whose run_and_time.sh and training script are this one's."""
+    if confs := {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{implementation}/{c}"))}:
+        return confs, []
+    mine = [mlperf.blob(repo, f"{implementation}/{f}") for f in CODE]
+    base = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
+    for twin in sorted({p.rsplit("/", 1)[0] for p in mlperf.listing(repo, base)}):
+        if all(mine) and [mlperf.blob(repo, f"{twin}/{f}") for f in CODE] == mine:
+            confs = {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{twin}/{c}"))}
+            return confs, [f"conf/ not published: {twin}'s read (its {' and '.join(CODE)} are this one's)"]
+    raise mlperf.Skip(f"{implementation}: no NeMo config (conf/) published")
+
+
+def comment_free(text: str) -> str:
+    """A file's text without comment lines and blank lines (Azure's copy of NVIDIA's code drops
+    comments)."""
+    return "\n".join(
+        line.rstrip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")
+    )
+
+
+@functools.cache
+def nvidia_scripts() -> frozenset[str]:
+    """NVIDIA's GPT-3 training scripts (every version's), comment-free."""
+    return frozenset(
+        comment_free(mlperf.show(mlperf.git_dir(v), p))
+        for v in VERSIONS
+        for p in mlperf.listing(mlperf.git_dir(v), f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}")
+        if p.endswith(f"/{CODE[1]}")
+    )
+
+
+def check_code(repo: Path, implementation: str) -> None:
+    """Refuse a training script that is not NVIDIA's (but for comments)."""
+    if comment_free(mlperf.show(repo, f"{implementation}/{CODE[1]}")) not in nvidia_scripts():
+        raise mlperf.Skip(f"{implementation}/{CODE[1]} is no NVIDIA implementation's (modified code)")
+
+
 def read_launch(repo: Path, sub: mlperf.Submission) -> Launch:
-    implementation = implementation_of(repo, sub)
+    implementation, notes = implementation_of(repo, sub)
+    check_code(repo, implementation)
     config = launch_config(repo, implementation, sub)
     sourced: list[str] = []
     missing: list[str] = []
     text = expand(repo, implementation, config, sourced, missing)
     run_and_time = mlperf.show(repo, f"{implementation}/run_and_time.sh")
     env = resolve_defaults(mlperf.exports(text, run_and_time))
-    confs = {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{implementation}/{c}"))}
+    confs, borrowed = nemo_confs(repo, sub, implementation)
     defaults = {m.group(1): m.group(2).strip() for t in confs.values() for m in _OC_ENV.finditer(t)}
     consumed = {m.group(1) for t in confs.values() for m in _OC_READ.finditer(t)}
     consumed |= set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", run_and_time))
     consumed |= {"CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN"}  # read by TE/torch
     return Launch(
-        implementation, config, tuple(sourced), tuple(missing), env, defaults, frozenset(consumed), confs
+        implementation,
+        config,
+        tuple(sourced),
+        tuple(missing),
+        env,
+        defaults,
+        frozenset(consumed),
+        confs,
+        tuple(notes + borrowed),
     )
 
 
 def integer(launch: Launch, name: str) -> int:
     value = launch.get(name)
     if value is None or not value.isdigit():
-        raise SystemExit(f"{launch.config}: {name} is {value!r}, not a number")
+        raise mlperf.Skip(f"{launch.config}: {name} is {value!r}, not a number")
     return int(value)
 
 
@@ -265,7 +345,7 @@ def micro_batch(launch: Launch, sub: mlperf.Submission, gbs: int, dp: int) -> in
     steps = logged.keys.get("gradient_accumulation_steps")
     configured = integer(launch, "MICRO_BATCH_SIZE")
     if isinstance(steps, int) and gbs != dp * steps * configured:
-        raise SystemExit(f"{sub.system}: GBS {gbs} != DP {dp} x GA {steps} x MBS {configured}")
+        raise mlperf.Skip(f"{sub.system}: GBS {gbs} != DP {dp} x GA {steps} x MBS {configured}")
     return configured
 
 
@@ -292,7 +372,7 @@ def defers_embedding_wgrad(launch: Launch, pp: int, minibs: int, mbs: int) -> bo
     if launch.get("DEFER_EMBEDDING_WGRAD_COMPUTE") is not None:
         return launch.flag("DEFER_EMBEDDING_WGRAD_COMPUTE")
     if "${if:${or:${eq:1,${oc.decode:${oc.env:PIPELINE_MODEL_PARALLEL}}}" not in custom:
-        raise SystemExit(f"{launch.implementation}: defer_embedding_wgrad_compute rule not understood")
+        raise mlperf.Skip(f"{launch.implementation}: defer_embedding_wgrad_compute rule not understood")
     return pp > 1 and minibs <= 256 and mbs == 1
 
 
@@ -304,7 +384,7 @@ def optimizer(launch: Launch) -> list[str]:
     )
     sync = re.search(r"grad_sync_dtype:\s*(\w+)", optim)
     if not sync or sync.group(1) != "bf16":
-        raise SystemExit(f"{launch.implementation}: grad_sync_dtype is not bf16")
+        raise mlperf.Skip(f"{launch.implementation}: grad_sync_dtype is not bf16")
     bucket = int(float(launch.get("BUCKET_CAP_MB") or "100") * 1024 * 1024 / 2)
     return [
         "ddp.use_distributed_optimizer=true",
@@ -320,7 +400,7 @@ def precision(launch: Launch) -> list[str]:
     if not launch.flag("FP8"):
         return []
     if not launch.flag("FP8_HYBRID"):
-        raise SystemExit(f"{launch.config}: FP8 without FP8_HYBRID")
+        raise mlperf.Skip(f"{launch.config}: FP8 without FP8_HYBRID")
     return ["model.fp8=hybrid", f"model.fp8_param_gather={str(launch.flag('FP8_PARAMS')).lower()}"]
 
 
@@ -362,33 +442,27 @@ def overrides(launch: Launch, sub: mlperf.Submission, gbs: int) -> tuple[list[st
     return changes, f"TP{tp} PP{pp} VPP{vpp or '-'} MBS{mbs} GBS{gbs}"
 
 
-def republished(sub: mlperf.Submission) -> str | None:
-    """The earlier version whose logs of the same system directory are this one's (the
-    ``:::SYSJSON`` header lines aside)."""
-
-    def body(version: str, path: str) -> str:
-        text = mlperf.show(mlperf.git_dir(version), path)
-        return "\n".join(line for line in text.splitlines() if not line.startswith(":::SYSJSON"))
-
-    for earlier in VERSIONS[: VERSIONS.index(sub.version)]:
-        if all(body(earlier, p) == body(sub.version, p) and body(earlier, p) for p in sub.logs):
-            return earlier
-    return None
-
-
 def configured_gbs(launch: Launch, sub: mlperf.Submission) -> int:
     """The global batch the launch config sets: MINIBS per data-parallel rank (its README)."""
     tp, pp, _ = layout(launch)
     return int(launch.env["MINIBS"]) * sub.nodes * sub.gpus_per_node // (tp * pp)
 
 
+def logs_of(sub: mlperf.Submission) -> str:
+    """The submission's logs: ``result_{0,1,2}.txt``, else their names."""
+    names = [p.rsplit("/", 1)[1] for p in sub.logs]
+    if all(re.fullmatch(r"result_\d+\.txt", n) for n in names):
+        return f"result_{{{','.join(n[7:-4] for n in names)}}}.txt"
+    return "{" + ",".join(names) + "}"
+
+
 def source_of(sub: mlperf.Submission, launch: Launch, step: float, gbs: int, configured_gbs: int) -> str:
-    logs = ",".join(p.rsplit("_", 1)[1].split(".")[0] for p in sub.logs)
     parts = [
-        f"MLPerf Training {sub.version} NVIDIA {sub.system}: "
-        f"NVIDIA/results/{sub.system}/{BENCHMARK}/result_{{{logs}}}.txt "
+        f"MLPerf Training {sub.version} {sub.submitter} {sub.system}: "
+        f"{sub.submitter}/results/{sub.system}/{BENCHMARK}/{logs_of(sub)} "
         f"(median of per-log median step {step:.4f} s); launch config {launch.config}"
-        f" (+ {', '.join(launch.sourced)}; {', '.join(sorted(launch.confs))})"
+        f" (+ {', '.join(launch.sourced)}; {', '.join(sorted(launch.confs))})",
+        *launch.notes,
     ]
     if configured_gbs != gbs:
         parts.append(f"the config's MINIBS gives GBS {configured_gbs}, the logs record {gbs} (used)")
@@ -403,7 +477,7 @@ def run_of(sub: mlperf.Submission, gpu: str) -> dict[str, Any]:
     repo = mlperf.git_dir(sub.version)
     measured = mlperf.measured_step(repo, sub)
     if measured is None:
-        raise SystemExit(f"{sub.version} {sub.system}: no step time in the logs")
+        raise mlperf.Skip(f"{sub.version} {sub.system}: no step time in the logs")
     step, gbs, _ = measured
     launch = read_launch(repo, sub)
     changes, shape = overrides(launch, sub, gbs)
@@ -432,35 +506,85 @@ def head_commit(version: str) -> str:
     return done.stdout.strip()[:12]
 
 
+def odd_named(version: str, submitter: str) -> list[mlperf.Submission]:
+    """Submissions whose logs are named ``result_<job>-<id>_<i>.txt`` (smc's, v4.0), which
+    ``mlperf.submissions`` does not read."""
+    repo, logs = mlperf.git_dir(version), {}
+    for path in mlperf.listing(repo, f"{submitter}/results"):
+        parts = path.split("/")
+        if len(parts) == 5 and parts[3] == BENCHMARK and re.fullmatch(r"result_[\w-]+\.txt", parts[4]):
+            logs.setdefault(parts[2], []).append(path)
+    return [
+        mlperf.Submission(
+            version,
+            BENCHMARK,
+            submitter,
+            system,
+            json.loads(described),
+            tuple(sorted(paths)),
+            f"{submitter}/benchmarks/{BENCHMARK}/implementations/{system}",
+        )
+        for system, paths in sorted(logs.items())
+        if (described := mlperf.show(repo, f"{submitter}/systems/{system}.json"))
+    ]
+
+
+def every_submission(version: str) -> list[mlperf.Submission]:
+    """Every submitter's GPT-3 submissions of the version, NVIDIA's first."""
+    order = sorted(mlperf.submitters(version), key=lambda s: (s != mlperf.SUBMITTER, s))
+    return [
+        sub
+        for s in order
+        for sub in mlperf.submissions(version, BENCHMARK, submitter=s) or odd_named(version, s)
+    ]
+
+
+def run_or_skip(seen: dict[frozenset[str], str], sub: mlperf.Submission) -> dict[str, Any]:
+    """The submission's run, or mlperf.Skip: a repeat of logs seen before, another vendor's accelerator
+    or one memtune does not know."""
+    gpu = gpu_of(sub.accelerator)
+    if first := mlperf.repeat_of(seen, mlperf.git_dir(sub.version), sub):
+        raise mlperf.Skip(f"the same result logs as {first} (one measurement)")
+    if gpu is None and "NVIDIA" not in sub.accelerator:
+        raise mlperf.Skip("not an NVIDIA GPU (nor NVIDIA's code), not in memtune's GPU catalog")
+    if gpu is None:
+        raise mlperf.Skip(f"{sub.accelerator} is not in memtune's GPU catalog")
+    return run_of(sub, gpu)
+
+
+def new_set(version: str, submitter: str, gpu: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    partner = submitter != mlperf.SUBMITTER
+    code = "on NVIDIA's NeMo implementation " if partner else ""
+    return {
+        "id": f"mlperf/{version}/{BENCHMARK}/{f'{submitter}/' if partner else ''}{gpu}",
+        "source": f"MLPerf Training {version} results, {submitter}'s GPT-3 175B submissions {code}"
+        f"(github.com/mlcommons/training_results_{version} at {head_commit(version)})",
+        "model": dict(MODEL),
+        "common": list(COMMON),
+        "runs": sorted(runs, key=lambda run: run["gpus"]),
+    }
+
+
 def collect() -> tuple[list[dict[str, Any]], list[str]]:
     """The sets, and the submissions left out with the reason."""
     sets: list[dict[str, Any]] = []
     skipped: list[str] = []
+    seen: dict[frozenset[str], str] = {}
     for version in VERSIONS:
-        by_gpu: dict[str, list[dict[str, Any]]] = {}
-        for sub in mlperf.submissions(version, BENCHMARK):
-            gpu = gpu_of(sub.accelerator)
-            if gpu is None:
-                skipped.append(f"{version} {sub.system}: {sub.accelerator} is not in memtune's GPU catalog")
-                continue
-            if earlier := republished(sub):
+        runs: dict[tuple[bool, str, str], list[dict[str, Any]]] = {}
+        for sub in every_submission(version):
+            try:
+                run = run_or_skip(seen, sub)
+            except mlperf.Skip as why:
                 skipped.append(
-                    f"{version} {sub.system}: the same result logs as {earlier}'s (one measurement)"
+                    f"{version} {sub.submitter} {sub.system} ({sub.accelerator}, {sub.nodes}x{sub.gpus_per_node}): {why}"
                 )
                 continue
-            by_gpu.setdefault(gpu, []).append(run_of(sub, gpu))
-        for gpu, runs in sorted(by_gpu.items()):
-            runs.sort(key=lambda run: run["gpus"])
-            sets.append(
-                {
-                    "id": f"mlperf/{version}/{BENCHMARK}/{gpu}",
-                    "source": f"MLPerf Training {version} results, NVIDIA's GPT-3 175B submissions "
-                    f"(github.com/mlcommons/training_results_{version} at {head_commit(version)})",
-                    "model": dict(MODEL),
-                    "common": list(COMMON),
-                    "runs": runs,
-                }
-            )
+            key = (sub.submitter != mlperf.SUBMITTER, sub.submitter, run["gpu"])
+            runs.setdefault(key, []).append(run)
+        sets += [
+            new_set(version, submitter, gpu, found) for (_, submitter, gpu), found in sorted(runs.items())
+        ]
     return sets, skipped
 
 
@@ -469,7 +593,7 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-NOTES = ("the config's MINIBS", "sources ")
+NOTES = ("the config's MINIBS", "sources ", "conf/ not published", "its logs name")
 
 
 def notes_of(sets: list[dict[str, Any]]) -> list[str]:
@@ -485,9 +609,10 @@ def notes_of(sets: list[dict[str, Any]]) -> list[str]:
 
 def header(sets: list[dict[str, Any]], skipped: list[str]) -> str:
     lines = [
-        "Generated by benchmarks/published/layouts/collect_mlperf_gpt3.py from NVIDIA's MLPerf Training",
-        f"GPT-3 175B submissions ({', '.join(VERSIONS)}; mlcommons/training_results_vX.Y). Measured: tokens/s",
-        "per GPU = GBS x 2048 / (median step s x GPUs); no TFLOP/s is published. Left out:",
+        "Generated by benchmarks/published/layouts/collect_mlperf_gpt3.py from the MLPerf Training GPT-3 175B",
+        f"submissions ({', '.join(VERSIONS)}; mlcommons/training_results_vX.Y): NVIDIA's, and its partners' on",
+        "NVIDIA's NeMo implementation (sets mlperf/<version>/gpt3/<submitter>/<GPU>). Measured: tokens/s per",
+        "GPU = GBS x 2048 / (median step s x GPUs); no TFLOP/s is published. Left out:",
         *(f"  {line}" for line in skipped or ["no submission: every one is on a GPU of memtune's catalog"]),
         "Notes:",
         *(f"  {line}" for line in notes_of(sets)),

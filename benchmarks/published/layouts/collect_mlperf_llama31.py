@@ -1,4 +1,5 @@
-"""Collect NVIDIA's MLPerf Training Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions.
+"""Collect the MLPerf Training Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions
+that ran NVIDIA's NeMo implementation: NVIDIA's and its partners'.
 
 Source: the git directories of ``mlcommons/training_results_v5.0`` and ``..._v5.1`` mirrored under
 ``/work/.mirror`` (read at HEAD through ``mlperf.py``; nothing is executed). A submission is one
@@ -61,17 +62,44 @@ custom embedding kernel (``embedding_lib``), NeMo's garbage-collection callback 
 a collection every GC_TRAIN steps; memtune's ``train.manual_gc`` also collects before training,
 which this callback does not), TORCH_NCCL_AVOID_RECORD_STREAMS, the warm-up on synthetic data.
 
+Partners (every other submitter of ``mlperf.submitters(version)``; ``<submitter>/`` in place of
+``NVIDIA/``, sets ``mlperf/<version>/<benchmark>/<submitter>/<GPU>``) are read by the same
+functions, once their launch script and code are found:
+
+- The launch script: the one their README-<system>.md names, else the one their logs name (run.sub
+  prints ``:::DLPAL ... <DGXSYSTEM>``, the script's name), else the one named after the system
+  (Dell's ``config_2xXE9680Lx8B200-SXM-180GB_...``), else the only one of the system's nodes x GPUs,
+  else the submitter's only one (Lenovo's), those in a folder named after the system (or its name
+  up to a dot: University-of-Florida's ``hpg.dgxb200x8``) first; copies of one file count once,
+  different candidates leave the submission out. Where the logs name a script that is not
+  published (HPE's ``..._8b-trial``, Dell's ``...-280GB...``), the source says which was read. Its
+  scale comes from its name, else its DGXNNODES x DGXNGPU.
+- The code (pretrain.py, conf/, Dockerfile): beside the script, else in the folder its README
+  links (``../b200_nemo``), else the nearest folder above (Nebius's ``configs/<system>/``), else
+  the submitter's only folder of code (Supermicro's); where none is published (Oracle), NVIDIA's
+  implementation of the benchmark and version whose run_and_time.sh is the submission's. Its
+  pretrain.py and conf/custom.yaml must be files of an NVIDIA implementation (v5.0 or v5.1): a
+  modified copy (Cisco's, which drops the communication-overlap callback) is left out.
+- Where the logs print the run's configuration (pretrain.py's "Experiment configuration"; most
+  partners' do, NVIDIA's do not), its TP, PP, VPP, CP, micro batch, fp8 and fp4 must be the
+  script's. Partners' logs carry srun's rank labels (`` 0: :::MLLOG``): where
+  ``mlperf.measured_step`` reads no step from them, rank 0's lines are read alike.
+- A submission whose logs repeat an earlier one's (``:::SYSJSON`` lines aside; Nebius's v5.1 H200
+  results are its v5.0 ones) is one measurement: kept where first published (earlier version,
+  NVIDIA before partners), left out after.
+
 Left out (listed in the output's header): accelerators outside memtune's GPU catalog (GB300,
-"Blackwell Ultra"), NVFP4 runs, submissions whose launch script cannot be found or whose logs give
-no step time or disagree on the batch, and jobs memtune's check gate refuses (each run's job is
-built as ``memtune bench plan`` builds it and passed through ``memtune.check.gate``; nothing is
-priced).
+B300, "Blackwell Ultra"; AMD's), NVFP4 runs, submissions whose launch script or code cannot be
+found or is not NVIDIA's, whose logs give no step time, disagree on the batch or print another
+layout, repeated logs, and jobs memtune's check gate refuses (each run's job is built as ``memtune
+bench plan`` builds it and passed through ``memtune.check.gate``; nothing is priced).
 
     python benchmarks/published/layouts/collect_mlperf_llama31.py OUT.yaml
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -92,34 +120,55 @@ import mlperf
 BENCHMARKS = (("v5.0", "llama31_405b"), ("v5.1", "llama31_405b"), ("v5.1", "llama31_8b"))
 MODELS = {"llama31_405b": ("llama3.1-405b", "Llama 3.1 405B"), "llama31_8b": ("llama3-8b", "Llama 3.1 8B")}
 # system json accelerator_model_name -> memtune GPU (exact names, then parenthesised markers)
-GPUS = {"NVIDIA H100-SXM5-80GB": "H100-80GB", "(GB200)": "GB200", "(B200-SXM-180GB)": "B200"}
-SHORT = {"H100-80GB": "H100", "GB200": "GB200", "B200": "B200"}
+GPUS = {
+    "NVIDIA H100-SXM5-80GB": "H100-80GB",
+    "NVIDIA H200-SXM5-141GB": "H200",
+    "(GB200)": "GB200",
+    "(B200-SXM-180GB)": "B200",
+}
+SHORT = {"H100-80GB": "H100", "H200": "H200", "GB200": "GB200", "B200": "B200"}
+# a submitter's code for a benchmark: <submitter>/benchmarks/<one of these>/ (HPE's 8B is llama3_8b)
+CODE_DIRS = {"llama31_8b": ("llama31_8b", "llama3_8b")}
+LLAMA = ("llama31_405b", "llama31_8b")
 # Dockerfile MCORE_REVISION -> megatron/core/package_info.py at that Megatron-LM tag
-MCORE = {"core_r0.11.0": "0.11.0", "25.04-alpha.rc2": "0.12.0", "25.09-alpha.rc1": "0.15.0"}
-# Dockerfile TE_REVISION -> Transformer Engine release (SKIP: the container's, not stated)
-TE = {"v2.2.1": "2.2.1", "release_v2.8": "2.8.0"}
+# (HPE's commit 4cd81e85: 0.15.0rc0, in 25.09-alpha.rc1 and core_v0.15.0)
+MCORE = {
+    "core_r0.11.0": "0.11.0",
+    "25.04-alpha.rc2": "0.12.0",
+    "25.09-alpha.rc1": "0.15.0",
+    "4cd81e85d2a24a727060b660bd05ca1e1a1994d7": "0.15.0",
+}
+# Dockerfile TE_REVISION -> Transformer Engine release (SKIP: the container's, not stated; HPE's
+# commit c47f329b: build_tools/VERSION.txt 2.8.0.dev0)
+TE = {"v2.2.1": "2.2.1", "release_v2.8": "2.8.0", "c47f329b2084406093124851a3aeecb935183def": "2.8.0"}
 UNSET = "\0unset"
 SOURCE_LINE = re.compile(r"^\s*source\s+.*/([\w.-]+\.sh)\s*$")
 UNSET_LINE = re.compile(r"^\s*unset\s+([A-Za-z_]\w*)\s*$")
-CONFIG_NAME = re.compile(r"config_[A-Za-z0-9]+_(\d+)x(\d+)x")
+CONFIG_NAME = re.compile(r"^config_.*?_(\d+)x(\d+)x\d+")
+README_LINK = re.compile(r"\]\(\.\./([\w.-]+)/?\)")
+LOGGED_KEY = re.compile(r"^\s*(?:\d+:)?\s+(\w+): (\S+)\s*$", re.M)
+# a printed configuration's spellings of what check_logged compares
+LOGGED_AS = {
+    ("virtual_pipeline_model_parallel_size", "1"): "null",
+    ("virtual_pipeline_model_parallel_size", "none"): "null",
+}
 
 
 @dataclass
 class Launch:
-    """A submission's launch script, the scripts it sources and the variables they set."""
+    """A submission's launch script, the scripts it sources and the variables they set; ``code``
+    is the folder of its pretrain.py, conf/ and Dockerfile."""
 
     config: str
+    code: str = ""
     read: list[str] = field(default_factory=list)
     unpublished: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def folder(self) -> str:
         return str(PurePosixPath(self.config).parent)
-
-
-class Skip(Exception):
-    """A submission left out, with the reason."""
 
 
 def gpu_of(accelerator: str) -> str | None:
@@ -141,18 +190,146 @@ def yaml_bool(value: bool) -> str:
 # --- the launch script -------------------------------------------------------------------------
 
 
-def config_path(repo: Path, sub: mlperf.Submission) -> str:
-    """The launch script the submission's README names, else the only one of its scale."""
+def name_of(path: str) -> str:
+    return PurePosixPath(path).name
+
+
+def parent_of(path: str) -> str:
+    return str(PurePosixPath(path).parent)
+
+
+def launch_scripts(repo: Path, sub: mlperf.Submission) -> list[str]:
+    """Every launch script (``config_*.sh`` but the sourced common ones) of the submitter's code
+    for the benchmark."""
+    paths = [
+        p
+        for code in CODE_DIRS.get(sub.benchmark, (sub.benchmark,))
+        for p in mlperf.listing(repo, f"{sub.submitter}/benchmarks/{code}")
+    ]
+    return [
+        p
+        for p in paths
+        if re.fullmatch(r"config_[\w.+-]+\.sh", name_of(p))
+        and not name_of(p).startswith(("config_common", "config_mounts"))
+    ]
+
+
+def readme_script(repo: Path, sub: mlperf.Submission) -> str | None:
+    """The launch script the submission's README-<system>.md names, where it is published."""
     readme = mlperf.show(repo, f"{sub.implementation}/README-{sub.system}.md")
     if m := re.search(r"`(benchmarks/[^`]+/config_[^`/]+\.sh)`", readme):
-        path = f"{mlperf.SUBMITTER}/{m.group(1)}"
-        if mlperf.show(repo, path):
-            return path
+        path = f"{sub.submitter}/{m.group(1)}"
+        return path if mlperf.show(repo, path) else None
+    return None
+
+
+def own_folder(path: str, sub: mlperf.Submission) -> bool:
+    """Whether ``path`` lies in a folder named after the system (or the system's name up to a
+    dot: hpg.dgxb200x8 holds hpg.dgxb200x8.n32's scripts)."""
+    folder = PurePosixPath(path).parent.name
+    return sub.system == folder or sub.system.startswith(f"{folder}.")
+
+
+def one_of(repo: Path, sub: mlperf.Submission, found: list[str], rule: str) -> str:
+    """The one script of ``found`` (those in the system's own folder first; copies of one file
+    count once)."""
+    found = [p for p in found if own_folder(p, sub)] or found
+    if len({mlperf.blob(repo, p) for p in found}) > 1:
+        raise mlperf.Skip(f"{len(found)} launch scripts {rule}: {', '.join(sorted(found))}")
+    return sorted(found)[0]
+
+
+def config_path(repo: Path, sub: mlperf.Submission) -> tuple[str, list[str]]:
+    """The launch script this submission ran, and what its choice rests on where the logs name
+    another: the one its README names, else the one its logs name, else the one named after the
+    system, else the only one of its scale (nodes x GPUs), else the submitter's only one."""
+    if named := readme_script(repo, sub):
+        return named, []
+    scripts, logged = launch_scripts(repo, sub), mlperf.logged_script(repo, sub)
     scale = f"_{sub.nodes}x{sub.gpus_per_node}x"
-    found = [p for p in mlperf.listing(repo, sub.implementation) if "/config_" in p and scale in p]
-    if len(found) != 1:
-        raise Skip(f"{len(found)} launch scripts of {sub.nodes}x{sub.gpus_per_node} and none named")
-    return found[0]
+    for rule, found in (
+        ("named in its logs", [p for p in scripts if name_of(p) == logged]),
+        ("named after the system", [p for p in scripts if sub.system in name_of(p)]),
+        (f"of {sub.nodes}x{sub.gpus_per_node}", [p for p in scripts if scale in name_of(p)]),
+        ("published", scripts),
+    ):
+        if found:
+            path = one_of(repo, sub, found, rule)
+            note = f"its logs name {logged}, not published: read {name_of(path)}, the one {rule}"
+            return path, [note] if logged and name_of(path) != logged else []
+    raise mlperf.Skip("no launch script published")
+
+
+def has_code(repo: Path, folder: str) -> bool:
+    return all(mlperf.show(repo, f"{folder}/{f}") for f in ("pretrain.py", "conf/custom.yaml"))
+
+
+def code_folder(repo: Path, sub: mlperf.Submission, config: str) -> tuple[str, list[str]]:
+    """The folder of the code the launch script drives: its own, the one its README points to
+    (``../b200_nemo``), or the nearest above it; where the submission publishes none, NVIDIA's
+    implementation of the benchmark and version with the same run_and_time.sh."""
+    folder, root = parent_of(config), f"{sub.submitter}/benchmarks"
+    linked = [
+        f"{parent_of(folder)}/{x}" for x in README_LINK.findall(mlperf.show(repo, f"{folder}/README.md"))
+    ]
+    above = [str(p) for p in PurePosixPath(folder).parents if str(p).startswith(f"{root}/")]
+    if found := next(
+        (f for f in (folder, *linked, *above, *only_code(repo, sub)) if has_code(repo, f)), None
+    ):
+        return found, []
+    runner = mlperf.blob(repo, f"{folder}/run_and_time.sh")
+    base = f"{mlperf.SUBMITTER}/benchmarks/{sub.benchmark}/implementations"
+    twins = sorted(
+        parent_of(p)
+        for p in mlperf.listing(repo, base)
+        if name_of(p) == "run_and_time.sh" and runner and mlperf.blob(repo, p) == runner
+    )
+    if twins and has_code(repo, twins[0]):
+        return twins[0], [
+            f"pretrain.py, conf/ and Dockerfile not published: read from {twins[0]} "
+            "(its run_and_time.sh is this submission's)"
+        ]
+    raise mlperf.Skip("its pretrain.py and conf/custom.yaml are not published")
+
+
+def only_code(repo: Path, sub: mlperf.Submission) -> list[str]:
+    """The submitter's folder of code for the benchmark, where it publishes one only."""
+    folders = {
+        parent_of(p)
+        for code in CODE_DIRS.get(sub.benchmark, (sub.benchmark,))
+        for p in mlperf.listing(repo, f"{sub.submitter}/benchmarks/{code}")
+        if name_of(p) == "pretrain.py"
+    }
+    coded = [f for f in folders if has_code(repo, f)]
+    return coded if len(coded) == 1 else []
+
+
+@functools.cache
+def nvidia_code() -> frozenset[str]:
+    """The object ids of every NVIDIA Llama 3.1 implementation's pretrain.py and custom.yaml."""
+    found = set()
+    for version in sorted({v for v, _ in BENCHMARKS}):
+        done = subprocess.run(
+            ["git", f"--git-dir={mlperf.git_dir(version)}", "ls-tree", "-r", "HEAD", "--"]
+            + [f"{mlperf.SUBMITTER}/benchmarks/{b}" for b in LLAMA],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for line in done.stdout.splitlines():
+            meta, path = line.split("\t", 1)
+            if path.endswith(("/pretrain.py", "/conf/custom.yaml")):
+                found.add(meta.split()[2])
+    return frozenset(found)
+
+
+def check_code(repo: Path, code: str) -> None:
+    """Refuse code that is not NVIDIA's: the translation reads what NVIDIA's switches."""
+    for f in ("pretrain.py", "conf/custom.yaml"):
+        if mlperf.blob(repo, f"{code}/{f}") not in nvidia_code():
+            raise mlperf.Skip(
+                f"{code}/{f} is no NVIDIA implementation's (modified code: NVIDIA's translation does not hold)"
+            )
 
 
 def sibling_script(repo: Path, sub: mlperf.Submission, folder: str, name: str) -> str | None:
@@ -177,7 +354,7 @@ def expanded(repo: Path, sub: mlperf.Submission, path: str, launch: Launch) -> s
     lines = []
     for line in mlperf.show(repo, path).splitlines():
         if m := SOURCE_LINE.match(line):
-            lines.append(sourced(repo, sub, str(PurePosixPath(path).parent), m.group(1), launch))
+            lines.append(sourced(repo, sub, parent_of(path), m.group(1), launch))
         elif m := UNSET_LINE.match(line):
             lines.append(f"export {m.group(1)}={UNSET}")
         else:
@@ -186,21 +363,35 @@ def expanded(repo: Path, sub: mlperf.Submission, path: str, launch: Launch) -> s
 
 
 def sourced(repo: Path, sub: mlperf.Submission, folder: str, name: str, launch: Launch) -> str:
-    own = f"{folder}/{name}"
-    path = own if mlperf.show(repo, own) else sibling_script(repo, sub, folder, name)
+    """A sourced script: beside the one sourcing it, else beside the code, else another NVIDIA
+    implementation's."""
+    path = next(
+        (p for p in (f"{folder}/{name}", f"{launch.code}/{name}") if mlperf.show(repo, p)),
+        None,
+    ) or sibling_script(repo, sub, folder, name)
     if path is None:
         launch.unpublished.append(name)
         return ""
     return expanded(repo, sub, path, launch)
 
 
+def scale_of(launch: Launch) -> tuple[int, int] | None:
+    """Nodes x GPUs per node: from the script's name, else its DGXNNODES and DGXNGPU."""
+    if m := CONFIG_NAME.search(name_of(launch.config)):
+        return int(m[1]), int(m[2])
+    nodes, gpus = launch.env.get("DGXNNODES", ""), launch.env.get("DGXNGPU", "")
+    return (int(nodes), int(gpus)) if nodes.isdigit() and gpus.isdigit() else None
+
+
 def read_launch(repo: Path, sub: mlperf.Submission) -> Launch:
-    launch = Launch(config_path(repo, sub))
+    config, notes = config_path(repo, sub)
+    code, borrowed = code_folder(repo, sub, config)
+    check_code(repo, code)
+    launch = Launch(config, code, notes=notes + borrowed)
     text = expanded(repo, sub, launch.config, launch)
     launch.env = {k: v for k, v in mlperf.exports(text).items() if v != UNSET}
-    scale = CONFIG_NAME.search(launch.config)
-    if scale is None or (int(scale[1]), int(scale[2])) != (sub.nodes, sub.gpus_per_node):
-        raise Skip(f"launch script {launch.config} is not of {sub.nodes}x{sub.gpus_per_node}")
+    if scale_of(launch) != (sub.nodes, sub.gpus_per_node):
+        raise mlperf.Skip(f"launch script {launch.config} is not of {sub.nodes}x{sub.gpus_per_node}")
     return launch
 
 
@@ -231,7 +422,7 @@ class Settings:
     def count(self, name: str) -> int:
         value = self.number(name)
         if value is None:
-            raise Skip(f"{name} is not set")
+            raise mlperf.Skip(f"{name} is not set")
         return value
 
     def callback_args(self) -> set[str]:
@@ -241,10 +432,10 @@ class Settings:
 
 
 def read_settings(repo: Path, launch: Launch) -> Settings:
-    conf = mlperf.show(repo, f"{launch.folder}/conf/custom.yaml")
-    pretrain = mlperf.show(repo, f"{launch.folder}/pretrain.py")
+    conf = mlperf.show(repo, f"{launch.code}/conf/custom.yaml")
+    pretrain = mlperf.show(repo, f"{launch.code}/pretrain.py")
     if not conf or not pretrain:
-        raise Skip(f"no conf/custom.yaml or pretrain.py beside {launch.config}")
+        raise mlperf.Skip(f"no conf/custom.yaml or pretrain.py beside {launch.config}")
     return Settings(launch.env, conf, pretrain)
 
 
@@ -293,7 +484,7 @@ def layout_overrides(s: Settings, lay: Layout) -> list[str]:
 
 def precision_overrides(s: Settings) -> list[str]:
     if s.flag("FP4"):
-        raise Skip(f"NVFP4 (FP4=True, FP4_RECIPE={s.get('FP4_RECIPE')}): memtune has no FP4 recipe")
+        raise mlperf.Skip(f"NVFP4 (FP4=True, FP4_RECIPE={s.get('FP4_RECIPE')}): memtune has no FP4 recipe")
     if not s.flag("FP8"):
         return ["model.fp8=null", "model.fp8_param_gather=false"]
     gather = "FP8_PARAM_GATHER" if "oc.env:FP8_PARAM_GATHER" in s.conf else "FP8_PARAMS"
@@ -360,7 +551,7 @@ def env_overrides(repo: Path, launch: Launch) -> list[str]:
         if k in launch.env
     ]
     docker = mlperf.exports(
-        re.sub(r"^ARG ", "export ", mlperf.show(repo, f"{launch.folder}/Dockerfile"), flags=re.M)
+        re.sub(r"^ARG ", "export ", mlperf.show(repo, f"{launch.code}/Dockerfile"), flags=re.M)
     )
     if mcore := MCORE.get(docker.get("MCORE_REVISION", "")):
         changes.append(f"env.megatron_core_version={mcore}")
@@ -376,19 +567,47 @@ def sequence(repo: Path, sub: mlperf.Submission, s: Settings) -> int:
     m = re.search(r"encoder_seq_length:\s*(\d+)", s.conf)
     logged = mlperf.read_log(mlperf.show(repo, sub.logs[0])).keys.get("max_sequence_length")
     if not m or int(m.group(1)) != logged:
-        raise Skip(f"sequence: conf/custom.yaml says {m and m.group(1)}, the log {logged}")
+        raise mlperf.Skip(f"sequence: conf/custom.yaml says {m and m.group(1)}, the log {logged}")
     return int(m.group(1))
 
 
 def measured(repo: Path, sub: mlperf.Submission, s: Settings, lay: Layout) -> tuple[float, int, int]:
     found = mlperf.measured_step(repo, sub)
     if found is None:
-        raise Skip("the logs give no step time, or disagree on the global batch")
+        raise mlperf.Skip("the logs give no step time, or disagree on the global batch")
     gpus = sub.nodes * sub.gpus_per_node
     expected = s.count("MINIBS") * (gpus // (lay.tp * lay.pp * lay.cp))
     if found[1] != expected:
-        raise Skip(f"logged global batch {found[1]} is not MINIBS x DP = {expected}")
+        raise mlperf.Skip(f"logged global batch {found[1]} is not MINIBS x DP = {expected}")
     return found
+
+
+def logged_config(text: str) -> dict[str, str]:
+    """The first value of each key of the configuration a log prints (pretrain.py's
+    "Experiment configuration", where the run prints it; partners' logs mostly do)."""
+    start = text.find("Experiment configuration")
+    found: dict[str, str] = {}
+    for m in LOGGED_KEY.finditer(text, start if start >= 0 else len(text)):
+        found.setdefault(m.group(1), m.group(2))
+    return found
+
+
+def check_logged(repo: Path, sub: mlperf.Submission, s: Settings, lay: Layout, config: str) -> None:
+    """Refuse a launch script whose layout or precision the logs' printed configuration denies."""
+    expected = {
+        "tensor_model_parallel_size": str(lay.tp),
+        "pipeline_model_parallel_size": str(lay.pp),
+        "virtual_pipeline_model_parallel_size": str(lay.vpp or "null"),
+        "context_parallel_size": str(lay.cp),
+        "micro_batch_size": str(lay.mbs),
+        "fp8": yaml_bool(s.flag("FP8")),
+        "fp4": yaml_bool(s.flag("FP4")),
+    }
+    for path in sub.logs:
+        logged = logged_config(mlperf.show(repo, path))
+        logged = {k: LOGGED_AS.get((k, v.lower()), v.lower()) for k, v in logged.items()}
+        if wrong := [f"{k} {logged[k]}, not {v}" for k, v in expected.items() if logged.get(k, v) != v]:
+            raise mlperf.Skip(f"{name_of(path)} prints {'; '.join(wrong)} as {name_of(config)} sets")
 
 
 def run_of(repo: Path, sub: mlperf.Submission, gpu: str) -> tuple[dict[str, Any], list[str]]:
@@ -397,6 +616,7 @@ def run_of(repo: Path, sub: mlperf.Submission, gpu: str) -> tuple[dict[str, Any]
     s = read_settings(repo, launch)
     lay = layout(s)
     precision = precision_overrides(s)
+    check_logged(repo, sub, s, lay, launch.config)
     seq = sequence(repo, sub, s)
     step, gbs, logs = measured(repo, sub, s, lay)
     dp, lost = data_parallel_overrides(s, lay)
@@ -427,9 +647,13 @@ def source_of(sub: mlperf.Submission, launch: Launch, step: float, logs: int, lo
         for p in launch.read[1:]
     )
     text = (
-        f"MLPerf Training {sub.version} {mlperf.SUBMITTER}/results/{sub.system}/{sub.benchmark} "
+        f"MLPerf Training {sub.version} {sub.submitter}/results/{sub.system}/{sub.benchmark} "
         f"({logs} logs, median step {step:.4g} s); launch {launch.config} with {read}"
     )
+    if launch.code != launch.folder:
+        text += f"; code (pretrain.py, conf/, Dockerfile) {launch.code}"
+    if launch.notes:
+        text += f"; {'; '.join(launch.notes)}"
     if launch.unpublished:
         text += f"; sourced but not published (its settings unknown, code defaults kept): {', '.join(launch.unpublished)}"
     if lost:
@@ -440,34 +664,67 @@ def source_of(sub: mlperf.Submission, launch: Launch, step: float, logs: int, lo
 # --- the sets ----------------------------------------------------------------------------------
 
 
+def every_submission(version: str, benchmark: str) -> list[mlperf.Submission]:
+    """Every submitter's submissions of the benchmark in the version, NVIDIA's first."""
+    order = sorted(mlperf.submitters(version), key=lambda s: (s != mlperf.SUBMITTER, s))
+    return [sub for s in order for sub in mlperf.submissions(version, benchmark, submitter=s)]
+
+
+def set_id_of(sub: mlperf.Submission, gpu: str) -> str:
+    owner = "" if sub.submitter == mlperf.SUBMITTER else f"{sub.submitter}/"
+    return f"mlperf/{sub.version}/{sub.benchmark}/{owner}{gpu}"
+
+
+def run_or_skip(repo: Path, sub: mlperf.Submission) -> tuple[dict[str, Any], list[str]]:
+    """The submission's run, or mlperf.Skip: another vendor's accelerator or one memtune does not know,
+    or a job memtune's check gate refuses."""
+    gpu = gpu_of(sub.accelerator)
+    if gpu is None and "NVIDIA" not in sub.accelerator:
+        raise mlperf.Skip("not an NVIDIA GPU (nor NVIDIA's code), not in memtune's GPU catalog")
+    if gpu is None:
+        raise mlperf.Skip("accelerator not in memtune's GPU catalog")
+    run, unpublished = run_of(repo, sub, gpu)
+    if refused := refusal(MODELS[sub.benchmark][0], run):
+        raise mlperf.Skip(f"memtune refuses the translated job: {refused}")
+    return run, unpublished
+
+
 def collect() -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """The sets, the submissions left out and the runs read with unpublished settings."""
     sets: dict[str, dict[str, Any]] = {}
-    skipped, unknown = [], []
+    skipped, unknown, seen = [], [], {}
     for version, benchmark in BENCHMARKS:
         repo = mlperf.git_dir(version)
-        for sub in mlperf.submissions(version, benchmark):
-            where = f"{version} {benchmark} {sub.system} ({sub.accelerator}, {sub.nodes}x{sub.gpus_per_node})"
-            gpu = gpu_of(sub.accelerator)
+        for sub in every_submission(version, benchmark):
+            where = (
+                f"{version} {benchmark} {sub.submitter} {sub.system} "
+                f"({sub.accelerator}, {sub.nodes}x{sub.gpus_per_node})"
+            )
             try:
-                if gpu is None:
-                    raise Skip("accelerator not in memtune's GPU catalog")
-                run, unpublished = run_of(repo, sub, gpu)
-            except Skip as why:
+                if first := mlperf.repeat_of(seen, repo, sub):
+                    raise mlperf.Skip(f"the same result logs as {first} (one measurement)")
+                run, unpublished = run_or_skip(repo, sub)
+            except mlperf.Skip as why:
                 skipped.append(f"{where}: {why}")
-                continue
-            if refused := refusal(MODELS[benchmark][0], run):
-                skipped.append(f"{where}: memtune refuses the translated job: {refused}")
                 continue
             if unpublished:
                 unknown.append(
                     f"{where}: sources {', '.join(unpublished)}, published nowhere; code defaults kept"
                 )
-            set_id = f"mlperf/{version}/{benchmark}/{gpu}"
-            sets.setdefault(set_id, new_set(set_id, version, benchmark, repo))["runs"].append(run)
+            set_id = set_id_of(sub, run["gpu"])
+            sets.setdefault(set_id, new_set(set_id, sub, repo))["runs"].append((run, sub.system))
     for entry in sets.values():
-        entry["runs"].sort(key=lambda r: r["gpus"])
+        entry["runs"] = distinct_labels(sorted(entry["runs"], key=lambda r: r[0]["gpus"]))
     return list(sets.values()), skipped, unknown
+
+
+def distinct_labels(runs: list[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
+    """The runs, a label two of them share followed by each one's system (Dell's two 2x8 B200)."""
+    labels = [run["label"] for run, _ in runs]
+    for run, system in runs:
+        if labels.count(run["label"]) > 1:
+            run["label"] += f" ({system})"
+    return [run for run, _ in runs]
 
 
 def refusal(model: str, run: dict[str, Any]) -> str | None:
@@ -480,13 +737,13 @@ def refusal(model: str, run: dict[str, Any]) -> str | None:
     return None
 
 
-def new_set(set_id: str, version: str, benchmark: str, repo: Path) -> dict[str, Any]:
-    commit = head(repo)
+def new_set(set_id: str, sub: mlperf.Submission, repo: Path) -> dict[str, Any]:
+    code = "" if sub.submitter == mlperf.SUBMITTER else " on NVIDIA's NeMo implementation"
     return {
         "id": set_id,
-        "source": f"mlcommons/training_results_{version} at {commit}, {mlperf.SUBMITTER}'s {benchmark} submissions "
-        "(logs, launch scripts, conf/custom.yaml, pretrain.py)",
-        "model": MODELS[benchmark][0],
+        "source": f"mlcommons/training_results_{sub.version} at {head(repo)}, {sub.submitter}'s {sub.benchmark} "
+        f"submissions{code} (logs, launch scripts, conf/custom.yaml, pretrain.py)",
+        "model": MODELS[sub.benchmark][0],
         "mode": "pretrain",
         "runs": [],
     }
@@ -503,8 +760,9 @@ def main() -> None:
     out = sys.argv[1]
     sets, skipped, unknown = collect()
     header = [
-        "# Generated by benchmarks/published/layouts/collect_mlperf_llama31.py from NVIDIA's MLPerf Training",
-        "# Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions (mlcommons/training_results_v5.x).",
+        "# Generated by benchmarks/published/layouts/collect_mlperf_llama31.py from the MLPerf Training",
+        "# Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions (mlcommons/training_results_v5.x):",
+        "# NVIDIA's, and its partners' on NVIDIA's NeMo implementation (sets mlperf/<version>/<benchmark>/<submitter>/<GPU>).",
         "# Every run below passes memtune's check gate (memtune.check.gate; nothing priced).",
         "# Submissions left out:",
         *(f"#   {line}" for line in skipped),

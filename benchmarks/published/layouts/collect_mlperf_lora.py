@@ -1,4 +1,5 @@
-"""Collect NVIDIA's MLPerf Training Llama 2 70B LoRA submissions (v4.0, v4.1, v5.0, v5.1).
+"""Collect the MLPerf Training Llama 2 70B LoRA submissions (v4.0, v4.1, v5.0, v5.1) that ran
+NVIDIA's NeMo code on NVIDIA GPUs: NVIDIA's, and its partners' (below).
 
 Source: the mirrored git directories of mlcommons/training_results_vX.Y (``mlperf.py`` reads
 them; nothing is executed). A submission is one system directory under
@@ -70,15 +71,48 @@ Gradient-accumulation fusion is not set: under LoRA the frozen base weights have
 gradient to fuse. v4.0's FP8 weights (``fp8_params`` with the non-distributed ``fused_adam``)
 are not set: memtune requires the distributed optimizer for ``fp8_param_gather`` (OPT005).
 
-Left out (listed in the output's header): accelerators outside memtune's GPU catalog (L40S,
-GB300), runs in NVFP4 (v5.1's 8-GPU GB200 run; memtune has no FP4 precision), and any run whose
-translation ``memtune check``'s gate refuses.
+Partners (every other submitter directory with ``llama2_70b_lora`` results, ``mlperf.submitters``):
+one set per version, submitter and GPU kind, ``mlperf/<version>/llama2_70b_lora/<submitter>/<GPU>``,
+translated by the same functions. A partner keeps its code its own way (``benchmark/`` or
+``benchmarks/``, a shared ``implementations/nemo`` or ``pytorch``, per-system directories); its
+launch config is, in this order of evidence:
+
+1. the one its logs name: ``:::DLPAL ... <DGXSYSTEM>``, where NVIDIA's ``config_common.sh`` sets
+   DGXSYSTEM to the sourcing script's name, so ``config_<DGXSYSTEM>.sh`` ran;
+2. where the logs name none, or one the submitter does not publish (renamed after the run: Dell,
+   Wiwynn), the one named after the system (every word of its name in the system's name or GPU);
+3. where the logs name none and none is named after the system, the only one of the submitter's
+   that fits;
+
+and it must fit: DGXNNODES and the GPUs per node (of its name's ``<nodes>x<gpus>x`` word, else
+DGXNGPU) are the system json's, and it agrees with the logs on the global batch (MINIBS x DP),
+the learning rate, the steps and the gradient accumulation. Several copies that fit and translate
+alike are one (one in a directory named after the system, or that the system's README points
+to, is cited); copies that translate differently leave the submission out. The code is the NeMo
+implementation beside the script (or above its ``configs/``), else the submitter's only one; one
+built on ROCm is not NVIDIA's; its Dockerfile gives the versions (none: memtune's defaults).
+The logs are read with srun's rank label (``0: :::MLLOG``) removed (``mlperf.read_log`` reads
+only lines that start with ``:::MLLOG``); otherwise the step is ``mlperf.measured_step``'s.
+A submission whose logs repeat one kept before (earliest version first, NVIDIA before partners),
+compared without the lines that name the system or publisher (``:::SYSJSON``, MLLOG
+``submission_*``), is left out.
+
+Left out (listed in the output's header, one line each): accelerators outside memtune's GPU
+catalog (L40S, GB300, B300, H200 NVL), accelerators not NVIDIA's (AMD, Intel Gaudi: not NVIDIA's
+NeMo code), runs in NVFP4 (memtune has no FP4 precision), submitters that publish no NeMo
+implementation (Juniper's DeepSpeed, launch scripts only), partners' runs whose launch config
+cannot be found as above or does not fit, repeated logs, logs absent from the mirror, result
+directories ``mlperf.submissions`` does not read, and any run whose translation memtune's check
+gate refuses (``memtune.check.gate``; nothing is priced).
 
     python benchmarks/published/layouts/collect_mlperf_lora.py OUT.yaml
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import math
 import re
 import subprocess
 import sys
@@ -87,6 +121,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from memtune.bench import plan as bench_plan
+from memtune.check import gate
+from memtune.config.changes import Change, with_changes
+from memtune.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlperf
@@ -98,11 +137,13 @@ NEMO_CONFIG = "conf/megatron_gpt_peft_tuning_config.yaml"
 # system json accelerator_model_name fragment -> memtune GPU catalog name (`memtune gpus`)
 GPUS = {
     "H100-SXM5-80GB": "H100-80GB",
+    "H100-SXM-80GB": "H100-80GB",  # Supermicro's v4.0 AS-8125GS-TNHR system json
+    "A100-SXM4-80GB": "A100-80GB",
     "H200-SXM5-141GB": "H200",
     "(B200-SXM-180GB)": "B200",
     "(GB200)": "GB200",
 }
-SHORT = {"H100-80GB": "H100", "H200": "H200", "B200": "B200", "GB200": "GB200"}
+SHORT = {"H100-80GB": "H100", "A100-80GB": "A100", "H200": "H200", "B200": "B200", "GB200": "GB200"}
 MODEL = "llama3-70b"
 COMMON = ["model.vocab_size=32000"]  # meta-llama/Llama-2-70b-hf config.json
 MEGATRON_GIT = mlperf.MIRRORS / "NVIDIA+Megatron-LM" / "repo"
@@ -137,6 +178,7 @@ class Code:
 
     directory: str
     config: str  # the launch script's file name
+    launch: str  # the launch script as the run's source names it
     sourced: tuple[str, ...]  # the scripts it sources, in order
     env: dict[str, str]  # the launch scripts' exports
     cfg: dict[str, Any]  # the NeMo config, resolved (dotted keys)
@@ -169,19 +211,23 @@ def launch_config(repo: Path, sub: mlperf.Submission) -> tuple[str, str]:
 
 
 _SOURCE = re.compile(r"^\s*source\s+\$\(dirname\s+\$\{BASH_SOURCE\[0\]\}\)/(\S+)\s*$")
+_OTHER_SOURCE = re.compile(r"^\s*(source|\.)\s+\S")
 
 
-def expanded(repo: Path, directory: str, name: str, sourced: list[str]) -> str:
-    """The launch script with every script it sources put in place of its ``source`` line
-    (``config_common.sh`` lies beside it or under ``configs/``)."""
-    text = mlperf.show(repo, f"{directory}/{name}") or mlperf.show(repo, f"{directory}/configs/{name}")
+def expanded(repo: Path, directories: tuple[str, ...], name: str, sourced: list[str]) -> str:
+    """The launch script with every script it sources put in place of its ``source`` line, each
+    looked up in ``directories`` in order (NVIDIA's ``config_common.sh`` lies beside the script or
+    under ``configs/``); a script sourced from anywhere else leaves the submission out."""
+    text = next((t for d in directories if (t := mlperf.show(repo, f"{d}/{name}"))), "")
     if not text:
-        raise LeftOut(f"{directory}/{name}: not in the repository")
+        raise LeftOut(f"{directories[0]}/{name}: not in the repository")
     lines = []
     for line in text.splitlines():
         if m := _SOURCE.match(line):
             sourced.append(m.group(1))
-            lines.append(expanded(repo, directory, m.group(1), sourced))
+            lines.append(expanded(repo, directories, m.group(1), sourced))
+        elif _OTHER_SOURCE.match(line):
+            raise LeftOut(f"{name} sources a script outside the repository ({line.strip()})")
         else:
             lines.append(line)
     return "\n".join(lines)
@@ -230,20 +276,229 @@ def nemo_config(text: str, env: dict[str, str]) -> dict[str, Any]:
 
 def code_of(repo: Path, sub: mlperf.Submission) -> Code:
     directory, config = launch_config(repo, sub)
+    return read_code(repo, directory, config, (directory, f"{directory}/configs"), f"{directory}/{config}")
+
+
+def read_code(repo: Path, directory: str, config: str, places: tuple[str, ...], launch: str) -> Code:
+    """The implementation in ``directory`` as the launch script ``config`` (looked up, with what
+    it sources, in ``places``) sets it."""
     sourced: list[str] = []
-    env = mlperf.exports(expanded(repo, directory, config, sourced))
+    env = mlperf.exports(expanded(repo, places, config, sourced))
     cfg = nemo_config(mlperf.show(repo, f"{directory}/{NEMO_CONFIG}"), env)
     if not cfg:
         raise LeftOut(f"{directory}/{NEMO_CONFIG}: not in the repository")
     return Code(
         directory,
         config,
+        launch,
         tuple(sourced),
         env,
         cfg,
         mlperf.show(repo, f"{directory}/train.py"),
         mlperf.show(repo, f"{directory}/custom_callbacks.py"),
     )
+
+
+# --- partners: which launch config a partner's run used -------------------------------------------
+
+# where partners keep this benchmark's code (ASUSTeK's v4.0 ft-llm, Fujitsu's v4.1 llama2_70b)
+PARTNER_TREE = re.compile(r"^[^/]+/benchmarks?/(llama2_70b_lora|llama2-70b_lora|ft-llm|llama2_70b)/")
+# copies of libraries and backups inside an implementation, never a launch config of the run
+VENDORED = frozenset(
+    {"NeMo", "Megatron-LM", "megatron", "TransformerEngine", "apex", "nccl", "3rdparty", "config.bak"}
+)
+_HELPER = re.compile(r"(^|_)common(_|\.)|mounts")
+_LAYOUT = re.compile(r"^\d+x\d+x\d+x")
+_DLPAL = re.compile(r"^:::DLPAL .* (\S+)\s*$", re.M)
+_RANK = re.compile(r"^\s*\d+: (?=:::MLLOG )", re.M)
+# log lines that name the system or its publisher, not the run
+_NAMING = re.compile(r':::SYSJSON|"key": "submission_')
+# a launch config: named by the logs, named after the system, or the only one that fits
+HOW = ("named by its logs", "named after the system", "the only one of the submitter's that fits")
+
+
+@functools.cache
+def log_text(repo: Path, path: str) -> str:
+    """A result log, the rank label srun's --label puts before partners' lines ("0: ") removed."""
+    return _RANK.sub("", mlperf.show(repo, path))
+
+
+@functools.cache
+def partner_files(repo: Path, submitter: str) -> tuple[str, ...]:
+    """The submitter's files of this benchmark's implementations, vendored libraries left out."""
+    paths = mlperf.listing(repo, submitter)
+    return tuple(p for p in paths if PARTNER_TREE.match(p) and not VENDORED & set(p.split("/")[:-1]))
+
+
+def launch_scripts(repo: Path, submitter: str) -> list[str]:
+    """Every ``config_*.sh`` launch script of the submitter (not the common ones they source)."""
+    names = (p for p in partner_files(repo, submitter) if re.search(r"/config_[^/]+\.sh$", p))
+    return [p for p in names if not _HELPER.search(p.rsplit("/", 1)[1])]
+
+
+def logged_config(repo: Path, sub: mlperf.Submission) -> str | None:
+    """The launch script the logs name (``:::DLPAL ... <DGXSYSTEM>``; ``config_common.sh`` sets
+    DGXSYSTEM to the sourcing script's name), where they name one."""
+    names = {m for path in sub.logs for m in _DLPAL.findall(log_text(repo, path))}
+    if len(names) > 1:
+        raise LeftOut(f"its logs name several launch configs ({', '.join(sorted(names))})")
+    return f"config_{names.pop()}.sh" if names else None
+
+
+def named_after(path: str, sub: mlperf.Submission) -> bool:
+    """The script's name is the system's: every word of it (the layout word left out) is in the
+    system's name or its GPU's, one at least in the system's."""
+    stem = path.rsplit("/", 1)[1].removeprefix("config_").removesuffix(".sh")
+    words = [w.lower() for w in stem.split("_") if len(w) > 1 and not _LAYOUT.match(w)]
+    system, gpu = sub.system.lower(), sub.accelerator.lower()
+    return bool(words) and all(w in system or w in gpu for w in words) and any(w in system for w in words)
+
+
+def beside_system(repo: Path, path: str, sub: mlperf.Submission) -> bool:
+    """The script lies in a directory named after the system (or the start of its name), or one
+    the system's own README (``implementations/<system>/README*``) points to (``../<dir>``)."""
+    folder = path.rsplit("/", 1)[0].removesuffix("/configs").rsplit("/", 1)[1]
+    norm = [re.sub(r"[^a-z0-9]", "", x.lower()) for x in (folder, sub.system)]
+    return (len(norm[0]) >= 6 and norm[1].startswith(norm[0])) or folder in linked_dirs(repo, sub)
+
+
+def linked_dirs(repo: Path, sub: mlperf.Submission) -> set[str]:
+    """The directories the system's own README points to (``../<dir>``)."""
+    readmes = [p for p in partner_files(repo, sub.submitter) if f"/implementations/{sub.system}/README" in p]
+    return {name for p in readmes for name in re.findall(r"\.\./([\w.-]+)", mlperf.show(repo, p))}
+
+
+def candidates(repo: Path, sub: mlperf.Submission) -> tuple[list[str], int, str]:
+    """The launch scripts that may be the run's, how they were found (an index of HOW) and what
+    the logs name where that is not published."""
+    scripts = launch_scripts(repo, sub.submitter)
+    logged = logged_config(repo, sub)
+    if found := [p for p in scripts if logged and p.endswith(f"/{logged}")]:
+        return found, 0, ""
+    missing = f"its logs name {logged}, which {sub.submitter} does not publish" if logged else ""
+    if found := [p for p in scripts if named_after(p, sub)]:
+        return found, 1, missing
+    if logged:
+        raise LeftOut(missing)
+    return scripts, 2, ""
+
+
+def nemo_dirs(repo: Path, submitter: str) -> list[str]:
+    """The submitter's implementations of NVIDIA's NeMo code: a NeMo config, not built on ROCm."""
+    files = partner_files(repo, submitter)
+    dirs = [p.removesuffix(f"/{NEMO_CONFIG}") for p in files if p.endswith(f"/{NEMO_CONFIG}")]
+    return sorted(d for d in dirs if not rocm(repo, d))
+
+
+def rocm(repo: Path, directory: str) -> bool:
+    """The implementation is built on AMD's ROCm (its Dockerfile, or its parent's)."""
+    parent = directory.rsplit("/", 1)[0]
+    return any("rocm" in mlperf.show(repo, f"{d}/Dockerfile").lower() for d in (directory, parent))
+
+
+def code_dir(repo: Path, sub: mlperf.Submission, script: str) -> str:
+    """The NeMo implementation a launch script drives: the one beside it (or above its
+    ``configs/``), else the submitter's only one."""
+    here = script.rsplit("/", 1)[0]
+    dirs = nemo_dirs(repo, sub.submitter)
+    if near := [d for d in (here, here.removesuffix("/configs")) if d in dirs]:
+        return near[0]
+    if len(dirs) == 1:
+        return dirs[0]
+    raise LeftOut(f"{script}: no NeMo implementation beside it, {len(dirs)} elsewhere")
+
+
+class Misfit(LeftOut):
+    """A launch config for other nodes or GPUs per node than the system's."""
+
+
+def scale_of(code: Code) -> tuple[int, int | None]:
+    """The nodes (DGXNNODES) and GPUs per node the launch config is for: those of its name's
+    layout word (``_<nodes>x<gpus>x...``), else DGXNGPU (Red Hat's config_common.sh says 6)."""
+    word = re.search(r"_\d+x(\d+)x\d+x", code.config)
+    gpus = word.group(1) if word else code.env.get("DGXNGPU")
+    return int(code.env.get("DGXNNODES", 0)), int(gpus) if gpus else None
+
+
+def partner_code(repo: Path, sub: mlperf.Submission, script: str) -> Code:
+    directory = code_dir(repo, sub, script)
+    here, name = script.rsplit("/", 1)
+    code = read_code(repo, directory, name, (here, directory, f"{directory}/configs"), script)
+    nodes, gpus = scale_of(code)
+    if nodes != sub.nodes or gpus not in (None, sub.gpus_per_node):
+        raise Misfit(
+            f"{name} is for {nodes}x{gpus or '?'} GPUs, the system has {sub.nodes}x{sub.gpus_per_node}"
+        )
+    return code
+
+
+def checked_logs(repo: Path, sub: mlperf.Submission, code: Code, shape: dict[str, Any], gbs: int) -> None:
+    """The launch config agrees with what the logs record: learning rate, steps and gradient
+    accumulation (GBS / (MBS x DP))."""
+    logged = mlperf.read_log(log_text(repo, sub.logs[0])).keys
+    dp = sub.nodes * sub.gpus_per_node // (shape["tp"] * shape["pp"] * shape["cp"])
+    expected = {
+        "opt_base_learning_rate": code.cfg.get("model.optim.lr", code.cfg.get("optim.lr")),
+        "opt_learning_rate_training_steps": code.cfg.get("trainer.max_steps"),
+        "gradient_accumulation_steps": gbs // (shape["mbs"] * dp),
+    }
+    for key, value in expected.items():
+        if not (isinstance(logged.get(key), (int, float)) and math.isclose(logged[key], value or 0)):
+            raise LeftOut(f"{code.config} sets {key} {value}, the logs {logged.get(key)}")
+
+
+def fitting(
+    repo: Path, sub: mlperf.Submission, gpu: str, scripts: list[str]
+) -> tuple[list, list[str], list[str]]:
+    """The scripts' runs that fit the submission as (in a directory named after the system, run,
+    notes, script), and why the others do not (for other nodes or GPUs; otherwise)."""
+    fits, misfits, why = [], [], []
+    for script in sorted(scripts, key=lambda p: not beside_system(repo, p, sub)):
+        found: list[str] = []
+        try:
+            fits.append(
+                (beside_system(repo, script, sub), run_of(repo, sub, gpu, found, script), found, script)
+            )
+        except Misfit as reason:
+            misfits.append(str(reason))
+        except LeftOut as reason:
+            why.append(str(reason))
+    return fits, misfits, why
+
+
+def unfit(sub: mlperf.Submission, how: int, misfits: list[str], why: list[str]) -> str:
+    """Why no launch config fits: what failed, or that none is for the system's scale."""
+    if why or how < 2:
+        return "; ".join((why + misfits)[:3])
+    return (
+        f"none of {sub.submitter}'s {len(misfits)} launch configs is for {sub.nodes}x{sub.gpus_per_node} GPUs"
+    )
+
+
+def partner_run(repo: Path, sub: mlperf.Submission, gpu: str, notes: list[str]) -> dict[str, Any]:
+    """The run of a partner's submission, from the one launch config (or several that translate
+    alike) that fits it: the best found (HOW; in a directory named after the system first)."""
+    if not nemo_dirs(repo, sub.submitter):
+        raise LeftOut(
+            f"{sub.submitter} publishes no NVIDIA NeMo implementation of {BENCHMARK} ({NEMO_CONFIG})"
+        )
+    scripts, how, missing = candidates(repo, sub)
+    fits, misfits, why = fitting(repo, sub, gpu, scripts)
+    best = [fit[1:] for fit in fits if fit[0]] or [fit[1:] for fit in fits]
+    if not best:
+        raise LeftOut(unfit(sub, how, misfits, why) or "no launch config")
+    if len({(tuple(run["overrides"]), run["gbs"]) for run, *_ in best}) > 1:
+        names = ", ".join(script.rsplit("/", 1)[1] for *_, script in best)
+        raise LeftOut(
+            f"ambiguous: {names} fit it and translate differently" + (f" ({why[0]})" if why else "")
+        )
+    run, found, _ = best[0]
+    if how:
+        found.append(
+            f"{who(sub)}: launch config: {HOW[how]} ({missing or 'its logs name none'}; it agrees with the logs)"
+        )
+    notes.extend(found)
+    return run
 
 
 # --- software versions ---------------------------------------------------------------------------
@@ -255,6 +510,12 @@ def dockerfile(repo: Path, sub: mlperf.Submission, code: Code) -> tuple[str, str
     own = mlperf.show(repo, f"{code.directory}/Dockerfile")
     if own:
         return own, f"{code.directory}/Dockerfile"
+    if sub.submitter != mlperf.SUBMITTER:
+        # a partner's own other Dockerfile (Dell's v5.0 Dockerfile.x86_64), else none
+        named = [
+            p for p in partner_files(repo, sub.submitter) if p.startswith(f"{code.directory}/Dockerfile")
+        ]
+        return (mlperf.show(repo, named[0]), named[0]) if named else ("", "")
     for other in mlperf.submissions(sub.version, BENCHMARK):
         path = f"{other.implementation}/Dockerfile"
         if text := mlperf.show(repo, path):
@@ -477,12 +738,12 @@ def checked_batch(sub: mlperf.Submission, code: Code, shape: dict[str, Any], gbs
     gpus = sub.nodes * sub.gpus_per_node
     expected = int(code.env.get("MINIBS", 1)) * (gpus // (shape["tp"] * shape["pp"])) // shape["cp"]
     if expected != gbs:
-        raise LeftOut(f"{sub.system}: the logs' global batch {gbs} is not MINIBS x DP = {expected}")
+        raise LeftOut(f"{code.config}: the logs' global batch {gbs} is not MINIBS x DP = {expected}")
 
 
 def notes_of(sub: mlperf.Submission, code: Code, docker: str) -> list[str]:
     """What a reader of the run should know of its translation."""
-    where, found = f"{sub.version} {sub.system}", []
+    where, found = who(sub), []
     if fp8_weights(code) and not distributed_optimizer(code):
         found.append(
             f"{where}: FP8 weights (fp8_params) with the non-distributed {code.cfg.get('model.optim.name')}; "
@@ -490,21 +751,28 @@ def notes_of(sub: mlperf.Submission, code: Code, docker: str) -> list[str]:
         )
     if docker and not docker.startswith(f"{code.directory}/"):
         found.append(f"{where}: ships no Dockerfile; software versions from {docker}")
+    if not docker:
+        found.append(f"{where}: ships no Dockerfile; software versions left at memtune's defaults")
     return found
 
 
-def run_of(repo: Path, sub: mlperf.Submission, gpu: str, notes: list[str]) -> dict[str, Any]:
-    code = code_of(repo, sub)
+def run_of(
+    repo: Path, sub: mlperf.Submission, gpu: str, notes: list[str], script: str | None = None
+) -> dict[str, Any]:
+    """The run of a submission: NVIDIA's from the launch config its README names, a partner's
+    from ``script``."""
+    code = code_of(repo, sub) if script is None else partner_code(repo, sub, script)
     measured = mlperf.measured_step(repo, sub)
     if measured is None:
-        raise LeftOut(f"{sub.system}: no step time in its logs")
+        raise LeftOut("no step time in its logs")
     step, gbs, logs = measured
     shape = layout(code)
     checked_batch(sub, code, shape, gbs)
+    checked_logs(repo, sub, code, shape, gbs)
     text, docker = dockerfile(repo, sub, code)
     notes.extend(notes_of(sub, code, docker))
     gpus = sub.nodes * sub.gpus_per_node
-    return {
+    run = {
         "label": f"Llama 2 70B LoRA {sub.nodes}x{sub.gpus_per_node} {SHORT[gpu]} TP{shape['tp']} "
         f"PP{shape['pp']} CP{shape['cp']} MBS{shape['mbs']} GBS{gbs}",
         "gpus": gpus,
@@ -513,13 +781,33 @@ def run_of(repo: Path, sub: mlperf.Submission, gpu: str, notes: list[str]) -> di
         "seq": shape["seq"],
         "gbs": gbs,
         "mode": "lora",
-        "source": f"mlcommons/training_results_{sub.version} {mlperf.SUBMITTER}/results/{sub.system}/"
-        f"{BENCHMARK}/result_*.txt ({logs} logs, median step {step:.4f} s); launch config "
-        f"{code.directory}/{code.config} (sourcing {', '.join(code.sourced)}); {code.directory}/{NEMO_CONFIG}"
-        + (f"; versions from {docker}" if docker else ""),
+        "source": source_of(sub, code, f"({logs} logs, median step {step:.4f} s)", docker),
         "overrides": overrides(code, shape, software(text)),
         "measured": {"tokens_per_s_per_gpu": round(gbs * shape["seq"] / (step * gpus), 1)},
     }
+    gated(run)
+    return run
+
+
+def source_of(sub: mlperf.Submission, code: Code, step: str, docker: str) -> str:
+    """Where the run's numbers and settings come from: its logs, launch config and code."""
+    sourcing = f" (sourcing {', '.join(code.sourced)})" if code.sourced else ""
+    return (
+        f"mlcommons/training_results_{sub.version} {sub.submitter}/results/{sub.system}/{BENCHMARK}/"
+        f"result_*.txt {step}; launch config {code.launch}{sourcing}; {code.directory}/{NEMO_CONFIG}"
+        + (f"; versions from {docker}" if docker else "")
+    )
+
+
+def gated(run: dict[str, Any]) -> None:
+    """The run's job passes memtune's check gate (built as ``memtune bench plan`` builds it;
+    nothing is priced)."""
+    fields = {"model": MODEL, **{k: run[k] for k in bench_plan.RUN_FIELDS if k in run}}
+    changes = [Change.parse(text) for text in COMMON + run["overrides"]]
+    try:
+        gate(with_changes(bench_plan._base(fields), changes))
+    except InputError as exc:
+        raise LeftOut(f"memtune's check gate refuses it: {exc.problems[0]}") from exc
 
 
 def commit(repo: Path) -> str:
@@ -529,37 +817,103 @@ def commit(repo: Path) -> str:
     return done.stdout.strip()
 
 
+def who(sub: mlperf.Submission) -> str:
+    """How the output names a submission: NVIDIA's by its system, a partner's with the submitter."""
+    system = sub.system if sub.submitter == mlperf.SUBMITTER else f"{sub.submitter}/{sub.system}"
+    return f"{sub.version} {system}"
+
+
+def gpu_or_out(sub: mlperf.Submission) -> str:
+    """The submission's memtune GPU, or why it has none."""
+    if "NVIDIA" not in sub.accelerator:
+        raise LeftOut(
+            f"{sub.accelerator} is not an NVIDIA GPU (the code is not NVIDIA's NeMo implementation)"
+        )
+    if (gpu := gpu_of(sub)) is None:
+        raise LeftOut(f"{sub.accelerator} is not in memtune's GPU catalog")
+    return gpu
+
+
+def fingerprint(repo: Path, sub: mlperf.Submission) -> str:
+    """The submission's logs as one digest, without the lines that name the system or publisher
+    (``:::SYSJSON``, also echoed by bash, and the ``submission_*`` MLLOG keys: Dell's v4.1 -POWER
+    system repeats its 8-node run with only ``submission_platform`` changed)."""
+    texts = [mlperf.show(repo, path) for path in sub.logs]
+    if not all(texts):
+        raise LeftOut("its result logs are listed in the repository but their content is not in the mirror")
+    kept = ("\n".join(x for x in t.splitlines() if not _NAMING.search(x)) for t in texts)
+    return hashlib.sha256("\0".join(sorted(kept)).encode()).hexdigest()
+
+
+def submission_run(
+    repo: Path, sub: mlperf.Submission, seen: dict[str, str], notes: list[str]
+) -> dict[str, Any]:
+    """The submission's run, unless it repeats the logs of one kept before (``seen``)."""
+    gpu = gpu_or_out(sub)
+    digest = fingerprint(repo, sub)
+    if digest in seen:
+        raise LeftOut(f"its logs repeat those of {seen[digest]}")
+    run = (
+        run_of(repo, sub, gpu, notes)
+        if sub.submitter == mlperf.SUBMITTER
+        else partner_run(repo, sub, gpu, notes)
+    )
+    seen[digest] = who(sub)
+    return run
+
+
+def unread(repo: Path, version: str, submitter: str, subs: list[mlperf.Submission]) -> list[str]:
+    """The submitter's result directories of this benchmark that ``mlperf.submissions`` does not
+    return (logs not named result_<i>.txt, or no system json)."""
+    systems = {p.split("/")[2] for p in mlperf.listing(repo, f"{submitter}/results") if f"/{BENCHMARK}/" in p}
+    found = []
+    for system in sorted(systems - {sub.system for sub in subs}):
+        json = mlperf.show(repo, f"{submitter}/systems/{system}.json")
+        why = "its logs are not named result_<i>.txt" if json else "it has no system json"
+        found.append(f"{version} {submitter}/{system}: {why} (mlperf.submissions does not read it)")
+    return found
+
+
+def submitters(version: str) -> list[str]:
+    """NVIDIA, then the partners, in the order of their directories."""
+    return [mlperf.SUBMITTER] + [s for s in mlperf.submitters(version) if s != mlperf.SUBMITTER]
+
+
 def collect() -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
     """The sets, what was left out (with why), notes on the translation, and the repositories read."""
-    sets: dict[tuple[str, str], dict[str, Any]] = {}
+    sets: dict[tuple[str, str, str], dict[str, Any]] = {}
     left_out: list[str] = []
     notes: list[str] = []
     read: list[str] = []
+    seen: dict[str, str] = {}
     for version in VERSIONS:
         repo = mlperf.git_dir(version)
         read.append(f"mlcommons/training_results_{version} at {commit(repo)}")
-        for sub in mlperf.submissions(version, BENCHMARK):
-            gpu = gpu_of(sub)
-            if gpu is None:
-                left_out.append(f"{version} {sub.system}: {sub.accelerator} is not in memtune's GPU catalog")
-                continue
-            try:
-                run = run_of(repo, sub, gpu, notes)
-            except LeftOut as why:
-                left_out.append(f"{version} {sub.system}: {why}")
-                continue
-            entry = sets.setdefault((version, gpu), new_set(version, gpu, repo, sub.gpus_per_node))
-            entry["runs"].append(run)
+        for submitter in submitters(version):
+            subs = mlperf.submissions(version, BENCHMARK, submitter=submitter)
+            left_out.extend(unread(repo, version, submitter, subs))
+            for sub in subs:
+                try:
+                    run = submission_run(repo, sub, seen, notes)
+                except LeftOut as why:
+                    left_out.append(f"{who(sub)}: {why}")
+                    continue
+                key = (version, submitter, run["gpu"])
+                sets.setdefault(key, new_set(version, submitter, run["gpu"], repo, sub.gpus_per_node))[
+                    "runs"
+                ].append(run)
     for entry in sets.values():
         entry["runs"].sort(key=lambda r: r["gpus"])
     return list(sets.values()), left_out, notes, read
 
 
-def new_set(version: str, gpu: str, repo: Path, gpus_per_node: int) -> dict[str, Any]:
+def new_set(version: str, submitter: str, gpu: str, repo: Path, gpus_per_node: int) -> dict[str, Any]:
+    nvidia = submitter == mlperf.SUBMITTER
+    code = "NeMo" if nvidia else "NVIDIA's NeMo implementation"
     return {
-        "id": f"mlperf/{version}/{BENCHMARK}/{gpu}",
-        "source": f"mlcommons/training_results_{version} at {commit(repo)}: NVIDIA's closed-division "
-        f"{BENCHMARK} submissions on {gpu} (NeMo, FP8, GovReport packed to 8,192 tokens)",
+        "id": f"mlperf/{version}/{BENCHMARK}/" + (gpu if nvidia else f"{submitter}/{gpu}"),
+        "source": f"mlcommons/training_results_{version} at {commit(repo)}: {submitter}'s closed-division "
+        f"{BENCHMARK} submissions on {gpu} ({code}, FP8, GovReport packed to 8,192 tokens)",
         "model": MODEL,
         "gpu": gpu,
         "gpus_per_node": gpus_per_node,

@@ -112,10 +112,18 @@ class ResultLog:
         return statistics.median(steady) if len(steady) >= 2 else None
 
 
+# srun --label's prefix on partners' logs (`` 0: :::MLLOG ...``): rank 0's lines are read
+_RANK_LABEL = re.compile(r"^\s*(\d+): (?=:::MLLOG )")
+
+
 def read_log(text: str) -> ResultLog:
     log = ResultLog(None)
     opened: float | None = None
     for line in text.splitlines():
+        if m := _RANK_LABEL.match(line):
+            if m.group(1) != "0":
+                continue
+            line = line[m.end() :]
         if not line.startswith(":::MLLOG "):
             continue
         try:
@@ -227,3 +235,39 @@ def measured_step(repo: Path, sub: Submission) -> tuple[float, int, int] | None:
     if not medians or len(batches) != 1:
         return None
     return statistics.median(medians), batches.pop(), len(medians)
+
+
+class Skip(Exception):
+    """A submission left out, with the reason."""
+
+
+def blob(repo: Path, path: str) -> str:
+    """The git object id of one file of HEAD ('' where it is not there)."""
+    done = subprocess.run(
+        ["git", f"--git-dir={repo}", "rev-parse", f"HEAD:{path}"], capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+_LAUNCHER = re.compile(r"^:::DLPAL .* (\S+)$", re.M)  # run.sub's line: ... <DGXSYSTEM>
+
+
+def logged_script(repo: Path, sub: Submission) -> str | None:
+    """The launch script the logs name (run.sub's ``:::DLPAL`` line ends with DGXSYSTEM, the
+    script's name without ``config_`` and ``.sh``), None where they name none."""
+    names = {m for path in sub.logs for m in _LAUNCHER.findall(show(repo, path))}
+    if len(names) > 1:
+        raise Skip(f"its logs name different launch scripts: {', '.join(sorted(names))}")
+    return f"config_{names.pop()}.sh" if names else None
+
+
+def log_body(repo: Path, path: str) -> str:
+    """A log without its ``:::SYSJSON`` lines (a republished result differs only there)."""
+    return "\n".join(line for line in show(repo, path).splitlines() if not line.startswith(":::SYSJSON"))
+
+
+def repeat_of(seen: dict[frozenset[str], str], repo: Path, sub: Submission) -> str | None:
+    """The submission whose logs this one's repeat (seen before it), None where they are new."""
+    name = f"{sub.version} {sub.submitter} {sub.system}"
+    first = seen.setdefault(frozenset(log_body(repo, p) for p in sub.logs), name)
+    return None if first == name else first
