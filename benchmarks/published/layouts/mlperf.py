@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 MIRRORS = Path("/work/.mirror")
 VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1", "v5.0", "v5.1")
 SUBMITTER = "NVIDIA"
@@ -271,3 +273,16 @@ def repeat_of(seen: dict[frozenset[str], str], repo: Path, sub: Submission) -> s
     name = f"{sub.version} {sub.submitter} {sub.system}"
     first = seen.setdefault(frozenset(log_body(repo, p) for p in sub.logs), name)
     return None if first == name else first
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def write_sets(out: str, header: list[str], sets: list[dict[str, Any]]) -> None:
+    """A collector's output: its header as comment lines, then the sets (a model shared by
+    several sets written out in each, not as a YAML alias)."""
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("".join(f"# {line}\n" for line in header))
+        yaml.dump({"sets": sets}, f, Dumper=_NoAliases, sort_keys=False, width=120)
