@@ -767,6 +767,18 @@ class Derived:
             return "attn" in scope
         return ("moe" if is_moe else "mlp") in scope
 
+    def layer_graph_replays(self, is_moe: bool) -> int:
+        """How many CUDA graphs a layer's pass replays where graphs cover all of it (one for a
+        whole-layer graph, one per part under a scope naming both), else 0: not graphed, graphed
+        in part, or inside a full-iteration graph, which replays once a step."""
+        if not self.cuda_graphs or self.whole_step_graphed:
+            return 0
+        scope = self.model.cuda_graph_scope or []
+        if not scope or "full" in scope:
+            return 1
+        parts = ("attention", "mlp")
+        return len(parts) if all(self.graphed(part, is_moe) for part in parts) else 0
+
     # --- software and environment ------------------------------------------------------
     @cached_property
     def torch_version(self) -> Version:

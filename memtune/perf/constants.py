@@ -168,6 +168,17 @@ SEQUENTIAL_EXPERT_BWD_S = 0.05e-3
 # dispatcher's tune run without other unpriced costs leaves nothing (0); DeepEP's and HybridEP's
 # fused kernels are unmeasured (0).
 MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 0.0}
+# A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
+# without a scope) costs the host one replay a pass, not its modules' Python and launches:
+# an autograd function copies the inputs into the graph's static buffers and replays the forward
+# graph; its backward replays the backward graph and hands the parameters' gradients back to
+# autograd (megatron-core 0.19.2 transformer/cuda_graphs.py ``_CudagraphReplayNode``; Transformer
+# Engine's ``make_graphed_callables``). Measured on an H100 with torch's make_graphed_callables
+# on Megatron-Core 0.19.2 local-spec layers (benchmarks/gpu/graph_replay_host.py, results in
+# benchmarks/gpu/results/graph-replay-host/; median of three processes; the same layers eager:
+# 1.07 ms forward, 1.20 ms backward). A component measurement, every run read.
+GRAPH_REPLAY_HOST_FWD_S = 71e-6
+GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6

@@ -189,9 +189,18 @@ class ShapePricer:
         if d.whole_step_graphed:
             self.unmeasured.add("full-iteration CUDA graph: no host work per pass (read from Megatron-Core)")
         elif d.cuda_graphs:
-            self.unmeasured.add(
-                "CUDA graphs: the graphed parts' collectives launch nothing; their host work kept"
-            )
+            self._note_layer_graphs()
+
+    def _note_layer_graphs(self) -> None:
+        d = self.d
+        self.unmeasured.add("CUDA graphs: the graphed parts' collectives launch nothing")
+        for is_moe in set(d.moe_layer_pattern):
+            if d.layer_graph_replays(is_moe):
+                self.unmeasured.add(
+                    "per-layer CUDA graphs: a replay's host work as torch's graphed callables take"
+                )
+            elif d.graphed("attention", is_moe) or d.graphed("mlp", is_moe):
+                self.unmeasured.add("a layer graphed in part keeps its host work")
 
     # --- kernels -------------------------------------------------------------------------
 
@@ -437,6 +446,10 @@ class ShapePricer:
             local = (m.num_moe_experts or 1) / d.ep
             host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
             host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
+        if replays := d.layer_graph_replays(is_moe):
+            # CUDA graphs cover the whole layer: the host only replays them (a full-iteration
+            # graph leaves no host work per pass at all, perf/step.py)
+            host_fwd, host_bwd = replays * K.GRAPH_REPLAY_HOST_FWD_S, replays * K.GRAPH_REPLAY_HOST_BWD_S
         return LayerPrice(
             fwd=fwd * self.kernel_factor + cp_fwd,
             bwd=bwd * self.kernel_factor + 2 * cp_fwd,

@@ -666,3 +666,39 @@ def test_a_full_iteration_graph_leaves_the_host_nothing_per_pass() -> None:
     assert (graphed.forward_host_s, graphed.backward_host_s) == (0.0, 0.0)
     # the kernels are the same
     assert (graphed.forward_s, graphed.backward_s) == pytest.approx((eager.forward_s, eager.backward_s))
+
+
+def test_a_layer_graph_leaves_the_host_one_replay_per_pass() -> None:
+    # A whole-layer graph (local or Transformer Engine, no scope) costs the host one replay per
+    # pass, measured (GRAPH_REPLAY_HOST_*_S); a scope naming both sides of a dense layer, two;
+    # a layer graphed on one side keeps the eager host work (its split is not measured).
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    def layer(*overrides: str):  # type: ignore[no-untyped-def]
+        d = job("model.tensor_model_parallel_size=1", *overrides)
+        return ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(False)
+
+    floor = K.MEGATRON_LM_LOOP
+    eager = layer()
+    assert (eager.host_fwd, eager.host_bwd) == pytest.approx(
+        (floor.layer_fwd_s, floor.backward_factor * floor.layer_fwd_s)
+    )
+    for impl in ("local", "transformer_engine"):
+        whole = layer(f"model.cuda_graph_impl={impl}")
+        assert (whole.host_fwd, whole.host_bwd) == (71e-6, 257e-6)
+        assert (whole.fwd, whole.bwd) == pytest.approx((eager.fwd, eager.bwd))  # the same kernels
+    sides = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,mlp]")
+    assert (sides.host_fwd, sides.host_bwd) == pytest.approx((2 * 71e-6, 2 * 257e-6))
+    one_side = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]")
+    assert (one_side.host_fwd, one_side.host_bwd) == (eager.host_fwd, eager.host_bwd)
+    said = predict_step(job("model.tensor_model_parallel_size=1", "model.cuda_graph_impl=local"))
+    assert "per-layer CUDA graphs: a replay's host work as torch's graphed callables take" in said.unmeasured
+    partly = predict_step(
+        job(
+            "model.tensor_model_parallel_size=1",
+            "model.cuda_graph_impl=transformer_engine",
+            "model.cuda_graph_scope=[attn]",
+        )
+    )
+    assert "a layer graphed in part keeps its host work" in partly.unmeasured
