@@ -3,6 +3,7 @@ measured comparisons of layouts (``--accuracy``)."""
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import statistics
@@ -227,21 +228,57 @@ def score_set(entry: dict[str, Any]) -> GroupScore:
             # publisher's own FLOP convention (MoE, GQA and causal-attention counts differ by source).
             predicted_tflops = pred.tokens_per_s_per_gpu * published_tflops / published_tokens
         predicted = predicted_tflops if metric == "model_tflops_per_gpu" else getattr(pred, metric)
+        configuration = json.dumps([{k: run.get(k) for k in RUN_FIELDS}, run["overrides"]], sort_keys=True)
         scores.append(
-            RunScore(
-                entry["id"],
-                split_of(entry["id"]),
-                run["label"],
-                metric,
-                measured,
-                predicted,
-                published_tflops,
-                predicted_tflops,
-                families=families_of(checked.derived),
+            (
+                configuration,
+                RunScore(
+                    entry["id"],
+                    split_of(entry["id"]),
+                    run["label"],
+                    metric,
+                    measured,
+                    predicted,
+                    published_tflops,
+                    predicted_tflops,
+                    families=families_of(checked.derived),
+                ),
             )
         )
-    relative_to_best(scores)
-    return GroupScore(entry["id"], split_of(entry["id"]), entry.get("source", ""), scores, unscored)
+    runs = one_per_configuration(scores)
+    relative_to_best(runs)
+    return GroupScore(entry["id"], split_of(entry["id"]), entry.get("source", ""), runs, unscored)
+
+
+def one_per_configuration(scores: list[tuple[str, RunScore]]) -> list[RunScore]:
+    """The runs of a set, those of one stated configuration (the same run fields and overrides:
+    one benchmark run again, on another server of the same kind) as one run at their median
+    measured throughput: no configuration of the job orders them, so they are no comparison of
+    layouts, and each repeat would weigh in the medians again."""
+    alike: dict[str, list[RunScore]] = {}
+    for configuration, score in scores:
+        alike.setdefault(configuration, []).append(score)
+    runs = []
+    for group in alike.values():
+        first = group[0]
+        if len(group) == 1:
+            runs.append(first)
+            continue
+        tflops = [r.measured_tflops for r in group if r.measured_tflops is not None]
+        runs.append(
+            RunScore(
+                first.set_id,
+                first.split,
+                f"{first.label} ({len(group)} runs)",
+                first.metric,
+                statistics.median(r.measured for r in group),
+                first.predicted,
+                statistics.median(tflops) if tflops else None,
+                first.predicted_tflops,
+                families=first.families,
+            )
+        )
+    return runs
 
 
 def relative_to_best(scores: list[RunScore]) -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memtune.bench.plan import GroupScore, RunScore, accuracy, split_of, summarize
+from memtune.bench.plan import GroupScore, RunScore, accuracy, one_per_configuration, split_of, summarize
 from memtune.bench.render import plan_accuracy_json
 
 
@@ -41,6 +41,26 @@ def test_summary_weights_tau_by_pairs_and_pools_errors() -> None:
     # Pooled |relative errors|: 0.20, 0.25 and g2's run0: measured 0.5, predicted 2.0 (+300%).
     assert s.median_relative_error == pytest.approx(0.25)
     assert s.runs == 5
+
+
+def test_runs_of_one_configuration_count_once_at_their_median() -> None:
+    # Three servers ran configuration A (measured 90, 100, 96), one ran B: two runs remain, A at
+    # the median measured 96 (and published TFLOP/s 300), its prediction kept; B as it was.
+    def run(label: str, measured: float, tflops: float) -> RunScore:
+        return RunScore("s", "tune", label, "tokens_per_s_per_gpu", measured, 80.0, tflops, 250.0)
+
+    runs = one_per_configuration(
+        [
+            ("A", run("a1", 90, 280)),
+            ("B", run("b", 70, 200)),
+            ("A", run("a2", 100, 320)),
+            ("A", run("a3", 96, 300)),
+        ]
+    )
+    assert [(r.label, r.measured, r.predicted, r.measured_tflops) for r in runs] == [
+        ("a1 (3 runs)", 96, 80.0, 300),
+        ("b", 70, 80.0, 200),
+    ]
 
 
 def test_split_filter_never_scores_the_other_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
