@@ -192,12 +192,13 @@ class ShapePricer:
             self._note_layer_graphs()
 
     def _note_layer_graphs(self) -> None:
+        """What the prediction assumes of graphs captured per layer (not the whole step)."""
         d = self.d
         self.unmeasured.add("CUDA graphs: the graphed parts' collectives launch nothing")
         for is_moe in set(d.moe_layer_pattern):
             if d.layer_graph_replays(is_moe):
                 self.unmeasured.add(
-                    "per-layer CUDA graphs: a replay's host work as torch's graphed callables take"
+                    "per-layer CUDA graphs: a replay's host work measured through torch's graphed callables"
                 )
             elif d.graphed("attention", is_moe) or d.graphed("mlp", is_moe):
                 self.unmeasured.add("a layer graphed in part keeps its host work")

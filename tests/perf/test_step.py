@@ -693,7 +693,10 @@ def test_a_layer_graph_leaves_the_host_one_replay_per_pass() -> None:
     one_side = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]")
     assert (one_side.host_fwd, one_side.host_bwd) == (eager.host_fwd, eager.host_bwd)
     said = predict_step(job("model.tensor_model_parallel_size=1", "model.cuda_graph_impl=local"))
-    assert "per-layer CUDA graphs: a replay's host work as torch's graphed callables take" in said.unmeasured
+    assert (
+        "per-layer CUDA graphs: a replay's host work measured through torch's graphed callables"
+        in said.unmeasured
+    )
     partly = predict_step(
         job(
             "model.tensor_model_parallel_size=1",
