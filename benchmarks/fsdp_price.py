@@ -78,7 +78,7 @@ def row(model: str, gpus: int, tp: int) -> str:
     gpu = "H100-80GB"
     weight = gather_bytes_per_param(d) * params
     moved = 2 * weight + 2 * params  # two gathers and one bf16 reduce-scatter, as full tensors
-    work = chunk_work(d, d.network, gpu, held.dense + held.replicated, held.expert, layers, False)
+    work = chunk_work(d, d.network, gpu, held.dense + held.replicated, held.expert, layers, None)
     layer_gather = collective(Op.ALL_GATHER, weight / layers, dense, d.network, gpu)
     fsdp, dist = predict_step(d), predict_step(job(model, gpus, tp, DIST_OPT))
     sim = fsdp.simulated

@@ -88,17 +88,23 @@ def chunk_work(
     dense_params: float,
     expert_params: float,
     units: int,
-    frozen: bool,
+    adapters: tuple[float, float] | None,
 ) -> DataParallelWork:
     """The data-parallel collectives of a chunk whose rank holds ``dense_params`` and
-    ``expert_params`` (before data-parallel sharding) in ``units`` FSDP units (its layers)."""
+    ``expert_params`` (before data-parallel sharding) in ``units`` FSDP units (its layers).
+    Under LoRA, ``adapters`` are the (dense, routed-expert) adapter parameters: the frozen base
+    has no gradient and DDP's buffers hold the adapters alone, so they are what is reduced and,
+    under a sharded optimizer, gathered back (in the weights' dtype: FP8 covers the base)."""
     dense, experts = groups(d)
-    weight = gather_bytes_per_param(d)
     grad = DTYPE_BYTES[d.grad_dtype]
-    trainable_dense = 0.0 if frozen else dense_params
-    trainable_experts = 0.0 if frozen else expert_params
+    if adapters is None:
+        trainable_dense, trainable_experts = dense_params, expert_params
+        updated_weight = weight = gather_bytes_per_param(d)
+    else:
+        trainable_dense, trainable_experts = adapters
+        weight, updated_weight = gather_bytes_per_param(d), float(DTYPE_BYTES[d.param_dtype])
     bucket = d.ddp_bucket_size(d.dp * d.cp)  # None: one bucket per buffer
-    buckets = max(1, math.ceil((dense_params + expert_params) / bucket)) if bucket else 1
+    buckets = max(1, math.ceil((trainable_dense + trainable_experts) / bucket)) if bucket else 1
 
     def each(op: Op, bytes_dense: float, bytes_experts: float, pieces: int) -> float:
         """``pieces`` collectives (units or buckets) of an equal share of the bytes each."""
@@ -121,5 +127,7 @@ def chunk_work(
         op = Op.REDUCE_SCATTER if sharded else Op.ALL_REDUCE
         grad_reduce = each(op, grad * trainable_dense, grad * trainable_experts, buckets)
     if sharded and strategy != FSDP_PER_MICROBATCH_GATHER:
-        param_gather = each(Op.ALL_GATHER, weight * trainable_dense, weight * trainable_experts, buckets)
+        param_gather = each(
+            Op.ALL_GATHER, updated_weight * trainable_dense, updated_weight * trainable_experts, buckets
+        )
     return DataParallelWork(forward, backward, first, grad_reduce, param_gather, buckets)

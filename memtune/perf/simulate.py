@@ -635,7 +635,10 @@ class _Iteration:
             stage_compute_s=tuple(self.compute),
             stage_optimizer_s=tuple(stage.optimizer_s for stage in self.stages),
             stage_exposed_comm_s=tuple(self.exposed),
-            stage_idle_s=tuple(step_s - c - e for c, e in zip(self.compute, self.exposed, strict=True)),
+            # a stage that finishes last waits for nothing: its sums differ from step_s by rounding
+            stage_idle_s=tuple(
+                max(0.0, step_s - c - e) for c, e in zip(self.compute, self.exposed, strict=True)
+            ),
             events=tuple(self.events),
             placed=self.placed,
         )

@@ -367,7 +367,8 @@ class StepPricer:
         # a piece of the pass like any other (_pass): where the pass makes the host wait, the
         # host's side meets the GPU's at it
         backward_host = passes.backward_host_s + (added if passes.backward_syncs else 0.0)
-        dp = chunk_work(d, d.network, self.gpu.name, params.dense, params.expert, layers, frozen)
+        adapters = (sum(params.sizes[0]), sum(params.sizes[1])) if frozen else None
+        dp = chunk_work(d, d.network, self.gpu.name, params.dense, params.expert, layers, adapters)
         # the collectives hide behind the passes as long as they last: the host's side or the GPU's
         forward_s = max(passes.forward_s, passes.forward_host_s)
         backward_s = max(backward, backward_host)

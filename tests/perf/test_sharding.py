@@ -10,6 +10,7 @@ import pytest
 
 from memtune.check import gate
 from memtune.config.changes import Change, with_changes
+from memtune.config.derived import Derived
 from memtune.estimate.params import chunk_params
 from memtune.perf.collectives import Op, bus_bandwidth, collective
 from memtune.perf.sharding import chunk_work, exposed, groups
@@ -47,7 +48,7 @@ def test_fsdp_gathers_each_layer_in_forward_and_backward_and_reduce_scatters_it(
     one = collective(Op.ALL_GATHER, 2 * layer, dense, d.network, "H100-80GB")
     assert (one.algorithm, one.protocol) == ("ring", "Simple")
     assert one.seconds == pytest.approx(0.75 * 2 * layer / 40e9 + (8.4 + 3 * 14) * 1e-6)
-    work = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 96, False)
+    work = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 96, None)
     unit = (held.dense + held.replicated) / 96
     gather = collective(Op.ALL_GATHER, 2 * unit, dense, d.network, "H100-80GB").seconds
     scatter = collective(Op.REDUCE_SCATTER, 2 * unit, dense, d.network, "H100-80GB").seconds
@@ -68,7 +69,7 @@ def _strategy(strategy: str) -> dict[str, bool]:
     ]
     d = gate(with_changes(base, [Change.parse(c) for c in changes])).derived
     held = chunk_params(d, d.chunks[0][0])
-    w = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 32, False)
+    w = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 32, None)
     return {
         "gathers per microbatch": w.forward_s > 0,
         "reduces per microbatch": w.backward_s > w.forward_s,
@@ -97,8 +98,8 @@ def test_fsdp_gathers_routed_experts_over_the_expert_data_parallel_group() -> No
     dense, experts = groups(d)
     assert (dense.size, dense.stride, experts.size, experts.stride) == (64, 1, 8, 8)
     held = chunk_params(d, d.chunks[0][0])
-    with_experts = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 48, False)
-    without = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, 0.0, 48, False)
+    with_experts = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, held.expert, 48, None)
+    without = chunk_work(d, d.network, "H100-80GB", held.dense + held.replicated, 0.0, 48, None)
     per_unit = collective(Op.ALL_GATHER, 2 * held.expert / 48, experts, d.network, "H100-80GB").seconds
     assert with_experts.forward_s - without.forward_s == pytest.approx(48 * per_unit)
 
@@ -118,3 +119,69 @@ def test_worked_example_fsdp_is_free_only_where_compute_hides_its_bytes() -> Non
     assert tp1[0] > tp1[1] > tp1[2] and tp1[2] < -0.15  # the ring's latency grows with its span
     tp8 = [_vs_distributed_optimizer("GPT-3 175B", gpus, 8) for gpus in (32, 256, 1536)]
     assert tp8[0] > tp8[1] > tp8[2] and tp8[0] < -0.6
+
+
+def _lora_70b(gpus: int) -> Derived:
+    # MLPerf's Llama 2 70B LoRA on GB200 NVL72 racks (v5.1: 18x4 and 128x4 at CP 8): adapters
+    # of rank 16 on the attention's QKV and output projection, bf16 gradients, the
+    # distributed optimizer without overlap.
+    base = base_job(Query("llama3-70b", gpus, "GB200", 4, 8192, gpus // 8, "lora"))
+    changes = [
+        "model.vocab_size=32000",
+        "model.tensor_model_parallel_size=1",
+        "model.context_parallel_size=8",
+        "peft.dim=16",
+        "peft.target_modules=[linear_qkv,linear_proj]",
+        "optimizer.use_distributed_optimizer=true",
+        "ddp.use_distributed_optimizer=true",
+        "ddp.grad_reduce_in_fp32=false",
+        "ddp.overlap_grad_reduce=false",
+        "ddp.overlap_param_gather=false",
+    ]
+    return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+
+
+def test_lora_reduces_and_gathers_its_adapters_alone() -> None:
+    # Megatron's DDP puts only parameters that require a gradient in its buffers: under LoRA
+    # the adapters. Per layer, rank 16: QKV's A (16 x 8192) and B (10240 x 16), the projection's
+    # A (16 x 8192) and B (8192 x 16); 80 layers.
+    adapters = 80 * 16 * (8192 + 10240 + 8192 + 8192)
+    assert adapters == 44_564_480
+    for gpus in (72, 512):
+        d = _lora_70b(gpus)
+        held = chunk_params(d, d.chunks[0][0])
+        dense, _ = groups(d)
+        assert dense.size == gpus  # DP x CP
+        work = chunk_work(
+            d, d.network, "GB200", held.dense + held.replicated, held.expert, 80, (adapters, 0.0)
+        )
+        scatter = collective(Op.REDUCE_SCATTER, 2 * adapters, dense, d.network, "GB200").seconds
+        gather = collective(Op.ALL_GATHER, 2 * adapters, dense, d.network, "GB200").seconds
+        assert (work.grad_reduce_s, work.param_gather_s) == (pytest.approx(scatter), pytest.approx(gather))
+        assert (work.forward_s, work.backward_s, work.buckets) == (0.0, 0.0, 1)
+    # within one 72-GPU NVLink domain 89 MB scatter in a third of a millisecond; over 512 GPUs,
+    # 7+ racks, the NICs' 50 GB/s carry it: (511/512) x 89 MB / 50 GB/s = 1.8 ms less latency's share
+    inside = collective(
+        Op.REDUCE_SCATTER, 2 * adapters, groups(_lora_70b(72))[0], _lora_70b(72).network, "GB200"
+    )
+    across = collective(
+        Op.REDUCE_SCATTER, 2 * adapters, groups(_lora_70b(512))[0], _lora_70b(512).network, "GB200"
+    )
+    assert inside.seconds < 0.5e-3 < 1.5e-3 < across.seconds < 2.0e-3
+
+
+def test_a_lora_step_across_racks_pays_for_its_adapters_gradients() -> None:
+    # without overlap the adapters' reduce-scatter and gather follow the backward in full: the
+    # step grows by what the two cost more across racks than inside one
+    adapters = 80 * 16 * (8192 + 10240 + 8192 + 8192)
+
+    def both(d: Derived) -> float:
+        group = groups(d)[0]
+        return sum(
+            collective(op, 2 * adapters, group, d.network, "GB200").seconds
+            for op in (Op.REDUCE_SCATTER, Op.ALL_GATHER)
+        )
+
+    small, large = _lora_70b(72), _lora_70b(512)
+    grown = predict_step(large).step_time_s - predict_step(small).step_time_s
+    assert grown == pytest.approx(both(large) - both(small), rel=0.05)
