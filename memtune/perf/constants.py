@@ -150,7 +150,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
@@ -195,6 +195,13 @@ CROSS_ENTROPY_FORWARD_SHARE = 38 / 52
 # in one pass (read 2, write 1, scales negligible). Weights are cast once per step and cached
 # across microbatches, so they are not counted.
 FP8_CAST_BYTES_PER_ELEMENT = {"tensorwise": 5, "delayed": 3, "blockwise": 3, "mxfp8": 3}
+# Blackwell's block-scaled MXFP8 GEMM kernels run at this share of the tensorwise FP8 kernels'
+# rate on the same shapes, their inputs already quantised: 6.812 / 7.161 ms, the per-layer GEMM
+# totals (fprop, dgrad and wgrad of a 4,096-wide layer at 15,872 tokens) that Transformer
+# Engine's GEMM profiling guide measured on a B300 (NVIDIA/TransformerEngine d0067d0,
+# docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs Pre-quantized"). Measured on a
+# B300, applied to the B200 and GB200 (the same block-scaled MMA; not measured on them).
+MXFP8_GEMM_RATE = 6.812 / 7.161
 
 # --- relations of the step model fitted or counted from Megatron-Core's code ---------------
 # Megatron's unfused attention (perf/layer.py unfused_attention): its batched score and value

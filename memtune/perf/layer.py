@@ -178,8 +178,14 @@ class ShapePricer:
             else:
                 self.matmul_flops = gpu.fp32_flops
                 self.unmeasured.add("fp32 matmuls at the bf16 tables' fraction of the fp32 peak")
+        # MXFP8's block-scaled kernels: the tensorwise tables' fraction at their measured rate
+        self.fp8_gemm_rate = 1.0
         if self.fp8 and d.model.fp8_recipe == "mxfp8":
-            self.unmeasured.add("mxfp8 FP8 GEMMs at the measured tensorwise fraction")
+            self.fp8_gemm_rate = K.MXFP8_GEMM_RATE
+            self.unmeasured.add(
+                f"mxfp8 GEMMs at {K.MXFP8_GEMM_RATE:.3f} of the tensorwise tables' rate (measured on a "
+                "B300 by Transformer Engine, constants.MXFP8_GEMM_RATE)"
+            )
         if d.job.peft is not None:
             self.adapter_cost = lora_adapter_cost(self.tables)
             self.unmeasured.add("LoRA adapters' backward: its bytes at the forward's measured rate")
@@ -213,7 +219,7 @@ class ShapePricer:
                 self.tables, round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
             )
             cast = self.fp8_cast_bytes * m * k / self.hbm
-            return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction) + cast)
+            return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction * self.fp8_gemm_rate) + cast)
         fraction = gemm_fraction(self.tables, round(m), round(n), round(k)) * self.bf16_gemm_scale
         return count * 2 * m * n * k / (self.matmul_flops * fraction)
 
