@@ -165,9 +165,13 @@ SEQUENTIAL_EXPERT_BWD_S = 0.05e-3
 # host before every exchange; 3 ms is what the one Megatron-LM functional-test tune run with that
 # dispatcher and no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_
 # dist_optimizer, 12 MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained. The all-gather
-# dispatcher's tune run without other unpriced costs leaves nothing (0); DeepEP's and HybridEP's
-# fused kernels are unmeasured (0).
-MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 0.0}
+# dispatcher's tune run without other unpriced costs leaves nothing (0). The flex dispatcher
+# (DeepEP, HybridEP: Python around fused kernels, the token counts the grouped GEMM takes on the
+# host) shows only where it bounds a step, small MoE layers at micro-batch 1: 1.7 ms is what
+# benchmarks/fit_flex_host.py fits on the tune runs it moves (Qwen3-30B-A3B at MBS 1 on 8 B200s
+# and 16 H100s, five runs of four releases, +41...+145% before; Qwen3-235B-A22B on GB200 at MBS
+# 1), a whole-step fit, not a measurement.
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 1.7e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
 # an autograd function copies the inputs into the graph's static buffers and replays the forward
