@@ -106,6 +106,11 @@ MODELS: dict[str, str | dict[str, Any]] = {
     "LLAMA3-70B": "llama3-70b",
 }
 TASKS = {"SFT": "finetune", "LoRA": "lora"}
+# NeMo 1.0's LoRA (the 24.07 container's): examples/nlp/language_modeling/tuning/conf/
+# megatron_gpt_finetuning_config.yaml at the same commit, ``peft.lora_tuning``: adapters on
+# ``attention_qkv`` alone (memtune's ``linear_qkv``), ``adapter_dim`` 32, ``alpha`` equal to it,
+# ``adapter_dropout`` 0.0.
+LORA = ["peft.target_modules=[linear_qkv]", "peft.dim=32", "peft.alpha=32", "peft.dropout=0.0"]
 COMMON = [
     "model.fp8=hybrid",
     "model.fp8_recipe=delayed",
@@ -148,7 +153,7 @@ def run_of(row: dict[str, str]) -> dict[str, Any]:
         f"train.micro_batch_size={row['mbs']}",
         f"model.sequence_parallel={'true' if tp > 1 else 'false'}",
         f"model.tp_comm_overlap={'true' if tp > 1 else 'false'}",
-    ]
+    ] + (LORA if mode == "lora" else [])
     task = f" {row['task']}" if "task" in row else ""
     return {
         "label": f"{row['model']}{task} {row['gpus']} GPUs TP{tp} PP{pp} CP{cp} VP{vp if vp > 1 else '-'} MBS{row['mbs']} GBS{row['gbs']}",
