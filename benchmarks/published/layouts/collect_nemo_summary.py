@@ -143,17 +143,21 @@ def run_of(row: dict[str, str]) -> dict[str, Any]:
     tp, pp = int(row["tp"]), int(row["pp"])
     cp, vp = int(row.get("cp", 1)), int(row.get("vp", 1))
     mode = TASKS.get(row.get("task", ""), "pretrain")
-    overrides = list(COMMON) + [
-        f"model.tensor_model_parallel_size={tp}",
-        f"model.pipeline_model_parallel_size={pp}",
-        f"model.context_parallel_size={cp}",
-        f"model.virtual_pipeline_model_parallel_size={vp}"
-        if vp > 1
-        else "model.virtual_pipeline_model_parallel_size=null",
-        f"train.micro_batch_size={row['mbs']}",
-        f"model.sequence_parallel={'true' if tp > 1 else 'false'}",
-        f"model.tp_comm_overlap={'true' if tp > 1 else 'false'}",
-    ] + (LORA if mode == "lora" else [])
+    overrides = (
+        list(COMMON)
+        + [
+            f"model.tensor_model_parallel_size={tp}",
+            f"model.pipeline_model_parallel_size={pp}",
+            f"model.context_parallel_size={cp}",
+            f"model.virtual_pipeline_model_parallel_size={vp}"
+            if vp > 1
+            else "model.virtual_pipeline_model_parallel_size=null",
+            f"train.micro_batch_size={row['mbs']}",
+            f"model.sequence_parallel={'true' if tp > 1 else 'false'}",
+            f"model.tp_comm_overlap={'true' if tp > 1 else 'false'}",
+        ]
+        + (LORA if mode == "lora" else [])
+    )
     task = f" {row['task']}" if "task" in row else ""
     return {
         "label": f"{row['model']}{task} {row['gpus']} GPUs TP{tp} PP{pp} CP{cp} VP{vp if vp > 1 else '-'} MBS{row['mbs']} GBS{row['gbs']}",
