@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,29 +26,29 @@ from memtune.bench.plan import RUN_FIELDS, RunScore, _base, score_set, split_of 
 from memtune.bench.sets import read_layouts  # noqa: E402
 from memtune.check import gate  # noqa: E402
 from memtune.config.changes import Change, with_changes  # noqa: E402
+from memtune.config.derived import Derived  # noqa: E402
 from memtune.perf import constants as K  # noqa: E402
 
 LAYOUTS = ROOT / "benchmarks" / "published" / "layouts"
 GRID = [round(1 + i / 100, 2) for i in range(61)]  # 1.00 ... 1.60
 
 
-def dense_blackwell_runs() -> list[tuple[str, dict]]:
-    """(GPU, one-run set) for every dense run on a B200 or GB200 of the tune sets."""
+def tune_runs() -> Iterator[tuple[str, dict, Derived]]:
+    """(GPU, one-run set, the job as the gate derives it) for every run of the tune sets."""
     sets, _ = read_layouts([LAYOUTS])
-    found = []
     for entry in sets:
         if split_of(entry["id"]) != "tune":
             continue
         common = [Change.parse(t) for t in entry.get("common", [])]
         for run in entry["runs"]:
             fields = {**entry, **{k: run[k] for k in RUN_FIELDS if k in run}}
-            if fields["gpu"] not in K.BLACKWELL_KERNEL_FACTOR:
-                continue
             job = with_changes(_base(fields), common + [Change.parse(t) for t in run["overrides"]])
-            if gate(job).derived.is_moe:
-                continue
-            found.append((fields["gpu"], {**entry, "runs": [run]}))
-    return found
+            yield fields["gpu"], {**entry, "runs": [run]}, gate(job).derived
+
+
+def dense_blackwell_runs() -> list[tuple[str, dict]]:
+    """(GPU, one-run set) for every dense run on a B200 or GB200 of the tune sets."""
+    return [(gpu, one) for gpu, one, d in tune_runs() if gpu in K.BLACKWELL_KERNEL_FACTOR and not d.is_moe]
 
 
 def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float]]:

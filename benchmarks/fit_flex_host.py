@@ -26,34 +26,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_blackwell_kernels import error_of  # noqa: E402
+from fit_blackwell_kernels import error_of, tune_runs  # noqa: E402
 
-from memtune.bench.plan import RUN_FIELDS, _base, score_set, split_of  # noqa: E402
-from memtune.bench.sets import read_layouts  # noqa: E402
-from memtune.check import gate  # noqa: E402
-from memtune.config.changes import Change, with_changes  # noqa: E402
+from memtune.bench.plan import score_set  # noqa: E402
 from memtune.perf import constants as K  # noqa: E402
 
-LAYOUTS = ROOT / "benchmarks" / "published" / "layouts"
 GRID = [round(i * 1e-4, 4) for i in range(31)]  # 0 ... 3 ms
 MOVES = 0.005
 
 
 def flex_runs() -> list[tuple[str, dict]]:
     """(label, one-run set) for every run of the tune sets with the flex dispatcher."""
-    sets, _ = read_layouts([LAYOUTS])
-    found = []
-    for entry in sets:
-        if split_of(entry["id"]) != "tune":
-            continue
-        common = [Change.parse(t) for t in entry.get("common", [])]
-        for run in entry["runs"]:
-            fields = {**entry, **{k: run[k] for k in RUN_FIELDS if k in run}}
-            job = with_changes(_base(fields), common + [Change.parse(t) for t in run["overrides"]])
-            d = gate(job).derived
-            if d.is_moe and d.model.moe_token_dispatcher_type == "flex":
-                found.append((f"{entry['id']}: {run['label']}", {**entry, "runs": [run]}))
-    return found
+    return [
+        (f"{one['id']}: {one['runs'][0]['label']}", one)
+        for _, one, d in tune_runs()
+        if d.is_moe and d.model.moe_token_dispatcher_type == "flex"
+    ]
 
 
 def errors(runs: list[tuple[str, dict]], host_s: float) -> list[float]:
