@@ -159,8 +159,9 @@ def test_lora_reduces_and_gathers_its_adapters_alone() -> None:
         gather = collective(Op.ALL_GATHER, 2 * adapters, dense, d.network, "GB200").seconds
         assert (work.grad_reduce_s, work.param_gather_s) == (pytest.approx(scatter), pytest.approx(gather))
         assert (work.forward_s, work.backward_s, work.buckets) == (0.0, 0.0, 1)
-    # within one 72-GPU NVLink domain 89 MB scatter in a third of a millisecond; over 512 GPUs,
-    # 7+ racks, the NICs' 50 GB/s carry it: (511/512) x 89 MB / 50 GB/s = 1.8 ms less latency's share
+    # within one 72-GPU NVLink domain the 89 MB scatter takes a third of a millisecond; over 512
+    # GPUs the ring leaves each of 8 racks through the adapters (a tray's four at 50 GB/s, 80%:
+    # 160 GB/s), 0.6 ms of bytes at LL128 plus about 1 ms of latency for its 511 steps
     inside = collective(
         Op.REDUCE_SCATTER, 2 * adapters, groups(_lora_70b(72))[0], _lora_70b(72).network, "GB200"
     )
