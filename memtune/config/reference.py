@@ -122,5 +122,6 @@ def _rows(prefix: str, section: type[BaseModel], read: set[str]) -> list[str]:
 def _row(key: str, field: Any, read: set[str]) -> str:
     default = "required" if field.is_required() else f"`{field.get_default(call_default_factory=True)!r}`"
     marker = "E" if key.rsplit(".", 1)[-1] in read else ""
-    description = (field.description or "").replace("|", "\\|")
+    # one table row: a docstring's line breaks become spaces
+    description = " ".join((field.description or "").split()).replace("|", "\\|")
     return f"| `{key}` | {marker} | {default} | {description} <br>*{_type_text(field.annotation)}* |"

@@ -388,6 +388,10 @@ class LoraConfig(Section):
     """The linear layers that get adapters."""
     sequence_parallel_input_regather: bool = False
     """Under SP, re-gather an adapter's input in backward instead of keeping the gathered copy."""
+    a2a_experimental: bool = False
+    """Under SP, a row-parallel adapter's output goes from hidden- to sequence-sharded by one
+    all-to-all (1/TP of the bytes) instead of a full-width all-gather; column adapters then do not
+    re-gather (Megatron-Bridge's ``LoRA.a2a_experimental``, NeMo's ``LORA_A2A``)."""
     scale_position: Literal["bottleneck", "output"] = "bottleneck"
     """Where alpha/dim multiplies: the rank-sized bottleneck (Megatron-Bridge's dense adapters
     since its PR #5906) or the full-width output (Bridge before it, and its grouped-expert

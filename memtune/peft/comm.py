@@ -142,6 +142,32 @@ class GatherLastDim(torch.autograd.Function):
         return grad.chunk(world, dim=-1)[rank].contiguous(), None
 
 
+class HiddenToSequence(torch.autograd.Function):
+    """Forward: ``[s, b, h/t]`` (this rank's hidden slice of the whole sequence) to ``[s/t, b, h]``
+    (the whole hidden width of this rank's sequence chunk) by one all-to-all; backward: the
+    inverse. Megatron-Bridge's ``all2all_hp2sp`` for a row adapter's output under SP."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Group) -> torch.Tensor:
+        ctx.group = group
+        world = group_size(group)
+        s, b, h = x.shape
+        # chunk j of the sequence goes to rank j; rank i's reply is hidden slice i of our chunk
+        sent = x.reshape(world, s // world, b, h).contiguous()
+        got = torch.empty_like(sent)
+        dist.all_to_all_single(got, sent, group=group)
+        return got.permute(1, 2, 0, 3).reshape(s // world, b, world * h)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        world = group_size(ctx.group)
+        s, b, h = grad.shape
+        sent = grad.reshape(s, b, world, h // world).permute(2, 0, 1, 3).contiguous()
+        got = torch.empty_like(sent)
+        dist.all_to_all_single(got, sent, group=ctx.group)
+        return got.reshape(world * s, b, h // world), None
+
+
 def _weight_grad(
     weight: torch.Tensor, grad_out: torch.Tensor, total: torch.Tensor, fuse: bool
 ) -> torch.Tensor | None:

@@ -73,6 +73,9 @@ class LoRA:
     dropout: float = 0.0
     target_modules: tuple[str, ...] = DEFAULT_TARGETS
     sequence_parallel_input_regather: bool = False
+    # Under SP, a row adapter's output reaches its sequence shard by one all-to-all from its
+    # hidden shard, not a full-width gather (Megatron-Bridge's ``a2a_experimental``).
+    a2a_experimental: bool = False
     # Where alpha/dim multiplies: "bottleneck", the rank-wide tensor before the bias-free output
     # projection (W(s·x) = s·W(x); Megatron-Bridge's dense adapters since its PR #5906), or
     # "output", the full-width result, which keeps a second full-width tensor alive while the
@@ -86,6 +89,7 @@ class LoRA:
         if self.dropout == 1.0:
             raise ArgumentError(f"LoRA dropout: must be in [0, 1), got {self.dropout}")
         apicheck.flag("LoRA sequence_parallel_input_regather", self.sequence_parallel_input_regather)
+        apicheck.flag("LoRA a2a_experimental", self.a2a_experimental)
         targets = self.target_modules
         if isinstance(targets, str) or not isinstance(targets, tuple | list):
             raise ArgumentTypeError(

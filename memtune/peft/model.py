@@ -49,6 +49,7 @@ ROW_PARALLEL = "the adapter is row-parallel"
 TP_IS_ONE = "sequence-parallel communication is disabled: tensor parallel size is one"
 SP_OFF = "sequence-parallel communication is disabled"
 EXPERT = "expert adapters never receive the flag"
+A2A = "all-to-all adapters use a separate path"
 CPU_OFFLOAD = "CPU activation offload is enabled"
 CUDA_GRAPHS = "CUDA graphs are enabled"
 FULL_RECOMPUTE = "full-layer activation recompute already covers the adapter"
@@ -105,6 +106,7 @@ class RegatherFacts:
     tp: int
     sequence_parallel: bool
     shared_expert_overlap: bool = False
+    a2a: bool = False
     cpu_activation_offload: bool = False
     cuda_graphs: bool = False
     full_recompute: bool = False
@@ -125,6 +127,8 @@ def first_blocker(f: RegatherFacts) -> str | None:
         # Overlapped shared experts gather their input themselves; the base linear's
         # sequence-parallel communication is off, so the adapter's is too.
         return SP_OFF
+    if f.a2a:
+        return A2A
     if f.cpu_activation_offload:
         return CPU_OFFLOAD
     if f.cuda_graphs:
@@ -146,6 +150,7 @@ def regather_blocker(d: Derived, target: str, kind: AdapterKind) -> str | None:
             tp=d.tp,
             sequence_parallel=d.sequence_parallel,
             shared_expert_overlap=m.moe_shared_expert_overlap,
+            a2a=d.job.peft is not None and d.job.peft.a2a_experimental,
             cpu_activation_offload=m.cpu_offloading and m.cpu_offloading_activations,
             cuda_graphs=d.cuda_graphs,
             full_recompute=m.recompute_granularity == "full",
@@ -249,7 +254,8 @@ class AdapterCollective:
     """One TP collective an adapter runs per microbatch, on the compute stream."""
 
     backward: bool  # in the backward pass (else the forward)
-    op: Literal["all_gather", "reduce_scatter", "all_reduce"]
+    # an all-to-all moves [s/CP, b, h/t] from each rank, a 1/t share of the activation
+    op: Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
     activation: bool  # of a [s/CP, b, h] activation (``gathered_input_bytes``); else of LoRA-A's output
 
 
@@ -263,7 +269,9 @@ def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective
     gathered layernorm output, an overlapped shared expert's input); one that re-gathers gathers its shard itself, again
     in the backward, and reduce-scatters the gradient. Without SP the input gradient is
     all-reduced. Row adapter: LoRA-A's partial output is all-reduced (its gradient too), LoRA-B's
-    output gathered to the full width and, under SP, the gradient of its sequence shard gathered.
+    output gathered to the full width and, under SP, the gradient of its sequence shard gathered;
+    with ``a2a_experimental`` under SP, LoRA-B's hidden-sharded output goes to its sequence shard
+    by one all-to-all, and its gradient back by another (``all2all_hp2sp``).
     Routed experts' adapters leave their TP communication to the token dispatcher: none here.
     """
     if adapter.split <= 1 or adapter.kind == "routed_expert":
@@ -271,7 +279,10 @@ def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective
     c = AdapterCollective
     sp = d.sequence_parallel
     if adapter.parallel == "row":
-        out = [c(False, "all_reduce", False), c(True, "all_reduce", False), c(False, "all_gather", True)]
+        out = [c(False, "all_reduce", False), c(True, "all_reduce", False)]
+        if sp and d.job.peft is not None and d.job.peft.a2a_experimental:
+            return (*out, c(False, "all_to_all", True), c(True, "all_to_all", True))
+        out.append(c(False, "all_gather", True))
         return (*out, c(True, "all_gather", True)) if sp else tuple(out)
     out = [c(False, "all_gather", False), c(True, "all_reduce", False)]
     if not sp:
@@ -377,9 +388,10 @@ def adapter_params(d: Derived, layers: tuple[int, ...]) -> AdapterParams:
 
 
 def regather_facts(
-    target: str, kind: AdapterKind, tp: int, sequence_parallel: bool, config: Any
+    target: str, kind: AdapterKind, tp: int, sequence_parallel: bool, config: Any, a2a: bool
 ) -> RegatherFacts:
-    """The facts ``first_blocker`` needs, read from a running linear and its Megatron config."""
+    """The facts ``first_blocker`` needs, read from a running linear and its Megatron config
+    (``a2a``: the LoRA's own ``a2a_experimental``)."""
     granularity = getattr(config, "recompute_granularity", None)
     modules: Iterable[str] = getattr(config, "recompute_modules", None) or ()
     graphs = getattr(config, "cuda_graph_impl", "none") not in (None, "none") or getattr(
@@ -391,6 +403,7 @@ def regather_facts(
         tp=tp,
         sequence_parallel=sequence_parallel,
         shared_expert_overlap=bool(getattr(config, "moe_shared_expert_overlap", False)),
+        a2a=a2a,
         cpu_activation_offload=bool(
             getattr(config, "cpu_offloading", False) and getattr(config, "cpu_offloading_activations", False)
         ),

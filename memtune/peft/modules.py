@@ -25,7 +25,8 @@ class LoRAAdapter(nn.Module):
     Column-parallel base (input replicated or sequence-sharded, output split): A ``[dim/t, in]``
     with its output gathered, B ``[out/t, dim]``. Row-parallel base (input split, output
     reduced): A ``[dim, in/t]`` with its output all-reduced, B ``[out/t, dim]`` with its output
-    gathered (and scattered to the sequence shard under SP). Megatron-Bridge's layout.
+    gathered (and scattered to the sequence shard under SP; with ``a2a_experimental`` sent from
+    its hidden shard to its sequence shard by one all-to-all). Megatron-Bridge's layout.
 
     Under explicit (dispatcher-owned) communication the adapter communicates only inside
     itself: its input gradient stays a partial sum, and a row adapter returns its output slice
@@ -59,7 +60,8 @@ class LoRAAdapter(nn.Module):
         self.scale = lora.alpha / lora.dim
         self.scale_bottleneck = lora.scale_position == "bottleneck"
         self.tp = comm.group_size(group)
-        self.facts = regather_facts(target, kind, self.tp, sequence_parallel, config)
+        self.a2a = lora.a2a_experimental
+        self.facts = regather_facts(target, kind, self.tp, sequence_parallel, config, self.a2a)
         self.activation: nn.Module = nn.Identity()
         self.dropout: nn.Module = nn.Dropout(lora.dropout) if lora.dropout > 0 else nn.Identity()
         if lora.dim % self.tp and self.parallel == "column":
@@ -118,9 +120,12 @@ class LoRAAdapter(nn.Module):
                 width, rank = out.shape[-1], comm.group_rank(self.group)
                 padded = torch.nn.functional.pad(out, (rank * width, (self.tp - 1 - rank) * width))
                 return padded if self.scale_bottleneck else padded * self.scale
-            out = comm.apply(comm.GatherLastDim, out, self.group) if self.tp > 1 else out
-            if self.sequence_parallel and self.tp > 1:
-                out = comm.apply(comm.ScatterSequence, out, self.group)
+            if self.a2a and self.sequence_parallel and self.tp > 1:
+                out = comm.apply(comm.HiddenToSequence, out, self.group)
+            else:
+                out = comm.apply(comm.GatherLastDim, out, self.group) if self.tp > 1 else out
+                if self.sequence_parallel and self.tp > 1:
+                    out = comm.apply(comm.ScatterSequence, out, self.group)
         return out if self.scale_bottleneck else out * self.scale
 
     def _scaled(self, a: torch.Tensor) -> torch.Tensor:

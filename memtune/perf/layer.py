@@ -550,7 +550,13 @@ class ShapePricer:
         fwd = bwd = mlp_fwd = 0.0
         for adapter in adapters_in_layer(d, is_moe):
             for c in adapter_collectives(d, adapter):
-                seconds = collective(ops[c.op], sizes[c.activation], group, self.net, self.gpu.name).seconds
+                if c.op == "all_to_all":
+                    # each rank sends (t-1)/t of its [s/CP, b, h/t]: the bytes of an all-gather
+                    # whose output is that slice
+                    op, nbytes = Op.ALL_GATHER, sizes[True] / group.size
+                else:
+                    op, nbytes = ops[c.op], sizes[c.activation]
+                seconds = collective(op, nbytes, group, self.net, self.gpu.name).seconds
                 seconds = adapter.copies * (seconds + K.COLLECTIVE_LAUNCH_S)
                 if c.backward:
                     bwd += seconds

@@ -291,7 +291,7 @@ def test_lora_jobs_plan_memtune_peft_with_the_jobs_lora_settings():
     plan = plan_measurement(
         gate(job({"tensor_model_parallel_size": 2, "sequence_parallel": True}, peft=lora)), rank=0
     )
-    assert plan.peft == {**lora, "dropout": 0.0, "scale_position": "bottleneck"}
+    assert plan.peft == {**lora, "dropout": 0.0, "scale_position": "bottleneck", "a2a_experimental": False}
     assert plan_measurement(gate(job()), rank=0).peft is None
 
 

@@ -105,6 +105,7 @@ def test_blockers_in_order():
         ({"sequence_parallel": False}, lm.SP_OFF),
         ({"kind": "routed_expert"}, lm.EXPERT),
         ({"kind": "shared_expert", "shared_expert_overlap": True}, lm.SP_OFF),
+        ({"a2a": True, "cpu_activation_offload": True}, lm.A2A),
         ({"cpu_activation_offload": True, "cuda_graphs": True}, lm.CPU_OFFLOAD),
         ({"cuda_graphs": True, "full_recompute": True}, lm.CUDA_GRAPHS),
         ({"full_recompute": True, "mlp_recompute": True}, lm.FULL_RECOMPUTE),
@@ -137,6 +138,18 @@ def test_adapter_collectives_follow_bridge_paths():
         (False, "all_gather", True),
         (True, "all_gather", True),
     ]
+    # with the all-to-all path a row adapter's output goes hidden- to sequence-sharded in one
+    # exchange each way; without SP there is no sequence shard and nothing changes
+    a2a = kinds(*sp, "model.transformer_impl=transformer_engine", "peft.a2a_experimental=true")
+    assert a2a["linear_proj"] == [
+        (False, "all_reduce", False),
+        (True, "all_reduce", False),
+        (False, "all_to_all", True),
+        (True, "all_to_all", True),
+    ]
+    assert a2a["linear_qkv"] == te["linear_qkv"]
+    no_sp_a2a = kinds("model.sequence_parallel=false", "peft.a2a_experimental=true")
+    assert no_sp_a2a["linear_proj"] == kinds("model.sequence_parallel=false")["linear_proj"]
     local = kinds(*sp, "model.transformer_impl=local")
     assert local["linear_qkv"][2:] == [(False, "all_gather", True), (True, "reduce_scatter", True)]
     regather = kinds(

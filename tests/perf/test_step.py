@@ -233,6 +233,7 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
 
     te, local = lora(), lora("model.transformer_impl=local")
     regather = lora("peft.sequence_parallel_input_regather=true")
+    a2a = lora("peft.sequence_parallel_input_regather=true", "peft.a2a_experimental=true")
     assert te.transformer_engine and te.lora_input_gathered_by_te and not local.lora_input_gathered_by_te
     gpu = get_gpu("H100-80GB")
 
@@ -266,6 +267,11 @@ def test_lora_adapters_pay_their_own_tensor_parallel_collectives() -> None:
         assert fwd == pytest.approx(2 * col_fwd + 2 * row_fwd), name
         assert bwd == pytest.approx(2 * col_bwd + 2 * row_bwd), name
         assert mlp_fwd == pytest.approx(col_fwd + row_fwd), name  # linear_fc1 and linear_fc2
+    # the all-to-all path: each rank sends half of its [T, h/2] (the bytes of an all-gather whose
+    # output is that slice) where it gathered all of [T, h]; column adapters no longer re-gather
+    row_a2a = price(Op.ALL_REDUCE, bottleneck) + price(Op.ALL_GATHER, full / 2)
+    assert collectives(a2a)[:2] == pytest.approx((2 * column_fwd + 2 * row_a2a, 2 * column_bwd + 2 * row_a2a))
+    assert not any(regathers(a2a, a) for a in adapters_in_layer(a2a, False))
     assert sum(regathers(regather, a) for a in adapters_in_layer(regather, False)) == 2
     # nothing hides the adapters' collectives: re-gathering costs what they add
     assert predict_step(regather).step_time_s > predict_step(te).step_time_s

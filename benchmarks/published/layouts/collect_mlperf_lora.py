@@ -40,7 +40,9 @@ Where each setting is read from:
   the input, ``target_modules: ['attention']``, which NeMo's ``peft_config.get_target_modules``
   expands to ``linear_qkv`` and ``linear_proj``); NeMo 2.0 the ``LoRA(...)`` call of
   ``train.py`` (the same values). NeMo's ``ParallelLinearAdapter`` scales the adapter's output
-  by alpha/dim (``peft.scale_position=output``).
+  by alpha/dim (``peft.scale_position=output``). Its all-to-all path for the row adapters
+  (``peft.a2a_experimental``): NeMo 1.0's ``lora_tuning.a2a_experimental`` (``LORA_A2A``, which
+  the launch configs export), NeMo 2.0's ``a2a_experimental=`` in the ``LoRA(...)`` call.
 - Environment: ``CUDA_DEVICE_MAX_CONNECTIONS``, ``PYTORCH_CUDA_ALLOC_CONF`` and
   ``NCCL_GRAPH_REGISTER`` as exported; ``attention_backend=fused`` where the launch config forces
   cuDNN attention (``NVTE_FUSED_ATTN=1``, ``NVTE_FLASH_ATTN=0``). Software versions from the
@@ -60,8 +62,7 @@ Where each setting is read from:
 Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
 ``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
 scaling's amax history, algorithm and reduction, CP's all-to-all communication
-(``cp_comm_type: a2a``), the LoRA all-to-all path (``LORA_A2A``/``a2a_experimental``) and
-Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
+(``cp_comm_type: a2a``), Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
 ``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``), FP8 weight caching in graphs
 (``CG_WEIGHT_CACHING``), ``disable_parameter_transpose_cache``, the TE op fuser and fused
 QKV-RoPE (``USE_TE_OPS``, ``FUSED_SINGLE_QKV_ROPE``), on-device gradient clipping, cuDNN norms,
@@ -675,7 +676,12 @@ def nemo2_lora(train_py: str) -> dict[str, Any]:
     if targets is None or not all(found.values()):
         raise LeftOut("train.py: no LoRA(dim=, alpha=, dropout=, target_modules=) call")
     value = {k: m.group(1) for k, m in found.items() if m}
-    return {**value, "targets": re.findall(r"[\"'](\w+)[\"']", targets.group(1))}
+    a2a = re.search(r"\ba2a_experimental=(True|False)\b", text)
+    return {
+        **value,
+        "targets": re.findall(r"[\"'](\w+)[\"']", targets.group(1)),
+        "a2a": a2a is not None and a2a.group(1) == "True",
+    }
 
 
 def lora(code: Code) -> dict[str, Any]:
@@ -689,6 +695,7 @@ def lora(code: Code) -> dict[str, Any]:
         "alpha": code.cfg[f"{tuning}alpha"],
         "dropout": code.cfg[f"{tuning}adapter_dropout"],
         "targets": targets,
+        "a2a": bool(code.cfg.get(f"{tuning}a2a_experimental")),
     }
 
 
@@ -702,7 +709,7 @@ def lora_overrides(code: Code) -> list[str]:
         f"peft.dropout={adapters['dropout']}",
         f"peft.target_modules=[{targets}]",
         "peft.scale_position=output",
-    ]
+    ] + (["peft.a2a_experimental=true"] if adapters["a2a"] else [])
 
 
 def environment_overrides(code: Code, versions: dict[str, str]) -> list[str]:
