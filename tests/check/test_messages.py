@@ -209,6 +209,14 @@ def test_regather_fallback_names_each_adapter_and_reason():
     )
 
 
+def test_regather_under_the_all_to_all_path_says_why():
+    f = finding("PFT001", REGATHER, "peft.a2a_experimental=true", "peft.target_modules=[linear_qkv]")
+    assert f.message == (
+        "peft.sequence_parallel_input_regather=true engages for no adapter: "
+        "linear_qkv (all-to-all adapters use a separate path)"
+    )
+
+
 def test_regather_at_tp1_says_why():
     f = finding(
         "PFT001",
