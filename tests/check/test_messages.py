@@ -217,6 +217,15 @@ def test_regather_under_the_all_to_all_path_says_why():
     )
 
 
+def test_the_all_to_all_path_without_a_row_adapter_says_so():
+    f = finding("PFT004", "peft.a2a_experimental=true", "peft.target_modules=[linear_qkv,linear_fc1]")
+    assert f.message == (
+        "peft.a2a_experimental=true changes nothing: no row-parallel adapter (linear_proj, linear_fc2) is targeted"
+    )
+    f = finding("PFT004", "peft.a2a_experimental=true", "model.sequence_parallel=false")
+    assert f.message == "peft.a2a_experimental=true changes nothing: sequence parallelism is off"
+
+
 def test_regather_at_tp1_says_why():
     f = finding(
         "PFT001",

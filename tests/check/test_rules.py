@@ -294,6 +294,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "PFT002": ((REGATHER, SELECTIVE, "model.recompute_modules=[mlp]"), (REGATHER,)),
     "PFT003": (("peft.dim=16",), (REGATHER,)),
+    "PFT004": (
+        ("peft.a2a_experimental=true", "peft.target_modules=[linear_qkv,linear_fc1]"),
+        ("peft.a2a_experimental=true",),
+    ),
     "BAT001": (("train.global_batch_size=62",), ("train.global_batch_size=60",)),
     "BAT002": (("cluster.num_gpus=null",), ()),
 }

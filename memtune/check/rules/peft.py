@@ -1,4 +1,5 @@
-"""PFT: LoRA under tensor and sequence parallelism (Megatron-Bridge's input re-gather)."""
+"""PFT: LoRA under tensor and sequence parallelism (Megatron-Bridge's input re-gather and
+all-to-all path)."""
 
 from __future__ import annotations
 
@@ -136,4 +137,40 @@ def regather_available(c: Context) -> Hit | None:
         message=f"peft.sequence_parallel_input_regather=false: re-gather would save about {saved / MiB:.0f} MiB per adapter "
         f"per layer per in-flight microbatch for {', '.join(_labels(engaged))}",
         fix="set peft.sequence_parallel_input_regather=true",
+    )
+
+
+@rule("PFT004", "a2a-changes-nothing", INFO)
+def a2a_changes_nothing(c: Context) -> Hit | None:
+    """LoRA's all-to-all path is on where it changes nothing.
+
+    ## What it does
+    With `peft.a2a_experimental: true`, checks that some adapter takes the path: a row-parallel
+    one (`linear_proj`, `linear_fc2`, not a routed expert's) under TP > 1 with SP.
+
+    ## Why it matters
+    Megatron-Bridge sends a row adapter's output from its hidden shard to its sequence shard by
+    one all-to-all only under sequence parallelism; elsewhere the flag does nothing but turn
+    input re-gather off for the column adapters.
+
+    ## Example
+    ```yaml
+    model: {tensor_model_parallel_size: 4, sequence_parallel: true}
+    peft: {target_modules: [linear_qkv, linear_fc1], a2a_experimental: true}
+    ```
+
+    ## Fix
+    Drop `peft.a2a_experimental`, or target a row-parallel linear under TP with SP.
+    """
+    if c.job.peft is None or not c.job.peft.a2a_experimental:
+        return None
+    if c.d.tp <= 1 or not c.d.sequence_parallel:
+        why = "tensor parallel size is one" if c.d.tp <= 1 else "sequence parallelism is off"
+    elif not any(a.parallel == "row" and a.kind != "routed_expert" for a in adapters(c.d)):
+        why = "no row-parallel adapter (linear_proj, linear_fc2) is targeted"
+    else:
+        return None
+    return Hit(
+        message=f"peft.a2a_experimental=true changes nothing: {why}",
+        fix="drop peft.a2a_experimental, or target a row-parallel linear under TP with SP",
     )
