@@ -739,6 +739,14 @@ class Derived:
         return bool(peft is not None and peft.sequence_parallel_input_regather and self.sequence_parallel)
 
     @cached_property
+    def lora_row_all_to_all(self) -> bool:
+        """A row-parallel LoRA adapter sends its output from its hidden shard to its sequence
+        shard by one all-to-all (``a2a_experimental`` with SP in effect; Megatron-Bridge's
+        ``ParallelLinearAdapter`` takes the path only then)."""
+        peft = self.job.peft
+        return bool(peft is not None and peft.a2a_experimental and self.sequence_parallel)
+
+    @cached_property
     def cuda_graphs(self) -> bool:
         return self.model.cuda_graph_impl != "none"
 

@@ -280,7 +280,7 @@ def adapter_collectives(d: Derived, adapter: Adapter) -> tuple[AdapterCollective
     sp = d.sequence_parallel
     if adapter.parallel == "row":
         out = [c(False, "all_reduce", False), c(True, "all_reduce", False)]
-        if sp and d.job.peft is not None and d.job.peft.a2a_experimental:
+        if d.lora_row_all_to_all:
             return (*out, c(False, "all_to_all", True), c(True, "all_to_all", True))
         out.append(c(False, "all_gather", True))
         return (*out, c(True, "all_gather", True)) if sp else tuple(out)

@@ -164,7 +164,7 @@ def a2a_changes_nothing(c: Context) -> Hit | None:
     """
     if c.job.peft is None or not c.job.peft.a2a_experimental:
         return None
-    if c.d.tp <= 1 or not c.d.sequence_parallel:
+    if not c.d.lora_row_all_to_all:
         why = "tensor parallel size is one" if c.d.tp <= 1 else "sequence parallelism is off"
     elif not any(a.parallel == "row" and a.kind != "routed_expert" for a in adapters(c.d)):
         why = "no row-parallel adapter (linear_proj, linear_fc2) is targeted"
