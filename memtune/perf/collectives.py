@@ -12,8 +12,9 @@ A group is described by its size and the rank stride between its members (Megatr
 order puts TP innermost: a TP group has stride 1, a DP group stride TP x CP), which says how
 many of its members share an NVLink domain.
 
-MoE dispatch and combine (all-to-all, or DeepEP/HybridEP) are priced in
-``memtune/perf/moe.py``.
+An all-to-all (:func:`all_to_all`; MoE's dispatch and combine in ``memtune/perf/moe.py``, CP's
+head exchange in ``memtune/perf/layer.py``) sends each member its share straight over NVLink or
+the rank's own adapter, with no ring.
 """
 
 from __future__ import annotations
@@ -187,3 +188,28 @@ def send_recv(nbytes: float, crosses_domain: bool, network: Network) -> float:
         bw = network.nvlink_bytes_per_s * K.NVLINK_BUS_FRACTION
         latency = BASE_LATENCY_US["ring"][p] + NVLINK_LATENCY_US["ring"][p]
     return latency * US + nbytes / bw
+
+
+def exchange_seconds(nvlink_bytes: float, nvlink_rate: float, nic_bytes: float, nic_rate: float) -> float:
+    """A rank's direct sends to many peers at once (all-to-all, DeepEP's kernels): NCCL's
+    ring/Simple step latency (the network's where any bytes leave the NVLink domain) and the
+    slower of its NVLink and adapter traffic at the rates given."""
+    p = PROTOCOLS.index("Simple")
+    latency = BASE_LATENCY_US["ring"][p] + (NET_LATENCY_US if nic_bytes else NVLINK_LATENCY_US)["ring"][p]
+    return latency * US + max(nvlink_bytes / nvlink_rate, nic_bytes / nic_rate if nic_bytes else 0.0)
+
+
+def all_to_all(nbytes: float, group: Group, network: Network) -> float:
+    """NCCL's all-to-all of ``nbytes`` a rank holds, an equal share for each member of ``group``
+    (its own stays): the shares of members in its NVLink domain over NVLink, the rest over its
+    own adapter, at the rates an all-to-all reaches (``ALL_TO_ALL_*_FRACTION``)."""
+    n = group.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    per_domain = group.per_domain(network)
+    return exchange_seconds(
+        nbytes * (per_domain - 1) / n,
+        network.nvlink_bytes_per_s * K.ALL_TO_ALL_NVLINK_FRACTION,
+        nbytes * (n - per_domain) / n,
+        network.nic_bytes_per_s_per_gpu * K.ALL_TO_ALL_INTER_NODE_FRACTION,
+    )

@@ -31,7 +31,7 @@ from math import comb
 from memtune.catalog.network import Network
 from memtune.config.derived import Derived
 from memtune.perf import constants as K
-from memtune.perf.collectives import BASE_LATENCY_US, NET_LATENCY_US, NVLINK_LATENCY_US, PROTOCOLS, US, Group
+from memtune.perf.collectives import Group, all_to_all, exchange_seconds
 
 BF16 = 2
 
@@ -71,30 +71,23 @@ def dispatch_s(d: Derived, tokens: float, network: Network) -> float:
     per_node = group.per_domain(network)  # EP ranks sharing the rank's NVLink domain
     nodes = group.domains(network)
     token = BF16 * h
-    nvlink_rate = network.nvlink_bytes_per_s
-    nic_rate = network.nic_bytes_per_s_per_gpu
-    if m.moe_token_dispatcher_type == "flex":
-        local = experts // ep
-        rank_p = reached(experts, k, local, m.moe_router_num_groups, m.moe_router_group_topk)
-        node_p = reached(experts, k, local * per_node, m.moe_router_num_groups, m.moe_router_group_topk)
-        remote_nodes = (nodes - 1) * node_p
-        remote_ranks = (ep - per_node) * rank_p
-        nvlink_bytes = tokens * token * etp * ((per_node - 1) * rank_p + remote_ranks - remote_nodes)
-        nic_bytes = tokens * token * etp * remote_nodes
-        nvlink_rate *= K.DEEPEP_NVLINK_FRACTION
-        nic_rate *= K.DEEPEP_RDMA_FRACTION
-    else:
+    if m.moe_token_dispatcher_type != "flex":
         copies = tokens * k * token
         if m.moe_token_dispatcher_type == "allgather":
             # every rank receives the whole group's tokens (not top-k rows: the mask selects them)
             copies = tokens * token * ep
-        nvlink_bytes = copies * (per_node - 1) / ep
-        nic_bytes = copies * (ep - per_node) / ep
-        nvlink_rate *= K.ALL_TO_ALL_NVLINK_FRACTION
-        nic_rate *= K.ALL_TO_ALL_INTER_NODE_FRACTION
-    p = PROTOCOLS.index("Simple")
-    latency = BASE_LATENCY_US["ring"][p] + (NET_LATENCY_US if nic_bytes else NVLINK_LATENCY_US)["ring"][p]
-    return latency * US + max(nvlink_bytes / nvlink_rate, nic_bytes / nic_rate if nic_bytes else 0.0)
+        return all_to_all(copies, group, network)
+    local = experts // ep
+    rank_p = reached(experts, k, local, m.moe_router_num_groups, m.moe_router_group_topk)
+    node_p = reached(experts, k, local * per_node, m.moe_router_num_groups, m.moe_router_group_topk)
+    remote_nodes = (nodes - 1) * node_p
+    remote_ranks = (ep - per_node) * rank_p
+    return exchange_seconds(
+        tokens * token * etp * ((per_node - 1) * rank_p + remote_ranks - remote_nodes),
+        network.nvlink_bytes_per_s * K.DEEPEP_NVLINK_FRACTION,
+        tokens * token * etp * remote_nodes,
+        network.nic_bytes_per_s_per_gpu * K.DEEPEP_RDMA_FRACTION,
+    )
 
 
 def dispatcher_host_fwd_s(d: Derived) -> float:
