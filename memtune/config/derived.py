@@ -249,6 +249,28 @@ class Derived:
         return self.model.context_parallel_size
 
     @cached_property
+    def cp_all_to_all_size(self) -> int:
+        """CP ranks among which attention splits its heads by all-to-all (Transformer Engine
+        ``AttnFuncWithCPAndQKVOA2A``, d0067d0 ``context_parallel.py``): all of CP under ``a2a``,
+        the first hierarchical group under ``a2a+p2p`` (consecutive CP ranks, Megatron-Core
+        ``create_hierarchical_groups``), otherwise none (1)."""
+        m = self.model
+        if self.cp == 1 or m.cp_comm_type not in ("a2a", "a2a+p2p"):
+            return 1
+        if m.cp_comm_type == "a2a":
+            return self.cp
+        sizes = m.hierarchical_context_parallel_sizes
+        return sizes[0] if sizes else 1
+
+    @cached_property
+    def cp_ring_size(self) -> int:
+        """CP ranks that pass K/V chunks around a ring behind the attention (``p2p``, and the
+        second hierarchical group of ``a2a+p2p``); 1 where CP exchanges no ring."""
+        if self.cp == 1 or self.model.cp_comm_type in ("a2a", "all_gather"):
+            return 1
+        return self.cp // self.cp_all_to_all_size
+
+    @cached_property
     def ep(self) -> int:
         return self.model.expert_model_parallel_size
 

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -53,6 +54,7 @@ TokenDispatcher = Literal["allgather", "alltoall", "flex"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 FsdpBufferDtype = Literal["fp32", "bf16", "fp16"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
+CpCommType = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 
 
 class Section(BaseModel):
@@ -189,6 +191,10 @@ class ModelConfig(Section):
     """VPP: model chunks per pipeline rank (interleaved 1F1B); shortens the bubble, not the peak."""
     context_parallel_size: ParallelSize = 1
     """CP: the sequence split over this many GPUs inside attention."""
+    cp_comm_type: CpCommType = "p2p"
+    """How CP's attention exchanges: p2p (a ring of K/V hidden behind the attention), all_gather (K/V gathered whole), a2a (all-to-all of Q, K, V and the output: heads split, sequence whole) or a2a+p2p (a2a inside the first hierarchical group, the ring across the second)."""
+    hierarchical_context_parallel_sizes: list[ParallelSize] | None = None
+    """With a2a+p2p: the CP group's sizes, innermost (consecutive CP ranks, the all-to-all) first; their product is CP."""
     expert_model_parallel_size: ParallelSize = 1
     """EP: the experts split over this many GPUs."""
     expert_tensor_parallel_size: ParallelSize | None = None
@@ -277,6 +283,27 @@ class ModelConfig(Section):
 
         evaluated = evaluate(value)
         return value if evaluated is None else evaluated
+
+    @field_validator("cp_comm_type", mode="before")
+    @classmethod
+    def _one_cp_comm_type(cls, value: object, info: ValidationInfo) -> object:
+        """Megatron takes one type or one per layer (Megatron-LM passes a one-word
+        ``--cp-comm-type`` as that word); a per-layer list that repeats one type is that type,
+        and memtune prices no mix."""
+        if not isinstance(value, list) or len(value) == 1:
+            return value[0] if isinstance(value, list) else value
+        if info.data.get("context_parallel_size", 1) == 1:
+            return value[0] if value else "p2p"  # Megatron reads it only with CP > 1
+        layers = info.data.get("num_layers")
+        if layers is not None and len(value) != layers:
+            raise ValueError(
+                f"Length of cp_comm_type ({len(value)}) should equal to the total number of "
+                f"transformer layers ({layers})!"
+            )
+        if any(v != value[0] for v in value):
+            kinds = ", ".join(dict.fromkeys(str(v) for v in value))
+            raise ValueError(f"a per-layer list must repeat one type (got {kinds}): memtune prices no mix")
+        return value[0]
 
     @model_validator(mode="after")
     def _lists_match_layers(self) -> ModelConfig:

@@ -33,7 +33,7 @@ from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
-from memtune.perf.collectives import Group, Op, collective, send_recv
+from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
 from memtune.perf.kernels import (
     REFERENCE,
     SMALL_M_MEASURED_ON,
@@ -192,6 +192,10 @@ class ShapePricer:
         rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
         if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
             self.unmeasured.add(f"GEMMs under 1,024 rows on {gpu.name} at the H100's measured ratios")
+        if d.cp > 1 and d.model.cp_comm_type != "p2p":
+            self.unmeasured.add(
+                f"CP's {d.model.cp_comm_type} exchanges: read from Transformer Engine, at NCCL's modelled rates"
+            )
         if d.whole_step_graphed:
             self.unmeasured.add("full-iteration CUDA graph: no host work per pass (read from Megatron-Core)")
         elif d.cuda_graphs:
@@ -438,7 +442,7 @@ class ShapePricer:
         elementwise, elementwise_bwd, norms, activation = self.elementwise(is_moe)
         routing = self.routing() if is_moe else 0.0
         comm = self.layer_collectives(is_moe, shapes)
-        cp_fwd = self.cp_exchange(attn_fwd)
+        cp_fwd, cp_bwd = self.cp_exchange(attn_fwd)
         adapters_fwd, adapters_bwd = self.adapter_compute(is_moe)
         fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd + adapters_fwd
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd + adapters_bwd
@@ -459,7 +463,7 @@ class ShapePricer:
             host_fwd, host_bwd = replays * K.GRAPH_REPLAY_HOST_FWD_S, replays * K.GRAPH_REPLAY_HOST_BWD_S
         return LayerPrice(
             fwd=fwd * self.kernel_factor + cp_fwd,
-            bwd=bwd * self.kernel_factor + 2 * cp_fwd,
+            bwd=bwd * self.kernel_factor + cp_bwd,
             host_fwd=host_fwd,
             host_bwd=host_bwd,
             wgrad=wgrad,
@@ -516,24 +520,60 @@ class ShapePricer:
             tp_fwd + lora_fwd, tp_bwd, blocking, mlp_tp_fwd + lora_mlp_fwd, ep_fwd, ub_fwd, ub_bwd
         )
 
-    def cp_exchange(self, attn_fwd: float) -> float:
-        """CP's K/V ring of one layer's forward beyond what the attention hides (the backward
-        pays it twice)."""
+    def attention_widths(self) -> tuple[float, float, float, float]:
+        """Elements per token of the query, key, value and output of the core attention on one
+        TP rank (multi-latent attention's keys and values up-projected per head, Megatron-Core
+        ``multi_latent_attention.py``)."""
         d, m = self.d, self.d.model
+        heads = m.num_attention_heads / d.tp
+        if m.multi_latent_attention:
+            qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+            return heads * qk, heads * qk, heads * m.v_head_dim, heads * m.v_head_dim
+        kv = d.query_groups_per_tp_rank * d.kv_channels
+        return heads * d.kv_channels, kv, kv, heads * d.kv_channels
+
+    def cp_exchange(self, attn_fwd: float) -> tuple[float, float]:
+        """Forward and backward seconds of one layer's CP exchanges beyond what its attention
+        hides, by ``cp_comm_type`` (Transformer Engine d0067d0 ``context_parallel.py``):
+
+        - a ring (``p2p``; across the second hierarchical group of ``a2a+p2p``): ring - 1 steps
+          of the rank's K/V chunk, each behind one block's attention; the backward passes K/V
+          and their gradients, twice the bytes;
+        - all-to-all (``a2a``; inside the first group of ``a2a+p2p``): Q, K and V each by one
+          ``all_to_all_single`` before the attention and the output after, which the attention
+          waits for; the backward the output's gradient, then Q's, K's and V's: the same four;
+        - ``all_gather``: K and V gathered whole before the attention, which waits; the backward
+          gathers them again and reduce-scatters their gradients.
+
+        Each exchange also costs its launch, except inside a CUDA graph."""
+        d = self.d
         if d.cp == 1:
-            return 0.0
-        kv_width = (
-            m.kv_lora_rank + m.qk_pos_emb_head_dim
-            if m.multi_latent_attention
-            else 2 * d.query_groups_per_tp_rank * d.kv_channels
-        )
-        step = send_recv(
-            BF16 * self.tokens * kv_width, d.tp * d.cp > self.net.gpus_per_nvlink_domain, self.net
-        )
-        # each ring step hides behind one block's attention; its launch does not, except
-        # inside a CUDA graph, whose replay launches nothing one by one
+            return 0.0, 0.0
+        widths = self.attention_widths()
+        k, v = widths[1], widths[2]
         launch = 0.0 if d.graphed("attention", is_moe=False) else K.COLLECTIVE_LAUNCH_S
-        return max(0.0, (d.cp - 1) * step - attn_fwd) + (d.cp - 1) * launch
+        exchanged = 0.0
+        if (a2a := d.cp_all_to_all_size) > 1:
+            heads = Group(a2a, stride=d.tp)
+            exchanged = sum(all_to_all(BF16 * self.tokens * w, heads, self.net) + launch for w in widths)
+        if d.model.cp_comm_type == "all_gather":
+            group = Group(d.cp, stride=d.tp)
+
+            def whole(op: Op) -> float:
+                return sum(
+                    collective(op, BF16 * self.tokens * d.cp * w, group, self.net, self.gpu.name).seconds
+                    + launch
+                    for w in (k, v)
+                )
+
+            gather = whole(Op.ALL_GATHER)
+            return gather, gather + whole(Op.REDUCE_SCATTER)
+        ring = 0.0
+        if (size := d.cp_ring_size) > 1:
+            crosses = d.tp * d.cp > self.net.gpus_per_nvlink_domain
+            step = send_recv(BF16 * self.tokens * (k + v), crosses, self.net)
+            ring = max(0.0, (size - 1) * step - attn_fwd) + (size - 1) * launch
+        return exchanged + ring, exchanged + 2 * ring
 
     def adapter_collectives(self, is_moe: bool, group: Group) -> tuple[float, float, float]:
         """Forward and backward seconds of one layer's LoRA adapters' own TP collectives

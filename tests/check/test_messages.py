@@ -392,3 +392,41 @@ def test_fp32_training_says_what_the_estimate_counts():
         "copy)"
     )
     assert finding("OPT011", "model.bf16=false", "model.fp16=true") is None
+
+
+def test_cp_all_to_all_names_the_heads_on_a_tp_rank_and_quotes_transformer_engine():
+    # 32 query and 8 key/value heads at TP 2: 16 and 4 per rank; an all-to-all over CP 8 splits neither
+    f = finding("SEQ005", "model.context_parallel_size=8", "model.cp_comm_type=a2a", "cluster.num_gpus=32")
+    assert f.message == (
+        "model.cp_comm_type=a2a: 16 query and 4 key/value heads per TP rank do not split over "
+        "model.context_parallel_size (8)"
+    )
+    assert f.fix == "use an all-to-all group that divides 4, or model.cp_comm_type=p2p"
+    assert f.upstream == (
+        "cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V. Found num_heads_q = 16, "
+        "num_heads_kv = 4, cp_size = 8."
+    )
+    # under a2a+p2p only the first (all-to-all) group splits the heads: [8, 1] does not, [4, 2] does
+    hierarchy = ("model.context_parallel_size=8", "model.cp_comm_type=a2a+p2p", "cluster.num_gpus=32")
+    f = finding("SEQ005", *hierarchy, "model.hierarchical_context_parallel_sizes=[8,1]")
+    assert "do not split over the first hierarchical CP group (8)" in f.message
+    assert finding("SEQ005", *hierarchy, "model.hierarchical_context_parallel_sizes=[4,2]") is None
+
+
+def test_cp_hierarchy_messages_by_stack_and_shape():
+    cp4 = ("model.context_parallel_size=4", "model.cp_comm_type=a2a+p2p")
+    assert finding("SEQ006", *cp4).upstream == (
+        "CP implementation a2a+p2p requires cp_group = [a2a_cp_group, p2p_cp_group]!"
+    )
+    assert finding("SEQ006", "defaults=megatron-lm", *cp4).upstream == (
+        "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm"
+    )
+    f = finding("SEQ006", *cp4, "model.hierarchical_context_parallel_sizes=[2,4]")
+    assert f.message == (
+        "model.hierarchical_context_parallel_sizes=[2, 4] multiply to 8, not model.context_parallel_size=4"
+    )
+    f = finding("SEQ006", *cp4, "model.hierarchical_context_parallel_sizes=[2,1,2]")
+    assert f.message == (
+        "model.hierarchical_context_parallel_sizes=[2, 1, 2]: a2a+p2p takes two levels, the all-to-all group "
+        "and the ring"
+    )

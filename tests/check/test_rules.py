@@ -112,6 +112,18 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "SEQ003": (("model.seq_length=8191",), ("model.seq_length=8190",)),
     "SEQ004": (("model.sequence_parallel=false",), ()),
+    "SEQ005": (
+        ("model.context_parallel_size=8", "model.cp_comm_type=a2a", "cluster.num_gpus=32"),
+        ("model.context_parallel_size=4", "model.cp_comm_type=a2a"),
+    ),
+    "SEQ006": (
+        ("model.context_parallel_size=4", "model.cp_comm_type=a2a+p2p"),
+        (
+            "model.context_parallel_size=4",
+            "model.cp_comm_type=a2a+p2p",
+            "model.hierarchical_context_parallel_sizes=[2,2]",
+        ),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),

@@ -299,3 +299,22 @@ def test_manual_gc_is_read(write):
     loaded = load_job(script)
     assert loaded.job.train.manual_gc is True
     assert "--manual-gc-interval" in " ".join(loaded.ignored)  # no memory effect: listed, not dropped
+
+
+def test_cp_comm_type_flags_one_word_per_layer_or_mixed(write):
+    # Megatron-LM's `--cp-comm-type` takes one word or one per layer; one repeated word is that type
+    head = "pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+    script = write(
+        "cp.sh",
+        head + "--context-parallel-size 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2\n",
+    )
+    loaded = load_job(script)
+    m = loaded.job.model
+    assert (m.cp_comm_type, m.hierarchical_context_parallel_sizes) == ("a2a+p2p", [2, 2])
+    assert loaded.ignored == []
+    assert derive(loaded.job).cp_all_to_all_size == 2 and derive(loaded.job).cp_ring_size == 2
+    per_layer = write("cp2.sh", head + "--context-parallel-size 2 --cp-comm-type a2a a2a\n")
+    assert load_job(per_layer).job.model.cp_comm_type == "a2a"
+    mixed = write("cp3.sh", head + "--context-parallel-size 2 --cp-comm-type a2a p2p\n")
+    with pytest.raises(InputError, match=r"a per-layer list must repeat one type \(got a2a, p2p\)"):
+        load_job(mixed)

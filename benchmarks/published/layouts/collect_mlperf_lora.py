@@ -17,8 +17,9 @@ Where each setting is read from:
   ``config_common_fp4.sh``) expanded in place and read with ``mlperf.exports``.
 - What each variable switches: ``conf/megatron_gpt_peft_tuning_config.yaml`` of the
   implementation, whose ``${oc.decode:${oc.env:VAR,default}}`` values are resolved with the
-  launch config's variables (else the yaml's default): TP, PP, CP, VPP, sequence parallel,
-  micro batch, the sequence (``MAX_SEQLEN``, default 8192: the GovReport samples packed to
+  launch config's variables (else the yaml's default): TP, PP, CP (with its ``cp_comm_type``,
+  Transformer Engine's ``p2p`` where unset), VPP, sequence parallel, micro batch, the sequence
+  (``MAX_SEQLEN``, default 8192: the GovReport samples packed to
   8,192 tokens, ``packed_sequence``/``PackedSequenceSpecs``), FP8 (``fp8_hybrid``: hybrid;
   ``fp8_recipe``, default delayed scaling: every run here uses delayed scaling with an amax
   history, none current scaling or MXFP8), FP8 weights (NeMo 1.0 ``fp8_params``: TE's
@@ -61,8 +62,7 @@ Where each setting is read from:
 
 Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
 ``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
-scaling's amax history, algorithm and reduction, CP's all-to-all communication
-(``cp_comm_type: a2a``), Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
+scaling's amax history, algorithm and reduction, Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
 ``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``), FP8 weight caching in graphs
 (``CG_WEIGHT_CACHING``), ``disable_parameter_transpose_cache``, the TE op fuser and fused
 QKV-RoPE (``USE_TE_OPS``, ``FUSED_SINGLE_QKV_ROPE``), on-device gradient clipping, cuDNN norms,
@@ -583,7 +583,7 @@ def layout_overrides(shape: dict[str, Any], code: Code) -> list[str]:
         f"model.sequence_parallel={str(shape['sp']).lower()}",
         f"train.micro_batch_size={shape['mbs']}",
         f"model.tp_comm_overlap={str(overlap).lower()}",
-    ]
+    ] + ([f"model.cp_comm_type={code.cfg.get('model.cp_comm_type') or 'p2p'}"] if shape["cp"] > 1 else [])
 
 
 def recompute_overrides(code: Code) -> list[str]:

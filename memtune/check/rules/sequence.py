@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from memtune.check.context import Context
 from memtune.check.finding import ERROR, INFO, WARNING, Hit
 from memtune.check.registry import rule
@@ -150,3 +152,99 @@ def tp_without_sp(c: Context) -> Hit | None:
         f"of activations per layer per microbatch are replicated on every TP rank{lora}",
         fix="set model.sequence_parallel=true",
     )
+
+
+@rule("SEQ005", "cp-a2a-heads", ERROR)
+def cp_a2a_heads(c: Context) -> Hit | None:
+    """CP's all-to-all cannot split the attention heads evenly.
+
+    ## What it does
+    With `cp_comm_type` `a2a` (or `a2a+p2p`), checks that the query heads and the key/value
+    heads on one TP rank are multiples of the all-to-all group: CP under `a2a`, the first of
+    `hierarchical_context_parallel_sizes` under `a2a+p2p`.
+
+    ## Why it matters
+    The all-to-all path (DeepSpeed-Ulysses style) gives every CP rank the whole sequence for a
+    share of the heads. Transformer Engine asserts on the first forward pass under `a2a`, and
+    under `a2a+p2p` the head split's reshape fails there: after start-up has paid for the model,
+    the optimizer and the checkpoint load.
+
+    ## Example
+    ```yaml
+    model: {num_attention_heads: 32, num_query_groups: 8, tensor_model_parallel_size: 4,
+            context_parallel_size: 4, cp_comm_type: a2a, seq_length: 8192}
+    ```
+
+    ## Fix
+    Use an all-to-all group that divides the heads on a TP rank, lower TP, or use `p2p`.
+    """
+    d, m = c.d, c.model
+    size = d.cp_all_to_all_size
+    if size == 1:
+        return None
+    heads = m.num_attention_heads // d.tp
+    kv_heads = heads if m.multi_latent_attention else max(1, d.num_query_groups // d.tp)
+    if heads % size == 0 and kv_heads % size == 0:
+        return None
+    group = "model.context_parallel_size" if m.cp_comm_type == "a2a" else "the first hierarchical CP group"
+    return Hit(
+        message=f"model.cp_comm_type={m.cp_comm_type}: {heads} query and {kv_heads} key/value heads per TP rank "
+        f"do not split over {group} ({size})",
+        fix=f"use an all-to-all group that divides {math.gcd(heads, kv_heads)}, or model.cp_comm_type=p2p",
+        upstream="cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V. Found num_heads_q = "
+        f"{heads}, num_heads_kv = {kv_heads}, cp_size = {size}.",
+    )
+
+
+@rule("SEQ006", "cp-hierarchy", ERROR)
+def cp_hierarchy(c: Context) -> Hit | None:
+    """Hierarchical CP (`a2a+p2p`) without two group sizes whose product is CP.
+
+    ## What it does
+    Checks `hierarchical_context_parallel_sizes`: `a2a+p2p` needs it; its product must be
+    `context_parallel_size`; and Transformer Engine takes exactly two levels (the all-to-all
+    group, then the ring).
+
+    ## Why it matters
+    Megatron-LM refuses `a2a+p2p` without the sizes and asserts on their product at start-up;
+    Megatron-Core builds the groups from them, and Transformer Engine's attention asserts on
+    anything but two.
+
+    ## Example
+    ```yaml
+    model: {context_parallel_size: 8, cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [2, 2]}
+    ```
+
+    ## Fix
+    Give two sizes, the all-to-all group first, whose product is CP (for CP 8: `[2, 4]` or
+    `[4, 2]`), or use `a2a` or `p2p`.
+    """
+    d, m = c.d, c.model
+    sizes = m.hierarchical_context_parallel_sizes
+    if d.cp == 1 or m.cp_comm_type != "a2a+p2p":
+        return None
+    two_groups = "CP implementation a2a+p2p requires cp_group = [a2a_cp_group, p2p_cp_group]!"
+    if not sizes:
+        return Hit(
+            message="model.cp_comm_type=a2a+p2p without model.hierarchical_context_parallel_sizes",
+            fix="set model.hierarchical_context_parallel_sizes to [all-to-all group, ring], whose product is CP",
+            # Megatron-LM's argument check; elsewhere Transformer Engine's, on the first forward
+            upstream="--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm"
+            if d.stack == "megatron-lm"
+            else two_groups,
+        )
+    if math.prod(sizes) != d.cp:
+        return Hit(
+            message=f"model.hierarchical_context_parallel_sizes={sizes} multiply to {math.prod(sizes)}, "
+            f"not model.context_parallel_size={d.cp}",
+            fix=f"give sizes whose product is {d.cp}",
+            upstream="assert args.context_parallel_size == prod(args.hierarchical_context_parallel_sizes)",
+        )
+    if len(sizes) != 2:
+        return Hit(
+            message=f"model.hierarchical_context_parallel_sizes={sizes}: a2a+p2p takes two levels, "
+            "the all-to-all group and the ring",
+            fix="give two sizes, the all-to-all group first",
+            upstream=two_groups,
+        )
+    return None

@@ -79,6 +79,10 @@ FLAGS: dict[str, Value | Switch] = {
     "num-virtual-stages-per-pipeline-rank": Value("model.virtual_pipeline_model_parallel_size", _number),
     "num-layers-per-virtual-pipeline-stage": Value("_.layers_per_virtual_stage", _number),
     "context-parallel-size": Value("model.context_parallel_size", _number),
+    "cp-comm-type": Value("model.cp_comm_type", many=True),
+    "hierarchical-context-parallel-sizes": Value(
+        "model.hierarchical_context_parallel_sizes", _number, many=True
+    ),
     "expert-model-parallel-size": Value("model.expert_model_parallel_size", _number),
     "expert-tensor-parallel-size": Value("model.expert_tensor_parallel_size", _number),
     "sequence-parallel": _on("model.sequence_parallel"),

@@ -64,6 +64,7 @@ NAMESPACE_DEFAULTS: dict[str, object] = {
     "tensor-model-parallel-size": 1,
     "pipeline-model-parallel-size": 1,
     "context-parallel-size": 1,
+    "cp-comm-type": ["p2p"],
     "expert-model-parallel-size": 1,
     "num-query-groups": 1,
     "make-vocab-size-divisible-by": 128,
