@@ -183,7 +183,7 @@ def cp_a2a_heads(c: Context) -> Hit | None:
     if size == 1:
         return None
     heads = m.num_attention_heads // d.tp
-    kv_heads = heads if m.multi_latent_attention else max(1, d.num_query_groups // d.tp)
+    kv_heads = heads if m.multi_latent_attention else int(d.query_groups_per_tp_rank)
     if heads % size == 0 and kv_heads % size == 0:
         return None
     group = "model.context_parallel_size" if m.cp_comm_type == "a2a" else "the first hierarchical CP group"
