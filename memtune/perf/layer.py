@@ -189,9 +189,14 @@ class ShapePricer:
         if d.job.peft is not None:
             self.adapter_cost = lora_adapter_cost(self.tables)
             self.unmeasured.add("LoRA adapters' backward: its bytes at the forward's measured rate")
+        self._note_shapes_and_graphs()
+
+    def _note_shapes_and_graphs(self) -> None:
+        """What the prediction assumes of small GEMMs, CP's exchanges and CUDA graphs."""
+        d = self.d
         rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
         if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
-            self.unmeasured.add(f"GEMMs under 1,024 rows on {gpu.name} at the H100's measured ratios")
+            self.unmeasured.add(f"GEMMs under 1,024 rows on {self.gpu.name} at the H100's measured ratios")
         if d.cp > 1 and d.model.cp_comm_type != "p2p":
             self.unmeasured.add(
                 f"CP's {d.model.cp_comm_type} exchanges: read from Transformer Engine, at NCCL's modelled rates"
