@@ -214,6 +214,22 @@ class Derived:
         return tuple(i % freq == 0 for i in range(n))
 
     @cached_property
+    def window_attention_pattern(self) -> tuple[bool, ...]:
+        """Whether each decoder layer attends within ``window_size`` (Megatron-Core
+        ``transformer/utils.py is_layer_window_attention``, layers numbered from 1: with an
+        integer ``window_attn_skip_freq`` N, every N-th layer attends in full)."""
+        m = self.model
+        n = m.num_layers
+        if not m.window_size:
+            return (False,) * n
+        freq = m.window_attn_skip_freq
+        if freq is None:
+            return (True,) * n
+        if isinstance(freq, list):
+            return tuple(bool(x) for x in freq)
+        return tuple((i + 1) % freq != 0 for i in range(n))
+
+    @cached_property
     def padded_vocab_size(self) -> int:
         multiple = self.model.make_vocab_size_divisible_by * self.tp
         return math.ceil(self.model.vocab_size / multiple) * multiple

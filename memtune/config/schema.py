@@ -110,6 +110,12 @@ class ModelConfig(Section):
     """Megatron's fused scale-mask-softmax kernel for unfused attention (keeps only the half-precision probabilities where the kernel applies)."""
     attention_softmax_in_fp32: bool = True
     """Unfused attention computes its softmax in fp32 on the torch path."""
+    window_size: list[AnyInt] | None = None
+    """Sliding-window attention: (left, right) keys a query sees, -1 for no limit (GPT-OSS: [127, 0]); unset: none."""
+    window_attn_skip_freq: LayerCount | list[AnyInt] | None = None
+    """With a window: every N-th layer attends in full (GPT-OSS: 2), or a 0/1 list per layer (1: windowed); unset: every layer windowed."""
+    softmax_type: Literal["vanilla", "off-by-one", "learnable"] = "vanilla"
+    """The attention softmax: vanilla, off-by-one, or with a learnable offset per head (GPT-OSS's sinks)."""
     cross_entropy_loss_fusion: bool = False
     """Fused vocabulary-parallel cross entropy."""
     cross_entropy_fusion_impl: Literal["native", "te"] = "native"
@@ -312,6 +318,16 @@ class ModelConfig(Section):
                 f"moe_layer_freq: a list must have num_layers ({self.num_layers}) entries, "
                 f"got {len(self.moe_layer_freq)}"
             )
+        if (
+            isinstance(self.window_attn_skip_freq, list)
+            and len(self.window_attn_skip_freq) != self.num_layers
+        ):
+            raise ValueError(
+                f"window_attn_skip_freq: a list must have num_layers ({self.num_layers}) entries, "
+                f"got {len(self.window_attn_skip_freq)}"
+            )
+        if self.window_size is not None and len(self.window_size) != 2:
+            raise ValueError(f"window_size: two numbers (left, right), got {self.window_size}")
         if self.pipeline_model_parallel_layout is not None:
             self._check_layout(self.pipeline_model_parallel_layout)
         return self

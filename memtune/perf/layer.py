@@ -192,8 +192,15 @@ class ShapePricer:
         self._note_shapes_and_graphs()
 
     def _note_shapes_and_graphs(self) -> None:
-        """What the prediction assumes of small GEMMs, CP's exchanges and CUDA graphs."""
+        """What the prediction assumes of small GEMMs, windowed attention, CP's exchanges and CUDA
+        graphs."""
         d = self.d
+        if any(d.window_attention_pattern) and d.attention_kernel != "unfused":
+            self.unmeasured.add(
+                "sliding-window attention: its share of the causal kernels' work, at their rate"
+            )
+        if d.model.softmax_type != "vanilla":
+            self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
         rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
         if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
             self.unmeasured.add(f"GEMMs under 1,024 rows on {self.gpu.name} at the H100's measured ratios")
@@ -275,7 +282,9 @@ class ShapePricer:
         kernel = d.attention_kernel
         if kernel == "unfused":
             return self.unfused_attention(seq / d.cp, heads, qk, v)
-        flops = 2 * self.tokens * seq * heads * (qk + v) * 0.5  # causal: half the scores
+        flops = (
+            2 * self.tokens * seq * heads * (qk + v) * 0.5 * self.window_share()
+        )  # causal: half the scores
         batch = round(heads * d.micro_batch_size)
         if kernel == "memory_efficient":
             fwd_frac, bwd_frac = memory_efficient_attention_fractions(self.tables, seq, batch)
@@ -287,6 +296,21 @@ class ShapePricer:
         return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (
             self.matmul_flops * bwd_frac
         ) * self.attention_factor
+
+    def window_share(self) -> float:
+        """The fused kernels' attention work in an average layer against full causal attention:
+        in a windowed layer a query sees itself and at most ``window_size[0]`` keys before it
+        (Transformer Engine's and flash attention's sliding window); full layers see every key
+        before them. Unfused attention computes the whole score matrix either way and masks it."""
+        d = self.d
+        pattern, window = d.window_attention_pattern, d.model.window_size
+        if not window or window[0] < 0 or not any(pattern):
+            return 1.0
+        s = d.model.seq_length
+        w = min(window[0] + 1, s)
+        windowed = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
+        share = sum(pattern) / len(pattern)
+        return 1 - share + share * windowed
 
     def unfused_attention(self, s: float, heads: float, qk: float, v: float) -> tuple[float, float]:
         """Megatron-Core's unfused ``DotProductAttention`` (megatron-core 0.19.2,

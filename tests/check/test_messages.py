@@ -430,3 +430,30 @@ def test_cp_hierarchy_messages_by_stack_and_shape():
         "model.hierarchical_context_parallel_sizes=[2, 1, 2]: a2a+p2p takes two levels, the all-to-all group "
         "and the ring"
     )
+
+
+def test_cp_with_a_sliding_window_or_sinks_quotes_transformer_engine():
+    cp2 = ("model.context_parallel_size=2", "cluster.num_gpus=32")
+    f = finding("SEQ007", "model.window_size=[127,0]", *cp2)
+    assert f.message == (
+        "model.window_size=[127, 0] with model.context_parallel_size=2 and model.cp_comm_type=p2p: "
+        "the ring has no sliding window"
+    )
+    assert (
+        f.upstream == "Context parallelism does not support sliding window attention with cp_comm_type='p2p'!"
+    )
+    # a window on no layer (every layer full: the list form) is no sliding window
+    assert (
+        finding(
+            "SEQ007",
+            "model.window_size=[127,0]",
+            f"model.window_attn_skip_freq=[{','.join(['0'] * 32)}]",
+            *cp2,
+        )
+        is None
+    )
+    f = finding("SEQ008", "model.softmax_type=learnable", "model.cp_comm_type=all_gather", *cp2)
+    assert (
+        f.upstream == "Context parallelism only supports softmax_type='learnable' with cp_comm_type = 'a2a'!"
+    )
+    assert f.fix == "set model.cp_comm_type=a2a"

@@ -124,6 +124,24 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "model.hierarchical_context_parallel_sizes=[2,2]",
         ),
     ),
+    "SEQ007": (
+        ("model.window_size=[127,0]", "model.context_parallel_size=2", "cluster.num_gpus=32"),
+        (
+            "model.window_size=[127,0]",
+            "model.context_parallel_size=2",
+            "model.cp_comm_type=all_gather",
+            "cluster.num_gpus=32",
+        ),
+    ),
+    "SEQ008": (
+        ("model.softmax_type=learnable", "model.context_parallel_size=2", "cluster.num_gpus=32"),
+        (
+            "model.softmax_type=learnable",
+            "model.context_parallel_size=2",
+            "model.cp_comm_type=a2a",
+            "cluster.num_gpus=32",
+        ),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),

@@ -14,6 +14,8 @@ HF = Path(__file__).parent / "fixtures" / "hf"
 # groups and the MoE layer pattern as Megatron derives them (HF leaves defaults out).
 ARCHITECTURE = (
     "num_layers",
+    "window_size",
+    "softmax_type",
     "hidden_size",
     "ffn_hidden_size",
     "num_attention_heads",
@@ -49,6 +51,7 @@ def architecture(job) -> dict:
         "kv_channels": d.kv_channels,
         "num_query_groups": d.num_query_groups,
         "moe_layers": d.moe_layer_pattern,
+        "windowed_layers": d.window_attention_pattern,
     }
     return {**{k: getattr(job.model, k) for k in ARCHITECTURE}, **derived}
 
@@ -138,7 +141,11 @@ def test_qwen2_dense_has_qkv_bias_and_no_qk_norm():
 
 
 def test_gpt_oss_is_a_quick_gelu_glu_with_biases():
-    m = load_job(HF / "gpt-oss-120b.json").job.model
+    loaded = load_job(HF / "gpt-oss-120b.json")
+    m = loaded.job.model
+    # a 128-token sliding window on every other layer (from the first), learned sinks
+    assert (m.window_size, m.window_attn_skip_freq, m.softmax_type) == ([127, 0], 2, "learnable")
+    assert "sliding_window" not in loaded.ignored and "layer_types" not in loaded.ignored
     assert (m.gated_linear_unit, m.activation_func, m.add_bias_linear) == (True, "quick_gelu", True)
     assert (m.num_moe_experts, m.moe_router_topk, m.kv_channels, m.position_embedding_type) == (
         128,

@@ -318,3 +318,24 @@ def test_cp_comm_type_flags_one_word_per_layer_or_mixed(write):
     mixed = write("cp3.sh", head + "--context-parallel-size 2 --cp-comm-type a2a p2p\n")
     with pytest.raises(InputError, match=r"a per-layer list must repeat one type \(got a2a, p2p\)"):
         load_job(mixed)
+
+
+def test_sliding_window_and_softmax_flags(write):
+    # GPT-OSS's attention as Megatron-LM's flags give it: a 127-key window on every layer but
+    # each second one, and a learnable softmax offset
+    script = write(
+        "swa.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+        "--window-size 127,0 --window-attn-skip-freq 2 --softmax-type learnable\n",
+    )
+    loaded = load_job(script)
+    m = loaded.job.model
+    assert (m.window_size, m.window_attn_skip_freq, m.softmax_type) == ([127, 0], 2, "learnable")
+    assert loaded.ignored == []
+    # layers are numbered from 1 in Megatron: the 2nd and 4th attend in full
+    assert derive(loaded.job).window_attention_pattern == (True, False, True, False)
+    listed = write(
+        "swa2.sh",
+        script.read_text().replace("--window-attn-skip-freq 2", '--window-attn-skip-freq "[1,1,1,0]"'),
+    )
+    assert derive(load_job(listed).job).window_attention_pattern == (True, True, True, False)

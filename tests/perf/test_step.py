@@ -792,3 +792,25 @@ def test_cp_moves_multi_latent_attentions_keys_and_values_per_head() -> None:
         "model.tensor_model_parallel_size=2",
     )
     assert pricer(d).attention_widths() == (64 * 192, 64 * 192, 64 * 128, 64 * 128)
+
+
+def test_sliding_window_attention_prices_the_keys_a_query_sees() -> None:
+    # GPT-OSS's attention on Llama 3 8B at sequence 4,096: every other layer sees at most 128
+    # keys (itself and 127 before), the rest all before them. Windowed: 128 x 129 / 2 +
+    # (4,096 - 128) x 128 = 516,160 scores of the causal 4,096 x 4,097 / 2 = 8,390,656; half the
+    # layers: 1/2 + 1/2 x 0.061516 = 0.530758 of the causal work. Unfused attention computes
+    # and masks the whole score matrix: no saving.
+    window = ("model.window_size=[127,0]", "model.window_attn_skip_freq=2")
+    windowed = pricer(job(*window))
+    assert windowed.window_share() == pytest.approx(0.5 + 0.5 * 516160 / 8390656)
+    assert windowed.window_share() == pytest.approx(0.530758, abs=1e-6)
+    full = pricer(job()).core_attention()
+    assert windowed.core_attention() == pytest.approx(tuple(t * 0.530758 for t in full), rel=1e-6)
+    unfused = "model.attention_backend=unfused"
+    assert pricer(job(*window, unfused)).core_attention() == pricer(job(unfused)).core_attention()
+    # a window wider than the sequence, or -1, is no window
+    assert pricer(job("model.window_size=[-1,0]")).window_share() == 1.0
+    assert pricer(job("model.window_size=[8191,0]")).window_share() == pytest.approx(1.0)
+    said = predict_step(job(*window, "model.softmax_type=learnable")).unmeasured
+    assert "sliding-window attention: its share of the causal kernels' work, at their rate" in said
+    assert "learnable softmax offsets: priced as the vanilla softmax" in said

@@ -248,3 +248,67 @@ def cp_hierarchy(c: Context) -> Hit | None:
             upstream=two_groups,
         )
     return None
+
+
+@rule("SEQ007", "cp-window-attention", ERROR)
+def cp_window_attention(c: Context) -> Hit | None:
+    """Sliding-window attention under context parallelism's ring.
+
+    ## What it does
+    With `context_parallel_size > 1` and layers that attend within `window_size`, checks that
+    `cp_comm_type` is `a2a` or `all_gather`.
+
+    ## Why it matters
+    Transformer Engine's ring (`p2p`, and the ring of `a2a+p2p`) has no sliding window; its
+    context-parallel attention asserts on the first forward pass of the first windowed layer,
+    after start-up has paid for the model, the optimizer and the checkpoint load.
+
+    ## Example
+    ```yaml
+    model: {window_size: [127, 0], window_attn_skip_freq: 2, context_parallel_size: 2,
+            seq_length: 8192}
+    ```
+
+    ## Fix
+    Set `cp_comm_type: a2a` (the heads on a TP rank must split over CP) or `all_gather`.
+    """
+    m = c.model
+    if c.d.cp == 1 or not any(c.d.window_attention_pattern) or m.cp_comm_type in ("a2a", "all_gather"):
+        return None
+    return Hit(
+        message=f"model.window_size={m.window_size} with model.context_parallel_size={c.d.cp} and "
+        f"model.cp_comm_type={m.cp_comm_type}: the ring has no sliding window",
+        fix="set model.cp_comm_type=a2a or all_gather",
+        upstream=f"Context parallelism does not support sliding window attention with cp_comm_type='{m.cp_comm_type}'!",
+    )
+
+
+@rule("SEQ008", "cp-softmax-type", ERROR)
+def cp_softmax_type(c: Context) -> Hit | None:
+    """An offset softmax (attention sinks) under context parallelism other than all-to-all.
+
+    ## What it does
+    With `context_parallel_size > 1` and `softmax_type` `off-by-one` or `learnable`, checks
+    that `cp_comm_type` is `a2a`.
+
+    ## Why it matters
+    Only Transformer Engine's all-to-all path carries the softmax offsets across CP ranks; the
+    others assert on the first forward pass.
+
+    ## Example
+    ```yaml
+    model: {softmax_type: learnable, context_parallel_size: 2, seq_length: 8192}
+    ```
+
+    ## Fix
+    Set `cp_comm_type: a2a` (the heads on a TP rank must split over CP).
+    """
+    m = c.model
+    if c.d.cp == 1 or m.softmax_type == "vanilla" or m.cp_comm_type == "a2a":
+        return None
+    return Hit(
+        message=f"model.softmax_type={m.softmax_type} with model.context_parallel_size={c.d.cp} and "
+        f"model.cp_comm_type={m.cp_comm_type}: only the all-to-all path carries the offsets",
+        fix="set model.cp_comm_type=a2a",
+        upstream=f"Context parallelism only supports softmax_type='{m.softmax_type}' with cp_comm_type = 'a2a'!",
+    )

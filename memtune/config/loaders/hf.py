@@ -279,8 +279,26 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         num_moe_experts=f.require("num_local_experts"),
         moe_router_topk=f.get("num_experts_per_tok") or f.require("experts_per_token"),
         moe_ffn_hidden_size=model["ffn_hidden_size"],
+        # every attention has learned sinks, which Megatron calls a learnable softmax offset
+        softmax_type="learnable",
     )
+    window = f.get("sliding_window")
+    if isinstance(window, int):
+        # a query sees itself and window - 1 keys before it (Bridge's gpt_oss_bridge.py)
+        model["window_size"] = [window - 1, 0]
+        layer_types = f.get("layer_types")
+        if isinstance(layer_types, list):
+            model["window_attn_skip_freq"] = _skip_freq([t == "sliding_attention" for t in layer_types])
     return model
+
+
+def _skip_freq(windowed: list[bool]) -> int | list[int]:
+    """Megatron's ``window_attn_skip_freq`` for a per-layer pattern: N where every N-th layer
+    (from 1) attends in full and the others in the window, else the 0/1 list."""
+    for n in range(2, len(windowed) + 1):
+        if windowed == [(i + 1) % n != 0 for i in range(len(windowed))]:
+            return n
+    return [int(w) for w in windowed]
 
 
 def _gemma2(f: _Fields) -> dict[str, Any]:

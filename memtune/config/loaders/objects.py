@@ -90,6 +90,7 @@ NAMESPACE_DEFAULTS: dict[str, object] = {
     "transformer-impl": "transformer_engine",
     "cuda-graph-impl": "none",
     "attention-backend": "auto",
+    "softmax-type": "vanilla",
     "ckpt-format": "torch_dist",
     "optimizer": "adam",
     "main-grads-dtype": "fp32",
