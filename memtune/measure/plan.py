@@ -181,6 +181,11 @@ def _refusals(job: JobConfig, d: Derived, rank: int, iterations: int) -> list[st
         problems.append(
             "model.context_parallel_size > 1: the local layer spec has no context-parallel attention"
         )
+    if local and m.attention_backend in FLASH_BACKENDS and (m.window_size or m.softmax_type != "vanilla"):
+        problems.append(
+            "model.window_size / model.softmax_type: memtune's SDPA attention has no sliding window or softmax "
+            "offset; use attention_backend: unfused (Megatron's DotProductAttention has both)"
+        )
     if m.multi_latent_attention and local and m.attention_backend not in FLASH_BACKENDS:
         problems.append(
             "model.multi_latent_attention: Megatron's local DotProductAttention rejects MLA; use attention_backend: flash"
@@ -260,6 +265,10 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict[str, Any]:
         )
     if d.mtp_num_layers:
         kwargs["mtp_num_layers"] = d.mtp_num_layers
+    if m.window_size:
+        kwargs.update(window_size=tuple(m.window_size), window_attn_skip_freq=m.window_attn_skip_freq)
+    if m.softmax_type != "vanilla":
+        kwargs["softmax_type"] = m.softmax_type
     if m.fine_grained_activation_offloading:
         kwargs.update({key: getattr(m, key) for key in _ACTIVATION_OFFLOAD_KEYS})
     if m.multi_latent_attention:

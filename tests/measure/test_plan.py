@@ -190,6 +190,14 @@ def test_plan_is_json_and_its_config_reloads_to_the_same_job():
             "lays its device mesh over the whole world as (dp_cp, ep, tp) and fails with PP",
         ),
         (
+            {"window_size": [127, 0]},
+            {},
+            0,
+            3,
+            "model.window_size / model.softmax_type: memtune's SDPA attention has no sliding window or softmax "
+            "offset; use attention_backend: unfused (Megatron's DotProductAttention has both)",
+        ),
+        (
             {"cpu_offloading": True, "cpu_offloading_num_layers": 1},
             {},
             0,
@@ -210,6 +218,20 @@ def test_refusals_are_one_line_each(model, sections, rank, iterations, message):
     with pytest.raises(InputError) as exc:
         plan_measurement(gate(job(model, **sections)), rank=rank, iterations=iterations)
     assert message in exc.value.problems
+
+
+def test_sliding_window_and_sinks_reach_the_transformer_config():
+    attention = {"attention_backend": "unfused", "window_size": [127, 0], "window_attn_skip_freq": 2}
+    config = plan_measurement(
+        gate(job({**attention, "softmax_type": "learnable"})), rank=0
+    ).transformer_config
+    assert (config["window_size"], config["window_attn_skip_freq"], config["softmax_type"]) == (
+        (127, 0),
+        2,
+        "learnable",
+    )
+    plain = plan_measurement(gate(job({"attention_backend": "unfused"})), rank=0).transformer_config
+    assert "window_size" not in plain and "softmax_type" not in plain
 
 
 def test_mtp_layers_reach_the_transformer_config():
