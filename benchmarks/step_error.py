@@ -10,7 +10,9 @@ Two held-out sets, each split by its own rule before any comparison (docs/plan.m
 
 - ``published``: whole steps of real multi-GPU runs, the published timings of
   ``benchmarks/published/layouts`` (``memtune bench plan --accuracy --split holdout``): the step
-  time is the published model TFLOP/s (or step time) against the predicted one.
+  time is the published model TFLOP/s (or step time) against the predicted one. The GB200
+  functional tests (``megatron-lm-ci-gb200``), which that command reports on a line of their own,
+  are not in it (``accuracy`` leaves them out unless asked).
 - ``single_rank``: one rank's compute and optimizer step timed alone on an H200 or H100 under
   the fake process group (``benchmarks/gpu/results``, ``python benchmarks/compute_accuracy.py
   --split holdout``: memtune's own sets and the checks of a frozen model), for jobs on one GPU.

@@ -7,14 +7,36 @@ logged values from the second one on (the first includes start-up and compilatio
 
     python benchmarks/published/collect_megatron_ci_speed.py MEGATRON_LM_GIT_DIR OUT_DIR [--platform dgx_h100]
 
-writes ``OUT_DIR/mlm-ci-speed-<test case>.yaml`` per training run whose flags the memory
+writes ``OUT_DIR/<prefix>-<test case>.yaml`` per training run whose flags the memory
 collector (``collect_megatron_ci.py``, beside this file) translates, with the same memtune
 config, plus a ``group``: runs of one model shape (layers, width, heads, FFN, sequence,
 vocabulary) on one GPU count, whose order by throughput (tokens per second: global batch times
 sequence over the step time) a layout model must get right; an MoE group also names its experts
-and top-k. ``gpt/`` cases are ``mlm-ci-speed-<case>``, ``moe/`` cases ``mlm-ci-speed-moe-<case>``.
+and top-k. ``gpt/`` cases are ``<prefix>-<case>``, ``moe/`` cases ``<prefix>-moe-<case>``.
+
+Platforms (``PLATFORMS``):
+
+- ``dgx_h100`` (prefix ``mlm-ci-speed``, ``benchmarks/published/layouts/megatron-lm-ci``): every
+  case on one DGX H100 node of 8 GPUs (``WORLD_SIZE``); the cluster is memtune's default DGX H100.
+- ``dgx_gb200`` (prefix ``mlm-ci-speed-gb200``, ``benchmarks/published/layouts/megatron-lm-ci-gb200``):
+  a case's GPU count is ``spec.nodes`` x ``spec.gpus`` of the recipe under
+  ``tests/test_utils/recipes/gb200/`` that lists it (``products``) for platform ``dgx_gb200`` and
+  environment ``dev``; a case no recipe lists that way, or that recipes of different sizes list,
+  is skipped with that reason. The cluster is written as the other GB200 runs of the collected
+  sets write it (``layouts/bridge-summary.yaml``): ``gpu: GB200`` and ``gpus_per_node`` the
+  recipe's ``spec.gpus`` (4: a GB200 compute tray, one node, holds 4 GPUs), the network left to
+  the catalog's system of that GPU (``gb200-nvl72``, ``memtune/catalog/data/networks.yaml``: one
+  NVLink domain of 72 GPUs, so a case on two trays still talks over NVLink; a DGX GB200 is an
+  NVL72 rack, and the recipes do not say otherwise). Its groups end in ``-GB200`` so that they
+  never merge with an H100 group of the same shape and GPU count; memtune scores them as a set of
+  their own (``CI_GB200_SOURCE`` of ``memtune/bench/plan.py``).
+
+Each skipped case is printed with its reason, then the count per reason. Recipes are read as YAML
+data; nothing of the Megatron-LM repository is executed.
 Reserved cases: in ``moe/``, a case whose name's SHA-1 hex digest starts with 8-f is held back for
-verification by others; this script reads nothing of it (``collect_megatron_ci.allowed``).
+verification by others; this script reads nothing of it, on any platform
+(``collect_megatron_ci.allowed``, applied to the recipes' case lists and to the case folders
+before any file of a case is listed or read), and does not name it.
 The tune/holdout split is the published memory set's rule, by ``id``
 (``benchmarks/published/layouts/README.md``).
 """
@@ -22,15 +44,46 @@ The tune/holdout split is the published memory set's rule, by ``id``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from collect_megatron_ci import CASES, IGNORED_PREFIXES, WORLD_SIZE, Skip, _git, allowed, translate
 
-HARDWARE = {"dgx_h100": "H100-80GB", "dgx_a100": "A100-80GB", "dgx_gb200": "GB200"}
+
+@dataclass(frozen=True)
+class Platform:
+    """How the runs of one CI platform are named and sized."""
+
+    gpu: str  # memtune's catalog name
+    id_prefix: str
+    recipes: str | None  # the recipe folder that sizes each case; None: one node of WORLD_SIZE GPUs
+
+
+PLATFORMS = {
+    "dgx_h100": Platform("H100-80GB", "mlm-ci-speed", None),
+    "dgx_gb200": Platform("GB200", "mlm-ci-speed-gb200", "tests/test_utils/recipes/gb200"),
+}
+H100_GPU = PLATFORMS["dgx_h100"].gpu
+SCHEMA_GPUS_PER_NODE = 8  # memtune's default of cluster.gpus_per_node, which the H100 files leave unstated
+
+
+@dataclass(frozen=True, order=True)
+class Size:
+    """The nodes and GPUs per node a case runs on."""
+
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
 
 
 def step_time_s(golden: dict) -> tuple[float, int] | None:
@@ -46,77 +99,155 @@ def step_time_s(golden: dict) -> tuple[float, int] | None:
 
 
 FAMILIES = ("gpt", "moe")
+TEST_TYPES = ("regular", "ckpt-resume", "frozen-resume")  # training runs; the others start no training loop
+Reader = Callable[..., str]  # git arguments -> their output, in the Megatron-LM git directory
 
 
 def group_of(config: dict) -> str:
     m = config["model"]
+    cluster = config["cluster"]
     experts = f"-e{m['num_moe_experts']}k{m['moe_router_topk']}" if m.get("num_moe_experts") else ""
+    # The H100 groups predate the other GPUs and keep their names; another GPU's groups name it.
+    kind = "" if cluster["gpu"] == H100_GPU else f"-{cluster['gpu']}"
     return (
         f"L{m['num_layers']}-h{m['hidden_size']}-a{m['num_attention_heads']}"
         f"-f{m.get('ffn_hidden_size', 4 * m['hidden_size'])}{experts}-s{m['seq_length']}-v{m['vocab_size']}"
-        f"-gpus{config['cluster']['num_gpus']}"
+        f"-gpus{cluster['num_gpus']}{kind}"
     )
 
 
-def collect(repo: str, out: Path, platform: str) -> int:
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    golden_name = f"golden_values_dev_{platform}.json"
+def run_id(platform: Platform, family: str, name: str) -> str:
+    return f"{platform.id_prefix}-{name}" if family == "gpt" else f"{platform.id_prefix}-{family}-{name}"
+
+
+def recipe_sizes(recipes: list[dict], platform: str) -> dict[tuple[str, str], set[Size]]:
+    """(family, case name) -> the sizes of the recipes that list the case for ``platform`` and
+    environment dev. A recipe's family is its ``spec.model`` (the test-case folder it runs from);
+    reserved cases are left out here, so nothing further of them is ever looked up."""
+    sizes: dict[tuple[str, str], set[Size]] = {}
+    for recipe in recipes:
+        spec = recipe.get("spec") or {}
+        family = str(spec.get("model"))
+        size = Size(int(spec["nodes"]), int(spec["gpus"]))
+        for entry in recipe.get("products") or []:
+            if not any(
+                "dev" in product.get("environment", []) and platform in product.get("platforms", [])
+                for product in entry.get("products") or []
+            ):
+                continue
+            for name in entry.get("test_case") or []:
+                if allowed(family, name):
+                    sizes.setdefault((family, name), set()).add(size)
+    return sizes
+
+
+def read_recipes(read: Reader, folder: str) -> list[dict]:
+    """The recipes of ``folder``, parsed as YAML (data only: nothing of them is run)."""
+    paths = [p for p in read("ls-tree", "--name-only", "HEAD", f"{folder}/").split() if p.endswith(".yaml")]
+    return [yaml.safe_load(read("show", f"HEAD:{path}")) for path in sorted(paths)]
+
+
+def case_size(platform: Platform, sizes: dict[tuple[str, str], set[Size]], family: str, name: str) -> Size:
+    """The nodes a case ran on: one H100 node, or what its platform's recipes say (Skip when they
+    do not say it, or say it differently)."""
+    if platform.recipes is None:
+        return Size(1, WORLD_SIZE)
+    found = sorted(sizes.get((family, name), set()))
+    if not found:
+        raise Skip(f"listed by no recipe of {platform.recipes} for this platform and environment dev")
+    if len(found) > 1:
+        listed = ", ".join(f"{s.nodes} x {s.gpus_per_node}" for s in found)
+        raise Skip(f"listed by recipes of different sizes (nodes x GPUs: {listed})")
+    return found[0]
+
+
+def hardware(platform_name: str, size: Size) -> str:
+    nodes = "one node" if size.nodes == 1 else f"{size.nodes} nodes of {size.gpus_per_node}"
+    return f"{platform_name} ({size.gpus} GPUs, {nodes})"
+
+
+def place(config: dict, gpu: str, size: Size) -> None:
+    """Put the translated job on the platform's cluster."""
+    cluster = config["cluster"]
+    cluster["num_gpus"] = size.gpus
+    cluster["gpu"] = gpu
+    if size.gpus_per_node != SCHEMA_GPUS_PER_NODE:
+        cluster["gpus_per_node"] = size.gpus_per_node
+
+
+def record_of(read: Reader, commit: str, platform_name: str, family: str, case: str, size: Size) -> dict:
+    """The run file of one allowed case with golden values for the platform (Skip: no run of it)."""
+    platform = PLATFORMS[platform_name]
+    name = case.rsplit("/", 1)[1]
+    golden_path = f"{case}/golden_values_dev_{platform_name}.json"
+    measured = step_time_s(json.loads(read("show", f"HEAD:{golden_path}")))
+    if measured is None:
+        raise Skip("fewer than two iteration times logged")
+    spec = yaml.safe_load(read("show", f"HEAD:{case}/model_config.yaml"))
+    args = spec.get("MODEL_ARGS") or {}
+    if spec.get("TEST_TYPE") not in TEST_TYPES:
+        raise Skip(f"test type {spec.get('TEST_TYPE')}")
+    config = translate(args)
+    place(config, platform.gpu, size)
+    seconds, samples = measured
+    return {
+        "id": run_id(platform, family, name),
+        "source": {
+            "repository": "NVIDIA/Megatron-LM",
+            "commit": commit,
+            "model_config": f"{case}/model_config.yaml",
+            "golden_values": golden_path,
+        },
+        "hardware": hardware(platform_name, size),
+        "group": group_of(config),
+        "published": {
+            "metric": "iteration-time, median of the logged values from the 2nd on",
+            "step_time_s": round(seconds, 6),
+            "samples": samples,
+        },
+        "environment": {k: str(v) for k, v in (spec.get("ENV_VARS") or {}).items()},
+        "megatron_lm_args": {
+            k: v for k, v in args.items() if not k.startswith(IGNORED_PREFIXES) or k == "--vocab-file"
+        },
+        "config": config,
+    }
+
+
+def collect(read: Reader, out: Path, platform_name: str) -> Counter[str]:
+    """Write the platform's runs to ``out``; the skipped cases, counted by reason."""
+    platform = PLATFORMS[platform_name]
+    commit = read("rev-parse", "HEAD").strip()
+    sizes = recipe_sizes(read_recipes(read, platform.recipes), platform_name) if platform.recipes else {}
     out.mkdir(parents=True, exist_ok=True)
+    skipped: Counter[str] = Counter()
     written = 0
-    for family, case in _cases(repo, golden_name):
+    for family, case in _cases(read, f"golden_values_dev_{platform_name}.json"):
         name = case.rsplit("/", 1)[1]
-        measured = step_time_s(json.loads(_git(repo, "show", f"HEAD:{case}/{golden_name}")))
-        if measured is None:
-            print(f"skip {name}: fewer than two iteration times logged")
-            continue
-        spec = yaml.safe_load(_git(repo, "show", f"HEAD:{case}/model_config.yaml"))
-        args = spec.get("MODEL_ARGS") or {}
-        if spec.get("TEST_TYPE") not in ("regular", "ckpt-resume", "frozen-resume"):
-            print(f"skip {name}: test type {spec.get('TEST_TYPE')}")
-            continue
         try:
-            config = translate(args)
+            # sized first: a case its recipes do not size is skipped before anything of it is read
+            size = case_size(platform, sizes, family, name)
+            record = record_of(read, commit, platform_name, family, case, size)
         except Skip as exc:
             print(f"skip {name}: {exc}")
+            skipped[str(exc)] += 1
             continue
-        config["cluster"]["gpu"] = HARDWARE[platform]
-        seconds, samples = measured
-        record = {
-            "id": f"mlm-ci-speed-{name}" if family == "gpt" else f"mlm-ci-speed-{family}-{name}",
-            "source": {
-                "repository": "NVIDIA/Megatron-LM",
-                "commit": commit,
-                "model_config": f"{case}/model_config.yaml",
-                "golden_values": f"{case}/{golden_name}",
-            },
-            "hardware": f"{platform} ({WORLD_SIZE} GPUs, one node)",
-            "group": group_of(config),
-            "published": {
-                "metric": "iteration-time, median of the logged values from the 2nd on",
-                "step_time_s": round(seconds, 6),
-                "samples": samples,
-            },
-            "environment": {k: str(v) for k, v in (spec.get("ENV_VARS") or {}).items()},
-            "megatron_lm_args": {
-                k: v for k, v in args.items() if not k.startswith(IGNORED_PREFIXES) or k == "--vocab-file"
-            },
-            "config": config,
-        }
         (out / f"{record['id']}.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
         written += 1
+    for reason, count in sorted(skipped.items(), key=lambda item: (-item[1], item[0])):
+        print(f"skipped {count}: {reason}")
     print(f"{written} runs -> {out}", file=sys.stderr)
-    return 0
+    return skipped
 
 
-def _cases(repo: str, golden_name: str) -> list[tuple[str, str]]:
+def _cases(read: Reader, golden_name: str) -> list[tuple[str, str]]:
     """(family, case directory) of every case with golden values for the platform; a reserved
     case's directory is never listed below its name."""
     found = []
     for family in FAMILIES:
-        for case in sorted(_git(repo, "ls-tree", "-d", "--name-only", "HEAD", f"{CASES}/{family}/").split()):
+        for case in sorted(read("ls-tree", "-d", "--name-only", "HEAD", f"{CASES}/{family}/").split()):
             if not allowed(family, case.rsplit("/", 1)[1]):
                 continue
-            if f"{case}/{golden_name}" in _git(repo, "ls-tree", "--name-only", "HEAD", f"{case}/").split():
+            if f"{case}/{golden_name}" in read("ls-tree", "--name-only", "HEAD", f"{case}/").split():
                 found.append((family, case))
     return found
 
@@ -127,9 +258,10 @@ def main() -> int:
     )
     parser.add_argument("repo", help="a Megatron-LM git directory (bare is fine)")
     parser.add_argument("out", type=Path)
-    parser.add_argument("--platform", default="dgx_h100", choices=sorted(HARDWARE))
+    parser.add_argument("--platform", default="dgx_h100", choices=sorted(PLATFORMS))
     args = parser.parse_args()
-    return collect(args.repo, args.out, args.platform)
+    collect(functools.partial(_git, args.repo), args.out, args.platform)
+    return 0
 
 
 if __name__ == "__main__":

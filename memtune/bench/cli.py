@@ -243,7 +243,7 @@ def run_plan(args: argparse.Namespace) -> int:
     console = Console()
     _check_plan_arguments(args)
     if args.accuracy is not None:
-        groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split)
+        groups = bench_plan.accuracy(args.accuracy or [bench_plan.DEFAULT_LAYOUTS], args.split, gb200=True)
         if args.json:
             print_json(render.plan_accuracy_json(groups))
         else:

@@ -25,6 +25,10 @@ from memtune.plan.query import Query, base_job
 from memtune.plan.search import PlanResult, search, step_price
 
 DEFAULT_LAYOUTS = Path("benchmarks/published/layouts")
+CI_SOURCE = "Megatron-LM functional tests (golden iteration-time)"
+# The functional tests run on GB200 (layouts/megatron-lm-ci-gb200): a set of its own, summarized on
+# its own line and kept out of the pooled figures, so that adding it changed none of them.
+CI_GB200_SOURCE = "Megatron-LM functional tests on GB200 (golden iteration-time)"
 
 
 @dataclass
@@ -117,7 +121,8 @@ class Summary:
     top1_groups: int
     median_relative_error: float | None
     median_tflops_error: float | None  # |predicted / published model TFLOP/s - 1|
-    # |predicted / published step time - 1| of the Megatron-LM functional-test runs, all and MoE
+    # |predicted / published step time - 1| of one set of Megatron-LM functional-test runs (the
+    # ``functional_tests`` source of ``summarize``), all and MoE
     median_step_error: float | None = None
     median_moe_step_error: float | None = None
 
@@ -143,7 +148,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(groups: list[GroupScore]) -> Summary:
+def summarize(groups: list[GroupScore], functional_tests: str = CI_SOURCE) -> Summary:
+    """The figures over ``groups``; the step errors are those of the groups of the
+    ``functional_tests`` source (CI_SOURCE: the H100 runs; CI_GB200_SOURCE: the GB200 ones)."""
     pairs = sum(g.pairs for g in groups)
     ranked = [g for g in groups if g.top1 is not None]
     tflops = [abs(e) for g in groups for r in g.runs if (e := r.tflops_error) is not None]
@@ -155,18 +162,19 @@ def summarize(groups: list[GroupScore]) -> Summary:
         top1_groups=len(ranked),
         median_relative_error=_median([e for g in groups for e in g.relative_errors]),
         median_tflops_error=_median(tflops),
-        median_step_error=_median(_step_errors(groups, moe_only=False)),
-        median_moe_step_error=_median(_step_errors(groups, moe_only=True)),
+        median_step_error=_median(_step_errors(groups, functional_tests, moe_only=False)),
+        median_moe_step_error=_median(_step_errors(groups, functional_tests, moe_only=True)),
     )
 
 
-def _step_errors(groups: list[GroupScore], moe_only: bool) -> list[float]:
-    """|predicted / published step time - 1| of the functional-test runs (by tokens/s: the same
-    ratio inverted); their groups are ``group_of``'s model shapes, MoE ones naming ``-e<experts>``."""
+def _step_errors(groups: list[GroupScore], source: str, moe_only: bool) -> list[float]:
+    """|predicted / published step time - 1| of the functional-test runs of ``source`` (by
+    tokens/s: the same ratio inverted); their groups are ``group_of``'s model shapes, MoE ones
+    naming ``-e<experts>``."""
     return [
         abs(r.measured / r.predicted - 1)
         for g in groups
-        if g.source == CI_SOURCE and (not moe_only or "-e" in g.set_id)
+        if g.source == source and (not moe_only or "-e" in g.set_id)
         for r in g.runs
     ]
 
@@ -290,9 +298,6 @@ def relative_to_best(scores: list[RunScore]) -> None:
             s.predicted_relative = s.predicted / best.predicted
 
 
-CI_SOURCE = "Megatron-LM functional tests (golden iteration-time)"
-
-
 def ci_split_of(run_id: str) -> str:
     """The rule of the per-run files (benchmarks/published/layouts/README.md, Megatron-LM
     functional-test step times): holdout iff sha1(id)[:8] % 10 < 3."""
@@ -301,7 +306,15 @@ def ci_split_of(run_id: str) -> str:
     return "holdout" if int(hashlib.sha1(run_id.encode()).hexdigest()[:8], 16) % 10 < 3 else "tune"
 
 
-def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupScore:
+def ci_source(doc: dict[str, Any]) -> str:
+    """The set of a published step time, by the GPU of its config: the GB200 set, or for any other
+    GPU the H100 one (as every such file was before the GB200 set came)."""
+    cluster = doc["config"].get("cluster")
+    gpu = cluster.get("gpu") if isinstance(cluster, dict) else None
+    return CI_GB200_SOURCE if gpu == "GB200" else CI_SOURCE
+
+
+def score_ci_group(group: str, split: str, docs: list[dict[str, Any]], source: str = CI_SOURCE) -> GroupScore:
     """Runs of one model shape on one GPU count (one split), by tokens/s per GPU: global batch x
     sequence / step time / GPUs; the published step time against the predicted one."""
     scores, unscored = [], []
@@ -332,18 +345,24 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]]) -> GroupS
             )
         )
     relative_to_best(scores)
-    return GroupScore(group, split, CI_SOURCE, scores, unscored)
+    return GroupScore(group, split, source, scores, unscored)
 
 
-def accuracy(paths: list[Path], split: str = "all") -> list[GroupScore]:
+def accuracy(paths: list[Path], split: str = "all", gb200: bool = False) -> list[GroupScore]:
     """Score every set of the files; ``split`` (tune or holdout) scores only that split's sets, so
     working on the model never predicts a held-back set. Files holding ``sets`` are layout
-    comparisons; files of one run each (``published.step_time_s``) are grouped by ``group``."""
+    comparisons; files of one run each (``published.step_time_s``) are grouped by ``group``.
+    ``gb200``: also the GB200 functional tests (CI_GB200_SOURCE), after every other group; left
+    out otherwise, not even priced, so that what is built on these figures (the step model's
+    stated error, benchmarks/step_error.py, and its fits) stays of the sets it was made from."""
     entries, runs = read_layouts(paths)
     groups = [score_set(e) for e in entries if split in ("all", split_of(e["id"]))]
-    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for doc in runs:
-        run_split = ci_split_of(doc["id"])
-        if split in ("all", run_split):
-            by_group.setdefault((doc["group"], run_split), []).append(doc)
-    return groups + [score_ci_group(g, sp, docs) for (g, sp), docs in sorted(by_group.items())]
+    runs = [doc for doc in runs if split in ("all", ci_split_of(doc["id"]))]
+    sources = (CI_SOURCE, CI_GB200_SOURCE) if gb200 else (CI_SOURCE,)
+    for source in sources:
+        by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for doc in runs:
+            if ci_source(doc) == source:
+                by_group.setdefault((doc["group"], ci_split_of(doc["id"])), []).append(doc)
+        groups += [score_ci_group(g, sp, docs, source) for (g, sp), docs in sorted(by_group.items())]
+    return groups

@@ -246,11 +246,29 @@ def _tau(value: float | None) -> str:
 
 
 def plan_accuracy_summaries(groups: list[Any]) -> dict[str, Any]:
-    """Per split and over all groups (bench/plan.py ``summarize``)."""
+    """Per split and over all groups (bench/plan.py ``summarize``) but the GB200 functional tests',
+    which have their own (``gb200_summaries``)."""
+    from memtune.bench.plan import CI_GB200_SOURCE, CI_SOURCE
+
+    return _per_split([g for g in groups if g.source != CI_GB200_SOURCE], CI_SOURCE)
+
+
+def gb200_summaries(groups: list[Any]) -> dict[str, Any]:
+    """Per split and over all of the GB200 functional tests' groups; none without such groups."""
+    from memtune.bench.plan import CI_GB200_SOURCE
+
+    gb200 = [g for g in groups if g.source == CI_GB200_SOURCE]
+    return _per_split(gb200, CI_GB200_SOURCE) if gb200 else {}
+
+
+def _per_split(groups: list[Any], functional_tests: str) -> dict[str, Any]:
     from memtune.bench.plan import summarize
 
     splits = sorted({g.split for g in groups})
-    return {name: summarize([g for g in groups if name in ("all", g.split)]) for name in [*splits, "all"]}
+    return {
+        name: summarize([g for g in groups if name in ("all", g.split)], functional_tests)
+        for name in [*splits, "all"]
+    }
 
 
 def print_plan_accuracy(console: Console, groups: list[Any]) -> None:
@@ -303,6 +321,13 @@ def print_plan_accuracy(console: Console, groups: list[Any]) -> None:
             f"median model TFLOP/s error {_pct(s.median_tflops_error)}; functional-test median |step "
             f"error| {_pct(s.median_step_error)}, MoE {_pct(s.median_moe_step_error)}",
         )
+    for name, s in gb200_summaries(groups).items():
+        print_text(
+            console,
+            f"[bold]{name}[/bold] GB200 functional tests: {s.groups} groups, {s.runs} runs: pair-weighted "
+            f"Kendall tau {_tau(s.tau)}, median |step error| {_pct(s.median_step_error)}, "
+            f"MoE {_pct(s.median_moe_step_error)}",
+        )
 
 
 def _median(values: list[float]) -> float | None:
@@ -312,7 +337,7 @@ def _median(values: list[float]) -> float | None:
 
 
 def plan_accuracy_json(groups: list[Any]) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "summary": {name: asdict(s) for name, s in plan_accuracy_summaries(groups).items()},
         "groups": [
@@ -344,6 +369,10 @@ def plan_accuracy_json(groups: list[Any]) -> dict[str, Any]:
             for g in groups
         ],
     }
+    # a key of its own, present only with GB200 groups: the output without them is as it was
+    if gb200 := gb200_summaries(groups):
+        doc["gb200_summary"] = {name: asdict(s) for name, s in gb200.items()}
+    return doc
 
 
 def print_plan_speed(console: Console, args: Any, result: Any) -> None:
