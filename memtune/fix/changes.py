@@ -288,17 +288,45 @@ def _fsdp(job: JobConfig, d: Derived) -> list[Remedy]:
 
 
 def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
-    return [
-        Remedy(
-            "context-parallel",
-            f"Context parallelism {cp}",
-            (Change("model.context_parallel_size", cp),),
-            "each rank keeps the activations of 1/CP of the sequence",
-            f"{_dp_after(d, d.tp, d.pp, cp)}; K/V exchanged around the ring",
+    """CP at twice and four times the job's, with the exchange Transformer Engine allows the
+    job's attention: a sliding window or an offset softmax (GPT-OSS) cannot take the ring
+    (check SEQ007, SEQ008), so such a job's CP exchanges heads all-to-all; a hierarchical
+    exchange grows its ring."""
+    m = job.model
+    needs_all_to_all = (any(d.window_attention_pattern) and m.cp_comm_type not in ("a2a", "all_gather")) or (
+        m.softmax_type != "vanilla" and m.cp_comm_type != "a2a"
+    )
+    remedies = []
+    for cp in (2 * d.cp, 4 * d.cp):
+        if d.world_size % (d.tp * d.pp * cp):
+            continue
+        changes = [Change("model.context_parallel_size", cp)]
+        exchange = _CP_EXCHANGE[m.cp_comm_type]
+        if needs_all_to_all:
+            changes.append(Change("model.cp_comm_type", "a2a"))
+            exchange = _CP_EXCHANGE["a2a"] + " (the ring has no sliding window or softmax offsets)"
+        elif m.cp_comm_type == "a2a+p2p" and m.hierarchical_context_parallel_sizes:
+            inner = d.cp_all_to_all_size
+            changes.append(Change("model.hierarchical_context_parallel_sizes", [inner, cp // inner]))
+        remedies.append(
+            Remedy(
+                "context-parallel",
+                f"Context parallelism {cp}",
+                tuple(changes),
+                "each rank keeps the activations of 1/CP of the sequence",
+                f"{_dp_after(d, d.tp, d.pp, cp)}; {exchange}",
+            )
         )
-        for cp in (2 * d.cp, 4 * d.cp)
-        if d.world_size % (d.tp * d.pp * cp) == 0
-    ]
+    return remedies
+
+
+# What CP exchanges in each layer's attention, by cp_comm_type (memtune/perf/layer.py cp_exchange).
+_CP_EXCHANGE = {
+    "p2p": "K/V exchanged around the ring",
+    "a2a": "Q, K, V and the output exchanged all-to-all",
+    "all_gather": "K/V gathered whole",
+    "a2a+p2p": "Q, K, V all-to-all, then K/V around the ring",
+}
 
 
 def _expert_parallel(job: JobConfig, d: Derived) -> list[Remedy]:

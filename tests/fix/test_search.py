@@ -221,3 +221,57 @@ def test_two_cheap_changes_lead_one_dear_one_that_fits_alone():
         alone = [s.throughput_change for s in singles if s.remedies[0] in pair.remedies]
         assert pair.throughput_change is not None and all(x is not None for x in alone)
         assert pair.throughput_change < cheapest_single or all(x > cheapest_single for x in alone)
+
+
+def test_context_parallelism_for_a_sliding_window_takes_the_all_to_all_exchange():
+    # GPT-OSS's attention (a 128-key window on every other layer, learned sinks) cannot take
+    # Transformer Engine's ring (SEQ007, SEQ008): the CP remedies exchange heads all-to-all,
+    # and the gate admits them; a plain job keeps its ring
+    job = with_changes(
+        load_job(EXAMPLE).job,
+        [
+            Change.parse(o)
+            for o in (
+                "model.window_size=[127,0]",
+                "model.window_attn_skip_freq=2",
+                "model.softmax_type=learnable",
+            )
+        ],
+    )
+    remedies = [r for r in menu(job) if r.family == "context-parallel"]
+    assert remedies and all(Change("model.cp_comm_type", "a2a") in r.changes for r in remedies)
+    assert all(
+        r.cost.endswith(
+            "Q, K, V and the output exchanged all-to-all (the ring has no sliding window or softmax offsets)"
+        )
+        for r in remedies
+    )
+    for remedy in remedies:
+        proposed = with_changes(job, list(remedy.changes))
+        assert not [f for f in gate(proposed).findings if f.code in ("SEQ005", "SEQ007", "SEQ008")]
+    plain = [r for r in menu(load_job(EXAMPLE).job) if r.family == "context-parallel"]
+    assert plain and all(
+        len(r.changes) == 1 and r.cost.endswith("K/V exchanged around the ring") for r in plain
+    )
+
+
+def test_context_parallelism_grows_a_hierarchical_exchanges_ring():
+    # a2a+p2p over [2, 1] at CP 2 on 128 GPUs: CP 4 and 8 keep the all-to-all pair and grow the ring
+    job = with_changes(
+        load_job(EXAMPLE).job,
+        [
+            Change.parse(o)
+            for o in (
+                "cluster.num_gpus=128",
+                "model.context_parallel_size=2",
+                "model.cp_comm_type=a2a+p2p",
+                "model.hierarchical_context_parallel_sizes=[2,1]",
+            )
+        ],
+    )
+    sizes = [
+        next(c.value for c in r.changes if c.key == "model.hierarchical_context_parallel_sizes")
+        for r in menu(job)
+        if r.family == "context-parallel"
+    ]
+    assert sizes == [[2, 2], [2, 4]]
