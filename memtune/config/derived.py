@@ -122,7 +122,9 @@ class Derived:
         The job is built without re-validating it, so the planner can afford one per layout;
         ``tests/plan/test_fast.py`` checks it equals the validated job ``with_changes`` gives."""
         sections: dict[str, dict[str, Any]] = {}
-        for section, key, value in knobs.settings(self.job, self.param_dtype):
+        for section, key, value in knobs.settings(
+            self.job, self.param_dtype, self.cp_comm_type_for_attention
+        ):
             sections.setdefault(section, {})[key] = value
         job = self.job
         # The model section differs from one candidate to the next; the others take a few
@@ -277,6 +279,16 @@ class Derived:
             return self.cp
         sizes = m.hierarchical_context_parallel_sizes
         return sizes[0] if sizes else 1
+
+    @cached_property
+    def cp_comm_type_for_attention(self) -> str:
+        """The CP exchange this job's attention can take: its own, unless a sliding window or an
+        offset softmax rules the ring out (Transformer Engine's assertions, check SEQ007 and
+        SEQ008); then the all-to-all, which carries both."""
+        m = self.model
+        windowed = any(self.window_attention_pattern) and m.cp_comm_type not in ("a2a", "all_gather")
+        offset = m.softmax_type != "vanilla" and m.cp_comm_type != "a2a"
+        return "a2a" if windowed or offset else m.cp_comm_type
 
     @cached_property
     def cp_ring_size(self) -> int:

@@ -176,9 +176,11 @@ class Knobs:
             return self.fsdp_strategy
         return None
 
-    def settings(self, base: JobConfig, param_dtype: str) -> list[tuple[str, str, Any]]:
+    def settings(self, base: JobConfig, param_dtype: str, cp_comm_type: str) -> list[tuple[str, str, Any]]:
         """(section, key, value) of every key these knobs set on ``base``, whose weights are in
-        ``param_dtype`` (the pipeline's dtype follows them)."""
+        ``param_dtype`` (the pipeline's dtype follows them); with CP, the exchange
+        ``cp_comm_type`` (``Derived.cp_comm_type_for_attention``: the job's own where its
+        attention allows it)."""
         r = self.recompute
         full = r.granularity == "full"
         fsdp = self.sharding == "fsdp"
@@ -187,6 +189,7 @@ class Knobs:
             ("model", "pipeline_model_parallel_size", self.pp),
             ("model", "virtual_pipeline_model_parallel_size", self.vpp if self.vpp > 1 else None),
             ("model", "context_parallel_size", self.cp),
+            ("model", "cp_comm_type", cp_comm_type if self.cp > 1 else base.model.cp_comm_type),
             ("model", "sequence_parallel", self.sp),
             ("model", "pipeline_dtype", param_dtype),
             ("model", "account_for_embedding_in_pipeline_split", self.split == "accounted"),

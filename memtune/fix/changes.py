@@ -293,9 +293,7 @@ def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
     (check SEQ007, SEQ008), so such a job's CP exchanges heads all-to-all; a hierarchical
     exchange grows its ring."""
     m = job.model
-    needs_all_to_all = (any(d.window_attention_pattern) and m.cp_comm_type not in ("a2a", "all_gather")) or (
-        m.softmax_type != "vanilla" and m.cp_comm_type != "a2a"
-    )
+    needs_all_to_all = d.cp_comm_type_for_attention != m.cp_comm_type
     remedies = []
     for cp in (2 * d.cp, 4 * d.cp):
         if d.world_size % (d.tp * d.pp * cp):

@@ -59,3 +59,17 @@ def test_world_size_pruning_names_par001():
     base = base_job(Query("llama3-8b", 12, "H100-80GB", 8, 4096, 48, "pretrain"))
     c = Knobs(8, 1, 1, 1, 1, 8, 1, True, Recompute(), "distopt", 0.0, 0, False)
     assert pruned(derive(base), c, 48) == "PAR001"
+
+
+def test_a_layout_with_cp_gives_gpt_oss_attention_the_all_to_all_exchange():
+    # GPT-OSS (a 128-key window on every other layer, learned sinks) at CP 2: Transformer
+    # Engine's ring refuses both, so the planner's candidate exchanges heads all-to-all; at CP 1
+    # the job's own type stays
+    base = base_job(Query("gpt-oss-120b", 64, "H100-80GB", 8, 8192, 128, "pretrain"))
+    assert base.model.cp_comm_type == "p2p" and base.model.softmax_type == "learnable"
+    cp2 = Knobs(1, 4, 1, 2, 8, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
+    job = with_changes(base, changes_of(base, cp2))
+    assert job.model.cp_comm_type == "a2a"
+    assert not _error_codes(job) & {"SEQ005", "SEQ007", "SEQ008"}
+    cp1 = Knobs(1, 4, 1, 1, 8, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
+    assert with_changes(base, changes_of(base, cp1)).model.cp_comm_type == "p2p"
