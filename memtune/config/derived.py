@@ -122,9 +122,7 @@ class Derived:
         The job is built without re-validating it, so the planner can afford one per layout;
         ``tests/plan/test_fast.py`` checks it equals the validated job ``with_changes`` gives."""
         sections: dict[str, dict[str, Any]] = {}
-        for section, key, value in knobs.settings(
-            self.job, self.param_dtype, self.cp_comm_type_for_attention
-        ):
+        for section, key, value in knobs.settings(self):
             sections.setdefault(section, {})[key] = value
         job = self.job
         # The model section differs from one candidate to the next; the others take a few
@@ -289,6 +287,15 @@ class Derived:
         windowed = any(self.window_attention_pattern) and m.cp_comm_type not in ("a2a", "all_gather")
         offset = m.softmax_type != "vanilla" and m.cp_comm_type != "a2a"
         return "a2a" if windowed or offset else m.cp_comm_type
+
+    def hierarchical_cp_sizes(self, cp: int) -> list[int] | None:
+        """``hierarchical_context_parallel_sizes`` for CP ``cp``: the job's all-to-all group
+        kept and the ring grown to the rest; the job's own sizes where its group does not divide
+        ``cp`` (check SEQ006 then refuses the layout)."""
+        sizes = self.model.hierarchical_context_parallel_sizes
+        if not sizes or cp % sizes[0]:
+            return sizes
+        return [sizes[0], cp // sizes[0]]
 
     @cached_property
     def cp_ring_size(self) -> int:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from memtune.errors import InputError
 
 if TYPE_CHECKING:
-    from memtune.config.schema import JobConfig
+    from memtune.config.derived import Derived
 
 RECOMPUTE_GRANULARITIES = (None, "selective", "full")
 RECOMPUTE_METHODS = ("block", "uniform")
@@ -176,12 +176,12 @@ class Knobs:
             return self.fsdp_strategy
         return None
 
-    def settings(self, base: JobConfig, param_dtype: str, cp_comm_type: str) -> list[tuple[str, str, Any]]:
-        """(section, key, value) of every key these knobs set on ``base``, whose weights are in
-        ``param_dtype`` (the pipeline's dtype follows them); with CP, the exchange
-        ``cp_comm_type`` (``Derived.cp_comm_type_for_attention``: the job's own where its
-        attention allows it)."""
-        r = self.recompute
+    def settings(self, base: Derived) -> list[tuple[str, str, Any]]:
+        """(section, key, value) of every key these knobs set on the job of ``base``: the
+        pipeline's dtype follows its weights'; with CP, the exchange its attention can take
+        (``Derived.cp_comm_type_for_attention``) and a hierarchical exchange's group sizes
+        (``Derived.hierarchical_cp_sizes``)."""
+        job, r = base.job, self.recompute
         full = r.granularity == "full"
         fsdp = self.sharding == "fsdp"
         out: list[tuple[str, str, Any]] = [
@@ -189,9 +189,14 @@ class Knobs:
             ("model", "pipeline_model_parallel_size", self.pp),
             ("model", "virtual_pipeline_model_parallel_size", self.vpp if self.vpp > 1 else None),
             ("model", "context_parallel_size", self.cp),
-            ("model", "cp_comm_type", cp_comm_type if self.cp > 1 else base.model.cp_comm_type),
+            (
+                "model",
+                "cp_comm_type",
+                base.cp_comm_type_for_attention if self.cp > 1 else job.model.cp_comm_type,
+            ),
+            ("model", "hierarchical_context_parallel_sizes", base.hierarchical_cp_sizes(self.cp)),
             ("model", "sequence_parallel", self.sp),
-            ("model", "pipeline_dtype", param_dtype),
+            ("model", "pipeline_dtype", base.param_dtype),
             ("model", "account_for_embedding_in_pipeline_split", self.split == "accounted"),
             ("model", "account_for_loss_in_pipeline_split", self.split == "accounted"),
             ("model", "num_layers_in_first_pipeline_stage", self.first_stage_layers or None),
@@ -213,12 +218,12 @@ class Knobs:
             ("optimizer", "optimizer_offload_fraction", self.offload if self.offload > 0 else 1.0),
             ("optimizer", "use_precision_aware_optimizer", self.offload > 0),
         ]
-        if base.model.num_moe_experts:
+        if job.model.num_moe_experts:
             out += [
                 ("model", "expert_model_parallel_size", self.ep),
                 ("model", "expert_tensor_parallel_size", self.etp),
             ]
-        if base.peft is not None:
+        if job.peft is not None:
             out.append(("peft", "sequence_parallel_input_regather", self.regather))
         return out
 

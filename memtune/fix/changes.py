@@ -304,8 +304,7 @@ def _context_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
             changes.append(Change("model.cp_comm_type", "a2a"))
             exchange = _CP_EXCHANGE["a2a"] + " (the ring has no sliding window or softmax offsets)"
         elif m.cp_comm_type == "a2a+p2p" and m.hierarchical_context_parallel_sizes:
-            inner = d.cp_all_to_all_size
-            changes.append(Change("model.hierarchical_context_parallel_sizes", [inner, cp // inner]))
+            changes.append(Change("model.hierarchical_context_parallel_sizes", d.hierarchical_cp_sizes(cp)))
         remedies.append(
             Remedy(
                 "context-parallel",

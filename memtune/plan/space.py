@@ -384,8 +384,4 @@ def candidates(d: Derived, space: Space) -> Iterator[Knobs]:
 
 def changes_of(base: JobConfig, knobs: Knobs) -> list[Change]:
     """Every key a candidate's knobs set, as changes to ``base``."""
-    d = derive(base)
-    return [
-        Change(f"{section}.{key}", value)
-        for section, key, value in knobs.settings(base, d.param_dtype, d.cp_comm_type_for_attention)
-    ]
+    return [Change(f"{section}.{key}", value) for section, key, value in knobs.settings(derive(base))]

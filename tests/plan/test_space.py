@@ -73,3 +73,23 @@ def test_a_layout_with_cp_gives_gpt_oss_attention_the_all_to_all_exchange():
     assert not _error_codes(job) & {"SEQ005", "SEQ007", "SEQ008"}
     cp1 = Knobs(1, 4, 1, 1, 8, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
     assert with_changes(base, changes_of(base, cp1)).model.cp_comm_type == "p2p"
+
+
+def test_a_layout_keeps_a_hierarchical_exchanges_all_to_all_group_and_grows_its_ring():
+    from memtune.config.changes import Change
+
+    base = with_changes(
+        base_job(Query("llama3-8b", 32, "H100-80GB", 8, 8192, 64, "pretrain")),
+        [
+            Change.parse("model.context_parallel_size=2"),
+            Change.parse("model.cp_comm_type=a2a+p2p"),
+            Change.parse("model.hierarchical_context_parallel_sizes=[2,1]"),
+        ],
+    )
+    cp4 = Knobs(1, 1, 1, 4, 1, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
+    job = with_changes(base, changes_of(base, cp4))
+    assert (job.model.cp_comm_type, job.model.hierarchical_context_parallel_sizes) == ("a2a+p2p", [2, 2])
+    assert "SEQ006" not in _error_codes(job)
+    # a CP the all-to-all group does not divide keeps the job's sizes (at CP 1 nothing reads them)
+    cp1 = Knobs(1, 1, 1, 1, 1, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
+    assert with_changes(base, changes_of(base, cp1)).model.hierarchical_context_parallel_sizes == [2, 1]
