@@ -22,7 +22,7 @@ import yaml
 
 from memtune.config import LoadedJob
 from memtune.config.changes import Change, job_data
-from memtune.config.loaders.megatron_args import ENV_VARIABLES, FLAGS, Switch, Value
+from memtune.config.loaders.megatron_args import ENV_VARIABLES, FLAGS, Switch, Value, int_tuple
 from memtune.config.schema import JobConfig
 from memtune.errors import InputError
 from memtune.outfile import write_atomically
@@ -168,7 +168,12 @@ def _act(text: str, action: str, flag: str, value: object) -> str:
     if action == "set":
         for other in _EXCLUSIVE.get(flag, ()):
             text = _remove_flag(text, other)
-        values = [str(v) for v in value] if many and isinstance(value, list) else [_text(value)]
+        if many and isinstance(value, list):
+            values = [str(v) for v in value]
+        elif isinstance(spec, Value) and spec.convert is int_tuple and isinstance(value, list):
+            values = [",".join(str(v) for v in value)]  # Megatron-LM's tuple_type: 127,0
+        else:
+            values = [_text(value)]
         return _set_flag(text, flag, values)
     if action == "add":
         return text if _find(text, flag) else _insert(text, [f"--{flag}"])

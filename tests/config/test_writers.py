@@ -30,6 +30,15 @@ LAUNCH_CHANGES = [
     [Change("env.PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False"), Change("train.micro_batch_size", 2)],
     [Change("model.masked_softmax_fusion", False), Change("model.pipeline_model_parallel_size", 2)],
     [Change("model.cpu_offloading", True), Change("model.cpu_offloading_num_layers", 4)],
+    # a tuple flag (Megatron-LM's tuple_type, written 127,0), a per-layer list's one word, a list flag
+    [
+        Change("model.window_size", [127, 0]),
+        Change("model.window_attn_skip_freq", 2),
+        Change("model.softmax_type", "learnable"),
+        Change("model.context_parallel_size", 2),
+        Change("model.cp_comm_type", "a2a+p2p"),
+        Change("model.hierarchical_context_parallel_sizes", [2, 1]),
+    ],
 ]
 
 

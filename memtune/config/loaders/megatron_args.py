@@ -47,7 +47,7 @@ def _layer_freq(text: str) -> Arithmetic | str:
     return text if value is None else value
 
 
-def _int_tuple(text: str) -> list[int] | str:
+def int_tuple(text: str) -> list[int] | str:
     """Megatron-LM's ``tuple_type``: ``127,0`` or ``(127,0)``."""
     values = [int_or_none(part) for part in text.strip("()").split(",")]
     return text if None in values else [v for v in values if v is not None]
@@ -184,7 +184,7 @@ FLAGS: dict[str, Value | Switch] = {
     # implementation, CUDA graphs
     "transformer-impl": Value("model.transformer_impl"),
     "attention-backend": Value("model.attention_backend"),
-    "window-size": Value("model.window_size", _int_tuple),
+    "window-size": Value("model.window_size", int_tuple),
     "window-attn-skip-freq": Value("model.window_attn_skip_freq", _layer_freq),
     "softmax-type": Value("model.softmax_type"),
     "cuda-graph-impl": Value("model.cuda_graph_impl"),
