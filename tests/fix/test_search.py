@@ -227,17 +227,10 @@ def test_context_parallelism_for_a_sliding_window_takes_the_all_to_all_exchange(
     # GPT-OSS's attention (a 128-key window on every other layer, learned sinks) cannot take
     # Transformer Engine's ring (SEQ007, SEQ008): the CP remedies exchange heads all-to-all,
     # and the gate admits them; a plain job keeps its ring
-    job = with_changes(
-        load_job(EXAMPLE).job,
-        [
-            Change.parse(o)
-            for o in (
-                "model.window_size=[127,0]",
-                "model.window_attn_skip_freq=2",
-                "model.softmax_type=learnable",
-            )
-        ],
-    )
+    job = load_job(
+        EXAMPLE,
+        ["model.window_size=[127,0]", "model.window_attn_skip_freq=2", "model.softmax_type=learnable"],
+    ).job
     remedies = [r for r in menu(job) if r.family == "context-parallel"]
     assert remedies and all(Change("model.cp_comm_type", "a2a") in r.changes for r in remedies)
     assert all(
@@ -257,18 +250,8 @@ def test_context_parallelism_for_a_sliding_window_takes_the_all_to_all_exchange(
 
 def test_context_parallelism_grows_a_hierarchical_exchanges_ring():
     # a2a+p2p over [2, 1] at CP 2 on 128 GPUs: CP 4 and 8 keep the all-to-all pair and grow the ring
-    job = with_changes(
-        load_job(EXAMPLE).job,
-        [
-            Change.parse(o)
-            for o in (
-                "cluster.num_gpus=128",
-                "model.context_parallel_size=2",
-                "model.cp_comm_type=a2a+p2p",
-                "model.hierarchical_context_parallel_sizes=[2,1]",
-            )
-        ],
-    )
+    hierarchy = ["model.cp_comm_type=a2a+p2p", "model.hierarchical_context_parallel_sizes=[2,1]"]
+    job = load_job(EXAMPLE, ["cluster.num_gpus=128", "model.context_parallel_size=2", *hierarchy]).job
     sizes = [
         next(c.value for c in r.changes if c.key == "model.hierarchical_context_parallel_sizes")
         for r in menu(job)
