@@ -2443,6 +2443,58 @@ def offload_exposure_check() -> list[Entry]:
     return e
 
 
+def offload_copy_bound_check() -> list[Entry]:
+    """A check of fine-grained offload where the copies outlast the compute (``aoffx-``),
+    defined after the model was frozen at 5171162 and before any was measured: unfused
+    attention keeps each layer's s x s probabilities, which ``core_attn``'s offload moves to the
+    host, as in Megatron-LM's functional test with fine-grained offloading (whose 8-GPU step
+    runs 2.5x its price). A 1,024-wide model with 32 heads of 128 (8 key/value groups) at TP 2
+    with SP, sequence 4,096, 8 layers, 4 microbatches, one hardware queue as that test sets:
+    nothing, ``core_attn`` alone and every module offloaded; every module with CUDA's default
+    queues; and the first stage of PP 2 with 4 virtual stages, 8 microbatches. Nothing is
+    fitted on them: every pair is compared once (the hash rule's split kept for the record)."""
+    one_queue = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    every = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"]
+
+    def shape(names, **kw):
+        offload = dict(fine_grained_activation_offloading=True, offload_modules=names) if names else {}
+        return _model(
+            "llama3-8b",
+            num_layers=8,
+            hidden_size=1024,
+            num_attention_heads=32,
+            num_query_groups=8,
+            kv_channels=128,
+            ffn_hidden_size=4096,
+            vocab_size=32768,
+            seq_length=4096,
+            attention_backend="unfused",
+            tensor_model_parallel_size=2,
+            **SP,
+            **offload,
+            **kw,
+        )
+
+    e = [
+        run(f"aoffx-u1k-{name}", shape(names), dp=2, microbatches=4, distopt=True, env=one_queue)
+        for name, names in (("none", []), ("core-attn", ["core_attn"]), ("all", every))
+    ]
+    for name, names in (("none", []), ("all", every)):
+        e.append(run(f"aoffx-u1k-default-{name}", shape(names), dp=2, microbatches=4, distopt=True))
+        vpp = dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4)
+        e.append(
+            run(
+                f"aoffx-u1k-vpp-{name}",
+                shape(names, **vpp),
+                dp=2,
+                microbatches=8,
+                distopt=True,
+                env=one_queue,
+            )
+        )
+    return e
+
+
 def lora_compute_check() -> list[Entry]:
     """A check of the LoRA adapters' priced work (``lorachk-``), defined after the model was
     frozen at d4e143e and before any was measured: single-rank LoRA steps on shapes no earlier
@@ -2548,6 +2600,7 @@ def entries() -> list[Entry]:
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()
+        + offload_copy_bound_check()
         + lora_compute_check()
         + host_by_lora()
         + host_by_lora_repeat()
