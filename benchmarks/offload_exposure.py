@@ -2,7 +2,7 @@
 (``benchmarks/measured/matrix.py offload_exposure``; raw ``benchmarks/gpu/results/aoffm-h100.*``,
 timed on a lent H100 80GB HBM3) against the step model's share of the copies' one-way time.
 
-    python benchmarks/offload_exposure.py [--fit | --check]
+    python benchmarks/offload_exposure.py [--fit | --check | --copy-bound]
 
 Each offloading run is paired with the run of the same shape and no offload: its exposure is the
 difference of their forward+backward seconds (medians of the iterations after the first), over
@@ -12,7 +12,9 @@ fitted: a share is the ratio of sums over the tune pairs of its kind (default co
 ``--fit`` prints it; the default prints every pair's exposure beside the step model's (the
 difference of its priced forward+backward, ``FINE_GRAINED_OFFLOAD_EXPOSED_SHARE`` in
 ``memtune/perf/constants.py`` among it), ``--check`` the same for the pairs of
-the ``aoffm2-`` check, defined after the constant was frozen (``offload_exposure_check``)."""
+the ``aoffm2-`` check, defined after the constant was frozen (``offload_exposure_check``), and
+``--copy-bound`` for the ``aoffx-`` check, whose copies outlast the compute
+(``offload_copy_bound_check``). Each run is priced for the GPU it was timed on."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ BASELINES = {
     "aoffm-l1b-all": "aoffm-l1b-none",
     "aoffm-l1b-all-one-queue": "aoffm-l1b-none",
 }
+COPY_BOUND_RESULTS = ROOT / "benchmarks" / "gpu" / "results" / "aoffx.results.jsonl"
 # The aoffm2- check of the frozen model (matrix.py offload_exposure_check): every pair compared once.
 CHECK_BASELINES = {
     "aoffm2-pp2-first-all": "aoffm2-pp2-first-none",
@@ -47,12 +50,28 @@ CHECK_BASELINES = {
     "aoffm2-qm-ep8-experts": "aoffm2-qm-ep8-none",
     "aoffm2-l8w-mbs1-m8-attn": "aoffm2-l8w-mbs1-m8-none",
 }
+# The aoffx- check, copies longer than the compute (matrix.py offload_copy_bound_check): every pair
+# compared once, with the model frozen at 5171162.
+COPY_BOUND_BASELINES = {
+    "aoffx-u1k-core-attn": "aoffx-u1k-none",
+    "aoffx-u1k-all": "aoffx-u1k-none",
+    "aoffx-u1k-default-all": "aoffx-u1k-default-none",
+    "aoffx-u1k-vpp-all": "aoffx-u1k-vpp-none",
+}
+# Each set's raw results and its pairs (run: the run without offload it is measured against).
+SETS = {
+    "fit": (RESULTS, BASELINES),
+    "check": (CHECK_RESULTS, CHECK_BASELINES),
+    "copy-bound": (COPY_BOUND_RESULTS, COPY_BOUND_BASELINES),
+}
+# memtune's catalog name of each GPU a set was timed on (the record's environment.gpu)
+GPUS = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200"}
 
 
 def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
     """Each run's measured forward+backward seconds (the median of the iterations after the
     first), the step model's for it (``benchmarks/compute_accuracy.py``'s comparison, on the
-    tables' machine) and its config."""
+    tables' machine, priced for the GPU the run was timed on) and its config (with that GPU)."""
     from compute_accuracy import Timed, compare
     from matrix import split_of
 
@@ -67,11 +86,12 @@ def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
             return statistics.median(it[key] for it in its)
 
         fb = median("forward_backward_seconds")
-        config = {**run["config"], "cluster": {**run["config"]["cluster"], "gpu": "H100-80GB"}}
+        gpu = GPUS[run["environment"]["gpu"]]
+        config = {**run["config"], "cluster": {**run["config"]["cluster"], "gpu": gpu}}
         d = derive(validate(config))
         timed = Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], median("seconds"), fb,
                       median("optimizer_seconds"), True)  # fmt: skip
-        runs[run["id"]] = (fb, fb * (1 + compare(timed).forward_backward), run["config"])
+        runs[run["id"]] = (fb, fb * (1 + compare(timed).forward_backward), config)
     return runs
 
 
@@ -82,20 +102,21 @@ def copy_seconds_per_step(config: dict) -> tuple[float, bool]:
     from memtune.perf.offload import copy_seconds
 
     one_queue = config.get("env", {}).get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
-    d = derive(validate({**config, "cluster": {**config["cluster"], "gpu": "H100-80GB"}}))
+    d = derive(validate(config))
     stage = d.chunks[d.pp_rank_of(0)]  # the measured rank is the first of its stage
     per_microbatch = sum(copy_seconds(d, chunk) for chunk in stage)
     return per_microbatch * d.num_microbatches, one_queue
 
 
-def pairs(check: bool = False) -> list[tuple[str, str, bool, float, float, float]]:
+def pairs(which: str = "fit") -> list[tuple[str, str, bool, float, float, float]]:
     """(run, split, one queue, exposed seconds, modelled copy seconds, the step model's exposed
-    seconds) of every pair."""
+    seconds) of every pair of set ``which`` (``SETS``)."""
     from matrix import split_of
 
-    runs = measured(CHECK_RESULTS if check else RESULTS)
+    results, baselines = SETS[which]
+    runs = measured(results)
     out = []
-    for run_id, base in (CHECK_BASELINES if check else BASELINES).items():
+    for run_id, base in baselines.items():
         if run_id not in runs or base not in runs:
             continue  # a run the device did not finish
         copy, one_queue = copy_seconds_per_step(runs[run_id][2])
@@ -113,8 +134,11 @@ def main() -> int:
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--fit", action="store_true", help="print the shares the tune pairs give")
     how.add_argument("--check", action="store_true", help="the aoffm2- check of the frozen model")
+    how.add_argument(
+        "--copy-bound", action="store_true", help="the aoffx- check: copies outlasting the compute"
+    )
     args = parser.parse_args()
-    rows = pairs(args.check)
+    rows = pairs("check" if args.check else "copy-bound" if args.copy_bound else "fit")
     if args.fit:
         for one_queue in (False, True):
             tune = [r for r in rows if r[1] == "tune" and r[2] == one_queue]
