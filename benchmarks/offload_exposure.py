@@ -80,6 +80,8 @@ def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
     runs = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         run = json.loads(line)
+        if "measured" not in run:
+            continue  # a run that failed on the device (its error is in the record)
         iterations = run["measured"]["iterations"][1:]
 
         def median(key: str, its: list = iterations) -> float:
