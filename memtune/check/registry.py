@@ -29,7 +29,7 @@ class Family:
 FAMILIES = (
     Family("PAR", "Parallel sizes and divisibility"),
     Family("PIP", "Pipeline and virtual-pipeline layout"),
-    Family("SEQ", "Sequence and context parallelism"),
+    Family("SEQ", "Sequence, context parallelism and attention"),
     Family("MOE", "Mixture of experts"),
     Family("REC", "Activation recompute"),
     Family("OFF", "CPU offloading"),

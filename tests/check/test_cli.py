@@ -37,7 +37,7 @@ def test_errors_exit_one_and_are_grouped_by_family(base_yaml, capsys, monkeypatc
     out = capsys.readouterr().out
     assert status == 1
     assert (
-        out.index("Sequence and context parallelism (SEQ)")
+        out.index("Sequence, context parallelism and attention (SEQ)")
         < out.index("SEQ001")
         < out.index("CPU offloading (OFF)")
     )

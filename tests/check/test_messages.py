@@ -457,3 +457,22 @@ def test_cp_with_a_sliding_window_or_sinks_quotes_transformer_engine():
         f.upstream == "Context parallelism only supports softmax_type='learnable' with cp_comm_type = 'a2a'!"
     )
     assert f.fix == "set model.cp_comm_type=a2a"
+
+
+def test_sinks_with_the_flash_backend_quote_transformer_engines_no_backend_error():
+    f = finding("SEQ009", "model.softmax_type=off-by-one", "model.attention_backend=flash")
+    assert f.message == (
+        "model.softmax_type=off-by-one with model.attention_backend=flash: Transformer Engine's FlashAttention "
+        "has no softmax offset, and the flash setting turns its other backends off"
+    )
+    assert f.upstream.startswith("No dot product attention backend is available for the provided inputs.")
+    # the local spec's flash is memtune's SDPA stand-in, which memtune measure refuses on its own
+    assert (
+        finding(
+            "SEQ009",
+            "model.softmax_type=learnable",
+            "model.attention_backend=flash",
+            "model.transformer_impl=local",
+        )
+        is None
+    )

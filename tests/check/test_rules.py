@@ -142,6 +142,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cluster.num_gpus=32",
         ),
     ),
+    "SEQ009": (
+        ("model.softmax_type=learnable", "model.attention_backend=flash"),
+        ("model.softmax_type=learnable", "model.attention_backend=auto"),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),

@@ -1,4 +1,4 @@
-"""SEQ: sequence parallelism and context parallelism."""
+"""SEQ: sequence parallelism, context parallelism and the attention variants they meet."""
 
 from __future__ import annotations
 
@@ -311,4 +311,37 @@ def cp_softmax_type(c: Context) -> Hit | None:
         f"model.cp_comm_type={m.cp_comm_type}: only the all-to-all path carries the offsets",
         fix="set model.cp_comm_type=a2a",
         upstream=f"Context parallelism only supports softmax_type='{m.softmax_type}' with cp_comm_type = 'a2a'!",
+    )
+
+
+@rule("SEQ009", "flash-backend-with-softmax-offset", ERROR)
+def flash_backend_with_softmax_offset(c: Context) -> Hit | None:
+    """An offset softmax (attention sinks) with the attention backend forced to flash.
+
+    ## What it does
+    On Transformer Engine's layers, checks that `softmax_type` `off-by-one` or `learnable` does
+    not meet `attention_backend: flash`.
+
+    ## Why it matters
+    Transformer Engine's FlashAttention has no softmax offset, and Megatron-Core's `flash`
+    setting turns TE's fused and unfused attention off (`NVTE_FUSED_ATTN=0`,
+    `NVTE_UNFUSED_ATTN=0`): no backend is left, and the first forward pass raises.
+
+    ## Example
+    ```yaml
+    model: {softmax_type: learnable, attention_backend: flash}
+    ```
+
+    ## Fix
+    Set `attention_backend: auto` or `fused` (cuDNN's fused attention takes the offsets).
+    """
+    m = c.model
+    if not c.d.transformer_engine or m.attention_backend != "flash" or m.softmax_type == "vanilla":
+        return None
+    return Hit(
+        message=f"model.softmax_type={m.softmax_type} with model.attention_backend=flash: Transformer Engine's "
+        "FlashAttention has no softmax offset, and the flash setting turns its other backends off",
+        fix="set model.attention_backend=auto (cuDNN's fused attention takes the offsets)",
+        upstream="No dot product attention backend is available for the provided inputs. Please run with "
+        "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",
     )
