@@ -282,9 +282,8 @@ class ShapePricer:
         kernel = d.attention_kernel
         if kernel == "unfused":
             return self.unfused_attention(seq / d.cp, heads, qk, v)
-        flops = (
-            2 * self.tokens * seq * heads * (qk + v) * 0.5 * self.window_share()
-        )  # causal: half the scores
+        # causal: half the scores, less those a sliding window leaves out
+        flops = 2 * self.tokens * seq * heads * (qk + v) * 0.5 * self.window_share()
         batch = round(heads * d.micro_batch_size)
         if kernel == "memory_efficient":
             fwd_frac, bwd_frac = memory_efficient_attention_fractions(self.tables, seq, batch)
