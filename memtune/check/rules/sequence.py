@@ -336,7 +336,8 @@ def flash_backend_with_softmax_offset(c: Context) -> Hit | None:
     Set `attention_backend: auto` or `fused` (cuDNN's fused attention takes the offsets).
     """
     m = c.model
-    if not c.d.transformer_engine or m.attention_backend != "flash" or m.softmax_type == "vanilla":
+    # on Transformer Engine's layers the flash kernel is priced only where the backend forces it
+    if not c.d.transformer_engine or c.d.attention_kernel != "flash" or m.softmax_type == "vanilla":
         return None
     return Hit(
         message=f"model.softmax_type={m.softmax_type} with model.attention_backend=flash: Transformer Engine's "
