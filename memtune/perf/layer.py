@@ -358,10 +358,28 @@ class ShapePricer:
         if d.eager_elementwise:
             fwd, bwd, norms, activation = self.eager_elementwise(is_moe)
         else:
-            fwd = K.ELEMENTWISE_PASSES_FWD * BF16 * self.tokens_res * m.hidden_size / self.hbm
+            one_pass = BF16 * self.tokens_res * m.hidden_size / self.hbm
+            # the fused activation reads the GEMM's output (gate x f wide) and writes f
+            gate = 2 if m.gated_linear_unit else 1
+            activation = BF16 * self.activation_elements(is_moe) * (1 + 1 / gate) / self.hbm
+            fwd = K.ELEMENTWISE_PASSES_FWD * one_pass + activation
             bwd = 2 * fwd
-            norms, activation = fwd * 2 / K.ELEMENTWISE_PASSES_FWD, fwd / K.ELEMENTWISE_PASSES_FWD
+            norms = 2 * one_pass
         return fwd, bwd, norms, activation
+
+    def activation_elements(self, is_moe: bool) -> float:
+        """Elements of the MLP activation's input on this rank for one microbatch: the rank's
+        tokens at its share of the FFN width (gate and linear halves for a GLU); on a MoE layer
+        every local expert's rows (tokens x top-k, gathered over the experts' TP) and the shared
+        experts'."""
+        d, m = self.d, self.d.model
+        gate = 2 if m.gated_linear_unit else 1
+        if not is_moe:
+            return self.tokens * gate * d.ffn_hidden_size / d.tp
+        elements = self.tokens * m.moe_router_topk / d.tp * gate * d.moe_ffn_hidden_size
+        if m.moe_shared_expert_intermediate_size:
+            elements += self.tokens * gate * m.moe_shared_expert_intermediate_size / d.tp
+        return elements
 
     def routing(self) -> float:
         """The router's top-k and the token permute and unpermute around the experts, one way;
@@ -390,15 +408,6 @@ class ShapePricer:
             rotated = T * (heads + 1) * m.qk_pos_emb_head_dim  # the decoupled RoPE part of q and k
         else:
             rotated = T * (heads + groups) * d.kv_channels
-        gate = 2 if m.gated_linear_unit else 1
-        if is_moe:
-            # every local expert's rows (the rank's tokens x top-k, gathered over the experts'
-            # TP) at its share of the expert width
-            activation = T * m.moe_router_topk / t * gate * d.moe_ffn_hidden_size
-            if m.moe_shared_expert_intermediate_size:
-                activation += T * gate * m.moe_shared_expert_intermediate_size / t
-        else:
-            activation = T * gate * d.ffn_hidden_size / t
         norms = [self.tokens_res * h, self.tokens_res * h]
         if m.qk_layernorm and not m.multi_latent_attention:
             norms += [T * heads * d.kv_channels, T * groups * d.kv_channels]
@@ -407,7 +416,7 @@ class ShapePricer:
         bwd = sum(curves["rmsnorm bwd"].seconds(n) for n in norms)
         residual = 2 * curves["bias dropout add"].seconds(self.tokens_res * h)
         rope = curves["rope"].seconds(rotated) if d.rotary_embeddings else 0.0
-        act = curves["swiglu fwd"].seconds(activation)
+        act = curves["swiglu fwd"].seconds(self.activation_elements(is_moe))
         fwd += residual + rope + act
         bwd += residual + rope + 2 * act
         r = self.hbm_ratio

@@ -204,6 +204,33 @@ def test_local_spec_elementwise_work_comes_from_the_eager_tables(gpu: str, table
     assert d.eager_elementwise and not job("model.transformer_impl=transformer_engine").eager_elementwise
 
 
+def test_fused_elementwise_work_counts_the_activation_at_its_own_width() -> None:
+    # Transformer Engine's spec: ten hidden-wide bf16 passes (norms, residual adds, RoPE) on
+    # the rank's tokens, and the fused SwiGLU reading the fc1 output (2 x f / TP wide) and
+    # writing f / TP; a MoE layer's activation runs on tokens x top-k rows at the expert width
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    gpu = get_gpu("H100-80GB")
+    hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
+    d = job("model.tensor_model_parallel_size=2", "model.sequence_parallel=true")
+    fwd, bwd, norms, act = ShapePricer(d, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=False)
+    T, h, f = 4096, 4096, 14336
+    one_pass = 2 * (T / 2) * h / hbm
+    assert act == pytest.approx(2 * (T * 2 * f / 2) * 1.5 / hbm)
+    assert fwd == pytest.approx(10 * one_pass + act) and bwd == pytest.approx(2 * fwd)
+    assert norms == pytest.approx(2 * one_pass)
+    # Llama 3 8B's SwiGLU moves 10.5 hidden widths a token: more than the ten passes together
+    assert act / one_pass == pytest.approx(3 * f / h) == 10.5
+
+    moe = job(
+        "model.num_moe_experts=64", "model.moe_router_topk=8", "model.moe_ffn_hidden_size=768",
+        "model.expert_model_parallel_size=8", "model.moe_grouped_gemm=true",
+    )  # fmt: skip
+    _, _, _, routed = ShapePricer(moe, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=True)
+    assert routed == pytest.approx(2 * (4096 * 8 * 2 * 768) * 1.5 / hbm)
+
+
 def test_mla_on_the_sdpa_stand_in_runs_the_memory_efficient_kernel() -> None:
     mla = ["model.multi_latent_attention=true", "model.q_lora_rank=null", "model.kv_lora_rank=512",
            "model.qk_head_dim=128", "model.qk_pos_emb_head_dim=64", "model.v_head_dim=128"]  # fmt: skip

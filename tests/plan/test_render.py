@@ -10,7 +10,7 @@ import pytest
 from memtune.cli import main
 
 SEARCH = ["plan", "llama3-8b", "--gpus", "8", "--seq", "4096", "--gbs", "32"]
-SEARCH += ["--pin", "model.tensor_model_parallel_size=2"]
+SEARCH += ["--pin", "model.tensor_model_parallel_size=2", "--pin", "model.sequence_parallel=true"]
 
 
 def _plan(capsys, monkeypatch, width: int, args: list[str]) -> tuple[int, list[str]]:
