@@ -1,0 +1,147 @@
+"""Time Megatron-Core's fused SwiGLU (the MLP activation under Transformer Engine's spec) against
+the bytes the step model prices it at (``ShapePricer.elementwise``, memtune/perf/layer.py).
+
+    # on the GPU machine, megatron-core on PYTHONPATH
+    python3 benchmarks/gpu/activation_bytes.py OUT.json
+    # here: compare OUT.json with the step model's price, by the rule below
+    python benchmarks/gpu/activation_bytes.py --compare OUT.json
+
+The kernels are megatron-core 0.19.2's ``fusions/fused_bias_swiglu.py``: ``bias_swiglu_impl``
+without a bias (a dense MLP's, ``SwiGLUFunction``) and ``weighted_bias_swiglu_impl`` (a MoE
+layer's, each row scaled by its router probability, ``WeightedSwiGLUFunction``), compiled by
+``torch.compile`` (``megatron.core.jit.jit_fuser`` on torch >= 2.2). The step model prices the
+forward at its bytes (reads the fc1 output, 2 x f bf16 a row, writes f) at ``HBM_FRACTION`` of
+the GPU's datasheet bandwidth, the backward at twice the forward.
+
+Shapes (rows x f): the dense MLP of Llama 3 8B at TP 1, 2 and 4 (f 14,336 / TP) and of Llama 3
+70B at TP 8 (28,672 / 8), 4,096 tokens; the MoE activation of Qwen3-30B-A3B (top-8, f 768) and
+of DeepSeek-V3 (top-8, f 2,048) for 4,096 tokens (32,768 rows). Each pass is timed with CUDA
+events, ``REPEATS`` after ``WARMUP`` (which includes the compile), the median kept.
+
+Rule, fixed before the first measurement: the priced forward is within 25% of the measured
+median on every shape, and the priced backward (twice the priced forward) within 35% of its
+measured median. ``--compare`` prints each shape's ratios and whether the rule holds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPEATS = 50
+WARMUP = 5
+TOKENS = 4096
+SHAPES = {
+    "llama3-8b tp1": (TOKENS, 14336, False),
+    "llama3-8b tp2": (TOKENS, 7168, False),
+    "llama3-8b tp4": (TOKENS, 3584, False),
+    "llama3-70b tp8": (TOKENS, 3584, False),
+    "qwen3-30b-a3b experts": (TOKENS * 8, 768, True),
+    "deepseek-v3 experts": (TOKENS * 8, 2048, True),
+}
+FWD_TOLERANCE, BWD_TOLERANCE = 0.25, 0.35
+
+
+def _median_ms(fn) -> float:  # type: ignore[no-untyped-def]
+    import torch
+
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def time_shape(rows: int, f: int, weighted: bool) -> tuple[float, float]:
+    """Median forward and backward milliseconds of the fused activation on ``rows`` x ``2f``."""
+    import torch
+    from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
+
+    x = torch.randn(rows, 2 * f, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    probs = torch.rand(rows, 1, device="cuda", dtype=torch.float32, requires_grad=True)
+    inputs = [x, probs] if weighted else [x]
+
+    def forward():  # type: ignore[no-untyped-def]
+        return weighted_bias_swiglu_impl(x, None, probs) if weighted else bias_swiglu_impl(x, None)
+
+    grad = torch.randn_like(forward())
+    with torch.no_grad():
+        fwd_ms = _median_ms(forward)
+
+    def timed_backward() -> float:
+        # a fresh graph each time, its forward outside the timed region; autograd.grad returns
+        # the input's gradient without adding it into a .grad
+        output = forward()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.autograd.grad(output, inputs, grad)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    for _ in range(WARMUP):
+        timed_backward()
+    return fwd_ms, statistics.median(timed_backward() for _ in range(REPEATS))
+
+
+def measure(out: Path) -> None:
+    import torch
+
+    results = []
+    for name, (rows, f, weighted) in SHAPES.items():
+        fwd_ms, bwd_ms = time_shape(rows, f, weighted)
+        results.append(
+            {"shape": name, "rows": rows, "f": f, "weighted": weighted, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms}
+        )
+        print(name, f"fwd {fwd_ms:.3f} ms, bwd {bwd_ms:.3f} ms", flush=True)
+    record = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "repeats": REPEATS,
+        "results": results,
+    }
+    out.write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+
+def compare(path: Path) -> int:
+    """Each shape's measured over priced forward and backward, and the rule's answer."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf import constants as K
+
+    record = json.loads(path.read_text(encoding="utf-8"))
+    name = record["gpu"]
+    gpu = get_gpu("H200" if "H200" in name else "H100-80GB")
+    hbm = gpu.hbm_tbps * 1e12 * K.HBM_FRACTION
+    holds = True
+    print(f"{name} ({gpu.name}, {gpu.hbm_tbps} TB/s at {K.HBM_FRACTION}), torch {record['torch']}")
+    for r in record["results"]:
+        # the step model's price: 2 x f read and f written per row, bf16; backward twice
+        priced_fwd = 2 * r["rows"] * 3 * r["f"] / hbm * 1e3
+        fwd, bwd = r["fwd_ms"] / priced_fwd, r["bwd_ms"] / (2 * priced_fwd)
+        ok = abs(fwd - 1) <= FWD_TOLERANCE and abs(bwd - 1) <= BWD_TOLERANCE
+        holds &= ok
+        print(
+            f"  {r['shape']:24s} fwd {r['fwd_ms']:.3f} ms ({fwd:.2f} of priced), "
+            f"bwd {r['bwd_ms']:.3f} ms ({bwd:.2f}){'' if ok else '  outside the rule'}"
+        )
+    print(
+        f"rule (forward within {FWD_TOLERANCE:.0%}, backward within {BWD_TOLERANCE:.0%}): {'holds' if holds else 'fails'}"
+    )
+    return 0 if holds else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--compare":
+        sys.exit(compare(Path(sys.argv[2])))
+    measure(Path(sys.argv[1]))
