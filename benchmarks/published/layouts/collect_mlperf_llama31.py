@@ -1,5 +1,5 @@
-"""Collect the MLPerf Training Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1, v6.0) submissions
-that ran NVIDIA's NeMo implementation: NVIDIA's and its partners' (v6.0: NVIDIA's only, below).
+"""Collect the MLPerf Training Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions
+that ran NVIDIA's NeMo implementation: NVIDIA's and its partners'.
 
 Source: the git directories of ``mlcommons/training_results_v5.0`` and ``..._v5.1`` mirrored under
 ``/work/.mirror`` (read at HEAD through ``mlperf.py``; nothing is executed). A submission is one
@@ -50,23 +50,6 @@ What each setting is read from:
   the logs of each log's median ``train_step_time``, the first left out), checked against
   MINIBS x GPUs / (TP x PP x CP); ``tokens_per_s_per_gpu`` = GBS x seq / (step s x GPUs). MLPerf
   publishes no TFLOP/s.
-
-v6.0 (NGC 26.04): not mirrored; read from the search index's stored copy of the fork
-``Richardyu114/training_results_v6.0`` at eabf23a07b2a (a fork of mlcommons/training_results_v6.0),
-file by file, into a local git directory (``mlperf.STORED``), with the paths the index lists at
-that commit (``mlperf.listing``: a listed file not read shows as ''). Logs: of each submission
-at most its first three (lowest indices), each in full where at most five read_file pages, else
-its first pages until at least 12 ``train_step_time`` values; none was needed, as no v6.0
-submission got as far as its step time. NVIDIA's four 8B submissions: three on GB300 (not in the
-catalog; their system json read), and tyche-hsg_ngpu1024_ngc26.04_nemo on 1,024 GB200, whose
-README names ``implementations/nemo/config_GB200_256x4x1xtp4pp1cp4_8b.sh`` (read): the scripts
-it sources (``config_common.sh``, ``config_common_cg.sh``, ``config_common_8b.sh``) and the code
-(``pretrain.py``, ``conf/custom.yaml``) are not in the stored copy (it leaves out files it holds
-elsewhere), so its settings cannot be read and it is left out; nothing of v5.1's code is assumed
-for it. Partners' v6.0 submissions were not collected: the stored copy lacks most of their code
-too (as far as looked: Cisco, Dell, HPE, Supermicro, Lambda, CoreWeave), and its v6.0 runs on
-catalog GPUs seen there are NVFP4 or without a readable launch script and code; they are named in
-the output's header as not read.
 
 Not modelled (memtune has no key): NCCL tuning (NCCL_MIN_NCHANNELS, NCCL_MIN/MAX_CTAS,
 NCCL_P2P_NET_CHUNKSIZE, NCCL_WORK_FIFO_DEPTH, the per-communicator NCCL_CFG_PATH file,
@@ -132,12 +115,7 @@ from memtune.errors import InputError
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlperf
 
-BENCHMARKS = (
-    ("v5.0", "llama31_405b"),
-    ("v5.1", "llama31_405b"),
-    ("v5.1", "llama31_8b"),
-    ("v6.0", "llama31_8b"),
-)
+BENCHMARKS = (("v5.0", "llama31_405b"), ("v5.1", "llama31_405b"), ("v5.1", "llama31_8b"))
 MODELS = {"llama31_405b": ("llama3.1-405b", "Llama 3.1 405B"), "llama31_8b": ("llama3-8b", "Llama 3.1 8B")}
 # system json accelerator_model_name -> memtune GPU (exact names, then parenthesised markers)
 GPUS = {
@@ -309,22 +287,7 @@ def code_folder(repo: Path, sub: mlperf.Submission, config: str) -> tuple[str, l
             f"pretrain.py, conf/ and Dockerfile not published: read from {twins[0]} "
             "(its run_and_time.sh is this submission's)"
         ]
-    if sub.version in mlperf.STORED:
-        raise mlperf.Skip(
-            f"its pretrain.py and conf/custom.yaml are not in the stored copy (nor beside {config})"
-            + (
-                f", nor the scripts it sources ({', '.join(missing)})"
-                if (missing := unread_sourced(repo, config))
-                else ""
-            )
-        )
     raise mlperf.Skip("its pretrain.py and conf/custom.yaml are not published")
-
-
-def unread_sourced(repo: Path, config: str) -> list[str]:
-    """The scripts the launch script sources that are not beside it."""
-    names = [m.group(1) for line in mlperf.show(repo, config).splitlines() if (m := SOURCE_LINE.match(line))]
-    return [n for n in names if not mlperf.show(repo, f"{parent_of(config)}/{n}")]
 
 
 def only_code(repo: Path, sub: mlperf.Submission) -> list[str]:
@@ -607,8 +570,6 @@ def sequence(repo: Path, sub: mlperf.Submission, s: Settings) -> int:
 
 
 def measured(repo: Path, sub: mlperf.Submission, s: Settings, lay: Layout) -> tuple[float, int, int]:
-    if unread := [name_of(p) for p in sub.logs if mlperf.unread(repo, p)]:
-        raise mlperf.Skip(f"its logs {', '.join(unread)} were not read from the stored copy")
     found = mlperf.measured_step(repo, sub)
     if found is None:
         raise mlperf.Skip("the logs give no step time, or disagree on the global batch")
@@ -778,7 +739,7 @@ def new_set(set_id: str, sub: mlperf.Submission, repo: Path) -> dict[str, Any]:
     code = "" if sub.submitter == mlperf.SUBMITTER else " on NVIDIA's NeMo implementation"
     return {
         "id": set_id,
-        "source": f"{mlperf.origin(sub.version, repo)}, {sub.submitter}'s {sub.benchmark} "
+        "source": f"mlcommons/training_results_{sub.version} at {head(repo)}, {sub.submitter}'s {sub.benchmark} "
         f"submissions{code} (logs, launch scripts, conf/custom.yaml, pretrain.py)",
         "model": MODELS[sub.benchmark][0],
         "mode": "pretrain",
@@ -786,18 +747,23 @@ def new_set(set_id: str, sub: mlperf.Submission, repo: Path) -> dict[str, Any]:
     }
 
 
+def head(repo: Path) -> str:
+    done = subprocess.run(
+        ["git", f"--git-dir={repo}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
 def main() -> None:
     out = sys.argv[1]
     sets, skipped, unknown = collect()
     header = [
         "Generated by benchmarks/published/layouts/collect_mlperf_llama31.py from the MLPerf Training",
-        "Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1, v6.0) submissions (mlcommons/training_results_v5.x;",
-        f"v6.0 from {mlperf.STORED['v6.0'][1]}):",
+        "Llama 3.1 405B (v5.0, v5.1) and Llama 3.1 8B (v5.1) submissions (mlcommons/training_results_v5.x):",
         "NVIDIA's, and its partners' on NVIDIA's NeMo implementation (sets mlperf/<version>/<benchmark>/<submitter>/<GPU>).",
         "Every run below passes memtune's check gate (memtune.check.gate; nothing priced).",
         "Submissions left out:",
         *(f"  {line}" for line in skipped),
-        "Not read: v6.0 partners' llama31_8b submissions (the stored copy lacks most of their code; see the docstring).",
         "Runs whose launch settings are partly unknown:",
         *(f"  {line}" for line in unknown),
     ]

@@ -1,5 +1,5 @@
-"""Collect the MLPerf Training Llama 2 70B LoRA submissions (v4.0, v4.1, v5.0, v5.1, v6.0) that ran
-NVIDIA's NeMo code on NVIDIA GPUs: NVIDIA's, and its partners' (below; v6.0: NVIDIA's only).
+"""Collect the MLPerf Training Llama 2 70B LoRA submissions (v4.0, v4.1, v5.0, v5.1) that ran
+NVIDIA's NeMo code on NVIDIA GPUs: NVIDIA's, and its partners' (below).
 
 Source: the mirrored git directories of mlcommons/training_results_vX.Y (``mlperf.py`` reads
 them; nothing is executed). A submission is one system directory under
@@ -59,19 +59,6 @@ Where each setting is read from:
   each log's median step, the first left out); the global batch is checked against the launch
   config (``MINIBS`` x data-parallel size). Measured ``tokens_per_s_per_gpu`` = GBS x sequence /
   (step s x GPUs), 1 decimal; MLPerf publishes no TFLOP/s.
-
-v6.0 (NGC 26.04): not mirrored; read from the search index's stored copy of the fork
-``Richardyu114/training_results_v6.0`` at eabf23a07b2a (a fork of mlcommons/training_results_v6.0),
-file by file, into a local git directory (``mlperf.STORED``), with the paths the index lists at
-that commit (a listed file not read shows as ''). Logs: of each submission at most its first
-three (lowest indices), each in full where at most five read_file pages, else its first pages
-until at least 12 ``train_step_time`` values; none was needed. NVIDIA's three v6.0 submissions
-(theia_ngpu8, theia_ngpu72, theia_ngpu512 ``_ngc26.04_nemo``) all ran on GB300, not in the
-catalog (their system jsons read), and are left out; the stored copy also lacks their code
-(``train.py``, ``conf/``), keeping only the Dockerfile and the two GB300 launch configs. Partners'
-v6.0 submissions were not collected: the stored copy lacks most of their code (as far as looked:
-Cisco, Dell, HPE, Supermicro), and their v6.0 runs on catalog GPUs seen there are NVFP4
-(``..._fp4.sh``) or have no readable NeMo config; the output's header says so.
 
 Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
 ``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
@@ -145,7 +132,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlperf
 
 BENCHMARK = "llama2_70b_lora"
-VERSIONS = ("v4.0", "v4.1", "v5.0", "v5.1", "v6.0")
+VERSIONS = ("v4.0", "v4.1", "v5.0", "v5.1")
 IMPLEMENTATIONS = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
 NEMO_CONFIG = "conf/megatron_gpt_peft_tuning_config.yaml"
 # system json accelerator_model_name fragment -> memtune GPU catalog name (`memtune gpus`)
@@ -813,17 +800,10 @@ def source_of(sub: mlperf.Submission, code: Code, step: str, docker: str) -> str
     """Where the run's numbers and settings come from: its logs, launch config and code."""
     sourcing = f" (sourcing {', '.join(code.sourced)})" if code.sourced else ""
     return (
-        f"{repository(sub.version)} {sub.submitter}/results/{sub.system}/{BENCHMARK}/"
+        f"mlcommons/training_results_{sub.version} {sub.submitter}/results/{sub.system}/{BENCHMARK}/"
         f"result_*.txt {step}; launch config {code.launch}{sourcing}; {code.directory}/{NEMO_CONFIG}"
         + (f"; versions from {docker}" if docker else "")
     )
-
-
-def repository(version: str) -> str:
-    """The repository a version's files were read from (v6.0: the stored copy of a fork)."""
-    if version in mlperf.STORED:
-        return "Richardyu114/training_results_v6.0 (stored copy at eabf23a07b2a)"
-    return f"mlcommons/training_results_{version}"
 
 
 def gated(run: dict[str, Any]) -> None:
@@ -835,6 +815,13 @@ def gated(run: dict[str, Any]) -> None:
         gate(with_changes(bench_plan._base(fields), changes))
     except InputError as exc:
         raise LeftOut(f"memtune's check gate refuses it: {exc.problems[0]}") from exc
+
+
+def commit(repo: Path) -> str:
+    done = subprocess.run(
+        ["git", f"--git-dir={repo}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
 
 
 def who(sub: mlperf.Submission) -> str:
@@ -859,8 +846,6 @@ def fingerprint(repo: Path, sub: mlperf.Submission) -> str:
     (``:::SYSJSON``, also echoed by bash, and the ``submission_*`` MLLOG keys: Dell's v4.1 -POWER
     system repeats its 8-node run with only ``submission_platform`` changed)."""
     texts = [mlperf.show(repo, path) for path in sub.logs]
-    if not all(texts) and sub.version in mlperf.STORED:
-        raise LeftOut("its result logs are listed in the stored copy but were not read")
     if not all(texts):
         raise LeftOut("its result logs are listed in the repository but their content is not in the mirror")
     kept = ("\n".join(x for x in t.splitlines() if not _NAMING.search(x)) for t in texts)
@@ -910,8 +895,8 @@ def collect() -> tuple[list[dict[str, Any]], list[str], list[str], list[str]]:
     seen: dict[str, str] = {}
     for version in VERSIONS:
         repo = mlperf.git_dir(version)
-        read.append(mlperf.origin(version, repo))
-        for submitter in submitters(version) if version not in mlperf.STORED else [mlperf.SUBMITTER]:
+        read.append(f"mlcommons/training_results_{version} at {commit(repo)}")
+        for submitter in submitters(version):
             subs = mlperf.submissions(version, BENCHMARK, submitter=submitter)
             left_out.extend(unread(repo, version, submitter, subs))
             for sub in subs:
@@ -934,7 +919,7 @@ def new_set(version: str, submitter: str, gpu: str, repo: Path, gpus_per_node: i
     code = "NeMo" if nvidia else "NVIDIA's NeMo implementation"
     return {
         "id": f"mlperf/{version}/{BENCHMARK}/" + (gpu if nvidia else f"{submitter}/{gpu}"),
-        "source": f"{mlperf.origin(version, repo)}: {submitter}'s closed-division "
+        "source": f"mlcommons/training_results_{version} at {commit(repo)}: {submitter}'s closed-division "
         f"{BENCHMARK} submissions on {gpu} ({code}, FP8, GovReport packed to 8,192 tokens)",
         "model": MODEL,
         "gpu": gpu,
@@ -953,7 +938,6 @@ def header(read: list[str], left_out: list[str], notes: list[str]) -> list[str]:
         "What each setting is read from, and what is not modelled: the script's docstring.",
         "Left out:",
         *(f"  {why}" for why in left_out),
-        "Not read: v6.0 partners' llama2_70b_lora submissions (the stored copy lacks most of their code; see the docstring).",
         "Notes:",
         *(f"  {note}" for note in notes),
     ]

@@ -7,15 +7,6 @@ A submission is a system directory name (``eos-dfw_n64_ngc25.01_nemo``) under
 ``config_<SYSTEM>_<nodes>x<gpus>x...sh`` launch settings), described by
 ``NVIDIA/systems/<system>.json``. Nothing here is executed: the launch scripts are read as text
 (their ``export`` and ``: "${VAR:=default}"`` lines), the logs as MLLOG lines.
-
-v6.0 is not mirrored: it is read from a local git directory (``STORED``) of the files read one by
-one from the search index's stored copy of the fork ``Richardyu114/training_results_v6.0`` at
-eabf23a07b2a (a fork of mlcommons/training_results_v6.0), each written as read. That copy leaves
-out many files (most of NVIDIA's code: pretrain.py, conf/, the sourced config_common*.sh), and of
-each submission at most its first three logs (lowest indices) were to be read, each in full where
-at most five read_file pages, else its first pages until at least 12 ``train_step_time`` values;
-so its ``STORED-LISTING`` file names the paths the index listed at that commit, and ``listing``
-returns them too: a listed file that was not read (or is not in the stored copy) shows as ''.
 """
 
 from __future__ import annotations
@@ -34,36 +25,10 @@ MIRRORS = Path("/work/.mirror")
 VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1", "v5.0", "v5.1")
 SUBMITTER = "NVIDIA"
 STEP_TIME_KEYS = ("train_step_time", "train_step_timing")
-# versions read from a stored copy, not a mirror: where its git directory lies, and what it is a copy of
-STORED = {
-    "v6.0": (
-        Path("/tmp/v60"),
-        "Richardyu114/training_results_v6.0 at eabf23a07b2a0c60a289ff871dc3a46fff0d0421, a fork of "
-        "mlcommons/training_results_v6.0 (the search index's stored copy, read file by file)",
-    )
-}
-STORED_LISTING = "STORED-LISTING"
 
 
-def git_dir(version: str, mirrors: Path | None = None) -> Path:
-    if mirrors is None:
-        mirrors = STORED[version][0] if version in STORED else MIRRORS
+def git_dir(version: str, mirrors: Path = MIRRORS) -> Path:
     return mirrors / f"mlcommons+training_results_{version}" / "repo"
-
-
-def origin(version: str, repo: Path) -> str:
-    """What a version's files were read from: the mirror's repository at its HEAD, or the
-    stored copy."""
-    if version in STORED:
-        return STORED[version][1]
-    return f"mlcommons/training_results_{version} at {head(repo)}"
-
-
-def head(repo: Path) -> str:
-    done = subprocess.run(
-        ["git", f"--git-dir={repo}", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip()
 
 
 def show(repo: Path, path: str) -> str:
@@ -75,26 +40,14 @@ def show(repo: Path, path: str) -> str:
 
 
 def listing(repo: Path, prefix: str) -> list[str]:
-    """Every file path of HEAD under ``prefix``, and of a stored copy every path its
-    ``STORED-LISTING`` names there (listed in the copy, read or not), sorted."""
+    """Every file path of HEAD under ``prefix``."""
     done = subprocess.run(
         ["git", f"--git-dir={repo}", "ls-tree", "-r", "--name-only", "HEAD", "--", prefix],
         capture_output=True,
         text=True,
         check=True,
     )
-    found = done.stdout.split()
-    listed = show(repo, STORED_LISTING).split()
-    if not listed:
-        return found
-    under = prefix.rstrip("/") + "/"
-    return sorted(set(found) | {p for p in listed if p.startswith(under) or p == prefix})
-
-
-def unread(repo: Path, path: str) -> bool:
-    """A file a stored copy lists that is not in the local git directory (not read, or not in
-    the copy)."""
-    return not blob(repo, path)
+    return done.stdout.split()
 
 
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -225,7 +178,7 @@ class Submission:
         return str(self.system_json["accelerator_model_name"])
 
 
-def submitters(version: str, mirrors: Path | None = None) -> list[str]:
+def submitters(version: str, mirrors: Path = MIRRORS) -> list[str]:
     """Every submitter directory of ``version``."""
     repo = git_dir(version, mirrors)
     if not repo.exists():
@@ -240,7 +193,7 @@ def submitters(version: str, mirrors: Path | None = None) -> list[str]:
 
 
 def submissions(
-    version: str, benchmark: str, mirrors: Path | None = None, submitter: str = SUBMITTER
+    version: str, benchmark: str, mirrors: Path = MIRRORS, submitter: str = SUBMITTER
 ) -> list[Submission]:
     """``submitter``'s submissions of ``benchmark`` in ``version`` (NVIDIA's unless told), each
     with its logs and code."""
@@ -316,10 +269,7 @@ def log_body(repo: Path, path: str) -> str:
 
 
 def repeat_of(seen: dict[frozenset[str], str], repo: Path, sub: Submission) -> str | None:
-    """The submission whose logs this one's repeat (seen before it), None where they are new or
-    were not read (a stored copy's)."""
-    if any(unread(repo, p) for p in sub.logs):
-        return None
+    """The submission whose logs this one's repeat (seen before it), None where they are new."""
     name = f"{sub.version} {sub.submitter} {sub.system}"
     first = seen.setdefault(frozenset(log_body(repo, p) for p in sub.logs), name)
     return None if first == name else first
