@@ -18,6 +18,10 @@ Shapes (rows x f): the dense MLP of Llama 3 8B at TP 1, 2 and 4 (f 14,336 / TP) 
 of DeepSeek-V3 (top-8, f 2,048) for 4,096 tokens (32,768 rows). Each pass is timed with CUDA
 events, ``REPEATS`` after ``WARMUP`` (which includes the compile), the median kept.
 
+The first pass on an H100 (``results/activation-bytes-h100-recompiled.json``) compiled every
+shape after the first for dynamic shapes (its TP 2 shape took as long as TP 1's): from then on
+each shape is compiled afresh (``torch._dynamo.reset``), the rule unchanged.
+
 Rule, fixed before the first measurement: the priced forward is within 25% of the measured
 median on every shape, and the priced backward (twice the priced forward) within 35% of its
 measured median. ``--compare`` prints each shape's ratios and whether the rule holds.
@@ -66,6 +70,9 @@ def time_shape(rows: int, f: int, weighted: bool) -> tuple[float, float]:
     import torch
     from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
 
+    # a fresh compile for each shape, as a training run compiles its one shape: after a second
+    # shape torch.compile recompiles for dynamic shapes, slower kernels no run of one shape sees
+    torch._dynamo.reset()
     x = torch.randn(rows, 2 * f, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     probs = torch.rand(rows, 1, device="cuda", dtype=torch.float32, requires_grad=True)
     inputs = [x, probs] if weighted else [x]
