@@ -52,7 +52,9 @@ SHAPES = {
 # half offset by 1 (glu_linear_offset), with and without its clamp at 7
 # (activation_func_clamp_value), which weighted_bias_quick_geglu_impl applies in eager ops
 # (chunk, two clamps, cat) before its fused kernel: the clamp's price is the difference.
-# Not part of the rule below; added after it, before these shapes were measured.
+# Not part of the rule below; added after it, before these shapes were measured. Each shape
+# also records what its forward keeps for the backward beyond its input and output
+# (``kept_bytes``: the clamp's backward keeps the unclamped input, the fused kernel the clamped).
 CLAMPED = {
     "gpt-oss experts": (TOKENS * 4, 2880, "weighted quick-geglu"),
     "gpt-oss experts, clamped": (TOKENS * 4, 2880, "weighted quick-geglu clamped"),
@@ -82,9 +84,9 @@ def _median_ms(fn) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times)
 
 
-def time_shape(rows: int, f: int, kind: str) -> tuple[float, float]:
+def time_shape(rows: int, f: int, kind: str) -> tuple[float, float, int]:
     """Median forward and backward milliseconds of the fused activation ``kind`` on ``rows`` x
-    ``2f``."""
+    ``2f``, and the bytes its forward keeps for the backward beyond its input and output."""
     import torch
     from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
     from megatron.core.fusions.fused_bias_swiglu import bias_swiglu_impl, weighted_bias_swiglu_impl
@@ -123,7 +125,12 @@ def time_shape(rows: int, f: int, kind: str) -> tuple[float, float]:
 
     for _ in range(WARMUP):
         timed_backward()
-    return fwd_ms, statistics.median(timed_backward() for _ in range(REPEATS))
+    bwd_ms = statistics.median(timed_backward() for _ in range(REPEATS))
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    output = forward()
+    kept = torch.cuda.memory_allocated() - before - output.numel() * output.element_size()
+    return fwd_ms, bwd_ms, kept
 
 
 def measure(out: Path) -> None:
@@ -137,9 +144,17 @@ def measure(out: Path) -> None:
     for section, shapes in (("results", SHAPES), ("clamped", CLAMPED)):
         timed = []
         for name, (rows, f, kind) in shapes.items():
-            fwd_ms, bwd_ms = time_shape(rows, f, kind)
+            fwd_ms, bwd_ms, kept = time_shape(rows, f, kind)
             timed.append(
-                {"shape": name, "rows": rows, "f": f, "kind": kind, "fwd_ms": fwd_ms, "bwd_ms": bwd_ms}
+                {
+                    "shape": name,
+                    "rows": rows,
+                    "f": f,
+                    "kind": kind,
+                    "fwd_ms": fwd_ms,
+                    "bwd_ms": bwd_ms,
+                    "kept_bytes": kept,
+                }
             )
             print(name, f"fwd {fwd_ms:.3f} ms, bwd {bwd_ms:.3f} ms", flush=True)
         record[section] = timed
@@ -176,7 +191,9 @@ def compare(path: Path) -> int:
         print(
             f"GPT-OSS's clamp: forward {clamp['fwd_ms'] / plain['fwd_ms']:.2f}x, backward "
             f"{clamp['bwd_ms'] / plain['bwd_ms']:.2f}x the unclamped activation's "
-            f"({plain['fwd_ms']:.3f} / {plain['bwd_ms']:.3f} ms)"
+            f"({plain['fwd_ms']:.3f} / {plain['bwd_ms']:.3f} ms); kept for the backward beyond the "
+            f"input {clamp['kept_bytes'] / (2 * clamp['rows'] * 2 * clamp['f']):.2f}x the input's bytes clamped, "
+            f"{plain['kept_bytes'] / (2 * plain['rows'] * 2 * plain['f']):.2f}x unclamped"
         )
     return 0 if holds else 1
 
