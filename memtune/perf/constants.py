@@ -45,6 +45,14 @@ ATTENTION_BWD_FLOPS_FACTOR = 2.5
 # ``elementwise``: it reads the fc1 output, gate x FFN wide, and writes FFN wide; a MoE layer's
 # rows are its tokens x top-k). Backward twice the forward.
 ELEMENTWISE_PASSES_FWD = 10
+# Grouped experts' fused activation (weighted_bias_swiglu: each row times its router
+# probability, megatron-core 0.19.2 fusions/fused_bias_swiglu.py) takes this multiple of its
+# forward in its backward, where it also reduces the probability's gradient over each row: timed
+# with benchmarks/gpu/activation_bytes.py on an H100 (GPU-15461b6a, two passes,
+# results/activation-bytes-h100-pass*.json): 3.13-3.34 at Qwen3-30B-A3B's and DeepSeek-V3's
+# expert widths (mean 3.24); the dense SwiGLU's backward took 1.77-1.89 of its forward, priced
+# at 2 with the rest of the layer's elementwise work.
+WEIGHTED_ACTIVATION_BWD_RATIO = 3.2
 HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet HBM bandwidth
 
 # --- communication -------------------------------------------------------------------------

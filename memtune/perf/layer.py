@@ -364,22 +364,33 @@ class ShapePricer:
             activation = BF16 * self.activation_elements(is_moe) * (1 + 1 / gate) / self.hbm
             fwd = K.ELEMENTWISE_PASSES_FWD * one_pass + activation
             bwd = 2 * fwd
+            if is_moe and not d.experts_are_sequential_modules:
+                # grouped experts scale each row by its router probability inside the fused
+                # activation, whose backward also reduces that probability's gradient over the row
+                routed = BF16 * self.routed_activation_elements() * (1 + 1 / gate) / self.hbm
+                bwd += (K.WEIGHTED_ACTIVATION_BWD_RATIO - 2) * routed
             norms = 2 * one_pass
         return fwd, bwd, norms, activation
 
     def activation_elements(self, is_moe: bool) -> float:
         """Elements of the MLP activation's input on this rank for one microbatch: the rank's
         tokens at its share of the FFN width (gate and linear halves for a GLU); on a MoE layer
-        every local expert's rows (tokens x top-k, gathered over the experts' TP) and the shared
-        experts'."""
+        the routed experts' (:meth:`routed_activation_elements`) and the shared experts'."""
         d, m = self.d, self.d.model
         gate = 2 if m.gated_linear_unit else 1
         if not is_moe:
             return self.tokens * gate * d.ffn_hidden_size / d.tp
-        elements = self.tokens * m.moe_router_topk / d.tp * gate * d.moe_ffn_hidden_size
+        elements = self.routed_activation_elements()
         if m.moe_shared_expert_intermediate_size:
             elements += self.tokens * gate * m.moe_shared_expert_intermediate_size / d.tp
         return elements
+
+    def routed_activation_elements(self) -> float:
+        """Every local expert's activation input: the rank's tokens x top-k (gathered over the
+        experts' TP) at the expert width."""
+        d, m = self.d, self.d.model
+        gate = 2 if m.gated_linear_unit else 1
+        return self.tokens * m.moe_router_topk / d.tp * gate * d.moe_ffn_hidden_size
 
     def routing(self) -> float:
         """The router's top-k and the token permute and unpermute around the experts, one way;

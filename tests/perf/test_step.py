@@ -227,8 +227,11 @@ def test_fused_elementwise_work_counts_the_activation_at_its_own_width() -> None
         "model.num_moe_experts=64", "model.moe_router_topk=8", "model.moe_ffn_hidden_size=768",
         "model.expert_model_parallel_size=8", "model.moe_grouped_gemm=true",
     )  # fmt: skip
-    _, _, _, routed = ShapePricer(moe, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=True)
+    fwd, bwd, _, routed = ShapePricer(moe, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=True)
     assert routed == pytest.approx(2 * (4096 * 8 * 2 * 768) * 1.5 / hbm)
+    # grouped experts' weighted activation: its backward at the measured 3.2 of its forward
+    assert not moe.experts_are_sequential_modules
+    assert bwd == pytest.approx(2 * fwd + (3.2 - 2) * routed)
 
 
 def test_mla_on_the_sdpa_stand_in_runs_the_memory_efficient_kernel() -> None:
