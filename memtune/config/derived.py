@@ -203,6 +203,25 @@ class Derived:
         return self.is_moe and (not self.transformer_engine or not self.model.moe_grouped_gemm)
 
     @cached_property
+    def experts_clamp_eagerly(self) -> bool:
+        """Grouped experts clamp their GLU halves in eager ops before Megatron-Core's fused
+        weighted quick-GeGLU (GPT-OSS's ``activation_func_clamp_value``): a chunk, two clamps and
+        a concatenation (megatron-core 0.19.2 ``fusions/fused_bias_geglu.py``
+        ``weighted_bias_quick_geglu_impl``, which ``moe/experts.py`` calls with
+        ``bias_activation_fusion``). Forward they move the fc1 output twice more, backward the
+        clamps' gradients do, and the clamped copy is kept for the fused kernel's backward beside
+        the unclamped one the clamps keep."""
+        m = self.model
+        return (
+            m.activation_func_clamp_value is not None
+            and self.is_moe
+            and not self.experts_are_sequential_modules
+            and m.bias_activation_fusion
+            and m.gated_linear_unit
+            and m.activation_func == "quick_gelu"
+        )
+
+    @cached_property
     def moe_layer_pattern(self) -> tuple[bool, ...]:
         """Whether each decoder layer is an MoE layer (Megatron's ``moe_layer_freq``)."""
         n = self.model.num_layers
@@ -1231,6 +1250,7 @@ KNOB_FREE_FACTS = (
     "num_experts",
     "is_moe",
     "moe_layer_pattern",
+    "experts_clamp_eagerly",
     "mtp_num_layers",
     "param_dtype",
     "half_precision",

@@ -106,6 +106,8 @@ class ModelConfig(Section):
     """rope, learned absolute positions (a trainable table), yarn or none."""
     bias_activation_fusion: bool = False
     """Fused bias + GeLU/SwiGLU kernel: keeps only the fc1 output for backward."""
+    activation_func_clamp_value: FiniteFloat | None = Field(None, gt=0.0)
+    """Clamp the GLU's halves before the activation: the gate half from above, the linear half to plus or minus this (GPT-OSS: 7); unset: none."""
     masked_softmax_fusion: bool = False
     """Megatron's fused scale-mask-softmax kernel for unfused attention (keeps only the half-precision probabilities where the kernel applies)."""
     attention_softmax_in_fp32: bool = True

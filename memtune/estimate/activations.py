@@ -359,11 +359,18 @@ def _add_moe_body(d: Derived, x: Dims, fl: Flavour, imbalance: float, s: Saved) 
     expert.add("experts.probs_scaled_input", x.activation_bytes * routed * d.moe_ffn_hidden_size / d.etp)
     # The scaled product is computed in fp32 before fc2's bf16 copy exists.
     expert.fwd_transient = x.activation_bytes * routed * d.moe_ffn_hidden_size / d.etp
+    clamped = (
+        x.activation_bytes * routed * 2 * d.moe_ffn_hidden_size / d.etp if d.experts_clamp_eagerly else 0.0
+    )
     if "moe_act" in d.recompute_modules:
         # Output-discarding recompute: the activation's output (fc2's input) is dropped after
-        # fc2 runs and rebuilt from the kept fc1 output in backward.
+        # fc2 runs and rebuilt from the kept fc1 output in backward (the clamped copy with it).
         for name in ("experts.linear_fc2.input", "experts.probs_scaled_input"):
             expert.tensors.pop(name, None)
+        expert.bwd_transient += clamped
+    elif clamped:
+        # GPT-OSS's eager clamps keep the fc1 output and the fused kernel their clamped copy
+        expert.add("experts.clamped_fc1_output", clamped)
     s.merge(expert)
     if m.moe_shared_expert_intermediate_size:
         shared = mlp(

@@ -269,6 +269,8 @@ def _transformer_config(job: JobConfig, d: Derived) -> dict[str, Any]:
         kwargs.update(window_size=tuple(m.window_size), window_attn_skip_freq=m.window_attn_skip_freq)
     if m.softmax_type != "vanilla":
         kwargs["softmax_type"] = m.softmax_type
+    if m.activation_func_clamp_value is not None:
+        kwargs["activation_func_clamp_value"] = m.activation_func_clamp_value
     if m.fine_grained_activation_offloading:
         kwargs.update({key: getattr(m, key) for key in _ACTIVATION_OFFLOAD_KEYS})
     if m.multi_latent_attention:

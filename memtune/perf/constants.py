@@ -53,6 +53,14 @@ ELEMENTWISE_PASSES_FWD = 10
 # expert widths (mean 3.24); the dense SwiGLU's backward took 1.77-1.89 of its forward, priced
 # at 2 with the rest of the layer's elementwise work.
 WEIGHTED_ACTIVATION_BWD_RATIO = 3.2
+# GPT-OSS's clamp (Derived.experts_clamp_eagerly): eager ops before the fused weighted
+# quick-GeGLU, in multiples of that activation's forward (which moves 3 f elements a row:
+# reads 2 f, writes f). Counted from megatron-core 0.19.2 fusions/fused_bias_geglu.py: forward,
+# two clamps (each reads and writes f) and the concatenation (reads and writes 2 f), 8 f;
+# backward, the clamps' gradients (each reads the gradient and its input, writes f) and the
+# chunk's gathering of the two into one (reads and writes 2 f), 10 f.
+EXPERT_CLAMP_FWD_RATIO = 8 / 3
+EXPERT_CLAMP_BWD_RATIO = 10 / 3
 HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet HBM bandwidth
 
 # --- communication -------------------------------------------------------------------------

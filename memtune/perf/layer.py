@@ -369,6 +369,11 @@ class ShapePricer:
                 # activation, whose backward also reduces that probability's gradient over the row
                 routed = BF16 * self.routed_activation_elements() * (1 + 1 / gate) / self.hbm
                 bwd += (K.WEIGHTED_ACTIVATION_BWD_RATIO - 2) * routed
+                if d.experts_clamp_eagerly:
+                    # the eager clamps before it (a moe_act recompute replays them too)
+                    clamp = K.EXPERT_CLAMP_FWD_RATIO * routed
+                    fwd, activation = fwd + clamp, activation + clamp
+                    bwd += K.EXPERT_CLAMP_BWD_RATIO * routed
             norms = 2 * one_pass
         return fwd, bwd, norms, activation
 

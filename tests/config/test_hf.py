@@ -16,6 +16,7 @@ ARCHITECTURE = (
     "num_layers",
     "window_size",
     "softmax_type",
+    "activation_func_clamp_value",
     "hidden_size",
     "ffn_hidden_size",
     "num_attention_heads",
@@ -146,6 +147,8 @@ def test_gpt_oss_is_a_quick_gelu_glu_with_biases():
     # a 128-token sliding window on every other layer (from the first), learned sinks
     assert (m.window_size, m.window_attn_skip_freq, m.softmax_type) == ([127, 0], 2, "learnable")
     assert "sliding_window" not in loaded.ignored and "layer_types" not in loaded.ignored
+    # the experts' GLU halves clamped at swiglu_limit (Bridge's gpt_oss_bridge.py: 7.0)
+    assert m.activation_func_clamp_value == 7.0 and "swiglu_limit" not in loaded.ignored
     assert (m.gated_linear_unit, m.activation_func, m.add_bias_linear) == (True, "quick_gelu", True)
     assert (m.num_moe_experts, m.moe_router_topk, m.kv_channels, m.position_embedding_type) == (
         128,

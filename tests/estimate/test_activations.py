@@ -246,3 +246,32 @@ def test_lora_scale_on_the_output_adds_one_full_width_copy_as_a_transient(job_fa
     base = _lora_dense_layer(job_factory, "bottleneck", ["linear_fc2"], **sp)
     assert base.fwd_transient < 2 * (T / 2) * H
     assert fc2.fwd_transient == 2 * (T / 2) * H
+
+
+def test_gpt_oss_clamp_keeps_a_clamped_copy_of_the_experts_fc1_output(job_factory):
+    # weighted_bias_quick_geglu_impl clamps the two GLU halves in eager ops first: the clamps
+    # keep the fc1 output, the fused kernel their clamped concatenation (2 x 128 wide a row)
+    moe = {
+        "num_moe_experts": 4, "moe_ffn_hidden_size": 128, "moe_router_topk": 2, "moe_grouped_gemm": True,
+        "transformer_impl": "transformer_engine", "attention_backend": "fused", "activation_func": "quick_gelu",
+        "bias_activation_fusion": True,
+    }  # fmt: skip
+    clamp = {"activation_func_clamp_value": 7.0}
+    replay = {"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}
+    kept = {}
+    for label, extra in (
+        ("plain", {}),
+        ("clamped", clamp),
+        ("replayed", replay),
+        ("clamped, replayed", clamp | replay),
+    ):
+        d = derive(job_factory(model={**moe, **extra}))
+        assert d.experts_clamp_eagerly == ("clamped" in label)
+        kept[label] = act.moe(d, act.dims_of(d), flavour_of(d), 1.0)
+    routed = T * 2
+    copy = 2 * routed * 2 * 128
+    assert set(kept["clamped"].tensors) - set(kept["plain"].tensors) == {"experts.clamped_fc1_output"}
+    assert kept["clamped"].tensors["experts.clamped_fc1_output"] == copy
+    # a moe_act recompute keeps neither: its replay rebuilds the clamped copy in backward
+    assert kept["clamped, replayed"].tensors == kept["replayed"].tensors
+    assert kept["clamped, replayed"].bwd_transient - kept["replayed"].bwd_transient == copy

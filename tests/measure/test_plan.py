@@ -363,3 +363,10 @@ def test_deferred_embedding_wgrad_is_refused_on_the_local_spec():
     }
     with pytest.raises(InputError, match="model.defer_embedding_wgrad_compute: megatron-core 0.19.2's local"):
         plan_measurement(gate(job(model, cluster={"num_gpus": 2})), rank=1)
+
+
+def test_a_clamped_activation_reaches_the_transformer_config():
+    clamped = {"activation_func": "quick_gelu", "activation_func_clamp_value": 7.0}
+    config = plan_measurement(gate(job(clamped)), rank=0).transformer_config
+    assert config["activation_func_clamp_value"] == 7.0
+    assert "activation_func_clamp_value" not in plan_measurement(gate(job({})), rank=0).transformer_config

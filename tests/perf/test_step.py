@@ -234,6 +234,29 @@ def test_fused_elementwise_work_counts_the_activation_at_its_own_width() -> None
     assert bwd == pytest.approx(2 * fwd + (3.2 - 2) * routed)
 
 
+def test_gpt_oss_clamp_adds_its_eager_passes_to_the_experts_activation() -> None:
+    # the clamps and concatenation before the fused quick-GeGLU: 8 f elements a row forward and
+    # 10 f backward, against the fused activation's 3 f; a moe_act replay repeats the forward's
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    gpu = get_gpu("H100-80GB")
+    base = base_job(Query("gpt-oss-20b", 8, "H100-80GB", 8, 4096, 32, "pretrain"))
+
+    def priced(*overrides: str) -> tuple[float, float, float, float]:
+        d = gate(
+            with_changes(base, [Change.parse(o) for o in ("model.expert_model_parallel_size=8", *overrides)])
+        )
+        return ShapePricer(d.derived, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=True)
+
+    fwd, bwd, _, act = priced()
+    plain_fwd, plain_bwd, _, plain_act = priced("model.activation_func_clamp_value=null")
+    rows, f = 4096 * 4, 2880  # tokens x top-4 at the expert width
+    routed = 2 * rows * 2 * f * 1.5 / (gpu.hbm_tbps * 1e12 * K.HBM_FRACTION)
+    assert fwd - plain_fwd == pytest.approx(8 / 3 * routed) == act - plain_act
+    assert bwd - plain_bwd == pytest.approx(10 / 3 * routed)
+
+
 def test_mla_on_the_sdpa_stand_in_runs_the_memory_efficient_kernel() -> None:
     mla = ["model.multi_latent_attention=true", "model.q_lora_rank=null", "model.kv_lora_rank=512",
            "model.qk_head_dim=128", "model.qk_pos_emb_head_dim=64", "model.v_head_dim=128"]  # fmt: skip

@@ -282,6 +282,10 @@ def _gpt_oss(f: _Fields) -> dict[str, Any]:
         # every attention has learned sinks, which Megatron calls a learnable softmax offset
         softmax_type="learnable",
     )
+    limit = f.get("swiglu_limit")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 0:
+        # the experts' GLU halves are clamped to it (Bridge's gpt_oss_bridge.py sets 7.0)
+        model["activation_func_clamp_value"] = float(limit)
     window = f.get("sliding_window")
     if isinstance(window, int):
         # a query sees itself and window - 1 keys before it (Bridge's gpt_oss_bridge.py)
