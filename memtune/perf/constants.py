@@ -54,13 +54,15 @@ ELEMENTWISE_PASSES_FWD = 10
 # at 2 with the rest of the layer's elementwise work.
 WEIGHTED_ACTIVATION_BWD_RATIO = 3.2
 # GPT-OSS's clamp (Derived.experts_clamp_eagerly): eager ops before the fused weighted
-# quick-GeGLU, in multiples of that activation's forward (which moves 3 f elements a row:
-# reads 2 f, writes f). Counted from megatron-core 0.19.2 fusions/fused_bias_geglu.py: forward,
-# two clamps (each reads and writes f) and the concatenation (reads and writes 2 f), 8 f;
-# backward, the clamps' gradients (each reads the gradient and its input, writes f) and the
-# chunk's gathering of the two into one (reads and writes 2 f), 10 f.
-EXPERT_CLAMP_FWD_RATIO = 8 / 3
-EXPERT_CLAMP_BWD_RATIO = 10 / 3
+# quick-GeGLU (megatron-core 0.19.2 fusions/fused_bias_geglu.py: two clamps on the strided
+# halves of the fc1 output and their concatenation; backward the clamps' gradients gathered into
+# one), in multiples of that activation's priced forward (3 f elements a row at HBM speed).
+# Their bytes count 8 f forward and 10 f backward (2.67x and 3.33x); timed with
+# benchmarks/gpu/activation_bytes.py at GPT-OSS's expert width (16,384 rows of 2 x 2,880) on an
+# H100 (GPU-d6431976, two passes, results/activation-bytes-h100-clamp-pass*.json) they took
+# 3.46-4.99x forward and 7.54-7.56x backward: the mean of the two passes.
+EXPERT_CLAMP_FWD_RATIO = 4.2
+EXPERT_CLAMP_BWD_RATIO = 7.6
 HBM_FRACTION = 0.80  # STREAM-like copy kernels reach about 80% of the datasheet HBM bandwidth
 
 # --- communication -------------------------------------------------------------------------
