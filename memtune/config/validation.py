@@ -85,8 +85,9 @@ def _explain(err: ErrorDetails, loc: list[str]) -> str:
         and ctx.get("gt", ctx.get("ge")) == 1
     ):
         return f"must be a positive integer, got {value!r}"
-    if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(raw, int):
-        return f"must be a positive integer, got {value!r}"
+    if kind == "greater_than" and ctx.get("gt") == 0:
+        # every such field is a number that may have a fraction (a capacity factor, GiB)
+        return f"must be more than 0, got {value!r}"
     if kind == "greater_than_equal" and ctx.get("ge") == 0:
         return f"must be zero or more, got {value!r}"
     if kind in ("int_type", "int_parsing", "int_from_float"):

@@ -113,3 +113,12 @@ def test_bad_override_exits_2(capsys, write):
     status, err = run(capsys, write("ok.yaml", LLAMA), "tensor_model_parallel_size=2")
     assert status == 2
     assert "override 'tensor_model_parallel_size=2': expected section.key=value" in err
+
+
+def test_a_fractional_field_below_its_bound_is_not_called_an_integer(capsys, write):
+    path = write("clamp.yaml", "model:\n  preset: gpt-oss-20b\n  activation_func_clamp_value: -1\n")
+    status, err = run(capsys, path)
+    assert status == 2
+    assert err.splitlines() == [
+        "memtune estimate: model.activation_func_clamp_value: must be more than 0, got -1"
+    ]
