@@ -203,6 +203,21 @@ class Derived:
         return self.is_moe and (not self.transformer_engine or not self.model.moe_grouped_gemm)
 
     @cached_property
+    def experts_weighted_fused_activation(self) -> bool:
+        """Grouped experts scale each row by its router probability inside Megatron-Core's fused
+        activation, whose backward also reduces that probability's gradient over the row
+        (megatron-core 0.19.2 ``moe/experts.py``: ``weighted_bias_swiglu_impl`` or
+        ``weighted_bias_quick_geglu_impl`` under ``bias_activation_fusion``, the GLUs it fuses)."""
+        m = self.model
+        return (
+            self.is_moe
+            and not self.experts_are_sequential_modules
+            and m.bias_activation_fusion
+            and m.gated_linear_unit
+            and m.activation_func in ("silu", "quick_gelu")
+        )
+
+    @cached_property
     def experts_clamp_eagerly(self) -> bool:
         """Grouped experts clamp their GLU halves in eager ops before Megatron-Core's fused
         weighted quick-GeGLU (GPT-OSS's ``activation_func_clamp_value``): a chunk, two clamps and
@@ -213,12 +228,9 @@ class Derived:
         the unclamped one the clamps keep."""
         m = self.model
         return (
-            m.activation_func_clamp_value is not None
-            and self.is_moe
-            and not self.experts_are_sequential_modules
-            and m.bias_activation_fusion
-            and m.gated_linear_unit
+            self.experts_weighted_fused_activation
             and m.activation_func == "quick_gelu"
+            and m.activation_func_clamp_value is not None
         )
 
     @cached_property
@@ -1250,6 +1262,7 @@ KNOB_FREE_FACTS = (
     "num_experts",
     "is_moe",
     "moe_layer_pattern",
+    "experts_weighted_fused_activation",
     "experts_clamp_eagerly",
     "mtp_num_layers",
     "param_dtype",

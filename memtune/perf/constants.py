@@ -45,8 +45,8 @@ ATTENTION_BWD_FLOPS_FACTOR = 2.5
 # ``elementwise``: it reads the fc1 output, gate x FFN wide, and writes FFN wide; a MoE layer's
 # rows are its tokens x top-k). Backward twice the forward.
 ELEMENTWISE_PASSES_FWD = 10
-# Grouped experts' fused activation (weighted_bias_swiglu: each row times its router
-# probability, megatron-core 0.19.2 fusions/fused_bias_swiglu.py) takes this multiple of its
+# Grouped experts' fused activation (Derived.experts_weighted_fused_activation; weighted_bias_swiglu:
+# each row times its router probability, megatron-core 0.19.2 fusions/fused_bias_swiglu.py) takes this multiple of its
 # forward in its backward, where it also reduces the probability's gradient over each row: timed
 # with benchmarks/gpu/activation_bytes.py on an H100 (GPU-15461b6a, two passes,
 # results/activation-bytes-h100-pass*.json): 3.13-3.34 at Qwen3-30B-A3B's and DeepSeek-V3's

@@ -364,9 +364,7 @@ class ShapePricer:
             activation = BF16 * self.activation_elements(is_moe) * (1 + 1 / gate) / self.hbm
             fwd = K.ELEMENTWISE_PASSES_FWD * one_pass + activation
             bwd = 2 * fwd
-            if is_moe and not d.experts_are_sequential_modules:
-                # grouped experts scale each row by its router probability inside the fused
-                # activation, whose backward also reduces that probability's gradient over the row
+            if is_moe and d.experts_weighted_fused_activation:
                 routed = BF16 * self.routed_activation_elements() * (1 + 1 / gate) / self.hbm
                 bwd += (K.WEIGHTED_ACTIVATION_BWD_RATIO - 2) * routed
                 if d.experts_clamp_eagerly:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memtune.check import gate
+from memtune.config import derive
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import DTYPE_BYTES
 from memtune.perf import constants as K
@@ -230,8 +231,11 @@ def test_fused_elementwise_work_counts_the_activation_at_its_own_width() -> None
     fwd, bwd, _, routed = ShapePricer(moe, gpu, K.MEGATRON_LM_LOOP).elementwise(is_moe=True)
     assert routed == pytest.approx(2 * (4096 * 8 * 2 * 768) * 1.5 / hbm)
     # grouped experts' weighted activation: its backward at the measured 3.2 of its forward
-    assert not moe.experts_are_sequential_modules
+    assert moe.experts_weighted_fused_activation
     assert bwd == pytest.approx(2 * fwd + (3.2 - 2) * routed)
+    # without the fusion the experts run the eager GLU and its plain backward
+    unfused = moe.job.model.model_copy(update={"bias_activation_fusion": False})
+    assert not derive(moe.job.model_copy(update={"model": unfused})).experts_weighted_fused_activation
 
 
 def test_gpt_oss_clamp_adds_its_eager_passes_to_the_experts_activation() -> None:
