@@ -168,6 +168,12 @@ class Derived:
         return self.model.ffn_hidden_size or 4 * self.model.hidden_size
 
     @cached_property
+    def fc1_width_factor(self) -> int:
+        """The MLP's fc1 is this many times the FFN width: 2 for a gated linear unit (its gate and
+        linear halves), else 1."""
+        return 2 if self.model.gated_linear_unit else 1
+
+    @cached_property
     def kv_channels(self) -> int:
         return self.model.kv_channels or self.model.hidden_size // self.model.num_attention_heads
 
@@ -1256,6 +1262,7 @@ KNOB_FREE_FACTS = (
     "stack",
     "recomputable_modules",
     "ffn_hidden_size",
+    "fc1_width_factor",
     "kv_channels",
     "num_query_groups",
     "moe_ffn_hidden_size",

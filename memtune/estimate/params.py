@@ -40,10 +40,6 @@ def _norm(d: Derived, width: int) -> int:
     return width * (2 if d.model.normalization == "LayerNorm" else 1)
 
 
-def _gate_factor(d: Derived) -> int:
-    return 2 if d.model.gated_linear_unit else 1
-
-
 def attention_params(d: Derived) -> ParamCounts:
     """Self-attention of one layer, global (not divided by TP)."""
     m, h = d.model, d.model.hidden_size
@@ -73,7 +69,7 @@ def attention_params(d: Derived) -> ParamCounts:
 def mlp_params(d: Derived, ffn: int) -> ParamCounts:
     """A dense (gated or plain) MLP of width ``ffn``, global."""
     h, bias = d.model.hidden_size, d.model.add_bias_linear
-    fc1 = _gate_factor(d) * ffn * (h + (1 if bias else 0))
+    fc1 = d.fc1_width_factor * ffn * (h + (1 if bias else 0))
     fc2 = ffn * h
     return ParamCounts(dense=fc1 + fc2, replicated=h if bias else 0)
 
@@ -216,7 +212,7 @@ def _attention_tensors(d: Derived) -> list[ParamTensor]:
 
 def _mlp_tensors(d: Derived, ffn: int, divisor: int, expert: bool) -> list[ParamTensor]:
     h, bias = d.model.hidden_size, d.model.add_bias_linear
-    fc1 = _gate_factor(d) * ffn
+    fc1 = d.fc1_width_factor * ffn
     tensors = [ParamTensor(fc1 * h / divisor, True, expert)]
     if bias:
         tensors.append(ParamTensor(fc1 / divisor, False, expert))

@@ -182,7 +182,7 @@ def adapters(d: Derived) -> tuple[Adapter, ...]:
     if peft is None:
         return ()
     m, h, dim = d.model, d.model.hidden_size, peft.dim
-    gate = 2 if m.gated_linear_unit else 1
+    gate = d.fc1_width_factor
     layer_kinds: list[LayerKind] = []
     if not all(d.moe_layer_pattern):
         layer_kinds.append("dense")

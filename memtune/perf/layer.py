@@ -333,7 +333,7 @@ class ShapePricer:
         forward; the shared experts' part; the dense MLP's (M, N, K) around its TP collectives."""
         d, m = self.d, self.d.model
         h, t, T = m.hidden_size, d.tp, self.tokens
-        gate = 2 if m.gated_linear_unit else 1
+        gate = d.fc1_width_factor
         if not is_moe:
             f = d.ffn_hidden_size / t
             shapes = {"mlp in": (T, gate * f, h), "mlp out": (T, h, f)}
@@ -360,7 +360,7 @@ class ShapePricer:
         else:
             one_pass = BF16 * self.tokens_res * m.hidden_size / self.hbm
             # the fused activation reads the GEMM's output (gate x f wide) and writes f
-            gate = 2 if m.gated_linear_unit else 1
+            gate = d.fc1_width_factor
             activation = BF16 * self.activation_elements(is_moe) * (1 + 1 / gate) / self.hbm
             fwd = K.ELEMENTWISE_PASSES_FWD * one_pass + activation
             bwd = 2 * fwd
@@ -380,7 +380,7 @@ class ShapePricer:
         tokens at its share of the FFN width (gate and linear halves for a GLU); on a MoE layer
         the routed experts' (:meth:`routed_activation_elements`) and the shared experts'."""
         d, m = self.d, self.d.model
-        gate = 2 if m.gated_linear_unit else 1
+        gate = d.fc1_width_factor
         if not is_moe:
             return self.tokens * gate * d.ffn_hidden_size / d.tp
         elements = self.routed_activation_elements()
@@ -392,7 +392,7 @@ class ShapePricer:
         """Every local expert's activation input: the rank's tokens x top-k (gathered over the
         experts' TP) at the expert width."""
         d, m = self.d, self.d.model
-        gate = 2 if m.gated_linear_unit else 1
+        gate = d.fc1_width_factor
         return self.tokens * m.moe_router_topk / d.tp * gate * d.moe_ffn_hidden_size
 
     def routing(self) -> float:

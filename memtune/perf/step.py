@@ -107,7 +107,7 @@ def model_flops_per_token(d: Derived) -> float:
     model TFLOP/s counts (Megatron's convention: 3x this per trained token, recompute not counted)."""
     m = d.model
     h, seq = m.hidden_size, m.seq_length
-    gate = 2 if m.gated_linear_unit else 1
+    gate = d.fc1_width_factor
     a = m.num_attention_heads
     if m.multi_latent_attention:
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
