@@ -15,6 +15,14 @@ the three keys to the call's arguments; a key not passed is ``None``, off), and 
 ``if``/``for``/``with`` are not followed; the script lists the recipes where such a statement
 assigns one of the keys, so they can be checked by hand (none at 067f987df03b).
 
+It also writes the userbuffer overlap configuration a recipe names
+(``cfg.comm_overlap.tp_comm_overlap_cfg = userbuffers_...``) into the entry as
+``config.comm_overlap.tp_comm_overlap_cfg``, and every such named configuration of
+``src/megatron/bridge/training/comm_overlap.py`` into ``memtune/catalog/data/tp_overlap_cfgs.yaml``:
+per GEMM the fields Transformer Engine's ``initialize_ub`` lays over its defaults (Bridge hands it
+the whole dataclass, its defaults included) that memtune prices (``method``, ``num_sm``,
+``set_sm_margin``, ``num_splits``); a GEMM set to ``None`` keeps Transformer Engine's default.
+
     python benchmarks/catalog_comm_overlap.py BRIDGE_GIT_DIR
 """
 
@@ -29,6 +37,10 @@ from typing import Any
 import yaml
 
 CATALOG = Path(__file__).resolve().parents[1] / "memtune" / "catalog" / "data" / "perf_recipes.yaml"
+OVERLAP_CFGS = CATALOG.with_name("tp_overlap_cfgs.yaml")
+OVERLAP_SOURCE = "src/megatron/bridge/training/comm_overlap.py"
+CFG_KEY = "tp_comm_overlap_cfg"
+PRICED_FIELDS = ("method", "num_sm", "set_sm_margin", "num_splits")
 COMM_KEYS = ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 BACKEND = "moe_flex_dispatcher_backend"
 ROOTS = ("src/megatron/bridge/perf_recipes/", "src/megatron/bridge/recipes/")
@@ -96,8 +108,11 @@ class Sources:
             elif lhs == f"{cfg}.comm_overlap":
                 passed = {kw.arg: kw.value for kw in rhs.keywords} if isinstance(rhs, ast.Call) else {}
                 state = {**state, **{k: _constant(passed[k]) if k in passed else None for k in COMM_KEYS}}
+                state[CFG_KEY] = _name(passed[CFG_KEY]) if CFG_KEY in passed else None
             elif lhs.startswith(f"{cfg}.comm_overlap.") and lhs.rsplit(".", 1)[1] in COMM_KEYS:
                 state = {**state, lhs.rsplit(".", 1)[1]: _constant(rhs)}
+            elif lhs == f"{cfg}.comm_overlap.{CFG_KEY}":
+                state = {**state, CFG_KEY: _name(rhs)}
             elif lhs == f"{cfg}.model.{BACKEND}":
                 state = {**state, BACKEND: _constant(rhs)}
         return state
@@ -105,6 +120,59 @@ class Sources:
 
 def _constant(node: ast.expr) -> Any:
     return node.value if isinstance(node, ast.Constant) else None
+
+
+def _name(node: ast.expr) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def overlap_cfgs(sources: Sources) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every ``userbuffers_* = TransformerLayerTPOverlapCfg(...)`` of Bridge's comm_overlap.py: per
+    GEMM, its dataclass's priced fields (the call's keywords over the class's defaults)."""
+    tree = sources.module(OVERLAP_SOURCE)
+    defaults: dict[str, dict[str, Any]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            fields = {}
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and stmt.value is not None
+                ):
+                    fields[stmt.target.id] = _constant(stmt.value)
+            defaults[node.name] = fields
+    named: dict[str, dict[str, dict[str, Any]]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        if ast.unparse(node.value.func) != "TransformerLayerTPOverlapCfg":
+            continue
+        gemms = {}
+        for kw in node.value.keywords:
+            if isinstance(kw.value, ast.Call):
+                cls = ast.unparse(kw.value.func)
+                fields = {**defaults[cls], **{k.arg: _constant(k.value) for k in kw.value.keywords}}
+                gemms[kw.arg] = {k: fields[k] for k in PRICED_FIELDS if fields.get(k) is not None}
+        named[ast.unparse(node.targets[0])] = gemms
+    return named
+
+
+def write_overlap_cfgs(sources: Sources) -> None:
+    header = (
+        "# Megatron-Bridge's named userbuffer overlap configurations (TransformerLayerTPOverlapCfg), read\n"
+        f"# from NVIDIA-NeMo/Megatron-Bridge {OVERLAP_SOURCE} at {sources.commit} by\n"
+        "# benchmarks/catalog_comm_overlap.py: per GEMM the fields memtune prices, the dataclass's defaults\n"
+        "# included (Bridge hands Transformer Engine the whole dataclass); a GEMM not listed keeps Transformer\n"
+        "# Engine's default. Not priced: cga_size, aggregate, atomic_gemm, fp8_buf.\n"
+    )
+    body = yaml.safe_dump(
+        {"bridge_commit": sources.commit, "configs": overlap_cfgs(sources)},
+        sort_keys=False,
+        default_flow_style=None,
+        width=120,
+    )
+    OVERLAP_CFGS.write_text(header + body, encoding="utf-8")
 
 
 def main() -> None:
@@ -124,7 +192,9 @@ def main() -> None:
             config["comm_overlap"] = {**config.get("comm_overlap", {}), **comm}
         if config["model"].get("moe_token_dispatcher_type") == "flex" and state.get(BACKEND):
             config["model"][BACKEND] = state[BACKEND]
-        dropped = {f"comm_overlap.{k}" for k in COMM_KEYS} | {f"model.{BACKEND}"}
+        if comm["tp_comm_overlap"] and state.get(CFG_KEY):
+            config["comm_overlap"][CFG_KEY] = state[CFG_KEY]
+        dropped = {f"comm_overlap.{k}" for k in (*COMM_KEYS, CFG_KEY)} | {f"model.{BACKEND}"}
         left = [k for k in entry.get("not_modeled", []) if k not in dropped]
         if left:
             entry["not_modeled"] = left
@@ -132,6 +202,7 @@ def main() -> None:
             entry.pop("not_modeled", None)
     body = yaml.safe_dump(catalog, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
     CATALOG.write_text(head + body, encoding="utf-8")
+    write_overlap_cfgs(sources)
     if sources.conditional:
         print("check by hand (a key assigned under a condition):", ", ".join(sorted(sources.conditional)))
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from memtune.config.allocator import AllocatorSettings, allocator_settings
 from memtune.config.knobs import Knobs, KnobSubset, Recompute
 from memtune.config.layout import StageLayers, layout_text, parse_layout, stage_grid
-from memtune.config.schema import JobConfig, ModelConfig
+from memtune.config.schema import UB_REDUCE_SCATTER, UB_RING_ONLY, JobConfig, ModelConfig
 from memtune.config.versions import Version, parse_version
 
 if TYPE_CHECKING:
@@ -60,6 +60,17 @@ class Chunk:
     has_embedding: bool  # pre_process: first pipeline stage, first virtual stage
     has_output: bool  # post_process: last pipeline stage, last virtual stage
     mtp_layers: int  # multi-token-prediction layers, on the post-process chunk
+
+
+@dataclass(frozen=True)
+class UserbufferGemm:
+    """How Transformer Engine overlaps one GEMM with its TP collective (``initialize_ub``):
+    ``method``, the SMs the GEMM leaves to the communication kernel, and a pipelined GEMM's
+    chunks (a ring exchange runs one chunk per TP rank)."""
+
+    method: str
+    margin_sms: int
+    splits: int
 
 
 @dataclass(frozen=True)
@@ -823,6 +834,28 @@ class Derived:
         (``tp_comm_overlap``, with sequence parallelism in effect, so TP > 1): the input-side
         GEMMs split in TP chunks of M / TP rows."""
         return bool(self.model.tp_comm_overlap and self.sequence_parallel)
+
+    def userbuffer_gemm(self, gemm: str) -> UserbufferGemm:
+        """``gemm``'s userbuffer overlap: Transformer Engine's default for it (TransformerEngine
+        d0067d0 ``module/base.py`` ``initialize_ub``: ring exchange for the input-side all-gathers,
+        pipelined in 4 chunks for the output side's forward reduce-scatter, bulk for the input
+        side's data- and weight-gradient GEMMs; the communication takes 1 SM in a ring, 16
+        otherwise, and the GEMM leaves them free except in a ring), with the job's
+        ``tp_comm_overlap_cfg`` entry laid over it as ``initialize_ub`` lays it."""
+        method = (
+            "ring_exchange" if gemm in UB_RING_ONLY else "pipeline" if gemm in UB_REDUCE_SCATTER else "bulk"
+        )
+        ring = method == "ring_exchange"
+        num_sm, margin, splits = (1 if ring else 16), not ring, 4
+        cfg = (self.model.tp_comm_overlap_cfg or {}).get(gemm)  # type: ignore[call-overload]
+        if cfg is not None:
+            method = cfg.method or method
+            num_sm = num_sm if cfg.num_sm is None else cfg.num_sm
+            margin = margin if cfg.set_sm_margin is None else cfg.set_sm_margin
+            splits = cfg.num_splits or splits
+        if method == "ring_exchange":
+            splits = self.tp
+        return UserbufferGemm(method, num_sm if margin else 0, splits)
 
     @cached_property
     def lora_regather(self) -> bool:

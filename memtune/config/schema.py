@@ -62,6 +62,42 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+# The GEMMs Transformer Engine's userbuffer overlap configures by name (``initialize_ub``'s
+# ``ub_cfgs``; Megatron-Bridge's ``TransformerLayerTPOverlapCfg`` fields), grouped by the collective
+# beside them: the input-side all-gathers of the forward and of the output side's data gradient
+# run by ring exchange only; the output side's forward reduce-scatter by ring exchange or pipelined
+# chunks; the input side's data-gradient GEMM gathers its input (bulk) or, configured otherwise,
+# reduce-scatters its output itself; the weight-gradient GEMM hides the bulk reduce-scatter.
+UB_RING_ONLY = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")
+UB_REDUCE_SCATTER = ("proj_fprop", "fc2_fprop")
+UB_DGRAD = ("qkv_dgrad", "fc1_dgrad")
+UB_WGRAD = ("qkv_wgrad", "fc1_wgrad")
+UbGemm = Literal[
+    "qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad", "proj_fprop", "fc2_fprop",
+    "qkv_dgrad", "fc1_dgrad", "qkv_wgrad", "fc1_wgrad",
+]  # fmt: skip
+UbMethod = Literal["ring_exchange", "pipeline", "bulk"]
+UB_METHODS_ALLOWED: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(UB_RING_ONLY, ("ring_exchange",)),
+    **dict.fromkeys(UB_REDUCE_SCATTER, ("ring_exchange", "pipeline")),
+    **dict.fromkeys(UB_DGRAD, ("bulk", "ring_exchange", "pipeline")),
+    **dict.fromkeys(UB_WGRAD, ("bulk",)),
+}
+
+
+class UserbufferGemmConfig(Section):
+    """One GEMM's userbuffer overlap, over Transformer Engine's default for it."""
+
+    method: UbMethod | None = None
+    """ring_exchange (TP chunks, each beside one step of the ring), pipeline (num_splits chunks) or bulk (the whole collective beside the whole GEMM); unset: Transformer Engine's default for this GEMM."""
+    num_sm: NonNegativeInt | None = None
+    """SMs the communication kernel takes (Transformer Engine's default: 1 for ring exchange, 16 otherwise)."""
+    set_sm_margin: bool | None = None
+    """The GEMM leaves num_sm SMs to the communication (default: on except for ring exchange)."""
+    num_splits: PositiveInt | None = None
+    """Chunks of a pipelined GEMM (default 4); ring exchange always splits in TP chunks."""
+
+
 class ModelConfig(Section):
     """Architecture, parallel layout, recompute, offload, precision and implementation flavour."""
 
@@ -130,6 +166,8 @@ class ModelConfig(Section):
     """With deferred embedding wgrad: microbatches deferred at most (0: all of them)."""
     tp_comm_overlap: bool = False
     """Overlap TP communication with GEMMs through Transformer Engine user buffers (not modeled; --explain says so)."""
+    tp_comm_overlap_cfg: dict[UbGemm, UserbufferGemmConfig] | None = None
+    """Per-GEMM userbuffer overlap over Transformer Engine's defaults (its ub_cfgs: Megatron-LM's --tp-comm-overlap-cfg file, Megatron-Bridge's comm_overlap.tp_comm_overlap_cfg, or a Bridge config's name such as userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192); unset: the defaults."""
 
     # Mixture of experts
     num_moe_experts: HeadCount | None = None
@@ -312,6 +350,31 @@ class ModelConfig(Section):
             kinds = ", ".join(dict.fromkeys(str(v) for v in value))
             raise ValueError(f"a per-layer list must repeat one type (got {kinds}): memtune prices no mix")
         return value[0]
+
+    @field_validator("tp_comm_overlap_cfg", mode="before")
+    @classmethod
+    def _named_overlap_cfg(cls, value: object) -> object:
+        """A Megatron-Bridge configuration's name stands for its per-GEMM settings."""
+        if isinstance(value, str):
+            from memtune.catalog.tp_overlap import named_overlap_cfg  # the catalog imports the schema
+
+            return named_overlap_cfg(value)
+        return value
+
+    @field_validator("tp_comm_overlap_cfg")
+    @classmethod
+    def _overlap_methods(
+        cls, value: dict[str, UserbufferGemmConfig] | None
+    ) -> dict[str, UserbufferGemmConfig] | None:
+        """The methods Transformer Engine runs for each GEMM's collective (``initialize_ub``)."""
+        for gemm, cfg in (value or {}).items():
+            allowed = UB_METHODS_ALLOWED[gemm]
+            if cfg.method is not None and cfg.method not in allowed:
+                raise ValueError(
+                    f"{gemm}.method: {cfg.method} is not an overlap Transformer Engine runs for "
+                    f"{gemm}; allowed: {', '.join(allowed)}"
+                )
+        return value
 
     @model_validator(mode="after")
     def _lists_match_layers(self) -> ModelConfig:

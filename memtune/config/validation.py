@@ -118,15 +118,22 @@ class _Echo:
 
 
 def _allowed_keys(section_path: list[str]) -> list[str]:
+    """The keys the section at ``section_path`` allows; a mapping's own keys (a GEMM's name in
+    ``model.tp_comm_overlap_cfg``) step into its values' section."""
     model: type[BaseModel] = JobConfig
-    for part in section_path:
+    parts = iter(section_path)
+    for part in parts:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
-        inner = [
-            a
-            for a in getattr(annotation, "__args__", (annotation,))
-            if isinstance(a, type) and issubclass(a, BaseModel)
+        members = getattr(annotation, "__args__", (annotation,))
+        inner = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
+        values = [
+            getattr(a, "__args__", (None, None))[1] for a in members if getattr(a, "__origin__", None) is dict
         ]
+        mapped = [v for v in values if isinstance(v, type) and issubclass(v, BaseModel)]
+        if mapped:
+            next(parts, None)  # the mapping's key
+            inner = mapped
         if not inner:
             return []
         model = inner[0]

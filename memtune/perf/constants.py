@@ -85,13 +85,12 @@ ALL_TO_ALL_INTER_NODE_FRACTION = 48 / 50
 # (deepseek-ai/DeepEP docs/legacy.md at dd758caf, "Normal kernels with NVLink and RDMA forwarding").
 DEEPEP_NVLINK_FRACTION = 153 / 160
 DEEPEP_RDMA_FRACTION = 43 / 50
-# Transformer Engine's userbuffer overlap (tp_comm_overlap), its default configuration
-# (TransformerEngine d0067d0, transformer_engine/pytorch/module/base.py initialize_ub): the
-# pipelined reduce-scatters split their GEMM in 4 and, like the bulk overlaps, run their
-# communication on 16 SMs the GEMM gives up (``num_sm``, ``set_sm_margin``); 16 of an H100's or
-# H200's 132 SMs. memtune/perf/step.py `userbuffer_overlap` prices each overlapped GEMM with it.
-UB_PIPELINE_SPLITS = 4
-UB_SM_MARGIN = 16 / 132
+# Transformer Engine's userbuffer overlap (tp_comm_overlap) runs a communication kernel on
+# ``num_sm`` SMs beside an overlapped GEMM, which with ``set_sm_margin`` gives them up
+# (Derived.userbuffer_gemm: Transformer Engine's defaults and the job's tp_comm_overlap_cfg): the
+# GEMM's rate falls by that share of the GPU's SMs, here an H100's or H200's 132 (every GPU's:
+# the catalog holds no SM counts; a B200 has 148). memtune/perf/layer.py `userbuffer_overlap`.
+UB_REFERENCE_SMS = 132
 
 # --- optimizer and offload -----------------------------------------------------------------
 # The step model times Adam from the measured table (memtune/perf/kernels.py) and adds
@@ -171,7 +170,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.20, "GB200": 1.20}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
+from memtune.config.schema import UB_DGRAD
 from memtune.peft.model import adapter_collectives, adapters_in_layer, gathered_input_bytes
 from memtune.perf import constants as K
 from memtune.perf.collectives import Group, Op, all_to_all, collective, send_recv
@@ -201,6 +202,10 @@ class ShapePricer:
             )
         if d.model.softmax_type != "vanilla":
             self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
+        if d.userbuffer_overlap and any(d.userbuffer_gemm(g).method != "bulk" for g in UB_DGRAD):
+            self.unmeasured.add(
+                "userbuffer overlap of a data gradient's reduce-scatter (tp_comm_overlap_rs_dgrad): priced as bulk"
+            )
         rows = self.tokens / d.tp if d.userbuffer_overlap else self.tokens
         if rows < 1024 and self.tables != SMALL_M_MEASURED_ON:
             self.unmeasured.add(f"GEMMs under 1,024 rows on {self.gpu.name} at the H100's measured ratios")
@@ -661,54 +666,68 @@ class ShapePricer:
         self, shapes: dict[str, tuple[float, float, float]], elements: float
     ) -> dict[str, _Overlapped]:
         """Transformer Engine's userbuffer GEMM+collective overlap of one layer's attention and
-        MLP sides, as its default configuration sets it up (TransformerEngine d0067d0,
-        ``transformer_engine/pytorch/module/base.py`` ``initialize_ub``): the input-side
-        all-gathers (qkv and fc1 forward, proj and fc2 data gradients) by ring exchange, the GEMM
-        split in TP chunks each waiting for its slice; the output-side reduce-scatters (proj and
-        fc2 forward) pipelined over ``UB_PIPELINE_SPLITS`` chunks, the last chunk's exposed; the
-        data-gradient reduce-scatter and the weight-gradient input gather of qkv and fc1 in bulk
-        beside their GEMMs. The pipelined and bulk GEMMs run without ``UB_SM_MARGIN`` of the
-        GPU's SMs. A side whose GEMMs are not the plain pair (MLA's projections, MoE experts)
-        keeps its collectives exposed."""
-        t = self.d.tp
+        MLP sides, each GEMM as ``Derived.userbuffer_gemm`` configures it (TransformerEngine
+        d0067d0 ``module/base.py`` ``initialize_ub``; ``cpp_extensions`` ``CommOverlap`` and
+        ``CommOverlapP2P``): the input-side all-gathers (qkv and fc1 forward, proj and fc2 data
+        gradients) by ring exchange, the GEMM split in TP chunks each waiting for its slice; the
+        output side's forward reduce-scatter (proj, fc2) pipelined over its chunks, the last
+        chunk's exposed, or by ring exchange, each chunk's partial sum sent on while the next
+        is computed, the last send and the sum of the received chunks exposed; the input
+        side's data-gradient GEMM beside its input's gather for the weight gradient and that
+        GEMM beside the data gradient's reduce-scatter, in bulk. An overlapped GEMM runs
+        without the SMs its communication takes where it leaves them (``margin_sms``). A side
+        whose GEMMs are not the plain pair (MLA's projections, MoE experts) keeps its
+        collectives exposed."""
+        d, t = self.d, self.d.tp
         # all-gather buffers are FP8 under an FP8 recipe (the same file's layers_all_gather_overlap)
         gather = collective(
             Op.ALL_GATHER, (1 if self.fp8 else BF16) * elements, Group(t), self.net, self.gpu.name
         ).seconds
         scatter = collective(Op.REDUCE_SCATTER, BF16 * elements, Group(t), self.net, self.gpu.name).seconds
-        slowed = 1 / (1 - K.UB_SM_MARGIN)
 
-        def ring(m: float, n: float, k: float) -> tuple[float, float]:
-            chunk = self.gemm(m / t, n, k)
+        def slowed(gemm: str) -> float:
+            return 1 / (1 - d.userbuffer_gemm(gemm).margin_sms / K.UB_REFERENCE_SMS)
+
+        def ring_gather(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
+            chunk = self.gemm(m / t, n, k) * slowed(gemm)
             return t * chunk - self.gemm(m, n, k), (t - 1) * max(0.0, gather / (t - 1) - chunk)
 
-        def pipelined(m: float, n: float, k: float) -> tuple[float, float]:
-            splits = K.UB_PIPELINE_SPLITS
-            chunk = self.gemm(m / splits, n, k) * slowed
-            exposed = scatter / splits + (splits - 1) * max(0.0, scatter / splits - chunk)
-            return splits * chunk - self.gemm(m, n, k), exposed
+        def reduce_scatter(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
+            overlap = d.userbuffer_gemm(gemm)
+            splits = overlap.splits
+            chunk = self.gemm(m / splits, n, k) * slowed(gemm)
+            extra = splits * chunk - self.gemm(m, n, k)
+            if overlap.method == "pipeline":
+                step = scatter / splits
+                return extra, step + (splits - 1) * max(0.0, step - chunk)
+            # ring exchange: t - 1 sends of a partial chunk, the last one exposed, then the
+            # received chunks summed into the output (t read, one written)
+            step = scatter / (t - 1)
+            summed = (t + 1) * BF16 * (m / t) * n / self.hbm
+            return extra, step + (t - 2) * max(0.0, step - chunk) + summed
 
-        def bulk(m: float, n: float, k: float) -> tuple[float, float]:
+        def bulk(side: str, m: float, n: float, k: float) -> tuple[float, float]:
             dgrad = self.gemm(m, n, k)
             wgrad = 0.0 if self.frozen else dgrad
-            exposed = max(0.0, gather - dgrad * slowed) + max(0.0, scatter - wgrad * slowed)
-            return (dgrad + wgrad) * (slowed - 1), exposed
+            dgrad_slowed, wgrad_slowed = slowed(f"{side}_dgrad"), slowed(f"{side}_wgrad")
+            exposed = max(0.0, gather - dgrad * dgrad_slowed) + max(0.0, scatter - wgrad * wgrad_slowed)
+            return dgrad * (dgrad_slowed - 1) + wgrad * (wgrad_slowed - 1), exposed
 
         sides = {}
-        for side in ("attention", "mlp"):
+        for side, (gemm_in, gemm_out) in {"attention": ("qkv", "proj"), "mlp": ("fc1", "fc2")}.items():
             if f"{side} in" not in shapes:
                 sides[side] = _Overlapped(0.0, gather + scatter, 0.0, gather + scatter)
                 continue
             m_in, n_in, k_in = shapes[f"{side} in"]
             m_out, n_out, k_out = shapes[f"{side} out"]
             (gather_extra, gather_exposed), (scatter_extra, scatter_exposed) = (
-                ring(m_in, n_in, k_in),
-                pipelined(m_out, n_out, k_out),
+                ring_gather(f"{gemm_in}_fprop", m_in, n_in, k_in),
+                reduce_scatter(f"{gemm_out}_fprop", m_out, n_out, k_out),
             )
             # the output side's data gradient (M, K, N) gathers by ring; the input side's in bulk
             (dgrad_extra, dgrad_exposed), (bulk_extra, bulk_exposed) = (
-                ring(m_out, k_out, n_out),
-                bulk(m_in, k_in, n_in),
+                ring_gather(f"{gemm_out}_dgrad", m_out, k_out, n_out),
+                bulk(gemm_in, m_in, k_in, n_in),
             )
             sides[side] = _Overlapped(
                 gather_extra + scatter_extra,

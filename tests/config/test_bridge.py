@@ -60,7 +60,8 @@ def test_bridge_dump_reports_what_it_ignores_once():
         "model.should_pad_vocab",
         "optimizer.lr",
         "peft.lora_A_init_method",
-        "comm_overlap.tp_comm_overlap_cfg",
+        "comm_overlap.tp_comm_overlap_cfg.proj_fprop.cga_size",
+        "comm_overlap.tp_comm_overlap_cfg.fc1_fprop.aggregate",
         "logger",
         "dataset",
         "checkpoint.save_interval",
@@ -72,6 +73,18 @@ def test_bridge_dump_reports_what_it_ignores_once():
     assert not [
         k for k in ignored if "_target_" in k or k in ("ft", "profiling", "model.num_layers", "ddp.nccl_ub")
     ]
+
+
+def test_bridge_dump_keeps_its_userbuffer_overlap_settings():
+    # the dump's TransformerLayerTPOverlapCfg: the priced fields of each GEMM it sets, over
+    # Transformer Engine's defaults for the others
+    from memtune.config.derived import UserbufferGemm, derive
+
+    d = derive(load_job(DUMP, ["cluster.num_gpus=32"]).job)
+    assert d.userbuffer_gemm("proj_fprop") == UserbufferGemm("pipeline", 24, 4)
+    assert d.userbuffer_gemm("fc1_dgrad") == UserbufferGemm("bulk", 0, 4)
+    assert d.userbuffer_gemm("fc2_fprop") == UserbufferGemm("pipeline", 16, 4)  # not in the dump
+    assert d.userbuffer_gemm("qkv_fprop") == UserbufferGemm("ring_exchange", 0, d.tp)
 
 
 def test_mixed_precision_recipe_name_overrides_the_sections(write):

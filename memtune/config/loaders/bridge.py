@@ -24,6 +24,7 @@ from memtune.config.schema import (
     ModelConfig,
     OptimizerConfig,
     TrainConfig,
+    UserbufferGemmConfig,
 )
 from memtune.errors import InputError
 from memtune.numbers import cut, echo
@@ -355,8 +356,32 @@ def _apply_comm_overlap(section: dict[str, Any], out: dict[str, Any], ignored: l
             out["ddp"][key] = value
         elif key in _COMM_OVERLAP_MODEL_KEYS:
             out["model"][key] = value
+        elif key == "tp_comm_overlap_cfg":
+            out["model"][key] = _overlap_cfg(value, ignored)
         else:
             ignored.append(f"comm_overlap.{key}")
+
+
+def _overlap_cfg(value: object, ignored: list[str]) -> object:
+    """Bridge's ``TransformerLayerTPOverlapCfg`` as its YAML dump writes it (per GEMM a dataclass
+    with ``_target_``, ``None`` for Transformer Engine's default) or a configuration's name: the
+    fields memtune prices; the others are listed as ignored."""
+    if not isinstance(value, dict):
+        return value  # a name, or something the schema refuses with its own message
+    out: dict[str, object] = {}
+    for gemm, fields in value.items():
+        if str(gemm).startswith("_") or fields is None:
+            continue
+        if not isinstance(fields, dict):
+            out[gemm] = fields
+            continue
+        out[gemm] = {k: v for k, v in fields.items() if k in UserbufferGemmConfig.model_fields}
+        ignored.extend(
+            f"comm_overlap.tp_comm_overlap_cfg.{gemm}.{k}"
+            for k, v in fields.items()
+            if not k.startswith("_") and k not in UserbufferGemmConfig.model_fields and v is not None
+        )
+    return out
 
 
 def _lora(value: object, ignored: list[str]) -> dict[str, Any]:
