@@ -31,6 +31,10 @@ Platforms (``PLATFORMS``):
   never merge with an H100 group of the same shape and GPU count; memtune scores them as a set of
   their own (``CI_GB200_SOURCE`` of ``memtune/bench/plan.py``).
 
+A case that passes ``--tp-comm-overlap-cfg`` (Transformer Engine's userbuffer overlap settings, a
+YAML file in the repository) gets its priced fields as ``model.tp_comm_overlap_cfg``
+(``overlap_cfg``).
+
 Each skipped case is printed with its reason, then the count per reason. Recipes are read as YAML
 data; nothing of the Megatron-LM repository is executed.
 Reserved cases: in ``moe/``, a case whose name's SHA-1 hex digest starts with 8-f is held back for
@@ -175,6 +179,21 @@ def place(config: dict, gpu: str, size: Size) -> None:
         cluster["gpus_per_node"] = size.gpus_per_node
 
 
+# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig);
+# the rest (aggregate, cga_size, ...) is not priced.
+PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
+
+
+def overlap_cfg(read: Reader, path: str) -> dict[str, dict[str, object]]:
+    """The priced fields of the userbuffer overlap file a case passes as --tp-comm-overlap-cfg
+    (Transformer Engine's ub_cfgs, read as YAML data from the repository)."""
+    cfg = yaml.safe_load(read("show", f"HEAD:{path}")) or {}
+    return {
+        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
+        for gemm, fields in cfg.items()
+    }
+
+
 def record_of(read: Reader, commit: str, platform_name: str, family: str, case: str, size: Size) -> dict:
     """The run file of one allowed case with golden values for the platform (Skip: no run of it)."""
     platform = PLATFORMS[platform_name]
@@ -188,6 +207,8 @@ def record_of(read: Reader, commit: str, platform_name: str, family: str, case: 
     if spec.get("TEST_TYPE") not in TEST_TYPES:
         raise Skip(f"test type {spec.get('TEST_TYPE')}")
     config = translate(args)
+    if config["model"].get("tp_comm_overlap") and "--tp-comm-overlap-cfg" in args:
+        config["model"]["tp_comm_overlap_cfg"] = overlap_cfg(read, str(args["--tp-comm-overlap-cfg"]))
     place(config, platform.gpu, size)
     seconds, samples = measured
     return {
