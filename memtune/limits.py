@@ -79,3 +79,6 @@ MAX_MEASURE_ITERATIONS = 1_000  # `measure --iters`: the peak is steady from ite
 OUTPUT_CHUNK_BYTES = 64 << 10  # one read of a command's output; a line longer than this is written in pieces
 EXIT_GRACE_SECONDS = 2.0  # after a command ends: how long what it left running may hold its output open
 KILL_GRACE_SECONDS = 5.0  # after SIGTERM for a timeout: how long before SIGKILL
+# SMs a userbuffer overlap's communication kernel may take (schema.UserbufferGemmConfig.num_sm):
+# fewer than any training GPU has (an A100 has 108), so the overlapped GEMM keeps some
+MAX_UB_SMS = 100

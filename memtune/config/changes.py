@@ -62,6 +62,8 @@ def _yaml_text(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, list):
         return "[" + ",".join(_yaml_text(v) for v in value) + "]"
+    if isinstance(value, dict):  # a mapping-valued key (model.tp_comm_overlap_cfg)
+        return "{" + ", ".join(f"{k}: {_yaml_text(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

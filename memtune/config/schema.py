@@ -90,8 +90,8 @@ class UserbufferGemmConfig(Section):
 
     method: UbMethod | None = None
     """ring_exchange (TP chunks, each beside one step of the ring), pipeline (num_splits chunks) or bulk (the whole collective beside the whole GEMM); unset: Transformer Engine's default for this GEMM."""
-    num_sm: NonNegativeInt | None = None
-    """SMs the communication kernel takes (Transformer Engine's default: 1 for ring exchange, 16 otherwise)."""
+    num_sm: Annotated[int, Strict(), Field(ge=0, le=limits.MAX_UB_SMS)] | None = None
+    """SMs the communication kernel takes (Transformer Engine's default: 1 for ring exchange, 16 otherwise; fewer than the GPU has)."""
     set_sm_margin: bool | None = None
     """The GEMM leaves num_sm SMs to the communication (default: on except for ring exchange)."""
     num_splits: PositiveInt | None = None
@@ -165,7 +165,7 @@ class ModelConfig(Section):
     wgrad_deferral_limit: NonNegativeInt = 0
     """With deferred embedding wgrad: microbatches deferred at most (0: all of them)."""
     tp_comm_overlap: bool = False
-    """Overlap TP communication with GEMMs through Transformer Engine user buffers (not modeled; --explain says so)."""
+    """Overlap TP communication with GEMMs through Transformer Engine user buffers (with sequence parallelism; priced GEMM by GEMM, tp_comm_overlap_cfg; the buffers themselves are registered memory outside PyTorch's counters)."""
     tp_comm_overlap_cfg: dict[UbGemm, UserbufferGemmConfig] | None = None
     """Per-GEMM userbuffer overlap over Transformer Engine's defaults (its ub_cfgs: Megatron-LM's --tp-comm-overlap-cfg file, Megatron-Bridge's comm_overlap.tp_comm_overlap_cfg, or a Bridge config's name such as userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192); unset: the defaults."""
 

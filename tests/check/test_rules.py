@@ -146,6 +146,14 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model.softmax_type=learnable", "model.attention_backend=flash"),
         ("model.softmax_type=learnable", "model.attention_backend=auto"),
     ),
+    "SEQ010": (
+        ("defaults=megatron-lm", "model.tp_comm_overlap=true", "model.sequence_parallel=false"),
+        ("defaults=megatron-lm", "model.tp_comm_overlap=true", "model.sequence_parallel=true"),
+    ),
+    "SEQ011": (
+        ("model.tp_comm_overlap_cfg={proj_fprop: {method: ring_exchange}}",),
+        ("model.tp_comm_overlap_cfg={proj_fprop: {method: ring_exchange}}", "model.tp_comm_overlap=true"),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),
@@ -339,6 +347,19 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 def test_base_config_is_clean():
     assert check_with_estimate(make_job()) == []
+
+
+def test_tp_comm_overlap_without_sp_is_a_warning_where_the_stack_turns_it_off():
+    # Megatron-Bridge disables the overlap with a warning; Megatron-Core's TE layers leave it off
+    for stack, upstream in (("megatron-bridge", "Disabling tensor parallel communication overlap due to "
+                             "sequence_parallel=False."), ("megatron-core", None)):  # fmt: skip
+        job = make_job(f"defaults={stack}", "model.tp_comm_overlap=true", "model.sequence_parallel=false")
+        (finding,) = [f for f in check_with_estimate(job) if f.code == "SEQ010"]
+        assert (finding.severity, finding.upstream) == ("warning", upstream)
+        assert (
+            finding.message
+            == f"model.tp_comm_overlap=true with model.sequence_parallel=false: {stack} leaves the overlap off"
+        )
 
 
 def test_every_rule_has_a_case():

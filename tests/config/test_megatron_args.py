@@ -339,3 +339,37 @@ def test_sliding_window_and_softmax_flags(write):
         script.read_text().replace("--window-attn-skip-freq 2", '--window-attn-skip-freq "[1,1,1,0]"'),
     )
     assert derive(load_job(listed).job).window_attention_pattern == (True, True, True, False)
+
+
+LAUNCH_WITH_OVERLAP = (
+    "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+    "--seq-length 2048 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 8 --bf16 "
+    "--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --tp-comm-overlap-cfg {cfg}\n"
+)
+
+
+def test_a_launchs_userbuffer_file_is_read_beside_it(write):
+    # Megatron-LM's --tp-comm-overlap-cfg (initialize.py: yaml.safe_load of the file): the fields
+    # memtune prices become model.tp_comm_overlap_cfg; the others are reported as ignored
+    write(
+        "ub.yaml",
+        "proj_fprop:\n  method: ring_exchange\n  aggregate: 0\n  set_sm_margin: 1\nfc1_dgrad:\n  num_sm: 2\n",
+    )
+    loaded = load_job(write("train.sh", LAUNCH_WITH_OVERLAP.format(cfg="ub.yaml")))
+    d = derive(loaded.job)
+    assert loaded.job.model.tp_comm_overlap
+    assert (d.userbuffer_gemm("proj_fprop").method, d.userbuffer_gemm("proj_fprop").margin_sms) == (
+        "ring_exchange",
+        16,
+    )
+    assert d.userbuffer_gemm("fc1_dgrad").margin_sms == 2
+    assert "--tp-comm-overlap-cfg ub.yaml: proj_fprop.aggregate" in loaded.ignored
+
+
+def test_a_launchs_userbuffer_file_not_found_is_said(write):
+    loaded = load_job(write("train.sh", LAUNCH_WITH_OVERLAP.format(cfg="missing/ub.yaml")))
+    assert loaded.job.model.tp_comm_overlap_cfg is None
+    assert (
+        "--tp-comm-overlap-cfg missing/ub.yaml (not found beside the launch or here: Transformer Engine's "
+        "defaults priced)"
+    ) in loaded.ignored

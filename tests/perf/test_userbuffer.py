@@ -123,3 +123,20 @@ def test_bulk_overlaps_without_a_margin_leave_the_backward_gemms_their_speed() -
         m, n, k = shapes[n_out]
         ring_extra = TP * p.gemm(m / TP, k, n) - p.gemm(m, k, n)  # the output side's data gradient
         assert sides[side].extra_bwd == pytest.approx(ring_extra), out
+
+
+def test_a_mapping_valued_change_round_trips_through_its_text() -> None:
+    # memtune diff and fix apply a key's change by its text (Change.__str__, Change.parse): a
+    # GEMM's unset field stays null, not the string "None"
+    from memtune.config.changes import Change
+
+    change = Change(
+        "model.tp_comm_overlap_cfg",
+        {"proj_fprop": {"method": "pipeline", "num_splits": None, "set_sm_margin": False}},
+    )
+    assert (
+        str(change)
+        == "model.tp_comm_overlap_cfg={proj_fprop: {method: pipeline, num_splits: null, set_sm_margin: false}}"
+    )
+    assert Change.parse(str(change)) == change
+    assert derived(str(change)).userbuffer_gemm("proj_fprop") == UserbufferGemm("pipeline", 0, 4)

@@ -346,3 +346,79 @@ def flash_backend_with_softmax_offset(c: Context) -> Hit | None:
         upstream="No dot product attention backend is available for the provided inputs. Please run with "
         "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends.",
     )
+
+
+@rule("SEQ010", "tp-comm-overlap-without-sp", ERROR)
+def tp_comm_overlap_without_sp(c: Context) -> Hit | None:
+    """TP communication overlap asked for without sequence parallelism in effect.
+
+    ## What it does
+    Checks that `tp_comm_overlap: true` meets `sequence_parallel: true` at
+    `tensor_model_parallel_size > 1`.
+
+    ## Why it matters
+    Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of sequence
+    parallelism with the GEMMs; without them there is nothing to overlap. Megatron-LM's argument
+    checks refuse it at start-up (an error for `defaults: megatron-lm`); Megatron-Bridge turns the
+    overlap off with a warning, and Megatron-Core's Transformer Engine layers leave it off (a
+    warning here): the overlap you planned for never runs.
+
+    ## Example
+    ```yaml
+    defaults: megatron-lm
+    model: {tensor_model_parallel_size: 4, sequence_parallel: false, tp_comm_overlap: true}
+    ```
+
+    ## Fix
+    Set `sequence_parallel: true` (with TP > 1), or `tp_comm_overlap: false`.
+    """
+    m = c.model
+    if not m.tp_comm_overlap or c.d.sequence_parallel:
+        return None
+    why = "model.sequence_parallel=false" if c.d.tp > 1 else f"model.tensor_model_parallel_size={c.d.tp}"
+    fix = "set model.sequence_parallel=true" if c.d.tp > 1 else "set model.tp_comm_overlap=false"
+    if c.d.stack == "megatron-lm":
+        return Hit(
+            message=f"model.tp_comm_overlap=true with {why}: sequence parallelism is not in effect",
+            fix=f"{fix}, or set model.tp_comm_overlap=false",
+            upstream="Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled",
+        )
+    return Hit(
+        message=f"model.tp_comm_overlap=true with {why}: {c.d.stack} leaves the overlap off",
+        fix=f"{fix}, or set model.tp_comm_overlap=false",
+        upstream="Disabling tensor parallel communication overlap due to sequence_parallel=False."
+        if c.d.stack == "megatron-bridge" and c.d.tp > 1
+        else None,
+        severity=WARNING,
+    )
+
+
+@rule("SEQ011", "tp-comm-overlap-cfg-unused", INFO)
+def tp_comm_overlap_cfg_unused(c: Context) -> Hit | None:
+    """Userbuffer overlap settings for a job that runs no userbuffer overlap.
+
+    ## What it does
+    Notes a `tp_comm_overlap_cfg` where the overlap is not in effect (`tp_comm_overlap` off, or
+    sequence parallelism off).
+
+    ## Why it matters
+    Megatron-LM and Megatron-Bridge hand the per-GEMM settings to Transformer Engine only when
+    they set up the overlap; otherwise nothing reads them, and a job tuned with them runs
+    without it.
+
+    ## Example
+    ```yaml
+    model: {tensor_model_parallel_size: 2, sequence_parallel: true, tp_comm_overlap: false,
+            tp_comm_overlap_cfg: {proj_fprop: {method: ring_exchange}}}
+    ```
+
+    ## Fix
+    Set `tp_comm_overlap: true`, or remove `tp_comm_overlap_cfg`.
+    """
+    if c.model.tp_comm_overlap_cfg is None or c.d.userbuffer_overlap:
+        return None
+    return Hit(
+        message="model.tp_comm_overlap_cfg is set but no userbuffer overlap runs "
+        "(model.tp_comm_overlap with sequence parallelism): nothing reads it",
+        fix="unset model.tp_comm_overlap_cfg, or set model.tp_comm_overlap=true",
+    )

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memtune.config.loaders._guards import load_yaml, read_config_text
 from memtune.config.loaders._shell import Arithmetic, Command, Script, evaluate, parse_script
-from memtune.config.schema import EnvConfig
+from memtune.config.schema import EnvConfig, UserbufferGemmConfig
 from memtune.errors import InputError
 from memtune.numbers import echo, float_or_none, int_or_none
 
@@ -142,6 +143,8 @@ FLAGS: dict[str, Value | Switch] = {
     "moe-router-group-topk": Value("model.moe_router_group_topk", _number),
     "moe-flex-dispatcher-backend": Value("model.moe_flex_dispatcher_backend"),
     "overlap-moe-expert-parallel-comm": _on("model.overlap_moe_expert_parallel_comm"),
+    "tp-comm-overlap": _on("model.tp_comm_overlap"),
+    "tp-comm-overlap-cfg": Value("_.tp_comm_overlap_cfg_file"),
     "delay-wgrad-compute": _on("model.delay_wgrad_compute"),
     # multi-latent attention, multi-token prediction
     "multi-latent-attention": _on("model.multi_latent_attention"),
@@ -452,6 +455,8 @@ def _combine(path: Path, data: dict[str, dict[str, Any]], ignored: list[str]) ->
         del model["num_query_groups"]
         ignored.append("--num-query-groups (Megatron-LM uses it only with --group-query-attention)")
     _vocabulary(path, model, facts)
+    if "tp_comm_overlap_cfg_file" in facts:
+        _overlap_file(path, str(facts["tp_comm_overlap_cfg_file"]), model, ignored)
     if facts.get("recompute_activations"):
         model.setdefault("recompute_granularity", "selective")
     if isinstance(model.get("cpu_offloading_num_layers"), int) and model["cpu_offloading_num_layers"] > 0:
@@ -476,6 +481,39 @@ def _combine(path: Path, data: dict[str, dict[str, Any]], ignored: list[str]) ->
         model["virtual_pipeline_model_parallel_size"] = _virtual_stages(
             path, model, facts["layers_per_virtual_stage"]
         )
+
+
+def _overlap_file(path: Path, name: str, model: dict[str, Any], ignored: list[str]) -> None:
+    """``--tp-comm-overlap-cfg``: Transformer Engine's userbuffer settings per GEMM, a YAML file
+    Megatron-LM opens from its working directory (``training/initialize.py``), looked for beside
+    the launch and in the current directory. The fields memtune prices become
+    ``model.tp_comm_overlap_cfg``; the others, or a file not found, are listed as ignored."""
+    found = next(
+        (p for p in (Path(name), path.parent / name) if p.is_file()),
+        None,
+    )
+    if found is None:
+        ignored.append(
+            f"--tp-comm-overlap-cfg {name} (not found beside the launch or here: Transformer Engine's defaults priced)"
+        )
+        return
+    settings = load_yaml(read_config_text(found), str(found))
+    if not isinstance(settings, dict) or not all(isinstance(v, dict | None) for v in settings.values()):
+        raise InputError(
+            f"{echo(str(found))}: --tp-comm-overlap-cfg: expected a mapping of GEMM names to settings"
+        )
+    priced = UserbufferGemmConfig.model_fields
+    model["tp_comm_overlap_cfg"] = {
+        gemm: {k: v for k, v in fields.items() if k in priced}
+        for gemm, fields in settings.items()
+        if fields is not None
+    }
+    ignored.extend(
+        f"--tp-comm-overlap-cfg {name}: {gemm}.{k}"
+        for gemm, fields in settings.items()
+        for k in (fields or {})
+        if k not in priced
+    )
 
 
 def _virtual_stages(path: Path, model: dict[str, Any], layers_per_stage_chunk: object) -> int | None:
