@@ -178,9 +178,10 @@ class Knobs:
 
     def settings(self, base: Derived) -> list[tuple[str, str, Any]]:
         """(section, key, value) of every key these knobs set on the job of ``base``: the
-        pipeline's dtype follows its weights'; with CP, the exchange its attention can take
-        (``Derived.cp_comm_type_for_attention``) and a hierarchical exchange's group sizes
-        (``Derived.hierarchical_cp_sizes``)."""
+        pipeline's dtype follows its weights'; TP communication overlap stays as the job sets
+        it where the layout has sequence parallelism over a TP group, off elsewhere; with CP,
+        the exchange its attention can take (``Derived.cp_comm_type_for_attention``) and a
+        hierarchical exchange's group sizes (``Derived.hierarchical_cp_sizes``)."""
         job, r = base.job, self.recompute
         full = r.granularity == "full"
         fsdp = self.sharding == "fsdp"
@@ -196,6 +197,9 @@ class Knobs:
             ),
             ("model", "hierarchical_context_parallel_sizes", base.hierarchical_cp_sizes(self.cp)),
             ("model", "sequence_parallel", self.sp),
+            # TP communication overlap needs sequence parallelism over a TP group (check SEQ010):
+            # the job's own setting where a layout can run it, off where it cannot
+            ("model", "tp_comm_overlap", job.model.tp_comm_overlap and self.sp and self.tp > 1),
             ("model", "pipeline_dtype", base.param_dtype),
             ("model", "account_for_embedding_in_pipeline_split", self.split == "accounted"),
             ("model", "account_for_loss_in_pipeline_split", self.split == "accounted"),

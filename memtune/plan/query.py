@@ -142,6 +142,7 @@ CANDIDATE_KEYS = {
     "model.expert_model_parallel_size",
     "model.expert_tensor_parallel_size",
     "model.sequence_parallel",
+    "model.tp_comm_overlap",
     "model.pipeline_dtype",
     "model.account_for_embedding_in_pipeline_split",
     "model.account_for_loss_in_pipeline_split",

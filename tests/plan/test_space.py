@@ -2,9 +2,10 @@
 
 from memtune.check import run_checks
 from memtune.check.finding import ERROR
-from memtune.config.changes import with_changes
+from memtune.config.changes import Change, job_data, with_changes
 from memtune.config.derived import derive
 from memtune.config.knobs import Knobs, Recompute
+from memtune.config.validation import validate
 from memtune.errors import InputError
 from memtune.plan.query import Query, base_job
 from memtune.plan.space import changes_of, pruned
@@ -93,3 +94,21 @@ def test_a_layout_keeps_a_hierarchical_exchanges_all_to_all_group_and_grows_its_
     # a CP the all-to-all group does not divide keeps the job's sizes (at CP 1 nothing reads them)
     cp1 = Knobs(1, 1, 1, 1, 1, 1, 1, False, Recompute(), "distopt", 0.0, 0, False)
     assert with_changes(base, changes_of(base, cp1)).model.hierarchical_context_parallel_sizes == [2, 1]
+
+
+def test_a_layout_without_sequence_parallelism_turns_tp_comm_overlap_off():
+    # Megatron-LM asserts TP communication overlap needs sequence parallelism (check SEQ010): a
+    # candidate keeps the job's overlap where its layout has SP over a TP group, drops it elsewhere
+    preset = job_data(base_job(Query("llama3-8b", 8, "H100-80GB", 8, 4096, 32, "pretrain")))
+    base = with_changes(
+        validate({**preset, "defaults": "megatron-lm"}),
+        [Change.parse(t) for t in ("model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                   "model.tp_comm_overlap=true")],
+    )  # fmt: skip
+    d = derive(base)
+    for tp, sp, overlap in ((2, True, True), (1, False, False), (2, False, False)):
+        knobs = Knobs(tp, 1, 1, 1, 1, tp, 1, sp, Recompute(), "distopt", 0.0, 0, False)
+        job = with_changes(base, changes_of(base, knobs))
+        assert job.model.tp_comm_overlap is overlap
+        assert "SEQ010" not in {f.code for f in run_checks(job)}
+    assert d.userbuffer_overlap
