@@ -34,7 +34,11 @@ What each value is read from:
   / ``overlap_param_gather``), its ``grad_sync_dtype: bf16`` (``ddp.grad_reduce_in_fp32=false``)
   and BUCKET_CAP_MB (Apex sizes a bucket as ``1024 * 1024 * bucket_cap_mb / 2`` bf16 elements,
   apex/contrib/optimizers/distributed_fused_adam.py: ``ddp.bucket_size``); TP_COMM_OVERLAP
-  (Transformer Engine's userbuffer TP overlap, ``model.tp_comm_overlap``); ACT_CKPT_GRANULARITY /
+  (Transformer Engine's userbuffer TP overlap, ``model.tp_comm_overlap``) and the per-GEMM
+  overlap file custom.yaml selects (``conf/tp_overlap/<GPU_ARCH>100tp<TP>[pp<PP>]mbs<MBS>.yaml``,
+  its ``${oc.env:...}`` values as the launch sets them: ``model.tp_comm_overlap_cfg``, the fields
+  memtune prices; none where the file is absent, or where GPU_ARCH may come from a script the
+  submission leaves out); ACT_CKPT_GRANULARITY /
   _METHOD / _NUM_LAYERS (recompute; null in every submission); LAYER_CUDA_GRAPH (v4.0's
   ``enable_cuda_graph`` callback and v4.1's ``external_cuda_graph`` both capture every decoder
   layer per microbatch with Transformer Engine's ``make_graphed_callables``:
@@ -56,8 +60,8 @@ What each value is read from:
   large_language_model/megatron-lm/README.md: the C4 SentencePiece model's vocab size).
 
 Not modelled (memtune has no key): overlapped and un-batched pipeline send/recv
-(``overlap_p2p_comm``), the userbuffer TP-overlap tuning (NVTE_UB_*, MC_TP_OVERLAP_AG/RS,
-FC2_FPROP_*, atomic/strided reduce-scatter, UB_SKIPMC), layer-norm SM margins, asynchronous and
+(``overlap_p2p_comm``), the userbuffer overlap beyond the priced fields (NVTE_UB_*,
+MC_TP_OVERLAP_AG/RS, atomic/strided reduce-scatter, CGA sizes, FP8 buffers, UB_SKIPMC), layer-norm SM margins, asynchronous and
 TP-only amax reduction (NVTE_ASYNC_AMAX_REDUCTION, NVTE_DP_AMAX_REDUCE_INTERVAL, tp_only_amax_red),
 NCCL tuning (NCCL_MIN_NCHANNELS, NCCL_P2P_NET_CHUNKSIZE, NCCL_NVLS_ENABLE=0, NCCL_WORK_FIFO_DEPTH,
 the per-communicator CTA/CGA config, MEGATRON_CORE_*_CGA_GROUPS/MAX_CTAS), SHARP, vboost and clock
@@ -102,8 +106,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import mlperf  # the shared reader, beside this file
+import yaml
 from collect_nemo_summary import GPT3  # GPT-3's architecture, beside this file
+
+from memtune.config.changes import Change
 
 VERSIONS = ("v3.0", "v3.1", "v4.0", "v4.1")
 BENCHMARK = "gpt3"
@@ -164,6 +172,7 @@ class Launch:
     defaults: dict[str, str]  # ${oc.env:VAR,default} of the NeMo configs
     consumed: frozenset[str]  # variables run_and_time.sh or a NeMo config reads
     confs: dict[str, str]  # the NeMo configs present, by path inside the implementation
+    conf_dir: str  # the implementation whose conf/ was read (the submission's, or a twin's)
     notes: tuple[str, ...] = ()  # what the choice of config or code rests on, where not a name
 
     def get(self, name: str) -> str | None:
@@ -258,17 +267,24 @@ def resolve_defaults(env: dict[str, str]) -> dict[str, str]:
     return resolved
 
 
-def nemo_confs(repo: Path, sub: mlperf.Submission, implementation: str) -> tuple[dict[str, str], list[str]]:
+def nemo_confs(
+    repo: Path, sub: mlperf.Submission, implementation: str
+) -> tuple[dict[str, str], list[str], str]:
     """The implementation's NeMo configs; where it publishes none (Oracle), those of NVIDIA's
-    implementation of the version whose run_and_time.sh and training script are this one's."""
+    implementation of the version whose run_and_time.sh and training script are this one's; and
+    the directory they were read from."""
     if confs := {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{implementation}/{c}"))}:
-        return confs, []
+        return confs, [], implementation
     mine = [mlperf.blob(repo, f"{implementation}/{f}") for f in CODE]
     base = f"{mlperf.SUBMITTER}/benchmarks/{BENCHMARK}/implementations"
     for twin in sorted({p.rsplit("/", 1)[0] for p in mlperf.listing(repo, base)}):
         if all(mine) and [mlperf.blob(repo, f"{twin}/{f}") for f in CODE] == mine:
             confs = {c: t for c in NEMO_CONFS if (t := mlperf.show(repo, f"{twin}/{c}"))}
-            return confs, [f"conf/ not published: {twin}'s read (its {' and '.join(CODE)} are this one's)"]
+            return (
+                confs,
+                [f"conf/ not published: {twin}'s read (its {' and '.join(CODE)} are this one's)"],
+                twin,
+            )
     raise mlperf.Skip(f"{implementation}: no NeMo config (conf/) published")
 
 
@@ -306,7 +322,7 @@ def read_launch(repo: Path, sub: mlperf.Submission) -> Launch:
     text = expand(repo, implementation, config, sourced, missing)
     run_and_time = mlperf.show(repo, f"{implementation}/run_and_time.sh")
     env = resolve_defaults(mlperf.exports(text, run_and_time))
-    confs, borrowed = nemo_confs(repo, sub, implementation)
+    confs, borrowed, conf_dir = nemo_confs(repo, sub, implementation)
     defaults = {m.group(1): m.group(2).strip() for t in confs.values() for m in _OC_ENV.finditer(t)}
     consumed = {m.group(1) for t in confs.values() for m in _OC_READ.finditer(t)}
     consumed |= set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", run_and_time))
@@ -320,6 +336,7 @@ def read_launch(repo: Path, sub: mlperf.Submission) -> Launch:
         defaults,
         frozenset(consumed),
         confs,
+        conf_dir,
         tuple(notes + borrowed),
     )
 
@@ -414,6 +431,44 @@ def kernels(launch: Launch) -> list[str]:
     return changes
 
 
+_OVERLAP_FILE = re.compile(r"tp_overlap@model\.ub_tp_comm_overlap_cfg:\s*(\S+)")
+_OC_VALUE = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
+_OC_DECODE = re.compile(r"\$\{oc\.decode:([^{}]*)\}")
+# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig)
+PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
+
+
+def _interpolated(text: str, launch: Launch) -> str:
+    """``${oc.env:VAR,default}`` as the launch sets VAR (else the default), then ``${oc.decode:X}``
+    as X: the interpolations NeMo's tp_overlap files and their selector use."""
+    text = _OC_VALUE.sub(lambda m: launch.env.get(m.group(1)) or (m.group(2) or "").strip(), text)
+    return _OC_DECODE.sub(lambda m: m.group(1).strip(), text)
+
+
+def overlap_cfg(repo: Path, launch: Launch) -> dict[str, dict[str, object]] | None:
+    """The userbuffer overlap file custom.yaml selects (``optional override
+    tp_overlap@model.ub_tp_comm_overlap_cfg: ${GPU_ARCH}100tp${TP}...mbs${MBS}`` under
+    ``conf/tp_overlap/``), with its fields memtune prices; None where the selector or the file is
+    absent (Transformer Engine's defaults, as Hydra's ``optional`` leaves them), or where the
+    selector reads a variable the launch leaves unset while sourcing a script the submission does
+    not include (the B200 preview's ``config_common_blackwell.sh``: its GPU_ARCH is unknown)."""
+    selector = _OVERLAP_FILE.search(launch.confs.get("conf/custom.yaml", ""))
+    if selector is None:
+        return None
+    unset = {v for v in _OC_READ.findall(selector.group(1)) if v not in launch.env}
+    if unset and launch.missing:  # a script the submission leaves out may set them (GPU_ARCH)
+        return None
+    name = _interpolated(selector.group(1), launch)
+    text = mlperf.show(repo, f"{launch.conf_dir}/conf/tp_overlap/{name}.yaml")
+    if not text:
+        return None
+    settings = yaml.safe_load(_interpolated(text, launch)) or {}
+    return {
+        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
+        for gemm, fields in settings.items()
+    }
+
+
 def overrides(launch: Launch, sub: mlperf.Submission, gbs: int) -> tuple[list[str], str]:
     """The run's memtune overrides and its label's layout part."""
     tp, pp, vpp = layout(launch)
@@ -436,6 +491,12 @@ def overrides(launch: Launch, sub: mlperf.Submission, gbs: int) -> tuple[list[st
     ]
     if defer and (limit := launch.get("WGRAD_DEFERRAL_LIMIT")):
         changes.append(f"model.wgrad_deferral_limit={limit}")
+    if (
+        launch.flag("TP_COMM_OVERLAP")
+        and tp > 1
+        and (cfg := overlap_cfg(mlperf.git_dir(sub.version), launch))
+    ):
+        changes.append(str(Change("model.tp_comm_overlap_cfg", cfg)))
     changes += kernels(launch)
     return changes, f"TP{tp} PP{pp} VPP{vpp or '-'} MBS{mbs} GBS{gbs}"
 
