@@ -25,7 +25,9 @@ Where each setting is read from:
   history, none current scaling or MXFP8), FP8 weights (NeMo 1.0 ``fp8_params``: TE's
   ``fp8_model_init``; NeMo 2.0 ``fp8_params``/``fp8_param_gather``), recompute (none is set),
   TP communication overlap (``ub_tp_comm_overlap``, only where TP > 1 with SP, as NeMo
-  requires), CUDA graphs, the optimizer and DDP overlaps.
+  requires) with the per-GEMM file its config selects (``conf/tp_overlap/<GPU_ARCH>100tp<TP>
+  [cp<CP>]mbs<MBS>.yaml``, its interpolations as the launch sets them: the fields memtune
+  prices, ``model.tp_comm_overlap_cfg``), CUDA graphs, the optimizer and DDP overlaps.
 - CUDA graphs: NeMo 1.0's ``enable_cuda_graph`` (v4.1) and NeMo 2.0's ``external_cuda_graph``
   are Transformer Engine's ``make_graphed_callables`` per layer, captured by the
   implementation's callback (``transformer_engine``); NeMo 2.0's ``enable_cuda_graph`` is
@@ -63,7 +65,8 @@ Where each setting is read from:
 Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
 ``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
 scaling's amax history, algorithm and reduction, Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
-``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``), FP8 weight caching in graphs
+``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``, the overlap files' atomic GEMMs,
+CGA sizes and FP8 buffers), FP8 weight caching in graphs
 (``CG_WEIGHT_CACHING``), ``disable_parameter_transpose_cache``, the TE op fuser and fused
 QKV-RoPE (``USE_TE_OPS``, ``FUSED_SINGLE_QKV_ROPE``), on-device gradient clipping, cuDNN norms,
 SHARP, NCCL tuning (``NCCL_MIN_CTAS``, channels, NVLS), clock boost (``VBOOST_VALUE``), the
@@ -185,6 +188,7 @@ class Code:
     cfg: dict[str, Any]  # the NeMo config, resolved (dotted keys)
     train_py: str
     callbacks_py: str
+    overlap: dict[str, dict[str, Any]] | None = None  # the userbuffer overlap file's priced fields
 
     @property
     def nemo1(self) -> bool:
@@ -285,7 +289,8 @@ def read_code(repo: Path, directory: str, config: str, places: tuple[str, ...], 
     it sources, in ``places``) sets it."""
     sourced: list[str] = []
     env = mlperf.exports(expanded(repo, places, config, sourced))
-    cfg = nemo_config(mlperf.show(repo, f"{directory}/{NEMO_CONFIG}"), env)
+    text = mlperf.show(repo, f"{directory}/{NEMO_CONFIG}")
+    cfg = nemo_config(text, env)
     if not cfg:
         raise LeftOut(f"{directory}/{NEMO_CONFIG}: not in the repository")
     return Code(
@@ -297,7 +302,54 @@ def read_code(repo: Path, directory: str, config: str, places: tuple[str, ...], 
         cfg,
         mlperf.show(repo, f"{directory}/train.py"),
         mlperf.show(repo, f"{directory}/custom_callbacks.py"),
+        overlap_cfg(repo, directory, text, env),
     )
+
+
+_OVERLAP_FILE = re.compile(r"tp_overlap@model\.ub_tp_comm_overlap_cfg:\s*(\S+)")
+_OC_VALUE = re.compile(r"\$\{oc\.env:(\w+)(?:,([^${}]*))?\}")
+_OC_DECODE = re.compile(r"\$\{oc\.decode:([^${}]*)\}")
+_OC_IF = re.compile(r"\$\{if:([^${},]*),([^${},]*),([^${},]*)\}")
+# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig)
+PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
+
+
+def interpolated(text: str, env: dict[str, str]) -> str:
+    """NeMo's interpolations in a tp_overlap file and its selector, innermost first:
+    ``${oc.env:VAR,default}`` as the launch sets VAR (else the default), ``${oc.decode:X}`` as X,
+    ``${if:X,A,B}`` as A where X is true, else B."""
+
+    def env_value(m: re.Match[str]) -> str:
+        return env.get(m.group(1)) or (m.group(2) or "").strip()
+
+    def choose(m: re.Match[str]) -> str:
+        chosen = m.group(2) if m.group(1).strip().lower() in ("true", "1") else m.group(3)
+        return chosen.strip().strip("'\"")
+
+    text = _OC_VALUE.sub(env_value, text)
+    text = _OC_DECODE.sub(lambda m: m.group(1).strip(), text)
+    return _OC_IF.sub(choose, text)
+
+
+def overlap_cfg(
+    repo: Path, directory: str, text: str, env: dict[str, str]
+) -> dict[str, dict[str, Any]] | None:
+    """The userbuffer overlap file the NeMo config selects (``optional tp_overlap@model.
+    ub_tp_comm_overlap_cfg: ${GPU_ARCH}100tp${TP}[cp${CP}]mbs${MBS}`` under ``conf/tp_overlap/``),
+    with the fields memtune prices; None where the selector or the file is absent (Transformer
+    Engine's defaults, as Hydra's ``optional`` leaves them)."""
+    selector = _OVERLAP_FILE.search(text)
+    if selector is None:
+        return None
+    name = interpolated(selector.group(1), env)
+    overlap = mlperf.show(repo, f"{directory}/conf/tp_overlap/{name}.yaml")
+    if not overlap:
+        return None
+    settings = yaml.safe_load(interpolated(overlap, env)) or {}
+    return {
+        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
+        for gemm, fields in settings.items()
+    }
 
 
 # --- partners: which launch config a partner's run used -------------------------------------------
@@ -583,6 +635,7 @@ def layout_overrides(shape: dict[str, Any], code: Code) -> list[str]:
         f"model.sequence_parallel={str(shape['sp']).lower()}",
         f"train.micro_batch_size={shape['mbs']}",
         f"model.tp_comm_overlap={str(overlap).lower()}",
+        *([str(Change("model.tp_comm_overlap_cfg", code.overlap))] if overlap and code.overlap else []),
     ] + ([f"model.cp_comm_type={code.cfg.get('model.cp_comm_type') or 'p2p'}"] if shape["cp"] > 1 else [])
 
 
