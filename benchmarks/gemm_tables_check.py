@@ -6,7 +6,8 @@
 - ``results/gemm-small-m-h100.json``: each shape's rate at 256 and 512 rows over its rate at
   1,024 rows, how far the two passes' ratios differ (median), and the ratios of Llama 3 70B's
   TP 8 shapes; ``results/gemm-small-m-h100-grid.json``: the same machine's grid against the
-  H100 table's (``kernels-h100.json``), the median time ratio.
+  H100 table's (``kernels-h100.json``), the median time ratio; ``results/gemm-small-m-h100-machine2.json``:
+  the ratios again on a second H100, against the packaged ones.
 - ``results/gemm-backward-h100.json``: each data- and weight-gradient GEMM's time over its
   forward's on the same machine: median and 10th/90th percentiles by kind, and the extremes.
 """
@@ -25,11 +26,15 @@ def load(name: str) -> dict:
     return json.loads((RESULTS / name).read_text())
 
 
+def small_m_ratios(name: str, kind: str) -> list[dict[tuple[str, int], float]]:
+    """Each pass's rate of every shape at 256 and 512 rows over its rate at 1,024 rows."""
+    passes = [{(g["name"], g["m"]): g["tflops"] for g in one[kind]} for one in load(name)["passes"]]
+    return [{key: rows[key] / rows[key[0], 1024] for key in rows if key[1] < 1024} for rows in passes]
+
+
 def small_m() -> None:
-    raw = load("gemm-small-m-h100.json")
     for kind in KINDS:
-        passes = [{(g["name"], g["m"]): g["tflops"] for g in one[kind]} for one in raw["passes"]]
-        ratios = [{key: rows[key] / rows[key[0], 1024] for key in rows if key[1] < 1024} for rows in passes]
+        ratios = small_m_ratios("gemm-small-m-h100.json", kind)
         spread = statistics.median(abs(ratios[0][key] / ratios[1][key] - 1) for key in ratios[0])
         print(f"{kind}: the passes' small-M ratios differ by a median {spread:.1%}")
         for name in ("llama3-70b tp8 qkv", "llama3-70b tp8 proj"):
@@ -40,6 +45,25 @@ def small_m() -> None:
         ours = {(g["name"], g["m"]): g["tflops"] for g in grid[kind]}
         ratio = statistics.median(ours[g["name"], g["m"]] / g["tflops"] for g in table[kind])
         print(f"{kind}: this machine's grid ran at {ratio:.3f}x the H100 table's rate (median)")
+
+
+def small_m_machine2() -> None:
+    """The ratios again on a second H100 (``results/gemm-small-m-h100-machine2.json``), against the
+    packaged ones: the median and the 10th-90th percentiles of the quotient, per kind and rows."""
+    for kind in KINDS:
+        first, second = (
+            {key: statistics.mean(r[key] for r in rs) for key in rs[0]}
+            for rs in (
+                small_m_ratios("gemm-small-m-h100.json", kind),
+                small_m_ratios("gemm-small-m-h100-machine2.json", kind),
+            )
+        )
+        for rows in (256, 512):
+            q = sorted(second[key] / first[key] for key in first if key[1] == rows)
+            print(
+                f"{kind} at {rows} rows: a second H100's ratios are a median {statistics.median(q):.3f}x the "
+                f"packaged ones, {q[len(q) // 10]:.2f}-{q[9 * len(q) // 10]:.2f}x between the 10th and 90th percentiles"
+            )
 
 
 def backward() -> None:
@@ -61,4 +85,5 @@ def backward() -> None:
 
 if __name__ == "__main__":
     small_m()
+    small_m_machine2()
     backward()
