@@ -108,7 +108,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import mlperf  # the shared reader, beside this file
-import yaml
 from collect_nemo_summary import GPT3  # GPT-3's architecture, beside this file
 
 from memtune.config.changes import Change
@@ -431,20 +430,6 @@ def kernels(launch: Launch) -> list[str]:
     return changes
 
 
-_OVERLAP_FILE = re.compile(r"tp_overlap@model\.ub_tp_comm_overlap_cfg:\s*(\S+)")
-_OC_VALUE = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^{}]*))?\}")
-_OC_DECODE = re.compile(r"\$\{oc\.decode:([^{}]*)\}")
-# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig)
-PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
-
-
-def _interpolated(text: str, launch: Launch) -> str:
-    """``${oc.env:VAR,default}`` as the launch sets VAR (else the default), then ``${oc.decode:X}``
-    as X: the interpolations NeMo's tp_overlap files and their selector use."""
-    text = _OC_VALUE.sub(lambda m: launch.env.get(m.group(1)) or (m.group(2) or "").strip(), text)
-    return _OC_DECODE.sub(lambda m: m.group(1).strip(), text)
-
-
 def overlap_cfg(repo: Path, launch: Launch) -> dict[str, dict[str, object]] | None:
     """The userbuffer overlap file custom.yaml selects (``optional override
     tp_overlap@model.ub_tp_comm_overlap_cfg: ${GPU_ARCH}100tp${TP}...mbs${MBS}`` under
@@ -452,21 +437,13 @@ def overlap_cfg(repo: Path, launch: Launch) -> dict[str, dict[str, object]] | No
     absent (Transformer Engine's defaults, as Hydra's ``optional`` leaves them), or where the
     selector reads a variable the launch leaves unset while sourcing a script the submission does
     not include (the B200 preview's ``config_common_blackwell.sh``: its GPU_ARCH is unknown)."""
-    selector = _OVERLAP_FILE.search(launch.confs.get("conf/custom.yaml", ""))
+    selector = mlperf.OVERLAP_SELECTOR.search(launch.confs.get("conf/custom.yaml", ""))
     if selector is None:
         return None
     unset = {v for v in _OC_READ.findall(selector.group(1)) if v not in launch.env}
     if unset and launch.missing:  # a script the submission leaves out may set them (GPU_ARCH)
         return None
-    name = _interpolated(selector.group(1), launch)
-    text = mlperf.show(repo, f"{launch.conf_dir}/conf/tp_overlap/{name}.yaml")
-    if not text:
-        return None
-    settings = yaml.safe_load(_interpolated(text, launch)) or {}
-    return {
-        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
-        for gemm, fields in settings.items()
-    }
+    return mlperf.overlap_file(repo, launch.conf_dir, selector.group(1), launch.env)
 
 
 def overrides(launch: Launch, sub: mlperf.Submission, gbs: int) -> tuple[list[str], str]:

@@ -306,31 +306,6 @@ def read_code(repo: Path, directory: str, config: str, places: tuple[str, ...], 
     )
 
 
-_OVERLAP_FILE = re.compile(r"tp_overlap@model\.ub_tp_comm_overlap_cfg:\s*(\S+)")
-_OC_VALUE = re.compile(r"\$\{oc\.env:(\w+)(?:,([^${}]*))?\}")
-_OC_DECODE = re.compile(r"\$\{oc\.decode:([^${}]*)\}")
-_OC_IF = re.compile(r"\$\{if:([^${},]*),([^${},]*),([^${},]*)\}")
-# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig)
-PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
-
-
-def interpolated(text: str, env: dict[str, str]) -> str:
-    """NeMo's interpolations in a tp_overlap file and its selector, innermost first:
-    ``${oc.env:VAR,default}`` as the launch sets VAR (else the default), ``${oc.decode:X}`` as X,
-    ``${if:X,A,B}`` as A where X is true, else B."""
-
-    def env_value(m: re.Match[str]) -> str:
-        return env.get(m.group(1)) or (m.group(2) or "").strip()
-
-    def choose(m: re.Match[str]) -> str:
-        chosen = m.group(2) if m.group(1).strip().lower() in ("true", "1") else m.group(3)
-        return chosen.strip().strip("'\"")
-
-    text = _OC_VALUE.sub(env_value, text)
-    text = _OC_DECODE.sub(lambda m: m.group(1).strip(), text)
-    return _OC_IF.sub(choose, text)
-
-
 def overlap_cfg(
     repo: Path, directory: str, text: str, env: dict[str, str]
 ) -> dict[str, dict[str, Any]] | None:
@@ -338,18 +313,8 @@ def overlap_cfg(
     ub_tp_comm_overlap_cfg: ${GPU_ARCH}100tp${TP}[cp${CP}]mbs${MBS}`` under ``conf/tp_overlap/``),
     with the fields memtune prices; None where the selector or the file is absent (Transformer
     Engine's defaults, as Hydra's ``optional`` leaves them)."""
-    selector = _OVERLAP_FILE.search(text)
-    if selector is None:
-        return None
-    name = interpolated(selector.group(1), env)
-    overlap = mlperf.show(repo, f"{directory}/conf/tp_overlap/{name}.yaml")
-    if not overlap:
-        return None
-    settings = yaml.safe_load(interpolated(overlap, env)) or {}
-    return {
-        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
-        for gemm, fields in settings.items()
-    }
+    selector = mlperf.OVERLAP_SELECTOR.search(text)
+    return None if selector is None else mlperf.overlap_file(repo, directory, selector.group(1), env)
 
 
 # --- partners: which launch config a partner's run used -------------------------------------------

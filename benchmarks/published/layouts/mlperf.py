@@ -286,3 +286,46 @@ def write_sets(out: str, header: list[str], sets: list[dict[str, Any]]) -> None:
     with open(out, "w", encoding="utf-8") as f:
         f.write("".join(f"# {line}\n" for line in header))
         yaml.dump({"sets": sets}, f, Dumper=_NoAliases, sort_keys=False, width=120)
+
+
+# NeMo's choice of a userbuffer overlap file (``optional override tp_overlap@model.
+# ub_tp_comm_overlap_cfg: ${oc.env:GPU_ARCH,h}100tp${oc.env:TP}...mbs${oc.env:MBS}`` in its config)
+OVERLAP_SELECTOR = re.compile(r"tp_overlap@model\.ub_tp_comm_overlap_cfg:\s*(\S+)")
+_OC_VALUE = re.compile(r"\$\{oc\.env:(\w+)(?:,([^${}]*))?\}")
+_OC_DECODE = re.compile(r"\$\{oc\.decode:([^${}]*)\}")
+_OC_IF = re.compile(r"\$\{if:([^${},]*),([^${},]*),([^${},]*)\}")
+# What memtune prices of a userbuffer overlap file's GEMM entries (schema.UserbufferGemmConfig)
+PRICED_OVERLAP_FIELDS = {"method": str, "num_sm": int, "set_sm_margin": bool, "num_splits": int}
+
+
+def interpolated(text: str, env: dict[str, str]) -> str:
+    """NeMo's interpolations in a tp_overlap file and its selector, innermost first:
+    ``${oc.env:VAR,default}`` as the launch sets VAR (else the default), ``${oc.decode:X}`` as X,
+    ``${if:X,A,B}`` as A where X is true, else B."""
+
+    def env_value(m: re.Match[str]) -> str:
+        return env.get(m.group(1)) or (m.group(2) or "").strip()
+
+    def choose(m: re.Match[str]) -> str:
+        chosen = m.group(2) if m.group(1).strip().lower() in ("true", "1") else m.group(3)
+        return chosen.strip().strip("'\"")
+
+    text = _OC_VALUE.sub(env_value, text)
+    text = _OC_DECODE.sub(lambda m: m.group(1).strip(), text)
+    return _OC_IF.sub(choose, text)
+
+
+def overlap_file(
+    repo: Path, directory: str, selector: str, env: dict[str, str]
+) -> dict[str, dict[str, Any]] | None:
+    """The fields memtune prices of the overlap file ``selector`` names under ``directory``'s
+    ``conf/tp_overlap/``, its values as the launch sets them; None where the file is absent
+    (Transformer Engine's defaults, as Hydra's ``optional`` leaves them)."""
+    text = show(repo, f"{directory}/conf/tp_overlap/{interpolated(selector, env)}.yaml")
+    if not text:
+        return None
+    settings = yaml.safe_load(interpolated(text, env)) or {}
+    return {
+        gemm: {k: cast(fields[k]) for k, cast in PRICED_OVERLAP_FIELDS.items() if k in fields}
+        for gemm, fields in settings.items()
+    }
