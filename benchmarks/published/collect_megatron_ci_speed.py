@@ -30,6 +30,12 @@ Platforms (``PLATFORMS``):
   NVL72 rack, and the recipes do not say otherwise). Its groups end in ``-GB200`` so that they
   never merge with an H100 group of the same shape and GPU count; memtune scores them as a set of
   their own (``CI_GB200_SOURCE`` of ``memtune/bench/plan.py``).
+  The recipes of one GB200 node (``spec.nodes: 1``) are skipped (``UNSTEADY_SIZES``): their
+  logged step times measure that machine, not the configuration. At ``d98e8a64dd`` all 47 of
+  their cases log 0.4-3.1 s per step whatever the layout, with an interquartile range of 15-58%
+  of the median (consecutive steps differ up to 4x), where the same cases on two nodes log
+  0.06-0.45 s with a median interquartile range of 1.8%: a case on one node of 4 GPUs does at
+  most twice the per-GPU work of the same case on two nodes, not 4-18 times.
 
 A case that passes ``--tp-comm-overlap-cfg`` (Transformer Engine's userbuffer overlap settings, a
 YAML file in the repository) gets its priced fields as ``model.tp_comm_overlap_cfg``
@@ -61,23 +67,6 @@ import yaml
 from collect_megatron_ci import CASES, IGNORED_PREFIXES, WORLD_SIZE, Skip, _git, allowed, translate
 
 
-@dataclass(frozen=True)
-class Platform:
-    """How the runs of one CI platform are named and sized."""
-
-    gpu: str  # memtune's catalog name
-    id_prefix: str
-    recipes: str | None  # the recipe folder that sizes each case; None: one node of WORLD_SIZE GPUs
-
-
-PLATFORMS = {
-    "dgx_h100": Platform("H100-80GB", "mlm-ci-speed", None),
-    "dgx_gb200": Platform("GB200", "mlm-ci-speed-gb200", "tests/test_utils/recipes/gb200"),
-}
-H100_GPU = PLATFORMS["dgx_h100"].gpu
-SCHEMA_GPUS_PER_NODE = 8  # memtune's default of cluster.gpus_per_node, which the H100 files leave unstated
-
-
 @dataclass(frozen=True, order=True)
 class Size:
     """The nodes and GPUs per node a case runs on."""
@@ -88,6 +77,27 @@ class Size:
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Platform:
+    """How the runs of one CI platform are named and sized."""
+
+    gpu: str  # memtune's catalog name
+    id_prefix: str
+    recipes: str | None  # the recipe folder that sizes each case; None: one node of WORLD_SIZE GPUs
+    # recipe sizes whose logged step times are not a steady-state measurement of the case
+    unsteady_sizes: frozenset[Size] = frozenset()
+
+
+PLATFORMS = {
+    "dgx_h100": Platform("H100-80GB", "mlm-ci-speed", None),
+    "dgx_gb200": Platform(
+        "GB200", "mlm-ci-speed-gb200", "tests/test_utils/recipes/gb200", frozenset({Size(1, 4)})
+    ),
+}
+H100_GPU = PLATFORMS["dgx_h100"].gpu
+SCHEMA_GPUS_PER_NODE = 8  # memtune's default of cluster.gpus_per_node, which the H100 files leave unstated
 
 
 def step_time_s(golden: dict) -> tuple[float, int] | None:
@@ -162,7 +172,10 @@ def case_size(platform: Platform, sizes: dict[tuple[str, str], set[Size]], famil
     if len(found) > 1:
         listed = ", ".join(f"{s.nodes} x {s.gpus_per_node}" for s in found)
         raise Skip(f"listed by recipes of different sizes (nodes x GPUs: {listed})")
-    return found[0]
+    [size] = found
+    if size in platform.unsteady_sizes:
+        raise Skip(f"runs on {size.nodes} x {size.gpus_per_node} GPUs, whose logged step times are not steady")
+    return size
 
 
 def hardware(platform_name: str, size: Size) -> str:

@@ -4,6 +4,7 @@ H100 runs, never reading a reserved case, and summarized on a line of their own
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from collections.abc import Iterator
@@ -65,8 +66,11 @@ def test_a_cases_gpu_count_is_nodes_times_gpus_of_the_recipe_that_lists_it(speed
     two_nodes = recipe(2, 4, ("d", ["dev"], ["dgx_gb200"]), ("both", ["dev"], ["dgx_gb200"]))
     sizes = speed.recipe_sizes([one_node, two_nodes], "dgx_gb200")
     gb200 = speed.PLATFORMS["dgx_gb200"]
-    a, d = speed.case_size(gb200, sizes, "gpt", "a"), speed.case_size(gb200, sizes, "gpt", "d")
+    every_size = dataclasses.replace(gb200, unsteady_sizes=frozenset())
+    a, d = speed.case_size(every_size, sizes, "gpt", "a"), speed.case_size(gb200, sizes, "gpt", "d")
     assert (a.gpus, a.gpus_per_node, d.gpus, d.gpus_per_node) == (4, 4, 8, 4)
+    with pytest.raises(speed.Skip, match="runs on 1 x 4 GPUs, whose logged step times are not steady"):
+        speed.case_size(gb200, sizes, "gpt", "a")
     for unlisted in ("lts_only", "h100_only", "never_listed"):
         with pytest.raises(speed.Skip, match="listed by no recipe"):
             speed.case_size(gb200, sizes, "gpt", unlisted)
@@ -102,10 +106,11 @@ class FakeRepo:
     """A Megatron-LM git directory of one moe/ recipe and two moe/ cases, one of them reserved;
     it records every request, and refuses one it has no answer for."""
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: int = 2) -> None:
+        self.nodes = nodes
         self.requests: list[tuple[str, ...]] = []
         moe_recipe = {
-            "spec": {"model": "moe", "nodes": 1, "gpus": 4},
+            "spec": {"model": "moe", "nodes": self.nodes, "gpus": 4},
             "products": [
                 {
                     "test_case": [RESERVED_MOE, ALLOWED_MOE],
@@ -167,9 +172,23 @@ def test_a_reserved_moe_case_is_never_read(
         "samples": 2,
     }
     if platform == "dgx_gb200":
-        assert run["hardware"] == "dgx_gb200 (4 GPUs, one node)"
-        assert run["config"]["cluster"] == {"num_gpus": 4, "gpu": "GB200", "gpus_per_node": 4}
-        assert run["group"] == "L2-h64-a4-f256-e4k2-s128-v256-gpus4-GB200"
+        assert run["hardware"] == "dgx_gb200 (8 GPUs, 2 nodes of 4)"
+        assert run["config"]["cluster"] == {"num_gpus": 8, "gpu": "GB200", "gpus_per_node": 4}
+        assert run["group"] == "L2-h64-a4-f256-e4k2-s128-v256-gpus8-GB200"
+
+
+def test_a_case_of_a_one_tray_gb200_recipe_is_skipped_before_its_golden_values_are_read(
+    speed: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = FakeRepo(nodes=1)
+    skipped = speed.collect(repo, tmp_path, "dgx_gb200")
+    reason = "runs on 1 x 4 GPUs, whose logged step times are not steady"
+    assert dict(skipped) == {reason: 1}
+    assert f"skip {ALLOWED_MOE}: {reason}" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir())
+    assert not [request for request in repo.requests if "golden_values" in " ".join(request)]
+    # the H100 runs are sized without the recipes: one node of 8, kept
+    assert not speed.collect(FakeRepo(nodes=1), tmp_path, "dgx_h100")
 
 
 def ci_group(set_id: str, source: str, measured: float, predicted: float) -> GroupScore:
@@ -243,8 +262,8 @@ def test_accuracy_scores_the_gb200_runs_only_when_asked_and_after_the_others(tmp
 
 
 def test_the_gb200_runs_split_as_their_readme_says_and_pass_the_gate() -> None:
-    # benchmarks/published/layouts/README.md: 107 runs, 93 gpt/ (59 tune, 34 holdout) and 14 moe/
-    # (10 tune, 4 holdout), all on GB200; only counted and gated here, never priced.
+    # benchmarks/published/layouts/README.md: 60 runs on two trays, 51 gpt/ (31 tune, 20 holdout)
+    # and 9 moe/ (6 tune, 3 holdout), all on GB200; only counted and gated here, never priced.
     from collections import Counter
 
     from memtune.bench.plan import ci_source, ci_split_of
@@ -258,8 +277,9 @@ def test_the_gb200_runs_split_as_their_readme_says_and_pass_the_gate() -> None:
         ("moe" if r["id"].startswith("mlm-ci-speed-gb200-moe-") else "gpt", ci_split_of(r["id"]))
         for r in runs
     )
-    assert (sets, len(runs)) == ([], 107)
-    assert counts == {("gpt", "tune"): 59, ("gpt", "holdout"): 34, ("moe", "tune"): 10, ("moe", "holdout"): 4}
+    assert (sets, len(runs)) == ([], 60)
+    assert counts == {("gpt", "tune"): 31, ("gpt", "holdout"): 20, ("moe", "tune"): 6, ("moe", "holdout"): 3}
+    assert all(r["hardware"] == "dgx_gb200 (8 GPUs, 2 nodes of 4)" for r in runs)
     assert {ci_source(r) for r in runs} == {CI_GB200_SOURCE}
     assert all(r["id"].startswith("mlm-ci-speed-gb200-") and r["group"].endswith("-GB200") for r in runs)
     for r in runs:
