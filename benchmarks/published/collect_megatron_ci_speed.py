@@ -174,7 +174,9 @@ def case_size(platform: Platform, sizes: dict[tuple[str, str], set[Size]], famil
         raise Skip(f"listed by recipes of different sizes (nodes x GPUs: {listed})")
     [size] = found
     if size in platform.unsteady_sizes:
-        raise Skip(f"runs on {size.nodes} x {size.gpus_per_node} GPUs, whose logged step times are not steady")
+        raise Skip(
+            f"runs on {size.nodes} x {size.gpus_per_node} GPUs, whose logged step times are not steady"
+        )
     return size
 
 
