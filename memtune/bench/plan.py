@@ -316,7 +316,10 @@ def ci_source(doc: dict[str, Any]) -> str:
 
 def score_ci_group(group: str, split: str, docs: list[dict[str, Any]], source: str = CI_SOURCE) -> GroupScore:
     """Runs of one model shape on one GPU count (one split), by tokens/s per GPU: global batch x
-    sequence / step time / GPUs; the published step time against the predicted one."""
+    sequence / step time / GPUs; the published step time against the predicted one. Test cases
+    whose translated configs are the same (they differ only in flags without a key here:
+    checkpoint format, resume, data loader) are one configuration, as in the layout sets
+    (``one_per_configuration``)."""
     scores, unscored = [], []
     for doc in docs:
         try:
@@ -331,21 +334,26 @@ def score_ci_group(group: str, split: str, docs: list[dict[str, Any]], source: s
         predicted = pred.tokens_per_s_per_gpu
         # The published figure is a step time: model TFLOP/s at that time, by memtune's FLOP count.
         measured_tflops = pred.model_tflops_per_gpu * measured / predicted
+        configuration = json.dumps(doc["config"], sort_keys=True)
         scores.append(
-            RunScore(
-                group,
-                split,
-                doc["id"],
-                "tokens_per_s_per_gpu",
-                measured,
-                predicted,
-                measured_tflops,
-                pred.model_tflops_per_gpu,
-                families=families_of(checked.derived),
+            (
+                configuration,
+                RunScore(
+                    group,
+                    split,
+                    doc["id"],
+                    "tokens_per_s_per_gpu",
+                    measured,
+                    predicted,
+                    measured_tflops,
+                    pred.model_tflops_per_gpu,
+                    families=families_of(checked.derived),
+                ),
             )
         )
-    relative_to_best(scores)
-    return GroupScore(group, split, source, scores, unscored)
+    runs = one_per_configuration(scores)
+    relative_to_best(runs)
+    return GroupScore(group, split, source, runs, unscored)
 
 
 def accuracy(paths: list[Path], split: str = "all", gb200: bool = False) -> list[GroupScore]:

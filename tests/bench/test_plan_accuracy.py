@@ -195,3 +195,32 @@ def test_a_set_whose_runs_rank_by_different_throughputs_is_refused() -> None:
         "f.yaml: sets[0] (mixed): its runs rank by different throughputs "
         "(model_tflops_per_gpu, tokens_per_s_per_gpu); put the same one first in every run's measured"
     )
+
+
+def test_functional_tests_of_one_translated_config_score_as_one_run_at_their_median() -> None:
+    # Two test cases that differ only in flags the translation drops (checkpoint format, say):
+    # one config, measured at 0.1 s and 0.3 s a step; a third with another micro-batch size.
+    # 8 GPUs, global batch 16 x sequence 128: 256 tokens a GPU a step.
+    from memtune.bench.plan import score_ci_group
+
+    def doc(run_id: str, step_s: float, micro_batch: int) -> dict[str, object]:
+        model = {
+            "num_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "seq_length": 128,
+            "vocab_size": 256,
+        }
+        config = {
+            "model": model,
+            "train": {"micro_batch_size": micro_batch, "global_batch_size": 16},
+            "cluster": {"num_gpus": 8, "gpu": "H100-80GB"},
+        }
+        return {"id": run_id, "config": config, "published": {"step_time_s": step_s}}
+
+    group = score_ci_group("g", "tune", [doc("a", 0.1, 1), doc("b", 0.3, 1), doc("c", 0.2, 2)])
+    assert [(r.label, r.measured) for r in group.runs] == [
+        ("a (2 runs)", pytest.approx((2560 + 2560 / 3) / 2)),  # the median of 2,560 and 853 tokens/s
+        ("c", pytest.approx(256 / 0.2)),
+    ]
+    assert group.runs[0].predicted != group.runs[1].predicted
