@@ -1,12 +1,14 @@
 """The best Kendall tau any model of the configuration could reach on the Megatron-LM functional
-tests' tune groups: runs whose jobs memtune reads as one (the step model gives them one price)
-still differ in measured step time, so no function of the job orders them.
+tests' tune groups: configurations that memtune prices alike (they differ only in keys without a
+price, such as the checkpoint format) still differ in measured step time, so no function of the
+job orders them.
 
     python benchmarks/ci_ceiling.py
 
 Per group of ``memtune bench plan --accuracy --split tune`` drawn from the functional tests
-(``benchmarks/published/layouts/megatron-lm-ci``): the runs grouped by their predicted throughput
-(one price, one job as memtune reads it), the spread of measured throughput within each such
+(``benchmarks/published/layouts/megatron-lm-ci``; test cases of one translated config already
+count as one configuration at their median, ``score_ci_group``): the configurations grouped by
+their predicted throughput (one price), the spread of measured throughput within each such
 class, the step model's tau, and the tau of an oracle that predicts each class's geometric mean
 measured throughput (pairs within a class are ties, which tau-a counts as neither).
 """
@@ -37,7 +39,7 @@ def main() -> int:
         oracle = [mean[round(r.predicted, 6)] for r in group.runs]
         widest = max(max(ms) / min(ms) for ms in classes.values())
         print(
-            f"{group.set_id}: {len(group.runs)} runs in {len(classes)} jobs, widest spread within one job "
+            f"{group.set_id}: {len(group.runs)} configurations in {len(classes)} prices, widest spread within one price "
             f"{widest:.2f}x; tau model {kendall_tau(measured, [r.predicted for r in group.runs]):+.2f}, "
             f"oracle {kendall_tau(measured, oracle):+.2f}"
         )
