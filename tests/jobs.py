@@ -10,6 +10,15 @@ from memtune.config.overrides import apply_overrides
 from memtune.config.schema import JobConfig
 from memtune.config.validation import validate
 
+# A two-layer model section that any check passes and the step model prices in milliseconds.
+TINY_MODEL: Mapping[str, Any] = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 128,
+    "vocab_size": 256,
+}
+
 
 def build_job(base: Mapping[str, Any], *overrides: str, **sections: Any) -> JobConfig:
     """``base`` (never changed) with each of ``sections`` laid over it — a mapping updates that

@@ -23,6 +23,7 @@ from memtune.bench.render import (
     plan_accuracy_summaries,
     print_plan_accuracy,
 )
+from tests.jobs import TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = "tests/functional_tests/test_cases"
@@ -85,13 +86,7 @@ def test_gb200_ids_and_groups_never_meet_the_h100_ones(speed: ModuleType) -> Non
     assert speed.run_id(gb200, "gpt", "x") == "mlm-ci-speed-gb200-x"
     assert speed.run_id(gb200, "moe", "x") == "mlm-ci-speed-gb200-moe-x"
     assert speed.run_id(h100, "gpt", "x") == "mlm-ci-speed-x"
-    model = {
-        "num_layers": 2,
-        "hidden_size": 64,
-        "num_attention_heads": 4,
-        "seq_length": 128,
-        "vocab_size": 256,
-    }
+    model = dict(TINY_MODEL)
     h100_config = {"model": model, "cluster": {"num_gpus": 8, "gpu": "H100-80GB"}}
     gb200_config = {"model": model, "cluster": {"num_gpus": 8, "gpu": "H100-80GB"}}
     speed.place(gb200_config, gb200.gpu, speed.Size(2, 4))

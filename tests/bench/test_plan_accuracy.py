@@ -202,17 +202,11 @@ def test_functional_tests_of_one_translated_config_score_as_one_run_at_their_med
     # one config, measured at 0.1 s and 0.3 s a step; a third with another micro-batch size.
     # 8 GPUs, global batch 16 x sequence 128: 256 tokens a GPU a step.
     from memtune.bench.plan import score_ci_group
+    from tests.jobs import TINY_MODEL
 
     def doc(run_id: str, step_s: float, micro_batch: int) -> dict[str, object]:
-        model = {
-            "num_layers": 2,
-            "hidden_size": 64,
-            "num_attention_heads": 4,
-            "seq_length": 128,
-            "vocab_size": 256,
-        }
         config = {
-            "model": model,
+            "model": dict(TINY_MODEL),
             "train": {"micro_batch_size": micro_batch, "global_batch_size": 16},
             "cluster": {"num_gpus": 8, "gpu": "H100-80GB"},
         }
