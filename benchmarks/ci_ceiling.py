@@ -1,7 +1,9 @@
 """The best Kendall tau any model of the configuration could reach on the Megatron-LM functional
-tests' tune groups: configurations that memtune prices alike (they differ only in keys without a
-price, such as the checkpoint format) still differ in measured step time, so no function of the
-job orders them.
+tests' tune groups: configurations that memtune prices alike still differ in measured step time,
+so no function of the job as memtune reads it orders them. In the 12-layer group three pairs share
+a price: host-bound steps whose differences (attention backend, tied embeddings, fused
+cross-entropy) hide under the host's launch work, while their test cases also differ in what the
+translation drops (the data loader: FIM samples, unmapped files).
 
     python benchmarks/ci_ceiling.py
 

@@ -30,7 +30,7 @@ Platforms (``PLATFORMS``):
   NVL72 rack, and the recipes do not say otherwise). Its groups end in ``-GB200`` so that they
   never merge with an H100 group of the same shape and GPU count; memtune scores them as a set of
   their own (``CI_GB200_SOURCE`` of ``memtune/bench/plan.py``).
-  The recipes of one GB200 node (``spec.nodes: 1``) are skipped (``UNSTEADY_SIZES``): their
+  The recipes of one GB200 node (``spec.nodes: 1``) are skipped (``Platform.unsteady_sizes``): their
   logged step times measure that machine, not the configuration. At ``d98e8a64dd`` all 47 of
   their cases log 0.4-3.1 s per step whatever the layout, with an interquartile range of 15-58%
   of the median (consecutive steps differ up to 4x), where the same cases on two nodes log

@@ -317,8 +317,8 @@ def ci_source(doc: dict[str, Any]) -> str:
 def score_ci_group(group: str, split: str, docs: list[dict[str, Any]], source: str = CI_SOURCE) -> GroupScore:
     """Runs of one model shape on one GPU count (one split), by tokens/s per GPU: global batch x
     sequence / step time / GPUs; the published step time against the predicted one. Test cases
-    whose translated configs are the same (they differ only in flags without a key here:
-    checkpoint format, resume, data loader) are one configuration, as in the layout sets
+    whose translated configs are the same (they differ only in flags the translation drops:
+    resume, data-loader options) are one configuration, as in the layout sets
     (``one_per_configuration``)."""
     scores, unscored = [], []
     for doc in docs:

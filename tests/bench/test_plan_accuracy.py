@@ -198,7 +198,7 @@ def test_a_set_whose_runs_rank_by_different_throughputs_is_refused() -> None:
 
 
 def test_functional_tests_of_one_translated_config_score_as_one_run_at_their_median() -> None:
-    # Two test cases that differ only in flags the translation drops (checkpoint format, say):
+    # Two test cases that differ only in flags the translation drops (a resume, say):
     # one config, measured at 0.1 s and 0.3 s a step; a third with another micro-batch size.
     # 8 GPUs, global batch 16 x sequence 128: 256 tokens a GPU a step.
     from memtune.bench.plan import score_ci_group
