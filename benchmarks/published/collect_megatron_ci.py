@@ -91,7 +91,6 @@ IGNORED_PREFIXES = (
     "--verify-integrity",
     "--rerun-mode",
     "--fim-",
-    "--test-mode",
     "--use-tp-pp-dp-mapping",
     "--ddp-average-in-collective",
     "--overlap-p2p-communication",
@@ -234,6 +233,8 @@ def translate(args: dict) -> dict:
         model["kv_channels"] = int(args["--kv-channels"])
     if _flag(args, "--group-query-attention", False):
         model["num_query_groups"] = int(args["--num-query-groups"])
+    if _flag(args, "--test-mode", False):
+        model["test_mode"] = True
     if "--fp8-format" in args:
         model["fp8"] = args["--fp8-format"]
         model["fp8_recipe"] = _flag(args, "--fp8-recipe", "delayed")
@@ -415,6 +416,7 @@ TRANSLATED = {
     "--normalization",
     "--untie-embeddings-and-output-weights",
     "--qk-layernorm",
+    "--test-mode",
     "--disable-bias-linear",
     "--hidden-dropout",
     "--attention-dropout",

@@ -675,6 +675,20 @@ class Derived:
         return "flash"
 
     @cached_property
+    def qk_norm_consistency_checks(self) -> int:
+        """Comparisons read on the host in each attention forward under ``test_mode``
+        (megatron-core ``SelfAttention.run_realtime_tests``, Megatron-LM d98e8a64dd
+        ``transformer/attention.py``): with ``qk_layernorm``, the Q and K norms' weights and
+        biases (four tensors) are all-gathered over the data-parallel group (CP excluded) and over
+        the tensor-parallel group, and each rank's gathered copy of each tensor is asserted equal to
+        the local one, an ``assert torch.all(...)`` that makes the host wait for the GPU; 0 without
+        either, and under multi-latent attention, whose own QKV path runs no tests."""
+        m = self.model
+        if not (m.test_mode and m.qk_layernorm) or m.multi_latent_attention:
+            return 0
+        return 4 * (self.dp + self.tp)
+
+    @cached_property
     def moe_forward_syncs_host(self) -> bool:
         """Each MoE layer's forward makes the host wait for the GPU: the token dispatcher copies
         the tokens per expert to the host and synchronises on it (megatron-core 0.19.2

@@ -130,6 +130,9 @@ class ModelConfig(Section):
     """Tie the output layer to the input embedding (with PP > 1 the last stage keeps a copy)."""
     qk_layernorm: bool = False
     """Normalise queries and keys per head."""
+    test_mode: bool = False
+    """Megatron-Core's real-time consistency tests: with qk_layernorm, each attention forward
+    all-gathers the Q/K norms' parameters over the DP and TP groups and compares them on the host."""
     add_bias_linear: bool = True
     """Biases on the linear layers."""
     add_qkv_bias: bool = False

@@ -206,6 +206,15 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
 # on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
 COLLECTIVE_LAUNCH_S = 150e-6
+# Host seconds of one of test_mode's consistency comparisons (Derived.qk_norm_consistency_checks):
+# indexing the gathered copy, launching the equality and ``torch.all`` kernels, and waiting for
+# the GPU to reach them (``assert`` on a CUDA tensor reads it on the host). Fitted on the two tune
+# runs that set test_mode, Megatron-LM's functional test
+# gpt3_mcore_te_tp4_pp1_resume_torch_dist_qk_layernorm_test_mode on DGX H100 (0.4125 s a step)
+# and on GB200 (0.4096 s): they need 142 and 137 us (24 comparisons per layer forward, 48 layer
+# forwards a step); about five operations at the rate the same CI hosts' layer floor implies
+# (MEGATRON_LM_LOOP: 1.2 ms for a small layer's forward).
+CONSISTENCY_CHECK_HOST_S = 140e-6
 # Megatron's VocabParallelCrossEntropy (megatron-core 0.19.2,
 # megatron/core/tensor_parallel/cross_entropy.py) moves per logit 38 B forward (the fp32 copy 6,
 # max 4, subtract 8, exp 8, sum 4, divide 8) and 14 B backward (the in-place multiply 8, the

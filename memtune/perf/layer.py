@@ -506,6 +506,11 @@ class ShapePricer:
         if is_moe and self.exchanges:
             host_fwd += dispatcher_host_fwd_s(d)
         host_bwd = self.floor.backward_factor * host_fwd
+        # test_mode's consistency tests (Derived.qk_norm_consistency_checks): two all-gathers and
+        # the comparisons, each read on the host, in the forward only
+        checks = d.qk_norm_consistency_checks
+        if checks:
+            host_fwd += 2 * K.COLLECTIVE_LAUNCH_S + checks * K.CONSISTENCY_CHECK_HOST_S
         if is_moe and d.experts_are_sequential_modules:
             # each local expert its own module, one after another: the host's launch work and
             # Python per expert, which the GPU waits for only where its kernels are shorter;
@@ -534,7 +539,7 @@ class ShapePricer:
             tp_bwd_blocking=comm.tp_bwd_blocking,
             mlp_tp_fwd=comm.mlp_tp_fwd,
             ep_fwd=comm.ep_fwd,
-            syncs=is_moe and d.moe_forward_syncs_host,
+            syncs=(is_moe and d.moe_forward_syncs_host) or checks > 0,
         )
 
     def layer_collectives(self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]) -> _Collectives:

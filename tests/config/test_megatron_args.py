@@ -373,3 +373,14 @@ def test_a_launchs_userbuffer_file_not_found_is_said(write):
         "--tp-comm-overlap-cfg missing/ub.yaml (not found beside the launch or here: Transformer Engine's "
         "defaults priced)"
     ) in loaded.ignored
+
+
+def test_test_mode_is_read(write):
+    script = write(
+        "test_mode.sh",
+        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+        "--vocab-size 100 --micro-batch-size 1 --qk-layernorm --test-mode\n",
+    )
+    loaded = load_job(script)
+    assert loaded.job.model.test_mode is True
+    assert not any("--test-mode" in word for word in loaded.ignored)

@@ -872,3 +872,30 @@ def test_sliding_window_attention_prices_the_keys_a_query_sees() -> None:
     said = predict_step(job(*window, "model.softmax_type=learnable")).unmeasured
     assert "sliding-window attention: its share of the causal kernels' work, at their rate" in said
     assert "learnable softmax offsets: priced as the vanilla softmax" in said
+
+
+def test_test_mode_reads_every_gathered_qk_norm_on_the_host_in_each_attention_forward() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    layout = ["model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=1"]
+
+    def layer(*overrides: str):  # type: ignore[no-untyped-def]
+        d = job(*layout, *overrides)
+        return d, ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(is_moe=False)
+
+    _, plain = layer("model.qk_layernorm=true")
+    d, tested = layer("model.qk_layernorm=true", "model.test_mode=true")
+    # 8 GPUs at TP 2: DP 4; four norm tensors compared per rank of DP and of TP: 4 x (4 + 2)
+    assert d.qk_norm_consistency_checks == 24
+    added = 2 * K.COLLECTIVE_LAUNCH_S + 24 * K.CONSISTENCY_CHECK_HOST_S
+    assert tested.host_fwd - plain.host_fwd == pytest.approx(added)
+    assert tested.host_bwd == plain.host_bwd and tested.fwd == plain.fwd
+    assert tested.syncs and not plain.syncs
+    # without Q/K norms the tests return at once; multi-latent attention runs none
+    assert job(*layout, "model.test_mode=true").qk_norm_consistency_checks == 0
+    mla = ["model.multi_latent_attention=true", "model.q_lora_rank=null", "model.kv_lora_rank=512",
+           "model.qk_head_dim=128", "model.qk_pos_emb_head_dim=64", "model.v_head_dim=128"]  # fmt: skip
+    assert (
+        job(*layout, *mla, "model.qk_layernorm=true", "model.test_mode=true").qk_norm_consistency_checks == 0
+    )

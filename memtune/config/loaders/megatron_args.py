@@ -122,6 +122,7 @@ FLAGS: dict[str, Value | Switch] = {
     "disable-bias-linear": Switch({"model.add_bias_linear": False}),
     "add-qkv-bias": _on("model.add_qkv_bias"),
     "qk-layernorm": _on("model.qk_layernorm"),
+    "test-mode": _on("model.test_mode"),
     "hidden-dropout": Value("model.hidden_dropout", _real),
     "attention-dropout": Value("model.attention_dropout", _real),
     "position-embedding-type": Value("model.position_embedding_type"),
