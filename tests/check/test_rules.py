@@ -154,6 +154,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model.tp_comm_overlap_cfg={proj_fprop: {method: ring_exchange}}",),
         ("model.tp_comm_overlap_cfg={proj_fprop: {method: ring_exchange}}", "model.tp_comm_overlap=true"),
     ),
+    "SEQ012": (
+        ("model.qk_layernorm=true", "model.test_mode=true"),
+        ("model.qk_layernorm=false", "model.test_mode=true"),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),
@@ -381,3 +385,19 @@ def test_rule_fires_on_trigger(code):
 def test_rule_silent_on_near_miss(code):
     _, clean = CASES[code]
     assert code not in {f.code for f in check_with_estimate(make_job(*clean))}
+
+
+def test_test_mode_counts_the_host_reads_of_a_step():
+    # 8 GPUs at TP 4: DP 2, so 4 x (2 + 4) = 24 comparisons an attention forward; GBS 32 of MBS 4
+    # over DP 2 is 4 microbatches through 12 layers: 24 x 12 x 4 = 1,152 a step
+    job = make_job(
+        "model.num_layers=12", "model.tensor_model_parallel_size=4", "model.pipeline_model_parallel_size=1",
+        "model.sequence_parallel=false", "model.qk_layernorm=true", "model.test_mode=true",
+        "train.micro_batch_size=4", "train.global_batch_size=32", "cluster.num_gpus=8",
+    )  # fmt: skip
+    (finding,) = [f for f in check_with_estimate(job) if f.code == "SEQ012"]
+    assert finding.message == (
+        "model.test_mode=true with model.qk_layernorm=true: each attention forward reads 24 "
+        "consistency comparisons on the host, 1,152 a step on a pipeline rank of 12 layers, each a "
+        "wait for the GPU"
+    )

@@ -422,3 +422,40 @@ def tp_comm_overlap_cfg_unused(c: Context) -> Hit | None:
         "(model.tp_comm_overlap with sequence parallelism): nothing reads it",
         fix="unset model.tp_comm_overlap_cfg, or set model.tp_comm_overlap=true",
     )
+
+
+@rule("SEQ012", "test-mode-consistency-tests", WARNING)
+def test_mode_consistency_tests(c: Context) -> Hit | None:
+    """Megatron-Core's real-time consistency tests run in every attention forward.
+
+    ## What it does
+    Flags `test_mode: true` (Megatron-LM's `--test-mode`) where the tests run: with
+    `qk_layernorm` on attention other than multi-latent attention.
+
+    ## Why it matters
+    `SelfAttention.run_realtime_tests` all-gathers the Q and K norms' weights and biases over
+    the data-parallel and the tensor-parallel group in each attention forward, and asserts each
+    gathered copy equal to the rank's own: 4 x (DP + TP) reads of a CUDA tensor on the host, each
+    a wait for the GPU. The setting is meant for Megatron-LM's functional tests; its functional
+    test with it on runs about twice as long a step as the same case without it (0.41 s against
+    0.20 s on a DGX H100), and memtune's step model prices it.
+
+    ## Example
+    ```yaml
+    model: {tensor_model_parallel_size: 2, qk_layernorm: true, test_mode: true}
+    ```
+
+    ## Fix
+    Set `test_mode: false` (drop `--test-mode`) outside of tests.
+    """
+    checks = c.d.qk_norm_consistency_checks
+    if not checks:
+        return None
+    layers = max(sum(len(chunk.layers) for chunk in rank) for rank in c.d.chunks)
+    per_step = checks * layers * c.d.num_microbatches
+    return Hit(
+        message=f"model.test_mode=true with model.qk_layernorm=true: each attention forward reads "
+        f"{checks} consistency comparisons on the host, {per_step:,} a step on a pipeline rank "
+        f"of {layers} layers, each a wait for the GPU",
+        fix="set model.test_mode=false outside of Megatron-LM's functional tests",
+    )
