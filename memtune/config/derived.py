@@ -689,6 +689,15 @@ class Derived:
         return 4 * (self.dp + self.tp)
 
     @cached_property
+    def sinkhorn_routing(self) -> bool:
+        """The MoE routers balance their logits with Sinkhorn in training
+        (``moe_router_load_balancing_type: sinkhorn``; megatron-core
+        ``TopKRouter.sinkhorn_load_balancing`` and ``moe_utils.sinkhorn``): a loop of row and
+        column normalisations whose ``while error > tol`` reads the error on the host, so each
+        iteration of each MoE layer's forward waits for the GPU."""
+        return self.is_moe and self.model.moe_router_load_balancing_type == "sinkhorn"
+
+    @cached_property
     def moe_forward_syncs_host(self) -> bool:
         """Each MoE layer's forward makes the host wait for the GPU: the token dispatcher copies
         the tokens per expert to the host and synchronises on it (megatron-core 0.19.2

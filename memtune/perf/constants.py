@@ -215,6 +215,12 @@ COLLECTIVE_LAUNCH_S = 150e-6
 # forwards a step); about five operations at the rate the same CI hosts' layer floor implies
 # (MEGATRON_LM_LOOP: 1.2 ms for a small layer's forward).
 CONSISTENCY_CHECK_HOST_S = 140e-6
+# One call of Megatron-Core's Sinkhorn router in training (Derived.sinkhorn_routing): its loop's
+# kernels and the host's wait on each iteration's error. Measured on an H100 by
+# benchmarks/gpu/sinkhorn_router.py (results/sinkhorn-h100.json: megatron-core's own function
+# on a fresh router's logits, 2-3 iterations, 0.29-0.45 ms a call at 1k-8k tokens and 4-16
+# experts): the median of its six shapes.
+SINKHORN_ROUTER_HOST_S = 0.42e-3
 # Megatron's VocabParallelCrossEntropy (megatron-core 0.19.2,
 # megatron/core/tensor_parallel/cross_entropy.py) moves per logit 38 B forward (the fp32 copy 6,
 # max 4, subtract 8, exp 8, sum 4, divide 8) and 14 B backward (the in-place multiply 8, the

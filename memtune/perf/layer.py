@@ -511,6 +511,10 @@ class ShapePricer:
         checks = d.qk_norm_consistency_checks
         if checks:
             host_fwd += 2 * K.COLLECTIVE_LAUNCH_S + checks * K.CONSISTENCY_CHECK_HOST_S
+        sinkhorn = is_moe and d.sinkhorn_routing
+        if sinkhorn:
+            # the router's Sinkhorn loop, under no_grad: the forward only
+            host_fwd += K.SINKHORN_ROUTER_HOST_S
         if is_moe and d.experts_are_sequential_modules:
             # each local expert its own module, one after another: the host's launch work and
             # Python per expert, which the GPU waits for only where its kernels are shorter;
@@ -539,7 +543,7 @@ class ShapePricer:
             tp_bwd_blocking=comm.tp_bwd_blocking,
             mlp_tp_fwd=comm.mlp_tp_fwd,
             ep_fwd=comm.ep_fwd,
-            syncs=(is_moe and d.moe_forward_syncs_host) or checks > 0,
+            syncs=(is_moe and d.moe_forward_syncs_host) or sinkhorn or checks > 0,
         )
 
     def layer_collectives(self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]) -> _Collectives:

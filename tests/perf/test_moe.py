@@ -62,3 +62,25 @@ def test_group_limited_routing_reaches_a_node_only_through_its_group() -> None:
 def test_no_expert_parallelism_moves_nothing() -> None:
     d = qwen3_30b("alltoall", 1, gpus=8)
     assert dispatch_s(d, 4096, d.network) == 0.0
+
+
+def test_the_sinkhorn_router_adds_its_measured_call_to_each_moe_forward_and_waits() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf import constants as K
+    from memtune.perf.layer import ShapePricer
+
+    def moe_layer(balancing: str):  # type: ignore[no-untyped-def]
+        d = gate(
+            with_changes(
+                qwen3_30b("alltoall", 8).job,
+                [Change.parse(f"model.moe_router_load_balancing_type={balancing}")],
+            )
+        ).derived
+        return d, ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(is_moe=True)
+
+    plain_job, plain = moe_layer("aux_loss")
+    sinkhorn_job, sinkhorn = moe_layer("sinkhorn")
+    assert sinkhorn_job.sinkhorn_routing and not plain_job.sinkhorn_routing
+    # under no_grad: the forward's host work grows by one measured call, the backward's not
+    assert sinkhorn.host_fwd - plain.host_fwd == pytest.approx(K.SINKHORN_ROUTER_HOST_S)
+    assert sinkhorn.host_bwd == plain.host_bwd and sinkhorn.syncs
