@@ -170,7 +170,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.23, "GB200": 1.23}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
@@ -203,18 +203,22 @@ MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 1.7e-
 # 1.07 ms forward, 1.20 ms backward). A component measurement, every run read.
 GRAPH_REPLAY_HOST_FWD_S = 71e-6
 GRAPH_REPLAY_HOST_BWD_S = 257e-6
-# Host cost of launching one collective or P2P exchange (NCCL kernel launch and proxy work),
-# on top of the device-side latency NCCL's tuner counts (memtune/perf/collectives.py).
-COLLECTIVE_LAUNCH_S = 150e-6
+# What each TP, CP or LoRA collective of a layer costs beyond the bytes NCCL's tuner prices
+# (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
+# userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
+# benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 120 us
+# (150 us from the first fit, 9493768, on the functional tests alone).
+COLLECTIVE_LAUNCH_S = 120e-6
 # Host seconds of one of test_mode's consistency comparisons (Derived.qk_norm_consistency_checks):
 # indexing the gathered copy, launching the equality and ``torch.all`` kernels, and waiting for
 # the GPU to reach them (``assert`` on a CUDA tensor reads it on the host). Fitted on the two tune
 # runs that set test_mode, Megatron-LM's functional test
 # gpt3_mcore_te_tp4_pp1_resume_torch_dist_qk_layernorm_test_mode on DGX H100 (0.4125 s a step)
-# and on GB200 (0.4096 s): they need 142 and 137 us (24 comparisons per layer forward, 48 layer
-# forwards a step); about five operations at the rate the same CI hosts' layer floor implies
-# (MEGATRON_LM_LOOP: 1.2 ms for a small layer's forward).
-CONSISTENCY_CHECK_HOST_S = 140e-6
+# and on GB200 (0.4096 s): they need 147 and 142 us (24 comparisons per layer forward, 48 layer
+# forwards a step; their mean, to 5 us); about five operations at the rate the same CI hosts'
+# layer floor implies (MEGATRON_LM_LOOP: 1.2 ms for a small layer's forward).
+CONSISTENCY_CHECK_HOST_S = 145e-6
 # One call of Megatron-Core's Sinkhorn router in training (Derived.sinkhorn_routing): its loop's
 # kernels and the host's wait on each iteration's error. Measured on an H100 by
 # benchmarks/gpu/sinkhorn_router.py (results/sinkhorn-h100.json: megatron-core's own function
