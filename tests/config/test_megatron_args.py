@@ -290,13 +290,14 @@ def test_moe_layer_freq_in_megatron_list_syntax_as_a_dotted_override(write):
     assert derive(job).moe_layer_pattern == (False,) * 3 + (True,) * 5
 
 
+TINY_LAUNCH = (
+    "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+    "--vocab-size 100 --micro-batch-size 1"
+)
+
+
 def test_manual_gc_is_read(write):
-    script = write(
-        "gc.sh",
-        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
-        "--vocab-size 100 --micro-batch-size 1 --manual-gc --manual-gc-interval 100\n",
-    )
-    loaded = load_job(script)
+    loaded = load_job(write("gc.sh", f"{TINY_LAUNCH} --manual-gc --manual-gc-interval 100\n"))
     assert loaded.job.train.manual_gc is True
     assert "--manual-gc-interval" in " ".join(loaded.ignored)  # no memory effect: listed, not dropped
 
@@ -376,11 +377,6 @@ def test_a_launchs_userbuffer_file_not_found_is_said(write):
 
 
 def test_test_mode_is_read(write):
-    script = write(
-        "test_mode.sh",
-        "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
-        "--vocab-size 100 --micro-batch-size 1 --qk-layernorm --test-mode\n",
-    )
-    loaded = load_job(script)
+    loaded = load_job(write("test_mode.sh", f"{TINY_LAUNCH} --qk-layernorm --test-mode\n"))
     assert loaded.job.model.test_mode is True
     assert not any("--test-mode" in word for word in loaded.ignored)
