@@ -6,8 +6,9 @@
 - ``results/gemm-small-m-h100.json``: each shape's rate at 256 and 512 rows over its rate at
   1,024 rows, how far the two passes' ratios differ (median), and the ratios of Llama 3 70B's
   TP 8 shapes; ``results/gemm-small-m-h100-grid.json``: the same machine's grid against the
-  H100 table's (``kernels-h100.json``), the median time ratio; ``results/gemm-small-m-h100-machine2.json``:
-  the ratios again on a second H100, against the packaged ones.
+  H100 table's (``kernels-h100.json``), the median time ratio; ``results/gemm-small-m-h100-machine2.json``
+  and ``results/gemm-small-m-h200.json``: the ratios again on a second H100 and on an H200, against
+  the packaged ones.
 - ``results/gemm-backward-h100.json``: each data- and weight-gradient GEMM's time over its
   forward's on the same machine: median and 10th/90th percentiles by kind, and the extremes.
 """
@@ -47,21 +48,18 @@ def small_m() -> None:
         print(f"{kind}: this machine's grid ran at {ratio:.3f}x the H100 table's rate (median)")
 
 
-def small_m_machine2() -> None:
-    """The ratios again on a second H100 (``results/gemm-small-m-h100-machine2.json``), against the
-    packaged ones: the median and the 10th-90th percentiles of the quotient, per kind and rows."""
+def small_m_elsewhere(name: str, machine: str) -> None:
+    """The ratios again on another machine (``results/<name>``), against the packaged ones (the
+    first H100's): the median and the 10th-90th percentiles of the quotient, per kind and rows."""
     for kind in KINDS:
         first, second = (
             {key: statistics.mean(r[key] for r in rs) for key in rs[0]}
-            for rs in (
-                small_m_ratios("gemm-small-m-h100.json", kind),
-                small_m_ratios("gemm-small-m-h100-machine2.json", kind),
-            )
+            for rs in (small_m_ratios("gemm-small-m-h100.json", kind), small_m_ratios(name, kind))
         )
         for rows in (256, 512):
             q = sorted(second[key] / first[key] for key in first if key[1] == rows)
             print(
-                f"{kind} at {rows} rows: a second H100's ratios are a median {statistics.median(q):.3f}x the "
+                f"{kind} at {rows} rows: {machine}'s ratios are a median {statistics.median(q):.3f}x the "
                 f"packaged ones, {q[len(q) // 10]:.2f}-{q[9 * len(q) // 10]:.2f}x between the 10th and 90th percentiles"
             )
 
@@ -85,5 +83,6 @@ def backward() -> None:
 
 if __name__ == "__main__":
     small_m()
-    small_m_machine2()
+    small_m_elsewhere("gemm-small-m-h100-machine2.json", "a second H100")
+    small_m_elsewhere("gemm-small-m-h200.json", "an H200")
     backward()
