@@ -158,6 +158,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("model.qk_layernorm=true", "model.test_mode=true"),
         ("model.qk_layernorm=false", "model.test_mode=true"),
     ),
+    "SEQ013": (
+        ("model.normalization=RMSNorm", "model.qk_layernorm=true", "model.test_mode=true"),
+        ("model.normalization=LayerNorm", "model.qk_layernorm=true", "model.test_mode=true"),
+    ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (
         ("model.num_moe_experts=6", "model.expert_model_parallel_size=4"),
@@ -400,4 +404,13 @@ def test_test_mode_counts_the_host_reads_of_a_step():
         "model.test_mode=true with model.qk_layernorm=true: each attention forward reads 24 "
         "consistency comparisons on the host, 1,152 a step on a pipeline rank of 12 layers, each a "
         "wait for the GPU"
+    )
+
+
+def test_test_mode_on_rmsnorm_qk_norms_is_the_first_forwards_attribute_error():
+    job = make_job("model.normalization=RMSNorm", "model.qk_layernorm=true", "model.test_mode=true")
+    (finding,) = [f for f in check_with_estimate(job) if f.code == "SEQ013"]
+    assert (finding.severity, finding.upstream) == (
+        "error",
+        "AttributeError: 'RMSNorm' object has no attribute 'bias'",
     )

@@ -459,3 +459,37 @@ def test_mode_consistency_tests(c: Context) -> Hit | None:
         f"of {layers} layers, each a wait for the GPU",
         fix="set model.test_mode=false outside of Megatron-LM's functional tests",
     )
+
+
+@rule("SEQ013", "test-mode-rmsnorm-qk-norms", ERROR)
+def test_mode_rmsnorm_qk_norms(c: Context) -> Hit | None:
+    """`test_mode`'s consistency tests on Q/K norms that have no bias.
+
+    ## What it does
+    Checks `test_mode: true` with `qk_layernorm: true` against `normalization: RMSNorm`
+    (attention other than multi-latent attention).
+
+    ## Why it matters
+    `SelfAttention.run_realtime_tests` stacks `q_layernorm.bias` and `k_layernorm.bias` with the
+    weights. An RMSNorm (Transformer Engine's, or torch's on the local spec) has no bias, so the
+    first attention forward raises and the job stops in its first iteration, after start-up and
+    any checkpoint load.
+
+    ## Example
+    ```yaml
+    model: {normalization: RMSNorm, qk_layernorm: true, test_mode: true}
+    ```
+
+    ## Fix
+    Set `test_mode: false`; the tests are meant for Megatron-LM's functional tests, whose
+    `test_mode` case runs LayerNorm.
+    """
+    m = c.model
+    if not c.d.qk_norm_consistency_checks or m.normalization != "RMSNorm":
+        return None
+    return Hit(
+        message="model.test_mode=true with model.qk_layernorm=true and model.normalization=RMSNorm: "
+        "the consistency tests read the Q/K norms' biases, which an RMSNorm does not have",
+        fix="set model.test_mode=false",
+        upstream="AttributeError: 'RMSNorm' object has no attribute 'bias'",
+    )
