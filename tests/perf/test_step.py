@@ -878,7 +878,12 @@ def test_test_mode_reads_every_gathered_qk_norm_on_the_host_in_each_attention_fo
     from memtune.catalog.gpus import get_gpu
     from memtune.perf.layer import ShapePricer
 
-    layout = ["model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=1"]
+    # LayerNorm Q/K norms: the tests read their biases, which an RMSNorm lacks (check SEQ013)
+    layout = [
+        "model.tensor_model_parallel_size=2",
+        "model.pipeline_model_parallel_size=1",
+        "model.normalization=LayerNorm",
+    ]
 
     def layer(*overrides: str):  # type: ignore[no-untyped-def]
         d = job(*layout, *overrides)
