@@ -451,7 +451,7 @@ def test_mode_consistency_tests(c: Context) -> Hit | None:
     checks = c.d.qk_norm_consistency_checks
     if not checks:
         return None
-    layers = max(sum(len(chunk.layers) for chunk in rank) for rank in c.d.chunks)
+    layers = max(c.d.layers_per_stage)
     per_step = checks * layers * c.d.num_microbatches
     return Hit(
         message=f"model.test_mode=true with model.qk_layernorm=true: each attention forward reads "
