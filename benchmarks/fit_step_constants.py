@@ -48,7 +48,7 @@ FLOOR_GRIDS = {
     "layer_fwd_s": [0.8e-3, 1.0e-3, 1.2e-3, 1.4e-3, 1.6e-3, 1.8e-3, 2.0e-3, 2.2e-3, 2.5e-3, 3.0e-3, 3.5e-3],
     "backward_factor": [1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0],
     "microbatch_s": [0.0, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 10e-3, 15e-3],
-    "step_s": [10e-3, 15e-3, 20e-3, 25e-3, 30e-3, 40e-3],
+    "step_s": [10e-3, 15e-3, 20e-3, 25e-3, 30e-3, 40e-3, 50e-3, 60e-3, 80e-3],
 }
 LEAST_SQUARES = {"MEASURE_RUNNER": "step_s"}  # fitted with the optimizer, not on the grid
 CAP = 0.3  # an own run's error counts up to this much in the fit

@@ -145,7 +145,7 @@ class HostFloor:
 # get_forward_backward_func): fitted, with the shared factors below, to the tune runs of the
 # Megatron-LM functional tests (benchmarks/published/layouts/megatron-lm-ci) by
 # benchmarks/fit_step_constants.py. Every prediction of a user's job uses it.
-MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch_s=3.0e-3, step_s=30e-3)
+MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch_s=3.0e-3, step_s=40e-3)
 # `memtune measure`'s own loop (memtune/measure/runner.py: get_forward_backward_func and
 # optimizer.step, nothing around them), and the shared half's, which is the same: fitted by the
 # same script to the tune runs timed alone on the H200; benchmarks/compute_accuracy.py compares
@@ -170,7 +170,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.23, "GB200": 1.23}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
@@ -252,8 +252,9 @@ MXFP8_GEMM_RATE = 6.812 / 7.161
 # passes over the scores (unfused_score_bytes, counted from the code) this share of the HBM
 # bandwidth figure. Fitted by benchmarks/fit_step_constants.py on the shared half's two unfused
 # runs (sequence 4,096 with core_attn recompute; 2,048 at MBS 8), memtune's unfused tune runs and
-# the Megatron-LM functional tests' tune runs (with the crel- unfused tune runs: 0.25).
-UNFUSED_BMM_FRACTION = 0.25
+# the Megatron-LM functional tests' tune runs (0.25 before the H200's eager kernels were timed by
+# their traces: docs/plan.md, "The eager kernels' own time").
+UNFUSED_BMM_FRACTION = 0.3
 UNFUSED_SOFTMAX_HBM_SHARE = 0.7
 # Each LoRA adapter's host work (its module's Python, the dropout, two GEMMs' and the scaled
 # add's launches) as a share of a trained layer's (``layer_fwd_s``, forward and backward alike):
@@ -284,8 +285,8 @@ VIRTUAL_CHUNK_PASS_S = 0.5e-3
 # launch work: its embedding, three norms, the projection and gathers, the output layer and
 # loss on shifted labels, the acceptance count (transformer/multi_token_prediction.py). Fitted
 # by benchmarks/fit_step_constants.py on the crel- MTP tune runs (depth 0/1 dense, 1 on a MoE rank;
-# the code's count alone had given 1).
-MTP_EXTRA_HOST_LAYERS = 3.0
+# the code's count alone had given 1; 3 before the H200's eager kernels were traced).
+MTP_EXTRA_HOST_LAYERS = 4.0
 # DDP's backward hook adds each parameter's gradient into its main gradient with one mixed-dtype
 # elementwise add (main_grad.add_(grad): a bf16 read, an fp32 read and write), which reaches this
 # share of the HBM bandwidth figure. Fitted by benchmarks/fit_step_constants.py: micro-batch size

@@ -29,7 +29,10 @@ size; the unfused cross-entropy (fp32 logits, forward and backward) by tokens x 
 MoE router with token permute and unpermute by tokens x top-k x hidden; and Adam (torch's
 fused and foreach AdamW) per parameter. Each is read as a time against its element count,
 linear between the measured sizes, the smallest size's time below them (a kernel does not
-get faster than its launch) and the largest segment's rate above them.
+get faster than its launch) and the largest segment's rate above them. The norms, SwiGLU,
+bias-dropout-add and RoPE are timed between CUDA events there, which below about 8 M elements
+measures the host's launches; where a GPU's calls were also traced (``ELEMENTWISE_TRACES``)
+their kernels' own durations replace them.
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ REFERENCE = "H200"  # whose tables a GPU without its own takes
 # H200's takes the H100's ratios (the same GH100 die, unmeasured on the H200 itself).
 SMALL_M_FILE = "gemm-small-m-h100.json"
 SMALL_M_MEASURED_ON = "H100-80GB"
+# The eager kernels' own GPU time (``benchmarks/gpu/elementwise_trace.py``: the summed durations
+# of each call's kernels in a profiler trace, 0.26-67 M elements, two passes), which replaces
+# the later file's event timing of the same calls where a GPU has it. Below about 8 M elements
+# the event timing measures the host's launches, not the GPU (docs/plan.md, "The eager
+# kernels' own time"); the step model prices the host apart.
+ELEMENTWISE_TRACES = {
+    "H200": ("elementwise-trace-h200-pass1.json", "elementwise-trace-h200-pass2.json"),
+}
 
 
 def tables_of(gpu: str) -> str:
@@ -86,7 +97,10 @@ def published_gemm_scale(gpu: str) -> float | None:
 
 @cache
 def _raw(on: str, later: bool) -> dict[str, Any]:
-    name = TABLES[on][1 if later else 0]
+    return _data(TABLES[on][1 if later else 0])
+
+
+def _data(name: str) -> dict[str, Any]:
     raw: dict[str, Any] = json.loads(
         resources.files("memtune.perf").joinpath("data", name).read_text(encoding="utf-8")
     )
@@ -162,7 +176,7 @@ def _attention_table(rows: list[dict[str, Any]], peak: float, head_dim: bool = F
 def small_m_ratios(kind: str) -> dict[tuple[int, int, int], float]:
     """(M, N, K) -> a GEMM's rate at M rows (256, 512) over its rate at 1,024 rows of the same N
     and K (``SMALL_M_FILE``, ``kind`` bf16 or fp8_tensorwise): the mean over the passes."""
-    raw = json.loads(resources.files("memtune.perf").joinpath("data", SMALL_M_FILE).read_text())
+    raw = _data(SMALL_M_FILE)
     ratios: dict[tuple[int, int, int], list[float]] = {}
     for rows in (one[kind] for one in raw["passes"]):
         full = {(g["n"], g["k"]): g["tflops"] for g in rows if g["m"] == 1024}
@@ -298,8 +312,11 @@ class EagerKernels:
 def eager_kernels(on: str) -> EagerKernels:
     raw = _raw(on, later=True)
     samples: dict[str, list[tuple[float, float]]] = {}
-    for e in raw["elementwise"]:
+    for e in raw["elementwise"] if on not in ELEMENTWISE_TRACES else []:
         samples.setdefault(e["name"], []).append((e["tokens"] * e["hidden"], e["ms"] / 1e3))
+    for name in ELEMENTWISE_TRACES.get(on, ()):
+        for e in _data(name)["elementwise"]:
+            samples.setdefault(e["name"], []).append((e["elements"], e["kernel_ms"] / 1e3))
     routing = [
         (r["tokens"] * r["topk"] * r["hidden"], (r["router_ms"] + r["permute_ms"] + r["unpermute_ms"]) / 1e3)
         for r in raw["router"]

@@ -14,6 +14,7 @@ from memtune.check import gate
 from memtune.config.changes import Change, with_changes
 from memtune.perf import constants as K
 from memtune.perf.kernels import (
+    ELEMENTWISE_TRACES,
     TABLES,
     SizeCurve,
     attention_fractions,
@@ -28,7 +29,9 @@ RESULTS = ROOT / "benchmarks" / "gpu" / "results"
 MEASURED = sorted(TABLES)  # "H100-80GB", "H200"
 
 
-@pytest.mark.parametrize("name", sorted(n for pair in TABLES.values() for n in pair))
+@pytest.mark.parametrize(
+    "name", sorted(n for files in (*TABLES.values(), *ELEMENTWISE_TRACES.values()) for n in files)
+)
 def test_packaged_table_is_the_raw_measurement(name: str) -> None:
     packaged = resources.files("memtune.perf").joinpath("data", name).read_bytes()
     assert packaged == (RESULTS / name).read_bytes()
@@ -110,14 +113,42 @@ def test_eager_tables_return_their_measurements(on: str) -> None:
     kernels = eager_kernels(on)
     ce = raw["cross_entropy"][1]
     assert kernels.cross_entropy.seconds(ce["tokens"] * ce["vocab"]) == pytest.approx(ce["plain_ms"] / 1e3)
-    norm = next(
-        e
-        for e in raw["elementwise"]
-        if e["name"] == "rmsnorm bwd" and e["tokens"] == 4096 and e["hidden"] == 4096
-    )
-    assert kernels.elementwise["rmsnorm bwd"].seconds(4096 * 4096) == pytest.approx(norm["ms"] / 1e3)
+    if on in ELEMENTWISE_TRACES:  # the traced kernels' time, the passes averaged
+        traced = [
+            e["kernel_ms"]
+            for name in ELEMENTWISE_TRACES[on]
+            for e in json.loads((RESULTS / name).read_text(encoding="utf-8"))["elementwise"]
+            if e["name"] == "rmsnorm bwd" and e["tokens"] == 4096 and e["hidden"] == 4096
+        ]
+        assert len(traced) == 2
+        norm_ms = sum(traced) / 2
+    else:
+        norm_ms = next(
+            e["ms"]
+            for e in raw["elementwise"]
+            if e["name"] == "rmsnorm bwd" and e["tokens"] == 4096 and e["hidden"] == 4096
+        )
+    assert kernels.elementwise["rmsnorm bwd"].seconds(4096 * 4096) == pytest.approx(norm_ms / 1e3)
     foreach = [o["params_per_s"] for o in raw["optimizer"] if o["impl"] == "foreach"]
     assert kernels.adam_params_per_s["foreach"] == min(foreach)
+
+
+def test_a_traced_eager_kernel_is_priced_at_its_gpu_time_not_its_launches() -> None:
+    """At 2 M elements the event-timed RMSNorm backward (the later file's, 94.6 us on the H200)
+    is the host's launches of autograd's call; its kernels take 8.8 us in the trace, not far
+    above the 1.7 us that moving 8 MB at the H200's 4.8 TB/s needs. From 16 M elements the two
+    timings agree for the forward kernels (RMSNorm's 25.0 against 23.3 us)."""
+    raw = json.loads((RESULTS / TABLES["H200"][1]).read_text(encoding="utf-8"))
+    event_bwd = next(
+        e["ms"] / 1e3
+        for e in raw["elementwise"]
+        if e["name"] == "rmsnorm bwd" and (e["tokens"], e["hidden"]) == (1024, 2048)
+    )
+    curves = eager_kernels("H200").elementwise
+    assert event_bwd > 90e-6
+    assert 8e-6 < curves["rmsnorm bwd"].seconds(1024 * 2048) < 10e-6
+    assert curves["rmsnorm fwd"].seconds(4096 * 4096) == pytest.approx(23.3e-6, rel=0.01)
+    assert curves["rmsnorm bwd"].seconds(1024 * 2048) < event_bwd / 5
 
 
 def test_each_fp8_recipe_names_the_scaling_its_gemms_run_with() -> None:
@@ -182,8 +213,8 @@ def test_blackwell_kernels_in_a_step_take_the_fitted_factor(monkeypatch: pytest.
     for gpu in ("B200", "GB200"):
         fwd, bwd, notes = fitted[gpu]
         plain_fwd, plain_bwd, _ = layer(gpu)
-        assert (fwd / plain_fwd, bwd / plain_bwd) == pytest.approx((1.23, 1.23))
-        note = f"{gpu} kernels at 1.23x that price (fitted on published whole steps, constants.BLACKWELL_KERNEL_FACTOR)"
+        assert (fwd / plain_fwd, bwd / plain_bwd) == pytest.approx((1.22, 1.22))
+        note = f"{gpu} kernels at 1.22x that price (fitted on published whole steps, constants.BLACKWELL_KERNEL_FACTOR)"
         assert note in notes
     assert fitted["H200"][:2] == layer("H200")[:2]
 
@@ -200,11 +231,11 @@ def test_the_blackwell_factor_is_what_its_fit_gives() -> None:
     assert {gpu for gpu, _ in runs} == {"B200", "GB200"} and len(runs) == 49
     # the committed factor is the grid's first at which the runs' median error is not positive
     assert (
-        median(e for _, e in script["errors"](runs, 1.23))
+        median(e for _, e in script["errors"](runs, 1.22))
         <= 0
-        < median(e for _, e in script["errors"](runs, 1.22))
+        < median(e for _, e in script["errors"](runs, 1.21))
     )
-    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.23, "GB200": 1.23}
+    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.22, "GB200": 1.22}
 
 
 def test_the_collective_launch_is_its_fits_choice_among_its_grid_neighbours() -> None:
