@@ -335,3 +335,28 @@ def test_the_flex_dispatchers_host_work_is_what_its_fit_gives() -> None:
     # the committed value is the 0.1 ms grid's first at which the runs' median error is not positive
     assert median(script["errors"](runs, 1.7e-3)) <= 0 < median(script["errors"](runs, 1.6e-3))
     assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.7e-3
+
+
+def test_the_kernel_class_diagnostic_sorts_kernels_by_name() -> None:
+    """benchmarks/kernel_classes.py: flash kernels (whose names carry CUTLASS types) are attention,
+    cuBLASLt's nvjet and any gemm kernel are GEMMs, every other kernel is the rest."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_classes.py"))
+    profile = {
+        "kernels": [
+            {
+                "name": "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, cutlass::bfloat16_t>>",
+                "us": 300.0,
+            },
+            {"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "us": 1000.0},
+            {"name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "us": 500.0},
+            {
+                "name": "void at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add<float>>",
+                "us": 200.0,
+            },
+            {"name": "Memcpy DtoD (Device -> Device)", "us": 50.0},
+        ]
+    }
+    assert script["measured_classes"](profile) == pytest.approx((1.5e-3, 0.3e-3, 0.25e-3))
