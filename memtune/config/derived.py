@@ -837,6 +837,25 @@ class Derived:
         return "blockwise" if self.model.fp8_recipe == "blockwise" else "tensorwise"
 
     @cached_property
+    def fp8_amax_reduced_over_tp(self) -> bool:
+        """Under current scaling (Megatron's ``tensorwise``: Transformer Engine's
+        ``Float8CurrentScaling``, ``megatron/core/fp8_utils.py``) with sequence parallelism,
+        Transformer Engine all-reduces over the TP group the amax of each tensor it casts to FP8
+        and gathers over it: a column-parallel GEMM's input in the forward, a row-parallel GEMM's
+        output gradient in the backward, so every rank casts the gathered tensor with one scale
+        (TransformerEngine d0067d0 ``module/linear.py``, ``layernorm_linear.py``,
+        ``layernorm_mlp.py``: ``set_quantizer_amax_reduction_group``; ``csrc/quantizer.cpp``
+        ``Float8CurrentScalingQuantizer``: the all-reduce between the amax and the cast). The
+        block-scaled recipes keep a scale per block and delayed scaling reduces its amax history
+        once a step: neither reduces per GEMM."""
+        return (
+            self.transformer_engine
+            and self.model.fp8 is not None
+            and self.model.fp8_recipe == "tensorwise"
+            and self.sequence_parallel
+        )
+
+    @cached_property
     def lora_input_gathered_by_te(self) -> bool:
         """Megatron-Bridge hands the LoRA adapters of a dense layer's ``linear_qkv`` and
         ``linear_fc1`` the full-sequence layernorm output Transformer Engine's

@@ -580,10 +580,34 @@ class ShapePricer:
             tp_fwd = sum(side.exposed_fwd for side in sides.values()) + attn_launches + mlp_launches
             tp_bwd = sum(side.exposed_bwd for side in sides.values()) + attn_launches + mlp_launches
             mlp_tp_fwd = sides["mlp"].extra_fwd + sides["mlp"].exposed_fwd + mlp_launches
+        amax_attention, amax_mlp = self.amax_reductions(is_moe, shapes)
+        tp_fwd, tp_bwd = tp_fwd + amax_attention + amax_mlp, tp_bwd + amax_attention + amax_mlp
+        mlp_tp_fwd += amax_mlp
         lora_fwd, blocking, lora_mlp_fwd = self.adapter_collectives(is_moe, group)
         return _Collectives(
             tp_fwd + lora_fwd, tp_bwd, blocking, mlp_tp_fwd + lora_mlp_fwd, ep_fwd, ub_fwd, ub_bwd
         )
+
+    def amax_reductions(
+        self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]
+    ) -> tuple[float, float]:
+        """Seconds of FP8 current scaling's amax all-reduces over TP in one pass of a layer, its
+        attention side's and its MLP side's (``Derived.fp8_amax_reduced_over_tp``): one a side
+        each way, the gathered input's in the forward and the output gradient's in the backward,
+        four bytes between the amax kernel and the cast that waits for it, at NCCL's latency.
+        Transformer Engine's quantizer issues them from C++, with none of the Python around the
+        activations' collectives that ``COLLECTIVE_LAUNCH_S`` stands for: priced at that constant
+        too, its rule (``benchmarks/fit_collective_launch.py``) moved it to 80 us at a worse
+        optimum and the tune sets lost three top-1 hits (docs/plan.md, "FP8 current scaling's
+        amax reductions"). A side counts where its GEMMs are Transformer Engine's plain column-
+        and row-parallel pair (``shapes``) or a MoE layer's shared experts; MLA's projections
+        and the routed experts' grouped GEMMs are left out."""
+        d = self.d
+        if not d.fp8_amax_reduced_over_tp:
+            return 0.0, 0.0
+        amax = collective(Op.ALL_REDUCE, 4, Group(d.tp), self.net, self.gpu.name).seconds  # fp32
+        shared = is_moe and bool(d.model.moe_shared_expert_intermediate_size)
+        return amax * ("attention in" in shapes), amax * ("mlp in" in shapes or shared)
 
     def attention_widths(self) -> tuple[float, float, float, float]:
         """Elements per token of the query, key, value and output of the core attention on one
