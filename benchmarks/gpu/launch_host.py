@@ -23,9 +23,17 @@ the GPU has them, else bf16.
 A second measurement: the host's work for ``torch.distributed.all_reduce`` of one fp32 value in a
 one-rank NCCL group (an FP8 amax reduction's launch path, c10d's ``ProcessGroupNCCL``).
 
-The rule, fixed before any run: ``UB_CHUNK_HOST_S`` is the median over the shapes of the
-per-extra-chunk host seconds, FP8 where available, at T = 8; it is adopted as measured, with no
-fit. Raw data; torch only, no memtune.
+The first rule, fixed before the first run: ``UB_CHUNK_HOST_S`` is the median over the shapes
+of the per-extra-chunk host seconds, FP8 where available, at T = 8, adopted as measured. Run
+once on an H200 (``results/launch-host-h200.json``: 117 us) and not adopted: the same run times
+a whole GEMM call at 28-40 us, so most of the mimic's chunk is torch's Python around the stream
+switches, copies and events, which Transformer Engine's C++ loop does not pay (docs/plan.md,
+userbuffer overlap). Hence ``gemm_calls``: the same GEMM as T calls of M / T rows against one
+call, nothing else in the loop, whose per-extra-call host seconds keep torch's dispatch of a
+GEMM (a few us) and drop the Python the C++ loop does not run. The second rule, fixed before its
+run: ``UB_CHUNK_HOST_S`` is the median over the shapes of ``gemm_calls``' per-extra-call host
+seconds, FP8 where available, at T = 8, adopted as measured (the sends, receives and events,
+C++ calls of a few us each, left out). Raw data; torch only, no memtune.
 """
 
 from __future__ import annotations
@@ -96,14 +104,22 @@ def chunk_host(torch: Any, fp8: bool, shape: tuple[int, int, int]) -> dict[str, 
         for _ in range(CALLS):
             gemm(m)
 
-    for fn in (chunked, whole):  # warm-up: cuBLASLt's heuristics, the caching allocator
+    def gemm_calls() -> None:
+        for _ in range(CALLS):
+            for _ in range(CHUNKS):
+                gemm(rows)
+
+    for fn in (chunked, whole, gemm_calls):  # warm-up: cuBLASLt's heuristics, the caching allocator
         fn()
     torch.cuda.synchronize()
     chunked_s, whole_s = host_seconds(torch, chunked) / CALLS, host_seconds(torch, whole) / CALLS
+    calls_s = host_seconds(torch, gemm_calls) / CALLS
     return {
         "chunked_s": chunked_s,
         "whole_s": whole_s,
+        "gemm_calls_s": calls_s,
         "per_extra_chunk_s": (chunked_s - whole_s) / (CHUNKS - 1),
+        "per_extra_gemm_call_s": (calls_s - whole_s) / (CHUNKS - 1),
     }
 
 
@@ -146,6 +162,9 @@ def main() -> int:
         result["shapes"]["x".join(map(str, shape))] = chunk_host(torch, fp8, shape)
     per_chunk = [s["per_extra_chunk_s"] for s in result["shapes"].values()]
     result["ub_chunk_host_s"] = statistics.median(per_chunk)
+    result["ub_gemm_call_host_s"] = statistics.median(
+        s["per_extra_gemm_call_s"] for s in result["shapes"].values()
+    )
     result["allreduce_host_s"] = allreduce_host(torch)
     with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
