@@ -177,8 +177,9 @@ BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22}
 # Fitted by benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
 SEQUENTIAL_EXPERT_FWD_S = 0.6e-3
 # Its backward is autograd's, no Python: per local expert and layer the host's launch work for
-# the backward grows by this. Fitted by the same script.
-SEQUENTIAL_EXPERT_BWD_S = 0.05e-3
+# the backward grows by this. Fitted by the same script: 0 (it was committed at 0.05 ms, which the
+# script's own fit had not chosen since at least 4810ca4).
+SEQUENTIAL_EXPERT_BWD_S = 0.0
 # Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
 # by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
 # the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
@@ -207,9 +208,18 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
 # benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
-# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 120 us
-# (150 us from the first fit, 9493768, on the functional tests alone).
-COLLECTIVE_LAUNCH_S = 120e-6
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 100 us
+# since the userbuffer overlap's extra GEMM calls cost the host (UB_CHUNK_HOST_S); 120 us before,
+# 150 us from the first fit (9493768, on the functional tests alone).
+COLLECTIVE_LAUNCH_S = 100e-6
+# The host's work for each GEMM call Transformer Engine's userbuffer overlap adds to a layer
+# (``ShapePricer.userbuffer_chunks``: a ring exchange runs a GEMM as TP calls, a pipelined
+# reduce-scatter as its splits). Measured on a lent H100 by benchmarks/gpu/launch_host.py
+# (results/launch-host-h100.json, ``gemm_calls``): an FP8 GEMM of Llama 3 70B's TP 8 shapes as
+# 8 calls of 512 rows against one call of 4,096, the GPU held busy, 17-26 us a call more (the
+# median of the four shapes, as the rule fixed before the run says). torch's dispatch is in it;
+# the chunk's send, receive and events, a few C++ calls, are not.
+UB_CHUNK_HOST_S = 19.3e-6
 # Host seconds of one of test_mode's consistency comparisons (Derived.qk_norm_consistency_checks):
 # indexing the gathered copy, launching the equality and ``torch.all`` kernels, and waiting for
 # the GPU to reach them (``assert`` on a CUDA tensor reads it on the host). Fitted on the two tune

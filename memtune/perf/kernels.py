@@ -69,6 +69,7 @@ SMALL_M_MEASURED_ON = "H100-80GB"
 # kernels' own time"); the step model prices the host apart.
 ELEMENTWISE_TRACES = {
     "H200": ("elementwise-trace-h200-pass1.json", "elementwise-trace-h200-pass2.json"),
+    "H100-80GB": ("elementwise-trace-h100-pass1.json", "elementwise-trace-h100-pass2.json"),
 }
 
 

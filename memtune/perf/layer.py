@@ -522,6 +522,11 @@ class ShapePricer:
             local = (m.num_moe_experts or 1) / d.ep
             host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
             host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
+        if d.userbuffer_overlap and self.exchanges:
+            # each extra chunk of an overlapped GEMM is one more GEMM call, a send and a receive
+            chunks_fwd, chunks_bwd = self.userbuffer_chunks(is_moe, shapes)
+            host_fwd += chunks_fwd * K.UB_CHUNK_HOST_S
+            host_bwd += chunks_bwd * K.UB_CHUNK_HOST_S
         if replays := d.layer_graph_replays(is_moe):
             # CUDA graphs cover the whole layer: the host only replays them (a full-iteration
             # graph leaves no host work per pass at all, perf/step.py)
@@ -587,6 +592,35 @@ class ShapePricer:
         return _Collectives(
             tp_fwd + lora_fwd, tp_bwd, blocking, mlp_tp_fwd + lora_mlp_fwd, ep_fwd, ub_fwd, ub_bwd
         )
+
+    def userbuffer_chunks(
+        self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]
+    ) -> tuple[int, int]:
+        """The GEMM calls Transformer Engine's userbuffer overlap adds to one layer's forward and
+        backward (``Derived.userbuffer_gemm``): a ring exchange runs a GEMM as TP chunks, a
+        pipelined reduce-scatter as ``splits``, each chunk with its own send and receive
+        (TransformerEngine d0067d0 ``comm_gemm_overlap.cpp``, ``split_overlap_ag``,
+        ``split_overlap_rs``); the bulk overlaps run one GEMM. Counted on the sides whose GEMMs
+        the overlap runs (``shapes``) and that no CUDA graph captures."""
+        d = self.d
+
+        def extra(gemm: str) -> int:
+            overlap = d.userbuffer_gemm(gemm)
+            calls = (
+                d.tp
+                if overlap.method == "ring_exchange"
+                else overlap.splits
+                if overlap.method == "pipeline"
+                else 1
+            )
+            return calls - 1
+
+        forward = backward = 0
+        for side, (gemm_in, gemm_out) in {"attention": ("qkv", "proj"), "mlp": ("fc1", "fc2")}.items():
+            if f"{side} in" in shapes and not d.graphed(side, is_moe):
+                forward += extra(f"{gemm_in}_fprop") + extra(f"{gemm_out}_fprop")
+                backward += extra(f"{gemm_out}_dgrad") + extra(f"{gemm_in}_dgrad")
+        return forward, backward
 
     def amax_reductions(
         self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]

@@ -480,7 +480,12 @@ def test_micro_batches_at_fixed_tokens_save_the_per_microbatch_gradient_adds() -
     steps = [predict_step(local(*common, f"train.micro_batch_size={b}")).step_time_s for b in (1, 2, 4, 8)]
     assert steps == sorted(steps, reverse=True)
     saved = (one.num_microbatches - eight.num_microbatches) * p.grad_accumulation(one, held)
-    assert steps[0] - steps[3] > saved
+    # the rest nets out: the larger GEMMs gain about what the eager kernels lose, whose traced
+    # time per element is lower at one microbatch's size than at eight's; against the measured
+    # -7%, -11% and -13% at MBS 2, 4 and 8 (the shared half's timings)
+    assert steps[0] - steps[3] == pytest.approx(saved, rel=0.05)
+    for step, measured in zip(steps[1:], (-0.07, -0.11, -0.13), strict=True):
+        assert step / steps[0] - 1 == pytest.approx(measured, abs=0.04)
 
 
 def test_the_optimizer_step_costs_per_parameter_and_per_tensor_of_the_shard() -> None:
