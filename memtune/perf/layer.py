@@ -523,7 +523,7 @@ class ShapePricer:
             host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
             host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
         if d.userbuffer_overlap and self.exchanges:
-            # each extra chunk of an overlapped GEMM is one more GEMM call, a send and a receive
+            # each extra chunk of an overlapped GEMM is one more GEMM call the host issues
             chunks_fwd, chunks_bwd = self.userbuffer_chunks(is_moe, shapes)
             host_fwd += chunks_fwd * K.UB_CHUNK_HOST_S
             host_bwd += chunks_bwd * K.UB_CHUNK_HOST_S
@@ -606,14 +606,7 @@ class ShapePricer:
 
         def extra(gemm: str) -> int:
             overlap = d.userbuffer_gemm(gemm)
-            calls = (
-                d.tp
-                if overlap.method == "ring_exchange"
-                else overlap.splits
-                if overlap.method == "pipeline"
-                else 1
-            )
-            return calls - 1
+            return {"ring_exchange": d.tp, "pipeline": overlap.splits}.get(overlap.method, 1) - 1
 
         forward = backward = 0
         for side, (gemm_in, gemm_out) in {"attention": ("qkv", "proj"), "mlp": ("fc1", "fc2")}.items():
