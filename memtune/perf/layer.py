@@ -12,9 +12,11 @@ job (``step.SHAPE_KNOBS``; the planner shares one across every layout of that sh
   memory-efficient kernel, each from its measured table, or Megatron's unfused attention: its
   score GEMMs and the passes of its masked softmax over the scores), the work around the GEMMs
   (measured eager kernels on the local spec, HBM passes under Transformer Engine), the MoE
-  router and token permutes, and the host's launch work for it;
+  router and token permutes, and the host's launch work for it (the userbuffer overlap's extra
+  GEMM calls among it, :meth:`ShapePricer.userbuffer_chunks`);
 - a layer's collectives (:meth:`ShapePricer.layer_collectives`): TP all-gathers/reduce-scatters
-  (all-reduces without SP; Transformer Engine's userbuffer overlap), EP dispatch and combine by
+  (all-reduces without SP; Transformer Engine's userbuffer overlap; FP8 current scaling's amax
+  all-reduces, :meth:`ShapePricer.amax_reductions`), EP dispatch and combine by
   the job's dispatcher (``memtune/perf/moe.py``), CP's K/V ring, the LoRA adapters' own, each an
   NCCL-tuned cost of its real message size on its group (``memtune/perf/collectives.py``);
 - what a selective recompute replays of a layer (:meth:`ShapePricer.replayed`: kernels and host
