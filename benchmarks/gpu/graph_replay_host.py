@@ -100,8 +100,10 @@ def _torch_layer(torch):
     return Layer
 
 
-def _mcore_layers(torch):
-    """Megatron-Core's local-spec decoder layers, each wrapped to take and return one tensor."""
+def mcore_layers(torch, spec=None, **moe):
+    """``LAYERS`` Megatron-Core decoder layers (the local spec unless ``spec``; ``moe``: MoE
+    fields of the config), each wrapped to take and return one tensor; the fake process group at
+    world size 1 set up on the first call."""
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -123,8 +125,9 @@ def _mcore_layers(torch):
         attention_dropout=0.0,
         bf16=True,
         params_dtype=torch.bfloat16,
+        **moe,
     )
-    spec = get_gpt_layer_local_spec()
+    spec = spec or get_gpt_layer_local_spec()
 
     class OneTensor(torch.nn.Module):
         def __init__(self, number: int) -> None:
@@ -172,7 +175,7 @@ def main(out: str) -> int:
 
         results["megatron_core"] = megatron.core.__version__
         results["mcore"] = {}
-        _measure(_mcore_layers(torch), results["mcore"])
+        _measure(mcore_layers(torch), results["mcore"])
     except Exception as exc:  # recorded, not fatal: the torch layer's figures still stand
         import traceback
 

@@ -33,65 +33,35 @@ import os
 import sys
 from typing import Any
 
-from graph_replay_host import HEADS, HIDDEN, LAYERS, SEQ, _per_layer
+from graph_replay_host import HEADS, HIDDEN, LAYERS, SEQ, _per_layer, mcore_layers
 
 EXPERTS = (4, 16)
 DISPATCHERS = ("allgather", "alltoall")
 
 
 def _layers(torch: Any, experts: int | None, dispatcher: str) -> list[Any]:
-    """``LAYERS`` Megatron-Core local-spec layers (MoE with ``experts`` experts, else dense), each
-    wrapped to take and return one tensor."""
+    """``LAYERS`` Megatron-Core local-spec layers, MoE with ``experts`` experts, else dense."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_config import TransformerConfig
-    from megatron.core.transformer.transformer_layer import TransformerLayer
 
-    moe = {}
-    if experts:
-        moe = {
-            "num_moe_experts": experts,
-            "moe_router_topk": 2,
-            "moe_ffn_hidden_size": HIDDEN,
-            "moe_token_dispatcher_type": dispatcher,
-            "moe_aux_loss_coeff": 1e-2,
-        }
-    config = TransformerConfig(
-        num_layers=LAYERS,
-        hidden_size=HIDDEN,
-        num_attention_heads=HEADS,
-        ffn_hidden_size=4 * HIDDEN,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        bf16=True,
-        params_dtype=torch.bfloat16,
-        **moe,
-    )
+    if not experts:
+        return mcore_layers(torch)
     spec = get_gpt_layer_local_spec(num_experts=experts)
-
-    class OneTensor(torch.nn.Module):
-        def __init__(self, number: int) -> None:
-            super().__init__()
-            self.layer = TransformerLayer(config, spec.submodules, layer_number=number)
-
-        def forward(self, x: Any) -> Any:
-            out = self.layer(x, attention_mask=None)
-            return out[0] if isinstance(out, tuple) else out
-
-    return [OneTensor(i + 1).cuda().to(torch.bfloat16) for i in range(LAYERS)]
+    return mcore_layers(
+        torch,
+        spec,
+        num_moe_experts=experts,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=HIDDEN,
+        moe_token_dispatcher_type=dispatcher,
+        moe_aux_loss_coeff=1e-2,
+    )
 
 
 def main(out: str) -> int:
     import megatron.core
     import torch
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     torch.cuda.set_device(0)
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(create_gloo_process_groups=False)
-    model_parallel_cuda_manual_seed(1234)
 
     def make_input() -> Any:
         return torch.randn(SEQ, 1, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
