@@ -72,6 +72,12 @@ class UserbufferGemm:
     margin_sms: int
     splits: int
 
+    @property
+    def gemm_calls(self) -> int:
+        """The GEMM calls it runs (TransformerEngine d0067d0 ``comm_gemm_overlap.cpp``): one per
+        chunk of a ring exchange or a pipelined reduce-scatter, one for a bulk overlap."""
+        return 1 if self.method == "bulk" else self.splits
+
 
 @dataclass(frozen=True)
 class Derived:

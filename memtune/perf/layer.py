@@ -599,16 +599,12 @@ class ShapePricer:
         self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]
     ) -> tuple[int, int]:
         """The GEMM calls Transformer Engine's userbuffer overlap adds to one layer's forward and
-        backward (``Derived.userbuffer_gemm``): a ring exchange runs a GEMM as TP chunks, a
-        pipelined reduce-scatter as ``splits``, each chunk with its own send and receive
-        (TransformerEngine d0067d0 ``comm_gemm_overlap.cpp``, ``split_overlap_ag``,
-        ``split_overlap_rs``); the bulk overlaps run one GEMM. Counted on the sides whose GEMMs
-        the overlap runs (``shapes``) and that no CUDA graph captures."""
+        backward beyond one a GEMM (``UserbufferGemm.gemm_calls``). Counted on the sides whose
+        GEMMs the overlap runs (``shapes``) and that no CUDA graph captures."""
         d = self.d
 
         def extra(gemm: str) -> int:
-            overlap = d.userbuffer_gemm(gemm)
-            return {"ring_exchange": d.tp, "pipeline": overlap.splits}.get(overlap.method, 1) - 1
+            return d.userbuffer_gemm(gemm).gemm_calls - 1
 
         forward = backward = 0
         for side, (gemm_in, gemm_out) in {"attention": ("qkv", "proj"), "mlp": ("fc1", "fc2")}.items():

@@ -40,6 +40,8 @@ def test_transformer_engines_defaults() -> None:
     assert d.userbuffer_gemm("proj_fprop") == UserbufferGemm("pipeline", 16, 4)
     assert d.userbuffer_gemm("fc1_dgrad") == UserbufferGemm("bulk", 16, 4)
     assert d.userbuffer_gemm("qkv_wgrad") == UserbufferGemm("bulk", 16, 4)
+    # a GEMM call per chunk; a bulk overlap runs its GEMM whole
+    assert [d.userbuffer_gemm(g).gemm_calls for g in ("qkv_fprop", "proj_fprop", "fc1_dgrad")] == [TP, 4, 1]
 
 
 def test_a_configuration_is_laid_over_the_defaults_field_by_field() -> None:
