@@ -14,7 +14,8 @@ tokens are exchanged, ``SEQUENTIAL_EXPERT_FWD_S`` per sequential expert). This t
 8 Megatron-Core 0.19+ local-spec layers at tiny shapes (hidden 256, sequence 128, the GPU waits
 for the host), one process under the fake process group at world size 1 (EP 1, TP 1: the
 dispatchers' Python without exchanges), dense against MoE with 4 and 16 experts (top-2,
-auxiliary loss 1e-2), per dispatcher (``allgather``, ``alltoall``); each layer's forward and
+auxiliary loss 1e-2), all without linear biases (as MoE jobs run; Megatron-Core 0.20's
+biased local experts add their bias in place on a view and fail under autograd), per dispatcher (``allgather``, ``alltoall``); each layer's forward and
 backward wall time, the median of ``REPEATS`` timed passes (``graph_replay_host._per_layer``).
 
 The rule, fixed before any run: per dispatcher, the per-expert slope is (E16 - E4) / 12 and the
@@ -44,7 +45,7 @@ def _layers(torch: Any, experts: int | None, dispatcher: str) -> list[Any]:
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     if not experts:
-        return mcore_layers(torch)
+        return mcore_layers(torch, None, add_bias_linear=False)
     spec = get_gpt_layer_local_spec(num_experts=experts)
     return mcore_layers(
         torch,
@@ -54,6 +55,7 @@ def _layers(torch: Any, experts: int | None, dispatcher: str) -> list[Any]:
         moe_ffn_hidden_size=HIDDEN,
         moe_token_dispatcher_type=dispatcher,
         moe_aux_loss_coeff=1e-2,
+        add_bias_linear=False,
     )
 
 
