@@ -2575,6 +2575,43 @@ def host_lora_shares() -> list[Entry]:
     return _tiny_lora_runs("hostlora3", ("none", "qkv", "all"), (4, 12))
 
 
+def host_by_moe() -> list[Entry]:
+    """The host's work of a MoE layer in the measure loop (``hostmoe-``): Megatron's DDP hooks,
+    the schedule, the fake process group at the job's world size, none of which
+    ``benchmarks/gpu/moe_host.py`` (a stack of layers alone at world size 1) has. The tiny
+    Llama-style block of ``host_by_block`` (hidden 512, sequence 256, eight microbatches, so
+    that the GPU waits on the host) at 4 layers, dense and with every layer MoE (top-2, expert
+    width 512, sequential local experts), per dispatcher (``alltoall``, ``allgather``): 4 and 16
+    experts at EP 1, 32 and 128 at EP 8 (4 and 16 local). Run once each with ``--jobs 1``.
+
+    Rule fixed before measuring, from each run's median forward+backward after the first
+    iteration, per layer and microbatch ``L = (moe - dense) / 32``, forward and backward
+    together, per dispatcher: a MoE layer's host work taken as ``a`` per local expert, ``b``
+    per expert of the model (the dispatcher's per-expert splits and sorts) and ``c`` per layer;
+    ``s1 = (L16 - L4) / 12`` at EP 1 (``a + b``), ``s8 = (L128 - L32) / 12`` at EP 8
+    (``a + 8b``), so ``b = (s8 - s1) / 7``, ``a = s1 - b``, ``c = L4 - 4 s1``. Raw data: at the
+    next model freeze ``a`` and ``c`` (split between forward and backward as ``moe_host.py``
+    splits them) and ``b`` replace ``SEQUENTIAL_EXPERT_*`` and the EP-1 host work of a MoE
+    layer; nothing is fitted on them. A component measurement: every run is read."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=2, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768, num_layers=4)  # fmt: skip
+    found = [run("hostmoe-dense", _model("llama3-8b", **tiny), microbatches=8, solo=True)]
+    for dispatcher in ("alltoall", "allgather"):
+        for experts, ep in ((4, 1), (16, 1), (32, 8), (128, 8)):
+            moe = dict(num_moe_experts=experts, moe_router_topk=2, moe_ffn_hidden_size=512,
+                       moe_token_dispatcher_type=dispatcher, expert_model_parallel_size=ep)  # fmt: skip
+            found.append(
+                run(
+                    f"hostmoe-{dispatcher}-e{experts}-ep{ep}",
+                    _model("llama3-8b", **tiny, **moe),
+                    dp=ep,
+                    microbatches=8,
+                    solo=True,
+                )
+            )
+    return found
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2606,6 +2643,7 @@ def entries() -> list[Entry]:
         + host_by_lora_repeat()
         + host_lora_shares()
         + small_m_kernels()
+        + host_by_moe()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
