@@ -243,6 +243,16 @@ class ShapePricer:
             )
             cast = self.fp8_cast_bytes * m * k / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction * self.fp8_gemm_rate) + cast)
+        return self.unquantized_gemm(m, n, k, count)
+
+    def unquantized_gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
+        """A GEMM in the activations' dtype, also in an FP8 job: the modules Transformer Engine's
+        FP8 autocast does not reach, which are not its modules (megatron-core 0.19.2: the
+        output layer, ``tensor_parallel.ColumnParallelLinear`` in ``models/gpt/gpt_model.py``
+        unless MXFP8's ``fp8_output_proj``; the router's ``router_gating_linear``, a torch
+        matmul, in ``transformer/moe/router.py``)."""
+        if m <= 0 or n <= 0 or k <= 0 or count <= 0:
+            return 0.0
         fraction = gemm_fraction(self.tables, round(m), round(n), round(k)) * self.bf16_gemm_scale
         return count * 2 * m * n * k / (self.matmul_flops * fraction)
 
@@ -349,7 +359,7 @@ class ShapePricer:
         f = d.moe_ffn_hidden_size / d.etp
         rows = T * k * d.etp * d.ep / (t * experts)
         local = experts / d.ep
-        total = self.gemm(self.tokens_res, experts, h)
+        total = self.unquantized_gemm(self.tokens_res, experts, h)
         total += self.expert_gemm(rows, gate * f, h, local) + self.expert_gemm(rows, h, f, local)
         shared = 0.0
         if m.moe_shared_expert_intermediate_size:
@@ -845,7 +855,7 @@ class ShapePricer:
         d = self.d
         h, vocab = d.model.hidden_size, d.padded_vocab_size / d.tp
         norm_fwd, norm_bwd = self.norm(self.tokens_res * h)
-        out = self.gemm(self.tokens, vocab, h)
+        out = self.unquantized_gemm(self.tokens, vocab, h)
         wgrad = 0.0 if self.frozen else out
         if d.cross_entropy == "unfused":
             # Megatron's VocabParallelCrossEntropy, forward and backward from the measured table,
