@@ -36,7 +36,9 @@ def test_the_output_layer_of_an_fp8_job_is_a_bf16_gemm() -> None:
     # by hand: 4,096 tokens x 128,256 / 4 padded vocabulary x 8,192, 2 FLOPs each, at its bf16
     # table's fraction of the H100's bf16 peak
     m, n, k = 4096, fp8.d.padded_vocab_size / 4, 8192
-    by_hand = 2 * m * n * k / (H100.bf16_flops * gemm_fraction(fp8.tables, m, round(n), k) * fp8.bf16_gemm_scale)
+    by_hand = (
+        2 * m * n * k / (H100.bf16_flops * gemm_fraction(fp8.tables, m, round(n), k) * fp8.bf16_gemm_scale)
+    )
     assert fp8.unquantized_gemm(m, n, k) == pytest.approx(by_hand, rel=1e-12)
     # and it is not what the FP8 path would price (faster kernels, plus the input's cast)
     assert fp8.gemm(m, n, k) < 0.8 * by_hand
