@@ -842,6 +842,29 @@ class Derived:
             return None
         return "blockwise" if self.model.fp8_recipe == "blockwise" else "tensorwise"
 
+    def fp8_cast_bytes(self, after_norm: bool) -> float:
+        """Bytes per element Transformer Engine moves to cast one bf16 GEMM operand to FP8 in
+        training, where the backward reads it again (TransformerEngine d0067d0
+        ``pytorch/csrc/quantizer.cpp``, ``extensions/normalization.cpp``,
+        ``common/normalization/layernorm/ln_api.cpp``): it reads the bf16 tensor (2) and writes
+        the FP8 copy the forward GEMM takes (1) and a second copy for the backward's other
+        layout (1) where one is needed: MXFP8 and blockwise always (row- and column-wise
+        scaled), delayed and current scaling only where the GPU runs no non-TN FP8 GEMM
+        (before Blackwell: the transpose, ``nvte_is_non_tn_fp8_gemm_supported``). Current
+        scaling first reads the tensor for its amax (2). A GEMM input straight out of Transformer
+        Engine's fused norm (``after_norm``: ``linear_qkv``'s and ``linear_fc1``'s, in
+        ``LayerNormLinear``) is cheaper: under current scaling the norm kernel takes the amax
+        (``FUSED_NORM_AMAX_FP8``); under delayed scaling it writes the FP8 copy itself, one
+        byte where the norm's own price counts two, and the transpose, where needed, reads it
+        and writes another. MXFP8 and blockwise norms are unfused. Scales are left out (one
+        byte per 32 elements at most)."""
+        recipe = self.model.fp8_recipe
+        copies = 2 if recipe in ("mxfp8", "blockwise") or not self.blackwell_or_newer else 1
+        if after_norm and recipe == "delayed":
+            return -1 + 2 * (copies - 1)
+        amax = 2 if recipe == "tensorwise" and not after_norm else 0
+        return amax + 2 + copies
+
     @cached_property
     def fp8_amax_reduced_over_tp(self) -> bool:
         """Under current scaling (Megatron's ``tensorwise``: Transformer Engine's

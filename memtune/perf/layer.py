@@ -167,7 +167,6 @@ class ShapePricer:
                     f"{gpu.name} bf16 GEMMs at {published:.2f} of the {REFERENCE}'s fractions "
                     "(published square GEMMs, gpus.yaml)"
                 )
-        self.fp8_cast_bytes = K.FP8_CAST_BYTES_PER_ELEMENT[d.model.fp8_recipe] if self.fp8 else 0
         # the eager kernels as timed on the tables' GPU; memory-bound, they scale by HBM bandwidth
         self.eager = eager_kernels(self.tables)
         self.hbm_ratio = get_gpu(self.tables).hbm_tbps / gpu.hbm_tbps
@@ -234,14 +233,22 @@ class ShapePricer:
 
     # --- kernels -------------------------------------------------------------------------
 
-    def gemm(self, m: float, n: float, k: float, count: float = 1.0) -> float:
+    def gemm(self, m: float, n: float, k: float, count: float = 1.0, after_norm: bool = False) -> float:
+        """``count`` GEMMs of an ``m x k`` input by a ``k x n`` weight, as a layer's forward,
+        data-gradient and weight-gradient GEMMs each take it (the backward twice this). In FP8,
+        Transformer Engine's casts come with them: the input's in the forward and the output
+        gradient's (``m x n``) in the backward, each once for both of the backward's GEMMs
+        (``Derived.fp8_cast_bytes``; ``after_norm``: the input comes out of the fused norm),
+        spread as a third over each of the three."""
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
+        d = self.d
         if self.fp8 and self.gpu.fp8_flops:
             fraction = fp8_gemm_fraction(
-                self.tables, round(m), round(n), round(k), self.d.fp8_gemm_scaling or "tensorwise"
+                self.tables, round(m), round(n), round(k), d.fp8_gemm_scaling or "tensorwise"
             )
-            cast = self.fp8_cast_bytes * m * k / self.hbm
+            cast_bytes = d.fp8_cast_bytes(after_norm) * m * k + d.fp8_cast_bytes(False) * m * n
+            cast = cast_bytes / 3 / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction * self.fp8_gemm_rate) + cast)
         return self.unquantized_gemm(m, n, k, count)
 
@@ -286,7 +293,8 @@ class ShapePricer:
         kv = d.kv_channels
         shapes["attention in"] = (T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
         shapes["attention out"] = (T, h, heads * kv)
-        return self.gemm(*shapes["attention in"]) + self.gemm(*shapes["attention out"]), 0.0, shapes
+        qkv = self.gemm(*shapes["attention in"], after_norm=True)
+        return qkv + self.gemm(*shapes["attention out"]), 0.0, shapes
 
     def core_attention(self) -> tuple[float, float]:
         """Forward and backward seconds of the core attention of one layer and microbatch."""
@@ -354,7 +362,7 @@ class ShapePricer:
         if not is_moe:
             f = d.ffn_hidden_size / t
             shapes = {"mlp in": (T, gate * f, h), "mlp out": (T, h, f)}
-            return self.gemm(*shapes["mlp in"]) + self.gemm(*shapes["mlp out"]), 0.0, shapes
+            return self.gemm(*shapes["mlp in"], after_norm=True) + self.gemm(*shapes["mlp out"]), 0.0, shapes
         experts, k = m.num_moe_experts or 1, m.moe_router_topk
         f = d.moe_ffn_hidden_size / d.etp
         rows = T * k * d.etp * d.ep / (t * experts)

@@ -56,6 +56,5 @@ def test_the_router_of_an_fp8_moe_job_is_a_bf16_gemm() -> None:
     router = fp8.unquantized_gemm(4096, 128, 2048)
     experts = fp8.expert_gemm(2048, 2 * 768, 2048, 16) + fp8.expert_gemm(2048, 2048, 768, 16)
     assert fp8.mlp(True)[0] == pytest.approx(router + experts, rel=1e-12)
-    # the FP8 path's input cast alone (5 bytes an element at current scaling) would outweigh it
-    cast = K.FP8_CAST_BYTES_PER_ELEMENT["tensorwise"] * 4096 * 2048 / fp8.hbm
-    assert fp8.gemm(4096, 128, 2048) > cast > router
+    # which is not the FP8 path's price of the same GEMM (its kernel and casts)
+    assert fp8.gemm(4096, 128, 2048) != pytest.approx(router, rel=0.05)

@@ -1,0 +1,67 @@
+"""Transformer Engine's FP8 casts of a GEMM's operands (``Derived.fp8_cast_bytes``, priced in
+``ShapePricer.gemm``), counted by hand from TransformerEngine d0067d0: the bf16 read (2 bytes),
+the FP8 copy (1), a second copy for the backward's other layout (1: MXFP8 and blockwise always,
+delayed and current scaling only before Blackwell), current scaling's amax pass (2), and the
+fused norm's savings for ``linear_qkv``'s and ``linear_fc1``'s inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from memtune.catalog.gpus import get_gpu
+from memtune.check import gate
+from memtune.config.changes import Change, with_changes
+from memtune.config.derived import Derived
+from memtune.perf import constants as K
+from memtune.perf.kernels import fp8_gemm_fraction
+from memtune.perf.layer import ShapePricer
+from memtune.plan.query import Query, base_job
+
+
+def derived(recipe: str, gpu: str) -> Derived:
+    base = base_job(Query("llama3-8b", 8, gpu, 8, 4096, 32, "pretrain"))
+    changes = ["model.fp8=hybrid", f"model.fp8_recipe={recipe}"]
+    return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+
+
+@pytest.mark.parametrize(
+    "recipe, gpu, other, after_norm",
+    [
+        # amax 2 + read 2 + copy 1 + transpose 1; after the norm the amax is the norm's
+        ("tensorwise", "H100-80GB", 6, 4),
+        # no transpose on Blackwell
+        ("tensorwise", "B200", 5, 3),
+        # read 2 + copy 1 + transpose 1; after the norm, the norm writes FP8 (1 byte less than
+        # its bf16 price) and the transpose reads it and writes another (2)
+        ("delayed", "H100-80GB", 4, 1),
+        ("delayed", "B200", 3, -1),
+        # row- and column-wise copies, the norm unfused
+        ("mxfp8", "B200", 4, 4),
+        ("blockwise", "H100-80GB", 4, 4),
+    ],
+)
+def test_cast_bytes_per_element(recipe: str, gpu: str, other: float, after_norm: float) -> None:
+    d = derived(recipe, gpu)
+    assert d.fp8_cast_bytes(after_norm=False) == other
+    assert d.fp8_cast_bytes(after_norm=True) == after_norm
+
+
+def test_a_gemm_pays_its_input_and_output_gradient_casts_once() -> None:
+    # qkv of Llama 3 8B at TP 1 on an H100 under current scaling: 4,096 x 4,096 input out of the
+    # norm (4 bytes an element), 4,096 x 6,144 output gradient (6), a third of both on each call
+    d = derived("tensorwise", "H100-80GB")
+    pricer = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+    m, n, k = 4096, 6144, 4096
+    kernel = (
+        2
+        * m
+        * n
+        * k
+        / (get_gpu("H100-80GB").fp8_flops * fp8_gemm_fraction(pricer.tables, m, n, k, "tensorwise"))
+    )
+    cast = (4 * m * k + 6 * m * n) / 3 / pricer.hbm
+    assert pricer.gemm(m, n, k, after_norm=True) == pytest.approx(kernel + cast, rel=1e-12)
+    # the same GEMM fed by anything else pays the amax pass on its input too
+    assert pricer.gemm(m, n, k) - pricer.gemm(m, n, k, after_norm=True) == pytest.approx(
+        2 * m * k / 3 / pricer.hbm, rel=1e-12
+    )
