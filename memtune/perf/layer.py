@@ -583,7 +583,11 @@ class ShapePricer:
         group = Group(t)
         full = BF16 * self.tokens * h
         if d.sequence_parallel:
-            gather = collective(Op.ALL_GATHER, full, group, self.net, self.gpu.name).seconds
+            # in FP8, Transformer Engine casts the local shard and gathers FP8 (a column-parallel
+            # GEMM's input forward, a row-parallel GEMM's output gradient backward: linear.py
+            # gather_along_first_dim with the quantizer); the reduce-scatters stay bf16
+            gathered = (1 if self.fp8 else BF16) * self.tokens * h
+            gather = collective(Op.ALL_GATHER, gathered, group, self.net, self.gpu.name).seconds
             scatter = collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
             ops = 2 * (gather + scatter)
         else:

@@ -13,6 +13,7 @@ from memtune.check import gate
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import Derived
 from memtune.perf import constants as K
+from memtune.perf.collectives import Group, Op, collective
 from memtune.perf.kernels import fp8_gemm_fraction
 from memtune.perf.layer import ShapePricer
 from memtune.plan.query import Query, base_job
@@ -65,3 +66,41 @@ def test_a_gemm_pays_its_input_and_output_gradient_casts_once() -> None:
     assert pricer.gemm(m, n, k) - pricer.gemm(m, n, k, after_norm=True) == pytest.approx(
         2 * m * k / 3 / pricer.hbm, rel=1e-12
     )
+
+
+def test_sequence_parallel_gathers_move_fp8() -> None:
+    # Llama 3 70B at TP 8 with SP, no userbuffer overlap, delayed scaling (no amax reductions):
+    # each side's all-gather moves one byte an element of the 4,096 x 8,192 activations instead
+    # of two, forward and backward; the reduce-scatters stay bf16
+    def tp_passes(*fp8: str) -> tuple[float, float]:
+        base = base_job(Query("llama3-70b", 32, "H100-80GB", 8, 4096, 32, "pretrain"))
+        changes = [
+            "model.tensor_model_parallel_size=8",
+            "model.sequence_parallel=true",
+            "train.micro_batch_size=1",
+        ]
+        d = gate(with_changes(base, [Change.parse(c) for c in (*changes, *fp8)])).derived
+        assert not d.userbuffer_overlap
+        pricer = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+        price = pricer.layer(False)
+        return price.tp_fwd, price.tp_bwd
+
+    bf16 = tp_passes()
+    fp8 = tp_passes("model.fp8=hybrid", "model.fp8_recipe=delayed")
+    group, net = (
+        Group(8),
+        ShapePricer(
+            gate(base_job(Query("llama3-70b", 32, "H100-80GB", 8, 4096, 32, "pretrain"))).derived,
+            get_gpu("H100-80GB"),
+            K.MEGATRON_LM_LOOP,
+        ).net,
+    )
+    elements = 4096 * 8192
+
+    def gather(nbytes: float) -> float:
+        return collective(Op.ALL_GATHER, nbytes, group, net, "H100-80GB").seconds
+
+    saved = 2 * (gather(2 * elements) - gather(elements))
+    assert saved > 0
+    assert bf16[0] - fp8[0] == pytest.approx(saved, rel=1e-9)
+    assert bf16[1] - fp8[1] == pytest.approx(saved, rel=1e-9)
