@@ -857,7 +857,8 @@ class Derived:
         (``FUSED_NORM_AMAX_FP8``); under delayed scaling it writes the FP8 copy itself, one
         byte where the norm's own price counts two, and the transpose, where needed, reads it
         and writes another. MXFP8 and blockwise norms are unfused. Scales are left out (one
-        byte per 32 elements at most)."""
+        byte per 32 elements at most), and so are the weights, cast once a step and cached
+        across its microbatches."""
         recipe = self.model.fp8_recipe
         copies = 2 if recipe in ("mxfp8", "blockwise") or not self.blackwell_or_newer else 1
         if after_norm and recipe == "delayed":
