@@ -100,6 +100,13 @@ def _torch_layer(torch):
     return Layer
 
 
+def write_results(out: str, results: dict[str, Any]) -> None:
+    """Write ``results`` to ``out`` as JSON and print them."""
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1)
+    print(json.dumps(results, indent=1))
+
+
 def mcore_layers(torch, spec=None, **moe):
     """``LAYERS`` Megatron-Core decoder layers (the local spec unless ``spec``; ``moe``: MoE
     fields of the config), each wrapped to take and return one tensor; the fake process group at
@@ -181,9 +188,7 @@ def main(out: str) -> int:
 
         results["mcore_error"] = f"{type(exc).__name__}: {exc}"
         traceback.print_exc()
-    with open(out, "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1)
-    print(json.dumps(results, indent=1))
+    write_results(out, results)
     return 0
 
 

@@ -29,12 +29,11 @@ the exchanges add. Torch and megatron-core only, no memtune.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
 
-from graph_replay_host import HEADS, HIDDEN, LAYERS, SEQ, _per_layer, mcore_layers
+from graph_replay_host import HEADS, HIDDEN, LAYERS, SEQ, _per_layer, mcore_layers, write_results
 
 EXPERTS = (4, 16)
 DISPATCHERS = ("allgather", "alltoall")
@@ -84,9 +83,7 @@ def main(out: str) -> int:
             entry[f"per_expert_{part}"] = slope
             entry[f"moe_extra_{part}"] = timed[low][part] - results["dense"][part] - low * slope
         results[dispatcher] = entry
-    with open(out, "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1)
-    print(json.dumps(results, indent=1))
+    write_results(out, results)
     return 0
 
 

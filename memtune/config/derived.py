@@ -842,6 +842,16 @@ class Derived:
             return None
         return "blockwise" if self.model.fp8_recipe == "blockwise" else "tensorwise"
 
+    @cached_property
+    def tp_gathers_fp8(self) -> bool:
+        """Tensor parallelism's all-gathers of activations move FP8 in an FP8 job: Transformer
+        Engine casts the local shard and gathers the cast copy (d0067d0 ``module/linear.py``,
+        ``module/layernorm_linear.py``: ``gather_along_first_dim`` with the quantizer, a
+        column-parallel GEMM's input forward and a row-parallel GEMM's output gradient
+        backward; the userbuffer overlap's gather buffers likewise). Reduce-scatters stay in
+        the activations' dtype."""
+        return self.model.fp8 is not None
+
     def fp8_cast_bytes(self, after_norm: bool) -> float:
         """Bytes per element Transformer Engine moves to cast one bf16 GEMM operand to FP8 in
         training, where the backward reads it again (TransformerEngine d0067d0

@@ -583,10 +583,7 @@ class ShapePricer:
         group = Group(t)
         full = BF16 * self.tokens * h
         if d.sequence_parallel:
-            # in FP8, Transformer Engine casts the local shard and gathers FP8 (a column-parallel
-            # GEMM's input forward, a row-parallel GEMM's output gradient backward: linear.py
-            # gather_along_first_dim with the quantizer); the reduce-scatters stay bf16
-            gathered = (1 if self.fp8 else BF16) * self.tokens * h
+            gathered = (1 if d.tp_gathers_fp8 else BF16) * self.tokens * h
             gather = collective(Op.ALL_GATHER, gathered, group, self.net, self.gpu.name).seconds
             scatter = collective(Op.REDUCE_SCATTER, full, group, self.net, self.gpu.name).seconds
             ops = 2 * (gather + scatter)
@@ -759,9 +756,8 @@ class ShapePricer:
         whose GEMMs are not the plain pair (MLA's projections, MoE experts) keeps its
         collectives exposed."""
         d, t = self.d, self.d.tp
-        # all-gather buffers are FP8 under an FP8 recipe (the same file's layers_all_gather_overlap)
         gather = collective(
-            Op.ALL_GATHER, (1 if self.fp8 else BF16) * elements, Group(t), self.net, self.gpu.name
+            Op.ALL_GATHER, (1 if d.tp_gathers_fp8 else BF16) * elements, Group(t), self.net, self.gpu.name
         ).seconds
         scatter = collective(Op.REDUCE_SCATTER, BF16 * elements, Group(t), self.net, self.gpu.name).seconds
 
