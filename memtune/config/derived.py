@@ -852,7 +852,7 @@ class Derived:
         the activations' dtype."""
         return self.model.fp8 is not None
 
-    def fp8_cast_bytes(self, after_norm: bool) -> float:
+    def fp8_cast_bytes(self, after_norm: bool, gathered: bool) -> float:
         """Bytes per element Transformer Engine moves to cast one bf16 GEMM operand to FP8 in
         training, where the backward reads it again (TransformerEngine d0067d0
         ``pytorch/csrc/quantizer.cpp``, ``extensions/normalization.cpp``,
@@ -868,13 +868,28 @@ class Derived:
         byte where the norm's own price counts two, and the transpose, where needed, reads it
         and writes another. MXFP8 and blockwise norms are unfused. Scales are left out (one
         byte per 32 elements at most), and so are the weights, cast once a step and cached
-        across its microbatches."""
+        across its microbatches.
+
+        A ``gathered`` operand is one sequence parallelism all-gathers over TP (a column-parallel
+        GEMM's input, a row-parallel GEMM's output gradient): each rank casts its own shard
+        before the gather (``module/layernorm_linear.py``, ``module/base.py``
+        ``grad_output_preprocess``), so the cast's bytes are a TP-th of the gathered tensor's.
+        Delayed and current scaling gather only the row-wise copy
+        (``supports_only_rowwise_all_gather``) and make the transpose from the gathered FP8
+        tensor, reading one byte and writing one (``module/_common.py``
+        ``set_quantizer_usage_for_wgrad_all_gather``). Per element of the gathered tensor."""
         recipe = self.model.fp8_recipe
-        copies = 2 if recipe in ("mxfp8", "blockwise") or not self.blackwell_or_newer else 1
+        second_copy = recipe in ("mxfp8", "blockwise") or not self.blackwell_or_newer
         if after_norm and recipe == "delayed":
-            return -1 + 2 * (copies - 1)
-        amax = 2 if recipe == "tensorwise" and not after_norm else 0
-        return amax + 2 + copies
+            row_wise, column_wise = -1.0, 2.0 * second_copy
+        else:
+            amax = 2 if recipe == "tensorwise" and not after_norm else 0
+            row_wise, column_wise = amax + 2.0 + 1.0, 1.0 * second_copy
+        if not (gathered and self.sequence_parallel and self.tp > 1):
+            return row_wise + column_wise
+        if second_copy and recipe in ("delayed", "tensorwise"):
+            return row_wise / self.tp + 2.0
+        return (row_wise + column_wise) / self.tp
 
     @cached_property
     def fp8_amax_reduced_over_tp(self) -> bool:

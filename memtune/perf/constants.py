@@ -170,7 +170,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.20, "GB200": 1.20}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
 # experts one after another, each its own module: per local expert and layer the host's launch
 # work for the forward grows by this; the GPU waits for it only where its kernels are shorter.

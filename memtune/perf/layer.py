@@ -30,6 +30,7 @@ pricer's own is the first layout of its shape the planner met).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from memtune.catalog.gpus import GPU, get_gpu
 from memtune.config.derived import DTYPE_BYTES, Derived
@@ -233,13 +234,22 @@ class ShapePricer:
 
     # --- kernels -------------------------------------------------------------------------
 
-    def gemm(self, m: float, n: float, k: float, count: float = 1.0, after_norm: bool = False) -> float:
+    def gemm(
+        self,
+        m: float,
+        n: float,
+        k: float,
+        count: float = 1.0,
+        after_norm: bool = False,
+        parallel: Literal["column", "row"] | None = None,
+    ) -> float:
         """``count`` GEMMs of an ``m x k`` input by a ``k x n`` weight, as a layer's forward,
         data-gradient and weight-gradient GEMMs each take it (the backward twice this). In FP8,
         Transformer Engine's casts come with them: the input's in the forward and the output
         gradient's (``m x n``) in the backward, each once for both of the backward's GEMMs
-        (``Derived.fp8_cast_bytes``; ``after_norm``: the input comes out of the fused norm),
-        spread as a third over each of the three."""
+        (``Derived.fp8_cast_bytes``; ``after_norm``: the input comes out of the fused norm;
+        sequence parallelism gathers a ``column``-parallel GEMM's input and a ``row``-parallel
+        GEMM's output gradient), spread as a third over each of the three."""
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         d = self.d
@@ -247,7 +257,10 @@ class ShapePricer:
             fraction = fp8_gemm_fraction(
                 self.tables, round(m), round(n), round(k), d.fp8_gemm_scaling or "tensorwise"
             )
-            cast_bytes = d.fp8_cast_bytes(after_norm) * m * k + d.fp8_cast_bytes(False) * m * n
+            cast_bytes = (
+                d.fp8_cast_bytes(after_norm, gathered=parallel == "column") * m * k
+                + d.fp8_cast_bytes(False, gathered=parallel == "row") * m * n
+            )
             cast = cast_bytes / 3 / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction * self.fp8_gemm_rate) + cast)
         return self.unquantized_gemm(m, n, k, count)
@@ -293,8 +306,8 @@ class ShapePricer:
         kv = d.kv_channels
         shapes["attention in"] = (T, (heads + 2 * d.query_groups_per_tp_rank) * kv, h)
         shapes["attention out"] = (T, h, heads * kv)
-        qkv = self.gemm(*shapes["attention in"], after_norm=True)
-        return qkv + self.gemm(*shapes["attention out"]), 0.0, shapes
+        qkv = self.gemm(*shapes["attention in"], after_norm=True, parallel="column")
+        return qkv + self.gemm(*shapes["attention out"], parallel="row"), 0.0, shapes
 
     def core_attention(self) -> tuple[float, float]:
         """Forward and backward seconds of the core attention of one layer and microbatch."""
@@ -362,7 +375,8 @@ class ShapePricer:
         if not is_moe:
             f = d.ffn_hidden_size / t
             shapes = {"mlp in": (T, gate * f, h), "mlp out": (T, h, f)}
-            return self.gemm(*shapes["mlp in"], after_norm=True) + self.gemm(*shapes["mlp out"]), 0.0, shapes
+            fc1 = self.gemm(*shapes["mlp in"], after_norm=True, parallel="column")
+            return fc1 + self.gemm(*shapes["mlp out"], parallel="row"), 0.0, shapes
         experts, k = m.num_moe_experts or 1, m.moe_router_topk
         f = d.moe_ffn_hidden_size / d.etp
         rows = T * k * d.etp * d.ep / (t * experts)
@@ -372,7 +386,7 @@ class ShapePricer:
         shared = 0.0
         if m.moe_shared_expert_intermediate_size:
             fs = m.moe_shared_expert_intermediate_size / t
-            shared = self.gemm(T, gate * fs, h) + self.gemm(T, h, fs)
+            shared = self.gemm(T, gate * fs, h, parallel="column") + self.gemm(T, h, fs, parallel="row")
         return total + shared, shared, {}
 
     def elementwise(self, is_moe: bool) -> tuple[float, float, float, float]:

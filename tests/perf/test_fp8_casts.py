@@ -2,7 +2,8 @@
 ``ShapePricer.gemm``), counted by hand from TransformerEngine d0067d0: the bf16 read (2 bytes),
 the FP8 copy (1), a second copy for the backward's other layout (1: MXFP8 and blockwise always,
 delayed and current scaling only before Blackwell), current scaling's amax pass (2), and the
-fused norm's savings for ``linear_qkv``'s and ``linear_fc1``'s inputs."""
+fused norm's savings for ``linear_qkv``'s and ``linear_fc1``'s inputs; under sequence parallelism
+the cast of a gathered operand on each rank's shard."""
 
 from __future__ import annotations
 
@@ -43,8 +44,63 @@ def derived(recipe: str, gpu: str) -> Derived:
 )
 def test_cast_bytes_per_element(recipe: str, gpu: str, other: float, after_norm: float) -> None:
     d = derived(recipe, gpu)
-    assert d.fp8_cast_bytes(after_norm=False) == other
-    assert d.fp8_cast_bytes(after_norm=True) == after_norm
+    assert d.fp8_cast_bytes(after_norm=False, gathered=False) == other
+    assert d.fp8_cast_bytes(after_norm=True, gathered=False) == after_norm
+
+
+def sequence_parallel(recipe: str, gpu: str, tp: int) -> Derived:
+    base = base_job(Query("llama3-70b", 32, gpu, 8, 4096, 32, "pretrain"))
+    changes = [
+        f"model.tensor_model_parallel_size={tp}",
+        "model.sequence_parallel=true",
+        "model.fp8=hybrid",
+        f"model.fp8_recipe={recipe}",
+    ]
+    return gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+
+
+@pytest.mark.parametrize(
+    "recipe, gpu, other, after_norm",
+    [
+        # each rank casts its quarter row-wise (amax 2 + read 2 + copy 1), the transpose is made
+        # from the gathered FP8 tensor (read 1 + write 1); after the norm, no amax
+        ("tensorwise", "H100-80GB", 5 / 4 + 2, 3 / 4 + 2),
+        # no transpose on Blackwell: only the quarter's cast
+        ("tensorwise", "B200", 5 / 4, 3 / 4),
+        # the fused norm writes its quarter in FP8 (-1), the transpose of the gathered tensor (2)
+        ("delayed", "H100-80GB", 3 / 4 + 2, -1 / 4 + 2),
+        # both copies cast on the quarter and gathered
+        ("mxfp8", "B200", 4 / 4, 4 / 4),
+        ("blockwise", "H100-80GB", 4 / 4, 4 / 4),
+    ],
+)
+def test_a_gathered_operand_is_cast_on_its_shard(
+    recipe: str, gpu: str, other: float, after_norm: float
+) -> None:
+    d = sequence_parallel(recipe, gpu, tp=4)
+    assert d.fp8_cast_bytes(after_norm=False, gathered=True) == pytest.approx(other)
+    assert d.fp8_cast_bytes(after_norm=True, gathered=True) == pytest.approx(after_norm)
+    # an operand that is not gathered is cast whole
+    assert d.fp8_cast_bytes(after_norm=False, gathered=False) == derived(recipe, gpu).fp8_cast_bytes(
+        after_norm=False, gathered=False
+    )
+    # a row-parallel GEMM's output gradient is the gathered operand: proj's 4,096 x 8,192
+    pricer = ShapePricer(d, get_gpu(gpu), K.MEGATRON_LM_LOOP)
+    m, n, k = 4096, 8192, 2048
+    saved = (d.fp8_cast_bytes(False, gathered=False) - other) * m * n / 3 / pricer.hbm
+    assert pricer.gemm(m, n, k) - pricer.gemm(m, n, k, parallel="row") == pytest.approx(saved, rel=1e-9)
+
+
+def test_without_sequence_parallelism_nothing_is_gathered() -> None:
+    base = base_job(Query("llama3-70b", 32, "H100-80GB", 8, 4096, 32, "pretrain"))
+    changes = [
+        "model.tensor_model_parallel_size=4",
+        "model.sequence_parallel=false",
+        "model.fp8=hybrid",
+        "model.fp8_recipe=tensorwise",
+    ]
+    d = gate(with_changes(base, [Change.parse(c) for c in changes])).derived
+    assert d.fp8_cast_bytes(after_norm=True, gathered=True) == 4
 
 
 def test_a_gemm_pays_its_input_and_output_gradient_casts_once() -> None:
@@ -61,7 +117,7 @@ def test_a_gemm_pays_its_input_and_output_gradient_casts_once() -> None:
         / (get_gpu("H100-80GB").fp8_flops * fp8_gemm_fraction(pricer.tables, m, n, k, "tensorwise"))
     )
     cast = (4 * m * k + 6 * m * n) / 3 / pricer.hbm
-    assert pricer.gemm(m, n, k, after_norm=True) == pytest.approx(kernel + cast, rel=1e-12)
+    assert pricer.gemm(m, n, k, after_norm=True, parallel="column") == pytest.approx(kernel + cast, rel=1e-12)
     # the same GEMM fed by anything else pays the amax pass on its input too
     assert pricer.gemm(m, n, k) - pricer.gemm(m, n, k, after_norm=True) == pytest.approx(
         2 * m * k / 3 / pricer.hbm, rel=1e-12
