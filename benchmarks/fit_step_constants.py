@@ -57,8 +57,6 @@ MACHINE_GRID = [0.76, 0.78, 0.8, 0.82, 0.84, 0.86, 0.88, 0.9, 0.92, 0.94, 0.96, 
 SHARED_GRIDS: dict[str, list[Any]] = {
     "IN_STEP_KERNEL_FACTOR": [0.88, 0.9, 0.92, 0.94, 0.96, 0.98, 1.0, 1.02, 1.04, 1.06, 1.08, 1.1],
     "GRAD_ACCUMULATION_HBM_SHARE": [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0],
-    "SEQUENTIAL_EXPERT_FWD_S": [0.2e-3, 0.4e-3, 0.6e-3, 0.8e-3, 1.0e-3, 1.2e-3, 1.5e-3, 2.0e-3],
-    "SEQUENTIAL_EXPERT_BWD_S": [0.0, 0.05e-3, 0.1e-3, 0.2e-3, 0.3e-3, 0.4e-3, 0.6e-3, 0.8e-3],
     "VIRTUAL_CHUNK_PASS_S": [0.0, 0.25e-3, 0.5e-3, 0.75e-3, 1.0e-3, 1.5e-3, 2.0e-3],
     "UNFUSED_BMM_FRACTION": [0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6],
     "UNFUSED_SOFTMAX_HBM_SHARE": [0.6, 0.7, 0.8, 0.9, 1.0, 1.1],

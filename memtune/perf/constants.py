@@ -145,7 +145,7 @@ class HostFloor:
 # get_forward_backward_func): fitted, with the shared factors below, to the tune runs of the
 # Megatron-LM functional tests (benchmarks/published/layouts/megatron-lm-ci) by
 # benchmarks/fit_step_constants.py. Every prediction of a user's job uses it.
-MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=2.0, microbatch_s=2.0e-3, step_s=40e-3)
+MEGATRON_LM_LOOP = HostFloor(layer_fwd_s=1.2e-3, backward_factor=1.75, microbatch_s=3.0e-3, step_s=40e-3)
 # `memtune measure`'s own loop (memtune/measure/runner.py: get_forward_backward_func and
 # optimizer.step, nothing around them), and the shared half's, which is the same: fitted by the
 # same script to the tune runs timed alone on the H200; benchmarks/compute_accuracy.py compares
@@ -171,28 +171,52 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
 BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
+# A MoE layer's host work beyond a dense layer's, measured in the measure loop (Megatron's DDP,
+# its schedule, the fake process group at the job's world size) by the `hostmoe-` runs
+# (benchmarks/measured/matrix.py host_by_moe, rule fixed before their one run on a lent H100,
+# GPU-9fda3b86; raw benchmarks/gpu/results/hostmoe-h100.results.jsonl, read by
+# benchmarks/host_moe.py): tiny layers whose GPU waits on the host, 4 and 16 experts at EP 1,
+# 32 and 128 at EP 8, per dispatcher, forward and backward together; split between them as
+# benchmarks/gpu/moe_host.py's stack splits them (raw benchmarks/gpu/results/moe-host-h100.json:
+# 0.442 of an expert's in the forward; of a layer's 0.783 with the all-gather dispatcher and
+# 0.732 with the all-to-all one).
+#
 # Megatron-Core's SequentialMLP (Derived.experts_are_sequential_modules) runs the local
-# experts one after another, each its own module: per local expert and layer the host's launch
-# work for the forward grows by this; the GPU waits for it only where its kernels are shorter.
-# Fitted by benchmarks/fit_step_constants.py on the single-rank tune runs (the only ones with it).
-SEQUENTIAL_EXPERT_FWD_S = 0.6e-3
-# Its backward is autograd's, no Python: per local expert and layer the host's launch work for
-# the backward grows by this. Fitted by the same script: 0 (it was committed at 0.05 ms, which the
-# script's own fit had not chosen since at least 4810ca4).
-SEQUENTIAL_EXPERT_BWD_S = 0.0
-# Host work an MoE layer's forward adds to a dense layer's under expert or tensor parallelism,
-# by token dispatcher (memtune/perf/moe.py): Megatron-Core's all-to-all dispatcher sorts and splits
-# the tokens in Python (unfused permutes, per-expert chunks) and waits for the token counts on the
-# host before every exchange; 3 ms is what the one Megatron-LM functional-test tune run with that
-# dispatcher and no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_
-# dist_optimizer, 12 MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained. The all-gather
-# dispatcher's tune run without other unpriced costs leaves nothing (0). The flex dispatcher
-# (DeepEP, HybridEP: Python around fused kernels, the token counts the grouped GEMM takes on the
-# host) shows only where it bounds a step, small MoE layers at micro-batch 1: 1.7 ms is what
-# benchmarks/fit_flex_host.py fits on the tune runs it moves (Qwen3-30B-A3B at MBS 1 on 8 B200s
-# and 16 H100s, five runs of four releases, +41...+145% before; Qwen3-235B-A22B on GB200 at MBS
-# 1), a whole-step fit, not a measurement.
-MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 3.0e-3, "flex": 1.7e-3}
+# experts one after another, each its own module: per local expert and layer the host's work
+# grows by these, forward and backward; the GPU waits for it only where its kernels are
+# shorter. The mean of the two dispatchers' slopes (381.6 us all-to-all, 435.3 us all-gather,
+# forward and backward): an expert module's own work, whichever dispatcher feeds it.
+SEQUENTIAL_EXPERT_FWD_S = 180.5e-6
+SEQUENTIAL_EXPERT_BWD_S = 228.0e-6
+# Host work every MoE layer adds to a dense one whatever it exchanges, by token dispatcher,
+# (forward, backward): the router (gating GEMM, top-k, softmax, its load-balancing loss), the
+# dispatcher's bookkeeping (the all-gather dispatcher's mask and tokens-per-expert copy to the
+# host; the all-to-all dispatcher's split sizes and their copy) and the permutes: 2.123 ms
+# (all-to-all) and 0.818 ms (all-gather) a layer, forward and backward. The flex dispatcher
+# needs DeepEP or HybridEP and more than one rank: unmeasured, its whole-step constant below
+# carries all of its host work.
+MOE_LAYER_HOST_S = {"allgather": (0.641e-3, 0.177e-3), "alltoall": (1.554e-3, 0.569e-3)}
+# And per expert of the model, by dispatcher (forward, backward): the all-to-all dispatcher's
+# split and sort of its tokens per expert (``sort_chunks_by_idxs``), 2.4 us an expert forward
+# and backward, split as its layer's work is. The rule's figure for the all-gather dispatcher
+# came out negative (-16.9 us: its EP-8 runs sit 1.4 ms above what a cost per local expert,
+# per expert of the model and per layer give), which no cost can be: none is taken, and its
+# cost per local expert and per layer come from its EP-1 runs alone.
+MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
+# Host work an MoE layer's forward adds under expert or tensor parallelism beyond the measured
+# MOE_LAYER_HOST_S and MOE_EXPERT_HOST_S, by token dispatcher (memtune/perf/moe.py): the
+# collectives' launches and the host's waits on them, the all-to-all dispatcher's before every
+# exchange. 2.7 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
+# no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer, 12
+# MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid (3 ms before
+# the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
+# costs leaves nothing (0). The flex dispatcher (DeepEP, HybridEP: Python around fused kernels,
+# the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
+# MoE layers at micro-batch 1: 2.0 ms is what benchmarks/fit_flex_host.py fits on the tune runs
+# it moves (Qwen3-30B-A3B at MBS 1 on 8 B200s and 16 H100s, five runs of four releases,
+# +41...+145% before; Qwen3-235B-A22B on GB200 at MBS 1; 1.7 ms before the loop's backward
+# factor was refitted), a whole-step fit, not a measurement.
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 2.0e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
 # an autograd function copies the inputs into the graph's static buffers and replays the forward
@@ -208,11 +232,13 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
 # benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
-# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 130 us
-# since Transformer Engine's FP8 casts are counted per operand (Derived.fp8_cast_bytes); 100 us
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 110 us
+# since a MoE layer's host work is measured (hostmoe-; the rules of this constant and of the
+# all-to-all dispatcher's below iterated until neither moved); 130 us since Transformer Engine's
+# FP8 casts are counted per operand (Derived.fp8_cast_bytes); 100 us
 # since the userbuffer overlap's extra GEMM calls cost the host (UB_CHUNK_HOST_S); 120 us before,
 # 150 us from the first fit (9493768, on the functional tests alone).
-COLLECTIVE_LAUNCH_S = 130e-6
+COLLECTIVE_LAUNCH_S = 110e-6
 # The host's work for each GEMM call Transformer Engine's userbuffer overlap adds to a layer
 # (``ShapePricer.userbuffer_chunks``: a ring exchange runs a GEMM as TP calls, a pipelined
 # reduce-scatter as its splits). Measured on a lent H100 by benchmarks/gpu/launch_host.py
@@ -276,26 +302,26 @@ LORA_ADAPTER_HOST_SHARE = 0.103
 # transformer_layer.py): the core attention, the MLP (or the MoE block's router, dispatcher and
 # permutes, whose sequential experts add their own), the two norms. The MLP's share is fitted by
 # benchmarks/fit_step_constants.py (tune runs with mlp and moe recompute); the others counted.
-RECOMPUTE_HOST_SHARE = {"core_attn": 0.1, "mlp": 0.1, "layernorm": 0.1}
+RECOMPUTE_HOST_SHARE = {"core_attn": 0.1, "mlp": 0.2, "layernorm": 0.1}
 # The interleaved schedule's own host work per model chunk's forward or backward pass
 # (megatron-core 0.19.2 pipeline_parallel/schedules.py: the chunk id, the virtual rank, the
 # P2P calls and forward_step's bookkeeping for each chunk): what VPP adds to a stage's host side.
 # Fitted by benchmarks/fit_step_constants.py (the shared half's VPP 4 middle stage beside its
 # VPP 1 one, memtune's VPP tune runs with the crel- VPP 1/2/8 middle stages, the functional tests'
 # tune runs).
-VIRTUAL_CHUNK_PASS_S = 0.5e-3
+VIRTUAL_CHUNK_PASS_S = 0.75e-3
 # A multi-token-prediction layer's host work beyond its transformer layer's, in layers'
 # launch work: its embedding, three norms, the projection and gathers, the output layer and
 # loss on shifted labels, the acceptance count (transformer/multi_token_prediction.py). Fitted
 # by benchmarks/fit_step_constants.py on the crel- MTP tune runs (depth 0/1 dense, 1 on a MoE rank;
 # the code's count alone had given 1; 3 before the H200's eager kernels were traced).
-MTP_EXTRA_HOST_LAYERS = 4.0
+MTP_EXTRA_HOST_LAYERS = 5.0
 # DDP's backward hook adds each parameter's gradient into its main gradient with one mixed-dtype
 # elementwise add (main_grad.add_(grad): a bf16 read, an fp32 read and write), which reaches this
 # share of the HBM bandwidth figure. Fitted by benchmarks/fit_step_constants.py: micro-batch size
 # at fixed tokens (the shared half's MBS 2 and 4 runs, memtune's mbs- and crel-mbs tune runs)
 # moves with it.
-GRAD_ACCUMULATION_HBM_SHARE = 0.8
+GRAD_ACCUMULATION_HBM_SHARE = 1.0
 # fp16's loss scaler unscales every main gradient and checks it for inf/NaN before the step
 # (torch._amp_foreach_non_finite_check_and_unscale_: read and write the fp32 gradient).
 FP16_UNSCALE_BYTES_PER_PARAM = 8

@@ -52,7 +52,7 @@ from memtune.perf.kernels import (
     published_gemm_scale,
     tables_of,
 )
-from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s
+from memtune.perf.moe import dispatch_s, dispatcher_host_fwd_s, moe_layer_host_s
 
 BF16 = 2
 
@@ -522,7 +522,7 @@ class ShapePricer:
 
     def layer(self, is_moe: bool) -> LayerPrice:
         """One layer's kernels and collectives for one microbatch."""
-        d, m = self.d, self.d.model
+        d = self.d
         attention, up_proj, shapes = self.attention_gemms()
         attn_fwd, attn_bwd = self.core_attention()
         mlp, shared, mlp_shapes = self.mlp(is_moe)
@@ -537,9 +537,9 @@ class ShapePricer:
         fwd = gemm + attn_fwd + elementwise + routing + comm.ub_fwd + adapters_fwd
         bwd = gemm + wgrad + attn_bwd + elementwise_bwd + routing + comm.ub_bwd + adapters_bwd
         host_fwd = self.floor.layer_fwd_s * (1 + self.adapters_host_share(is_moe))
-        if is_moe and self.exchanges:
-            host_fwd += dispatcher_host_fwd_s(d)
-        host_bwd = self.floor.backward_factor * host_fwd
+        block_host_fwd, block_host_bwd = self.moe_block_host(is_moe)
+        host_bwd = self.floor.backward_factor * host_fwd + block_host_bwd
+        host_fwd += block_host_fwd
         # test_mode's consistency tests (Derived.qk_norm_consistency_checks): two all-gathers and
         # the comparisons, each read on the host, in the forward only
         checks = d.qk_norm_consistency_checks
@@ -549,13 +549,6 @@ class ShapePricer:
         if sinkhorn:
             # the router's Sinkhorn loop, under no_grad: the forward only
             host_fwd += K.SINKHORN_ROUTER_HOST_S
-        if is_moe and d.experts_are_sequential_modules:
-            # each local expert its own module, one after another: the host's launch work and
-            # Python per expert, which the GPU waits for only where its kernels are shorter;
-            # backward, autograd's launches for each expert's kernels (no Python)
-            local = (m.num_moe_experts or 1) / d.ep
-            host_fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
-            host_bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
         if d.userbuffer_overlap and self.exchanges:
             # each extra chunk of an overlapped GEMM is one more GEMM call the host issues
             chunks_fwd, chunks_bwd = self.userbuffer_chunks(is_moe, shapes)
@@ -584,6 +577,26 @@ class ShapePricer:
             ep_fwd=comm.ep_fwd,
             syncs=(is_moe and d.moe_forward_syncs_host) or sinkhorn or checks > 0,
         )
+
+    def moe_block_host(self, is_moe: bool) -> tuple[float, float]:
+        """The host work a MoE block adds to a dense layer's, forward and backward: its router,
+        dispatcher bookkeeping and permutes (``moe_layer_host_s``), what its exchanges add on the
+        host (``dispatcher_host_fwd_s``, the backward ``backward_factor`` times it) and, where its
+        local experts are modules run one after another (``SequentialMLP``), each expert's
+        Python and launches."""
+        if not is_moe:
+            return 0.0, 0.0
+        d = self.d
+        fwd, bwd = moe_layer_host_s(d)
+        if self.exchanges:
+            exchanged = dispatcher_host_fwd_s(d)
+            fwd += exchanged
+            bwd += self.floor.backward_factor * exchanged
+        if d.experts_are_sequential_modules:
+            local = (d.model.num_moe_experts or 1) / d.ep
+            fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
+            bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
+        return fwd, bwd
 
     def layer_collectives(self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]) -> _Collectives:
         """One layer's TP collectives (and Transformer Engine's userbuffer overlap of them), the

@@ -90,11 +90,24 @@ def dispatch_s(d: Derived, tokens: float, network: Network) -> float:
     )
 
 
+def moe_layer_host_s(d: Derived) -> tuple[float, float]:
+    """Host work a MoE layer's forward and backward add to a dense layer's whatever it
+    exchanges, beyond its local experts' own: the router, the dispatcher's bookkeeping and the
+    permutes (``MOE_LAYER_HOST_S``), and the dispatcher's splits and sorts per expert of the
+    model (``MOE_EXPERT_HOST_S``); none measured for the flex dispatcher, whose whole-step
+    constant carries it."""
+    dispatcher = d.model.moe_token_dispatcher_type
+    experts = d.model.num_moe_experts or 1
+    layer = K.MOE_LAYER_HOST_S.get(dispatcher, (0.0, 0.0))
+    per_expert = K.MOE_EXPERT_HOST_S.get(dispatcher, (0.0, 0.0))
+    return layer[0] + experts * per_expert[0], layer[1] + experts * per_expert[1]
+
+
 def dispatcher_host_fwd_s(d: Derived) -> float:
-    """Host work an MoE layer's forward adds to a dense layer's, by dispatcher (its backward
-    ``backward_factor`` times it): the router, the token bookkeeping and permutes in Python and
-    the collectives' launches and the host's waits on them (``MOE_DISPATCHER_HOST_FWD_S``).
-    Under PyTorch's fake process group, whose exchanges move nothing, it is not there
+    """Host work an MoE layer's forward adds under expert or tensor parallelism beyond
+    :func:`moe_layer_host_s`, by dispatcher (its backward ``backward_factor`` times it): the
+    collectives' launches and the host's waits on them (``MOE_DISPATCHER_HOST_FWD_S``). Under
+    PyTorch's fake process group, whose exchanges move nothing, it is not there
     (``memtune/perf/layer.py``, ``exchanges``)."""
     if d.ep * d.etp <= 1 and d.tp <= 1:
         return 0.0

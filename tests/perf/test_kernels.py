@@ -339,8 +339,8 @@ def test_the_flex_dispatchers_host_work_is_what_its_fit_gives() -> None:
     runs = script["host_bound_runs"]()
     assert len(runs) == 8
     # the committed value is the 0.1 ms grid's first at which the runs' median error is not positive
-    assert median(script["errors"](runs, 1.7e-3)) <= 0 < median(script["errors"](runs, 1.6e-3))
-    assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.7e-3
+    assert median(script["errors"](runs, 2.0e-3)) <= 0 < median(script["errors"](runs, 1.9e-3))
+    assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 2.0e-3
 
 
 def test_the_kernel_class_diagnostic_sorts_kernels_by_name() -> None:

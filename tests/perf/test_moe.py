@@ -84,3 +84,30 @@ def test_the_sinkhorn_router_adds_its_measured_call_to_each_moe_forward_and_wait
     # under no_grad: the forward's host work grows by one measured call, the backward's not
     assert sinkhorn.host_fwd - plain.host_fwd == pytest.approx(K.SINKHORN_ROUTER_HOST_S)
     assert sinkhorn.host_bwd == plain.host_bwd and sinkhorn.syncs
+
+
+def test_a_moe_layers_host_work_is_its_block_its_experts_and_its_exchanges() -> None:
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf import constants as K
+    from memtune.perf.layer import ShapePricer
+
+    def host(dispatcher: str, *more: str) -> tuple[float, float]:
+        changes = ["model.tensor_model_parallel_size=1", *more]
+        d = gate(with_changes(qwen3_30b(dispatcher, 8).job, [Change.parse(c) for c in changes])).derived
+        pricer = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+        moe, dense = pricer.layer(is_moe=True), pricer.layer(is_moe=False)
+        return moe.host_fwd - dense.host_fwd, moe.host_bwd - dense.host_bwd
+
+    backward = K.MEGATRON_LM_LOOP.backward_factor
+    exchanged = K.MOE_DISPATCHER_HOST_FWD_S["alltoall"]
+    # grouped experts at EP 8: the measured layer (1.554 ms, 0.569 ms) and 128 experts of the
+    # model at 1.8 us and 0.6 us, plus what the exchanges add (the backward backward_factor times)
+    grouped = host("alltoall")
+    assert grouped[0] == pytest.approx(1.554e-3 + 128 * 1.8e-6 + exchanged)
+    assert grouped[1] == pytest.approx(0.569e-3 + 128 * 0.6e-6 + backward * exchanged)
+    # sequential experts add their 16 local modules, 180.5 us and 228.0 us each
+    sequential = host("alltoall", "model.moe_grouped_gemm=false")
+    assert sequential[0] - grouped[0] == pytest.approx(16 * 180.5e-6)
+    assert sequential[1] - grouped[1] == pytest.approx(16 * 228.0e-6)
+    # the all-gather dispatcher: its own layer's work, none per expert of the model
+    assert host("allgather")[0] == pytest.approx(0.641e-3 + K.MOE_DISPATCHER_HOST_FWD_S["allgather"])
