@@ -111,3 +111,24 @@ def test_a_moe_layers_host_work_is_its_block_its_experts_and_its_exchanges() -> 
     assert sequential[1] - grouped[1] == pytest.approx(16 * 228.0e-6)
     # the all-gather dispatcher: its own layer's work, none per expert of the model
     assert host("allgather")[0] == pytest.approx(0.641e-3 + K.MOE_DISPATCHER_HOST_FWD_S["allgather"])
+
+
+def test_the_moe_host_constants_are_what_the_hostmoe_runs_give() -> None:
+    """benchmarks/host_moe.py's rule on the committed runs, forward and backward together."""
+    import runpy
+    from pathlib import Path
+
+    from memtune.perf import constants as K
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "host_moe.py"))
+    runs = script["medians"](script["RESULTS"] / "hostmoe-h100.results.jsonl")
+    a_a2a, b_a2a, c_a2a = script["parts"](runs, "alltoall")
+    a_ag, b_ag, c_ag = script["parts"](runs, "allgather")
+    # the all-gather dispatcher's cost per expert of the model comes out negative: not taken,
+    # its cost per local expert then the EP-1 slope alone
+    assert b_ag < 0 and "allgather" not in K.MOE_EXPERT_HOST_S
+    expert = K.SEQUENTIAL_EXPERT_FWD_S + K.SEQUENTIAL_EXPERT_BWD_S
+    assert expert == pytest.approx((a_a2a + (a_ag + b_ag)) / 2, rel=1e-3)
+    assert sum(K.MOE_LAYER_HOST_S["alltoall"]) == pytest.approx(c_a2a, rel=1e-3)
+    assert sum(K.MOE_LAYER_HOST_S["allgather"]) == pytest.approx(c_ag, rel=1e-3)
+    assert sum(K.MOE_EXPERT_HOST_S["alltoall"]) == pytest.approx(b_a2a, rel=0.05)
