@@ -208,8 +208,8 @@ MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
 # collectives' launches and the host's waits on them, the all-to-all dispatcher's before every
 # exchange. 2.7 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
 # no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer, 12
-# MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid (3 ms before
-# the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
+# MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid
+# (benchmarks/fit_alltoall_host.py; 3 ms before the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
 # costs leaves nothing (0). The flex dispatcher (DeepEP, HybridEP: Python around fused kernels,
 # the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
 # MoE layers at micro-batch 1: 2.0 ms is what benchmarks/fit_flex_host.py fits on the tune runs
