@@ -218,6 +218,12 @@ class Derived:
         return self.num_experts > 0
 
     @cached_property
+    def local_experts(self) -> int:
+        """Routed experts each EP rank holds of a MoE layer (Megatron-Core splits them evenly
+        over EP; ``num_moe_experts`` must divide by EP); 0 for a dense model."""
+        return self.num_experts // self.ep
+
+    @cached_property
     def experts_are_sequential_modules(self) -> bool:
         """The routed experts are Megatron-Core's ``SequentialMLP``, one module per local expert
         run one after another: always on the local spec, and on Transformer Engine's without

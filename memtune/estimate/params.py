@@ -228,7 +228,7 @@ def _layer_tensors(d: Derived, is_moe: bool) -> list[ParamTensor]:
     if not is_moe:
         return tensors + _mlp_tensors(d, d.ffn_hidden_size, d.tp, False)
     tensors.append(_dense(h * d.num_experts))  # the router
-    local_experts = d.num_experts // d.ep
+    local_experts = d.local_experts
     expert = _mlp_tensors(d, d.moe_ffn_hidden_size, d.etp, True)
     if d.model.moe_grouped_gemm:
         tensors += [ParamTensor(t.numel * local_experts, t.decayed, True) for t in expert]

@@ -87,7 +87,7 @@ def glu_fc1_numel(d: Derived, rank: RankEstimate) -> tuple[float, float]:
             if not d.moe_layer_pattern[index]:
                 dense += 2 * d.ffn_hidden_size * (h + bias) / d.tp
                 continue
-            expert += (d.num_experts // d.ep) * 2 * d.moe_ffn_hidden_size * (h + bias) / d.etp
+            expert += d.local_experts * 2 * d.moe_ffn_hidden_size * (h + bias) / d.etp
             shared = d.model.moe_shared_expert_intermediate_size
             if shared:
                 dense += 2 * shared * (h + bias) / d.tp

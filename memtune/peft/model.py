@@ -172,7 +172,7 @@ def _label(d: Derived, target: str, kind: AdapterKind) -> str:
 def _routed_expert_copies(d: Derived) -> int:
     m = d.model
     if not m.moe_grouped_gemm:
-        return (m.num_moe_experts or 0) // d.ep
+        return d.local_experts
     return 1 if d.transformer_engine else 0
 
 

@@ -380,7 +380,7 @@ class ShapePricer:
         experts, k = m.num_moe_experts or 1, m.moe_router_topk
         f = d.moe_ffn_hidden_size / d.etp
         rows = T * k * d.etp * d.ep / (t * experts)
-        local = experts / d.ep
+        local = d.local_experts
         total = self.unquantized_gemm(self.tokens_res, experts, h)
         total += self.expert_gemm(rows, gate * f, h, local) + self.expert_gemm(rows, h, f, local)
         shared = 0.0
@@ -593,9 +593,8 @@ class ShapePricer:
             fwd += exchanged
             bwd += self.floor.backward_factor * exchanged
         if d.experts_are_sequential_modules:
-            local = (d.model.num_moe_experts or 1) / d.ep
-            fwd += local * K.SEQUENTIAL_EXPERT_FWD_S
-            bwd += local * K.SEQUENTIAL_EXPERT_BWD_S
+            fwd += d.local_experts * K.SEQUENTIAL_EXPERT_FWD_S
+            bwd += d.local_experts * K.SEQUENTIAL_EXPERT_BWD_S
         return fwd, bwd
 
     def layer_collectives(self, is_moe: bool, shapes: dict[str, tuple[float, float, float]]) -> _Collectives:
