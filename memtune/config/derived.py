@@ -687,6 +687,62 @@ class Derived:
         return "flash"
 
     @cached_property
+    def attention_fp8_recipe(self) -> str | None:
+        """The FP8 recipe the core attention runs, None where it runs in bf16 (or fp16).
+
+        ``fp8_dot_product_attention`` on an FP8 job of the Transformer Engine spec whose recipe
+        hands it to TE: Megatron-Core builds delayed, current and MXFP8 scaling with ``fp8_dpa``,
+        block scaling without it (``fp8_utils.py`` at core_v0.19.0). The attention takes the
+        linears' recipe unless ``NVTE_DPA_FP8_RECIPE`` names another, or ``F16`` (TE 2.8 and
+        newer, TransformerEngine d0067d0 ``dot_product_attention.py``). Only cuDNN's fused
+        kernel trains FP8 attention (``get_attention_backend`` turns flash attention 2, 3 and 4
+        and the unfused path off for FP8 training): on any other kernel the job fails at its
+        first forward (check SEQ014), and this is None."""
+        m = self.model
+        if not (m.fp8_dot_product_attention and m.fp8 is not None and self.transformer_engine):
+            return None
+        if m.fp8_recipe == "blockwise" or self.attention_kernel != "cudnn":
+            return None
+        override = self.job.env.NVTE_DPA_FP8_RECIPE
+        if override is None or self.te_version < (2, 8, 0):
+            return m.fp8_recipe
+        return {
+            "DelayedScaling": "delayed",
+            "Float8CurrentScaling": "tensorwise",
+            "MXFP8BlockScaling": "mxfp8",
+        }.get(override)
+
+    @cached_property
+    def fp8_attention(self) -> bool:
+        """The core attention runs in FP8 (:attr:`attention_fp8_recipe`), forward and backward
+        (``NVTE_FP8_DPA_BWD`` defaults to 1)."""
+        return self.attention_fp8_recipe is not None
+
+    @cached_property
+    def attention_saved_output_bytes(self) -> float:
+        """Bytes per element of the core attention's output that the fused attention itself
+        keeps for its backward, beyond what ``linear_proj`` keeps of the same tensor
+        (TransformerEngine d0067d0 ``FusedAttnFunc.forward``). In bf16 TE keeps the output it
+        returns; ``linear_proj`` keeps a view of it when its GEMM runs in bf16 (nothing beyond),
+        and an FP8 copy of its own when it runs in FP8, so the bf16 output stays as well. In FP8
+        attention, delayed scaling keeps an FP8 copy of the output (1) and returns a dequantized
+        one that ``linear_proj`` casts again; current and MXFP8 scaling keep the bf16 output
+        (``NVTE_DPA_FP8CS_O_in_F16`` defaults to 1). 0 where the kernel is not TE's fused or
+        flash one, or the output is recomputed (``core_attn``)."""
+        if not (self.transformer_engine and self.flash_attention) or "core_attn" in self.recompute_modules:
+            return 0.0
+        if self.attention_fp8_recipe == "delayed":
+            return 1.0
+        return DTYPE_BYTES[self.activation_dtype] if self.fp8_activations else 0.0
+
+    @cached_property
+    def attention_saved_input_bytes(self) -> float:
+        """Bytes per element of the q, k and v the fused attention keeps for its backward: FP8
+        copies (1) in FP8 attention (``combine_and_quantize``, TransformerEngine d0067d0
+        ``FusedAttnFunc.forward``), the activations' own width otherwise."""
+        return 1.0 if self.fp8_attention else DTYPE_BYTES[self.activation_dtype]
+
+    @cached_property
     def qk_norm_consistency_checks(self) -> int:
         """Comparisons read on the host in each attention forward under ``test_mode``
         (megatron-core ``SelfAttention.run_realtime_tests``, Megatron-LM d98e8a64dd

@@ -309,6 +309,8 @@ class ModelConfig(Section):
     """FP8 scaling recipe."""
     fp8_param_gather: bool = False
     """Keep FP8 weight copies and gather them in FP8 (needs the distributed optimizer)."""
+    fp8_dot_product_attention: bool = False
+    """Run the core attention in FP8 too (Transformer Engine's cuDNN FP8 fused attention; Megatron-Bridge's mixed_precision.fp8_dot_product_attention, MLPerf's FP8_DPA=1)."""
 
     # CUDA graphs
     cuda_graph_impl: CudaGraphImpl = "none"
@@ -536,6 +538,10 @@ class EnvConfig(Section):
     """The Transformer Engine release the job runs (Megatron-Bridge 067f987 locks 2.18), for version-dependent rules."""
     NVTE_CPU_OFFLOAD_V1: str | None = None
     """1 keeps Transformer Engine 2.10+'s CPU offload from offloading weights; Megatron-Bridge requires it for fine-grained activation offloading."""
+    NVTE_DPA_FP8_RECIPE: (
+        Literal["F16", "DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling"] | None
+    ) = None
+    """Transformer Engine's FP8 recipe for the attention alone, over the linears' (TE 2.8+): F16 keeps it in bf16; unset: the linears' recipe."""
 
 
 class NetworkConfig(Section):

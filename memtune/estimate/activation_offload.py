@@ -173,9 +173,15 @@ def _saved_parts(d: Derived, fl: Flavour, name: str, nbytes: float) -> list[Save
     if name.endswith(".stats"):
         count = 2 if m.normalization == "LayerNorm" else 1
         return [SavedPart(nbytes / count, nbytes / count, nbytes / count / act.FP32)] * count
-    size = act.FP32 if name.endswith("softmax_lse") else width
+    size: float = act.FP32 if name.endswith("softmax_lse") else width
     if fl.fp8_activations and name.endswith(".input") and "layernorm" not in name:
         size = 1
+    elif fl.transformer_engine and not m.multi_latent_attention:
+        # the fused attention's own copies (Derived.attention_saved_input/output_bytes wide)
+        if name.endswith(("core_attention.q", "core_attention.k", "core_attention.v")):
+            size = d.attention_saved_input_bytes
+        elif name.endswith("core_attention.output"):
+            size = d.attention_saved_output_bytes
     return [SavedPart(nbytes, nbytes, nbytes / size)]
 
 

@@ -127,11 +127,17 @@ def attention(d: Derived, x: Dims, fl: Flavour, recompute_core: bool) -> Saved:
             # q and k are fresh tensors after RoPE; v is still a view of the QKV projection's
             # output, so where the kernel keeps v as given (PyTorch's SDPA) all of that output
             # stays alive. TE's fused attention makes its inputs contiguous and keeps a compact v.
-            s.add("core_attention.q", q)
-            s.add("core_attention.k", x.activation_bytes * T * groups * kv)
             if fl.transformer_engine:
-                s.add("core_attention.v", x.activation_bytes * T * groups * kv)
+                # FP8 attention keeps FP8 copies of q, k and v (Derived.attention_saved_input_bytes)
+                width = d.attention_saved_input_bytes
+                s.add("core_attention.q", width * T * heads * kv)
+                s.add("core_attention.k", width * T * groups * kv)
+                s.add("core_attention.v", width * T * groups * kv)
+                # the output, where linear_proj keeps a copy of its own (FP8) or none in FP8
+                s.add("core_attention.output", d.attention_saved_output_bytes * T * heads * kv)
             else:
+                s.add("core_attention.q", q)
+                s.add("core_attention.k", x.activation_bytes * T * groups * kv)
                 s.add("core_attention.qkv", x.activation_bytes * T * qkv_width)
             s.add("core_attention.softmax_lse", FP32 * T * heads)
             if not fl.transformer_engine and x.mbs > 1:

@@ -202,6 +202,11 @@ class ShapePricer:
             self.unmeasured.add(
                 "sliding-window attention: its share of the causal kernels' work, at their rate"
             )
+        if d.fp8_attention:
+            self.unmeasured.add(
+                f"FP8 attention ({d.attention_fp8_recipe} scaling) at cuDNN's bf16 attention kernel's time: "
+                "its FP8 rate is not measured (benchmarks/gpu/fp8_attention.py)"
+            )
         if d.model.softmax_type != "vanilla":
             self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
         if d.userbuffer_overlap and any(d.userbuffer_gemm(g).method != "bulk" for g in UB_DGRAD):

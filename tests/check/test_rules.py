@@ -23,6 +23,7 @@ REGATHER = "peft.sequence_parallel_input_regather=true"
 VPP2 = "model.virtual_pipeline_model_parallel_size=2"
 LOCAL = ("model.transformer_impl=local", "model.attention_backend=flash")
 FSDP = "ddp.use_megatron_fsdp=true"
+FP8_ATTENTION = ("model.fp8=hybrid", "model.fp8_recipe=delayed", "model.fp8_dot_product_attention=true")
 
 # code: (overrides that trigger it, overrides that come close but do not)
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -161,6 +162,18 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "SEQ013": (
         ("model.normalization=RMSNorm", "model.qk_layernorm=true", "model.test_mode=true"),
         ("model.normalization=LayerNorm", "model.qk_layernorm=true", "model.test_mode=true"),
+    ),
+    "SEQ014": (
+        (*FP8_ATTENTION, "model.attention_backend=flash"),
+        (*FP8_ATTENTION, "model.attention_backend=fused"),
+    ),
+    "SEQ015": (
+        (*FP8_ATTENTION, "model.fp8_recipe=tensorwise"),
+        (*FP8_ATTENTION, "model.fp8_recipe=tensorwise", "cluster.gpu=B200"),
+    ),
+    "SEQ016": (
+        (*FP8_ATTENTION, "model.fp8_recipe=blockwise"),
+        FP8_ATTENTION,
     ),
     "MOE001": (("model.expert_model_parallel_size=2",), (MOE8, "model.expert_model_parallel_size=2")),
     "MOE002": (

@@ -102,6 +102,19 @@ def test_mixed_precision_recipe_name_overrides_the_sections(write):
     assert (m.fp8, m.fp8_recipe, m.fp8_param_gather) == ("hybrid", "tensorwise", True)
 
 
+def test_mixed_precision_fp8_attention_reaches_the_model(write):
+    """Bridge's MixedPrecisionConfig.setup copies fp8_dot_product_attention onto the model
+    config (megatron/bridge/training/mixed_precision.py at 067f987): taken, not ignored."""
+    path = write(
+        "dump.yaml",
+        "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+        "mixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: delayed\n  fp8_dot_product_attention: true\n",
+    )
+    loaded = load_job(path)
+    assert loaded.job.model.fp8_dot_product_attention
+    assert not any("fp8_dot_product_attention" in key for key in loaded.ignored)
+
+
 def test_dtypes_functions_fallbacks_and_appended_memtune_sections(write):
     path = write(
         "dump.yaml",

@@ -493,3 +493,131 @@ def test_mode_rmsnorm_qk_norms(c: Context) -> Hit | None:
         fix="set model.test_mode=false",
         upstream="AttributeError: 'RMSNorm' object has no attribute 'bias'",
     )
+
+
+_NO_ATTENTION_BACKEND = (
+    "No dot product attention backend is available for the provided inputs. Please run with "
+    "NVTE_DEBUG=1 NVTE_DEBUG_LEVEL=2 to find out the reasons for disabling all backends."
+)
+
+
+def _fp8_attention_asked(c: Context) -> bool:
+    """FP8 attention that Transformer Engine is asked to run: the setting on an FP8 job of TE's
+    layers whose recipe hands ``fp8_dpa`` to TE (all but ``blockwise``)."""
+    m = c.model
+    return (
+        m.fp8_dot_product_attention
+        and m.fp8 is not None
+        and c.d.transformer_engine
+        and m.fp8_recipe != "blockwise"
+    )
+
+
+@rule("SEQ014", "fp8-attention-without-fused-backend", ERROR)
+def fp8_attention_without_fused_backend(c: Context) -> Hit | None:
+    """FP8 attention with the attention backend forced to one that has no FP8 training path.
+
+    ## What it does
+    Checks that `fp8_dot_product_attention` on an FP8 job of Transformer Engine's layers does
+    not meet an `attention_backend` other than `auto` or `fused`.
+
+    ## Why it matters
+    Transformer Engine trains FP8 attention only on cuDNN's fused kernel: for FP8 training it
+    turns its FlashAttention (2, 3 and 4) and its unfused attention off
+    (TransformerEngine d0067d0, `get_attention_backend`). Megatron-Core's `flash`, `unfused`
+    and `local` settings turn the fused kernel off (`NVTE_FUSED_ATTN=0`), so no backend is left
+    and the first forward pass raises.
+
+    ## Example
+    ```yaml
+    model: {fp8: hybrid, fp8_recipe: delayed, fp8_dot_product_attention: true, attention_backend: flash}
+    ```
+
+    ## Fix
+    Set `attention_backend: auto` or `fused`, or drop `fp8_dot_product_attention`.
+    """
+    kernel = c.d.attention_kernel
+    if not _fp8_attention_asked(c) or kernel == "cudnn":
+        return None
+    return Hit(
+        message=f"model.fp8_dot_product_attention=true on Transformer Engine's {kernel} attention "
+        "(model.attention_backend): TE trains FP8 attention only on cuDNN's fused kernel",
+        fix="set model.attention_backend=auto (or fused), or model.fp8_dot_product_attention=false",
+        upstream=_NO_ATTENTION_BACKEND,
+    )
+
+
+@rule("SEQ015", "fp8-attention-recipe-before-blackwell", ERROR)
+def fp8_attention_recipe_before_blackwell(c: Context) -> Hit | None:
+    """FP8 attention under current or MXFP8 scaling on a GPU older than Blackwell.
+
+    ## What it does
+    Checks that FP8 attention (`fp8_dot_product_attention`) whose recipe is current scaling
+    (`fp8_recipe: tensorwise`, TE's `Float8CurrentScaling`) or MXFP8 runs on a Blackwell GPU,
+    with Transformer Engine 2.8 or newer. The attention's recipe is the linears' unless
+    `env.NVTE_DPA_FP8_RECIPE` names another.
+
+    ## Why it matters
+    Transformer Engine runs FP8 attention under those recipes only on cuDNN's fused kernel for
+    compute capability 10.0 and later (TransformerEngine d0067d0, `get_attention_backend`:
+    "Disabling FusedAttention for FP8 current scaling on arch < sm100", the same for MXFP8),
+    and no other kernel trains FP8 attention. On a Hopper GPU the first forward pass raises.
+    Delayed scaling runs FP8 attention on Hopper.
+
+    ## Example
+    ```yaml
+    model: {fp8: hybrid, fp8_recipe: tensorwise, fp8_dot_product_attention: true}
+    cluster: {gpu: H100-80GB}
+    ```
+
+    ## Fix
+    Drop `fp8_dot_product_attention`, or run the attention in delayed scaling
+    (`env.NVTE_DPA_FP8_RECIPE: DelayedScaling`, or `fp8_recipe: delayed`).
+    """
+    recipe = c.d.attention_fp8_recipe
+    if recipe not in ("tensorwise", "mxfp8") or c.blackwell_or_newer or c.d.te_version < (2, 8, 0):
+        return None
+    return Hit(
+        message=f"FP8 attention (model.fp8_dot_product_attention=true) in {recipe} scaling on "
+        f"{c.job.cluster.gpu}: Transformer Engine runs it only on Blackwell and later",
+        fix="set model.fp8_dot_product_attention=false, or env.NVTE_DPA_FP8_RECIPE=DelayedScaling",
+        upstream=_NO_ATTENTION_BACKEND,
+    )
+
+
+@rule("SEQ016", "fp8-attention-unused", WARNING)
+def fp8_attention_unused(c: Context) -> Hit | None:
+    """`fp8_dot_product_attention` where the attention stays in bf16.
+
+    ## What it does
+    Flags `fp8_dot_product_attention: true` without FP8 training, on the local layer spec, or
+    with `fp8_recipe: blockwise`.
+
+    ## Why it matters
+    The setting asks Transformer Engine's attention for FP8. Without `fp8` TE runs no FP8 at
+    all; the local spec has no TE attention; and Megatron-Core builds the `blockwise` recipe
+    (`Float8BlockScaling`) without it (`fp8_utils.py` at core_v0.19.0). The attention runs in
+    bf16, as it would without the setting.
+
+    ## Example
+    ```yaml
+    model: {fp8: hybrid, fp8_recipe: blockwise, fp8_dot_product_attention: true}
+    ```
+
+    ## Fix
+    Drop `fp8_dot_product_attention`, or train in FP8 with a recipe that takes it (`delayed`,
+    `tensorwise`, `mxfp8`) on Transformer Engine's layers.
+    """
+    m = c.model
+    if not m.fp8_dot_product_attention or _fp8_attention_asked(c):
+        return None
+    if m.fp8 is None:
+        why = "model.fp8 is not set"
+    elif not c.d.transformer_engine:
+        why = "the local spec has no Transformer Engine attention"
+    else:
+        why = "Megatron-Core builds the blockwise recipe without it"
+    return Hit(
+        message=f"model.fp8_dot_product_attention=true has no effect: {why}; the attention runs in bf16",
+        fix="set model.fp8_dot_product_attention=false",
+    )

@@ -117,7 +117,15 @@ MIXED_PRECISION_RECIPES = {
         "fp8_param_gather": False,
     },
 }
-_MIXED_PRECISION_MODEL_KEYS = ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "pipeline_dtype")
+_MIXED_PRECISION_MODEL_KEYS = (
+    "bf16",
+    "fp16",
+    "fp8",
+    "fp8_recipe",
+    "fp8_param_gather",
+    "fp8_dot_product_attention",
+    "pipeline_dtype",
+)
 _COMM_OVERLAP_DDP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "bucket_size")
 # CommOverlapConfig keys Bridge's setup copies onto the model config
 # (megatron/bridge/training/comm_overlap.py, _get_model_comm_overlap_cfgs, at 067f987df03b).
