@@ -28,7 +28,8 @@ What each setting is read from:
   (``account_for_embedding/loss_in_pipeline_split``), ACT_CKPT_* (recompute; unset in all).
 - Precision: FP8 with FP8_HYBRID (``hybrid``, else ``e4m3``: v5.0 sets no FP8_HYBRID) and
   FP8_RECIPE (``delayed`` by v5.0's default, ``tensorwise`` current scaling in v5.1; no MXFP8);
-  FP8_PARAMS (v5.0 H100) / FP8_PARAM_GATHER (GB200, v5.1) -> ``fp8_param_gather``. FP4=True
+  FP8_PARAMS (v5.0 H100) / FP8_PARAM_GATHER (GB200, v5.1) -> ``fp8_param_gather``; FP8_DPA ->
+  ``fp8_dot_product_attention`` (only the NVFP4 configs, left out, set it). FP4=True
   (NVFP4) has no memtune recipe: those runs are left out.
 - Data parallel: USE_DIST_OPTIMIZER -> the distributed optimizer; ``grad_reduce_in_fp32`` false
   (pretrain.py). NeMo's ``MegatronCommOverlapCallback`` decides the DP overlaps by the DP size
@@ -136,9 +137,11 @@ MCORE = {
     "25.09-alpha.rc1": "0.15.0",
     "4cd81e85d2a24a727060b660bd05ca1e1a1994d7": "0.15.0",
 }
-# Dockerfile TE_REVISION -> Transformer Engine release (SKIP: the container's, not stated; HPE's
-# commit c47f329b: build_tools/VERSION.txt 2.8.0.dev0)
-TE = {"v2.2.1": "2.2.1", "release_v2.8": "2.8.0", "c47f329b2084406093124851a3aeecb935183def": "2.8.0"}
+# Dockerfile TE_REVISION -> Transformer Engine release (SKIP: the container's, not stated). HPE's
+# commit c47f329b is a 2.8.0.dev0 build (build_tools/VERSION.txt) 38 commits before v2.8 and before
+# TE restricted FP8 attention under current scaling to Blackwell (25252e9f2, #2012; check SEQ015):
+# for every version-dependent rule memtune has (SEQ015 from 2.8, OFF009's from 2.10) it is a 2.7.
+TE = {"v2.2.1": "2.2.1", "release_v2.8": "2.8.0", "c47f329b2084406093124851a3aeecb935183def": "2.7.0"}
 UNSET = "\0unset"
 SOURCE_LINE = re.compile(r"^\s*source\s+.*/([\w.-]+\.sh)\s*$")
 UNSET_LINE = re.compile(r"^\s*unset\s+([A-Za-z_]\w*)\s*$")
@@ -490,6 +493,7 @@ def precision_overrides(s: Settings) -> list[str]:
         f"model.fp8={'hybrid' if s.flag('FP8_HYBRID') else 'e4m3'}",
         f"model.fp8_recipe={s.get('FP8_RECIPE', 'delayed')}",
         f"model.fp8_param_gather={yaml_bool(s.flag(gather))}",
+        f"model.fp8_dot_product_attention={yaml_bool(s.flag('FP8_DPA'))}",
     ]
 
 

@@ -62,8 +62,10 @@ Where each setting is read from:
   config (``MINIBS`` x data-parallel size). Measured ``tokens_per_s_per_gpu`` = GBS x sequence /
   (step s x GPUs), 1 decimal; MLPerf publishes no TFLOP/s.
 
-Not modelled (set by the runs, no memtune key): FP8 attention (``FP8_DPA``,
-``NVTE_FP8_DPA_BWD``), FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
+FP8 attention: ``model.fp8_dot_product_attention`` of the NeMo config (``FP8_DPA``), forward
+and backward in FP8 (``NVTE_FP8_DPA_BWD=1``; a run with its backward in bf16 would be left out).
+
+Not modelled (set by the runs, no memtune key): FP8 activation input store (``FP8_ACT``/``FP8_ACTIVATION``), the delayed
 scaling's amax history, algorithm and reduction, Thunder dropout (``NEMO_LORA_USE_THUNDER_DROPOUT``), TP-overlap sub-settings (``MC_TP_OVERLAP_*``,
 ``tp_comm_overlap_disable_qkv``, ``NVTE_RS_STRIDED_ATOMIC``, the overlap files' atomic GEMMs,
 CGA sizes and FP8 buffers), FP8 weight caching in graphs
@@ -642,10 +644,16 @@ def precision_overrides(code: Code) -> list[str]:
         raise LeftOut(f"FP8 recipe {name!r}: no memtune equivalent")
     # memtune (as Megatron-LM) takes FP8 weights only with the distributed optimizer (OPT005)
     gather = fp8_weights(code) and distributed_optimizer(code)
+    attention = bool(c.get("model.fp8_dot_product_attention"))
+    if attention and code.env.get("NVTE_FP8_DPA_BWD", "1") != "1":
+        raise LeftOut(
+            f"FP8 attention with its backward in bf16 (NVTE_FP8_DPA_BWD=0, {code.config}): not modelled"
+        )
     return [
         f"model.fp8={kind}",
         f"model.fp8_recipe={recipe[name]}",
         f"model.fp8_param_gather={str(gather).lower()}",
+        f"model.fp8_dot_product_attention={str(attention).lower()}",
     ]
 
 
