@@ -18,3 +18,10 @@ def test_every_constant_is_in_a_constants_table_of_the_plan_docs() -> None:
     names = [name for name in dir(K) if name.isupper()]
     assert len(names) > 20  # the module is read, not an empty namespace
     assert [name for name in names if f"`{name}`" not in tables] == []
+
+
+def test_the_blackwell_factor_row_gives_the_constants_value() -> None:
+    """The fitted factor's row quotes the value the code holds (it once lagged a refit)."""
+    text = PLAN.read_text(encoding="utf-8")
+    (value,) = set(K.BLACKWELL_KERNEL_FACTOR.values())
+    assert f"| `BLACKWELL_KERNEL_FACTOR` | {value:.2f} (B200, GB200) |" in text
