@@ -8,11 +8,14 @@ attention (``sdpa_fp8`` and ``sdpa_fp8_backward`` of the cuDNN graph API), and b
 when it picks the fused backend, as cuDNN's bf16 kernel. This times both through the
 cuDNN frontend's Python graphs (``nvidia-cudnn-frontend``, carried as a wheel; the cuDNN
 library is torch's), causal, head dim 128, at the query heads, key-value groups and sequence
-lengths of Llama-style ranks, and torch SDPA's flash and cuDNN kernels (what ``kernels-*.json`` prices bf16
-attention with) beside them. Each kernel: CUDA events over ``CALLS`` calls after a warm-up,
-the median of ``REPEATS``.
+lengths of Llama-style ranks, and torch SDPA's flash and cuDNN kernels (what
+``kernels-*.json`` prices bf16 attention with) beside them. Each kernel: CUDA events over
+``CALLS`` calls after a warm-up, the median of ``REPEATS``; the cuDNN graphs twice, with the
+heuristics' first plan (cuDNN's own choice) and with the fastest of every plan they offer
+(``*_best_ms``). On Hopper the FP8 backward writes FP8 gradients (E5M2): bf16 ones are
+Blackwell's only.
 
-Raw data: nothing here changes a price. ``memtune/perf/constants.py`` says what it adopts.
+Raw data: nothing here changes a price (docs/plan.md says what the step model does with it).
 """
 
 from __future__ import annotations
@@ -76,8 +79,11 @@ class CudnnAttention:
         self.data["dO"] = (torch.randn_like(self.data["o"], dtype=torch.float) * 0.1).to(grad_type)
         b_, hq_, s_, _ = self.dims["q"]
         self.data["stats"] = torch.zeros(b_, hq_, s_, 1, device="cuda", dtype=torch.float)
+        # Hopper's FP8 backward writes its gradients in FP8 (E5M2), which Transformer Engine then
+        # dequantizes under delayed scaling; bf16 gradients are Blackwell's only
+        self.grad_type = torch.float8_e5m2 if fp8 else torch.bfloat16
         for grad, of in (("dQ", "q"), ("dK", "k"), ("dV", "v")):
-            self.data[grad] = torch.empty_like(self.data[of], dtype=torch.bfloat16)
+            self.data[grad] = torch.empty_like(self.data[of], dtype=self.grad_type)
         self.forward = self.build(backward=False)
         self.backward = self.build(backward=True)
 
@@ -163,19 +169,40 @@ class CudnnAttention:
                     name="sdpa_backward", q=q, k=k, v=v, o=o, dO=d_o, stats=stats,
                     attn_scale=scale, use_causal_mask=True,
                 )  # fmt: skip
+            grad = cudnn.data_type.FP8_E5M2 if self.fp8 else bf16
             for t, name in ((dq, "dQ"), (dk, "dK"), (dv, "dV")):
-                output(t, name, bf16)
+                output(t, name, grad)
         graph.validate()
         graph.build_operation_graph()
         graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         graph.check_support()
-        graph.build_plans()
-        workspace = torch.empty(max(graph.get_workspace_size(), 1), device="cuda", dtype=torch.uint8)
+        graph.build_plans(cudnn.build_plan_policy.ALL)
+        sizes = [graph.get_workspace_size_plan_at_index(i) for i in range(graph.get_execution_plan_count())]
+        workspace = torch.empty(
+            max([graph.get_workspace_size(), *sizes, 1]), device="cuda", dtype=torch.uint8
+        )
         return graph, pack, workspace
 
     def time(self, which: Any) -> float:
+        """The heuristics' first plan, as Transformer Engine runs it."""
         graph, pack, workspace = which
         return timed_ms(lambda: graph.execute(pack, workspace, handle=self.handle), self.torch)
+
+    def best(self, which: Any) -> float:
+        """The fastest of every plan the heuristics offer."""
+        graph, pack, workspace = which
+        times = []
+        for i in range(graph.get_execution_plan_count()):
+            try:
+                times.append(
+                    timed_ms(
+                        lambda i=i: graph.execute_plan_at_index(pack, workspace, i, handle=self.handle),
+                        self.torch,
+                    )
+                )
+            except Exception:
+                continue
+        return min(times)
 
 
 def sdpa_ms(torch: Any, shape: tuple[int, int, int, int], backend: str) -> tuple[float, float]:
@@ -226,6 +253,8 @@ def main() -> None:
                 attn = CudnnAttention(cudnn, torch, shape, fp8)
                 row[f"cudnn_{tag}_fwd_ms"] = attn.time(attn.forward)
                 row[f"cudnn_{tag}_bwd_ms"] = attn.time(attn.backward)
+                row[f"cudnn_{tag}_fwd_best_ms"] = attn.best(attn.forward)
+                row[f"cudnn_{tag}_bwd_best_ms"] = attn.best(attn.backward)
             except Exception:
                 row[f"cudnn_{tag}_error"] = traceback.format_exc(limit=4)
             torch.cuda.empty_cache()

@@ -205,7 +205,7 @@ class ShapePricer:
         if d.fp8_attention:
             self.unmeasured.add(
                 f"FP8 attention ({d.attention_fp8_recipe} scaling) at cuDNN's bf16 attention kernel's time: "
-                "its FP8 rate is not measured (benchmarks/gpu/fp8_attention.py)"
+                "its FP8 rate is not adopted (timed on an H100, docs/plan.md)"
             )
         if d.model.softmax_type != "vanilla":
             self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
