@@ -19,6 +19,7 @@ from memtune.tables import print_table as print_rows
 from memtune.units import GiB, gib
 
 if TYPE_CHECKING:  # memtune.perf builds on memtune.estimate (docs/architecture.md)
+    from memtune.config.derived import Derived
     from memtune.perf.step import Throughput
     from memtune.perf.uncertainty import StepUncertainty
 
@@ -726,7 +727,7 @@ def flavour_notes(est: Estimate) -> list[str]:
             "unfused GLU keeps the fc1 output, the activated gate, the offset linear half and the product fc2 takes"
         )
     if fl.fp8_activations:
-        notes.append("FP8: TE keeps linear inputs in FP8 (1 byte); norms and attention stay bf16")
+        notes.append(_fp8_note(d))
     ce = {
         "unfused": "cross entropy keeps fp32 softmax of the logits (4 bytes x tokens x vocab / TP); bf16 logits exist beside it in forward",
         "native": "native fused cross entropy (torch.compile) keeps the fp32 softmax and holds one more fp32 copy of the logits in forward",
@@ -739,6 +740,17 @@ def flavour_notes(est: Estimate) -> list[str]:
             f" {d.deferred_wgrad_microbatches} microbatches until the schedule's end"
         )
     return notes
+
+
+def _fp8_note(d: Derived) -> str:
+    """What an FP8 job of Transformer Engine keeps in FP8 (docs/fusions.md)."""
+    linears = "FP8: TE keeps linear inputs in FP8 (1 byte); norms stay bf16"
+    if d.fp8_attention:
+        output = "in FP8" if d.attention_fp8_recipe == "delayed" else "in bf16"
+        return f"{linears}; FP8 attention keeps q, k and v in FP8 and its output {output}"
+    if d.attention_saved_output_bytes:
+        return f"{linears}, as does attention, which keeps its bf16 output beside linear_proj's FP8 copy"
+    return f"{linears}, as does attention"
 
 
 def plot(est: Estimate, path: str) -> None:

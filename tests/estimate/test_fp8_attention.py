@@ -87,3 +87,23 @@ def test_the_attention_takes_its_own_recipe_from_nvte_dpa_fp8_recipe(job_factory
         env={"NVTE_DPA_FP8_RECIPE": env, "transformer_engine_version": te},
     )
     assert derive(job).attention_fp8_recipe == recipe
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        (
+            {**FP8, "fp8_dot_product_attention": True},
+            "FP8 attention keeps q, k and v in FP8 and its output in FP8",
+        ),
+        (FP8, "as does attention, which keeps its bf16 output beside linear_proj's FP8 copy"),
+    ],
+    ids=["fp8 attention", "bf16 attention"],
+)
+def test_explain_says_what_the_attention_keeps_in_an_fp8_job(job_factory, model, said):
+    from memtune.check import gate
+    from memtune.estimate import estimate
+    from memtune.estimate.render import flavour_notes
+
+    notes = flavour_notes(estimate(gate(job_factory(model=model))))
+    assert any(said in note for note in notes)
