@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# Transformer Engine 2.8 reads NVTE_DPA_FP8_RECIPE (the attention's own FP8 recipe) and keeps
+# current-scaling and MXFP8 attention to Blackwell (25252e9f2, #2012, in release_v2.8)
+TE_PER_ATTENTION_FP8 = (2, 8, 0)
 # attention_backend values that `memtune measure` runs on the local spec as PyTorch's SDPA
 # restricted to its flash and memory-efficient kernels (memtune/measure/sdpa_attention.py); the
 # others are Megatron-Core's DotProductAttention
@@ -687,30 +690,48 @@ class Derived:
         return "flash"
 
     @cached_property
+    def fp8_attention_requested(self) -> bool:
+        """``fp8_dot_product_attention`` reaches Transformer Engine: set on an FP8 job of the TE
+        spec whose recipe Megatron-Core builds with ``fp8_dpa`` (delayed, current and MXFP8
+        scaling; block scaling without it: ``fp8_utils.py`` at core_v0.19.0)."""
+        m = self.model
+        return (
+            m.fp8_dot_product_attention
+            and m.fp8 is not None
+            and self.transformer_engine
+            and m.fp8_recipe != "blockwise"
+        )
+
+    @cached_property
     def attention_fp8_recipe(self) -> str | None:
         """The FP8 recipe the core attention runs, None where it runs in bf16 (or fp16).
 
-        ``fp8_dot_product_attention`` on an FP8 job of the Transformer Engine spec whose recipe
-        hands it to TE: Megatron-Core builds delayed, current and MXFP8 scaling with ``fp8_dpa``,
-        block scaling without it (``fp8_utils.py`` at core_v0.19.0). The attention takes the
-        linears' recipe unless ``NVTE_DPA_FP8_RECIPE`` names another, or ``F16`` (TE 2.8 and
-        newer, TransformerEngine d0067d0 ``dot_product_attention.py``). Only cuDNN's fused
-        kernel trains FP8 attention (``get_attention_backend`` turns flash attention 2, 3 and 4
-        and the unfused path off for FP8 training): on any other kernel the job fails at its
-        first forward (check SEQ014), and this is None."""
-        m = self.model
-        if not (m.fp8_dot_product_attention and m.fp8 is not None and self.transformer_engine):
-            return None
-        if m.fp8_recipe == "blockwise" or self.attention_kernel != "cudnn":
+        Where :attr:`fp8_attention_requested`, the attention takes the linears' recipe unless
+        ``NVTE_DPA_FP8_RECIPE`` names another, or ``F16`` (read from TE 2.8,
+        ``TE_PER_ATTENTION_FP8``; TransformerEngine d0067d0 ``dot_product_attention.py``). Only
+        cuDNN's fused kernel trains FP8 attention (``get_attention_backend`` turns flash
+        attention 2, 3 and 4 and the unfused path off for FP8 training): on any other kernel the
+        job fails at its first forward (check SEQ014), and this is None."""
+        if not self.fp8_attention_requested or self.attention_kernel != "cudnn":
             return None
         override = self.job.env.NVTE_DPA_FP8_RECIPE
-        if override is None or self.te_version < (2, 8, 0):
-            return m.fp8_recipe
+        if override is None or self.te_version < TE_PER_ATTENTION_FP8:
+            return self.model.fp8_recipe
         return {
             "DelayedScaling": "delayed",
             "Float8CurrentScaling": "tensorwise",
             "MXFP8BlockScaling": "mxfp8",
         }.get(override)
+
+    @cached_property
+    def fp8_attention_needs_blackwell(self) -> bool:
+        """FP8 attention in current or MXFP8 scaling, which TE runs only on compute capability
+        10.0 and later from 2.8 on (``TE_PER_ATTENTION_FP8``; d0067d0 ``get_attention_backend``:
+        "Disabling FusedAttention for FP8 current scaling on arch < sm100", the same for MXFP8).
+        Before 2.8 (up to its dev builds, such as c47f329b) current scaling ran on Hopper."""
+        return (
+            self.attention_fp8_recipe in ("tensorwise", "mxfp8") and self.te_version >= TE_PER_ATTENTION_FP8
+        )
 
     @cached_property
     def fp8_attention(self) -> bool:

@@ -107,3 +107,14 @@ def test_explain_says_what_the_attention_keeps_in_an_fp8_job(job_factory, model,
 
     notes = flavour_notes(estimate(gate(job_factory(model=model))))
     assert any(said in note for note in notes)
+
+
+@pytest.mark.parametrize(("te", "needs"), [("2.7.0", False), ("2.8.0", True)])
+def test_current_scaling_attention_is_blackwells_only_from_te_2_8(job_factory, te, needs):
+    """TE 2.8 (25252e9f2) keeps current-scaling FP8 attention to compute capability 10.0; HPE's
+    MLPerf H200 run on a 2.8.0.dev build from before it ran so on Hopper."""
+    job = job_factory(
+        model={**FP8, "fp8_recipe": "tensorwise", "fp8_dot_product_attention": True},
+        env={"transformer_engine_version": te},
+    )
+    assert derive(job).fp8_attention_needs_blackwell is needs

@@ -501,18 +501,6 @@ _NO_ATTENTION_BACKEND = (
 )
 
 
-def _fp8_attention_asked(c: Context) -> bool:
-    """FP8 attention that Transformer Engine is asked to run: the setting on an FP8 job of TE's
-    layers whose recipe hands ``fp8_dpa`` to TE (all but ``blockwise``)."""
-    m = c.model
-    return (
-        m.fp8_dot_product_attention
-        and m.fp8 is not None
-        and c.d.transformer_engine
-        and m.fp8_recipe != "blockwise"
-    )
-
-
 @rule("SEQ014", "fp8-attention-without-fused-backend", ERROR)
 def fp8_attention_without_fused_backend(c: Context) -> Hit | None:
     """FP8 attention with the attention backend forced to one that has no FP8 training path.
@@ -537,7 +525,7 @@ def fp8_attention_without_fused_backend(c: Context) -> Hit | None:
     Set `attention_backend: auto` or `fused`, or drop `fp8_dot_product_attention`.
     """
     kernel = c.d.attention_kernel
-    if not _fp8_attention_asked(c) or kernel == "cudnn":
+    if not c.d.fp8_attention_requested or kernel == "cudnn":
         return None
     return Hit(
         message=f"model.fp8_dot_product_attention=true on Transformer Engine's {kernel} attention "
@@ -575,7 +563,7 @@ def fp8_attention_recipe_before_blackwell(c: Context) -> Hit | None:
     (`env.NVTE_DPA_FP8_RECIPE: DelayedScaling`, or `fp8_recipe: delayed`).
     """
     recipe = c.d.attention_fp8_recipe
-    if recipe not in ("tensorwise", "mxfp8") or c.blackwell_or_newer or c.d.te_version < (2, 8, 0):
+    if not c.d.fp8_attention_needs_blackwell or c.blackwell_or_newer:
         return None
     return Hit(
         message=f"FP8 attention (model.fp8_dot_product_attention=true) in {recipe} scaling on "
@@ -609,7 +597,7 @@ def fp8_attention_unused(c: Context) -> Hit | None:
     `tensorwise`, `mxfp8`) on Transformer Engine's layers.
     """
     m = c.model
-    if not m.fp8_dot_product_attention or _fp8_attention_asked(c):
+    if not m.fp8_dot_product_attention or c.d.fp8_attention_requested:
         return None
     if m.fp8 is None:
         why = "model.fp8 is not set"
