@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 ITERATIONS = 6  # the first warms up (Adam's state is made at the first step); a tune run's last is traced
-COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3")
+COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb")
 REPEATED_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
@@ -61,6 +61,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_block,
         host_by_lora,
         host_by_lora_repeat,
+        host_by_microbatches,
         host_lora_shares,
         lora_compute_check,
         offload_exposure,
@@ -85,6 +86,7 @@ def make_plans(out: str, family: str) -> int:
             "hostlora": host_by_lora,
             "hostlora2": host_by_lora_repeat,
             "hostlora3": host_lora_shares,
+            "hostnmb": host_by_microbatches,
             "smallm": small_m_kernels,
         }
         ids = [e.id for e in families[family]()]
@@ -96,7 +98,7 @@ def make_plans(out: str, family: str) -> int:
         rest=False,
         ids=",".join(ids),
         shard=None,
-        iters=REPEATED_ITERATIONS if family in ("hostlora2", "hostlora3") else ITERATIONS,
+        iters=REPEATED_ITERATIONS if family in ("hostlora2", "hostlora3", "hostnmb") else ITERATIONS,
     )
     plan_entries(namespace)
     # make_plans keeps matrix order; the device runs them in priority order under its deadline

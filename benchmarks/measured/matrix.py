@@ -2612,6 +2612,36 @@ def host_by_moe() -> list[Entry]:
     return found
 
 
+def host_by_microbatches() -> list[Entry]:
+    """A MoE rank's fixed work per iteration (``hostnmb-``): the single-rank MoE tune runs of one
+    microbatch are under-predicted by 27-46% (``compute_accuracy.py``: ``crel-opt-qm-ep2-do-dp8``,
+    ``cchk4-moe-qm-ep2-s2k-mbs2``, ``cchk3-rc-moe-qm-ep4-s4k-m1``) where the same shapes at two
+    microbatches come within a few percent (``cchk2-moe-qm-ep2-s2k-m2``), and their iterations
+    spread by up to half their median. The Qwen3-MoE block of the ``crel-`` runs (4 layers, 128
+    experts top-8, EP 4, sequential local experts, all-to-all, sequence 2048) and the dense
+    Llama-3.2-1B block (4 layers, sequence 2048), each at 1, 2 and 4 microbatches of MBS 1,
+    with Python's automatic collector and with ``train.manual_gc`` (Megatron-LM's --manual-gc:
+    one collection, then the collector off), 21 iterations a run.
+
+    Rule fixed before measuring, from each run's median forward+backward after the first
+    iteration, per block and collector: the work per microbatch ``P = (T4 - T1) / 3`` and per
+    iteration ``F = T1 - P``; what the MoE block's ``F`` exceeds the dense block's, with either
+    collector. A component measurement: every run is read; the step model is compared with
+    each run once its figures are written down."""
+    found = []
+    for block, model, dp in (("qm", QM(expert_model_parallel_size=4, seq_length=2048), 4),
+                             ("l1b", L1B(seq_length=2048), 1)):  # fmt: skip
+        for microbatches in (1, 2, 4):
+            for collector in ("auto", "mgc"):
+                entry = run(
+                    f"hostnmb-{block}-m{microbatches}-{collector}", model, dp=dp, microbatches=microbatches
+                )
+                if collector == "mgc":
+                    entry.config["train"]["manual_gc"] = True
+                found.append(entry)
+    return found
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2644,6 +2674,7 @@ def entries() -> list[Entry]:
         + host_lora_shares()
         + small_m_kernels()
         + host_by_moe()
+        + host_by_microbatches()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
