@@ -170,7 +170,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.21, "GB200": 1.21}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22}
 # A MoE layer's host work beyond a dense layer's, measured in the measure loop (Megatron's DDP,
 # its schedule, the fake process group at the job's world size) by the `hostmoe-` runs
 # (benchmarks/measured/matrix.py host_by_moe, rule fixed before their one run on a lent H100,

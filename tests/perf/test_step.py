@@ -487,17 +487,15 @@ def test_micro_batches_at_fixed_tokens_save_the_per_microbatch_gradient_adds() -
     fused = local(*common[:-1], "train.micro_batch_size=1", "model.gradient_accumulation_fusion=true")
     assert fused.wgrad_accumulates_in_gemm and not one.wgrad_accumulates_in_gemm
     steps = [predict_step(local(*common, f"train.micro_batch_size={b}")).step_time_s for b in (1, 2, 4, 8)]
-    # MBS 1 the slowest, MBS 8 the fastest; MBS 2 and 4 come out within 0.2% of each other
-    # where -7% and -11% were measured (docs/plan.md, what the step model leaves out)
-    assert steps[0] == max(steps) and steps[3] == min(steps)
-    assert steps[2] == pytest.approx(steps[1], rel=2e-3)
+    # each larger micro-batch faster: the GEMMs of more rows no slower (kernels._rows_never_slow)
+    assert steps == sorted(steps, reverse=True)
     saved = (one.num_microbatches - eight.num_microbatches) * p.grad_accumulation(one, held)
-    # the rest nets out: the larger GEMMs gain about what the eager kernels lose, whose traced
-    # time per element is lower at one microbatch's size than at eight's; against the measured
-    # -7%, -11% and -13% at MBS 2, 4 and 8 (the shared half's timings)
-    assert steps[0] - steps[3] == pytest.approx(saved, rel=0.05)
+    # beyond the adds, GEMMs of 16,384 rows at least as fast as those of 2,048 (the eager
+    # kernels, whose traced time per element is lower at one microbatch's size, take some back);
+    # against the measured -7%, -11% and -13% at MBS 2, 4 and 8 (the shared half's timings)
+    assert steps[0] - steps[3] > saved
     for step, measured in zip(steps[1:], (-0.07, -0.11, -0.13), strict=True):
-        assert step / steps[0] - 1 == pytest.approx(measured, abs=0.04)
+        assert step / steps[0] - 1 == pytest.approx(measured, abs=0.01)
 
 
 def test_the_optimizer_step_costs_per_parameter_and_per_tensor_of_the_shard() -> None:
