@@ -690,6 +690,22 @@ class Derived:
         return "flash"
 
     @cached_property
+    def fp8_weight_copies(self) -> Literal["none", "cached", "per_microbatch"]:
+        """The FP8 copies of the weights an FP8 job's Transformer Engine linears keep beside the
+        weights (TransformerEngine d0067d0 ``pytorch/module/linear.py`` ``Linear.forward``,
+        ``module/base.py`` ``quantize_weight``; Megatron-Core 0.19 ``extensions/
+        transformer_engine.py``): ``none`` with ``fp8_param_gather``, whose parameters are FP8
+        tensors themselves (and without FP8 or TE); ``cached``, one copy for the run, refreshed
+        at each step's first microbatch (Megatron passes ``is_first_microbatch``, TE keeps it in
+        ``_fp8_workspaces``); ``per_microbatch`` with ``disable_parameter_transpose_cache``
+        (``is_first_microbatch=None``): every forward quantizes the weights afresh and saves the
+        copy for its backward."""
+        m = self.model
+        if m.fp8 is None or not self.transformer_engine or m.fp8_param_gather:
+            return "none"
+        return "per_microbatch" if m.disable_parameter_transpose_cache else "cached"
+
+    @cached_property
     def fp8_attention_requested(self) -> bool:
         """``fp8_dot_product_attention`` reaches Transformer Engine: set on an FP8 job of the TE
         spec whose recipe Megatron-Core builds with ``fp8_dpa`` (delayed, current and MXFP8
@@ -950,8 +966,9 @@ class Derived:
         (``FUSED_NORM_AMAX_FP8``); under delayed scaling it writes the FP8 copy itself, one
         byte where the norm's own price counts two, and the transpose, where needed, reads it
         and writes another. MXFP8 and blockwise norms are unfused. Scales are left out (one
-        byte per 32 elements at most), and so are the weights, cast once a step and cached
-        across its microbatches.
+        byte per 32 elements at most). A weight is cast like an operand that does not come out
+        of a norm, once a step where its copy is cached and every microbatch where it is not
+        (``fp8_weight_copies``); the step's cast is left out.
 
         A ``gathered`` operand is one sequence parallelism all-gathers over TP (a column-parallel
         GEMM's input, a row-parallel GEMM's output gradient): each rank casts its own shard

@@ -309,6 +309,8 @@ class ModelConfig(Section):
     """FP8 scaling recipe."""
     fp8_param_gather: bool = False
     """Keep FP8 weight copies and gather them in FP8 (needs the distributed optimizer)."""
+    disable_parameter_transpose_cache: bool = False
+    """Transformer Engine quantizes the FP8 weights afresh every microbatch instead of caching them for the step (Megatron-Core's TransformerConfig field, set by Megatron-Bridge's Llama 3 perf recipes; Megatron-LM has no flag)."""
     fp8_dot_product_attention: bool = False
     """Run the core attention in FP8 too (Transformer Engine's cuDNN FP8 fused attention; Megatron-Bridge's mixed_precision.fp8_dot_product_attention, MLPerf's FP8_DPA=1)."""
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 from memtune.config.derived import DTYPE_BYTES, Derived
 from memtune.estimate.flavour import Flavour
+from memtune.estimate.params import fp8_linear_weights
+from memtune.estimate.te import FP8_WEIGHT_COPY_BYTES
 
 BF16 = 2
 FP32 = 4
@@ -410,7 +412,21 @@ def transformer_layer(d: Derived, x: Dims, fl: Flavour, is_moe: bool, imbalance:
     s.bwd_transient = max(0.0, s.bwd_transient - ffn.total)
     s.merge(ffn, "mlp.")
     s.add("mlp.bda.dropout_mask", dropout_mask(m.hidden_dropout, x.residual_tokens * x.hidden))
+    if d.fp8_weight_copies == "per_microbatch":
+        add_fp8_weight_copies(d, s, is_moe)
     return s
+
+
+def add_fp8_weight_copies(d: Derived, s: Saved, is_moe: bool) -> None:
+    """The FP8 weight copies a layer's forward saves for its backward when Transformer Engine
+    quantizes the weights afresh every microbatch (``Derived.fp8_weight_copies``): the row-wise
+    data and the column-wise copy, as the run-long cache holds them otherwise. A recomputed MLP
+    runs its forward without autograd and saves none; the attention's up-projections under
+    ``mla_up_proj`` recompute are still counted (theirs are made again in the backward)."""
+    attention, mlp = fp8_linear_weights(d, is_moe)
+    s.add("self_attention.fp8_weight_copies", FP8_WEIGHT_COPY_BYTES * attention)
+    if ("moe" if is_moe else "mlp") not in d.recompute_modules:
+        s.add("mlp.fp8_weight_copies", FP8_WEIGHT_COPY_BYTES * mlp)
 
 
 def layer_input(x: Dims) -> float:

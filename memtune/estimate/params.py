@@ -135,6 +135,14 @@ def _tp_local(d: Derived, counts: ParamCounts) -> ParamCounts:
     )
 
 
+def fp8_linear_weights(d: Derived, is_moe: bool) -> tuple[float, float]:
+    """What one TP rank holds of a layer's TP-split and expert linears, the ones Transformer
+    Engine runs in FP8 (norms, routers and biases are not quantized): (attention, MLP or MoE)."""
+    ffn = moe_params(d) if is_moe else mlp_params(d, d.ffn_hidden_size)
+    attention, mlp = _tp_local(d, attention_params(d)), _tp_local(d, ffn)
+    return attention.dense, mlp.dense + mlp.expert
+
+
 def chunk_transformer_layer_params(d: Derived, chunk: Chunk) -> ParamCounts:
     """What one TP rank holds inside the chunk's transformer layers (each MTP layer wraps one):
     Megatron-FSDP's units under ``optim_grads_params``."""

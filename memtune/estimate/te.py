@@ -14,13 +14,14 @@ count beside every moment of the step, like the cuBLAS workspaces of ``core.pers
   The userbuffers themselves are ``cudaMalloc``/``cuMemCreate`` memory registered with the
   communicator (``transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp``
   ``register_user_buffer_collective``): outside PyTorch's counters.
-- FP8 weight caches: with Megatron's ``is_first_microbatch`` (unless
-  ``disable_parameter_transpose_cache``), every TE linear keeps its FP8 weight in
-  ``_fp8_workspaces["weight"]`` (``transformer_engine/pytorch/module/linear.py``
-  ``Linear.forward``, ``module/base.py`` ``quantize_weight``) with the row-wise data and the
-  column-wise copy backward needs: 2 bytes per weight element, for the whole run. With
-  ``fp8_param_gather`` the weights are FP8 tensors themselves (1 byte plus their column-wise
-  copy), which the weights' 2 bytes already cover, and no cache is made.
+- FP8 weight caches (``Derived.fp8_weight_copies == "cached"``): with Megatron's
+  ``is_first_microbatch``, every TE linear keeps its FP8 weight in
+  ``_fp8_workspaces["weight"]`` with the row-wise data and the column-wise copy backward needs:
+  2 bytes per weight element, for the whole run. With ``fp8_param_gather`` the weights are FP8
+  tensors themselves (1 byte plus their column-wise copy), which the weights' 2 bytes already
+  cover, and no cache is made; with ``disable_parameter_transpose_cache`` each microbatch's
+  forward saves a fresh copy for its backward instead, an activation
+  (``activations.fp8_weight_copies``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from memtune.units import MiB
 TE_GEMM_WORKSPACE = 32 * MiB + 1024  # get_cublas_workspace_size_bytes on Hopper and newer
 TE_COMPUTE_STREAMS = 4  # multi_stream.cpp: num_compute_streams
 USERBUFFERS_GEMM_STREAMS = 3  # gemm.py: _NUM_MAX_UB_STREAMS
-FP8_CACHED_WEIGHT_BYTES = 2  # row-wise FP8 data + its column-wise copy, per weight element
+FP8_WEIGHT_COPY_BYTES = 2  # row-wise FP8 data + its column-wise copy, per weight element
 
 
 def persistent_allocations(d: Derived, chunks: tuple[Chunk, ...]) -> dict[str, float]:
@@ -49,9 +50,9 @@ def persistent_allocations(d: Derived, chunks: tuple[Chunk, ...]) -> dict[str, f
         allocations["te.grouped_gemm_workspaces"] = TE_COMPUTE_STREAMS * TE_GEMM_WORKSPACE
     if m.tp_comm_overlap and d.tp > 1:
         allocations["te.userbuffers_gemm_workspace"] = USERBUFFERS_GEMM_STREAMS * TE_GEMM_WORKSPACE
-    if m.fp8 is not None and not m.fp8_param_gather:
+    if d.fp8_weight_copies == "cached":
         # The TP-split and expert linears; norms, routers and biases (``replicated``) are not
         # quantized, nor are the embedding and the output layer (not TE modules in GPTModel).
         linear = sum((chunk_transformer_layer_params(d, c) for c in chunks), ParamCounts())
-        allocations["te.fp8_weight_caches"] = FP8_CACHED_WEIGHT_BYTES * (linear.dense + linear.expert)
+        allocations["te.fp8_weight_caches"] = FP8_WEIGHT_COPY_BYTES * (linear.dense + linear.expert)
     return allocations

@@ -247,6 +247,7 @@ class ShapePricer:
         count: float = 1.0,
         after_norm: bool = False,
         parallel: Literal["column", "row"] | None = None,
+        casts_weight: bool = True,
     ) -> float:
         """``count`` GEMMs of an ``m x k`` input by a ``k x n`` weight, as a layer's forward,
         data-gradient and weight-gradient GEMMs each take it (the backward twice this). In FP8,
@@ -254,7 +255,10 @@ class ShapePricer:
         gradient's (``m x n``) in the backward, each once for both of the backward's GEMMs
         (``Derived.fp8_cast_bytes``; ``after_norm``: the input comes out of the fused norm;
         sequence parallelism gathers a ``column``-parallel GEMM's input and a ``row``-parallel
-        GEMM's output gradient), spread as a third over each of the three."""
+        GEMM's output gradient), spread as a third over each of the three. Where the weights are
+        quantized afresh every microbatch (``Derived.fp8_weight_copies``), the weight's cast
+        comes with them too (not with a TP chunk of the GEMM: ``casts_weight``); otherwise it is
+        cast once a step and cached."""
         if m <= 0 or n <= 0 or k <= 0 or count <= 0:
             return 0.0
         d = self.d
@@ -266,6 +270,8 @@ class ShapePricer:
                 d.fp8_cast_bytes(after_norm, gathered=parallel == "column") * m * k
                 + d.fp8_cast_bytes(False, gathered=parallel == "row") * m * n
             )
+            if casts_weight and d.fp8_weight_copies == "per_microbatch":
+                cast_bytes += d.fp8_cast_bytes(False, gathered=False) * k * n
             cast = cast_bytes / 3 / self.hbm
             return count * (2 * m * n * k / (self.gpu.fp8_flops * fraction * self.fp8_gemm_rate) + cast)
         return self.unquantized_gemm(m, n, k, count)
@@ -796,14 +802,15 @@ class ShapePricer:
             return 1 / (1 - d.userbuffer_gemm(gemm).margin_sms / K.UB_REFERENCE_SMS)
 
         def ring_gather(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
-            chunk = self.gemm(m / t, n, k) * slowed(gemm)
-            return t * chunk - self.gemm(m, n, k), (t - 1) * max(0.0, gather / (t - 1) - chunk)
+            chunk = self.gemm(m / t, n, k, casts_weight=False) * slowed(gemm)
+            whole = self.gemm(m, n, k, casts_weight=False)
+            return t * chunk - whole, (t - 1) * max(0.0, gather / (t - 1) - chunk)
 
         def reduce_scatter(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
             overlap = d.userbuffer_gemm(gemm)
             splits = overlap.splits
-            chunk = self.gemm(m / splits, n, k) * slowed(gemm)
-            extra = splits * chunk - self.gemm(m, n, k)
+            chunk = self.gemm(m / splits, n, k, casts_weight=False) * slowed(gemm)
+            extra = splits * chunk - self.gemm(m, n, k, casts_weight=False)
             if overlap.method == "pipeline":
                 step = scatter / splits
                 return extra, step + (splits - 1) * max(0.0, step - chunk)
@@ -814,7 +821,7 @@ class ShapePricer:
             return extra, step + (t - 2) * max(0.0, step - chunk) + summed
 
         def bulk(side: str, m: float, n: float, k: float) -> tuple[float, float]:
-            dgrad = self.gemm(m, n, k)
+            dgrad = self.gemm(m, n, k, casts_weight=False)
             wgrad = 0.0 if self.frozen else dgrad
             dgrad_slowed, wgrad_slowed = slowed(f"{side}_dgrad"), slowed(f"{side}_wgrad")
             exposed = max(0.0, gather - dgrad * dgrad_slowed) + max(0.0, scatter - wgrad * wgrad_slowed)

@@ -351,6 +351,15 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("defaults=megatron-lm", "checkpoint.ckpt_format=fsdp_dtensor"),
         ("defaults=megatron-lm", "checkpoint.ckpt_format=fsdp_dtensor", FSDP),
     ),
+    "OPT015": (
+        ("model.fp8=hybrid", "model.disable_parameter_transpose_cache=true"),
+        (
+            *DISTOPT,
+            "model.fp8=hybrid",
+            "model.fp8_param_gather=true",
+            "model.disable_parameter_transpose_cache=true",
+        ),
+    ),
     "PFT001": (
         (REGATHER, "model.tensor_model_parallel_size=1", "model.sequence_parallel=false"),
         (REGATHER,),

@@ -115,6 +115,19 @@ def test_mixed_precision_fp8_attention_reaches_the_model(write):
     assert not any("fp8_dot_product_attention" in key for key in loaded.ignored)
 
 
+def test_parameter_transpose_cache_setting_is_taken(write):
+    """Bridge's Llama 3 perf recipes set model.disable_parameter_transpose_cache (Megatron-Core's
+    TransformerConfig field): taken, not ignored."""
+    path = write(
+        "dump.yaml",
+        "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+        "  disable_parameter_transpose_cache: true\n",
+    )
+    loaded = load_job(path)
+    assert loaded.job.model.disable_parameter_transpose_cache
+    assert not any("disable_parameter_transpose_cache" in key for key in loaded.ignored)
+
+
 def test_dtypes_functions_fallbacks_and_appended_memtune_sections(write):
     path = write(
         "dump.yaml",

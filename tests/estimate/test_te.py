@@ -2,8 +2,9 @@
 
 from memtune.check import gate
 from memtune.config.derived import derive
+from memtune.estimate import activations as act
 from memtune.estimate import estimate
-from memtune.estimate.core import persistent_buffers
+from memtune.estimate.core import EstimateOptions, layer_saved, persistent_buffers
 from memtune.estimate.flavour import flavour_of
 from memtune.estimate.te import persistent_allocations
 
@@ -121,3 +122,49 @@ def test_the_verdict_is_not_fits_when_the_uncertainty_exceeds_the_headroom(job_f
     between = (with_fragmentation_only + 0.03 * rank.peak_bytes) / 2**30
     assert at_capacity(between).verdict() == "tight"
     assert at_capacity((with_fragmentation_only + 0.07 * rank.peak_bytes) / 2**30).verdict() == "fits"
+
+
+def test_fp8_weight_copies_follow_the_settings(job_factory):
+    sharded = {"optimizer": {"use_distributed_optimizer": True}, "ddp": {"use_distributed_optimizer": True}}
+    cases = [
+        ({**TE}, "none"),  # bf16: no FP8 weights at all
+        ({"fp8": "hybrid"}, "none"),  # the local spec has no TE linears
+        ({**TE, "fp8": "hybrid"}, "cached"),
+        ({**TE, "fp8": "hybrid", "disable_parameter_transpose_cache": True}, "per_microbatch"),
+        (
+            {**TE, "fp8": "hybrid", "fp8_param_gather": True, "disable_parameter_transpose_cache": True},
+            "none",
+        ),
+    ]
+    for model, copies in cases:
+        assert derive(job_factory(model=model, **sharded)).fp8_weight_copies == copies, model
+
+
+def test_weights_quantized_every_microbatch_are_saved_with_it_not_cached(job_factory):
+    # The same 61,440 linear weights a layer (above), 2 bytes each, now saved by every
+    # microbatch's forward for its backward: 4 layers x 2 x 61,440 per microbatch in flight.
+    job = job_factory(model={**TE, "fp8": "hybrid", "disable_parameter_transpose_cache": True})
+    d = derive(job)
+    assert _allocations(job) == {}
+    saved = layer_saved(d, act.dims_of(d), flavour_of(d), 0, EstimateOptions())
+    # attention: qkv 8,192 + proj 4,096; MLP: fc1 32,768 + fc2 16,384
+    assert saved.tensors["self_attention.fp8_weight_copies"] == 2 * 12288
+    assert saved.tensors["mlp.fp8_weight_copies"] == 2 * 49152
+    cached = derive(job_factory(model={**TE, "fp8": "hybrid"}))
+    without = layer_saved(cached, act.dims_of(cached), flavour_of(cached), 0, EstimateOptions())
+    assert saved.total - without.total == 2 * 61440
+    # a recomputed MLP runs its forward without autograd and saves no copy
+    recomputed = derive(
+        job_factory(
+            model={
+                **TE,
+                "fp8": "hybrid",
+                "disable_parameter_transpose_cache": True,
+                "recompute_granularity": "selective",
+                "recompute_modules": ["mlp"],
+            }
+        )
+    )
+    kept = layer_saved(recomputed, act.dims_of(recomputed), flavour_of(recomputed), 0, EstimateOptions())
+    assert "mlp.fp8_weight_copies" not in kept.tensors
+    assert kept.tensors["self_attention.fp8_weight_copies"] == 2 * 12288

@@ -160,3 +160,21 @@ def test_sequence_parallel_gathers_move_fp8() -> None:
     assert saved > 0
     assert bf16[0] - fp8[0] == pytest.approx(saved, rel=1e-9)
     assert bf16[1] - fp8[1] == pytest.approx(saved, rel=1e-9)
+
+
+def test_weights_quantized_every_microbatch_pay_their_cast_per_gemm() -> None:
+    # disable_parameter_transpose_cache without FP8 parameters: every forward casts the 4,096 x
+    # 6,144 weight like an operand not out of a norm (6 bytes an element on an H100 under current
+    # scaling), a third on each of the GEMM's three calls; a TP chunk of it casts no weight
+    cached = derived("tensorwise", "H100-80GB")
+    fresh = gate(
+        with_changes(cached.job, [Change.parse("model.disable_parameter_transpose_cache=true")])
+    ).derived
+    assert (cached.fp8_weight_copies, fresh.fp8_weight_copies) == ("cached", "per_microbatch")
+    m, n, k = 4096, 6144, 4096
+    cached_price = ShapePricer(cached, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+    fresh_price = ShapePricer(fresh, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+    assert fresh_price.gemm(m, n, k) - cached_price.gemm(m, n, k) == pytest.approx(
+        6 * k * n / 3 / cached_price.hbm, rel=1e-12
+    )
+    assert fresh_price.gemm(m, n, k, casts_weight=False) == cached_price.gemm(m, n, k)

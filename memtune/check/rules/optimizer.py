@@ -442,3 +442,41 @@ def fsdp_dtensor_without_fsdp(c: Context) -> Hit | None:
         fix="set checkpoint.ckpt_format=torch_dist, or ddp.use_megatron_fsdp=true",
         upstream=_DTENSOR_WITHOUT_FSDP[c.d.stack],
     )
+
+
+@rule("OPT015", "fp8-weights-quantized-every-microbatch", WARNING)
+def fp8_weights_quantized_every_microbatch(c: Context) -> Hit | None:
+    """`disable_parameter_transpose_cache` on FP8 weights that are not FP8 parameters.
+
+    ## What it does
+    Flags `disable_parameter_transpose_cache: true` in an FP8 job on Transformer Engine's layers
+    without `fp8_param_gather`.
+
+    ## Why it matters
+    Without the cache, Megatron-Core calls Transformer Engine's linears with
+    `is_first_microbatch=None`, and every forward quantizes the bf16 weights afresh and saves
+    the FP8 copy (row-wise and column-wise, 2 bytes per weight) for its backward
+    (TransformerEngine `module/linear.py`, `module/base.py` `quantize_weight`). Every
+    microbatch in flight then holds a copy of its layers' weights, where the cache holds one
+    for the run: with a pipeline's many microbatches in flight, tens of GiB. Each microbatch
+    also pays the weights' cast. Megatron-Bridge's perf recipes set it beside
+    `fp8_param_gather`, whose weights are FP8 tensors already: there it costs nothing.
+
+    ## Example
+    ```yaml
+    model: {fp8: hybrid, fp8_recipe: tensorwise, transformer_impl: transformer_engine, disable_parameter_transpose_cache: true}
+    ```
+
+    ## Fix
+    Drop `disable_parameter_transpose_cache`, or keep the weights in FP8 with
+    `fp8_param_gather: true` (with the distributed optimizer).
+    """
+    if not c.model.disable_parameter_transpose_cache or c.d.fp8_weight_copies != "per_microbatch":
+        return None
+    return Hit(
+        message=(
+            "model.disable_parameter_transpose_cache=true without model.fp8_param_gather: every "
+            "microbatch in flight keeps an FP8 copy of its layers' weights and casts them again"
+        ),
+        fix="set model.disable_parameter_transpose_cache=false, or model.fp8_param_gather=true",
+    )
