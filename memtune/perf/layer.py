@@ -204,8 +204,8 @@ class ShapePricer:
             )
         if d.fp8_attention:
             self.unmeasured.add(
-                f"FP8 attention ({d.attention_fp8_recipe} scaling) at cuDNN's bf16 attention kernel's time: "
-                "its FP8 rate is not adopted (timed on an H100, docs/plan.md)"
+                f"FP8 attention ({d.attention_fp8_recipe} scaling): its forward at the rate timed on an H100, "
+                "its backward's fitted on published Hopper steps (docs/plan.md)"
             )
         if d.model.softmax_type != "vanilla":
             self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
@@ -340,10 +340,12 @@ class ShapePricer:
             fwd_frac, bwd_frac = cudnn_attention_fractions(self.tables, seq, batch, round(qk))
         else:
             fwd_frac, bwd_frac = attention_fractions(self.tables, seq, batch)
-        fwd = flops / (self.matmul_flops * fwd_frac) * self.attention_factor
-        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (
-            self.matmul_flops * bwd_frac
-        ) * self.attention_factor
+        fwd_factor = bwd_factor = self.attention_factor
+        if d.fp8_attention:
+            fwd_factor *= K.FP8_ATTENTION_FWD_FACTOR
+            bwd_factor *= K.FP8_ATTENTION_BWD_FACTOR
+        fwd = flops / (self.matmul_flops * fwd_frac) * fwd_factor
+        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (self.matmul_flops * bwd_frac) * bwd_factor
 
     def window_share(self) -> float:
         """The fused kernels' attention work in an average layer against full causal attention:

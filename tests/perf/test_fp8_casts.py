@@ -178,3 +178,16 @@ def test_weights_quantized_every_microbatch_pay_their_cast_per_gemm() -> None:
         6 * k * n / 3 / cached_price.hbm, rel=1e-12
     )
     assert fresh_price.gemm(m, n, k, casts_weight=False) == cached_price.gemm(m, n, k)
+
+
+def test_fp8_attention_takes_its_factors_of_the_bf16_kernels() -> None:
+    # cuDNN's fused attention of Llama 3 8B under delayed scaling: FP8 attention's forward at the
+    # rate timed on an H100, its backward at the fitted factor, of the same bf16 kernels' time
+    bf16 = derived("delayed", "H100-80GB")
+    fp8 = gate(with_changes(bf16.job, [Change.parse("model.fp8_dot_product_attention=true")])).derived
+    assert fp8.fp8_attention and not bf16.fp8_attention
+    plain = ShapePricer(bf16, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).core_attention()
+    fast = ShapePricer(fp8, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).core_attention()
+    assert fast[0] == pytest.approx(plain[0] * K.FP8_ATTENTION_FWD_FACTOR, rel=1e-12)
+    assert fast[1] == pytest.approx(plain[1] * K.FP8_ATTENTION_BWD_FACTOR, rel=1e-12)
+    assert K.FP8_ATTENTION_FWD_FACTOR == 0.65  # the H100 frontend timing's median
