@@ -27,7 +27,8 @@ def test_one_line_per_layout_within_the_width_without_trailing_blanks(capsys, mo
     header = next(i for i, line in enumerate(lines) if line.startswith("#  layout"))
     rows = lines[header + 2 : header + 7]
     assert [row.split()[0] for row in rows] == ["1", "2", "3", "4", "5"]
-    assert rows[0].split()[1:5] == ["TP2", "PP1", "MBS2", "SP"]
+    # at fixed tokens the larger micro-batch is the faster (measured: MBS 4 ~4% over MBS 2)
+    assert rows[0].split()[1:5] == ["TP2", "PP1", "MBS4", "SP"]
     if width == 80:
         # DP (the layout implies it) and TFLOP/s (tokens/s says the same) give way first; what
         # defines a layout (its sizes, recompute and optimizer) never does
