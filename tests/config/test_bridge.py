@@ -102,30 +102,26 @@ def test_mixed_precision_recipe_name_overrides_the_sections(write):
     assert (m.fp8, m.fp8_recipe, m.fp8_param_gather) == ("hybrid", "tensorwise", True)
 
 
-def test_mixed_precision_fp8_attention_reaches_the_model(write):
-    """Bridge's MixedPrecisionConfig.setup copies fp8_dot_product_attention onto the model
-    config (megatron/bridge/training/mixed_precision.py at 067f987): taken, not ignored."""
-    path = write(
-        "dump.yaml",
-        "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
-        "mixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: delayed\n  fp8_dot_product_attention: true\n",
-    )
-    loaded = load_job(path)
-    assert loaded.job.model.fp8_dot_product_attention
-    assert not any("fp8_dot_product_attention" in key for key in loaded.ignored)
-
-
-def test_parameter_transpose_cache_setting_is_taken(write):
-    """Bridge's Llama 3 perf recipes set model.disable_parameter_transpose_cache (Megatron-Core's
-    TransformerConfig field): taken, not ignored."""
-    path = write(
-        "dump.yaml",
-        "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
-        "  disable_parameter_transpose_cache: true\n",
-    )
-    loaded = load_job(path)
-    assert loaded.job.model.disable_parameter_transpose_cache
-    assert not any("disable_parameter_transpose_cache" in key for key in loaded.ignored)
+@pytest.mark.parametrize(
+    "section, key",
+    [
+        # MixedPrecisionConfig.setup copies it onto the model config
+        # (megatron/bridge/training/mixed_precision.py at 067f987)
+        (
+            "mixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: delayed\n",
+            "fp8_dot_product_attention",
+        ),
+        # Megatron-Core's TransformerConfig field, set by Bridge's Llama 3 perf recipes
+        ("", "disable_parameter_transpose_cache"),
+    ],
+)
+def test_transformer_config_fields_bridge_sets_are_taken(write, section, key):
+    """Each reaches memtune's model section, not the ignored list."""
+    model = "model:\n  num_layers: 2\n  hidden_size: 8\n  num_attention_heads: 2\n  vocab_size: 64\n"
+    text = model + section + f"  {key}: true\n"  # under the section, else under model
+    loaded = load_job(write("dump.yaml", text))
+    assert getattr(loaded.job.model, key)
+    assert not any(key in ignored for ignored in loaded.ignored)
 
 
 def test_dtypes_functions_fallbacks_and_appended_memtune_sections(write):
