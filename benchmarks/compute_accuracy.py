@@ -68,7 +68,7 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 # never a user's job.
 SHARED_MACHINE = Machine(0.92, 0.92)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
-TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk", "cchk4", "cchk4a")
+TRACED_SETS = ("crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk", "cchk4", "cchk4a", "cchk5")
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
 CHECK_SETS = {
@@ -77,6 +77,7 @@ CHECK_SETS = {
     "cchk3": RESULTS / "cchk3-h100.results.jsonl",
     "lorachk": RESULTS / "lorachk-h100.results.jsonl",
     "cchk4": RESULTS / "cchk4-h100.results.jsonl",
+    "cchk5": RESULTS / "cchk5-h100.results.jsonl",
 }
 # The cchk2- runs timed again in a later call, on another lent H100: how far the machine moves a
 # step. Not a check (its shapes were seen) and pooled in no figure; its tune runs measure its

@@ -2265,6 +2265,71 @@ def _compute_relations_check4() -> list[Entry]:
     return e
 
 
+def _compute_relations_check5() -> list[Entry]:
+    """A fifth fresh check of the step model (``cchk5-``), defined on 2026-12-07 before any was
+    measured, with the model it checks frozen at the commit that adds it (GEMMs of 1,024 rows or
+    more never slower than fewer, FP8 attention priced, 4467e39); split by the hash rule, its
+    holdout compared once. Shapes none of the earlier sets ran: Qwen3 32B's width at TP 4 and
+    Llama 3 70B's at TP 8 with sequence 8,192, Llama 3 8B's at TP 2 with MBS 4 and at TP 4 with
+    sequence 16,384, a 2,048-wide model at MBS 2 over four microbatches; the GPT block at TP 2
+    and sequence 4,096; VPP 4 on a PP 2 last stage; MTP of depth 2; MoE ranks: Mixtral's width
+    at TP 2 EP 4 with MBS 2, the Qwen3 MoE at EP 8 and sequence 4,096 over two microbatches, the
+    MLA+MoE shape at EP 4 with ``moe`` recompute (``moe_act`` needs grouped experts and
+    ``layernorm`` an output-discarding checkpoint, both Transformer Engine's here); ``core_attn``
+    and ``mlp`` recompute on Qwen3 8B's width, full recompute of two-layer blocks; the
+    distributed optimizer at DP 8 and
+    TP 2; fp16 with its loss scaler at 1; LoRA on Qwen3 32B's width. As with ``cchk-``, the tune
+    runs only measure the lent machine (its kernels' and its flash attention's factors)."""
+    e = []
+    tp2, tp4, tp8 = ({"tensor_model_parallel_size": t, **SP} for t in (2, 4, 8))
+
+    def q32w(**kw):
+        return _model("qwen3-32b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    def l70w(**kw):
+        return _model("llama3-70b", **{"num_layers": 2, **kw})
+
+    # dense shapes
+    e.append(run("cchk5-q32w-tp4-sp-s4k-m2", q32w(**tp4), microbatches=2))
+    e.append(run("cchk5-l70w-tp8-sp-s8k-m1", l70w(**tp8, seq_length=8192)))
+    e.append(run("cchk5-l8w-tp2-sp-s2k-mbs4-m2", L8W(**tp2, seq_length=2048), mbs=4, microbatches=2))
+    e.append(run("cchk5-l8w-tp4-sp-s16k-m1", L8W(**tp4, seq_length=16384)))
+    e.append(run("cchk5-l1b-s2k-mbs2-m4", L1B(seq_length=2048), mbs=2, microbatches=4))
+    e.append(run("cchk5-gpt-tp2-sp-s4k-m2", GPT(**tp2, seq_length=4096), microbatches=2))
+    # pipeline stages and MTP
+    pp2v4 = dict(num_layers=16, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4)
+    e.append(run("cchk5-vpp4-l1b-pp2-last-m8", L1B(**pp2v4, seq_length=2048), microbatches=8, stage=-1))
+    e.append(run("cchk5-mtp2-l8w-tp2-sp-m2", L8W(**tp2, mtp_num_layers=2), microbatches=2))
+    # MoE ranks
+    e.append(
+        run(
+            "cchk5-moe-mx-tp2-sp-ep4-s2k-mbs2",
+            MX(**tp2, expert_model_parallel_size=4, seq_length=2048),
+            dp=4,
+            mbs=2,
+        )
+    )
+    e.append(run("cchk5-moe-qm-ep8-s4k-m2", QM(expert_model_parallel_size=8), dp=8, microbatches=2))
+    moe_rc = dict(recompute_granularity="selective", recompute_modules=["moe"])
+    e.append(
+        run("cchk5-rc-moe-dsl-ep4-m2", DSL(expert_model_parallel_size=4, **moe_rc), dp=4, microbatches=2)
+    )
+    # recompute
+    attn_mlp = dict(recompute_granularity="selective", recompute_modules=["core_attn", "mlp"])
+    e.append(run("cchk5-rc-attnmlp-q8-tp2-sp-s4k-m2", Q8(**tp2, **attn_mlp, seq_length=4096), microbatches=2))
+    block2 = dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2)
+    e.append(run("cchk5-rc-block2-l8w-tp2-sp-m2", L8W(**tp2, **block2), microbatches=2))
+    # the optimizer, precision, LoRA
+    e.append(run("cchk5-opt-l8w-tp2-sp-do-dp8", L8W(**tp2, seq_length=2048), dp=8, distopt=True))
+    scale_one = {"initial_loss_scale": 1.0}
+    fp16 = dict(bf16=False, fp16=True)
+    e.append(
+        run("cchk5-prec-l1b-fp16-s2k-m2", L1B(**fp16, seq_length=2048), microbatches=2, optimizer=scale_one)
+    )
+    e.append(run("cchk5-lora-q32w-tp4-sp-m2", q32w(**tp4), microbatches=2, peft=lora()))
+    return e
+
+
 def small_m_kernels() -> list[Entry]:
     """Whether the GEMMs under 1,024 rows are priced right inside a step (``smallm-``): single
     ranks whose every GEMM runs at 256 or 512 rows (sequence 256 or 512, one sequence a
@@ -2664,6 +2729,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check2()
         + _compute_relations_check3()
         + _compute_relations_check4()
+        + _compute_relations_check5()
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()
