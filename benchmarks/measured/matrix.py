@@ -2269,7 +2269,10 @@ def _compute_relations_check5() -> list[Entry]:
     """A fifth fresh check of the step model (``cchk5-``), defined on 2026-12-07 before any was
     measured, with the model it checks frozen at the commit that adds it (GEMMs of 1,024 rows or
     more never slower than fewer, FP8 attention priced, 4467e39); split by the hash rule, its
-    holdout compared once. Shapes none of the earlier sets ran: Qwen3 32B's width at TP 4 and
+    holdout compared once. Meant as shapes no earlier set ran, but five repeat an earlier run's
+    config exactly (found after the look; ``crel-mbs4-l8w-tp2-sp-s2k-m2``, ``crel-mtp2-l8w-tp2-sp-m2``,
+    ``cchk3-moe-qm-ep8-s4k-m2``, ``cchk3-rc-block2-l8w-tp2-sp-s4k-m2``,
+    ``cchk3-opt-l8w-tp2-sp-do-dp8-s2k``), two of them held out here. The shapes: Qwen3 32B's width at TP 4 and
     Llama 3 70B's at TP 8 with sequence 8,192, Llama 3 8B's at TP 2 with MBS 4 and at TP 4 with
     sequence 16,384, a 2,048-wide model at MBS 2 over four microbatches; the GPT block at TP 2
     and sequence 4,096; VPP 4 on a PP 2 last stage; MTP of depth 2; MoE ranks: Mixtral's width

@@ -422,7 +422,8 @@ def add_fp8_weight_copies(d: Derived, s: Saved, is_moe: bool) -> None:
     quantizes the weights afresh every microbatch (``Derived.fp8_weight_copies``): the row-wise
     data and the column-wise copy, as the run-long cache holds them otherwise. A recomputed MLP
     runs its forward without autograd and saves none; the attention's up-projections under
-    ``mla_up_proj`` recompute are still counted (theirs are made again in the backward), and
+    ``mla_up_proj`` recompute are still counted (theirs are made again in the backward), as are
+    shared experts under ``shared_experts`` recompute, and
     layer-wise activation offload counts them among what it moves, though Transformer Engine
     keeps them on the device (``mark_not_offload``)."""
     attention, mlp = fp8_linear_weights(d, is_moe)
