@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from dataclasses import dataclass
 
 from memtune.catalog.models import get_model
@@ -2269,10 +2270,11 @@ def _compute_relations_check5() -> list[Entry]:
     """A fifth fresh check of the step model (``cchk5-``), defined on 2026-12-07 before any was
     measured, with the model it checks frozen at the commit that adds it (GEMMs of 1,024 rows or
     more never slower than fewer, FP8 attention priced, 4467e39); split by the hash rule, its
-    holdout compared once. Meant as shapes no earlier set ran, but five repeat an earlier run's
-    config exactly (found after the look; ``crel-mbs4-l8w-tp2-sp-s2k-m2``, ``crel-mtp2-l8w-tp2-sp-m2``,
-    ``cchk3-moe-qm-ep8-s4k-m2``, ``cchk3-rc-block2-l8w-tp2-sp-s4k-m2``,
-    ``cchk3-opt-l8w-tp2-sp-do-dp8-s2k``), two of them held out here. The shapes: Qwen3 32B's width at TP 4 and
+    holdout compared once. Meant as shapes no earlier set ran, but six repeat an earlier run's
+    config exactly (found after the look, ``repeated_runs``: ``crel-mbs4-l8w-tp2-sp-s2k-m2``,
+    ``cchk2-seq16k-l8w-tp4-sp-m1``, ``crel-mtp2-l8w-tp2-sp-m2``, ``cchk3-moe-qm-ep8-s4k-m2``,
+    ``cchk3-rc-block2-l8w-tp2-sp-s4k-m2``, ``cchk3-opt-l8w-tp2-sp-do-dp8-s2k``), two of them held
+    out here. The shapes: Qwen3 32B's width at TP 4 and
     Llama 3 70B's at TP 8 with sequence 8,192, Llama 3 8B's at TP 2 with MBS 4 and at TP 4 with
     sequence 16,384, a 2,048-wide model at MBS 2 over four microbatches; the GPT block at TP 2
     and sequence 4,096; VPP 4 on a PP 2 last stage; MTP of depth 2; MoE ranks: Mixtral's width
@@ -2330,6 +2332,100 @@ def _compute_relations_check5() -> list[Entry]:
         run("cchk5-prec-l1b-fp16-s2k-m2", L1B(**fp16, seq_length=2048), microbatches=2, optimizer=scale_one)
     )
     e.append(run("cchk5-lora-q32w-tp4-sp-m2", q32w(**tp4), microbatches=2, peft=lora()))
+    return e
+
+
+def repeated_runs(family: list[Entry], earlier: list[Entry]) -> list[tuple[str, str]]:
+    """The runs of ``family`` whose config and measured rank an ``earlier`` run already had, each
+    as (its id, the earlier run's id): a fresh check counts only shapes nobody measured before."""
+    seen = {(json.dumps(e.config, sort_keys=True), e.rank): e.id for e in earlier}
+    keys = ((e.id, (json.dumps(e.config, sort_keys=True), e.rank)) for e in family)
+    return [(run_id, seen[key]) for run_id, key in keys if key in seen]
+
+
+def _compute_relations_check6() -> list[Entry]:
+    """A sixth fresh check of the step model (``cchk6-``), defined on 2026-12-07 before any was
+    measured, with the model it checks frozen at the commit that adds it (the model of 465f4f7,
+    unchanged since); split by the hash rule, its holdout compared once. Unlike ``cchk5-``, no
+    run here repeats an earlier run's config and rank (``repeated_runs`` finds none, and a test
+    keeps it so). The shapes: Qwen3 8B's width at TP 1 with MBS 2, Llama 3 8B's at TP 8 and at
+    TP 2 without sequence parallelism, six layers at TP 4 over three microbatches, Llama 3 70B's
+    at TP 4 with MBS 2, Qwen3 32B's at TP 2, a 2,048-wide model at sequence 8,192 and at MBS 8 of
+    1,024 tokens; the GPT block (Megatron's unfused attention) at TP 1 with MBS 2 and at TP 4
+    with sequence 8,192; VPP 2 on a middle stage of PP 4, the first stage of PP 2 with and
+    without VPP 3; MTP of depth 1 on the 2,048-wide model; MoE ranks: Mixtral's width at EP 8,
+    the Qwen3 MoE at EP 4 with MBS 2, the MLA+MoE shape at EP 8; uniform full recompute of one
+    layer, ``core_attn`` recompute at Llama 3 70B's width and TP 8, ``mla_up_proj`` at EP 2; the
+    distributed optimizer on Qwen3 8B's width at DP 4 and on Mixtral's at EP 2, bf16 gradient
+    buffers; fp16 at Llama 3 8B's width; LoRA at Llama 3 70B's width and TP 8, on Mixtral's
+    attention at TP 2 EP 4, and of rank 8 with MBS 2. The tune runs only measure the lent
+    machine (its kernels' and its flash attention's factors), as with ``cchk-``."""
+    tp2, tp4, tp8 = ({"tensor_model_parallel_size": t, **SP} for t in (2, 4, 8))
+    fp16 = dict(bf16=False, fp16=True)
+
+    def q32w(**kw):
+        return _model("qwen3-32b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    def l70w(**kw):
+        return _model("llama3-70b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    e = []
+    # dense shapes
+    e.append(run("cchk6-q8-tp1-s2k-mbs2-m2", Q8(seq_length=2048), mbs=2, microbatches=2))
+    e.append(run("cchk6-l8w-tp8-sp-m4", L8W(**tp8), microbatches=4))
+    e.append(run("cchk6-l70w-tp4-sp-s2k-mbs2-m2", l70w(**tp4, seq_length=2048), mbs=2, microbatches=2))
+    e.append(run("cchk6-q32w-tp2-sp-s2k-m2", q32w(**tp2, seq_length=2048), microbatches=2))
+    e.append(run("cchk6-l1b-tp2-sp-s8k-m2", L1B(**tp2, seq_length=8192), microbatches=2))
+    e.append(run("cchk6-l1b-s1k-mbs4-m2", L1B(seq_length=1024), mbs=4, microbatches=2))
+    e.append(run("cchk6-gpt-tp1-mbs2-m2", GPT(), mbs=2, microbatches=2))
+    e.append(run("cchk6-gpt-tp4-sp-s8k", GPT(**tp4, seq_length=8192)))
+    e.append(run("cchk6-l8w-tp2-nosp-m2", L8W(tensor_model_parallel_size=2), microbatches=2))
+    e.append(run("cchk6-l8w-l6-tp4-sp-m3", L8W(**tp4, num_layers=6), microbatches=3))
+    # pipeline stages and MTP
+    pp4v2 = dict(num_layers=16, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2)
+    e.append(run("cchk6-vpp2-l1b-pp4-mid-m8", L1B(**pp4v2, seq_length=2048), microbatches=8, stage=1))
+    pp2 = dict(num_layers=8, pipeline_model_parallel_size=2)
+    e.append(
+        run("cchk6-pp2-q8-tp2-sp-s4k-first-m4", Q8(**tp2, **pp2, seq_length=4096), microbatches=4, stage=0)
+    )
+    pp2v3 = dict(num_layers=12, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=3)
+    e.append(run("cchk6-vpp3-l1b-pp2-first-m6", L1B(**pp2v3, seq_length=2048), microbatches=6, stage=0))
+    e.append(run("cchk6-mtp1-l1b-s2k-m2", L1B(mtp_num_layers=1, seq_length=2048), microbatches=2))
+    # MoE ranks
+    e.append(run("cchk6-moe-mx-ep8-s2k-mbs2", MX(expert_model_parallel_size=8, seq_length=2048), dp=8, mbs=2))
+    qm_ep4 = QM(expert_model_parallel_size=4, seq_length=2048)
+    e.append(run("cchk6-moe-qm-ep4-s2k-mbs2-m2", qm_ep4, dp=4, mbs=2, microbatches=2))
+    dsl_ep8 = DSL(expert_model_parallel_size=8, seq_length=2048)
+    e.append(run("cchk6-moe-dsl-ep8-s2k-m2", dsl_ep8, dp=8, microbatches=2))
+    # recompute
+    uniform1 = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    e.append(run("cchk6-rc-uniform1-l8w-tp2-sp-m2", L8W(**tp2, **uniform1), microbatches=2))
+    attn = dict(recompute_granularity="selective", recompute_modules=["core_attn"])
+    e.append(run("cchk6-rc-attn-l70w-tp8-sp-m2", l70w(**tp8, **attn), microbatches=2))
+    up_proj = dict(recompute_granularity="selective", recompute_modules=["mla_up_proj"])
+    dsl_ep2 = DSL(expert_model_parallel_size=2, **up_proj)
+    e.append(run("cchk6-rc-mlaup-dsl-ep2-m2", dsl_ep2, dp=2, microbatches=2))
+    # the optimizer, precision, LoRA
+    e.append(run("cchk6-opt-q8-tp2-sp-do-dp4-s2k", Q8(**tp2, seq_length=2048), dp=4, distopt=True))
+    mx_ep2 = MX(expert_model_parallel_size=2, seq_length=2048)
+    e.append(run("cchk6-opt-mx-ep2-do-dp2", mx_ep2, dp=2, distopt=True))
+    e.append(run("cchk6-opt-l8w-tp2-sp-bf16grads-m2", L8W(**tp2), microbatches=2, grad_fp32=False))
+    scale_one = {"initial_loss_scale": 1.0}
+    e.append(run("cchk6-prec-l8w-tp2-sp-fp16-m2", L8W(**tp2, **fp16), microbatches=2, optimizer=scale_one))
+    e.append(run("cchk6-lora-l70w-tp8-sp-m2", l70w(**tp8), microbatches=2, peft=lora()))
+    mx_attention = MX(**tp2, expert_model_parallel_size=4, seq_length=4096)
+    e.append(
+        run("cchk6-lora-mx-tp2-sp-ep4-attention", mx_attention, dp=4, peft=lora(target_modules=ATTENTION))
+    )
+    e.append(
+        run(
+            "cchk6-lora-l1b-r8-mbs2-m4",
+            L1B(seq_length=2048),
+            mbs=2,
+            microbatches=4,
+            peft=lora(dim=8, alpha=16),
+        )
+    )
     return e
 
 
@@ -2733,6 +2829,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check3()
         + _compute_relations_check4()
         + _compute_relations_check5()
+        + _compute_relations_check6()
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()

@@ -96,3 +96,23 @@ def test_matrix_entries_plan_and_match_the_set():
         assert by_id[r["id"]].rank == r["rank"], r["id"]
     for e in entries:
         plan_measurement(gate(validate(e.config)), e.rank)
+
+
+def test_sixth_check_measures_no_config_measured_before_and_fifth_repeats_six():
+    matrix = load_matrix()
+    entries = matrix.entries()
+
+    def family_and_earlier(prefix):
+        family = [e for e in entries if e.id.startswith(prefix)]
+        return family, [e for e in entries if not e.id.startswith(("cchk5-", "cchk6-"))]
+
+    assert matrix.repeated_runs(*family_and_earlier("cchk6-")) == []
+    # found after cchk5- was measured and compared (its docstring lists them)
+    assert [earlier for _, earlier in matrix.repeated_runs(*family_and_earlier("cchk5-"))] == [
+        "crel-mbs4-l8w-tp2-sp-s2k-m2",
+        "cchk2-seq16k-l8w-tp4-sp-m1",
+        "crel-mtp2-l8w-tp2-sp-m2",
+        "cchk3-moe-qm-ep8-s4k-m2",
+        "cchk3-rc-block2-l8w-tp2-sp-s4k-m2",
+        "cchk3-opt-l8w-tp2-sp-do-dp8-s2k",
+    ]
