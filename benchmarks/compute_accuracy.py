@@ -21,11 +21,12 @@ data, so the iteration is the rank's compute, host work and optimizer step):
   ``lorachk``: the same for the LoRA adapters' priced work (``lorachk-h100``); ``cchk4``: a
   fourth, after LoRA's optimizer and host work were priced (``cchk4-h100``); ``cchk5``: a fifth,
   after GEMMs of more rows were never priced slower and FP8 attention was priced
-  (``cchk5-h100``).
+  (``cchk5-h100``); ``cchk6``: a sixth, at the same model, on shapes no earlier run measured
+  (``cchk6-h100``).
 - ``cchk2r``: the ``cchk2-`` runs timed again on another lent H100, to show how far the machine
   moves a step; ``cchk3a``: the ``cchk3-`` runs timed again right after, in the same call on
-  the same H100, to show how far a step moves on one machine; ``cchk4a`` and ``cchk5a``
-  likewise for the ``cchk4-`` and ``cchk5-`` runs (none of them is a check).
+  the same H100, to show how far a step moves on one machine; ``cchk4a``, ``cchk5a`` and
+  ``cchk6a`` likewise for the ``cchk4-``, ``cchk5-`` and ``cchk6-`` runs (none of them is a check).
 
 The prediction is ``predict_step(...)`` of that rank's stage: its compute
 (``Simulated.stage_compute_s``: the passes, host-bound time included, and the step's own work;
@@ -71,7 +72,8 @@ SHARED = Path("/work/shared/reference/compute-time-h200")
 SHARED_MACHINE = Machine(0.92, 0.92)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
 TRACED_SETS = (
-    "crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk", "cchk4", "cchk4a", "cchk5", "cchk5a"
+    "crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk", "cchk4", "cchk4a", "cchk5", "cchk5a",
+    "cchk6", "cchk6a",
 )  # fmt: skip
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
@@ -82,18 +84,20 @@ CHECK_SETS = {
     "lorachk": RESULTS / "lorachk-h100.results.jsonl",
     "cchk4": RESULTS / "cchk4-h100.results.jsonl",
     "cchk5": RESULTS / "cchk5-h100.results.jsonl",
+    "cchk6": RESULTS / "cchk6-h100.results.jsonl",
 }
 # The cchk2- runs timed again in a later call, on another lent H100: how far the machine moves a
 # step. Not a check (its shapes were seen) and pooled in no figure; its tune runs measure its
 # machine as a check's do.
 # The cchk3- runs timed twice in one call on one machine, one pass after the other: how far a
 # step moves between two passes on the same machine (cchk3a, also in no figure); likewise the
-# cchk4- and cchk5- runs (cchk4a, cchk5a).
+# cchk4-, cchk5- and cchk6- runs (cchk4a, cchk5a, cchk6a).
 REPEATS = {
     "cchk2r": RESULTS / "cchk2-repeat-h100.results.jsonl",
     "cchk3a": RESULTS / "cchk3-again-h100.results.jsonl",
     "cchk4a": RESULTS / "cchk4-again-h100.results.jsonl",
     "cchk5a": RESULTS / "cchk5-again-h100.results.jsonl",
+    "cchk6a": RESULTS / "cchk6-again-h100.results.jsonl",
 }
 # PyTorch's flash kernels by name in a trace (``pytorch_flash::flash_fwd_kernel``, ``..._bwd_...``)
 FLASH_KERNEL = "pytorch_flash::"
