@@ -99,6 +99,10 @@ REPEATS = {
     "cchk5a": RESULTS / "cchk5-again-h100.results.jsonl",
     "cchk6a": RESULTS / "cchk6-again-h100.results.jsonl",
 }
+# memtune's catalog name of each GPU a run was timed on (its record's ``environment.gpu``). A run
+# is priced for that GPU whatever its plan named: the device tool lends an H100 or an H200 for
+# either, and the plans of ``cchk3-`` on name the H200 (``matrix.run``) though they ran on H100s.
+RAN_ON = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200"}
 # PyTorch's flash kernels by name in a trace (``pytorch_flash::flash_fwd_kernel``, ``..._bwd_...``)
 FLASH_KERNEL = "pytorch_flash::"
 
@@ -231,9 +235,16 @@ def own_runs(name: str) -> list[Timed]:
     return measured_machine(timed) if name in TRACED_SETS else timed
 
 
+def as_run(record: dict[str, Any]) -> dict[str, Any]:
+    """A result record's config, its cluster's GPU the one the run was timed on (``RAN_ON``)."""
+    config = record["config"]
+    return {**config, "cluster": {**config["cluster"], "gpu": RAN_ON[record["environment"]["gpu"]]}}
+
+
 def timed_runs(path: Path) -> list[Timed]:
-    """The runs of one results file: the median of each quantity over the iterations after the
-    first, and where an iteration was traced its kernels' time."""
+    """The runs of one results file, each priced for the GPU it ran on (``as_run``): the median
+    of each quantity over the iterations after the first, and where an iteration was traced its
+    kernels' time."""
     from matrix import split_of
 
     from memtune.config import derive, validate
@@ -250,7 +261,7 @@ def timed_runs(path: Path) -> list[Timed]:
         def median(key: str, its: list[dict[str, Any]] = iterations) -> float | None:
             return statistics.median(it[key] for it in its) if key in its[0] else None
 
-        d = derive(validate(run["config"]))
+        d = derive(validate(as_run(run)))
         step = median("seconds")
         assert step is not None
         fb, opt = median("forward_backward_seconds"), median("optimizer_seconds")

@@ -64,15 +64,13 @@ SETS = {
     "check": (CHECK_RESULTS, CHECK_BASELINES),
     "copy-bound": (COPY_BOUND_RESULTS, COPY_BOUND_BASELINES),
 }
-# memtune's catalog name of each GPU a set was timed on (the record's environment.gpu)
-GPUS = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200"}
 
 
 def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
     """Each run's measured forward+backward seconds (the median of the iterations after the
     first), the step model's for it (``benchmarks/compute_accuracy.py``'s comparison, on the
     tables' machine, priced for the GPU the run was timed on) and its config (with that GPU)."""
-    from compute_accuracy import Timed, compare
+    from compute_accuracy import Timed, as_run, compare
     from matrix import split_of
 
     from memtune.config import derive, validate
@@ -88,8 +86,7 @@ def measured(path: Path = RESULTS) -> dict[str, tuple[float, float, dict]]:
             return statistics.median(it[key] for it in its)
 
         fb = median("forward_backward_seconds")
-        gpu = GPUS[run["environment"]["gpu"]]
-        config = {**run["config"], "cluster": {**run["config"]["cluster"], "gpu": gpu}}
+        config = as_run(run)
         d = derive(validate(config))
         timed = Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], median("seconds"), fb,
                       median("optimizer_seconds"), True)  # fmt: skip

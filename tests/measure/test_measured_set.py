@@ -116,3 +116,17 @@ def test_sixth_check_measures_no_config_measured_before_and_fifth_repeats_six():
         "cchk3-rc-block2-l8w-tp2-sp-s4k-m2",
         "cchk3-opt-l8w-tp2-sp-do-dp8-s2k",
     ]
+
+
+def test_a_timed_run_is_priced_on_the_gpu_it_ran_on_not_the_one_its_plan_named():
+    spec = importlib.util.spec_from_file_location("compute_accuracy", SET_DIR.parent / "compute_accuracy.py")
+    accuracy = importlib.util.module_from_spec(spec)
+    sys.modules["compute_accuracy"] = accuracy  # its dataclasses look their module up there
+    spec.loader.exec_module(accuracy)
+    path = SET_DIR.parent / "gpu" / "results" / "cchk6-h100.results.jsonl"
+    first = json.loads(path.read_text().splitlines()[0])
+    assert (first["config"]["cluster"]["gpu"], first["environment"]["gpu"]) == (
+        "H200",
+        "NVIDIA H100 80GB HBM3",
+    )
+    assert {run.derived.job.cluster.gpu for run in accuracy.timed_runs(path)} == {"H100-80GB"}
