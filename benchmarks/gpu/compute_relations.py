@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 ITERATIONS = 6  # the first warms up (Adam's state is made at the first step); a tune run's last is traced
-COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb")
+COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb", "hosttp")
 REPEATED_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
@@ -64,6 +64,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_lora,
         host_by_lora_repeat,
         host_by_microbatches,
+        host_by_tensor_parallel,
         host_lora_shares,
         lora_compute_check,
         offload_exposure,
@@ -91,6 +92,7 @@ def make_plans(out: str, family: str) -> int:
             "hostlora2": host_by_lora_repeat,
             "hostlora3": host_lora_shares,
             "hostnmb": host_by_microbatches,
+            "hosttp": host_by_tensor_parallel,
             "smallm": small_m_kernels,
         }
         ids = [e.id for e in families[family]()]
@@ -102,7 +104,9 @@ def make_plans(out: str, family: str) -> int:
         rest=False,
         ids=",".join(ids),
         shard=None,
-        iters=REPEATED_ITERATIONS if family in ("hostlora2", "hostlora3", "hostnmb") else ITERATIONS,
+        iters=REPEATED_ITERATIONS
+        if family in ("hostlora2", "hostlora3", "hostnmb", "hosttp")
+        else ITERATIONS,
     )
     plan_entries(namespace)
     # make_plans keeps matrix order; the device runs them in priority order under its deadline

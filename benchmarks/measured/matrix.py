@@ -2806,6 +2806,34 @@ def host_by_microbatches() -> list[Entry]:
     return found
 
 
+def host_by_tensor_parallel() -> list[Entry]:
+    """The host's work per layer by tensor parallelism under the fake process group
+    (``hosttp-``): a tiny Llama-style block (hidden 512, 8 heads of 64 with as many query
+    groups, so that TP 8 divides them, sequence 256, eight microbatches, so that the GPU waits
+    on the host) at 4 and 8 layers, at TP 1, TP 2 and 8 with sequence parallelism, and TP 8
+    without. A component measurement: every run is read, whatever its hash split says; defined
+    before any was measured, with its rule (``benchmarks/host_tensor_parallel.py``): each
+    setting's host work per layer and microbatch, forward and backward together, is
+    ``(T8 - T4) / (4 x 8)`` from the median forward+backward of its runs, the mean over the
+    passes; a TP setting's excess over TP 1, divided by the collective calls a layer makes (SP:
+    a gather and a reduce-scatter on each side, 8 in all; without SP an all-reduce on each side,
+    4), is its host work per call, which checks ``fake_collective_host.py``'s figure inside a
+    layer."""
+    tiny = dict(hidden_size=512, num_attention_heads=8, num_query_groups=8, kv_channels=64,
+                ffn_hidden_size=2048, seq_length=256, vocab_size=32768)  # fmt: skip
+    settings = {
+        "tp1": {},
+        "tp2-sp": dict(tensor_model_parallel_size=2, **SP),
+        "tp8-sp": dict(tensor_model_parallel_size=8, **SP),
+        "tp8": dict(tensor_model_parallel_size=8),
+    }
+    return [
+        run(f"hosttp-{name}-l{layers}", _model("llama3-8b", **tiny, **tp, num_layers=layers), microbatches=8)
+        for name, tp in settings.items()
+        for layers in (4, 8)
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2841,6 +2869,7 @@ def entries() -> list[Entry]:
         + small_m_kernels()
         + host_by_moe()
         + host_by_microbatches()
+        + host_by_tensor_parallel()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
