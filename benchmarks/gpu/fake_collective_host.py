@@ -24,6 +24,12 @@ the mean of the gather's and the reduce-scatter's forward+backward seconds per c
 ``mappings`` section), divided by two (a call is one side: the forward's collective or the
 backward's); it prices a single-rank run's TP collective calls on the host, nothing else.
 Torch and megatron-core only; nothing here changes a price by itself.
+
+Found (a lent H100, GPU-9af4f2d7, ``results/fake-collective-host-h100.json``): 70.7 us a call
+(passes 53.5, 70.7, 74.8). Priced into a rank run alone (4 calls a pass with SP, 2 without) and
+``MEASURE_RUNNER`` refitted alone by ``benchmarks/fit_step_constants.py``'s objective (its layer
+floor 1.6 -> 1.4 ms), the tune runs fit slightly worse (objective 0.538 against 0.529; the shared
+half's median 3.2% against 2.2%), so the constant was not taken (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -110,7 +116,9 @@ def main() -> int:
     passes = int(sys.argv[sys.argv.index("--passes") + 1]) if "--passes" in sys.argv else 3
     torch.cuda.set_device(0)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=WORLD)
-    parallel_state.initialize_model_parallel(tensor_model_parallel_size=WORLD)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=WORLD, create_gloo_process_groups=False
+    )
     runs = [one_pass(torch, dist) for _ in range(passes)]
     per_side = [
         statistics.mean(
