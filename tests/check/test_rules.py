@@ -436,3 +436,19 @@ def test_test_mode_on_rmsnorm_qk_norms_is_the_first_forwards_attribute_error():
         "error",
         "AttributeError: 'RMSNorm' object has no attribute 'bias'",
     )
+
+
+def test_env014_says_how_much_a_job_that_fits_has_to_spare_against_its_fragmentation_margin() -> None:
+    def env014(capacity_gib: int) -> list[str]:
+        job = make_job(f"cluster.gpu_memory_gib={capacity_gib}")
+        return [f.message for f in check_with_estimate(job) if f.code == "ENV014"]
+
+    # the job needs 44.58 GiB with the 8% margin of expandable segments off, 42.30 GiB with them on
+    assert env014(44) == [
+        "expandable segments are off and the job is tight (needs 44.58 of 44.00 GiB); with them it needs 42.30 GiB"
+    ]
+    assert env014(46) == [
+        "expandable segments are off and the job fits with 1.42 GiB to spare, less than the 3.04 GiB "
+        "its fragmentation margin allows; with them it needs 42.30 GiB"
+    ]
+    assert env014(48) == []

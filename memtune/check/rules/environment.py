@@ -548,13 +548,13 @@ def expandable_segments_off_when_tight(c: Context) -> Hit | None:
     ):
         return None
     state = (
-        f"tight (needs {gib(facts.needed_bytes)} of {gib(facts.capacity_bytes)} GiB)"
+        f"is tight (needs {gib(facts.needed_bytes)} of {gib(facts.capacity_bytes)} GiB)"
         if facts.verdict == "tight"
         else f"fits with {human(spare)} to spare, less than the {human(facts.fragmentation_bytes)} "
         "its fragmentation margin allows"
     )
     return Hit(
-        message=f"expandable segments are off and the job is {state}; with them it needs "
+        message=f"expandable segments are off and the job {state}; with them it needs "
         f"{gib(facts.needed_with_expandable_bytes)} GiB",
         fix="set " + " and ".join(str(change) for change in changes),
     )
