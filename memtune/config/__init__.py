@@ -8,6 +8,7 @@ validates it into a :class:`JobConfig`.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,12 +116,37 @@ def _value_at(job: JobConfig, key: str) -> object:
     return getattr(getattr(job, section), name)
 
 
+# Up to this many ignored keys are named in the line; a longer list (a whole ConfigContainer
+# dump names a hundred and more) is counted by section, and `memtune check --json` names each.
+NAMED_IGNORED = 30
+
+
 def report_ignored(loaded: LoadedJob, command: str) -> None:
     """Every command that loads a config says on stderr, in one line prefixed like its errors,
     what it did not use."""
     if loaded.ignored:
         print(
             f"memtune {command}: {loaded.source}: ignored {len(loaded.ignored)} keys memtune does not use: "
-            + ", ".join(loaded.ignored),
+            + ignored_summary(loaded.ignored, loaded.source),
             file=sys.stderr,
         )
+
+
+def ignored_summary(ignored: list[str], source: str) -> str:
+    """Each ignored key by name, or past ``NAMED_IGNORED`` of them, the count in each section
+    (launch flags apart), the wholly ignored sections by name, and where each key is listed."""
+    if len(ignored) <= NAMED_IGNORED:
+        return ", ".join(ignored)
+    flags = sum(1 for key in ignored if key.startswith("-"))
+    keys = [key for key in ignored if not key.startswith("-")]
+    counts = Counter(key.split(".")[0] for key in keys if "." in key)
+    parts = [f"{count} in {section}" for section, count in counts.most_common()]
+    if flags:
+        parts.append(f"{flags} launch flags")
+    summary = ", ".join(parts)
+    whole = [key for key in keys if "." not in key]
+    if whole:
+        summary += "; whole sections " + ", ".join(whole)
+    recipe = source.removeprefix("recipe ")
+    where = f"--recipe {recipe}" if recipe != source else source
+    return summary + f" (memtune check {where} --json lists each)"

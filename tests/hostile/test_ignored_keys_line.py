@@ -3,6 +3,8 @@ command that loads a config, fix and diff included."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.hostile.conftest import run_cli
@@ -23,3 +25,17 @@ def test_the_ignored_keys_line_names_the_command(capsys, argv):
         for line in lines
     )
     assert len(lines) == (2 if argv[0] == "diff" else 1)
+
+
+def test_a_long_list_of_ignored_keys_is_counted_by_section_and_check_json_names_each(capsys):
+    dump = "examples/bridge-llama3-70b-lora.yaml"  # a whole ConfigContainer, 165 keys memtune does not use
+    _, _, err = run_cli(capsys, "estimate", dump)
+    (line,) = [line for line in err.splitlines() if "keys memtune does not use" in line]
+    assert line == (
+        f"memtune estimate: {dump}: ignored 165 keys memtune does not use: 78 in model, 22 in optimizer, "
+        "17 in mixed_precision, 11 in ddp, 10 in train, 9 in checkpoint, 7 in comm_overlap, 4 in peft; "
+        "whole sections dataset, dist, logger, rerun_state_machine, rng, scheduler, tokenizer "
+        f"(memtune check {dump} --json lists each)"
+    )
+    _, out, _ = run_cli(capsys, "check", dump, "--json")
+    assert len(json.loads(out)["ignored_keys"]) == 165
