@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         )
     status = 0 if result.fits_already or _fits_in_the_end(result) else 1
     if args.json:
-        print_json(to_json(result, label))
+        print_json({**to_json(result, label), "ignored_keys": loaded.ignored})
         return status
     render(result, label, Console())
     if args.write:

@@ -16,6 +16,7 @@ from rich.progress import Progress
 
 from memtune.catalog.gpus import get_gpu
 from memtune.check.registry import find_rule
+from memtune.config import report_ignored
 from memtune.config.arguments import add_job_arguments
 from memtune.config.changes import Change, with_changes
 from memtune.config.derived import derive
@@ -28,7 +29,7 @@ from memtune.output import print_json
 from memtune.perf.step import StepPrediction
 from memtune.plan import render
 from memtune.plan.obstacle import obstacle, unsplittable_line
-from memtune.plan.query import Query, base_job, mode_of, pin_filter, with_recommended_allocator
+from memtune.plan.query import Query, base_job, mode_of, pin_filter, with_recommended_allocator, written_job
 from memtune.plan.search import PlanResult, default_workers, search
 from memtune.plan.space import MODES, Space, default_space
 from memtune.plan.write import write_layout
@@ -192,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
         tuple(args.overrides),
         args.recipe,
     )
+    written = written_job(query)
+    if written is not None:
+        report_ignored(written, args.command)
     _check_pins(base_job(replace(query, pins=())), pins)
     base, allocator = with_recommended_allocator(base_job(query))
     mode = mode_of(query)
@@ -209,7 +213,14 @@ def run(args: argparse.Namespace) -> int:
     if args.write:
         write_layout(args, result)
     if args.json:
-        print_json({**render.result_json(result, mode), "allocator": [str(c) for c in allocator]})
+        ignored = written.ignored if written is not None else []
+        print_json(
+            {
+                **render.result_json(result, mode),
+                "allocator": [str(c) for c in allocator],
+                "ignored_keys": ignored,
+            }
+        )
         return 0
     if not result.layouts:
         render.print_no_layout(result, console, mode)

@@ -73,6 +73,12 @@ def _load(q: Query) -> LoadedJob:
     return load_from_words(words, q.recipe, USAGE)
 
 
+def written_job(q: Query) -> LoadedJob | None:
+    """The job as written (a config file or a recipe, with its override files and dotted
+    overrides), for what it did not use; None where the model is a preset."""
+    return _load(q) if _written(q) else None
+
+
 def base_job(q: Query) -> JobConfig:
     """The job every candidate starts from: the model, cluster, batch and mode asked for."""
     if q.mode is not None and q.mode not in MODES:

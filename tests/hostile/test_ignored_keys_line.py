@@ -1,5 +1,5 @@
 """The "ignored N keys" line is prefixed like every other stderr line (issue 29 item 7), by every
-command that loads a config, fix and diff included."""
+command that loads a config, fix, plan and diff included; the JSON documents name each key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ SCRIPT = "examples/megatron-lm-llama3-8b.sh"  # a launch script with flags memtu
 
 @pytest.mark.parametrize(
     "argv",
-    [("check", SCRIPT), ("estimate", SCRIPT), ("fix", SCRIPT), ("diff", SCRIPT, SCRIPT)],
+    [
+        ("check", SCRIPT),
+        ("estimate", SCRIPT),
+        ("fix", SCRIPT),
+        ("plan", SCRIPT, "--top", "1"),
+        ("diff", SCRIPT, SCRIPT),
+    ],
 )
 def test_the_ignored_keys_line_names_the_command(capsys, argv):
     _, _, err = run_cli(capsys, *argv)
@@ -39,3 +45,11 @@ def test_a_long_list_of_ignored_keys_is_counted_by_section_and_check_json_names_
     )
     _, out, _ = run_cli(capsys, "check", dump, "--json")
     assert len(json.loads(out)["ignored_keys"]) == 165
+
+
+@pytest.mark.parametrize("argv", [("fix", SCRIPT, "--json"), ("plan", SCRIPT, "--top", "1", "--json")])
+def test_fix_and_plan_json_name_every_ignored_key(capsys, argv):
+    _, out, _ = run_cli(capsys, *argv)
+    ignored = json.loads(out)["ignored_keys"]
+    assert len(ignored) == 24
+    assert ignored[0] == "--use-mcore-models"
