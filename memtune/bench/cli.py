@@ -289,7 +289,7 @@ def run_step(args: argparse.Namespace) -> int:
     prediction = predict_step(derived, record_events=bool(args.plot))
     uncertainty = step_uncertainty(derived)
     if args.json:
-        print_json(perf_render.step_json(prediction, uncertainty))
+        print_json({**perf_render.step_json(prediction, uncertainty), "ignored_keys": loaded.ignored})
     else:
         perf_render.print_step(Console(), prediction, uncertainty)
     if args.plot:

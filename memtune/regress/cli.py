@@ -151,7 +151,12 @@ def run_diff(args: argparse.Namespace) -> int:
     for loaded in pair:
         report_ignored(loaded, args.command)
     diff = diff_configs(*pair)
-    _emit(args, render.diff_json(diff), render.diff_lines(diff, everything=args.all))
+    ignored = {"a": pair[0].ignored, "b": pair[1].ignored}
+    _emit(
+        args,
+        {**render.diff_json(diff), "ignored_keys": ignored},
+        render.diff_lines(diff, everything=args.all),
+    )
     return 0
 
 

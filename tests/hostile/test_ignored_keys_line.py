@@ -47,9 +47,22 @@ def test_a_long_list_of_ignored_keys_is_counted_by_section_and_check_json_names_
     assert len(json.loads(out)["ignored_keys"]) == 165
 
 
-@pytest.mark.parametrize("argv", [("fix", SCRIPT, "--json"), ("plan", SCRIPT, "--top", "1", "--json")])
-def test_fix_and_plan_json_name_every_ignored_key(capsys, argv):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("fix", SCRIPT, "--json"),
+        ("plan", SCRIPT, "--top", "1", "--json"),
+        ("bench", "step", SCRIPT, "--json"),
+    ],
+)
+def test_the_json_documents_name_every_ignored_key(capsys, argv):
     _, out, _ = run_cli(capsys, *argv)
     ignored = json.loads(out)["ignored_keys"]
     assert len(ignored) == 24
     assert ignored[0] == "--use-mcore-models"
+
+
+def test_diff_json_names_each_configs_ignored_keys(capsys):
+    _, out, _ = run_cli(capsys, "diff", SCRIPT, "examples/llama3-70b-sft.yaml", "--json")
+    ignored = json.loads(out)["ignored_keys"]
+    assert (len(ignored["a"]), ignored["b"]) == (24, [])
