@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if loaded is not None:
         report_ignored(loaded, args.command)
+    ignored = loaded.ignored if loaded is not None else []  # the job's keys diagnose did not use
     if len(args.snapshot) == 2:  # the logs with the failed run's snapshot, then the comparison
         result = diagnose(logs, snapshot=args.snapshot[1], config=loaded)
         if args.json:
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             from memtune.diagnose.compare_render import comparison_json
 
             c = compare_files(args.snapshot[0], args.snapshot[1], [Category.parse(t) for t in args.category])
-            print_json({**to_json(result), "comparison": comparison_json(c)})
+            print_json({**to_json(result), "comparison": comparison_json(c), "ignored_keys": ignored})
         else:
             from rich.console import Console
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         logs, snapshot=args.snapshot[0] if args.snapshot else None, config=loaded, plot_to=args.plot
     )
     if args.json:
-        print_json(to_json(result))
+        print_json({**to_json(result), "ignored_keys": ignored})
     else:
         from rich.console import Console
 

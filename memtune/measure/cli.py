@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         )
     check_interpreter(args.python)
     if args.resume:
-        return _run_resume(args, checked, plan)
+        return _run_resume(args, checked, plan, loaded.ignored)
     try:
         result = run_plan(
             plan, python=args.python, timeout_s=args.timeout, snapshot=snapshot, replace_snapshot=args.force
@@ -123,13 +123,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     estimate_bytes = estimate(checked).rank(args.rank).peak_bytes
     if args.json:
-        print_json(report_json(plan, result, estimate_bytes))
+        print_json({**report_json(plan, result, estimate_bytes), "ignored_keys": loaded.ignored})
     else:
         print_report(Console(), plan, result, estimate_bytes)
     return 0
 
 
-def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan) -> int:
+def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan, ignored: list[str]) -> int:
     try:
         result = run_resume(plan, python=args.python, timeout_s=args.timeout)
     except MeasurementFailed as exc:
@@ -140,7 +140,7 @@ def _run_resume(args: argparse.Namespace, checked: CheckedJob, plan: MeasurePlan
     resume = est.resume(rank)
     assert resume is not None  # plan_measurement refuses a job that does not resume
     if args.json:
-        print_json(resume_report_json(plan, result, rank.peak_bytes, resume))
+        print_json({**resume_report_json(plan, result, rank.peak_bytes, resume), "ignored_keys": ignored})
     else:
         console = Console()
         print_report(console, plan, result.training, rank.peak_bytes)

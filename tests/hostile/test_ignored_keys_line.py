@@ -66,3 +66,11 @@ def test_diff_json_names_each_configs_ignored_keys(capsys):
     _, out, _ = run_cli(capsys, "diff", SCRIPT, "examples/llama3-70b-sft.yaml", "--json")
     ignored = json.loads(out)["ignored_keys"]
     assert (len(ignored["a"]), ignored["b"]) == (24, [])
+
+
+def test_diagnose_json_names_the_configs_ignored_keys(capsys):
+    log = "tests/diagnose/fixtures/h200/capacity.log"
+    _, out, _ = run_cli(capsys, "diagnose", log, "--config", SCRIPT, "--json")
+    assert len(json.loads(out)["ignored_keys"]) == 24
+    _, out, _ = run_cli(capsys, "diagnose", log, "--json")
+    assert json.loads(out)["ignored_keys"] == []
