@@ -11,6 +11,7 @@ from rich.console import Console
 from memtune.bench import render
 from memtune.bench.accuracy import accuracy_report, evaluate, read_runs
 from memtune.bench.published import evaluate_published, published_report, read_published
+from memtune.config.arguments import add_job_arguments
 from memtune.errors import InputError
 from memtune.infile import names_a_file
 from memtune.options import at_least
@@ -164,8 +165,7 @@ def _add_step(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description="Predict the step time, tokens/s and model TFLOP/s per GPU of CONFIG as written, from "
         "the step model (measured kernels, declared fabric, simulated schedule), per pipeline stage.",
     )
-    step.add_argument("config", help="a config memtune reads")
-    step.add_argument("overrides", nargs="*", help="dotted overrides, key=value")
+    add_job_arguments(step, "a config memtune reads, or recipe:NAME")
     step.add_argument("--json", action="store_true", help="print machine-readable JSON")
     step.add_argument("--plot", metavar="FILE.png", help="draw the simulated step per stage (a Gantt chart)")
     step.set_defaults(handler=run_step)
@@ -276,14 +276,18 @@ def _check_plan_arguments(args: argparse.Namespace) -> None:
 
 def run_step(args: argparse.Namespace) -> int:
     from memtune.check import gate
-    from memtune.config import load_job, report_ignored
+    from memtune.config import report_ignored
+    from memtune.config.arguments import load_from_args
     from memtune.perf import render as perf_render
     from memtune.perf.step import predict_step
     from memtune.perf.uncertainty import step_uncertainty
 
     if args.plot:
-        check_plot_path(args.plot, tuple(w for w in (args.config, *args.overrides) if names_a_file(w)))
-    loaded = load_job(args.config, args.overrides)
+        words = (args.config, *args.overrides)
+        check_plot_path(args.plot, tuple(w for w in words if w is not None and names_a_file(w)))
+    loaded = load_from_args(
+        args, "memtune bench step CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]"
+    )
     report_ignored(loaded, args.command)
     derived = gate(loaded.job).derived
     prediction = predict_step(derived, record_events=bool(args.plot))

@@ -33,3 +33,17 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "step", str(tmp_path / "missing.yaml")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_recipe_is_priced_as_estimate_and_plan_take_it(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = "llama3_70b_sft_32gpu_h100_fp8cs_config"
+    assert main(["bench", "step", f"recipe:{recipe}", "--json"]) == 0
+    by_word = json.loads(capsys.readouterr().out)
+    assert main(["bench", "step", "--recipe", recipe, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_word
+    assert len(by_word["stages"]) == 4  # the recipe's PP 4
+    assert main(["bench", "step"]) == 2
+    assert capsys.readouterr().err == (
+        "memtune bench: a config file or --recipe NAME is required: "
+        "memtune bench step CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]\n"
+    )
