@@ -283,7 +283,17 @@ def test_layernorm_recompute_counts_in_moe_models():
 def test_megatron_default_recompute_list_is_not_flagged():
     # Megatron-Bridge dumps recompute_modules: [core_attn] even with recompute off.
     assert finding("REC005", "model.recompute_modules=[core_attn]") is None
-    assert finding("REC005", "model.recompute_modules=[core_attn,mlp]") is not None
+    assert finding("REC005", "model.recompute_modules=[core_attn,mlp]").message == (
+        "model.recompute_modules=['core_attn', 'mlp'] is ignored while model.recompute_granularity is not set"
+    )
+    full = (
+        "model.recompute_granularity=full",
+        "model.recompute_method=uniform",
+        "model.recompute_num_layers=1",
+    )
+    assert finding("REC005", *full, "model.recompute_modules=[mlp]").message == (
+        "model.recompute_modules=['mlp'] is ignored with model.recompute_granularity=full"
+    )
 
 
 @pytest.mark.parametrize("fraction, fires", [(0.0, False), (1.0, False), (0.25, True)])

@@ -184,9 +184,13 @@ def modules_without_selective(c: Context) -> Hit | None:
         return None
     if tuple(m.recompute_modules) == DEFAULT_RECOMPUTE_MODULES:
         return None
+    granularity = (
+        f"with model.recompute_granularity={m.recompute_granularity}"
+        if m.recompute_granularity
+        else "while model.recompute_granularity is not set"
+    )
     return Hit(
-        message=f"model.recompute_modules={m.recompute_modules} is ignored with model.recompute_granularity="
-        f"{m.recompute_granularity or 'unset'}",
+        message=f"model.recompute_modules={m.recompute_modules} is ignored {granularity}",
         fix="set model.recompute_granularity=selective, or remove model.recompute_modules",
     )
 
