@@ -162,6 +162,17 @@ def test_te_graphs_with_expandable_quote_megatron():
         "Setting NCCL_GRAPH_REGISTER=0 to avoid illegal memory access when using CUDA Graph with "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."
     )
+    assert f.message == (
+        "model.cuda_graph_impl=transformer_engine with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "and NCCL_GRAPH_REGISTER not set"
+    )
+
+
+def test_distribute_saved_activations_names_what_it_needs():
+    f = finding("REC014", "model.distribute_saved_activations=true", "model.sequence_parallel=false")
+    assert f.message == (
+        "model.distribute_saved_activations=true does nothing: model.recompute_granularity not set (needs full)"
+    )
 
 
 def test_new_alloc_name_on_old_torch_is_ignored_not_a_bypass():

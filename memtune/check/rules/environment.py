@@ -171,9 +171,11 @@ def graphs_expandable_need_graph_register_off(c: Context) -> Hit | None:
     """
     if _graph_guard(c) != "register" or not c.expandable_in_cuda_alloc_conf or not _graph_register_on(c):
         return None
+    register = c.job.env.NCCL_GRAPH_REGISTER
+    setting = f"NCCL_GRAPH_REGISTER={register}" if register else "NCCL_GRAPH_REGISTER not set"
     return Hit(
         message=f"model.cuda_graph_impl={c.model.cuda_graph_impl} with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-        f"and NCCL_GRAPH_REGISTER={c.job.env.NCCL_GRAPH_REGISTER or 'unset'}",
+        f"and {setting}",
         fix="set env.NCCL_GRAPH_REGISTER=0",
         upstream=NCCL_GRAPH_REGISTER_MESSAGE,
     )

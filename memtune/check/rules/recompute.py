@@ -485,7 +485,8 @@ def distribute_saved_without_effect(c: Context) -> Hit | None:
         return None
     reasons = []
     if m.recompute_granularity != "full":
-        reasons.append(f"model.recompute_granularity={m.recompute_granularity or 'unset'} (needs full)")
+        setting = f"={m.recompute_granularity}" if m.recompute_granularity else " not set"
+        reasons.append(f"model.recompute_granularity{setting} (needs full)")
     if c.d.tp == 1:
         reasons.append("model.tensor_model_parallel_size=1 (needs TP > 1)")
     if not reasons:
