@@ -89,8 +89,8 @@ def print_table(
 
 def print_summary(result: PlanResult, console: Console, mode: Mode | None = None) -> None:
     n = result.counts
-    pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
-    refused = ", ".join(f"{k} {v}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
+    pruned = ", ".join(f"{k} {v:,}" for k, v in sorted(result.pruned_by.items(), key=lambda kv: -kv[1]))
+    refused = ", ".join(f"{k} {v:,}" for k, v in sorted(result.refused_by.items(), key=lambda kv: -kv[1]))
     tables.print_text(
         console,
         f"[dim]{n.get('enumerated', 0):,} candidates in {result.seconds:.1f} s: "

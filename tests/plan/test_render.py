@@ -107,3 +107,12 @@ def test_explain_prints_list_values_as_typed(capsys, monkeypatch):
     assert code == 0 and all(len(line) <= 80 for line in lines)
     # the brackets are not taken for rich markup
     assert re.search(r"model\.recompute_modules=\[[a-z_]+(,[a-z_]+)*\]", " ".join(lines))
+
+
+def test_the_summary_writes_every_count_with_thousands_separators(capsys, monkeypatch):
+    _, lines = _plan(
+        capsys, monkeypatch, 200, ["plan", "llama3-70b", "--gpus", "64", "--gbs", "128", "--seq", "4096"]
+    )
+    summary = next(line for line in lines if " candidates in " in line)
+    refused = re.search(r"refused by arithmetic \(([^)]*)\)", summary).group(1)
+    assert refused == "PAR001 39,669, PIP010 455, BAT001 38"
