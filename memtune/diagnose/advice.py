@@ -24,8 +24,8 @@ from memtune.diagnose.evidence import (
 )
 from memtune.diagnose.sizes import gib
 from memtune.errors import InputError
-from memtune.fix.changes import estimate_job, ladder, peak_after
-from memtune.fix.search import FixResult, find_fixes
+from memtune.fix.changes import estimate_job, ladder
+from memtune.fix.search import FixResult, find_fixes, saving
 from memtune.units import GiB
 
 # The GPU catalogue holds the total a device reports (cudaMemGetInfo; memtune/catalog/data/gpus.yaml),
@@ -339,9 +339,10 @@ def _version_fixes(job: JobConfig | None) -> list[Fix]:
 
 
 def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
-    """Add the estimator's saving on the most-loaded rank to each fix that changes config keys."""
+    """Add to each fix that changes config keys what it saves on the failing rank, as ``fix``
+    quotes it (``memtune.fix.search.saving``: the judged peak, training, checkpoint load or save)."""
     try:
-        base = estimate_job(loaded.job).worst.peak_bytes
+        before = estimate_job(loaded.job)
     except InputError:
         return fixes
     result = []
@@ -352,8 +353,8 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
             and any(not k.startswith("env.") for k in fix.overrides)
         ):
             try:
-                after = peak_after(loaded.job, [Change.parse(o) for o in fix.overrides])
-                fix = replace(fix, saves_bytes=base - after, saves_note="estimated")
+                after = estimate_job(with_changes(loaded.job, [Change.parse(o) for o in fix.overrides]))
+                fix = replace(fix, saves_bytes=saving(before, after), saves_note="estimated")
             except InputError as exc:
                 fix = replace(fix, saves_note=f"not estimated: {exc.problems[0]}")
         if fix.saves_note == "estimated" and fix.saves_bytes is not None and fix.saves_bytes <= 0:
@@ -367,11 +368,24 @@ def memory_failure(verdict: Verdict) -> bool:
     return verdict.label in (FRAGMENTATION, CAPACITY, OUTSIDE_PYTORCH)
 
 
+def ranked_fixes(loaded: LoadedJob | None, verdict: Verdict) -> FixResult | None:
+    """The ranked fixes ``fix --oom-log`` prints, for a job given beside the logs and a shortage
+    of GPU memory; None otherwise, or where the checks refuse the job (diagnose's own advice then
+    says why): what ``diagnose --config`` and a failed ``run --config`` print in place of the
+    field's ladder, so one failure gets one answer."""
+    if loaded is None or not memory_failure(verdict):
+        return None
+    try:
+        return fixes_for_failure(loaded.job, verdict)
+    except InputError:
+        return None
+
+
 def fixes_for_failure(job: JobConfig, verdict: Verdict | None, headroom: int = 0) -> FixResult:
     """The ranked fixes for ``job`` after a failure diagnose read as ``verdict`` (None: no logs).
 
-    ``memtune fix --oom-log`` and ``memtune run --config`` (when the run fails) both print this
-    list, so one failure gets one answer."""
+    ``memtune fix --oom-log``, ``memtune diagnose --config`` and ``memtune run --config`` (when
+    the run fails) all print this list (:func:`ranked_fixes`), so one failure gets one answer."""
     if verdict is None:
         return find_fixes(job, headroom=headroom)
     n = verdict.numbers

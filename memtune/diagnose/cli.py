@@ -57,7 +57,10 @@ def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from memtune.diagnose import diagnose
+    from memtune.diagnose.advice import ranked_fixes
     from memtune.diagnose.report import render, to_json
+    from memtune.fix.cli import to_json as fix_json
+    from memtune.fix.render import print_suggestions
 
     if len(args.snapshot) > 2:
         raise InputError(f"--snapshot given {len(args.snapshot)} times; give one, or two to compare")
@@ -102,12 +105,17 @@ def run(args: argparse.Namespace) -> int:
     result = diagnose(
         logs, snapshot=args.snapshot[0] if args.snapshot else None, config=loaded, plot_to=args.plot
     )
+    ranked = ranked_fixes(loaded, result.verdict)
     if args.json:
-        print_json({**to_json(result), "ignored_keys": ignored})
+        ranked_json = fix_json(ranked, result.verdict.label) if ranked else None
+        print_json({**to_json(result), "ranked_fixes": ranked_json, "ignored_keys": ignored})
     else:
         from rich.console import Console
 
-        render(result, Console())
+        console = Console()
+        render(result, console, advice=ranked is None)
+        if ranked:  # the list memtune fix --oom-log prints for this failure
+            print_suggestions(ranked, console)
     return EXIT_DIAGNOSED if result.verdict.label is not None else EXIT_NOTHING_FOUND
 
 

@@ -485,9 +485,3 @@ def _tensor_parallel(job: JobConfig, d: Derived) -> list[Remedy]:
 
 def estimate_job(job: JobConfig) -> Estimate:
     return estimate(gate(job))
-
-
-def peak_after(job: JobConfig, changes: tuple[Change, ...] | list[Change]) -> int:
-    """The most-loaded rank's peak with ``changes`` applied; raises InputError (with the check
-    codes) when the changed job is refused."""
-    return estimate_job(with_changes(job, list(changes))).worst.peak_bytes

@@ -105,6 +105,13 @@ def _failing_rank(est: Estimate) -> int:
     return max(range(len(est.ranks)), key=lambda r: judged_peak(est, r))
 
 
+def saving(before: Estimate, after: Estimate) -> int:
+    """What a change takes off the judged peak of ``before``'s failing rank (the largest of its
+    training, checkpoint load and save), by the attribution ``diff`` and ``bisect`` use
+    (``memtune.estimate.effect``): the figure ``fix`` and ``diagnose`` both quote."""
+    return -Effect(before, after).on(_failing_rank(before))[JUDGED]
+
+
 def _fits(est: Estimate, headroom: int, saved: int, min_saving: int) -> bool:
     worst = max(est.ranks, key=est.verdict_peak_bytes)
     spare = est.capacity_bytes - est.needed_bytes(worst)
@@ -135,9 +142,7 @@ class _Search:
         self.lead_changes: tuple[Change, ...] = ()
 
     def saved(self, est: Estimate) -> int:
-        """What the remedy takes off the failing rank's judged peak, by the attribution ``diff``
-        and ``bisect`` use (``memtune.estimate.effect``)."""
-        return -Effect(self.before, est).on(self.failing)[JUDGED]
+        return saving(self.before, est)
 
     def attempt(self, remedies: tuple[Remedy, ...], lead: bool = False) -> Tried | None:
         own = _merge(remedies)

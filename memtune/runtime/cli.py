@@ -127,7 +127,7 @@ def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) ->
     from rich.console import Console
 
     from memtune.diagnose import diagnose
-    from memtune.diagnose.advice import fixes_for_failure, memory_failure
+    from memtune.diagnose.advice import ranked_fixes
     from memtune.diagnose.report import render
     from memtune.fix.render import print_suggestions
     from memtune.runtime.launch import LOG_NAME
@@ -138,12 +138,7 @@ def _diagnose(out_dir: Path, config: LoadedJob | None, snapshots: list[Path]) ->
         print(f"memtune run: diagnosing with the newest snapshot; others: {others}", file=sys.stderr)
     result = diagnose([str(out_dir / LOG_NAME)], snapshot=snapshot, config=config)
     console = Console(stderr=True)
-    ranked = None
-    if config and memory_failure(result.verdict):
-        try:
-            ranked = fixes_for_failure(config.job, result.verdict)
-        except InputError:  # a job the checks refuse gets diagnose's own advice, which says why
-            ranked = None
+    ranked = ranked_fixes(config, result.verdict)
     render(result, console, advice=ranked is None)
     if ranked:  # the list memtune fix --oom-log prints for this failure (fix/search.py)
         print_suggestions(ranked, console)

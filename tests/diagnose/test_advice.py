@@ -138,3 +138,27 @@ def test_capacity_oom_does_not_lead_with_the_allocator():
     d = diagnose_text(MSG_211_CAPACITY)
     assert not any("expandable_segments" in c for c in _changes(d))
     assert [f.title for f in d.fixes] == ["Give the job's config (--config) for the changes that fit it"]
+
+
+def test_diagnose_quotes_the_saving_fix_quotes_for_the_same_change():
+    # Llama 3 70B SFT: with bf16 Adam moments the judged peak moves to the checkpoint load, so the
+    # training peak alone would overstate what the change saves (8.46 GiB against 6.16)
+    from pathlib import Path
+
+    from memtune.config import load_job
+    from memtune.diagnose import diagnose
+    from memtune.fix.search import find_fixes
+
+    root = Path(__file__).resolve().parents[2]
+    loaded = load_job(root / "examples" / "llama3-70b-sft.yaml")
+    log = root / "tests" / "diagnose" / "fixtures" / "h200" / "capacity.log"
+    advice = diagnose([str(log)], config=loaded).fixes
+    moments = next(f for f in advice if f.title.startswith("Adam moments in bf16"))
+    fixed = find_fixes(loaded.job, headroom=20 << 30)
+    same = next(
+        t
+        for t in fixed.suggestions + fixed.not_chosen
+        if [str(c) for c in t.changes] == list(moments.changes)
+    )
+    assert moments.saves_bytes == same.saved_bytes
+    assert round(moments.saves_bytes / 2**30, 2) == 6.16

@@ -1,4 +1,5 @@
-"""`memtune run --config` and `memtune fix --oom-log` rank the same fixes for the same failure."""
+"""`memtune run --config`, `memtune diagnose --config` and `memtune fix --oom-log` rank the same
+fixes for the same failure."""
 
 from __future__ import annotations
 
@@ -43,3 +44,27 @@ def test_a_config_the_checks_refuse_keeps_the_runs_status_and_diagnosis(tmp_path
     )
     err = capfd.readouterr().err
     assert "diagnosis: capacity" in err and "warning: the log's GPU" not in err
+
+
+def test_diagnose_with_the_config_prints_the_list_fix_prints(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["diagnose", str(CAPACITY_LOG), "--config", EXAMPLE])
+    diagnosed = capsys.readouterr().out
+    assert main(["fix", EXAMPLE, "--oom-log", str(CAPACITY_LOG)]) == 0
+    assert _suggestions(diagnosed) == _suggestions(capsys.readouterr().out)
+    assert (
+        "what to change, cheapest first" not in diagnosed
+    )  # the field's ladder gives way to the ranked list
+
+
+def test_diagnose_json_carries_the_ranked_fixes_fix_json_gives(capsys):
+    import json
+
+    main(["diagnose", str(CAPACITY_LOG), "--config", EXAMPLE, "--json"])
+    diagnosed = json.loads(capsys.readouterr().out)
+    main(["fix", EXAMPLE, "--oom-log", str(CAPACITY_LOG), "--json"])
+    fixed = json.loads(capsys.readouterr().out)
+    fixed.pop("ignored_keys")
+    assert diagnosed["ranked_fixes"] == fixed
+    main(["diagnose", str(CAPACITY_LOG), "--json"])  # no config: the field's ladder alone
+    assert json.loads(capsys.readouterr().out)["ranked_fixes"] is None
