@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from rich.console import Console
 
@@ -78,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
         render.print_explain(est, console, rank, loaded.defaults, uncertainty)
     if args.plot:
         print_text(console, f"[dim]plot written to {args.plot}[/dim]")
+    if any(est.verdict(r) in ("tight", "does not fit") for r in est.ranks):
+        job = " ".join(shlex.quote(w) for w in (args.config, *args.overrides) if w is not None)
+        job = f"--recipe {shlex.quote(args.recipe)} {job}".rstrip() if args.recipe else job
+        print_text(console, "[dim]the changes that make it fit, cheapest first:[/dim]")
+        print_text(console, f"  memtune fix {job}")
     return _status(est, args.strict)
 
 

@@ -202,3 +202,15 @@ def test_text_fits_the_width_without_trailing_blanks(capsys, monkeypatch, width)
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= width and line == line.rstrip() for line in lines)
     assert "pp  layers  mb  weights  grads  optim  activ  trans   peak  other   free" in lines
+
+
+def test_a_job_short_of_memory_is_pointed_at_fix_with_its_own_words(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    seed = str(ROOT / "examples" / "llama3-70b-sft-fp8.yaml")  # tight: 84.12 of 79.11 GiB
+    assert main(["estimate", seed, "train.micro_batch_size=1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "the changes that make it fit, cheapest first:",
+        f"  memtune fix {seed} train.micro_batch_size=1",
+    ]
+    assert main(["estimate", EXAMPLE]) == 0  # fits: nothing to point at
+    assert "memtune fix" not in capsys.readouterr().out
