@@ -370,10 +370,12 @@ def memory_failure(verdict: Verdict) -> bool:
 
 def ranked_fixes(loaded: LoadedJob | None, verdict: Verdict) -> FixResult | None:
     """The ranked fixes ``fix --oom-log`` prints, for a job given beside the logs and a shortage
-    of GPU memory; None otherwise, or where the checks refuse the job (diagnose's own advice then
-    says why): what ``diagnose --config`` and a failed ``run --config`` print in place of the
-    field's ladder, so one failure gets one answer."""
-    if loaded is None or not memory_failure(verdict):
+    of GPU memory in training; None otherwise, or where the checks refuse the job (diagnose's own
+    advice then says why): what ``diagnose --config`` and a failed ``run --config`` print in place
+    of the field's ladder, so one failure gets one answer."""
+    if loaded is None or not memory_failure(verdict) or verdict.phase in RESUME_PHASES:
+        # an OOM at checkpoint load gets diagnose's resume advice first (load without the
+        # optimizer state, load fewer shards at once), which fix's menu for training lacks
         return None
     try:
         return fixes_for_failure(loaded.job, verdict)
