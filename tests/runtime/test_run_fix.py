@@ -68,3 +68,13 @@ def test_diagnose_json_carries_the_ranked_fixes_fix_json_gives(capsys):
     assert diagnosed["ranked_fixes"] == fixed
     main(["diagnose", str(CAPACITY_LOG), "--json"])  # no config: the field's ladder alone
     assert json.loads(capsys.readouterr().out)["ranked_fixes"] is None
+
+
+def test_an_oom_at_checkpoint_load_keeps_diagnoses_resume_advice(capsys):
+    import json
+
+    log = str(ROOT / "skills" / "memtune-memory-tuning" / "evals" / "files" / "resume-oom.log")
+    main(["diagnose", log, "--config", EXAMPLE, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranked_fixes"] is None
+    assert any("checkpoint.load_optim=false" in change for f in doc["fixes"] for change in f["changes"])
