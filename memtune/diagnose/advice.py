@@ -363,19 +363,15 @@ def with_savings(fixes: list[Fix], loaded: LoadedJob) -> list[Fix]:
     return result
 
 
-def memory_failure(verdict: Verdict) -> bool:
-    """Whether diagnose's verdict is a shortage of GPU memory, which a config change can fix."""
-    return verdict.label in (FRAGMENTATION, CAPACITY, OUTSIDE_PYTORCH)
-
-
 def ranked_fixes(loaded: LoadedJob | None, verdict: Verdict) -> FixResult | None:
     """The ranked fixes ``fix --oom-log`` prints, for a job given beside the logs and a shortage
-    of GPU memory in training; None otherwise, or where the checks refuse the job (diagnose's own
+    of GPU memory (capacity or fragmentation) in training; None otherwise, or where the checks refuse the job (diagnose's own
     advice then says why): what ``diagnose --config`` and a failed ``run --config`` print in place
     of the field's ladder, so one failure gets one answer."""
-    if loaded is None or not memory_failure(verdict) or verdict.phase in RESUME_PHASES:
-        # an OOM at checkpoint load gets diagnose's resume advice first (load without the
-        # optimizer state, load fewer shards at once), which fix's menu for training lacks
+    if loaded is None or verdict.label not in (CAPACITY, FRAGMENTATION) or verdict.phase in RESUME_PHASES:
+        # memory held outside PyTorch (NCCL's buffers, graph pools, other processes) and an OOM at
+        # checkpoint load (load without the optimizer state, fewer shards at once) get diagnose's
+        # own advice, which fix's menu of training changes lacks
         return None
     try:
         return fixes_for_failure(loaded.job, verdict)

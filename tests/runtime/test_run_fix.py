@@ -78,3 +78,15 @@ def test_an_oom_at_checkpoint_load_keeps_diagnoses_resume_advice(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["ranked_fixes"] is None
     assert any("checkpoint.load_optim=false" in change for f in doc["fixes"] for change in f["changes"])
+
+
+def test_memory_held_outside_pytorch_keeps_diagnoses_own_advice(tmp_path, capsys):
+    import json
+
+    log = tmp_path / "nccl.log"
+    log.write_text("node:2134736:2285781 [0] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n")
+    main(["diagnose", str(log), "--config", EXAMPLE, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["label"] == "outside_pytorch"
+    assert doc["ranked_fixes"] is None  # fix's training changes do not shrink NCCL's buffers
+    assert doc["fixes"][0]["title"] == "Shrink NCCL's own buffers"
