@@ -57,3 +57,15 @@ def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(InputError) as exc:
         get_model("llama9")
     assert exc.value.problems == ["unknown model preset 'llama9'; known: " + ", ".join(PUBLISHED)]
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [("qwen3-30b", "qwen3-30b-a3b"), ("llama3-405b", "llama3.1-405b"), ("Mixtral", "mixtral-8x7b")],
+)
+def test_a_mistyped_preset_names_the_one_it_most_likely_meant(typed, meant):
+    with pytest.raises(InputError) as exc:
+        get_model(typed)
+    assert exc.value.problems == [
+        f"unknown model preset {typed!r}; did you mean {meant!r}? known: " + ", ".join(PUBLISHED)
+    ]
