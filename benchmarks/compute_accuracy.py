@@ -301,6 +301,7 @@ class Compared:
     forward_backward: float | None
     optimizer: float | None
     device: float | None  # of the kernels' time in forward+backward, where profiled
+    host_bound: bool  # the model gives the rank's passes more host work than kernel time
 
 
 def compare(run: Timed) -> Compared:
@@ -315,7 +316,9 @@ def compare(run: Timed) -> Compared:
     fb = passes / run.forward_backward_s - 1 if run.forward_backward_s else None
     opt = parts.optimizer_s / run.optimizer_s - 1 if run.optimizer_s else None
     device = predicted_device_s(run) / run.device_s - 1 if run.device_s else None
-    return Compared(run, step / run.step_s - 1, fb, opt, device)
+    return Compared(
+        run, step / run.step_s - 1, fb, opt, device, predicted_host_s(run) > predicted_device_s(run)
+    )
 
 
 def predicted_device_s(run: Timed) -> float:
@@ -324,6 +327,13 @@ def predicted_device_s(run: Timed) -> float:
     d = run.derived
     stage = run.pricer().price(d).stages[run.pp_rank]
     return d.num_microbatches * sum(w.forward_s + w.backward_s for w in stage.chunks)
+
+
+def predicted_host_s(run: Timed) -> float:
+    """The host's work in the rank's forward and backward passes, as the step model prices it."""
+    d = run.derived
+    stage = run.pricer().price(d).stages[run.pp_rank]
+    return d.num_microbatches * sum(w.forward_host_s + w.backward_host_s for w in stage.chunks)
 
 
 def sets(names: list[str], shared: Path) -> Iterator[tuple[str, list[Timed]]]:
@@ -344,6 +354,13 @@ def summary(compared: list[Compared]) -> str:
         values = [abs(getattr(c, attr)) for c in compared if getattr(c, attr) is not None]
         if values:
             parts.append(f"{label} {statistics.median(values):.1%}")
+    # A rank whose host work outlasts its kernels times the host, which moves from one process to
+    # the next on a lent machine (the repeat passes: GPU-bound runs within a few percent, host-bound
+    # ones by up to half); the split is the model's, fixed before any run was compared by it.
+    for label, bound in (("GPU-bound", False), ("host-bound", True)):
+        errors = [abs(c.step) for c in compared if c.host_bound == bound]
+        if errors:
+            parts.append(f"{label} {len(errors)} at {statistics.median(errors):.1%}")
     return ", ".join(parts)
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "measured"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 ITERATIONS = 6  # the first warms up (Adam's state is made at the first step); a tune run's last is traced
-COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb", "hosttp")
+COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb", "hosttp", "hostvar")
 REPEATED_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
@@ -66,6 +66,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_microbatches,
         host_by_tensor_parallel,
         host_lora_shares,
+        host_variance,
         lora_compute_check,
         offload_exposure,
         offload_exposure_check,
@@ -93,6 +94,7 @@ def make_plans(out: str, family: str) -> int:
             "hostlora3": host_lora_shares,
             "hostnmb": host_by_microbatches,
             "hosttp": host_by_tensor_parallel,
+            "hostvar": host_variance,
             "smallm": small_m_kernels,
         }
         ids = [e.id for e in families[family]()]
@@ -105,7 +107,7 @@ def make_plans(out: str, family: str) -> int:
         ids=",".join(ids),
         shard=None,
         iters=REPEATED_ITERATIONS
-        if family in ("hostlora2", "hostlora3", "hostnmb", "hosttp")
+        if family in ("hostlora2", "hostlora3", "hostnmb", "hosttp", "hostvar")
         else ITERATIONS,
     )
     plan_entries(namespace)
@@ -180,11 +182,16 @@ def _kernel_summary(prof: Any, wall_s: float) -> dict[str, Any]:
 
 
 def _measure(item: dict[str, Any]) -> dict[str, Any]:
-    """One run in this (child) process: runner.measure, its last iteration traced if tune."""
+    """One run in this (child) process: runner.measure, its last iteration traced if tune;
+    bound to ``item["pin_cpus"]`` where given (its CPU threads as many)."""
     for key, value in item["plan"]["env"].items():
         os.environ[key] = value
     import megatron.core.pipeline_parallel as pipeline
     import torch
+
+    if item.get("pin_cpus"):
+        os.sched_setaffinity(0, set(item["pin_cpus"]))
+        torch.set_num_threads(len(item["pin_cpus"]))
 
     from memtune.measure import runner
 
@@ -231,6 +238,8 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
         result["measured"]["profile"] = traced
     if item.get("host_probe"):
         result["measured"]["host_probe"] = _host_probe(torch)
+    if item.get("pin_cpus"):
+        result["environment"]["pin_cpus"] = item["pin_cpus"]
     return result
 
 
@@ -488,8 +497,10 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
     items = [json.loads(line) for line in Path(args.plans).read_text().splitlines() if line.strip()]
+    pinned = [int(c) for c in args.pin_cpus.split(",")] if args.pin_cpus else None
     for item in items:
         item["host_probe"] = args.host_probe
+        item["pin_cpus"] = pinned
     with open(args.results, "a") as out:
         for n, item in enumerate(items, 1):
             left = args.deadline - (time.monotonic() - started)
@@ -549,6 +560,7 @@ def main() -> int:
         "--host-probe", action="store_true", help="time the host's launch speed after each run (_host_probe)"
     )
     r.add_argument("--timeout", type=float, default=90.0, help="seconds one run may take")
+    r.add_argument("--pin-cpus", help="bind each run's process to these cores, e.g. 2,3")
     args = parser.parse_args()
     return make_plans(args.out, args.family) if args.step == "plan" else run(args)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memtune.catalog.models import get_model
 from memtune.config import derive, validate
@@ -2834,6 +2834,44 @@ def host_by_tensor_parallel() -> list[Entry]:
     ]
 
 
+# The tune runs of earlier checks whose two passes on one machine differed most (``cchk2r``,
+# ``cchk3a`` ... ``cchk6a``), all of which the model gives more host work than kernel time, and
+# two it gives more kernel time, whose passes agreed within 1%.
+HOST_VARIANCE_HOST_BOUND = (
+    "cchk2-vpp2-l1b-pp4-first-m8", "cchk2-moe-qm-ep2-s2k-m2", "cchk2-mtp1-qm-ep4-s2k-m2",
+    "cchk3-moe-dsl-ep4-s2k-m2", "cchk4-l1b-s1k-m8", "cchk4-vpp3-l1b-pp3-mid-m6",
+    "cchk6-moe-qm-ep4-s2k-mbs2-m2", "cchk6-l8w-tp8-sp-m4",
+)  # fmt: skip
+HOST_VARIANCE_GPU_BOUND = ("cchk3-l1b-s4k-mbs4-m2", "cchk5-l8w-tp4-sp-s16k-m1")
+
+
+def host_variance() -> list[Entry]:
+    """Why a host-bound rank's time moves from one process to the next (``hostvar-``): the
+    earlier checks' repeat passes put the GPU-bound tune runs within a few percent of each other
+    and the host-bound ones 0.68-1.58x apart on one machine. Ten of those tune runs (none held
+    out; ``HOST_VARIANCE_*``), each as ``hostvar-<its id>``, 21 iterations, in four passes on one
+    machine: passes 1 and 3 as the checks ran them, passes 2 and 4 with the child process bound
+    to two cores (``compute_relations.py run --pin-cpus``). A component measurement, every run
+    read; defined before any was measured, with its rule (``benchmarks/host_variance.py``):
+
+    - a run's time in a pass: its ``early`` median (iterations 2-5, the window the checks
+      timed) and its ``steady`` one (iterations 12-21);
+    - a condition's spread for a run: ``|ln(T / T')|`` between its two passes; over the
+      host-bound runs, the median;
+    - binding to cores is taken for later checks iff the host-bound runs' steady spread bound is
+      at most half the unbound one and the two GPU-bound runs' bound steady times are within 3%
+      of their unbound ones; the longer window iff the unbound steady spread is at most half the
+      unbound early one."""
+    checks = (
+        _compute_relations_check2, _compute_relations_check3, _compute_relations_check4,
+        _compute_relations_check5, _compute_relations_check6,
+    )  # fmt: skip
+    earlier = {e.id: e for family in checks for e in family()}
+    return [
+        replace(earlier[i], id=f"hostvar-{i}") for i in (*HOST_VARIANCE_HOST_BOUND, *HOST_VARIANCE_GPU_BOUND)
+    ]
+
+
 def entries() -> list[Entry]:
     found = (
         _dense()
@@ -2870,6 +2908,7 @@ def entries() -> list[Entry]:
         + host_by_moe()
         + host_by_microbatches()
         + host_by_tensor_parallel()
+        + host_variance()
     )
     ids = [x.id for x in found]
     assert len(ids) == len(set(ids)), "run ids must be unique"
