@@ -9,6 +9,16 @@
 Per run and pass: the ``early`` median forward+backward (iterations 2-5) and the ``steady``
 one (iterations 12-21). Per condition and window: each run's spread ``|ln(T / T')|`` between the
 condition's two passes; over the host-bound runs, the median. Then the rule's two decisions.
+
+Found (one lent H100, GPU-0cd18af2, 16 cores, the GPU's affinity all of them; cores 2 and 3
+when bound): neither helps. The host-bound runs' median spread is 9.2% early and 14.5% steady
+unbound, 13.2% and 11.3% bound (one run 67 against 114 ms steady on two passes); the GPU-bound
+runs moved by -0.1% and -0.5% when bound and stayed within 1.6% on every pass. Neither binding
+(11.3% is not at most half of 14.5%) nor the steady window (14.5% is not at most half of 9.2%)
+is taken: a host-bound rank's time on a lent machine moves by about a tenth from one process to
+the next whatever the harness does, so one timed pass of it carries that much noise. The
+host probe after each run (a launch 6.3-11.4 us, a small layer's forward and backward
+214-469 us) moves as much from run to run.
 """
 
 from __future__ import annotations
