@@ -131,3 +131,31 @@ def test_a_timed_run_is_priced_on_the_gpu_it_ran_on_not_the_one_its_plan_named()
         "NVIDIA H100 80GB HBM3",
     )
     assert {run.derived.job.cluster.gpu for run in accuracy.timed_runs(path)} == {"H100-80GB"}
+
+
+def _load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, SET_DIR.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hostvar_runs_are_host_or_gpu_bound_as_the_model_splits_them():
+    matrix, accuracy = load_matrix(), _load_benchmark("compute_accuracy")
+    chosen = (*matrix.HOST_VARIANCE_HOST_BOUND, *matrix.HOST_VARIANCE_GPU_BOUND)
+    runs = {
+        r.id: r for name in ("cchk2", "cchk3", "cchk4", "cchk5", "cchk6") for r in accuracy.own_runs(name)
+    }
+    bound = {i: accuracy.predicted_host_s(runs[i]) > accuracy.predicted_device_s(runs[i]) for i in chosen}
+    assert [i for i in chosen if bound[i]] == list(matrix.HOST_VARIANCE_HOST_BOUND)
+    assert {runs[i].split for i in chosen} == {"tune"}
+
+
+def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys):
+    sys.path.insert(0, str(SET_DIR))
+    _load_benchmark("host_variance").main()
+    out = capsys.readouterr().out
+    assert "host-bound runs, unbound early : median spread 9.2%" in out
+    assert "host-bound runs, bound   steady: median spread 11.3%" in out
+    assert out.rstrip().endswith("bind later checks to cores: no; time the steady window: no")
