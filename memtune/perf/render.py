@@ -59,11 +59,15 @@ def busiest_stage(p: StepPrediction) -> int:
 
 def print_step(console: Console, p: StepPrediction, uncertainty: StepUncertainty) -> None:
     sim = p.simulated
+    # two lines, so that no figure wraps at 80 columns
+    print_lines(
+        console,
+        Text(f"step {p.step_time_s:.3f} s ± {uncertainty.error:.0%}, bubble {sim.bubble_fraction:.1%}"),
+    )
     print_lines(
         console,
         Text(
-            f"step {p.step_time_s:.3f} s ± {uncertainty.error:.0%}, {p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
-            f"{p.model_tflops_per_gpu:,.0f} model TFLOP/s per GPU, bubble {sim.bubble_fraction:.1%}"
+            f"{p.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {p.model_tflops_per_gpu:,.0f} model TFLOP/s per GPU"
         ),
     )
     print_table(console, STAGE_COLUMNS, stage_rows(p), title="Per pipeline stage (simulated)")

@@ -47,3 +47,21 @@ def test_a_recipe_is_priced_as_estimate_and_plan_take_it(capsys: pytest.CaptureF
         "memtune bench: a config file or --recipe NAME is required: "
         "memtune bench step CONFIG|--recipe NAME [OVERRIDE.yaml ...] [key=value ...]\n"
     )
+
+
+def test_text_gives_the_step_and_the_rates_on_two_lines_of_the_json_figures(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["bench", "step", str(EXAMPLE), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["bench", "step", str(EXAMPLE)]) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first == (
+        f"step {doc['step_time_s']:.3f} s ± {doc['step_time_uncertainty']['relative']:.0%}, "
+        f"bubble {doc['bubble_fraction']:.1%}"
+    )
+    assert second == (
+        f"{doc['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+        f"{doc['model_tflops_per_gpu']:,.0f} model TFLOP/s per GPU"
+    )
