@@ -22,11 +22,12 @@ data, so the iteration is the rank's compute, host work and optimizer step):
   fourth, after LoRA's optimizer and host work were priced (``cchk4-h100``); ``cchk5``: a fifth,
   after GEMMs of more rows were never priced slower and FP8 attention was priced
   (``cchk5-h100``); ``cchk6``: a sixth, at the same model, on shapes no earlier run measured
-  (``cchk6-h100``).
+  (``cchk6-h100``); ``cchk7``: a seventh, at the same model, of new shapes the model judged
+  GPU-bound before they ran (``cchk7-h100``).
 - ``cchk2r``: the ``cchk2-`` runs timed again on another lent H100, to show how far the machine
   moves a step; ``cchk3a``: the ``cchk3-`` runs timed again right after, in the same call on
-  the same H100, to show how far a step moves on one machine; ``cchk4a``, ``cchk5a`` and
-  ``cchk6a`` likewise for the ``cchk4-``, ``cchk5-`` and ``cchk6-`` runs (none of them is a check).
+  the same H100, to show how far a step moves on one machine; ``cchk4a`` to ``cchk7a``
+  likewise for the ``cchk4-`` to ``cchk7-`` runs (none of them is a check).
 
 The prediction is ``predict_step(...)`` of that rank's stage: its compute
 (``Simulated.stage_compute_s``: the passes, host-bound time included, and the step's own work;
@@ -73,7 +74,7 @@ SHARED_MACHINE = Machine(0.92, 0.92)
 # The sets whose machine their own traced tune runs measure (their kernels by name).
 TRACED_SETS = (
     "crel", "cchk", "cchk2", "cchk2r", "cchk3", "cchk3a", "lorachk", "cchk4", "cchk4a", "cchk5", "cchk5a",
-    "cchk6", "cchk6a",
+    "cchk6", "cchk6a", "cchk7", "cchk7a",
 )  # fmt: skip
 # Checks of a frozen model, never fitted on (``cchk-``, benchmarks/measured/matrix.py): their
 # tune runs only measure their machine, their holdout runs are the check.
@@ -85,6 +86,7 @@ CHECK_SETS = {
     "cchk4": RESULTS / "cchk4-h100.results.jsonl",
     "cchk5": RESULTS / "cchk5-h100.results.jsonl",
     "cchk6": RESULTS / "cchk6-h100.results.jsonl",
+    "cchk7": RESULTS / "cchk7-h100.results.jsonl",
 }
 # The cchk2- runs timed again in a later call, on another lent H100: how far the machine moves a
 # step. Not a check (its shapes were seen) and pooled in no figure; its tune runs measure its
@@ -98,6 +100,7 @@ REPEATS = {
     "cchk4a": RESULTS / "cchk4-again-h100.results.jsonl",
     "cchk5a": RESULTS / "cchk5-again-h100.results.jsonl",
     "cchk6a": RESULTS / "cchk6-again-h100.results.jsonl",
+    "cchk7a": RESULTS / "cchk7-again-h100.results.jsonl",
 }
 # memtune's catalog name of each GPU a run was timed on (its record's ``environment.gpu``). A run
 # is priced for that GPU whatever its plan named: the device tool lends an H100 or an H200 for
@@ -274,6 +277,17 @@ def timed_runs(path: Path) -> list[Timed]:
             Timed(run["id"], split_of(run["id"]), d, run["pp_rank"], step, fb, opt, True, device, attention)
         )
     return timed
+
+
+def planned(run_id: str, config: dict[str, Any], rank: int, gpu: str = "H100-80GB") -> Timed:
+    """A run not yet measured, as the model sees it on ``gpu`` (the tables' machine): enough to
+    price it and to judge it GPU-bound before any time is known."""
+    from matrix import split_of
+
+    from memtune.config import derive, validate
+
+    d = derive(validate({**config, "cluster": {**config["cluster"], "gpu": gpu}}))
+    return Timed(run_id, split_of(run_id), d, d.pp_rank_of(rank), 0.0, None, None, True)
 
 
 def measured_machine(runs: list[Timed]) -> list[Timed]:

@@ -2429,6 +2429,94 @@ def _compute_relations_check6() -> list[Entry]:
     return e
 
 
+def _compute_relations_check7() -> list[Entry]:
+    """A seventh fresh check of the step model (``cchk7-``), of ranks whose step the GPU bounds:
+    defined on 2026-12-07 before any was measured, with the model it checks frozen at the commit
+    that adds it (the model of 465f4f7, unchanged since). The repeat passes and ``hostvar-``
+    showed that a host-bound rank's time moves by about a tenth from one process to the next on
+    a lent machine while a GPU-bound rank's stays within a few percent; a user's multi-GPU job
+    is mostly GPU-bound. Rule fixed before measuring: shapes no earlier run measured
+    (``repeated_runs`` finds none), each one whose host work the model puts at no more than 0.9
+    of its kernels' time on the tables' machine (``compute_accuracy.planned``,
+    ``predicted_host_s`` against ``predicted_device_s``); tests keep both. Drafts dropped by it
+    before anything ran: the GPT block at TP 2 with MBS 2 and a VPP 2 first stage of Llama 3
+    8B's width at TP 4 (host-bound by the model), Llama 3 8B's width at TP 8 and sequence 8,192
+    and a 2,048-wide model at TP 2 with MBS 4 (measured before). Split by the hash rule; the
+    tune runs measure the lent machine's kernels as before, the holdout is compared once. The
+    shapes: Llama 3 8B's width over three layers at TP 1, at TP 2 and sequence 6,144, at TP 4
+    with MBS 2 of 3,072 tokens, unfused at TP 2 and sequence 2,048; Qwen3 8B's over three layers
+    at TP 2, at TP 1 with MBS 2 of 3,072 tokens, at TP 4 with MBS 2; Qwen3 32B's at TP 4 with
+    MBS 2 and one layer at TP 2 and sequence 8,192; Llama 3 70B's at TP 8 and sequence 6,144, at
+    TP 8 with MBS 2, one layer at TP 4; a 2,048-wide model over six layers with MBS 2; the GPT
+    block at TP 1 and sequence 4,096; Mixtral's width at TP 2 EP 4 and at EP 8, sequence 4,096;
+    the last stage of PP 2, a VPP 2 first stage and a PP 4 middle stage of Qwen3 8B's width;
+    MTP at TP 2; ``mlp`` and ``core_attn`` recompute, two-layer blocks of full recompute at
+    sequence 8,192; the distributed optimizer at Llama 3 70B's width at TP 8 and Qwen3 32B's at
+    TP 4; fp32 at TP 4 (unfused attention: flash needs 16 bits); LoRA on Qwen3 32B's width at
+    TP 2 and Llama 3 8B's at TP 1."""
+    tp2, tp4, tp8 = ({"tensor_model_parallel_size": t, **SP} for t in (2, 4, 8))
+
+    def q32w(**kw):
+        return _model("qwen3-32b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    def l70w(**kw):
+        return _model("llama3-70b", **{"num_layers": 2, "seq_length": 4096, **kw})
+
+    e = []
+    # dense shapes
+    e.append(run("cchk7-l8w-l3-tp1-m2", L8W(num_layers=3), microbatches=2))
+    e.append(run("cchk7-l8w-tp2-sp-s6k-m2", L8W(**tp2, seq_length=6144), microbatches=2))
+    e.append(run("cchk7-l8w-tp4-sp-s3k-mbs2-m2", L8W(**tp4, seq_length=3072), mbs=2, microbatches=2))
+    e.append(
+        run(
+            "cchk7-unfused-l8w-tp2-sp-s2k-m2",
+            L8W(**tp2, attention_backend="unfused", seq_length=2048),
+            microbatches=2,
+        )
+    )
+    e.append(run("cchk7-q8-l3-tp2-sp-m1", Q8(**tp2, num_layers=3)))
+    e.append(run("cchk7-q8-tp1-s3k-mbs2-m2", Q8(seq_length=3072), mbs=2, microbatches=2))
+    e.append(run("cchk7-q32w-tp4-sp-mbs2-m2", q32w(**tp4), mbs=2, microbatches=2))
+    e.append(run("cchk7-l70w-tp8-sp-s6k-m1", l70w(**tp8, seq_length=6144)))
+    e.append(run("cchk7-l70w-l1-tp4-sp-m2", l70w(**tp4, num_layers=1), microbatches=2))
+    e.append(run("cchk7-l1b-l6-s2k-mbs2-m2", L1B(num_layers=6, seq_length=2048), mbs=2, microbatches=2))
+    e.append(run("cchk7-q8-tp4-sp-s4k-mbs2", Q8(**tp4, seq_length=4096), mbs=2))
+    e.append(run("cchk7-q32w-l1-tp2-sp-s8k", q32w(**tp2, num_layers=1, seq_length=8192)))
+    e.append(run("cchk7-l70w-tp8-sp-mbs2-m2", l70w(**tp8), mbs=2, microbatches=2))
+    e.append(run("cchk7-gpt-tp1-s4k-m2", GPT(seq_length=4096), microbatches=2))
+    # MoE ranks
+    mx_ep4 = MX(**tp2, expert_model_parallel_size=4, seq_length=4096)
+    e.append(run("cchk7-moe-mx-tp2-sp-ep4-m2", mx_ep4, dp=4, microbatches=2))
+    e.append(
+        run(
+            "cchk7-moe-mx-ep8-s4k-m2", MX(expert_model_parallel_size=8, seq_length=4096), dp=8, microbatches=2
+        )
+    )
+    # pipeline stages and MTP
+    pp2 = dict(num_layers=6, pipeline_model_parallel_size=2)
+    e.append(run("cchk7-pp2-l8w-tp2-sp-last-m4", L8W(**tp2, **pp2), microbatches=4, stage=-1))
+    pp2v2 = dict(num_layers=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2)
+    e.append(run("cchk7-vpp2-q8-tp2-sp-first-m4", Q8(**tp2, **pp2v2), microbatches=4, stage=0))
+    pp4 = dict(num_layers=8, pipeline_model_parallel_size=4)
+    e.append(run("cchk7-pp4-q8-tp2-sp-mid-m4", Q8(**tp2, **pp4), microbatches=4, stage=1))
+    e.append(run("cchk7-mtp1-q8-tp2-sp-s4k-m2", Q8(**tp2, mtp_num_layers=1, seq_length=4096), microbatches=2))
+    # recompute
+    mlp = dict(recompute_granularity="selective", recompute_modules=["mlp"])
+    e.append(run("cchk7-rc-mlp-l8w-tp2-sp-m2", L8W(**tp2, **mlp), microbatches=2))
+    attn = dict(recompute_granularity="selective", recompute_modules=["core_attn"])
+    e.append(run("cchk7-rc-attn-q8-tp2-sp-s8k", Q8(**tp2, **attn)))
+    block2 = dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2)
+    e.append(run("cchk7-rc-block2-l8w-tp4-sp-s8k-m1", L8W(**tp4, **block2, seq_length=8192)))
+    # the optimizer, precision, LoRA
+    e.append(run("cchk7-opt-l70w-tp8-sp-do-dp2", l70w(**tp8), dp=2, distopt=True))
+    e.append(run("cchk7-opt-q32w-tp4-sp-do-dp2", q32w(**tp4), dp=2, distopt=True))
+    fp32 = dict(bf16=False, attention_backend="unfused")
+    e.append(run("cchk7-prec-fp32-l8w-tp4-sp-m2", L8W(**tp4, **fp32), microbatches=2))
+    e.append(run("cchk7-lora-q32w-tp2-sp-m2", q32w(**tp2), microbatches=2, peft=lora()))
+    e.append(run("cchk7-lora-l8w-s2k-mbs2-m2", L8W(seq_length=2048), mbs=2, microbatches=2, peft=lora()))
+    return e
+
+
 def small_m_kernels() -> list[Entry]:
     """Whether the GEMMs under 1,024 rows are priced right inside a step (``smallm-``): single
     ranks whose every GEMM runs at 256 or 512 rows (sequence 256 or 512, one sequence a
@@ -2896,6 +2984,7 @@ def entries() -> list[Entry]:
         + _compute_relations_check4()
         + _compute_relations_check5()
         + _compute_relations_check6()
+        + _compute_relations_check7()
         + host_by_block()
         + offload_exposure()
         + offload_exposure_check()

@@ -159,3 +159,16 @@ def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys):
     assert "host-bound runs, unbound early : median spread 9.2%" in out
     assert "host-bound runs, bound   steady: median spread 11.3%" in out
     assert out.rstrip().endswith("bind later checks to cores: no; time the steady window: no")
+
+
+def test_seventh_check_is_new_shapes_the_model_judged_gpu_bound_before_they_ran():
+    matrix, accuracy = load_matrix(), _load_benchmark("compute_accuracy")
+    entries = matrix.entries()
+    family = [e for e in entries if e.id.startswith("cchk7-")]
+    earlier = [e for e in entries if not e.id.startswith(("cchk7-", "hostvar-"))]
+    assert len(family) == 28
+    assert matrix.repeated_runs(family, earlier) == []
+    for e in family:
+        run = accuracy.planned(e.id, e.config, e.rank)
+        assert accuracy.predicted_host_s(run) <= 0.9 * accuracy.predicted_device_s(run), e.id
+    assert sum(matrix.split_of(e.id) == "holdout" for e in family) == 7
