@@ -39,6 +39,14 @@ def load_matrix():
     return module
 
 
+def _load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, SET_DIR.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_every_record_is_complete_and_its_config_plans_the_rank_it_measured():
     assert len(RECORDS) >= 60
     assert len({r["id"] for r in RECORDS}) == len(RECORDS)
@@ -120,10 +128,7 @@ def test_sixth_check_measures_no_config_measured_before_and_fifth_repeats_six():
 
 
 def test_a_timed_run_is_priced_on_the_gpu_it_ran_on_not_the_one_its_plan_named():
-    spec = importlib.util.spec_from_file_location("compute_accuracy", SET_DIR.parent / "compute_accuracy.py")
-    accuracy = importlib.util.module_from_spec(spec)
-    sys.modules["compute_accuracy"] = accuracy  # its dataclasses look their module up there
-    spec.loader.exec_module(accuracy)
+    accuracy = _load_benchmark("compute_accuracy")
     path = SET_DIR.parent / "gpu" / "results" / "cchk6-h100.results.jsonl"
     first = json.loads(path.read_text().splitlines()[0])
     assert (first["config"]["cluster"]["gpu"], first["environment"]["gpu"]) == (
@@ -131,14 +136,6 @@ def test_a_timed_run_is_priced_on_the_gpu_it_ran_on_not_the_one_its_plan_named()
         "NVIDIA H100 80GB HBM3",
     )
     assert {run.derived.job.cluster.gpu for run in accuracy.timed_runs(path)} == {"H100-80GB"}
-
-
-def _load_benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(name, SET_DIR.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_hostvar_runs_are_host_or_gpu_bound_as_the_model_splits_them():
@@ -152,8 +149,8 @@ def test_hostvar_runs_are_host_or_gpu_bound_as_the_model_splits_them():
     assert {runs[i].split for i in chosen} == {"tune"}
 
 
-def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys):
-    sys.path.insert(0, str(SET_DIR))
+def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(SET_DIR))
     _load_benchmark("host_variance").main()
     out = capsys.readouterr().out
     assert "host-bound runs, unbound early : median spread 9.2%" in out
