@@ -61,6 +61,7 @@ def make_plans(out: str, family: str) -> int:
         _compute_relations_check5,
         _compute_relations_check6,
         _compute_relations_check7,
+        ci_attention_shape,
         host_by_block,
         host_by_lora,
         host_by_lora_repeat,
@@ -98,6 +99,7 @@ def make_plans(out: str, family: str) -> int:
             "hosttp": host_by_tensor_parallel,
             "hostvar": host_variance,
             "smallm": small_m_kernels,
+            "ciattn": ci_attention_shape,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -109,7 +111,7 @@ def make_plans(out: str, family: str) -> int:
         ids=",".join(ids),
         shard=None,
         iters=REPEATED_ITERATIONS
-        if family in ("hostlora2", "hostlora3", "hostnmb", "hosttp", "hostvar")
+        if family in ("hostlora2", "hostlora3", "hostnmb", "hosttp", "hostvar", "ciattn")
         else ITERATIONS,
     )
     plan_entries(namespace)
@@ -119,7 +121,7 @@ def make_plans(out: str, family: str) -> int:
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
     if family in COMPONENT_FAMILIES:  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
-    if family == "smallm":  # a check of the kernels' price: every run traced
+    if family in ("smallm", "ciattn"):  # a check of the kernels' price: every run traced
         lines = [json.dumps({**json.loads(line), "split": "tune"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
@@ -542,6 +544,7 @@ def main() -> int:
             "cchk6",
             "cchk7",
             "smallm",
+            "ciattn",
             "aoffm",
             "aoffm2",
             "lorachk",

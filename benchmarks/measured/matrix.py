@@ -2542,6 +2542,40 @@ def small_m_kernels() -> list[Entry]:
     return e
 
 
+def ci_attention_shape() -> list[Entry]:
+    """What unfused attention costs a step at the Megatron-LM functional tests' GPT shape
+    (``ciattn-``): the H100 golden values of two TP 1 PP 1 pairs that differ only by
+    ``--attention-backend unfused`` log 49 and 53 ms a step with the default attention against
+    83 and 86 ms unfused, where the step model adds about 7 ms (0.6 ms of kernels a layer) and
+    prices all four at 84 ms (docs/plan.md). One rank of those jobs (12 layers, hidden 512, 8
+    heads, sequence 1024, MBS 4, one microbatch, dropout 0.1, DP 8 under the distributed
+    optimizer) on the local spec, flash and unfused, at 12 and 6 layers, and unfused at 12
+    layers without attention dropout; 21 iterations, every one traced at the last (a component
+    check, read whole: all marked tune). The local spec's unfused attention runs the torch
+    softmax in fp32 (no fused kernel here), so it moves more bytes than Transformer Engine's.
+
+    Rule fixed before measuring, per pass and then the mean over the passes: the unfused
+    attention's cost a layer ``U = ((T12u - T6u) - (T12f - T6f)) / 6`` of forward+backward
+    time, and its kernels' share ``Uk`` the same difference of the traced kernel time; the
+    step model's ``U`` and ``Uk`` at the same runs beside them. Two readings: the kernels' ``Uk``
+    outside a factor of two of the model's means the relation's kernels are mispriced at this
+    shape, and it is refitted with these runs among its tune runs
+    (``benchmarks/fit_step_constants.py``); a measured ``U`` above 0.5 ms a layer where the
+    model's is nil means the model's host floor hides kernels that show, at this shape. Neither:
+    the functional tests' 34 ms gap is not this relation's (Transformer Engine's unfused path or
+    the tests' own machines) and no price changes."""
+    e = []
+    for backend in ("flash", "unfused"):
+        for layers in (6, 12):
+            model = GPT(num_layers=layers, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
+                        seq_length=1024, attention_backend=backend)  # fmt: skip
+            e.append(run(f"ciattn-{backend}-l{layers}", model, dp=8, mbs=4, distopt=True))
+    model = GPT(num_layers=12, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
+                seq_length=1024, attention_backend="unfused", attention_dropout=0.0)  # fmt: skip
+    e.append(run("ciattn-unfused-nodrop-l12", model, dp=8, mbs=4, distopt=True))
+    return e
+
+
 def host_by_block() -> list[Entry]:
     """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
@@ -2994,6 +3028,7 @@ def entries() -> list[Entry]:
         + host_by_lora_repeat()
         + host_lora_shares()
         + small_m_kernels()
+        + ci_attention_shape()
         + host_by_moe()
         + host_by_microbatches()
         + host_by_tensor_parallel()
