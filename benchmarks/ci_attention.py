@@ -9,10 +9,11 @@ Per pass: ``U = ((T12u - T6u) - (T12f - T6f)) / 6``, the unfused attention's cos
 forward+backward time (each run's median after the first iteration), and ``Uk``, the same
 difference of the traced iteration's kernel time; then the mean over the passes, beside the
 step model's ``U`` and ``Uk`` at the same runs on the GPU they ran on (the tables' machine).
-Two readings: the kernels' ``Uk`` outside a factor of two of the model's (the relation's
+Three readings: the kernels' ``Uk`` outside a factor of two of the model's (the relation's
 kernels mispriced at this shape: refit it with these runs); a measured ``U`` above 0.5 ms a
-layer where the model's is nil (the model's host floor hides kernels that show). Neither: no
-price changes.
+layer where the model's is nil (the model's host floor hides kernels that show); the full
+recompute's cost a layer ``R = (T12rc - T12f) / 12`` more than twice the model's (its replay
+underpriced at this shape). None: no price changes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ def per_layer(times: dict[str, float]) -> float:
     unfused = times["ciattn-unfused-l12"] - times["ciattn-unfused-l6"]
     flash = times["ciattn-flash-l12"] - times["ciattn-flash-l6"]
     return (unfused - flash) / LAYERS_APART
+
+
+def per_layer_recompute(times: dict[str, float]) -> float:
+    """The full recompute's cost a layer from two runs' times (seconds)."""
+    return (times["ciattn-flash-rcfull-l12"] - times["ciattn-flash-l12"]) / 12
 
 
 def measured(path: Path) -> tuple[dict[str, float], dict[str, float]]:
@@ -88,13 +94,18 @@ def main() -> int:
     print(f"step model:                U {mu * 1e3:.3f} ms a layer, Uk {muk * 1e3:.3f}")
     kernels_off = not 0.5 <= uk / muk <= 2
     hidden_but_shows = mu < NIL_S and u > SHOWS_S
+    r = statistics.mean(per_layer_recompute(times) for times, _ in found)
+    mr = per_layer_recompute(model_times)
+    print(f"full recompute: R {r * 1e3:.3f} ms a layer measured, {mr * 1e3:.3f} the model's")
+    replay_off = r > 2 * mr
     print(
         f"kernels: {uk / muk:.2f}x the model's:",
         "refit the relation" if kernels_off else "within a factor of two",
     )
     print("step:", "the host floor hides kernels that show" if hidden_but_shows else "as the model has it")
-    if not kernels_off and not hidden_but_shows:
-        print("neither: no price changes")
+    print("recompute:", "its replay is underpriced" if replay_off else "within twice the model's")
+    if not (kernels_off or hidden_but_shows or replay_off):
+        print("none: no price changes")
     return 0
 
 

@@ -2550,8 +2550,9 @@ def ci_attention_shape() -> list[Entry]:
     prices all four at 84 ms (docs/plan.md). One rank of those jobs (12 layers, hidden 512, 8
     heads, sequence 1024, MBS 4, one microbatch, dropout 0.1, DP 8 under the distributed
     optimizer) on the local spec, flash and unfused, at 12 and 6 layers, and unfused at 12
-    layers without attention dropout; 21 iterations, every one traced at the last (a component
-    check, read whole: all marked tune). The local spec's unfused attention runs the torch
+    layers without attention dropout, and flash at 12 layers under full recompute (uniform, one
+    layer a group: the recompute test of the same group logs 110 ms a step); 21 iterations,
+    every one traced at the last (a component check, read whole: all marked tune). The local spec's unfused attention runs the torch
     softmax in fp32 (no fused kernel here), so it moves more bytes than Transformer Engine's.
 
     Rule fixed before measuring, per pass and then the mean over the passes: the unfused
@@ -2561,7 +2562,9 @@ def ci_attention_shape() -> list[Entry]:
     outside a factor of two of the model's means the relation's kernels are mispriced at this
     shape, and it is refitted with these runs among its tune runs
     (``benchmarks/fit_step_constants.py``); a measured ``U`` above 0.5 ms a layer where the
-    model's is nil means the model's host floor hides kernels that show, at this shape. Neither:
+    model's is nil means the model's host floor hides kernels that show, at this shape. The
+    full recompute's cost a layer ``R = (T12rc - T12f) / 12`` beside the model's: more than
+    twice the model's means its replay is underpriced at this shape. None of these:
     the functional tests' 34 ms gap is not this relation's (Transformer Engine's unfused path or
     the tests' own machines) and no price changes."""
     e = []
@@ -2573,6 +2576,10 @@ def ci_attention_shape() -> list[Entry]:
     model = GPT(num_layers=12, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
                 seq_length=1024, attention_backend="unfused", attention_dropout=0.0)  # fmt: skip
     e.append(run("ciattn-unfused-nodrop-l12", model, dp=8, mbs=4, distopt=True))
+    recompute = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    model = GPT(num_layers=12, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
+                seq_length=1024, attention_backend="flash", **recompute)  # fmt: skip
+    e.append(run("ciattn-flash-rcfull-l12", model, dp=8, mbs=4, distopt=True))
     return e
 
 
