@@ -46,6 +46,7 @@ COMPONENT_FAMILIES = ("hostblk", "hostlora", "hostlora2", "hostlora3", "hostnmb"
 REPEATED_ITERATIONS = 21  # a host-bound component run: the median of 20 steady iterations
 PRIORITY = ("unfused", "mtp", "vpp", "seq", "mbs", "opt", "rc", "prec", "flash", "vocab")
 TOP_KERNELS = 200
+HOST_PROFILE_TOP = 150  # functions kept from a host profile, by own time
 
 
 # --- plan (here) ------------------------------------------------------------------------
@@ -68,6 +69,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_microbatches,
         host_by_tensor_parallel,
         host_lora_shares,
+        host_profile_by_tensor_parallel,
         host_variance,
         lora_compute_check,
         offload_exposure,
@@ -100,6 +102,7 @@ def make_plans(out: str, family: str) -> int:
             "hostvar": host_variance,
             "smallm": small_m_kernels,
             "ciattn": ci_attention_shape,
+            "hostprof": host_profile_by_tensor_parallel,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -121,7 +124,7 @@ def make_plans(out: str, family: str) -> int:
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
     if family in COMPONENT_FAMILIES:  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
-    if family in ("smallm", "ciattn"):  # a check of the kernels' price: every run traced
+    if family in ("smallm", "ciattn", "hostprof"):  # read whole: every run traced
         lines = [json.dumps({**json.loads(line), "split": "tune"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
@@ -212,6 +215,9 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
             calls[0] += 1
             if not trace or calls[0] != plan["iterations"]:
                 return inner(*args, **kwargs)
+            if item.get("host_profile"):
+                traced.update(_host_profiled(torch, inner, args, kwargs))
+                return traced.pop("out")
             from torch.profiler import ProfilerActivity, profile
 
             torch.cuda.synchronize()
@@ -245,6 +251,41 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
     if item.get("pin_cpus"):
         result["environment"]["pin_cpus"] = item["pin_cpus"]
     return result
+
+
+def _host_profiled(torch: Any, inner: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """One forward+backward under Python's ``cProfile`` instead of the kernel trace: its wall
+    time and the functions with the most own (host) time, each with its calls; under the
+    profiler's own overhead, so shares between functions, not seconds, are what it tells."""
+    import cProfile
+    import pstats
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    tick = time.perf_counter()
+    profiler.enable()
+    out = inner(*args, **kwargs)
+    torch.cuda.synchronize()
+    profiler.disable()
+    wall = time.perf_counter() - tick
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, calls, own, cumulative, callers)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])
+    return {
+        "out": out,
+        "host_profile": {
+            "wall_s": round(wall, 5),
+            "own_s": round(sum(v[2] for _, v in rows), 5),
+            "functions": [
+                {
+                    "where": f"{Path(f).name}:{line}:{name}",
+                    "path": f[-120:],
+                    "calls": v[1],
+                    "own_s": round(v[2], 6),
+                }
+                for (f, line, name), v in rows[:HOST_PROFILE_TOP]
+            ],
+        },
+    }
 
 
 def _host_probe(torch: Any) -> dict[str, float]:
@@ -504,6 +545,7 @@ def run(args: argparse.Namespace) -> int:
     pinned = [int(c) for c in args.pin_cpus.split(",")] if args.pin_cpus else None
     for item in items:
         item["host_probe"] = args.host_probe
+        item["host_profile"] = args.host_profile
         item["pin_cpus"] = pinned
     with open(args.results, "a") as out:
         for n, item in enumerate(items, 1):
@@ -545,6 +587,7 @@ def main() -> int:
             "cchk7",
             "smallm",
             "ciattn",
+            "hostprof",
             "aoffm",
             "aoffm2",
             "lorachk",
@@ -566,6 +609,11 @@ def main() -> int:
         "--host-probe", action="store_true", help="time the host's launch speed after each run (_host_probe)"
     )
     r.add_argument("--timeout", type=float, default=90.0, help="seconds one run may take")
+    r.add_argument(
+        "--host-profile",
+        action="store_true",
+        help="profile a traced iteration's host side with cProfile instead of tracing its kernels",
+    )
     r.add_argument("--pin-cpus", help="bind each run's process to these cores, e.g. 2,3")
     args = parser.parse_args()
     return make_plans(args.out, args.family) if args.step == "plan" else run(args)

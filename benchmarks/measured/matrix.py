@@ -2583,6 +2583,27 @@ def ci_attention_shape() -> list[Entry]:
     return e
 
 
+def host_profile_by_tensor_parallel() -> list[Entry]:
+    """Where a TP rank's host time goes under the fake process group (``hostprof-``): the
+    ``cchk7-`` tune runs at TP 2-8 came out host-bound with host work a median 1.88x the step
+    model's, against 1.34x at TP 1, which the collectives' calls (70.7 us each) explain a
+    tenth to two fifths of. Llama 3 8B's width at 4 layers, sequence 2048, two microbatches,
+    at TP 1 and at TP 2, 4 and 8 with SP, the last iteration's host side profiled by Python's
+    ``cProfile`` (``compute_relations.py run --host-profile``) instead of its kernels traced.
+    A component measurement, read whole (all marked tune).
+
+    Rule fixed before measuring: each profiled function's own time is put in one category by
+    where it is defined (``benchmarks/host_profile.py``); per category, the own time per layer
+    and microbatch at TP 8 less that at TP 1; the category holding the largest share of that
+    excess is named as where the TP excess sits. No price follows from it alone."""
+    e = []
+    for tp in (1, 2, 4, 8):
+        parallel = {"tensor_model_parallel_size": tp, **SP} if tp > 1 else {}
+        name = f"hostprof-l8w-tp{tp}{'-sp' if tp > 1 else ''}-s2k-m2"
+        e.append(run(name, L8W(seq_length=2048, **parallel), microbatches=2))
+    return e
+
+
 def host_by_block() -> list[Entry]:
     """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
@@ -3036,6 +3057,7 @@ def entries() -> list[Entry]:
         + host_lora_shares()
         + small_m_kernels()
         + ci_attention_shape()
+        + host_profile_by_tensor_parallel()
         + host_by_moe()
         + host_by_microbatches()
         + host_by_tensor_parallel()

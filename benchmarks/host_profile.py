@@ -1,0 +1,74 @@
+"""Where a TP rank's host time goes under the fake process group, from the ``hostprof-`` runs,
+by the rule in their docstring (benchmarks/measured/matrix.py
+``host_profile_by_tensor_parallel``), fixed before they were measured; raw
+``benchmarks/gpu/results/hostprof-h100.results.jsonl`` (``compute_relations.py run
+--host-profile``: the last iteration's host side under ``cProfile``).
+
+    python benchmarks/host_profile.py
+
+Each profiled function's own time goes to the first category whose pattern its file or name
+holds (``CATEGORIES``, in order); per category and run, the own time per layer and microbatch;
+then each TP setting's excess over TP 1 per category, and the category with the largest share
+of TP 8's excess. The profiler keeps its top functions by own time (``HOST_PROFILE_TOP``); the
+rest is counted as ``not kept``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "results"
+LAYERS, MICROBATCHES = 4, 2
+TP = (1, 2, 4, 8)
+# (category, patterns in the function's file path or its "file:line:name"), first match wins
+CATEGORIES = (
+    ("c10d and the fake group", ("distributed_c10d", "c10d_logger", "fake_pg", "_functional_collectives")),
+    ("Megatron's TP mappings and layers", ("tensor_parallel/mappings", "tensor_parallel/layers", "tensor_parallel/utils")),
+    ("Megatron's cross entropy and embedding", ("cross_entropy", "language_model_embedding", "vocab")),
+    ("autograd (backward, Function.apply)", ("autograd/", "run_backward", ":apply", "_functions")),
+    ("torch ops (C calls: launches)", ("<built-in", "{built-in", "{method")),
+    ("Megatron's transformer modules", ("megatron/core/transformer", "megatron/core/models")),
+    ("Megatron's schedule and DDP", ("pipeline_parallel", "megatron/core/distributed", "megatron/core/optimizer")),
+    ("torch.nn and other Python", ("",)),
+)  # fmt: skip
+
+
+def category(function: dict[str, object]) -> str:
+    text = f"{function['path']} {function['where']}"
+    return next(name for name, patterns in CATEGORIES if any(p in text for p in patterns))
+
+
+def by_category(record: dict[str, object]) -> dict[str, float]:
+    """Own seconds per layer and microbatch by category, and what the profiler did not keep."""
+    profile = record["measured"]["profile"]["host_profile"]  # type: ignore[index]
+    found = {name: 0.0 for name, _ in CATEGORIES}
+    for function in profile["functions"]:
+        found[category(function)] += function["own_s"]
+    found["not kept"] = profile["own_s"] - sum(found.values())
+    return {name: seconds / (LAYERS * MICROBATCHES) for name, seconds in found.items()}
+
+
+def main() -> int:
+    records = {}
+    for line in (RESULTS / "hostprof-h100.results.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if "measured" not in record:
+            raise SystemExit(f"{record['id']} failed on the device: {record.get('error')}")
+        records[int(record["id"].split("-tp")[1].split("-")[0])] = record
+    per = {tp: by_category(records[tp]) for tp in TP}
+    print(f"{'ms per layer and microbatch':40s}" + "".join(f"{f'TP {tp}':>9s}" for tp in TP))
+    for name in per[1]:
+        print(f"{name:40s}" + "".join(f"{per[tp][name] * 1e3:9.3f}" for tp in TP))
+    totals = {tp: sum(per[tp].values()) for tp in TP}
+    print(f"{'all own time':40s}" + "".join(f"{totals[tp] * 1e3:9.3f}" for tp in TP))
+    excess = {name: per[8][name] - per[1][name] for name in per[1]}
+    largest = max(excess, key=lambda name: excess[name])
+    total = totals[8] - totals[1]
+    print(f"TP 8 over TP 1: {total * 1e3:.3f} ms per layer and microbatch; the largest share:")
+    print(f"  {largest}: {excess[largest] * 1e3:.3f} ms ({excess[largest] / total:.0%})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
