@@ -14,6 +14,12 @@ kernels mispriced at this shape: refit it with these runs); a measured ``U`` abo
 layer where the model's is nil (the model's host floor hides kernels that show); the full
 recompute's cost a layer ``R = (T12rc - T12f) / 12`` more than twice the model's (its replay
 underpriced at this shape). None: no price changes.
+
+Found (a lent H100, GPU-38004c8f, two passes in one call): the unfused kernels add 1.22 ms a
+layer against the model's 1.52 (0.80x, within the factor); the unfused attention adds 0.96 ms
+a layer of forward+backward time (passes 1.83 and 0.08) where the model's host floor gives nil,
+the flash rank taking 32.6 and 27.3 ms against the floor's 62.9; full recompute adds 0.66 ms a
+layer against the model's 1.60 (within twice). No price changes (docs/plan.md).
 """
 
 from __future__ import annotations

@@ -169,3 +169,34 @@ def test_seventh_check_is_new_shapes_the_model_judged_gpu_bound_before_they_ran(
         run = accuracy.planned(e.id, e.config, e.rank)
         assert accuracy.predicted_host_s(run) <= 0.9 * accuracy.predicted_device_s(run), e.id
     assert sum(matrix.split_of(e.id) == "holdout" for e in family) == 7
+
+
+def test_ciattn_runs_are_one_rank_of_the_functional_tests_pair_differing_only_as_named():
+    models = {e.id: validate(e.config).model for e in load_matrix().ci_attention_shape()}
+    flash = models["ciattn-flash-l12"]
+    shape = (flash.hidden_size, flash.num_attention_heads, flash.seq_length, flash.attention_dropout)
+    assert shape == (512, 8, 1024, 0.1)
+
+    def same_but(run_id: str, **changes: object) -> bool:
+        return models[run_id] == flash.model_copy(update=changes)
+
+    assert same_but("ciattn-unfused-l12", attention_backend="unfused")
+    assert same_but("ciattn-flash-l6", num_layers=6)
+    assert same_but("ciattn-unfused-nodrop-l12", attention_backend="unfused", attention_dropout=0.0)
+    assert same_but(
+        "ciattn-flash-rcfull-l12",
+        recompute_granularity="full",
+        recompute_method="uniform",
+        recompute_num_layers=1,
+    )
+
+
+def test_ciattn_rule_reads_the_unfused_kernels_right_and_the_host_floor_hiding_them(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(SET_DIR))
+    _load_benchmark("ci_attention").main()
+    out = capsys.readouterr().out
+    assert "measured (mean of passes): U 0.958 ms a layer, Uk 1.217" in out
+    assert "step model:                U 0.000 ms a layer, Uk 1.520" in out
+    assert "full recompute: R 0.658 ms a layer measured, 1.600 the model's" in out
+    assert "kernels: 0.80x the model's: within a factor of two" in out
+    assert "step: the host floor hides kernels that show" in out
