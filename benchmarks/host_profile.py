@@ -27,7 +27,7 @@ CATEGORIES = (
     ("Megatron's TP mappings and layers", ("tensor_parallel/mappings", "tensor_parallel/layers", "tensor_parallel/utils")),
     ("Megatron's cross entropy and embedding", ("cross_entropy", "language_model_embedding", "vocab")),
     ("autograd (backward, Function.apply)", ("autograd/", "run_backward", ":apply", "_functions")),
-    ("torch ops (C calls: launches)", ("<built-in", "{built-in", "{method")),
+    ("torch ops (C calls: launches)", ("<built-in", "<method")),
     ("Megatron's transformer modules", ("megatron/core/transformer", "megatron/core/models")),
     ("Megatron's schedule and DDP", ("pipeline_parallel", "megatron/core/distributed", "megatron/core/optimizer")),
     ("torch.nn and other Python", ("",)),
