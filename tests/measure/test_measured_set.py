@@ -149,10 +149,15 @@ def test_hostvar_runs_are_host_or_gpu_bound_as_the_model_splits_them():
     assert {runs[i].split for i in chosen} == {"tune"}
 
 
-def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys, monkeypatch):
+def _rule_output(name: str, capsys, monkeypatch) -> str:
+    """What a component rule's script (``benchmarks/<name>.py``) prints."""
     monkeypatch.syspath_prepend(str(SET_DIR))
-    _load_benchmark("host_variance").main()
-    out = capsys.readouterr().out
+    _load_benchmark(name).main()
+    return capsys.readouterr().out
+
+
+def test_hostvar_rule_takes_neither_binding_nor_the_longer_window(capsys, monkeypatch):
+    out = _rule_output("host_variance", capsys, monkeypatch)
     assert "host-bound runs, unbound early : median spread 9.2%" in out
     assert "host-bound runs, bound   steady: median spread 11.3%" in out
     assert out.rstrip().endswith("bind later checks to cores: no; time the steady window: no")
@@ -192,9 +197,7 @@ def test_ciattn_runs_are_one_rank_of_the_functional_tests_pair_differing_only_as
 
 
 def test_ciattn_rule_reads_the_unfused_kernels_right_and_the_host_floor_hiding_them(capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(SET_DIR))
-    _load_benchmark("ci_attention").main()
-    out = capsys.readouterr().out
+    out = _rule_output("ci_attention", capsys, monkeypatch)
     assert "measured (mean of passes): U 0.958 ms a layer, Uk 1.217" in out
     assert "step model:                U 0.000 ms a layer, Uk 1.520" in out
     assert "full recompute: R 0.658 ms a layer measured, 1.600 the model's" in out
