@@ -21,6 +21,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "results"
 LAYERS, MICROBATCHES = 4, 2
 TP = (1, 2, 4, 8)
+GROWN_SHOWN = 15
 # (category, patterns in the function's file path or its "file:line:name"), first match wins
 CATEGORIES = (
     ("c10d and the fake group", ("distributed_c10d", "c10d_logger", "fake_pg", "_functional_collectives")),
@@ -67,7 +68,27 @@ def main() -> int:
     total = totals[8] - totals[1]
     print(f"TP 8 over TP 1: {total * 1e3:.3f} ms per layer and microbatch; the largest share:")
     print(f"  {largest}: {excess[largest] * 1e3:.3f} ms ({excess[largest] / total:.0%})")
+    print("the functions whose own time grows most from TP 1 to TP 8 (ms per layer and microbatch):")
+    for where, seconds, calls in grown(records[1], records[8])[:GROWN_SHOWN]:
+        print(f"  {seconds * 1e3:7.3f}  {calls:+6d} calls  {where[:60]}")
     return 0
+
+
+def grown(low: dict[str, object], high: dict[str, object]) -> list[tuple[str, float, int]]:
+    """Each kept function's own time and calls at ``high`` less at ``low``, per layer and
+    microbatch for the time, the largest growth first."""
+
+    def kept(record: dict[str, object]) -> dict[str, tuple[float, int]]:
+        functions = record["measured"]["profile"]["host_profile"]["functions"]  # type: ignore[index]
+        return {f["where"]: (f["own_s"], f["calls"]) for f in functions}
+
+    a, b = kept(low), kept(high)
+    rows = [
+        (where, (b.get(where, (0.0, 0))[0] - a.get(where, (0.0, 0))[0]) / (LAYERS * MICROBATCHES),
+         b.get(where, (0.0, 0))[1] - a.get(where, (0.0, 0))[1])
+        for where in a.keys() | b.keys()
+    ]  # fmt: skip
+    return sorted(rows, key=lambda row: -row[1])
 
 
 if __name__ == "__main__":
