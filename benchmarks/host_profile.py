@@ -1,7 +1,7 @@
 """Where a TP rank's host time goes under the fake process group, from the ``hostprof-`` runs,
 by the rule in their docstring (benchmarks/measured/matrix.py
 ``host_profile_by_tensor_parallel``), fixed before they were measured; raw
-``benchmarks/gpu/results/hostprof-h100.results.jsonl`` (``compute_relations.py run
+``benchmarks/gpu/results/hostprof-h200.results.jsonl`` (``compute_relations.py run
 --host-profile``: the last iteration's host side under ``cProfile``).
 
     python benchmarks/host_profile.py
@@ -11,6 +11,17 @@ holds (``CATEGORIES``, in order); per category and run, the own time per layer a
 then each TP setting's excess over TP 1 per category, and the category with the largest share
 of TP 8's excess. The profiler keeps its top functions by own time (``HOST_PROFILE_TOP``); the
 rest is counted as ``not kept``.
+
+Found (a lent H200, GPU-03f209da, one call): the category the rule names is c10d and the fake
+group: 1.21, 1.61 and 1.86 ms a layer and microbatch more at TP 2, 4 and 8 than at TP 1 (under
+the profiler, which stretched these host-bound iterations 1.1-1.5x over the untraced ones). A
+layer and microbatch makes about 6.75 ``all_gather_into_tensor`` and 4.5
+``reduce_scatter_tensor`` calls (54 and 36 in an iteration of 4 layers and 2 microbatches); a
+gather's own time grows with TP (88, 127 and 177 us at TP 2, 4, 8: the fake group copies the
+input into every rank's slot, one launch each), a reduce-scatter's does not (53-73 us). Nothing
+else grows with TP. The total over TP 1 reads negative (-1.68 ms) because TP 1's rank is
+GPU-bound: 29.5 ms of its own time is the final ``synchronize`` waiting for the GPU, which the
+rule's categories do not set apart. No price changes (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -52,7 +63,7 @@ def by_category(record: dict[str, object]) -> dict[str, float]:
 
 def main() -> int:
     records = {}
-    for line in (RESULTS / "hostprof-h100.results.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (RESULTS / "hostprof-h200.results.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         if "measured" not in record:
             raise SystemExit(f"{record['id']} failed on the device: {record.get('error')}")

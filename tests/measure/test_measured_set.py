@@ -203,3 +203,11 @@ def test_ciattn_rule_reads_the_unfused_kernels_right_and_the_host_floor_hiding_t
     assert "full recompute: R 0.658 ms a layer measured, 1.600 the model's" in out
     assert "kernels: 0.80x the model's: within a factor of two" in out
     assert "step: the host floor hides kernels that show" in out
+
+
+def test_hostprof_rule_names_the_fake_groups_collectives_as_where_tp_host_time_grows(capsys, monkeypatch):
+    out = _rule_output("host_profile", capsys, monkeypatch)
+    assert "c10d and the fake group                     0.140    1.353    1.751    2.004" in out
+    assert "TP 8 over TP 1: -1.679 ms per layer and microbatch; the largest share:" in out
+    assert "  c10d and the fake group: 1.864 ms" in out
+    assert "+54 calls  distributed_c10d.py:4090:all_gather_into_tensor" in out
