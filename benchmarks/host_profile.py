@@ -46,17 +46,20 @@ CATEGORIES = (
 )  # fmt: skip
 
 
-def category(function: dict[str, object]) -> str:
+Categories = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def category(function: dict[str, object], categories: Categories = CATEGORIES) -> str:
     text = f"{function['path']} {function['where']}"
-    return next(name for name, patterns in CATEGORIES if any(p in text for p in patterns))
+    return next(name for name, patterns in categories if any(p in text for p in patterns))
 
 
-def by_category(record: dict[str, object]) -> dict[str, float]:
+def by_category(record: dict[str, object], categories: Categories = CATEGORIES) -> dict[str, float]:
     """Own seconds per layer and microbatch by category, and what the profiler did not keep."""
     profile = record["measured"]["profile"]["host_profile"]  # type: ignore[index]
-    found = {name: 0.0 for name, _ in CATEGORIES}
+    found = {name: 0.0 for name, _ in categories}
     for function in profile["functions"]:
-        found[category(function)] += function["own_s"]
+        found[category(function, categories)] += function["own_s"]
     found["not kept"] = profile["own_s"] - sum(found.values())
     return {name: seconds / (LAYERS * MICROBATCHES) for name, seconds in found.items()}
 

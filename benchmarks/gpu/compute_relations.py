@@ -69,6 +69,7 @@ def make_plans(out: str, family: str) -> int:
         host_by_microbatches,
         host_by_tensor_parallel,
         host_lora_shares,
+        host_profile_by_feature,
         host_profile_by_tensor_parallel,
         host_variance,
         lora_compute_check,
@@ -103,6 +104,7 @@ def make_plans(out: str, family: str) -> int:
             "smallm": small_m_kernels,
             "ciattn": ci_attention_shape,
             "hostprof": host_profile_by_tensor_parallel,
+            "hostfeat": host_profile_by_feature,
         }
         ids = [e.id for e in families[family]()]
     namespace = argparse.Namespace(
@@ -124,7 +126,7 @@ def make_plans(out: str, family: str) -> int:
     lines.sort(key=lambda line: order[json.loads(line)["id"]])
     if family in COMPONENT_FAMILIES:  # component timings: holdout, so no iteration is profiled
         lines = [json.dumps({**json.loads(line), "split": "holdout"}) for line in lines]
-    if family in ("smallm", "ciattn", "hostprof"):  # read whole: every run traced
+    if family in ("smallm", "ciattn", "hostprof", "hostfeat"):  # read whole: every run traced
         lines = [json.dumps({**json.loads(line), "split": "tune"}) for line in lines]
     Path(out).write_text("\n".join(lines) + "\n")
     return 0
@@ -588,6 +590,7 @@ def main() -> int:
             "smallm",
             "ciattn",
             "hostprof",
+            "hostfeat",
             "aoffm",
             "aoffm2",
             "lorachk",

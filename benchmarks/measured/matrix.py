@@ -2604,6 +2604,33 @@ def host_profile_by_tensor_parallel() -> list[Entry]:
     return e
 
 
+def host_profile_by_feature() -> list[Entry]:
+    """Where unfused attention's and recompute's host time goes on a TP rank (``hostfeat-``):
+    the host-bound ``cchk7-`` TP tune ranks under block recompute and unfused attention
+    carry host work the fake group's calls cover only a fifth to a quarter of
+    (``hostprof-``), and the step model prices no host work for unfused attention. Llama 3 8B's
+    width at TP 2 with SP, 4 layers, sequence 2048, two microbatches: plain, unfused attention,
+    full recompute (uniform, one layer a group) and selective recompute (``core_attn``), the
+    last iteration's host side profiled by ``cProfile`` (``compute_relations.py run
+    --host-profile``). A component measurement, read whole (all marked tune).
+
+    Rule fixed before measuring (``benchmarks/host_features.py``): the categories of
+    ``host_profile.py`` with the host's final wait for the GPU set apart; per feature, its own
+    time per layer and microbatch by category less the plain run's, and the category with the
+    largest share of that excess named. No price follows from it alone."""
+    tp2 = {"tensor_model_parallel_size": 2, **SP}
+    features = {
+        "plain": {},
+        "unfused": {"attention_backend": "unfused"},
+        "rcfull": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+        "rcsel": {"recompute_granularity": "selective", "recompute_modules": ["core_attn"]},
+    }
+    return [
+        run(f"hostfeat-{name}-l8w-tp2-sp-s2k-m2", L8W(seq_length=2048, **tp2, **changes), microbatches=2)
+        for name, changes in features.items()
+    ]
+
+
 def host_by_block() -> list[Entry]:
     """The host's work per layer by block style on the local spec (``hostblk-``): tiny shapes
     (hidden 512, sequence 256, eight microbatches), so that the GPU waits on the host, at 4 and
@@ -3058,6 +3085,7 @@ def entries() -> list[Entry]:
         + small_m_kernels()
         + ci_attention_shape()
         + host_profile_by_tensor_parallel()
+        + host_profile_by_feature()
         + host_by_moe()
         + host_by_microbatches()
         + host_by_tensor_parallel()
