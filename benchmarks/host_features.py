@@ -10,6 +10,10 @@ The categories of ``host_profile.py``, with the final ``synchronize`` (the host 
 GPU) set apart first; per feature run, its own time per layer and microbatch by category less
 the plain run's, and the category with the largest share of that excess, beside the functions
 whose own time grows most.
+
+Not yet measured (session 23's device time ran out before a machine came): the plans are
+``benchmarks/gpu/results/hostfeat-h100.plans.jsonl``, run as ``compute_relations.py run PLANS
+RESULTS --host-profile``.
 """
 
 from __future__ import annotations
