@@ -218,8 +218,9 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
             if not trace or calls[0] != plan["iterations"]:
                 return inner(*args, **kwargs)
             if item.get("host_profile"):
-                traced.update(_host_profiled(torch, inner, args, kwargs))
-                return traced.pop("out")
+                out, profiled = _host_profiled(torch, inner, args, kwargs)
+                traced.update(host_profile=profiled)
+                return out
             from torch.profiler import ProfilerActivity, profile
 
             torch.cuda.synchronize()
@@ -255,10 +256,11 @@ def _measure(item: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _host_profiled(torch: Any, inner: Any, args: Any, kwargs: Any) -> dict[str, Any]:
-    """One forward+backward under Python's ``cProfile`` instead of the kernel trace: its wall
-    time and the functions with the most own (host) time, each with its calls; under the
-    profiler's own overhead, so shares between functions, not seconds, are what it tells."""
+def _host_profiled(torch: Any, inner: Any, args: Any, kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """One forward+backward under Python's ``cProfile`` instead of the kernel trace: its output,
+    and its wall time and the functions with the most own (host) time, each with its calls;
+    under the profiler's own overhead, so shares between functions, not seconds, are what it
+    tells."""
     import cProfile
     import pstats
 
@@ -272,21 +274,18 @@ def _host_profiled(torch: Any, inner: Any, args: Any, kwargs: Any) -> dict[str, 
     wall = time.perf_counter() - tick
     stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, calls, own, cumulative, callers)
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])
-    return {
-        "out": out,
-        "host_profile": {
-            "wall_s": round(wall, 5),
-            "own_s": round(sum(v[2] for _, v in rows), 5),
-            "functions": [
-                {
-                    "where": f"{Path(f).name}:{line}:{name}",
-                    "path": f[-120:],
-                    "calls": v[1],
-                    "own_s": round(v[2], 6),
-                }
-                for (f, line, name), v in rows[:HOST_PROFILE_TOP]
-            ],
-        },
+    return out, {
+        "wall_s": round(wall, 5),
+        "own_s": round(sum(v[2] for _, v in rows), 5),
+        "functions": [
+            {
+                "where": f"{Path(f).name}:{line}:{name}",
+                "path": f[-120:],
+                "calls": v[1],
+                "own_s": round(v[2], 6),
+            }
+            for (f, line, name), v in rows[:HOST_PROFILE_TOP]
+        ],
     }
 
 
