@@ -2552,13 +2552,14 @@ def ci_attention_shape() -> list[Entry]:
     optimizer) on the local spec, flash and unfused, at 12 and 6 layers, and unfused at 12
     layers without attention dropout, and flash at 12 layers under full recompute (uniform, one
     layer a group: the recompute test of the same group logs 110 ms a step); 21 iterations,
-    every one traced at the last (a component check, read whole: all marked tune). The local spec's unfused attention runs the torch
-    softmax in fp32 (no fused kernel here), so it moves more bytes than Transformer Engine's.
+    every one traced at the last (a component check, read whole: all marked tune). The local
+    spec's unfused attention runs the torch softmax in fp32 (no fused kernel here), so it moves
+    more bytes than Transformer Engine's.
 
     Rule fixed before measuring, per pass and then the mean over the passes: the unfused
     attention's cost a layer ``U = ((T12u - T6u) - (T12f - T6f)) / 6`` of forward+backward
     time, and its kernels' share ``Uk`` the same difference of the traced kernel time; the
-    step model's ``U`` and ``Uk`` at the same runs beside them. Two readings: the kernels' ``Uk``
+    step model's ``U`` and ``Uk`` at the same runs beside them. Readings: the kernels' ``Uk``
     outside a factor of two of the model's means the relation's kernels are mispriced at this
     shape, and it is refitted with these runs among its tune runs
     (``benchmarks/fit_step_constants.py``); a measured ``U`` above 0.5 ms a layer where the
