@@ -219,17 +219,18 @@ MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
 # Host work an MoE layer's forward adds under expert or tensor parallelism beyond the measured
 # MOE_LAYER_HOST_S and MOE_EXPERT_HOST_S, by token dispatcher (memtune/perf/moe.py): the
 # collectives' launches and the host's waits on them, the all-to-all dispatcher's before every
-# exchange. 2.7 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
+# exchange. 2.6 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
 # no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer, 12
 # MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid
-# (benchmarks/fit_alltoall_host.py; 3 ms before the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
+# (benchmarks/fit_alltoall_host.py; 2.7 ms before interleaved chunks reduced in the order
+# their gradients are ready, 3 ms before the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
 # costs leaves nothing (0). The flex dispatcher (DeepEP, HybridEP: Python around fused kernels,
 # the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
 # MoE layers at micro-batch 1: 2.0 ms is what benchmarks/fit_flex_host.py fits on the tune runs
 # it moves (Qwen3-30B-A3B at MBS 1 on 8 B200s and 16 H100s, five runs of four releases,
 # +41...+145% before; Qwen3-235B-A22B on GB200 at MBS 1; 1.7 ms before the loop's backward
 # factor was refitted), a whole-step fit, not a measurement.
-MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 2.0e-3}
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.6e-3, "flex": 2.0e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
 # an autograd function copies the inputs into the graph's static buffers and replays the forward
@@ -245,13 +246,15 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
 # benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
-# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 110 us
-# since a MoE layer's host work is measured (hostmoe-; the rules of this constant and of the
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 120 us
+# since interleaved chunks reduce their gradients in the order they are ready (simulate.py
+# flush; with the all-to-all dispatcher's below at 2.6 ms, one round); 110 us since a MoE
+# layer's host work is measured (hostmoe-; the rules of this constant and of the
 # all-to-all dispatcher's below iterated until neither moved); 130 us since Transformer Engine's
 # FP8 casts are counted per operand (Derived.fp8_cast_bytes); 100 us
 # since the userbuffer overlap's extra GEMM calls cost the host (UB_CHUNK_HOST_S); 120 us before,
 # 150 us from the first fit (9493768, on the functional tests alone).
-COLLECTIVE_LAUNCH_S = 110e-6
+COLLECTIVE_LAUNCH_S = 120e-6
 # The host's work for each GEMM call Transformer Engine's userbuffer overlap adds to a layer
 # (``ShapePricer.userbuffer_chunks``: a ring exchange runs a GEMM as TP calls, a pipelined
 # reduce-scatter as its splits). Measured on a lent H100 by benchmarks/gpu/launch_host.py

@@ -584,7 +584,10 @@ class _Iteration:
             self.compute[r] += span
             t += span
             self.grads_ready[r][v - 1] = (t - span, span)  # the output layer's bucket is ready last
-        for chunk in range(v):
+        # each chunk's reduction is launched once its last backward is done (megatron-core
+        # schedules.py, backward_step_helper_postprocess), so the DP stream takes the chunks in
+        # the order their gradients are ready: under VPP the last chunk first
+        for chunk in sorted(range(v), key=lambda c: self.grads_ready[r][c]):
             work = self.stages[r].chunks[chunk]
             if not work.grad_reduce_s:
                 continue

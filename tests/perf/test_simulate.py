@@ -69,6 +69,23 @@ def test_grad_reduce_overlaps_the_last_backward_bucket_by_bucket() -> None:
     assert simulate(stages(1, grad_reduce_s=1.5, buckets=3), 2, 1, Overlap()).step_s == pytest.approx(7.5)
 
 
+def test_interleaved_chunks_reduce_in_the_order_their_gradients_are_ready() -> None:
+    # The 15 s schedule above; rank 0's chunk 1 takes its last backward at [9, 11], chunk 0 at
+    # [13, 15]. Megatron-Core launches each chunk's reduction once its last backward is done, so
+    # chunk 1's 1 s reduction hides at [11, 12] and only chunk 0's [15, 16] is exposed: 16 s, not
+    # the 17 s of reducing chunk 0 first and chunk 1 behind it.
+    work = stages(2, v=2, grad_reduce_s=1.0, buckets=1)
+    sim = simulate(
+        work, 2, 2, Overlap(single_device_connection=False, overlap_grad_reduce=True), record_events=True
+    )
+    assert sim.step_s == pytest.approx(16.0)
+    reduces = [(e.chunk, e.start, e.end) for e in sim.events if e.stage == 0 and e.kind == "grad reduce"]
+    assert reduces == [
+        (1, pytest.approx(11.0), pytest.approx(12.0)),
+        (0, pytest.approx(15.0), pytest.approx(16.0)),
+    ]
+
+
 def test_param_gather_overlaps_the_first_forward() -> None:
     # Gather 1 s in two buckets: the forward starts after the first (0.5 s) and runs to 1.5 s.
     work = stages(1, param_gather_s=1.0, buckets=2)
