@@ -4,16 +4,18 @@
 ``benchmarks/gpu/results/hostfeat-<gpu>.results.jsonl`` (``compute_relations.py run
 --host-profile``: the last iteration's host side under ``cProfile``).
 
-    python benchmarks/host_features.py [--gpu h100|h200]
+    python benchmarks/host_features.py [--gpu h100|h100-pass2]
 
 The categories of ``host_profile.py``, with the final ``synchronize`` (the host waiting for the
 GPU) set apart first; per feature run, its own time per layer and microbatch by category less
 the plain run's, and the category with the largest share of that excess, beside the functions
-whose own time grows most.
+whose own time grows most; then that excess without the wait: the feature's own host work.
 
-Not yet measured (session 23's device time ran out before a machine came): the plans are
-``benchmarks/gpu/results/hostfeat-h100.plans.jsonl``, run as ``compute_relations.py run PLANS
-RESULTS --host-profile``.
+Measured on a lent H100 (GPU-27a43300), the plans of
+``benchmarks/gpu/results/hostfeat-h100.plans.jsonl`` run as ``compute_relations.py run PLANS
+RESULTS --host-profile``, twice in one lease: ``hostfeat-h100`` (the rule's run) and
+``hostfeat-h100-pass2`` (the same plans again, a new process: how far a host-bound reading
+moves).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def main() -> int:
         print(
             f"{feature} over plain: {total * 1e3:.3f} ms; the largest share: {largest} {excess[largest] * 1e3:.3f} ms"
         )
+        own = total - excess[FEATURE_CATEGORIES[0][0]]
+        print(f"  its own host work (the wait set apart): {own * 1e3:+.3f} ms per layer and microbatch")
         for where, seconds, calls in grown(records["plain"], records[feature])[:SHOWN]:
             print(f"  {seconds * 1e3:7.3f}  {calls:+6d} calls  {where[:60]}")
     return 0

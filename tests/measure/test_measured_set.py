@@ -172,6 +172,15 @@ RULE_LINES = {
         "  c10d and the fake group: 1.864 ms",
         "+54 calls  distributed_c10d.py:4090:all_gather_into_tensor",
     ),
+    "host_features": (
+        "waiting for the GPU (synchronize)           0.576    1.389    0.000    0.129",
+        "unfused over plain: 1.607 ms; the largest share: waiting for the GPU (synchronize) 0.813 ms",
+        "  its own host work (the wait set apart): +0.794 ms per layer and microbatch",
+        "rcfull over plain: 3.597 ms; the largest share: torch ops (C calls: launches) 1.614 ms",
+        "  its own host work (the wait set apart): +4.173 ms per layer and microbatch",
+        "rcsel over plain: 1.354 ms; the largest share: torch ops (C calls: launches) 0.564 ms",
+        "  its own host work (the wait set apart): +1.801 ms per layer and microbatch",
+    ),
 }
 
 
