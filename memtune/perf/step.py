@@ -662,6 +662,8 @@ def _layer_passes(
         back, host, syncs = lt.bwd, lt.host_bwd, False
         if full:
             back, host, syncs = back + lt.fwd, host + lt.host_fwd, lt.syncs
+            # the replayed forward runs its layer's TP collectives and dispatch again
+            comm["tp_back"] += n * (lt.tp_fwd + lt.ep_fwd)
         if selective:
             device, replay_host, replay_syncs = shapes.pricer.replayed(d, lt, is_moe)
             back, host, syncs = back + device, host + replay_host, syncs or replay_syncs

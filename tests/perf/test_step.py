@@ -452,6 +452,21 @@ def test_selective_recompute_replays_the_modules_host_work() -> None:
     assert any(x.syncs for x in after) and not any(x.syncs for x in before)
 
 
+def test_full_recompute_replays_the_layers_tensor_parallel_collectives() -> None:
+    # Megatron-Core's full recompute runs each checkpointed layer's whole forward again in the
+    # backward (tensor_parallel.checkpoint), its sequence-parallel gathers and scatters included
+    tp2 = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"]
+    plain = local(*tp2)
+    full = local(*tp2, "model.recompute_granularity=full", "model.recompute_method=uniform",
+                 "model.recompute_num_layers=1")  # fmt: skip
+    chunk = plain.chunks[0][0]
+    lt = step_pricer(plain).shapes(plain).kinds[False]
+    assert lt.tp_fwd > 0
+    before, after = pieces(plain, chunk).comm, pieces(full, full.chunks[0][0]).comm
+    assert after["tp_back"] - before["tp_back"] == pytest.approx(len(chunk.layers) * lt.tp_fwd)
+    assert after["tp"] == pytest.approx(before["tp"])
+
+
 def test_vpp_costs_the_host_a_pass_per_chunk() -> None:
     common = ["model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=2",
               "model.num_layers=8", "train.micro_batch_size=1"]  # fmt: skip
