@@ -93,7 +93,7 @@ def timed_ms(torch: Any, fn: Any) -> float:
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    runs = []
+    runs: list[float] = []
     for _ in range(REPEATS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -101,7 +101,7 @@ def timed_ms(torch: Any, fn: Any) -> float:
             fn()
         end.record()
         torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) / CALLS)
+        runs.append(float(start.elapsed_time(end)) / CALLS)
     return statistics.median(runs)
 
 
