@@ -27,12 +27,21 @@ The copies here run within one GPU's memory, faster than NVLink's, so a chunk ne
 bytes: what is left is the boundaries' own cost. FP8 GEMMs through ``torch._scaled_mm``
 (cuBLASLt, as Transformer Engine's) where the GPU has them, and bf16 for two shapes.
 
-The rule, fixed before the first run: per FP8 shape, the cost per extra GEMM call ``G = (ring -
-back_to_back) / (T - 1)``; ``UB_CHUNK_DEVICE_S`` is the median of ``G`` over the FP8 shapes of
-both passes (two passes in one call), adopted as measured, as device time per extra GEMM call of
-the overlap (``ShapePricer.userbuffer_chunks``: ring exchanges and pipelined reduce-scatters
-alike), if the two passes' medians agree within a factor of two and the median is at least 2 us;
-otherwise nothing is adopted and the figure is written down. Raw data; torch only, no memtune.
+The first rule, fixed before the first run: per FP8 shape, the cost per extra GEMM call
+``G = (ring - back_to_back) / (T - 1)``; ``UB_CHUNK_DEVICE_S`` is the median of ``G`` over the FP8
+shapes of both passes (two passes in one call), adopted as measured, as device time per extra
+GEMM call of the overlap (``ShapePricer.userbuffer_chunks``: ring exchanges and pipelined
+reduce-scatters alike), if the two passes' medians agree within a factor of two and the median is
+at least 2 us; otherwise nothing is adopted and the figure is written down. Run once on an H100
+(GPU-fc87adfd; ``results/ub-chunk-device-h100-rule1.json``): 87 us, and not adopted: the timing
+measured the host, not the GPU. The events were recorded as the host issued the work, and an
+FP8 chunk (``_scaled_mm`` and the copy into the output's slice) costs the host more than the GPU
+(eight chunks of 512 rows took 382 us back to back where one GEMM of 4,096 rows took 71 us), so
+the GPU waited for the host in every variant, and the ring's stream switches and events are
+host work, which ``UB_CHUNK_HOST_S`` already prices. Hence the second rule, fixed before its
+run: every timed repetition is issued behind a ``torch.cuda._sleep`` long enough that the host
+has queued all of it before the GPU reaches it (``SLEEP_CYCLES``), so the events time the
+GPU alone; the same ``G``, median and adoption test.
 """
 
 from __future__ import annotations
@@ -64,6 +73,9 @@ COMPUTE_STREAMS = 3  # Transformer Engine's num_max_streams default
 CALLS = 20
 REPEATS = 9
 PASSES = 2
+# The GPU's head start: about 0.1 s at H100 clocks, several times what the host takes to issue
+# CALLS repetitions of the ring (about 1 ms each when host-bound, rule 1's run)
+SLEEP_CYCLES = 200_000_000
 
 
 def gemm_call(torch: Any, fp8: bool, m: int, n: int, k: int) -> Any:
@@ -89,13 +101,15 @@ def gemm_call(torch: Any, fp8: bool, m: int, n: int, k: int) -> Any:
 
 
 def timed_ms(torch: Any, fn: Any) -> float:
-    """Median milliseconds of one ``fn()`` (CUDA events on the current stream)."""
+    """Median milliseconds of one ``fn()`` on the GPU (CUDA events on the current stream), the
+    repetitions queued behind a sleep so that the GPU never waits for the host."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     runs: list[float] = []
     for _ in range(REPEATS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         for _ in range(CALLS):
             fn()
