@@ -12,7 +12,8 @@ work at the causal kernel's rate, both unmeasured. This times cuDNN's bf16 SDPA 
 the cuDNN frontend (``nvidia-cudnn-frontend``, carried as a wheel; the cuDNN library is
 torch's), the heuristics' first plan as Transformer Engine runs it, BSHD memory, GQA: plain
 causal, causal with a sink token per head (``sink_token``, ``dSink_token``), causal within a
-window of 128 keys before each query (``left_bound`` 128, ``right_bound`` 0), and both. Each
+window of 128 keys before each query (``diagonal_band_left_bound`` 129,
+``diagonal_band_right_bound`` 0), and both. Each
 graph: CUDA events over ``CALLS`` calls after a warm-up, the median of ``REPEATS``; two passes.
 
 The rule, fixed before the first run: per shape, the sink's factor (sink over plain) forward and
@@ -91,10 +92,15 @@ class Attention:
         self.backward = self.build(backward=True)
 
     def masks(self) -> dict[str, Any]:
-        """Causal, within ``WINDOW`` keys before each query where the variant has a window."""
-        out: dict[str, Any] = {"diagonal_alignment": self.cudnn.diagonal_alignment.TOP_LEFT, "right_bound": 0}
+        """Causal, and where the variant has a window within ``WINDOW`` keys before each query: the
+        pybind's band bounds, a key ``j`` seen by query ``i`` where ``0 <= i - j < left``, so
+        ``WINDOW + 1`` (Transformer Engine passes ``window_size[0] + 1``)."""
+        out: dict[str, Any] = {
+            "diagonal_alignment": self.cudnn.diagonal_alignment.TOP_LEFT,
+            "diagonal_band_right_bound": 0,
+        }
         if self.window:
-            out["left_bound"] = WINDOW
+            out["diagonal_band_left_bound"] = WINDOW + 1
         return out
 
     def build(self, backward: bool) -> tuple[Any, dict[Any, Any], Any]:
