@@ -219,18 +219,20 @@ MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
 # Host work an MoE layer's forward adds under expert or tensor parallelism beyond the measured
 # MOE_LAYER_HOST_S and MOE_EXPERT_HOST_S, by token dispatcher (memtune/perf/moe.py): the
 # collectives' launches and the host's waits on them, the all-to-all dispatcher's before every
-# exchange. 2.6 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
+# exchange. 2.7 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
 # no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer, 12
 # MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid
-# (benchmarks/fit_alltoall_host.py; 2.7 ms before interleaved chunks reduced in the order
-# their gradients are ready, 3 ms before the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
+# (benchmarks/fit_alltoall_host.py; with COLLECTIVE_LAUNCH_S at 110 us since the userbuffer
+# chunks' GPU cost and cuDNN's windowed and sink attention are measured; 2.6 ms at 120 us after
+# interleaved chunks reduced in the order their gradients are ready, 2.7 ms before, 3 ms before
+# the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
 # costs leaves nothing (0). The flex dispatcher (DeepEP, HybridEP: Python around fused kernels,
 # the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
 # MoE layers at micro-batch 1: 2.0 ms is what benchmarks/fit_flex_host.py fits on the tune runs
 # it moves (Qwen3-30B-A3B at MBS 1 on 8 B200s and 16 H100s, five runs of four releases,
 # +41...+145% before; Qwen3-235B-A22B on GB200 at MBS 1; 1.7 ms before the loop's backward
 # factor was refitted), a whole-step fit, not a measurement.
-MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.6e-3, "flex": 2.0e-3}
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 2.0e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
 # an autograd function copies the inputs into the graph's static buffers and replays the forward
@@ -246,7 +248,10 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
 # benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
-# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 120 us
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 110 us
+# since the userbuffer chunks' GPU cost (UB_CHUNK_DEVICE_S) and cuDNN's windowed and sink
+# attention (WINDOW_ATTENTION_RATE, SINK_ATTENTION_BWD_S) are measured (the all-to-all
+# dispatcher's below back at 2.7 ms; a second round moved neither); 120 us
 # since interleaved chunks reduce their gradients in the order they are ready (simulate.py
 # flush; with the all-to-all dispatcher's below at 2.6 ms, one round); 110 us since a MoE
 # layer's host work is measured (hostmoe-; the rules of this constant and of the
@@ -254,7 +259,7 @@ GRAPH_REPLAY_HOST_BWD_S = 257e-6
 # FP8 casts are counted per operand (Derived.fp8_cast_bytes); 100 us
 # since the userbuffer overlap's extra GEMM calls cost the host (UB_CHUNK_HOST_S); 120 us before,
 # 150 us from the first fit (9493768, on the functional tests alone).
-COLLECTIVE_LAUNCH_S = 120e-6
+COLLECTIVE_LAUNCH_S = 110e-6
 # The host's work for each GEMM call Transformer Engine's userbuffer overlap adds to a layer
 # (``ShapePricer.userbuffer_chunks``: a ring exchange runs a GEMM as TP calls, a pipelined
 # reduce-scatter as its splits). Measured on a lent H100 by benchmarks/gpu/launch_host.py
@@ -263,6 +268,28 @@ COLLECTIVE_LAUNCH_S = 120e-6
 # median of the four shapes, as the rule fixed before the run says). torch's dispatch is in it;
 # the chunk's send, receive and events, a few C++ calls, are not.
 UB_CHUNK_HOST_S = 19.3e-6
+# The GPU's own cost of each extra GEMM call of the userbuffer overlap (a chunk waits for an event
+# recorded on another stream and starts cold, where back-to-back GEMMs overlap one's tail with
+# the next one's start), beyond the chunks' GEMMs at their back-to-back rate. Measured on a lent
+# H100 by benchmarks/gpu/ub_chunk_device.py (results/ub-chunk-device-h100.json; its second rule,
+# fixed before that run: the ring exchange's structure on one GPU, the work queued behind a sleep
+# so the events time the GPU alone): 3.0 us, the median over twelve FP8 shapes of Llama 3 70B
+# and GPT-3 175B at TP 4 and 8 in two passes (-1.5 ... 8.7 us). ``ShapePricer.userbuffer_overlap``.
+UB_CHUNK_DEVICE_S = 3.0e-6
+# cuDNN's fused attention within a sliding window (Transformer Engine's ``window_size`` [W, 0], a
+# query seeing itself and W keys before it) runs slower than its share of the causal kernel's
+# work at the causal kernel's rate: forward and backward, how many times that share's time it
+# takes. And a learnable softmax offset (attention sinks, ``softmax_type: learnable``) costs the
+# backward a fixed time per query row and head (its gradient's reduction), windowed or not, and
+# the forward nothing (0.97-1.01 of the plain kernel). Measured on a lent H100 by
+# benchmarks/gpu/sink_window_attention.py (results/sink-window-attention-h100.json; cuDNN 9.19 through
+# the cuDNN frontend, GPT-OSS's heads at TP 1 and 2, micro-batches 1 and 4, sequences 4,096 and
+# 8,192, and a Llama-like shape at head dim 128, W = 128, two passes): the window's rate the median
+# of its rule (4.1-4.7 forward, 4.9-5.4 backward); the sink's backward the median over the causal
+# shapes of (sink - plain) / (batch x heads x sequence), 1.32-1.67 ns (the windowed shapes 1.40-1.66).
+# ``ShapePricer.core_attention``; the cuDNN kernel only.
+WINDOW_ATTENTION_RATE = (4.38, 5.21)
+SINK_ATTENTION_BWD_S = 1.53e-9
 # Host seconds of one of test_mode's consistency comparisons (Derived.qk_norm_consistency_checks):
 # indexing the gathered copy, launching the equality and ``torch.all`` kernels, and waiting for
 # the GPU to reach them (``assert`` on a CUDA tensor reads it on the host). Fitted on the two tune

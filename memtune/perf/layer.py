@@ -198,7 +198,7 @@ class ShapePricer:
         """What the prediction assumes of small GEMMs, windowed attention, CP's exchanges and CUDA
         graphs."""
         d = self.d
-        if any(d.window_attention_pattern) and d.attention_kernel != "unfused":
+        if any(d.window_attention_pattern) and d.attention_kernel not in ("unfused", "cudnn"):
             self.unmeasured.add(
                 "sliding-window attention: its share of the causal kernels' work, at their rate"
             )
@@ -207,7 +207,7 @@ class ShapePricer:
                 f"FP8 attention ({d.attention_fp8_recipe} scaling): its forward at the rate timed on an H100, "
                 "its backward's fitted on published Hopper steps (docs/plan.md)"
             )
-        if d.model.softmax_type != "vanilla":
+        if d.model.softmax_type != "vanilla" and not self.sink_measured:
             self.unmeasured.add(f"{d.model.softmax_type} softmax offsets: priced as the vanilla softmax")
         if d.userbuffer_overlap and any(d.userbuffer_gemm(g).method != "bulk" for g in UB_DGRAD):
             self.unmeasured.add(
@@ -331,8 +331,11 @@ class ShapePricer:
         kernel = d.attention_kernel
         if kernel == "unfused":
             return self.unfused_attention(seq / d.cp, heads, qk, v)
-        # causal: half the scores, less those a sliding window leaves out
-        flops = 2 * self.tokens * seq * heads * (qk + v) * 0.5 * self.window_share()
+        # causal: half the scores, less those a sliding window leaves out (cuDNN's windowed kernel
+        # at its measured rate against the causal one's)
+        rates = K.WINDOW_ATTENTION_RATE if kernel == "cudnn" else (1.0, 1.0)
+        causal = 2 * self.tokens * seq * heads * (qk + v) * 0.5
+        flops, flops_bwd = causal * self.window_share(rates[0]), causal * self.window_share(rates[1])
         batch = round(heads * d.micro_batch_size)
         if kernel == "memory_efficient":
             fwd_frac, bwd_frac = memory_efficient_attention_fractions(self.tables, seq, batch)
@@ -345,13 +348,24 @@ class ShapePricer:
             fwd_factor *= K.FP8_ATTENTION_FWD_FACTOR
             bwd_factor *= K.FP8_ATTENTION_BWD_FACTOR
         fwd = flops / (self.matmul_flops * fwd_frac) * fwd_factor
-        return fwd, K.ATTENTION_BWD_FLOPS_FACTOR * flops / (self.matmul_flops * bwd_frac) * bwd_factor
+        bwd = K.ATTENTION_BWD_FLOPS_FACTOR * flops_bwd / (self.matmul_flops * bwd_frac) * bwd_factor
+        if self.sink_measured:
+            # the offsets' gradient: a fixed time per query row and head
+            bwd += K.SINK_ATTENTION_BWD_S * d.micro_batch_size * heads * seq / d.cp
+        return fwd, bwd
 
-    def window_share(self) -> float:
-        """The fused kernels' attention work in an average layer against full causal attention:
-        in a windowed layer a query sees itself and at most ``window_size[0]`` keys before it
-        (Transformer Engine's and flash attention's sliding window); full layers see every key
-        before them. Unfused attention computes the whole score matrix either way and masks it."""
+    @property
+    def sink_measured(self) -> bool:
+        """Whether this job's softmax offsets are priced from a measurement: learnable ones on
+        cuDNN's kernel (``SINK_ATTENTION_BWD_S``)."""
+        return self.d.attention_kernel == "cudnn" and self.d.model.softmax_type == "learnable"
+
+    def window_share(self, rate: float = 1.0) -> float:
+        """The fused kernels' attention work in an average layer against full causal attention,
+        a windowed layer's share taking ``rate`` times its work's time: in a windowed layer a
+        query sees itself and at most ``window_size[0]`` keys before it (Transformer Engine's and
+        flash attention's sliding window); full layers see every key before them. Unfused
+        attention computes the whole score matrix either way and masks it."""
         d = self.d
         pattern, window = d.window_attention_pattern, d.model.window_size
         if not window or window[0] < 0 or not any(pattern):
@@ -360,7 +374,7 @@ class ShapePricer:
         w = min(window[0] + 1, s)
         windowed = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
         share = sum(pattern) / len(pattern)
-        return 1 - share + share * windowed
+        return 1 - share + share * windowed * rate
 
     def unfused_attention(self, s: float, heads: float, qk: float, v: float) -> tuple[float, float]:
         """Megatron-Core's unfused ``DotProductAttention`` (megatron-core 0.19.2,
@@ -791,7 +805,8 @@ class ShapePricer:
         is computed, the last send and the sum of the received chunks exposed; the input
         side's data-gradient GEMM beside its input's gather for the weight gradient and that
         GEMM beside the data gradient's reduce-scatter, in bulk. An overlapped GEMM runs
-        without the SMs its communication takes where it leaves them (``margin_sms``). A side
+        without the SMs its communication takes where it leaves them (``margin_sms``), and each
+        chunk boundary costs the GPU ``UB_CHUNK_DEVICE_S``. A side
         whose GEMMs are not the plain pair (MLA's projections, MoE experts) keeps its
         collectives exposed."""
         d, t = self.d, self.d.tp
@@ -806,13 +821,16 @@ class ShapePricer:
         def ring_gather(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
             chunk = self.gemm(m / t, n, k, casts_weight=False) * slowed(gemm)
             whole = self.gemm(m, n, k, casts_weight=False)
-            return t * chunk - whole, (t - 1) * max(0.0, gather / (t - 1) - chunk)
+            boundaries = (t - 1) * K.UB_CHUNK_DEVICE_S
+            return t * chunk - whole + boundaries, (t - 1) * max(0.0, gather / (t - 1) - chunk)
 
         def reduce_scatter(gemm: str, m: float, n: float, k: float) -> tuple[float, float]:
             overlap = d.userbuffer_gemm(gemm)
             splits = overlap.splits
             chunk = self.gemm(m / splits, n, k, casts_weight=False) * slowed(gemm)
-            extra = splits * chunk - self.gemm(m, n, k, casts_weight=False)
+            extra = (
+                splits * chunk - self.gemm(m, n, k, casts_weight=False) + (splits - 1) * K.UB_CHUNK_DEVICE_S
+            )
             if overlap.method == "pipeline":
                 step = scatter / splits
                 return extra, step + (splits - 1) * max(0.0, step - chunk)

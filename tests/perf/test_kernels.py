@@ -364,8 +364,8 @@ def test_the_all_to_all_exchanges_host_work_is_what_its_fit_gives() -> None:
     script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_alltoall_host.py"))
     _, entry = script["run"]()
     # the committed value is the 0.1 ms grid's nearest to the published step, within 1%
-    assert script["fitted"](entry) == K.MOE_DISPATCHER_HOST_FWD_S["alltoall"] == 2.6e-3
-    assert abs(script["error"](entry, 2.6e-3)) < 0.01 < abs(script["error"](entry, 0.0))
+    assert script["fitted"](entry) == K.MOE_DISPATCHER_HOST_FWD_S["alltoall"] == 2.7e-3
+    assert abs(script["error"](entry, 2.7e-3)) < 0.01 < abs(script["error"](entry, 0.0))
 
 
 def test_the_kernel_class_diagnostic_sorts_kernels_by_name() -> None:

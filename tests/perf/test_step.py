@@ -892,16 +892,46 @@ def test_sliding_window_attention_prices_the_keys_a_query_sees() -> None:
     windowed = pricer(job(*window))
     assert windowed.window_share() == pytest.approx(0.5 + 0.5 * 516160 / 8390656)
     assert windowed.window_share() == pytest.approx(0.530758, abs=1e-6)
+    # cuDNN's windowed kernel (Transformer Engine's, this job's) takes 4.38 times its share's
+    # time forward and 5.21 times backward (WINDOW_ATTENTION_RATE, measured on an H100):
+    # 1/2 + 1/2 x 0.061516 x 4.38 = 0.634720 and 1/2 + 1/2 x 0.061516 x 5.21 = 0.660249
+    assert windowed.d.attention_kernel == "cudnn"
     full = pricer(job()).core_attention()
-    assert windowed.core_attention() == pytest.approx(tuple(t * 0.530758 for t in full), rel=1e-6)
+    assert windowed.core_attention() == pytest.approx((full[0] * 0.634720, full[1] * 0.660249), rel=1e-5)
+    # the flash kernel keeps the share at the causal rate, and says so
+    flash = "model.attention_backend=flash"
+    flash_full = pricer(job(flash)).core_attention()
+    assert pricer(job(*window, flash)).core_attention() == pytest.approx(
+        tuple(t * 0.530758 for t in flash_full), rel=1e-6
+    )
+    said = predict_step(job(*window, flash)).unmeasured
+    assert "sliding-window attention: its share of the causal kernels' work, at their rate" in said
     unfused = "model.attention_backend=unfused"
+    said = predict_step(job(unfused, "model.softmax_type=learnable")).unmeasured
+    assert "learnable softmax offsets: priced as the vanilla softmax" in said
     assert pricer(job(*window, unfused)).core_attention() == pricer(job(unfused)).core_attention()
     # a window wider than the sequence, or -1, is no window
     assert pricer(job("model.window_size=[-1,0]")).window_share() == 1.0
     assert pricer(job("model.window_size=[8191,0]")).window_share() == pytest.approx(1.0)
-    said = predict_step(job(*window, "model.softmax_type=learnable")).unmeasured
-    assert "sliding-window attention: its share of the causal kernels' work, at their rate" in said
-    assert "learnable softmax offsets: priced as the vanilla softmax" in said
+
+
+def test_learnable_softmax_offsets_cost_the_backward_a_time_per_query_row_and_head() -> None:
+    # cuDNN with attention sinks (SINK_ATTENTION_BWD_S, measured on an H100): the offsets'
+    # gradient, 1.53 ns per query row and head, windowed or not; the forward as the vanilla one.
+    # Llama 3 8B at TP 1, micro-batch 1: 32 heads x 4,096 rows x 1.53 ns = 200.5 us
+    vanilla = pricer(job()).core_attention()
+    sinks = pricer(job("model.softmax_type=learnable")).core_attention()
+    assert sinks[0] == vanilla[0]
+    assert sinks[1] - vanilla[1] == pytest.approx(32 * 4096 * 1.53e-9)
+    assert (
+        "learnable softmax offsets: priced as the vanilla softmax"
+        not in predict_step(job("model.softmax_type=learnable")).unmeasured
+    )
+    # at TP 2 half the heads on a rank; off-by-one offsets have no gradient to reduce
+    tp2 = pricer(job("model.softmax_type=learnable", "model.tensor_model_parallel_size=2")).core_attention()
+    tp2_vanilla = pricer(job("model.tensor_model_parallel_size=2")).core_attention()
+    assert tp2[1] - tp2_vanilla[1] == pytest.approx(16 * 4096 * 1.53e-9)
+    assert pricer(job("model.softmax_type=off-by-one")).core_attention() == vanilla
 
 
 def test_test_mode_reads_every_gathered_qk_norm_on_the_host_in_each_attention_forward() -> None:

@@ -1,5 +1,6 @@
-"""The host's work for Transformer Engine's userbuffer overlap's extra GEMM calls
-(``ShapePricer.userbuffer_chunks``, ``UB_CHUNK_HOST_S``), counted here by hand."""
+"""What Transformer Engine's userbuffer overlap's extra GEMM calls cost: the host's work for each
+(``ShapePricer.userbuffer_chunks``, ``UB_CHUNK_HOST_S``) and the GPU's own cost of each chunk
+boundary (``ShapePricer.userbuffer_overlap``, ``UB_CHUNK_DEVICE_S``), counted here by hand."""
 
 from __future__ import annotations
 
@@ -53,3 +54,18 @@ def test_a_layer_captured_in_a_cuda_graph_adds_no_calls() -> None:
                            "model.cuda_graph_impl=local"))  # fmt: skip
     plain = host(derived("model.tensor_model_parallel_size=8", "model.cuda_graph_impl=local"))
     assert graphed == plain
+
+
+@pytest.mark.parametrize("tp, forward, backward", [(8, 20, 14), (4, 12, 6)])
+def test_each_chunk_boundary_costs_the_gpu_its_measured_time(
+    tp: int, forward: int, backward: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same extra calls as the host's: each one more chunk boundary on the GPU
+    d = derived(f"model.tensor_model_parallel_size={tp}", "model.tp_comm_overlap=true")
+    pricer = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP)
+    measured = pricer.layer(False)
+    monkeypatch.setattr(K, "UB_CHUNK_DEVICE_S", 0.0)
+    free = ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(False)
+    boundary = 3.0e-6 * pricer.kernel_factor
+    assert measured.fwd - free.fwd == pytest.approx(forward * boundary)
+    assert measured.bwd - free.bwd == pytest.approx(backward * boundary)
