@@ -289,6 +289,7 @@ UB_CHUNK_DEVICE_S = 3.0e-6
 # shapes of (sink - plain) / (batch x heads x sequence), 1.32-1.67 ns (the windowed shapes 1.40-1.66).
 # ``ShapePricer.core_attention``; the cuDNN kernel only.
 WINDOW_ATTENTION_RATE = (4.38, 5.21)
+WINDOW_ATTENTION_TIMED_KEYS = 128  # the window those rates were timed at (wider: capped at causal)
 SINK_ATTENTION_BWD_S = 1.53e-9
 # Host seconds of one of test_mode's consistency comparisons (Derived.qk_norm_consistency_checks):
 # indexing the gathered copy, launching the equality and ``torch.all`` kernels, and waiting for

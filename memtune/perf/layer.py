@@ -198,10 +198,16 @@ class ShapePricer:
         """What the prediction assumes of small GEMMs, windowed attention, CP's exchanges and CUDA
         graphs."""
         d = self.d
-        if any(d.window_attention_pattern) and d.attention_kernel not in ("unfused", "cudnn"):
-            self.unmeasured.add(
-                "sliding-window attention: its share of the causal kernels' work, at their rate"
-            )
+        window = d.model.window_size
+        if window and any(d.window_attention_pattern):
+            if d.attention_kernel not in ("unfused", "cudnn"):
+                self.unmeasured.add(
+                    "sliding-window attention: its share of the causal kernels' work, at their rate"
+                )
+            elif d.attention_kernel == "cudnn" and window[0] > K.WINDOW_ATTENTION_TIMED_KEYS:
+                self.unmeasured.add(
+                    "sliding-window attention wider than the 128 keys timed: their rate, at most a causal layer's time"
+                )
         if d.fp8_attention:
             self.unmeasured.add(
                 f"FP8 attention ({d.attention_fp8_recipe} scaling): its forward at the rate timed on an H100, "
@@ -362,7 +368,8 @@ class ShapePricer:
 
     def window_share(self, rate: float = 1.0) -> float:
         """The fused kernels' attention work in an average layer against full causal attention,
-        a windowed layer's share taking ``rate`` times its work's time: in a windowed layer a
+        a windowed layer's share taking ``rate`` times its work's time, at most a causal layer's:
+        in a windowed layer a
         query sees itself and at most ``window_size[0]`` keys before it (Transformer Engine's and
         flash attention's sliding window); full layers see every key before them. Unfused
         attention computes the whole score matrix either way and masks it."""
@@ -374,7 +381,9 @@ class ShapePricer:
         w = min(window[0] + 1, s)
         windowed = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
         share = sum(pattern) / len(pattern)
-        return 1 - share + share * windowed * rate
+        # the rate was timed on windows of 128 keys; a windowed layer never takes longer than a
+        # causal one (the kernel skips the tiles the band masks, and runs the rest as causal)
+        return 1 - share + share * min(windowed * rate, 1.0)
 
     def unfused_attention(self, s: float, heads: float, qk: float, v: float) -> tuple[float, float]:
         """Megatron-Core's unfused ``DotProductAttention`` (megatron-core 0.19.2,

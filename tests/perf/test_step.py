@@ -913,6 +913,17 @@ def test_sliding_window_attention_prices_the_keys_a_query_sees() -> None:
     # a window wider than the sequence, or -1, is no window
     assert pricer(job("model.window_size=[-1,0]")).window_share() == 1.0
     assert pricer(job("model.window_size=[8191,0]")).window_share() == pytest.approx(1.0)
+    # and a wide window's layer costs at most a causal one at the windowed kernel's rate: half the
+    # sequence (2,048 of 4,096 keys) is 0.749939 of the causal scores, 3.28 at the rate, so 1.0
+    wide = pricer(job("model.window_size=[2047,0]", "model.window_attn_skip_freq=2"))
+    assert wide.core_attention() == pytest.approx(full, rel=1e-9)
+    assert pricer(job("model.window_size=[8191,0]")).core_attention() == pytest.approx(full, rel=1e-9)
+    said = predict_step(job("model.window_size=[2047,0]", "model.window_attn_skip_freq=2")).unmeasured
+    assert (
+        "sliding-window attention wider than the 128 keys timed: their rate, at most a causal layer's time"
+        in said
+    )
+    assert not any("sliding-window" in note for note in predict_step(job(*window)).unmeasured)
 
 
 def test_learnable_softmax_offsets_cost_the_backward_a_time_per_query_row_and_head() -> None:
