@@ -369,10 +369,9 @@ class ShapePricer:
     def window_share(self, rate: float = 1.0) -> float:
         """The fused kernels' attention work in an average layer against full causal attention,
         a windowed layer's share taking ``rate`` times its work's time, at most a causal layer's:
-        in a windowed layer a
-        query sees itself and at most ``window_size[0]`` keys before it (Transformer Engine's and
-        flash attention's sliding window); full layers see every key before them. Unfused
-        attention computes the whole score matrix either way and masks it."""
+        in a windowed layer a query sees itself and at most ``window_size[0]`` keys before it
+        (Transformer Engine's and flash attention's sliding window); full layers see every key
+        before them. Unfused attention computes the whole score matrix either way and masks it."""
         d = self.d
         pattern, window = d.window_attention_pattern, d.model.window_size
         if not window or window[0] < 0 or not any(pattern):
