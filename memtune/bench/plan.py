@@ -214,15 +214,20 @@ def _priced(checked: CheckedJob) -> StepPrediction:
 RUN_FIELDS = ("model", "gpus", "gpu", "gpus_per_node", "seq", "gbs", "mode")
 
 
+def run_job(entry: dict[str, Any], run: dict[str, Any], common: list[Change] | None = None) -> JobConfig:
+    """The job one run of a set states: its base (``_base``, the run's own fields over the set's)
+    with the set's common overrides and the run's own."""
+    base = _base({**entry, **{k: run[k] for k in RUN_FIELDS if k in run}})
+    return with_changes(base, (common or []) + [Change.parse(text) for text in run["overrides"]])
+
+
 def score_set(entry: dict[str, Any]) -> GroupScore:
     with evaluating(entry["id"]):
         common = [Change.parse(text) for text in entry.get("common", [])]
     scores, unscored = [], []
     for run in entry["runs"]:
         try:
-            base = _base({**entry, **{k: run[k] for k in RUN_FIELDS if k in run}})
-            job = with_changes(base, common + [Change.parse(text) for text in run["overrides"]])
-            checked = gate(job)
+            checked = gate(run_job(entry, run, common))
             pred = _priced(checked)
         except InputError as exc:
             unscored.append((run["label"], exc.problems[0]))

@@ -16,8 +16,9 @@ Each run starts from the Bridge performance recipe of its model, task, GPU, prec
 (``memtune/catalog/data/perf_recipes.yaml``, read from Bridge 067f987df03b; the nearest GPU count
 where that count has none) with the row's own layout, batch and sequence over it; a model without
 a recipe for that GPU starts from its preset with the settings every Bridge perf recipe shares.
-The recipes are those of the commit the catalogue was read at, not of each release: what a release
-changed besides the layout is not seen.
+Then the settings of the row's own release (``../bridge-release-settings.yaml``, read from the
+Bridge tag its container shipped, ``RELEASE_TAGS``) where they differ from the job's, and
+sequence parallelism where the row's TP is above 1, as every release's runner sets it.
 
 Rows left out, counted in the file's header: systems outside memtune's GPU catalog (B300, GB300),
 NVFP4 precision, token-dropping MoE runs, the 25.09 tables (they do not state the precision),
@@ -37,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from memtune.bench.plan import run_job
 from memtune.config.layout import balanced_layout
 
 FILES = ("docs/performance-summary.md", "docs/performance-summary-archive.md")
@@ -315,7 +317,93 @@ def run_of(r: dict[str, str], recipes: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def collect(git_dir: str, commit: str, recipes: dict[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
+# The Megatron-Bridge tag each NeMo container shipped (README.md, "Each release's own settings"):
+# docs/releases/software-versions.md's map, a patch container the patch tag docs/versions1.json
+# names (26.04.01 shipped v0.4.2, not the v0.4.1 the rule had assumed), 26.08 v0.6.0 (its perf
+# recipes are 067f987df03b's).
+RELEASE_TAGS = {
+    "25.11": "v0.2.0",
+    "26.02": "v0.3.0",
+    "26.02.01": "v0.3.1",
+    "26.04": "v0.4.0",
+    "26.04.01": "v0.4.2",
+    "26.06": "v0.5.0",
+    "26.06.01": "v0.5.1",
+    "26.08": "v0.6.0",
+}
+# beside this folder, not in it: every YAML file under layouts/ is a set of runs
+RELEASE_SETTINGS = Path(__file__).resolve().parents[1] / "bridge-release-settings.yaml"
+# Bridge sections whose keys memtune's job keeps in its model section (memtune/config/loaders/bridge.py)
+MODEL_SECTIONS = ("comm_overlap", "mixed_precision")
+
+
+# Keys a dense model never reads (a tag's reading may carry its provider's defaults for them)
+MOE_ONLY = (
+    "model.moe_token_dispatcher_type",
+    "model.moe_flex_dispatcher_backend",
+    "model.moe_router_force_load_balancing",
+    "model.moe_grouped_gemm",
+    "model.moe_permute_fusion",
+    "model.moe_shared_expert_overlap",
+    "model.expert_tensor_parallel_size",
+    "comm_overlap.overlap_moe_expert_parallel_comm",
+)
+
+
+def _job_key(key: str) -> str:
+    section, name = key.split(".", 1)
+    return f"model.{name}" if section in MODEL_SECTIONS else key
+
+
+def _same(current: Any, value: Any) -> bool:
+    if current in (None, []) and value in (None, []):
+        return True  # an unset list and an empty one run alike
+    return str(current) == str(value) if isinstance(value, str) else bool(current == value)
+
+
+def release_overrides(run: dict[str, Any], mode: str, name: str, settings: dict[str, Any]) -> list[str]:
+    """The overrides that give ``run`` (a row of model ``name``, its layout over 067f987df03b's
+    recipe) the settings its own release ran with: each key of ``settings`` whose value is known
+    and differs from the job's, except what the row states itself (MTP on or off)."""
+    job = run_job({"mode": mode}, run)
+    out = []
+    for key, value in settings.items():
+        if value == "unknown" or (key == "model.mtp_num_layers" and "MTP" in name):
+            continue
+        if key == "model.moe_flex_dispatcher_backend" and value is None:
+            continue  # no flex dispatcher: its backend is never read
+        if not job.model.num_moe_experts and key in MOE_ONLY:
+            continue
+        path = _job_key(key)
+        section, field = path.split(".", 1)
+        if not _same(getattr(getattr(job, section), field), value):
+            out.append(
+                f"{path}={yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix('...').strip()}"
+            )
+    return out
+
+
+def with_release_settings(run: dict[str, Any], r: dict[str, str], tags: dict[str, Any]) -> dict[str, Any]:
+    """``run`` with the settings of the Bridge release of its row ``r`` (``tags``: the settings
+    file's recipes per tag), where that release's settings for its recipe were read."""
+    tag = RELEASE_TAGS.get(r["release"])
+    recipe = run["model"].removeprefix("recipe:perf:")
+    read = tags.get(tag, {}).get("recipes", {}).get(recipe) if tag else None
+    if read is None:
+        return run
+    # every tag's runner turns sequence parallelism on where the row's TP is above 1
+    settings = {**read["settings"], "model.sequence_parallel": number(r.get("tp", "1")) > 1}
+    extra = release_overrides(run, MODES[r["section"]], r["model"], settings)
+    return {
+        **run,
+        "overrides": run["overrides"] + extra,
+        "source": f"{run['source']}; settings of Bridge {tag}",
+    }
+
+
+def collect(
+    git_dir: str, commit: str, recipes: dict[str, Any], tags: dict[str, Any] | None = None
+) -> tuple[list[dict[str, Any]], Counter[str]]:
     skipped: Counter[str] = Counter()
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in every_row(git_dir, commit):
@@ -324,7 +412,9 @@ def collect(git_dir: str, commit: str, recipes: dict[str, Any]) -> tuple[list[di
             skipped[why] += 1
             continue
         mode = MODES[r["section"]]
-        groups.setdefault((r["release"], mode, r["system"]), []).append(run_of(r, recipes))
+        groups.setdefault((r["release"], mode, r["system"]), []).append(
+            with_release_settings(run_of(r, recipes), r, tags or {})
+        )
     sets = []
     for (release, mode, system), runs in sorted(groups.items()):
         sets.append(
@@ -342,7 +432,8 @@ def main() -> None:
     git_dir, commit, out = sys.argv[1:4]
     catalog = Path(__file__).resolve().parents[3] / "memtune/catalog/data/perf_recipes.yaml"
     recipes = yaml.safe_load(catalog.read_text())["perf_recipes"]
-    sets, skipped = collect(git_dir, commit, recipes)
+    tags = yaml.safe_load(RELEASE_SETTINGS.read_text())["tags"] if RELEASE_SETTINGS.exists() else {}
+    sets, skipped = collect(git_dir, commit, recipes, tags)
     header = (
         "# Generated by benchmarks/published/layouts/collect_bridge_summary.py from every commit of\n"
         f"# Megatron-Bridge's performance summary tables up to {commit}.\n# Rows left out: "
