@@ -90,9 +90,19 @@ def _parts(layers: list[Any], moe: bool) -> dict[str, list[Any]]:
         ],
     }
     if moe:
-        # residual, tokens for dispatch, their probabilities, shared experts' output
-        found["router"] = [lambda x, w=w: tuple(w.layer._forward_mlp_router(x)[1:3]) for w in layers]
+        found["router"] = [lambda x, w=w: _router_part(w.layer, x) for w in layers]
     return found
+
+
+def _router_part(layer: Any, x: Any) -> tuple[Any, Any]:
+    """What ``moe_router`` with ``moe_preprocess`` captures (megatron-core 0.19
+    ``MoETransformerLayer._forward_mlp_router``, which the local spec's ``TransformerLayer``
+    lacks): the pre-MLP norm, then the MoE layer's forward up to its dispatch (its execution map
+    at ``route``, intermediate tensors asked for): the tokens to dispatch and their
+    probabilities."""
+    layer.mlp.fwd_execution_map = "route"
+    hidden, probs, _ = layer.mlp(layer.pre_mlp_layernorm(x), intermediate_tensors=())
+    return hidden, probs
 
 
 def main(out: str) -> int:
