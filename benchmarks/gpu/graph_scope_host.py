@@ -19,19 +19,27 @@ each part's forward and backward (each part applied to its own copy of one input
 summed for the backward), the median of ``REPEATS`` passes:
 
 - dense layers: the whole layer, its attention half;
-- MoE layers (top-2, auxiliary loss 1e-2, no linear biases, ``SequentialMLP`` experts) with 4 and
-  16 experts, per dispatcher (``alltoall``, ``allgather``): the whole layer, its attention half,
-  its router part (``_forward_mlp_router``).
+- MoE layers (top-2, auxiliary loss 1e-2, no linear biases, ``SequentialMLP`` experts; 4 and 16
+  experts under rule 1, 8 under rule 2), per dispatcher (``alltoall``, ``allgather``): the whole
+  layer, its attention half, its router part (what ``_forward_mlp_router`` runs).
 
-The rule, fixed before any run. Dense: the attention half's share of the layer, ``A / L``,
-forward and backward apart (the MLP half's is the rest). MoE, per dispatcher: the per-expert
-slope ``(L16 - L4) / 12``, the layer without its experts ``B = L4 - 4 x slope``, and the shares
-``A4 / B`` (attention) and ``R4 / B`` (router part), forward and backward apart; the same at 16
-experts is printed as a check, not used. At the next model freeze a partially graphed layer's
-host work loses those shares of its host work at EP 1 without experts (the loop's layer floor
-and the MoE block's measured own work; not the exchanges' nor the sequential experts') and gains
-one replay a pass (``GRAPH_REPLAY_HOST_FWD_S``/``_BWD_S``); the flex dispatcher, not measurable
-here, takes the all-to-all's shares. A component measurement: every run is read. Torch and
+Rule 1, fixed before its run (results/graph-scope-host/rule1-h200.json, an H200 host,
+GPU-8fc15742): per dispatcher the per-expert slope ``(L16 - L4) / 12``, the layer without its
+experts ``B = L4 - 4 x slope``, and the shares ``A4 / B`` and ``R4 / B``. Not adopted: the slope
+came out at 0.63 ms an expert forward under the all-to-all dispatcher (the ``hostmoe-`` runs:
+0.18 ms), so ``B`` fell below its own parts (shares 1.04 and 1.38), and the attention half, the
+same module in every kind, took 1.00-1.47 ms forward from one kind's stacks to the next.
+
+Rule 2, fixed after rule 1's run and before its own: no slope, and every part measured against
+the dense layer timed beside it. Kinds dense, all-to-all and all-gather with 8 experts, built
+once; three passes, each timing every part of every kind in turn. Per pass, the attention half's
+share ``a = A_dense / L_dense`` and per dispatcher the router part's ratio
+``r = R / L_dense`` (the pre-MLP norm, the router and the dispatcher's preprocessing, in units
+of a dense layer's host work), forward and backward apart; the median over the passes. At the
+next model freeze a partially graphed layer's host work loses ``a`` (attention) or ``1 - a``
+(a dense MLP) of the loop's layer floor and ``r`` of it for a graphed MoE router, and gains one
+replay a pass (``GRAPH_REPLAY_HOST_FWD_S``/``_BWD_S``); the flex dispatcher, not measurable here,
+takes the all-to-all's ``r``. A component measurement: every run is read. Torch and
 megatron-core only, no memtune.
 """
 
@@ -46,8 +54,9 @@ from typing import Any
 from graph_replay_host import HIDDEN, REPEATS, SEQ, WARMUP, mcore_layers, write_results
 from moe_host import _layers
 
-EXPERTS = (4, 16)
+EXPERTS_RULE2 = 8
 DISPATCHERS = ("alltoall", "allgather")
+PASSES = 3
 
 
 def _part_times(torch: Any, parts: list[Any]) -> dict[str, float]:
@@ -114,54 +123,32 @@ def main(out: str) -> int:
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "megatron_core": megatron.core.__version__,
-        "shape": {"hidden": HIDDEN, "seq": SEQ, "micro_batch": 1, "layers": 8},
+        "shape": {"hidden": HIDDEN, "seq": SEQ, "micro_batch": 1, "layers": 8, "experts": EXPERTS_RULE2},
         "repeats": REPEATS,
-        "runs": {},
+        "passes": [],
     }
-    kinds: list[tuple[str, Any, bool]] = [
-        ("dense", lambda: mcore_layers(torch, None, add_bias_linear=False), False)
-    ]
-    kinds += [
-        (f"{d}-e{e}", lambda d=d, e=e: _layers(torch, e, d), True) for d in DISPATCHERS for e in EXPERTS
-    ]
-    for name, build, moe in kinds:
-        try:
-            layers = build()
-            results["runs"][name] = {
-                part: _part_times(torch, fns) for part, fns in _parts(layers, moe).items()
-            }
-        except Exception as exc:  # recorded: the other kinds still run
-            import traceback
-
-            traceback.print_exc()
-            results["runs"][name] = {"error": f"{type(exc).__name__}: {exc}"}
-    results["shares"] = shares(results["runs"])
+    kinds = {"dense": (mcore_layers(torch, None, add_bias_linear=False), False)}
+    for d in DISPATCHERS:
+        kinds[d] = (_layers(torch, EXPERTS_RULE2, d), True)
+    for _ in range(PASSES):
+        found = {}
+        for name, (layers, moe) in kinds.items():
+            found[name] = {part: _part_times(torch, fns) for part, fns in _parts(layers, moe).items()}
+        results["passes"].append(found)
+    results["shares"] = shares(results["passes"])
     write_results(out, results)
     return 0
 
 
-def shares(runs: dict[str, Any]) -> dict[str, Any]:
-    """The rule's shares from ``runs`` (module docstring), forward and backward apart."""
+def shares(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rule 2's ``a`` and ``r`` per dispatcher (module docstring), forward and backward apart:
+    the median over the passes of each pass's ratios to its own dense layer."""
     found: dict[str, Any] = {}
-    passes = ("forward_s", "backward_s")
-    dense = runs.get("dense", {})
-    if "layer" in dense:
-        found["dense"] = {p: {"attention": dense["attention"][p] / dense["layer"][p]} for p in passes}
-    for d in DISPATCHERS:
-        e4, e16 = runs.get(f"{d}-e4", {}), runs.get(f"{d}-e16", {})
-        if "layer" not in e4 or "layer" not in e16:
-            continue
-        found[d] = {}
-        for p in passes:
-            slope = (e16["layer"][p] - e4["layer"][p]) / 12
-            base4, base16 = e4["layer"][p] - 4 * slope, e16["layer"][p] - 16 * slope
-            found[d][p] = {
-                "expert_slope_s": slope,
-                "base_s": base4,
-                "attention": e4["attention"][p] / base4,
-                "router": e4["router"][p] / base4,
-                "check_e16": {"attention": e16["attention"][p] / base16, "router": e16["router"][p] / base16},
-            }
+    for p in ("forward_s", "backward_s"):
+        dense = [run["dense"] for run in passes]
+        found[p] = {"attention": median(x["attention"][p] / x["layer"][p] for x in dense)}
+        for d in DISPATCHERS:
+            found[p][d] = median(run[d]["router"][p] / run["dense"]["layer"][p] for run in passes)
     return found
 
 
