@@ -1111,6 +1111,34 @@ class Derived:
         parts = ("attention", "mlp")
         return len(parts) if all(self.graphed(part, is_moe) for part in parts) else 0
 
+    def partly_graphed(self, is_moe: bool) -> tuple[str, ...]:
+        """The parts of a layer that replay a per-layer CUDA graph where graphs cover only part
+        of it (megatron-core 0.19 ``cuda_graph_modules``) and whose host work is priced:
+        "attention" under ``attn`` (``TransformerLayer._forward_attention``: the input norm, the
+        self-attention, its bias-dropout-add), a dense layer's "mlp" under ``mlp``. Empty where
+        no graph, a whole-layer or whole-step graph. A MoE block graphed in part (``moe_router``,
+        ``moe_preprocess``) or whole without its attention (``moe``) is not among them: its host
+        work is kept (``moe_router_graphed``)."""
+        if not self.cuda_graphs or self.whole_step_graphed or self.layer_graph_replays(is_moe):
+            return ()
+        scope = self.model.cuda_graph_scope or []
+        parts = ["attention"] if "attn" in scope else []
+        if not is_moe and "mlp" in scope:
+            parts.append("mlp")
+        return tuple(parts)
+
+    def moe_router_graphed(self, is_moe: bool) -> bool:
+        """A MoE layer's router part runs in a per-layer graph (``moe_router``), its attention
+        perhaps too, its experts not."""
+        scope = self.model.cuda_graph_scope or []
+        return bool(
+            is_moe
+            and self.cuda_graphs
+            and not self.whole_step_graphed
+            and "moe_router" in scope
+            and not self.layer_graph_replays(is_moe)
+        )
+
     # --- software and environment ------------------------------------------------------
     @cached_property
     def torch_version(self) -> Version:

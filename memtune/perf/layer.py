@@ -240,8 +240,13 @@ class ShapePricer:
                 self.unmeasured.add(
                     "per-layer CUDA graphs: a replay's host work measured through torch's graphed callables"
                 )
-            elif d.graphed("attention", is_moe) or d.graphed("mlp", is_moe):
-                self.unmeasured.add("a layer graphed in part keeps its host work")
+            else:
+                if d.partly_graphed(is_moe):
+                    self.unmeasured.add(
+                        "a layer graphed in part: the graphed half's host work by its share measured on local-spec layers"
+                    )
+                if d.moe_router_graphed(is_moe) or (is_moe and d.graphed("mlp", is_moe)):
+                    self.unmeasured.add("a MoE block graphed in part or alone keeps its host work")
 
     # --- kernels -------------------------------------------------------------------------
 
@@ -593,6 +598,13 @@ class ShapePricer:
             # CUDA graphs cover the whole layer: the host only replays them (a full-iteration
             # graph leaves no host work per pass at all, perf/step.py)
             host_fwd, host_bwd = replays * K.GRAPH_REPLAY_HOST_FWD_S, replays * K.GRAPH_REPLAY_HOST_BWD_S
+        elif parts := d.partly_graphed(is_moe):
+            graphed_fwd, graphed_bwd = self.graphed_host(parts)
+            # one replay a pass for the graphed attention (Transformer Engine captures it with a
+            # graphed MoE router as one callable; Megatron-Core's local graphs the router apart,
+            # whose host work, unmeasured, is kept as if eager with its replay)
+            host_fwd += K.GRAPH_REPLAY_HOST_FWD_S - graphed_fwd
+            host_bwd += K.GRAPH_REPLAY_HOST_BWD_S - graphed_bwd
         return LayerPrice(
             fwd=fwd * self.kernel_factor + cp_fwd,
             bwd=bwd * self.kernel_factor + cp_bwd,
@@ -612,6 +624,18 @@ class ShapePricer:
             ep_fwd=comm.ep_fwd,
             syncs=(is_moe and d.moe_forward_syncs_host) or sinkhorn or checks > 0,
         )
+
+    def graphed_host(self, parts: tuple[str, ...]) -> tuple[float, float]:
+        """The host work, forward and backward, that the graphed ``parts`` of a layer graphed in
+        part (``Derived.partly_graphed``) no longer do: the attention half's measured share of
+        the loop's layer floor (``GRAPH_ATTENTION_HOST_SHARE``; its backward ``backward_factor``
+        times the floor), a dense MLP's the rest."""
+        attention = K.GRAPH_ATTENTION_HOST_SHARE
+        saved = {"attention": attention, "mlp": (1 - attention[0], 1 - attention[1])}
+        floor = self.floor.layer_fwd_s
+        fwd = sum(saved[part][0] for part in parts) * floor
+        bwd = sum(saved[part][1] for part in parts) * self.floor.backward_factor * floor
+        return fwd, bwd
 
     def moe_block_host(self, is_moe: bool) -> tuple[float, float]:
         """The host work a MoE block adds to a dense layer's, forward and backward: its router,

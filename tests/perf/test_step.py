@@ -781,7 +781,7 @@ def test_a_full_iteration_graph_leaves_the_host_nothing_per_pass() -> None:
 def test_a_layer_graph_leaves_the_host_one_replay_per_pass() -> None:
     # A whole-layer graph (local or Transformer Engine, no scope) costs the host one replay per
     # pass, measured (GRAPH_REPLAY_HOST_*_S); a scope naming both sides of a dense layer, two;
-    # a layer graphed on one side keeps the eager host work (its split is not measured).
+    # a layer graphed on one side replays that side and keeps the other's eager host work.
     from memtune.catalog.gpus import get_gpu
     from memtune.perf.layer import ShapePricer
 
@@ -800,8 +800,15 @@ def test_a_layer_graph_leaves_the_host_one_replay_per_pass() -> None:
         assert (whole.fwd, whole.bwd) == pytest.approx((eager.fwd, eager.bwd))  # the same kernels
     sides = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,mlp]")
     assert (sides.host_fwd, sides.host_bwd) == pytest.approx((2 * 71e-6, 2 * 257e-6))
+    # the attention half is 0.750 (forward) and 0.742 (backward) of a dense layer's host work
+    # (GRAPH_ATTENTION_HOST_SHARE): on the 1.2 ms floor, 2.1 ms backward, the attention graphed
+    # leaves 1.2 - 0.9 + 0.071 ms and 2.1 - 1.5582 + 0.257 ms; the MLP graphed, 1.2 - 0.3 +
+    # 0.071 ms and 2.1 - 0.5418 + 0.257 ms
     one_side = layer("model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]")
-    assert (one_side.host_fwd, one_side.host_bwd) == (eager.host_fwd, eager.host_bwd)
+    assert (one_side.host_fwd, one_side.host_bwd) == pytest.approx((0.371e-3, 0.7988e-3))
+    other_side = layer("model.cuda_graph_impl=local", "model.cuda_graph_scope=[mlp]")
+    assert (other_side.host_fwd, other_side.host_bwd) == pytest.approx((0.971e-3, 1.8152e-3))
+    assert (one_side.fwd, one_side.bwd) == pytest.approx((eager.fwd, eager.bwd))  # the same kernels
     said = predict_step(job("model.tensor_model_parallel_size=1", "model.cuda_graph_impl=local"))
     assert (
         "per-layer CUDA graphs: a replay's host work measured through torch's graphed callables"
@@ -814,7 +821,37 @@ def test_a_layer_graph_leaves_the_host_one_replay_per_pass() -> None:
             "model.cuda_graph_scope=[attn]",
         )
     )
-    assert "a layer graphed in part keeps its host work" in partly.unmeasured
+    assert (
+        "a layer graphed in part: the graphed half's host work by its share measured on local-spec layers"
+        in partly.unmeasured
+    )
+
+
+def test_a_graphed_moe_router_keeps_its_host_work_and_a_graphed_attention_does_not() -> None:
+    # Bridge's MoE recipes graph [attn, moe_router, moe_preprocess] with Transformer Engine: one
+    # callable a layer. The attention half's share of the floor is priced away (0.750 forward,
+    # 0.742 backward of 1.2 ms and 2.1 ms) for one replay; the router part is not measured, so
+    # it keeps its eager host work, and the prediction says so.
+    from memtune.catalog.gpus import get_gpu
+    from memtune.perf.layer import ShapePricer
+
+    moe = ["model.num_moe_experts=16", "model.moe_router_topk=2", "model.moe_ffn_hidden_size=1024",
+           "model.moe_token_dispatcher_type=alltoall", "model.tensor_model_parallel_size=1",
+           "model.expert_model_parallel_size=8"]  # fmt: skip
+
+    def layer(*overrides: str):  # type: ignore[no-untyped-def]
+        d = job(*moe, *overrides)
+        return ShapePricer(d, get_gpu("H100-80GB"), K.MEGATRON_LM_LOOP).layer(True)
+
+    eager = layer()
+    scoped = ["model.cuda_graph_impl=transformer_engine"]
+    graphed = layer(*scoped, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]")
+    assert eager.host_fwd - graphed.host_fwd == pytest.approx(0.9e-3 - 71e-6)
+    assert eager.host_bwd - graphed.host_bwd == pytest.approx(1.5582e-3 - 257e-6)
+    router_only = layer(*scoped, "model.cuda_graph_scope=[moe_router,moe_preprocess]")
+    assert (router_only.host_fwd, router_only.host_bwd) == (eager.host_fwd, eager.host_bwd)
+    said = predict_step(job(*moe, *scoped, "model.cuda_graph_scope=[moe_router,moe_preprocess]"))
+    assert "a MoE block graphed in part or alone keeps its host work" in said.unmeasured
 
 
 def test_each_cp_comm_type_prices_its_own_exchanges() -> None:
