@@ -10,7 +10,8 @@ input norm, self-attention, bias-dropout-add), ``moe_router`` with ``moe_preproc
 block up to its dispatch (``_forward_mlp_router``: the pre-MLP norm, the router, the token
 dispatcher's preprocessing), ``mlp`` a dense layer's MLP half. The graphed part's Python and
 launches become one replay a pass; the rest of the layer runs eagerly. The step model keeps the
-whole layer's host work under a partial scope ("a layer graphed in part keeps its host work").
+whole layer's host work under a partial scope ("a layer graphed in part keeps its host work")
+until d72b36f, which took rule 1's attention share.
 
 This times each part's host work eagerly, as ``graph_replay_host.py`` times whole layers: stacks
 of 8 Megatron-Core local-spec layers at tiny shapes (hidden 256, sequence 128: the GPU waits for
