@@ -600,9 +600,9 @@ class ShapePricer:
             host_fwd, host_bwd = replays * K.GRAPH_REPLAY_HOST_FWD_S, replays * K.GRAPH_REPLAY_HOST_BWD_S
         elif parts := d.partly_graphed(is_moe):
             graphed_fwd, graphed_bwd = self.graphed_host(parts)
-            # one replay a pass for the graphed attention (Transformer Engine captures it with a
-            # graphed MoE router as one callable; Megatron-Core's local graphs the router apart,
-            # whose host work, unmeasured, is kept as if eager with its replay)
+            # one replay a pass for the graphed half (Transformer Engine captures a graphed MoE
+            # router with the attention, as one callable); a graphed MoE router's own host work
+            # is not measured and stays as if eager
             host_fwd += K.GRAPH_REPLAY_HOST_FWD_S - graphed_fwd
             host_bwd += K.GRAPH_REPLAY_HOST_BWD_S - graphed_bwd
         return LayerPrice(
