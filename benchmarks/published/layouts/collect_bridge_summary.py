@@ -375,8 +375,8 @@ def release_overrides(run: dict[str, Any], mode: str, name: str, settings: dict[
         if not job.model.num_moe_experts and key in MOE_ONLY:
             continue
         if key.startswith("model.cpu_offloading") and job.model.pipeline_model_parallel_size > 1:
-            # Megatron-Core refuses it ("Currently there is no support for Pipeline parallelism
-            # with CPU offloading"): a row with stages did not run its preset's offload
+            # Megatron-Core refuses it (memtune's gate says so too, check/rules/offload.py): a
+            # row with stages did not run its preset's offload
             continue
         path = _job_key(key)
         section, field = path.split(".", 1)
