@@ -109,9 +109,14 @@ def _router_part(layer: Any, x: Any) -> tuple[Any, Any]:
     ``MoETransformerLayer._forward_mlp_router``, which the local spec's ``TransformerLayer``
     lacks): the pre-MLP norm, then the MoE layer's forward up to its dispatch (its execution map
     at ``route``, intermediate tensors asked for): the tokens to dispatch and their
-    probabilities."""
+    probabilities. The layer's own execution map is put back after, because the next pass times
+    the whole layer through the same module."""
+    whole = layer.mlp.fwd_execution_map
     layer.mlp.fwd_execution_map = "route"
-    hidden, probs, _ = layer.mlp(layer.pre_mlp_layernorm(x), intermediate_tensors=())
+    try:
+        hidden, probs, _ = layer.mlp(layer.pre_mlp_layernorm(x), intermediate_tensors=())
+    finally:
+        layer.mlp.fwd_execution_map = whole
     return hidden, probs
 
 

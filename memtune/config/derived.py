@@ -1115,29 +1115,20 @@ class Derived:
         """The parts of a layer that replay a per-layer CUDA graph where graphs cover only part
         of it (megatron-core 0.19 ``cuda_graph_modules``) and whose host work is priced:
         "attention" under ``attn`` (``TransformerLayer._forward_attention``: the input norm, the
-        self-attention, its bias-dropout-add), a dense layer's "mlp" under ``mlp``. Empty where
-        no graph, a whole-layer or whole-step graph. A MoE block graphed in part (``moe_router``,
-        ``moe_preprocess``) or whole without its attention (``moe``) is not among them: its host
-        work is kept (``moe_router_graphed``)."""
+        self-attention, its bias-dropout-add), a dense layer's "mlp" under ``mlp``, a MoE layer's
+        "router" under ``moe_router`` (``MoETransformerLayer._forward_mlp_router``: the pre-MLP
+        norm, the router and, with ``moe_preprocess``, the dispatcher's preprocessing). Empty
+        where no graph, a whole-layer or whole-step graph. A MoE block graphed whole without its
+        attention (``moe``) is not among them: its host work is kept."""
         if not self.cuda_graphs or self.whole_step_graphed or self.layer_graph_replays(is_moe):
             return ()
         scope = self.model.cuda_graph_scope or []
         parts = ["attention"] if "attn" in scope else []
         if not is_moe and "mlp" in scope:
             parts.append("mlp")
+        if is_moe and "moe_router" in scope:
+            parts.append("router")
         return tuple(parts)
-
-    def moe_router_graphed(self, is_moe: bool) -> bool:
-        """A MoE layer's router part runs in a per-layer graph (``moe_router``), its attention
-        perhaps too, its experts not."""
-        scope = self.model.cuda_graph_scope or []
-        return bool(
-            is_moe
-            and self.cuda_graphs
-            and not self.whole_step_graphed
-            and "moe_router" in scope
-            and not self.layer_graph_replays(is_moe)
-        )
 
     # --- software and environment ------------------------------------------------------
     @cached_property

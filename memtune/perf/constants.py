@@ -245,16 +245,19 @@ MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 1.9e-
 # 1.07 ms forward, 1.20 ms backward). A component measurement, every run read.
 GRAPH_REPLAY_HOST_FWD_S = 71e-6
 GRAPH_REPLAY_HOST_BWD_S = 257e-6
-# A layer graphed in part (``cuda_graph_modules`` ``attn``, or a dense layer's ``mlp``) replays the
-# graphed half (one replay a pass, above) and runs the rest eagerly: the attention half
-# (``TransformerLayer._forward_attention``: the input norm, the self-attention, its
-# bias-dropout-add) is this share of a dense layer's host work, forward and backward, the MLP half
-# the rest. Measured by benchmarks/gpu/graph_scope_host.py's rule 1 on Megatron-Core 0.19
-# local-spec layers at tiny shapes, the GPU waiting on the host (a lent H200's host,
-# GPU-8fc15742; results/graph-scope-host/rule1-h200.json; the first call, whose MoE stacks
-# failed, gave 0.89 and 0.72). The rule's MoE router shares came out unusable (above 1) and its
-# rule 2 could not be run (no machine): a graphed MoE router keeps its host work.
-GRAPH_ATTENTION_HOST_SHARE = (0.750, 0.742)
+# A layer graphed in part (``cuda_graph_modules`` ``attn``, a dense layer's ``mlp``, a MoE layer's
+# ``moe_router`` with ``moe_preprocess``) replays the graphed parts (one replay a pass, above) and
+# runs the rest eagerly. Each graphed part takes its share of a dense layer's host work with it,
+# forward and backward: the attention half (``TransformerLayer._forward_attention``: the input
+# norm, the self-attention, its bias-dropout-add), the dense MLP half the rest, and a MoE layer's
+# router part (the pre-MLP norm, the router, the dispatcher's preprocessing) by token dispatcher,
+# in units of a dense layer's host work. Measured by benchmarks/gpu/graph_scope_host.py's rule 2
+# on Megatron-Core 0.19 local-spec layers at tiny shapes, the GPU waiting on the host, every part
+# against the dense layer timed beside it, the median of three passes (a lent H200's host,
+# GPU-043caa40; results/graph-scope-host/rule2-h200.json). Rule 1 (another H200 host) gave the
+# attention half 0.750 and 0.742; its MoE shares were unusable (above 1).
+GRAPH_ATTENTION_HOST_SHARE = (0.711, 0.739)
+GRAPH_ROUTER_HOST_SHARE = {"alltoall": (0.932, 0.602), "allgather": (0.677, 0.452)}
 # What each TP, CP or LoRA collective of a layer costs beyond the bytes NCCL's tuner prices
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by

@@ -243,10 +243,10 @@ class ShapePricer:
             else:
                 if d.partly_graphed(is_moe):
                     self.unmeasured.add(
-                        "a layer graphed in part: the graphed half's host work by its share measured on local-spec layers"
+                        "a layer graphed in part: the graphed parts' host work by shares measured on local-spec layers"
                     )
-                if d.moe_router_graphed(is_moe) or (is_moe and d.graphed("mlp", is_moe)):
-                    self.unmeasured.add("a MoE block graphed in part or alone keeps its host work")
+                if is_moe and d.graphed("mlp", is_moe):
+                    self.unmeasured.add("a MoE block graphed without its attention keeps its host work")
 
     # --- kernels -------------------------------------------------------------------------
 
@@ -600,11 +600,11 @@ class ShapePricer:
             host_fwd, host_bwd = replays * K.GRAPH_REPLAY_HOST_FWD_S, replays * K.GRAPH_REPLAY_HOST_BWD_S
         elif parts := d.partly_graphed(is_moe):
             graphed_fwd, graphed_bwd = self.graphed_host(parts)
-            # one replay a pass for the graphed half (Transformer Engine captures a graphed MoE
-            # router with the attention, as one callable); a graphed MoE router's own host work
-            # is not measured and stays as if eager
-            host_fwd += K.GRAPH_REPLAY_HOST_FWD_S - graphed_fwd
-            host_bwd += K.GRAPH_REPLAY_HOST_BWD_S - graphed_bwd
+            # one replay a pass for the graphed parts (Transformer Engine captures a graphed MoE
+            # router with the attention, as one callable); the shares, measured on a dense
+            # layer, can exceed the little host work a MoE block without exchanges is priced at
+            host_fwd = max(host_fwd - graphed_fwd, 0.0) + K.GRAPH_REPLAY_HOST_FWD_S
+            host_bwd = max(host_bwd - graphed_bwd, 0.0) + K.GRAPH_REPLAY_HOST_BWD_S
         return LayerPrice(
             fwd=fwd * self.kernel_factor + cp_fwd,
             bwd=bwd * self.kernel_factor + cp_bwd,
@@ -627,11 +627,18 @@ class ShapePricer:
 
     def graphed_host(self, parts: tuple[str, ...]) -> tuple[float, float]:
         """The host work, forward and backward, that the graphed ``parts`` of a layer graphed in
-        part (``Derived.partly_graphed``) no longer do: the attention half's measured share of
-        the loop's layer floor (``GRAPH_ATTENTION_HOST_SHARE``; its backward ``backward_factor``
-        times the floor), a dense MLP's the rest."""
+        part (``Derived.partly_graphed``) no longer do, each a measured share of the loop's layer
+        floor (its backward ``backward_factor`` times the floor): the attention half's
+        (``GRAPH_ATTENTION_HOST_SHARE``), a dense MLP's the rest, a MoE router part's by token
+        dispatcher (``GRAPH_ROUTER_HOST_SHARE``; the flex dispatcher's, not measurable on one
+        GPU, is the all-to-all's)."""
         attention = K.GRAPH_ATTENTION_HOST_SHARE
-        saved = {"attention": attention, "mlp": (1 - attention[0], 1 - attention[1])}
+        dispatcher = self.d.model.moe_token_dispatcher_type
+        saved = {
+            "attention": attention,
+            "mlp": (1 - attention[0], 1 - attention[1]),
+            "router": K.GRAPH_ROUTER_HOST_SHARE["alltoall" if dispatcher == "flex" else dispatcher],
+        }
         floor = self.floor.layer_fwd_s
         fwd = sum(saved[part][0] for part in parts) * floor
         bwd = sum(saved[part][1] for part in parts) * self.floor.backward_factor * floor
