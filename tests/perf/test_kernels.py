@@ -351,7 +351,7 @@ def test_the_flex_dispatchers_host_work_is_what_its_fit_gives() -> None:
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_flex_host.py"))
     runs = script["host_bound_runs"]()
-    assert len(runs) == 9
+    assert len(runs) == 6
     # the committed value is the 0.1 ms grid's first at which the runs' median error is not positive
     assert median(script["errors"](runs, 1.9e-3)) <= 0 < median(script["errors"](runs, 1.8e-3))
     assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.9e-3
