@@ -42,6 +42,11 @@ next model freeze a partially graphed layer's host work loses ``a`` (attention) 
 replay a pass (``GRAPH_REPLAY_HOST_FWD_S``/``_BWD_S``); the flex dispatcher, not measurable here,
 takes the all-to-all's ``r``. A component measurement: every run is read. Torch and
 megatron-core only, no memtune.
+
+Rule 2 ran on an H200 host (results/graph-scope-host/rule2-h200.json; the model took its shares
+at babdd04). A replication on another host, fixed before it runs: the same script on a lent
+H100's host, reported beside rule 2 and not adopted; where a share differs from rule 2's by
+more than 0.1, docs/plan.md says the shares carry that spread between hosts.
 """
 
 from __future__ import annotations
