@@ -857,9 +857,8 @@ def test_a_graphed_moe_router_and_a_graphed_attention_each_take_their_share_of_h
     assert saved("allgather", "[moe_router,moe_preprocess]") == pytest.approx((0.7414e-3, 0.6922e-3))
     assert saved("flex", "[moe_router,moe_preprocess]") == pytest.approx((1.0474e-3, 1.0072e-3))
     # Without exchanges (EP 1) and with grouped experts the all-gather dispatcher's block adds
-    # 0.641 and 0.177 ms: the
-    # forward keeps 1.841 - 1.6656 ms, the backward's 2.277 ms is less than the 2.5011 ms the two
-    # shares give up, so nothing of it stays but the replay
+    # 0.641 and 0.177 ms: the forward keeps 1.841 - 1.6656 ms; the backward's 2.277 ms is less
+    # than the 2.5011 ms the two shares give up, so nothing of it stays but the replay
     alone = ["model.expert_model_parallel_size=1", "model.moe_token_dispatcher_type=allgather",
              "model.moe_grouped_gemm=true"]  # fmt: skip
     d = job(*moe, *alone, *scoped, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]")
