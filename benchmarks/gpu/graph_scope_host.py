@@ -46,7 +46,8 @@ megatron-core only, no memtune.
 Rule 2 ran on an H200 host (results/graph-scope-host/rule2-h200.json; the model took its shares
 at babdd04). A replication on another host, fixed before it runs: the same script on a lent
 H100's host, reported beside rule 2 and not adopted; where a share differs from rule 2's by
-more than 0.1, docs/plan.md says the shares carry that spread between hosts.
+more than 0.1, docs/plan.md says the shares carry that spread between hosts. Where no H100
+starts, a lent H200 other than GPU-043caa40 serves (amended before any replication ran).
 """
 
 from __future__ import annotations
