@@ -230,9 +230,10 @@ MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
 # the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
 # MoE layers at micro-batch 1: 1.9 ms is what benchmarks/fit_flex_host.py fits on the tune runs
 # it moves (six since a graphed MoE router gives up its host work, nine before: Qwen3-30B-A3B at
-# MBS 1 on 16 H100s in three releases, Qwen3-235B-A22B on GB200 and B200; 2.0 ms before Bridge's summary rows took their own release's settings, which put
-# several of them on the all-to-all dispatcher or off full-iteration CUDA graphs; 1.7 ms before
-# the loop's backward factor was refitted), a whole-step fit, not a measurement.
+# MBS 1 on 16 H100s in three releases, Qwen3-235B-A22B on GB200 and B200; 2.0 ms before Bridge's
+# summary rows took their own release's settings, which put several of them on the all-to-all
+# dispatcher or off full-iteration CUDA graphs; 1.7 ms before the loop's backward factor was
+# refitted), a whole-step fit, not a measurement.
 MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 1.9e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
