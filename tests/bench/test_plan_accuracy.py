@@ -145,7 +145,8 @@ def test_bridge_card_sets_split_as_their_readme_says() -> None:
 
 def test_mlperf_sets_split_as_their_readme_says() -> None:
     # benchmarks/published/layouts/README.md: NVIDIA's 40 runs in 16 sets and the partners' 90 in
-    # 49; 31 sets (61 runs) held back, fixed before any comparison.
+    # 49, then v6.0's DeepSeek-V3 (NVIDIA's 4 runs, Google's 1); 33 sets (66 runs) held back, fixed
+    # before any comparison.
     from pathlib import Path
 
     import yaml
@@ -153,8 +154,23 @@ def test_mlperf_sets_split_as_their_readme_says() -> None:
     root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts"
     sets = [s for f in sorted(root.glob("mlperf-*.yaml")) for s in yaml.safe_load(f.read_text())["sets"]]
     held = [s for s in sets if split_of(s["id"]) == "holdout"]
-    assert (len(sets), sum(len(s["runs"]) for s in sets)) == (65, 130)
-    assert (len(held), sum(len(s["runs"]) for s in held)) == (31, 61)
+    assert (len(sets), sum(len(s["runs"]) for s in sets)) == (67, 135)
+    assert (len(held), sum(len(s["runs"]) for s in held)) == (33, 66)
+
+
+def test_the_deepseek_sets_are_what_their_collector_writes_from_the_transcription(tmp_path) -> None:
+    # mlperf-deepseekv3.yaml is collect_mlperf_deepseek.py's output from the committed
+    # transcription of the MLPerf v6.0 files (no snapshot of them can be fetched to read again)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "layouts"
+    out = tmp_path / "sets.yaml"
+    subprocess.run(
+        [sys.executable, str(root / "collect_mlperf_deepseek.py"), str(out)], check=True, capture_output=True
+    )
+    assert out.read_text() == (root / "mlperf-deepseekv3.yaml").read_text()
 
 
 def test_step_errors_pool_the_functional_test_runs_and_their_moe_groups() -> None:
