@@ -26,7 +26,9 @@ What each setting is (implementation ``pretrain.py`` and ``conf/`` of NVIDIA's
   v0.4.0's): the DeepSeek-V3 architecture with MTP 1, sequence 4096, micro batch 1, the
   distributed optimizer with bf16 moments and gradients (precision-aware), no gradient reduce in
   FP32, cross-entropy fusion (``te``), grouped experts, no shared-expert overlap (the flex
-  dispatcher's backend turns it off), pipeline split without embedding or loss.
+  dispatcher's backend turns it off), pipeline split without embedding or loss. The vocabulary is
+  the DeepSeek-V3 preset's 129,280, the size of the conf's mock tokenizer too (the run loads the
+  benchmark's Hugging Face tokenizer; the recipe's NullTokenizer size does not apply).
 - The launch variables over it: TENSOR_MODEL_PARALLEL, PIPELINE_MODEL_PARALLEL,
   INTERLEAVED_PIPELINE, CONTEXT_PARALLEL, EXPERT_PARALLEL, EXPERT_TENSOR_PARALLEL (default 1),
   PIPELINE_LAYOUT, MICRO_BATCH_SIZE (default 1), SEQ_LENGTH (4096), MTP_NUM_LAYERS (1); sequence
@@ -58,7 +60,6 @@ gate refuses.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mlperf
-from collect_mlperf_llama31 import UNSET, UNSET_LINE, gpu_of, refusal, truthy, yaml_bool
+from collect_mlperf_llama31 import SOURCE_LINE, UNSET, UNSET_LINE, gpu_of, refusal, truthy, yaml_bool
 
 RAW = Path(__file__).resolve().parent / "mlperf-v6.0-deepseekv3-raw.json"
 MODEL = "deepseek-v3"
@@ -129,7 +130,9 @@ class Launch:
         texts = {s["path"].rsplit("/", 1)[-1]: s["text"] for s in sub["sourced"]}
         lines = []
         for line in sub["config_text"].splitlines():
-            if m := re.match(r"^\s*source\s+.*/([\w.-]+\.sh)\s*$", line):
+            if m := SOURCE_LINE.match(line):
+                if m.group(1) not in texts:
+                    raise mlperf.Skip(f"{sub['config_path']} sources {m.group(1)}, which was not transcribed")
                 lines.append(texts[m.group(1)])
             elif m := UNSET_LINE.match(line):
                 lines.append(f"export {m.group(1)}={UNSET}")
