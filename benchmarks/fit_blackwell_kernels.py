@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memtune.bench.plan import RUN_FIELDS, RunScore, _base, score_set, split_of  # noqa: E402
+from memtune.bench.plan import RUN_FIELDS, _base, score_set, split_of  # noqa: E402
 from memtune.bench.sets import read_layouts  # noqa: E402
 from memtune.check import gate  # noqa: E402
 from memtune.config.changes import Change, with_changes  # noqa: E402
@@ -52,19 +52,14 @@ def dense_blackwell_runs() -> list[tuple[str, dict]]:
 
 
 def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float]]:
-    """Each run's predicted / measured throughput - 1 (``error_of``) with ``factor`` for both GPUs."""
+    """Each run's predicted / measured throughput - 1 (``RunScore.throughput_error``) with ``factor``
+    for both GPUs."""
     saved = dict(K.BLACKWELL_KERNEL_FACTOR)
     K.BLACKWELL_KERNEL_FACTOR.update({gpu: factor for gpu in saved})
     try:
-        return [(gpu, error_of(r)) for gpu, entry in runs for r in score_set(entry).runs]
+        return [(gpu, r.throughput_error) for gpu, entry in runs for r in score_set(entry).runs]
     finally:
         K.BLACKWELL_KERNEL_FACTOR.update(saved)
-
-
-def error_of(run: RunScore) -> float:
-    """Predicted over measured throughput - 1: of model TFLOP/s where the run publishes it (in
-    the publisher's FLOP count), else of its one figure (MLPerf's tokens/s)."""
-    return run.tflops_error if run.tflops_error is not None else run.predicted / run.measured - 1
 
 
 def report(label: str, found: list[tuple[str, float]]) -> None:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_blackwell_kernels import error_of, tune_runs  # noqa: E402
+from fit_blackwell_kernels import tune_runs  # noqa: E402
 
 from memtune.bench.plan import score_set  # noqa: E402
 from memtune.perf import constants as K  # noqa: E402
@@ -50,7 +50,7 @@ def errors(runs: list[tuple[str, dict]], host_s: float) -> list[float]:
     saved = K.MOE_DISPATCHER_HOST_FWD_S["flex"]
     K.MOE_DISPATCHER_HOST_FWD_S["flex"] = host_s
     try:
-        return [error_of(r) for _, entry in runs for r in score_set(entry).runs]
+        return [r.throughput_error for _, entry in runs for r in score_set(entry).runs]
     finally:
         K.MOE_DISPATCHER_HOST_FWD_S["flex"] = saved
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_blackwell_kernels import error_of, report, tune_runs  # noqa: E402
+from fit_blackwell_kernels import report, tune_runs  # noqa: E402
 
 from memtune.bench.plan import score_set  # noqa: E402
 from memtune.perf import constants as K  # noqa: E402
@@ -44,7 +44,7 @@ def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float
     saved = K.FP8_ATTENTION_BWD_FACTOR
     K.FP8_ATTENTION_BWD_FACTOR = factor
     try:
-        return [(gpu, error_of(r)) for gpu, entry in runs for r in score_set(entry).runs]
+        return [(gpu, r.throughput_error) for gpu, entry in runs for r in score_set(entry).runs]
     finally:
         K.FP8_ATTENTION_BWD_FACTOR = saved
 

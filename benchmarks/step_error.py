@@ -10,7 +10,9 @@ Two held-out sets, each split by its own rule before any comparison (docs/plan.m
 
 - ``published``: whole steps of real multi-GPU runs, the published timings of
   ``benchmarks/published/layouts`` (``memtune bench plan --accuracy --split holdout``): the step
-  time is the published model TFLOP/s (or step time) against the predicted one. The GB200
+  time is the published model TFLOP/s (or step time) against the predicted one, and where a run
+  publishes tokens/s alone (MLPerf's), its tokens/s (``RunScore.throughput_error``; until
+  session 28 those runs were left out). The GB200
   functional tests (``megatron-lm-ci-gb200``), which that command reports on a line of their own,
   are not in it (``accuracy`` leaves them out unless asked).
 - ``single_rank``: one rank's compute and optimizer step timed alone on an H200 or H100 under
@@ -44,7 +46,7 @@ def published_errors() -> list[tuple[tuple[str, ...], float]]:
     from memtune.bench.plan import accuracy
 
     groups = accuracy([ROOT / "benchmarks" / "published" / "layouts"], "holdout")
-    return [(r.families, e) for g in groups for r in g.runs if (e := r.tflops_error) is not None]
+    return [(r.families, r.throughput_error) for g in groups for r in g.runs]
 
 
 def single_rank_errors() -> list[tuple[tuple[str, ...], float]]:

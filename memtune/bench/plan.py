@@ -75,6 +75,13 @@ class RunScore:
             return None
         return self.predicted_tflops / self.measured_tflops - 1
 
+    @property
+    def throughput_error(self) -> float:
+        """Predicted over measured throughput - 1, so measured over predicted step time - 1: of
+        model TFLOP/s where the run publishes it (in the publisher's FLOP count), else of its one
+        figure (MLPerf's tokens/s)."""
+        return self.tflops_error if self.tflops_error is not None else self.predicted / self.measured - 1
+
 
 @dataclass
 class GroupScore:

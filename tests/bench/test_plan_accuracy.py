@@ -32,6 +32,16 @@ def test_group_scores() -> None:
     assert [r.tflops_error for r in g.runs] == pytest.approx([100 / 300 - 1, 60 / 240 - 1, 72 / 180 - 1])
 
 
+def test_a_run_that_states_tokens_alone_is_scored_by_its_tokens() -> None:
+    # MLPerf states tokens/s only: its throughput error is predicted over measured tokens/s - 1;
+    # a run that states TFLOP/s keeps the TFLOP/s error (the publisher's FLOP count on both sides).
+    tokens_only = RunScore("mlperf/x", "holdout", "a", "tokens_per_s_per_gpu", 4000.0, 5000.0, None, 900.0)
+    with_tflops = RunScore("bridge/x", "holdout", "b", "tokens_per_s_per_gpu", 4000.0, 5000.0, 800.0, 900.0)
+    assert tokens_only.tflops_error is None
+    assert tokens_only.throughput_error == pytest.approx(0.25)
+    assert with_tflops.throughput_error == pytest.approx(900 / 800 - 1)
+
+
 def test_summary_weights_tau_by_pairs_and_pools_errors() -> None:
     three = group("g3", [100, 80, 60], [50, 30, 36], [300, 240, 180])  # 3 pairs, +1 net
     two = group("g2", [10, 20], [2, 1], [10, 20])  # 1 pair, discordant; top-1 miss
