@@ -357,6 +357,24 @@ def test_the_flex_dispatchers_host_work_is_what_its_fit_gives() -> None:
     assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.9e-3
 
 
+def test_fp8_attentions_backward_is_what_its_fit_gives() -> None:
+    # Unpinned, the constant drifted from its rule (0.61 against 0.55) as the step changed.
+    import runpy
+    from pathlib import Path
+    from statistics import median
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_fp8_attention.py"))
+    hopper = [(gpu, one) for gpu, one in script["fp8_attention_runs"]() if gpu in script["HOPPER"]]
+    assert len(hopper) == 16
+    # the committed factor is the grid's largest (from 1.00 down) at which the median is not negative
+    assert (
+        median(e for _, e in script["errors"](hopper, 0.56))
+        < 0
+        <= median(e for _, e in script["errors"](hopper, 0.55))
+    )
+    assert K.FP8_ATTENTION_BWD_FACTOR == 0.55
+
+
 def test_the_all_to_all_exchanges_host_work_is_what_its_fit_gives() -> None:
     import runpy
     from pathlib import Path
