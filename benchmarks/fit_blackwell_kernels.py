@@ -2,11 +2,11 @@
 
     python benchmarks/fit_blackwell_kernels.py
 
-B200 and GB200 have no kernel tables here: their kernels are priced at the H200's fractions of
-their datasheet peaks. The runs: every dense run (no MoE layer) on a B200 or GB200 in a tune set
+B200, GB200, B300 and GB300 have no kernel tables here: their kernels are priced at the H200's
+fractions of their datasheet peaks. The runs: every dense run (no MoE layer) on one of them in a tune set
 of ``benchmarks/published/layouts`` (``memtune/bench/plan.py split_of``; holdout sets are never
 read). MoE runs are left out because their dispatch and host work are priced apart and err on
-H100s too. One factor for both GPUs: the smallest on a grid of 0.01 steps at which the median of
+H100s too. One factor for all of them: the smallest on a grid of 0.01 steps at which the median of
 predicted / measured throughput - 1 over those runs (model TFLOP/s where published, else
 tokens/s) is at most zero. Prints the factor, the
 runs' median error per GPU before and after, and the number of runs.
@@ -47,13 +47,13 @@ def tune_runs() -> Iterator[tuple[str, dict, Derived]]:
 
 
 def dense_blackwell_runs() -> list[tuple[str, dict]]:
-    """(GPU, one-run set) for every dense run on a B200 or GB200 of the tune sets."""
+    """(GPU, one-run set) for every dense run on a Blackwell GPU of the tune sets."""
     return [(gpu, one) for gpu, one, d in tune_runs() if gpu in K.BLACKWELL_KERNEL_FACTOR and not d.is_moe]
 
 
 def errors(runs: list[tuple[str, dict]], factor: float) -> list[tuple[str, float]]:
     """Each run's predicted / measured throughput - 1 (``RunScore.throughput_error``) with ``factor``
-    for both GPUs."""
+    for every Blackwell GPU."""
     saved = dict(K.BLACKWELL_KERNEL_FACTOR)
     K.BLACKWELL_KERNEL_FACTOR.update({gpu: factor for gpu in saved})
     try:

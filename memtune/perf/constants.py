@@ -162,15 +162,16 @@ MEASURE_RUNNER = HostFloor(layer_fwd_s=1.6e-3, backward_factor=2.0, microbatch_s
 # make every user's job faster. Which machine a user's job runs like is not known: the
 # published multi-GPU runs (TFLOP/s over-predicted at 0.88, best near 1.04) side with 1.
 IN_STEP_KERNEL_FACTOR = 1.0
-# Blackwell GPUs (B200, GB200) have no kernel tables here and no published kernel figures at
+# Blackwell GPUs (B200, GB200, and Blackwell Ultra's B300, GB300, whose BF16 and FP8 tensor cores
+# are the B200's) have no kernel tables here and no published kernel figures at
 # training shapes beyond a few square bf16 GEMMs (docs/plan.md, kernel efficiency): their kernels
 # are the H200's fractions of their datasheet peak, which whole published steps on them do not
-# reach. Their kernels inside a step take this multiple of that price: fitted by
-# benchmarks/fit_blackwell_kernels.py on the dense tune runs on B200 and GB200 of
+# reach. Their kernels inside a step take this multiple of that price, one for all four: fitted by
+# benchmarks/fit_blackwell_kernels.py on the dense tune runs on these GPUs of
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22, "B300": 1.22, "GB300": 1.22}
 # FP8 attention (``Derived.fp8_attention``: cuDNN's fused FP8 kernels through Transformer Engine)
 # takes these multiples of cuDNN's bf16 attention kernels' time in the tables. The forward's is
 # measured: cuDNN's FP8 forward graph through its frontend on an H100 (benchmarks/gpu/

@@ -17,6 +17,8 @@ def test_gpus_json_lists_every_gpu_with_its_capacity(capsys):
         "H200",
         "B200",
         "GB200",
+        "B300",
+        "GB300",
         "MI300X",
     ]
     h200 = next(g for g in gpus if g["name"] == "H200")

@@ -17,7 +17,7 @@ def test_readings_are_the_cudamemgetinfo_totals(name, gib):
 
 
 @pytest.mark.parametrize(
-    "name, datasheet_gb", [("B200", 180), ("GB200", 186), ("MI300X", 192), ("H100-NVL", 94)]
+    "name, datasheet_gb", [("B200", 180), ("GB200", 186), ("B300", 288), ("GB300", 288), ("MI300X", 192), ("H100-NVL", 94)]
 )
 def test_derived_capacity_uses_the_h200_reading_to_datasheet_ratio(name, datasheet_gb):
     gpu = get_gpu(name)
@@ -53,7 +53,7 @@ def test_unknown_gpu_lists_the_known_ones():
     with pytest.raises(InputError) as exc:
         get_gpu("V100")
     assert exc.value.problems[0].startswith(
-        "unknown GPU 'V100'; known: A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, MI300X"
+        "unknown GPU 'V100'; known: A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, B300, GB300, MI300X"
     )
 
 

@@ -17,7 +17,7 @@ MEGATRON = (
     "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16"
 )
 UNREAD = "(not a number memtune reads; set cluster.num_gpus)"
-GPUS = "A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, MI300X"
+GPUS = "A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, B300, GB300, MI300X"
 
 
 def script(tmp_path: Path, body: str) -> str:

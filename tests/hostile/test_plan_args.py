@@ -9,7 +9,7 @@ from memtune.plan.cli import MAX_TOP, MAX_WORKERS
 from tests.hostile.conftest import run_cli
 
 PLAN = ("plan", "llama3-8b", "--gpus", "8", "--gbs", "64")
-GPUS = "A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, MI300X"
+GPUS = "A100-40GB, A100-80GB, H100-80GB, H100-NVL, H200, B200, GB200, B300, GB300, MI300X"
 
 
 @pytest.mark.parametrize(

@@ -24,4 +24,4 @@ def test_the_blackwell_factor_row_gives_the_constants_value() -> None:
     """The fitted factor's row quotes the value the code holds (it once lagged a refit)."""
     text = PLAN.read_text(encoding="utf-8")
     (value,) = set(K.BLACKWELL_KERNEL_FACTOR.values())
-    assert f"| `BLACKWELL_KERNEL_FACTOR` | {value:.2f} (B200, GB200) |" in text
+    assert f"| `BLACKWELL_KERNEL_FACTOR` | {value:.2f} (B200, GB200, B300, GB300) |" in text

@@ -255,7 +255,7 @@ def test_the_blackwell_factor_is_what_its_fit_gives() -> None:
         <= 0
         < median(e for _, e in script["errors"](runs, 1.21))
     )
-    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.22, "GB200": 1.22}
+    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.22, "GB200": 1.22, "B300": 1.22, "GB300": 1.22}
 
 
 def test_the_collective_launch_is_its_fits_choice_among_its_grid_neighbours() -> None:
