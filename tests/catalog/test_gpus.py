@@ -17,7 +17,8 @@ def test_readings_are_the_cudamemgetinfo_totals(name, gib):
 
 
 @pytest.mark.parametrize(
-    "name, datasheet_gb", [("B200", 180), ("GB200", 186), ("B300", 288), ("GB300", 288), ("MI300X", 192), ("H100-NVL", 94)]
+    "name, datasheet_gb",
+    [("B200", 180), ("GB200", 186), ("B300", 288), ("GB300", 288), ("MI300X", 192), ("H100-NVL", 94)],
 )
 def test_derived_capacity_uses_the_h200_reading_to_datasheet_ratio(name, datasheet_gb):
     gpu = get_gpu(name)
