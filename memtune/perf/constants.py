@@ -171,7 +171,7 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
 # that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
-BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22, "B300": 1.22, "GB300": 1.22}
+BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22, "B300": 1.08, "GB300": 1.08}
 # FP8 attention (``Derived.fp8_attention``: cuDNN's fused FP8 kernels through Transformer Engine)
 # takes these multiples of cuDNN's bf16 attention kernels' time in the tables. The forward's is
 # measured: cuDNN's FP8 forward graph through its frontend on an H100 (benchmarks/gpu/
@@ -184,9 +184,11 @@ BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22, "B300": 1.22, "GB300": 1
 # tables measure) with FP8 attention: a whole-step figure, not a kernel measurement. Blackwell
 # takes both (unmeasured there); every prediction says so (StepPrediction.unmeasured). The rule
 # gave 0.61 when first run; rerun in session 28 it gave 0.55 (later changes to the step had moved
-# it while the model's refits left this script out).
+# it while the model's refits left this script out); 0.68 once COLLECTIVE_LAUNCH_S settled at
+# 100 us with the Blackwell Ultra rows (session 29: the median of its 16 runs sits between two
+# runs whose errors move apart with the launch price).
 FP8_ATTENTION_FWD_FACTOR = 0.65
-FP8_ATTENTION_BWD_FACTOR = 0.55
+FP8_ATTENTION_BWD_FACTOR = 0.68
 # A MoE layer's host work beyond a dense layer's, measured in the measure loop (Megatron's DDP,
 # its schedule, the fake process group at the job's world size) by the `hostmoe-` runs
 # (benchmarks/measured/matrix.py host_by_moe, rule fixed before their one run on a lent H100,
@@ -225,19 +227,21 @@ MOE_EXPERT_HOST_S = {"alltoall": (1.8e-6, 0.6e-6)}
 # exchange. 2.7 ms is what the one Megatron-LM functional-test tune run with that dispatcher and
 # no other unpriced cost (gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_resume_torch_dist_dist_optimizer, 12
 # MoE layers of width 512, TP 4, EP 2, ETP 2) leaves unexplained, on a 0.1 ms grid
-# (benchmarks/fit_alltoall_host.py; with COLLECTIVE_LAUNCH_S at 110 us since the userbuffer
+# (benchmarks/fit_alltoall_host.py; unchanged with COLLECTIVE_LAUNCH_S at 100 us since the B300 and
+# GB300 rows joined the tune runs, and at 110 us since the userbuffer
 # chunks' GPU cost and cuDNN's windowed and sink attention are measured; 2.6 ms at 120 us after
 # interleaved chunks reduced in the order their gradients are ready, 2.7 ms before, 3 ms before
 # the hostmoe- runs were adopted). The all-gather dispatcher's tune run without other unpriced
 # costs leaves nothing (0). The flex dispatcher (DeepEP, HybridEP: Python around fused kernels,
 # the token counts the grouped GEMM takes on the host) shows only where it bounds a step, small
-# MoE layers at micro-batch 1: 1.9 ms is what benchmarks/fit_flex_host.py fits on the tune runs
-# it moves (six since a graphed MoE router gives up its host work, nine before: Qwen3-30B-A3B at
+# MoE layers at micro-batch 1: 1.8 ms is what benchmarks/fit_flex_host.py fits on the tune runs
+# it moves (eight since Bridge's B300 rows joined them, 1.9 ms on six before; six since a graphed
+# MoE router gives up its host work, nine before: Qwen3-30B-A3B at
 # MBS 1 on 16 H100s in three releases, Qwen3-235B-A22B on GB200 and B200; 2.0 ms before Bridge's
 # summary rows took their own release's settings, which put several of them on the all-to-all
 # dispatcher or off full-iteration CUDA graphs; 1.7 ms before the loop's backward factor was
 # refitted), a whole-step fit, not a measurement.
-MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 1.9e-3}
+MOE_DISPATCHER_HOST_FWD_S = {"allgather": 0.0, "alltoall": 2.7e-3, "flex": 1.8e-3}
 # A layer captured whole in a CUDA graph (``cuda_graph_impl: local`` or ``transformer_engine``
 # without a scope) costs the host one replay a pass, not its modules' Python and launches:
 # an autograd function copies the inputs into the graph's static buffers and replays the forward
@@ -266,8 +270,10 @@ GRAPH_ROUTER_HOST_SHARE = {"alltoall": (0.932, 0.602), "allgather": (0.677, 0.45
 # (memtune/perf/collectives.py): its launch and proxy work, and under Transformer Engine's
 # userbuffer overlap each exchange's share of the split GEMMs' synchronisation. Fitted by
 # benchmarks/fit_collective_launch.py on the tune runs (published layout sets and functional
-# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 110 us
-# since the userbuffer chunks' GPU cost (UB_CHUNK_DEVICE_S) and cuDNN's windowed and sink
+# tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 100 us
+# since Bridge's B300 and GB300 rows are tune data (the other rules iterated with it until none
+# moved: BLACKWELL_KERNEL_FACTOR 1.08 for Blackwell Ultra, the flex dispatcher 1.8 ms, FP8
+# attention's backward 0.68); 110 us since the userbuffer chunks' GPU cost (UB_CHUNK_DEVICE_S) and cuDNN's windowed and sink
 # attention (WINDOW_ATTENTION_RATE, SINK_ATTENTION_BWD_S) are measured (the all-to-all
 # dispatcher's below back at 2.7 ms; a second round moved neither); 120 us
 # since interleaved chunks reduce their gradients in the order they are ready (simulate.py
@@ -277,7 +283,7 @@ GRAPH_ROUTER_HOST_SHARE = {"alltoall": (0.932, 0.602), "allgather": (0.677, 0.45
 # FP8 casts are counted per operand (Derived.fp8_cast_bytes); 100 us
 # since the userbuffer overlap's extra GEMM calls cost the host (UB_CHUNK_HOST_S); 120 us before,
 # 150 us from the first fit (9493768, on the functional tests alone).
-COLLECTIVE_LAUNCH_S = 110e-6
+COLLECTIVE_LAUNCH_S = 100e-6
 # The host's work for each GEMM call Transformer Engine's userbuffer overlap adds to a layer
 # (``ShapePricer.userbuffer_chunks``: a ring exchange runs a GEMM as TP calls, a pipelined
 # reduce-scatter as its splits). Measured on a lent H100 by benchmarks/gpu/launch_host.py

@@ -14,7 +14,7 @@ PERF = [r for r in list_recipes() if r.kind == "perf"]
 
 def test_perf_recipes_cover_each_gpu_the_catalog_has():
     assert len(PERF) >= 100
-    assert {r.gpu for r in PERF} == {"H100-80GB", "B200", "GB200"}
+    assert {r.gpu for r in PERF} == {"H100-80GB", "B200", "GB200", "B300", "GB300"}
     assert all(r.label == f"perf:{r.name}" and r.base in {x.name for x in list_recipes()} for r in PERF)
 
 

@@ -247,15 +247,20 @@ def test_the_blackwell_factor_is_what_its_fit_gives() -> None:
     script = runpy.run_path(
         str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_blackwell_kernels.py")
     )
-    runs = script["dense_blackwell_runs"]()
-    assert {gpu for gpu, _ in runs} == {"B200", "GB200"} and len(runs) == 49
-    # the committed factor is the grid's first at which the runs' median error is not positive
-    assert (
-        median(e for _, e in script["errors"](runs, 1.22))
-        <= 0
-        < median(e for _, e in script["errors"](runs, 1.21))
-    )
-    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.22, "GB200": 1.22, "B300": 1.22, "GB300": 1.22}
+    # one factor per generation, each the grid's first at which its runs' median error is not positive
+    for generation, gpus, count, factor in (
+        ("Blackwell", {"B200", "GB200"}, 49, 1.22),
+        ("Blackwell Ultra", {"GB300"}, 21, 1.08),  # no dense B300 run: the B300 takes the GB300's
+    ):
+        runs = script["dense_blackwell_runs"](generation)
+        assert {gpu for gpu, _ in runs} == gpus and len(runs) == count
+        below = round(factor - 0.01, 2)
+        assert (
+            median(e for _, e in script["errors"](runs, factor))
+            <= 0
+            < median(e for _, e in script["errors"](runs, below))
+        )
+    assert K.BLACKWELL_KERNEL_FACTOR == {"B200": 1.22, "GB200": 1.22, "B300": 1.08, "GB300": 1.08}
 
 
 def test_the_collective_launch_is_its_fits_choice_among_its_grid_neighbours() -> None:
@@ -351,10 +356,10 @@ def test_the_flex_dispatchers_host_work_is_what_its_fit_gives() -> None:
 
     script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "fit_flex_host.py"))
     runs = script["host_bound_runs"]()
-    assert len(runs) == 6
+    assert len(runs) == 8
     # the committed value is the 0.1 ms grid's first at which the runs' median error is not positive
-    assert median(script["errors"](runs, 1.9e-3)) <= 0 < median(script["errors"](runs, 1.8e-3))
-    assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.9e-3
+    assert median(script["errors"](runs, 1.8e-3)) <= 0 < median(script["errors"](runs, 1.7e-3))
+    assert K.MOE_DISPATCHER_HOST_FWD_S["flex"] == 1.8e-3
 
 
 def test_fp8_attentions_backward_is_what_its_fit_gives() -> None:
@@ -368,11 +373,11 @@ def test_fp8_attentions_backward_is_what_its_fit_gives() -> None:
     assert len(hopper) == 16
     # the committed factor is the grid's largest (from 1.00 down) at which the median is not negative
     assert (
-        median(e for _, e in script["errors"](hopper, 0.56))
+        median(e for _, e in script["errors"](hopper, 0.69))
         < 0
-        <= median(e for _, e in script["errors"](hopper, 0.55))
+        <= median(e for _, e in script["errors"](hopper, 0.68))
     )
-    assert K.FP8_ATTENTION_BWD_FACTOR == 0.55
+    assert K.FP8_ATTENTION_BWD_FACTOR == 0.68
 
 
 def test_the_all_to_all_exchanges_host_work_is_what_its_fit_gives() -> None:

@@ -20,8 +20,7 @@ Then the settings of the row's own release (``../bridge-release-settings.yaml``,
 Bridge tag its container shipped, ``RELEASE_TAGS``) where they differ from the job's, and
 sequence parallelism where the row's TP is above 1, as every release's runner sets it.
 
-Rows left out, counted in the file's header: systems outside memtune's GPU catalog (B300, GB300),
-NVFP4 precision, token-dropping MoE runs, the 25.09 tables (they do not state the precision),
+Rows left out, counted in the file's header: NVFP4 precision, token-dropping MoE runs, the 25.09 tables (they do not state the precision),
 models without a memtune preset (Nemotron 3 hybrids, Kimi-K2, DeepSeek-V4).
 
     python benchmarks/published/layouts/collect_bridge_summary.py GIT_DIR COMMIT OUT.yaml
@@ -46,6 +45,8 @@ SYSTEMS = {
     "DGX-H100": ("H100-80GB", 8, "h100"),
     "DGX-B200": ("B200", 8, "b200"),
     "DGX-GB200": ("GB200", 4, "gb200"),
+    "DGX-B300": ("B300", 8, "b300"),
+    "DGX-GB300": ("GB300", 4, "gb300"),
 }
 PRESETS = {
     "LLAMA3_8B": "llama3-8b",
