@@ -8,7 +8,8 @@ and ``delay_wgrad_compute``, which Bridge's setup copies onto the model config;
 ``config.model.moe_flex_dispatcher_backend``), dropping them from ``not_modeled``.
 
 How it reads a recipe function: statement by statement at the top of its body, following
-``cfg = other_recipe()`` into the function it names (in the same module or imported from one),
+``cfg = other_recipe()`` into the function it names (in the same module or imported from one;
+``cfg = wrapper(other_recipe(), ...)`` into the recipe, then the wrapper),
 ``helper(cfg)`` calls into the helper, ``cfg.comm_overlap = CommOverlapConfig(...)`` (which resets
 the three keys to the call's arguments; a key not passed is ``None``, off), and assignments of
 ``cfg.comm_overlap.KEY`` and ``cfg.model.moe_flex_dispatcher_backend`` to constants. Statements under
@@ -102,6 +103,15 @@ class Sources:
                 continue
             lhs, rhs = ast.unparse(stmt.targets[0]), stmt.value
             if lhs == cfg and isinstance(rhs, ast.Call) and isinstance(rhs.func, ast.Name):
+                wrapped = rhs.args[0] if rhs.args else None
+                if isinstance(wrapped, ast.Call) and isinstance(wrapped.func, ast.Name):
+                    # cfg = _with_global_batch_size(other_recipe(), n): the recipe, then the wrapper
+                    inner = self.resolve(path, wrapped.func.id)
+                    state = self.values(inner[0], inner[1], {}) if inner else {}
+                    target = self.resolve(path, rhs.func.id)
+                    if target:
+                        state = self.values(target[0], target[1], state, target[1].args.args[0].arg)
+                    continue
                 target = self.resolve(path, rhs.func.id)
                 if target:
                     state = self.values(target[0], target[1], {})

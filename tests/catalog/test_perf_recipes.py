@@ -91,6 +91,25 @@ def test_qwen3_30b_a3b_b200_mxfp8_perf_matches_the_bridge_source():
     assert job.cluster.gpu == "B200" and job.cluster.num_gpus == 8
 
 
+@pytest.mark.parametrize(
+    "wrapper, recipe",
+    [
+        ("llama31_405b_pretrain_512gpu_h100_bf16_config", "llama31_405b_pretrain_1024gpu_h100_bf16_config"),
+        ("qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config", "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"),
+        ("qwen3_30b_a3b_pretrain_32gpu_gb300_fp8cs_config", "qwen3_30b_a3b_pretrain_8gpu_gb300_fp8cs_config"),
+    ],
+)
+def test_a_recipe_that_only_rescales_another_keeps_its_overlap_and_dispatcher(wrapper, recipe):
+    # Bridge's `cfg = _with_global_batch_size(recipe(), n)` changes the global batch alone; these
+    # entries once lost the TP and EP overlap settings and the flex dispatcher's backend.
+    outer, inner = (load_job(None, recipe=f"perf:{name}").job for name in (wrapper, recipe))
+    assert outer.train.global_batch_size != inner.train.global_batch_size
+    assert outer.model.tp_comm_overlap and outer.model.tp_comm_overlap == inner.model.tp_comm_overlap
+    assert outer.model.tp_comm_overlap_cfg == inner.model.tp_comm_overlap_cfg
+    assert outer.model.overlap_moe_expert_parallel_comm == inner.model.overlap_moe_expert_parallel_comm
+    assert outer.model.moe_flex_dispatcher_backend == inner.model.moe_flex_dispatcher_backend
+
+
 def test_recipes_command_prints_a_perf_recipe_with_its_gpu(capsys):
     assert main(["recipes", "perf:gpt_oss_120b_pretrain_64gpu_h100_bf16_config"]) == 0
     out = capsys.readouterr().out
