@@ -166,10 +166,12 @@ IN_STEP_KERNEL_FACTOR = 1.0
 # are the B200's) have no kernel tables here and no published kernel figures at
 # training shapes beyond a few square bf16 GEMMs (docs/plan.md, kernel efficiency): their kernels
 # are the H200's fractions of their datasheet peak, which whole published steps on them do not
-# reach. Their kernels inside a step take this multiple of that price, one for all four: fitted by
-# benchmarks/fit_blackwell_kernels.py on the dense tune runs on these GPUs of
-# benchmarks/published/layouts (no MoE run, whose dispatch is priced apart; no holdout run), so
-# that the median predicted throughput of those runs is the measured one (49 runs). A whole-step
+# reach. Their kernels inside a step take this multiple of that price, one per generation (Blackwell
+# Ultra is other silicon at a higher power limit: 1.08 on its 21 dense GB300 tune runs; the B300,
+# with none of its own, takes it): fitted by benchmarks/fit_blackwell_kernels.py on the dense tune
+# runs on these GPUs of benchmarks/published/layouts (no MoE run, whose dispatch is priced apart;
+# no holdout run), so that the median predicted throughput of those runs is the measured one (49
+# runs on B200 and GB200, 21 on GB300). A whole-step
 # figure, not a kernel measurement: every prediction on them says so (StepPrediction.unmeasured).
 BLACKWELL_KERNEL_FACTOR = {"B200": 1.22, "GB200": 1.22, "B300": 1.08, "GB300": 1.08}
 # FP8 attention (``Derived.fp8_attention``: cuDNN's fused FP8 kernels through Transformer Engine)
@@ -273,7 +275,8 @@ GRAPH_ROUTER_HOST_SHARE = {"alltoall": (0.932, 0.602), "allgather": (0.677, 0.45
 # tests; the rule in its docstring), jointly with BLACKWELL_KERNEL_FACTOR's own rule: 100 us
 # since Bridge's B300 and GB300 rows are tune data (the other rules iterated with it until none
 # moved: BLACKWELL_KERNEL_FACTOR 1.08 for Blackwell Ultra, the flex dispatcher 1.8 ms, FP8
-# attention's backward 0.68); 110 us since the userbuffer chunks' GPU cost (UB_CHUNK_DEVICE_S) and cuDNN's windowed and sink
+# attention's backward 0.68); 110 us since the userbuffer chunks' GPU cost (UB_CHUNK_DEVICE_S)
+# and cuDNN's windowed and sink
 # attention (WINDOW_ATTENTION_RATE, SINK_ATTENTION_BWD_S) are measured (the all-to-all
 # dispatcher's below back at 2.7 ms; a second round moved neither); 120 us
 # since interleaved chunks reduce their gradients in the order they are ready (simulate.py
